@@ -1,0 +1,83 @@
+# krig: `make setup` then `make test`. Every target is listed by `make help`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+KRIG := $(VENV)/bin/krig
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+
+REPRO ?= selftest-pass
+RIG ?= qemu-default
+KERNEL ?= distro
+PRESET ?=
+SET ?=
+RUN ?= results/latest
+PYTEST_ARGS ?=
+
+APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelshark xfsprogs fio \
+	ipmitool openipmi busybox-static inotify-tools gcc make libc6-dev kmod cpio zstd time file \
+	python3 python3-venv python3-pip openssh-client openssh-server procps iproute2 git \
+	bc bison flex libelf-dev libssl-dev dwarves linux-source-6.1 xz-utils patch rsync
+
+CFLAGS := -O2 -Wall -static
+HELPER_SRCS := $(wildcard reproducers/*/*.c)
+HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
+
+.PHONY: help setup apt python helpers test test-fast run list check bench clean
+
+help:
+	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
+	@echo "make test                  self-tests, including real QEMU guests and smoke runs"
+	@echo "make test-fast             self-tests that boot no guest"
+	@echo "make run REPRO=.. [RIG=.. KERNEL=.. PRESET=.. SET='k=v ..']   one run, prints the verdict"
+	@echo "make check [RUN=dir]       re-judge a run directory (default results/latest)"
+	@echo "make list                  reproducers, presets, rigs, kernels"
+	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd)"
+	@echo "make clean                 remove build outputs (keeps results/)"
+
+setup: apt python helpers
+
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+	else echo "apt packages: all installed"; fi
+
+python: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+helpers: $(HELPERS)
+
+define helper_rule
+$(dir $(1))bin/$(basename $(notdir $(1))): $(1)
+	@mkdir -p $$(@D)
+	$$(CC) $$(CFLAGS) -o $$@ $$<
+endef
+$(foreach s,$(HELPER_SRCS),$(eval $(call helper_rule,$(s))))
+
+test: helpers python
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: helpers python
+	$(PY) -m pytest -m "not guest and not smoke and not ipmi" $(PYTEST_ARGS)
+
+run: helpers python
+	$(KRIG) run $(REPRO) --rig $(RIG) --kernel $(KERNEL) $(if $(PRESET),--preset $(PRESET)) $(foreach s,$(SET),--set $(s))
+
+check: python
+	$(KRIG) check $(RUN)
+
+list: python
+	$(KRIG) list
+
+bench: helpers python
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf reproducers/*/bin build

@@ -1,0 +1,1 @@
+"""Analysis: read what a run brought back and turn it into metrics and a verdict."""

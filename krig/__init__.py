@@ -1,0 +1,8 @@
+"""krig: kernel reproducer rig."""
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+REPRO_DIR = ROOT / "reproducers"
+RIG_DIR = ROOT / "rigs"
+KERNEL_DIR = ROOT / "kernels"
+RESULTS_DIR = ROOT / "results"

@@ -1,0 +1,140 @@
+"""`krig check RUN_DIR`: metrics and verdict of a run, without a rig.
+
+The workload outcome in manifest.json, the console and the reproducer's
+thresholds decide the verdict. Thresholds are judged by pytest (one test per
+threshold, analysis/test_thresholds.py), which writes junit.xml.
+"""
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+from . import ROOT
+from .errors import KrigError, UsageError
+from .junit import write_single
+from .reproducer import load_reproducer
+from .results import write_json
+from .verdict import scan_console
+
+OUTCOME_VERDICT = {"hung": "HUNG", "crashed": "CRASHED", "error": "ERROR", "skip": "SKIP",
+                   "interrupted": "INTERRUPTED"}
+
+
+def load_analyzer(repro):
+    path = repro.path / "analyze.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location(f"krig_analyze_{repro.name.replace('-', '_')}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def workload_metrics(run_dir: pathlib.Path) -> dict:
+    """Metrics run.sh reported itself with `krig_metric NAME VALUE`."""
+    out = {}
+    p = run_dir / "workload-metrics.tsv"
+    if p.exists():
+        for line in p.read_text().splitlines():
+            name, _, value = line.partition("\t")
+            try:
+                out[name] = float(value)
+            except ValueError:
+                raise UsageError(f"{p}: metric {name!r} has a non-numeric value {value!r}") from None
+    return out
+
+
+def compute_metrics(run_dir: pathlib.Path, repro) -> dict:
+    from analysis.rundata import RunData
+    data = RunData(run_dir)
+    values = workload_metrics(run_dir)
+    analyzer = load_analyzer(repro)
+    if analyzer is not None:
+        values.update(analyzer.metrics(data))
+    missing = [m for m in repro.metrics if m not in values]
+    if missing:
+        raise UsageError(f"reproducers/{repro.name}: no value for metric {', '.join(missing)} "
+                         "(from krig_metric in run.sh or analyze.py)")
+    out = {}
+    for name, v in values.items():
+        meta = repro.metrics.get(name, {"unit": "", "better": "info", "description": ""})
+        out[name] = {"value": None if v is None else float(v), **meta}
+    return out
+
+
+def judge(run_dir: pathlib.Path) -> dict:
+    """Run the threshold tests with pytest; returns {passed, failed, errors, failures:[...]}."""
+    junit = run_dir / "junit.xml"
+    argv = [sys.executable, "-m", "pytest", str(ROOT / "analysis" / "test_thresholds.py"),
+            f"--krig-run-dir={run_dir}", f"--junitxml={junit}", "-q", "-p", "no:cacheprovider",
+            "--rootdir", str(ROOT), "-o", "junit_family=xunit2", "-o", "junit_suite_name=krig"]
+    p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    (run_dir / "analysis.log").write_text(p.stdout + p.stderr)
+    if not junit.exists():
+        raise KrigError(f"analysis did not produce junit.xml (pytest exit {p.returncode}); see analysis.log")
+    res = {"passed": 0, "failed": 0, "errors": 0, "failures": []}
+    for tc in ET.parse(junit).getroot().iter("testcase"):
+        bad = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
+        if bad is None:
+            res["passed"] += 1
+        else:
+            res["failed" if bad.tag == "failure" else "errors"] += 1
+            res["failures"].append(f"{tc.get('name')}: {(bad.get('message') or '').splitlines()[0][:400]}")
+    return res
+
+
+def check(run_dir) -> dict:
+    run_dir = pathlib.Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: not a run directory")
+    man_path = run_dir / "manifest.json"
+    if not man_path.exists():
+        raise UsageError(f"{run_dir}: missing manifest.json (not a krig run directory)")
+    try:
+        manifest = json.loads(man_path.read_text())
+    except ValueError as e:
+        raise UsageError(f"{man_path}: not valid JSON ({e})") from None
+    repro = load_reproducer(manifest.get("reproducer", "?"))
+    console = (run_dir / "console.log").read_text(errors="replace") if (run_dir / "console.log").exists() else ""
+    scan = scan_console(console)
+    outcome, reason = manifest.get("outcome"), manifest.get("reason") or ""
+    verdict = {"reproducer": repro.name, "run_dir": str(run_dir), "complete": manifest.get("complete", False),
+               "console": {k: v[:20] for k, v in scan.items()}}
+    if scan["oom_kill"]:
+        verdict["oom_kill"] = scan["oom_kill"][:20]
+
+    if outcome == "completed" and scan["crash"]:
+        outcome, reason = "crashed", f"kernel crash in the console: {scan['crash'][0]}"
+    if outcome == "crashed" and scan["crash"]:
+        reason = f"{reason}; console: {scan['crash'][0]}"
+    props = {"kernel": manifest.get("kernel", {}).get("release"), "rig": manifest.get("rig", {}).get("name"),
+             "accel": manifest.get("rig_facts", {}).get("accel"), "krig_revision": manifest.get("krig_revision")}
+    if outcome == "completed":
+        try:
+            metrics = compute_metrics(run_dir, repro)
+        except KrigError as e:
+            verdict.update(verdict="ERROR", reason=f"analysis failed: {e}")
+        except Exception as e:   # a bug in analyze.py is the reproducer breaking, not a kernel verdict
+            verdict.update(verdict="ERROR", reason=f"analysis failed: {type(e).__name__}: {e}")
+        else:
+            write_json(run_dir / "metrics.json", metrics)
+            res = judge(run_dir)
+            verdict["thresholds"] = res
+            if res["errors"]:
+                verdict.update(verdict="ERROR", reason="; ".join(res["failures"]))
+            elif res["failed"]:
+                verdict.update(verdict="FAIL", reason="; ".join(res["failures"]))
+            else:
+                verdict.update(verdict="PASS", reason=f"{res['passed']} thresholds held")
+        if verdict["verdict"] == "ERROR":
+            write_single(run_dir / "junit.xml", repro.name, "ERROR", verdict["reason"], props)
+    else:
+        v = OUTCOME_VERDICT.get(outcome, "ERROR")
+        verdict.update(verdict=v, reason=reason or f"run outcome {outcome!r}")
+        if v == "CRASHED" and scan.get("crash_context"):
+            verdict["crash_context"] = scan["crash_context"]
+        write_single(run_dir / "junit.xml", repro.name, v, verdict["reason"], props)
+    write_json(run_dir / "verdict.json", verdict)
+    return verdict

@@ -1,0 +1,116 @@
+"""krig command line. Exit codes: see krig.verdict.VERDICTS (2 = bad input)."""
+import argparse
+import json
+import signal
+import sys
+
+from .errors import KrigError
+from .verdict import USAGE_EXIT, VERDICTS, exit_code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(USAGE_EXIT, f"krig: {message}\n")
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def cmd_run(a) -> int:
+    from .config import parse_set
+    from .run import run
+    run_dir, verdict = run(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set))
+    print(f"{verdict['verdict']}: {verdict['reason']}")
+    print(f"results: {run_dir}")
+    return exit_code(verdict["verdict"])
+
+
+def cmd_check(a) -> int:
+    from .check import check
+    verdict = check(a.run_dir)
+    print(f"{verdict['verdict']}: {verdict['reason']}")
+    return exit_code(verdict["verdict"])
+
+
+def cmd_list(a) -> int:
+    from .kernels import kernel_names, load_kernel
+    from .reproducer import load_reproducer, reproducer_names
+    from rigs import load_rig, rig_names
+    print("reproducers:")
+    for n in reproducer_names():
+        r = load_reproducer(n)
+        first = r.description.splitlines()[0] if r.description else ""
+        print(f"  {n:24s} presets: {', '.join(sorted(r.presets)) or '-':26s} {first}")
+    print("rigs:")
+    for n in rig_names():
+        try:
+            rig = load_rig(n)
+            print(f"  {n:24s} {rig.kind:6s} {rig.spec.get('description', '')}")
+        except KrigError as e:
+            print(f"  {n:24s} INVALID: {e}")
+    print("kernels:")
+    for n in kernel_names():
+        try:
+            k = load_kernel(n)
+            print(f"  {n:24s} {k.release:24s} {k.description}")
+        except KrigError as e:
+            print(f"  {n:24s} (not available: {e})")
+    return 0
+
+
+def cmd_trace_stats(a) -> int:
+    from analysis.tracecli import stats_main
+    from analysis.tracedat import TraceError
+    try:
+        return stats_main(a.trace, a.event, a.group_by, a.json)
+    except TraceError as e:
+        raise KrigError(str(e)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    codes = "\n".join(f"  {c:3d} {v:12s} {m}" for v, (c, m) in VERDICTS.items())
+    p = _Parser(prog="krig", formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="Kernel reproducer rig: boot a kernel on a rig, run a reproducer, judge it.",
+                epilog=f"exit codes of `krig run` and `krig check`:\n{codes}\n    2 (bad input: one line names the field)")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    r = sub.add_parser("run", help="run a reproducer on a rig")
+    r.add_argument("reproducer")
+    r.add_argument("--rig", default="qemu-default")
+    r.add_argument("--kernel", default="distro")
+    r.add_argument("--preset", default=None)
+    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a parameter (repeatable)")
+    r.set_defaults(func=cmd_run)
+    c = sub.add_parser("check", help="re-run the analysis of an existing run directory")
+    c.add_argument("run_dir")
+    c.set_defaults(func=cmd_check)
+    ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
+    ls.set_defaults(func=cmd_list)
+    t = sub.add_parser("trace", help="read trace.dat files")
+    tsub = t.add_subparsers(dest="tcmd", required=True, parser_class=_Parser)
+    ts = tsub.add_parser("stats", help="count an event, optionally grouped by a field")
+    ts.add_argument("trace")
+    ts.add_argument("--event", required=True, metavar="SYSTEM:EVENT")
+    ts.add_argument("--group-by", metavar="FIELD")
+    ts.add_argument("--json", action="store_true")
+    ts.set_defaults(func=cmd_trace_stats)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        return args.func(args)
+    except KrigError as e:
+        print(f"krig: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("krig: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

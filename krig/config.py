@@ -1,0 +1,124 @@
+"""Loading and validating krig's TOML files (reproducers, rigs, kernels).
+
+Every check raises UsageError with one line naming the file, the field and
+what is allowed.
+"""
+import pathlib
+import re
+import tomllib
+
+from .errors import UsageError
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
+_SIZE_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def load_toml(path: pathlib.Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: malformed TOML: {e}") from None
+
+
+def parse_size(value, field: str) -> int:
+    """'16G', '512m', '2038MiB', 4096 -> bytes (binary units)."""
+    if isinstance(value, bool):
+        raise UsageError(f"{field}: expected a size like 512M, 16G or 1T, got {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise UsageError(f"{field}: size must be positive, got {value}")
+        return value
+    m = _SIZE_RE.match(str(value))
+    if not m:
+        raise UsageError(f"{field}: expected a size like 512M, 16G or 1T, got {value!r}")
+    n = float(m.group(1)) * _SIZE_MULT[m.group(2).lower()]
+    if n <= 0:
+        raise UsageError(f"{field}: size must be positive, got {value!r}")
+    return int(n)
+
+
+PARAM_TYPES = ("int", "float", "str", "bool", "size")
+
+
+def coerce(value, ptype: str, field: str, choices=None):
+    """Convert a TOML value or a --set string to the parameter's type."""
+    try:
+        if ptype == "int":
+            if isinstance(value, bool):
+                raise ValueError
+            v = int(value, 0) if isinstance(value, str) else int(value)
+            if isinstance(value, float) and value != v:
+                raise ValueError
+        elif ptype == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            v = float(value)
+        elif ptype == "bool":
+            if isinstance(value, bool):
+                v = value
+            elif str(value).lower() in ("1", "true", "yes", "on"):
+                v = True
+            elif str(value).lower() in ("0", "false", "no", "off"):
+                v = False
+            else:
+                raise ValueError
+        elif ptype == "size":
+            v = parse_size(value, field)
+        elif ptype == "str":
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise ValueError
+            v = str(value)
+        else:
+            raise UsageError(f"{field}: unknown type {ptype!r}; allowed: {', '.join(PARAM_TYPES)}")
+    except (ValueError, TypeError):
+        raise UsageError(f"{field}: expected {ptype}, got {value!r}") from None
+    if choices is not None and v not in choices:
+        raise UsageError(f"{field}: {v!r} is not one of {', '.join(map(str, choices))}")
+    return v
+
+
+def require(table: dict, key: str, types, where: str):
+    if key not in table:
+        raise UsageError(f"{where}: missing required field '{key}'")
+    v = table[key]
+    if not isinstance(v, types) or (isinstance(v, bool) and bool not in _as_tuple(types)):
+        raise UsageError(f"{where}.{key}: expected {_type_names(types)}, got {v!r}")
+    return v
+
+
+def optional(table: dict, key: str, types, where: str, default=None):
+    if key not in table:
+        return default
+    return require(table, key, types, where)
+
+
+def reject_unknown(table: dict, allowed, where: str):
+    for k in table:
+        if k not in allowed:
+            raise UsageError(f"{where}: unknown field '{k}'; allowed: {', '.join(sorted(allowed))}")
+
+
+def _as_tuple(t):
+    return t if isinstance(t, tuple) else (t,)
+
+
+def _type_names(types) -> str:
+    names = {int: "integer", float: "number", str: "string", bool: "boolean", list: "list", dict: "table"}
+    return " or ".join(names.get(t, t.__name__) for t in _as_tuple(types))
+
+
+def parse_set(items) -> dict:
+    """['key=value', ...] -> {key: 'value'}; the reproducer coerces types."""
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise UsageError(f"--set {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        k = k.strip()
+        if not k:
+            raise UsageError(f"--set {item!r}: empty key")
+        out[k] = v
+    return out

@@ -1,0 +1,51 @@
+"""Result directories: results/<reproducer>/<kernel-id>/<rig>/<UTC timestamp>/."""
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+
+from . import ROOT
+
+
+def new_run_dir(root: pathlib.Path, repro: str, kernel_id: str, rig: str) -> pathlib.Path:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = root / repro / kernel_id / rig
+    base.mkdir(parents=True, exist_ok=True)
+    for i in range(1000):
+        d = base / (stamp if i == 0 else f"{stamp}-{i}")
+        try:
+            d.mkdir()
+        except FileExistsError:
+            continue
+        latest = root / "latest"
+        tmp = root / f".latest.{os.getpid()}"
+        try:
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(d.relative_to(root))
+            tmp.replace(latest)
+        except OSError:
+            pass
+        return d
+    raise RuntimeError(f"cannot create a run directory under {base}")
+
+
+def write_json(path: pathlib.Path, data) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    tmp.replace(path)
+
+
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (rev or "unknown") + ("-dirty" if dirty else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

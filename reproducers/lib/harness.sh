@@ -1,0 +1,89 @@
+#!/bin/bash
+# krig harness: runs one reproducer on the machine under test.
+#
+#   harness.sh REPRO_DIR OUT_DIR
+#
+# Starts the sampler and (if the reproducer lists events) trace-cmd record,
+# runs REPRO_DIR/run.sh under /usr/bin/time, stops both, and leaves in OUT_DIR:
+# samples.tsv, trace.dat, trace-cmd.log, time.txt, workload.rc, facts.txt,
+# phases.tsv and whatever run.sh wrote. Exits with run.sh's exit code.
+# Parameters arrive in the environment (upper-case names); KRIG_* are set by krig.
+set -uo pipefail
+
+repro=$1
+out=$2
+lib=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+mkdir -p "$out"
+
+scratch_dev=${KRIG_SCRATCH_DEV:-}
+if [[ -z $scratch_dev && -n ${KRIG_SCRATCH_SERIAL:-} ]]; then
+    for ctrl in /sys/class/nvme/nvme*; do
+        [[ -e $ctrl/serial ]] || continue
+        read -r serial < "$ctrl/serial"
+        if [[ $serial == "$KRIG_SCRATCH_SERIAL" ]]; then
+            for ns in "$ctrl"/nvme*n1; do scratch_dev=/dev/${ns##*/}; done
+        fi
+    done
+    [[ -n $scratch_dev ]] || echo "krig: no NVMe disk with serial $KRIG_SCRATCH_SERIAL" >&2
+fi
+export KRIG_SCRATCH_DEV=$scratch_dev
+export KRIG_SCRATCH_MNT=${KRIG_SCRATCH_MNT:-/run/krig/scratch}
+export KRIG_OUT=$out KRIG_LIB=$lib KRIG_REPRO_DIR=$repro KRIG_BIN=$repro/bin
+mkdir -p "$KRIG_SCRATCH_MNT"
+
+{
+    echo "release=$(uname -r)"
+    echo "cmdline=$(< /proc/cmdline)"
+    echo "nproc=$(nproc)"
+    echo "mem_total_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
+    echo "scratch_dev=$scratch_dev"
+    echo "trace_cmd=$(trace-cmd --version 2>/dev/null | awk 'NF {print; exit}')"
+    echo "xfsprogs=$(mkfs.xfs -V 2>/dev/null)"
+    echo "fio=$(fio --version 2>/dev/null)"
+} > "$out/facts.txt"
+
+"$lib/bin/krig-sampler" -i "${SAMPLE_INTERVAL:-1}" -o "$out/samples.tsv" -m "$KRIG_SCRATCH_MNT" &
+sampler=$!
+
+tracer=
+if [[ -n ${KRIG_TRACE_EVENTS:-} ]]; then
+    tracefs=/sys/kernel/tracing
+    args=()
+    for e in $KRIG_TRACE_EVENTS; do args+=(-e "$e"); done
+    trace-cmd record -q -b "${KRIG_TRACE_BUFFER_KB:-65536}" "${args[@]}" -o "$out/trace.dat" \
+        > "$out/trace-cmd.log" 2>&1 &
+    tracer=$!
+    first=${KRIG_TRACE_EVENTS%% *}
+    for _ in $(seq 600); do
+        [[ $(< "$tracefs/events/${first/://}/enable") == 1* ]] 2>/dev/null && break
+        kill -0 "$tracer" 2>/dev/null || break
+        sleep 0.1
+    done
+    if ! kill -0 "$tracer" 2>/dev/null; then
+        echo "krig: trace-cmd record failed to start:" >&2
+        cat "$out/trace-cmd.log" >&2
+        tracer=
+    fi
+fi
+
+stop_collectors() {
+    if [[ -n $tracer ]]; then
+        kill -INT "$tracer" 2>/dev/null
+        wait "$tracer" 2>/dev/null
+        tracer=
+    fi
+    if [[ -n $sampler ]]; then
+        kill -TERM "$sampler" 2>/dev/null
+        wait "$sampler" 2>/dev/null
+        sampler=
+    fi
+}
+trap stop_collectors EXIT
+
+echo -e "$EPOCHREALTIME\tstart" > "$out/phases.tsv"
+/usr/bin/time -o "$out/time.txt" bash "$repro/run.sh"
+rc=$?
+echo -e "$EPOCHREALTIME\tend" >> "$out/phases.tsv"
+stop_collectors
+echo "$rc" > "$out/workload.rc"
+exit "$rc"

@@ -1,0 +1,31 @@
+#!/bin/bash
+# krig guest agent. Runs inside the guest (chroot of the host root) and
+# executes the commands the host drops into the control directory:
+#   N.argv (NUL-separated argv), N.env (NUL-separated KEY=VALUE), then N.req
+# answering with N.out, N.err and finally N.rc. A file named `poweroff`
+# powers the guest off. Workload output never touches the kernel console.
+set -u
+ctl=$1
+mkdir -p "$ctl"
+mkfifo /run/krig/tick && exec 9<>/run/krig/tick
+cd /run/krig/home || exit 1
+: > "$ctl/ready"
+echo "krig-agent: ready"
+n=0
+while :; do
+    if [[ -e $ctl/$n.req ]]; then
+        mapfile -d '' -t argv < "$ctl/$n.argv"
+        mapfile -d '' -t envs < "$ctl/$n.env"
+        env -i "${envs[@]}" "${argv[@]}" > "$ctl/$n.out" 2> "$ctl/$n.err" < /dev/null 9<&-
+        echo "$?" > "$ctl/$n.rc.tmp"
+        mv "$ctl/$n.rc.tmp" "$ctl/$n.rc"
+        n=$((n + 1))
+        continue
+    fi
+    if [[ -e $ctl/poweroff ]]; then
+        echo "krig-agent: powering off"
+        sync
+        echo o > /proc/sysrq-trigger
+    fi
+    read -r -t 0.2 -u 9 _ || true
+done

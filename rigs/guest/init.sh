@@ -1,0 +1,57 @@
+#!/bin/sh
+# krig guest /init (busybox sh): load modules, mount the host root read-only
+# over 9p, mount the run's writable share, chroot into the host root and run
+# the krig agent. Options come from the kernel command line:
+#   krig.mode=probe     print KRIG-PROBE-OK and power off (accelerator probe)
+#   krig.agent=PATH     agent script (a path in the host root)
+#   krig.ctl=DIR        control directory inside the run share
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+
+mode=run agent= hostname=krig-guest
+for opt in $(cat /proc/cmdline); do
+    case "$opt" in
+        krig.mode=*) mode=${opt#krig.mode=} ;;
+        krig.agent=*) agent=${opt#krig.agent=} ;;
+        krig.hostname=*) hostname=${opt#krig.hostname=} ;;
+    esac
+done
+
+die() {
+    echo "krig-init: FATAL: $*"
+    echo o > /proc/sysrq-trigger
+    sleep 30
+}
+
+if [ "$mode" = probe ]; then
+    echo "KRIG-PROBE-OK"
+    echo o > /proc/sysrq-trigger
+    sleep 30
+fi
+
+while read -r m; do
+    [ -n "$m" ] || continue
+    insmod "$m" 2>/tmp/insmod.err || grep -q 'File exists' /tmp/insmod.err || \
+        echo "krig-init: insmod $m failed: $(cat /tmp/insmod.err)"
+done < /modules/order
+
+hostname "$hostname"
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 host /host || die "cannot mount host root"
+mount -t proc proc /host/proc
+mount -t sysfs sysfs /host/sys
+mount -t devtmpfs devtmpfs /host/dev
+mkdir -p /host/dev/pts /host/dev/shm 2>/dev/null
+mount -t devpts devpts /host/dev/pts 2>/dev/null
+mount -t tmpfs tmpfs /host/dev/shm 2>/dev/null
+mount -t tracefs tracefs /host/sys/kernel/tracing 2>/dev/null
+mount -t debugfs debugfs /host/sys/kernel/debug 2>/dev/null
+mount -t tmpfs -o mode=1777 tmpfs /host/tmp
+mount -t tmpfs -o mode=755 tmpfs /host/run
+mkdir -p /host/run/krig/share /host/run/krig/home
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 krig /host/run/krig/share || die "cannot mount run share"
+[ -n "$agent" ] || die "no krig.agent= on the kernel command line"
+echo "krig-init: starting agent $agent"
+exec chroot /host /bin/bash "$agent" /run/krig/share/ctl

@@ -1,0 +1,121 @@
+"""The rig protocols: what the run pipeline may ask of any machine under test.
+
+Modelled on labgrid: a rig is a few small protocols with interchangeable
+drivers. The pipeline, the reproducers and the analysis only ever use these
+methods, so they never branch on the kind of rig.
+"""
+import abc
+import dataclasses
+import pathlib
+
+
+@dataclasses.dataclass
+class CommandResult:
+    argv: list
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    duration: float
+
+
+class PowerProtocol(abc.ABC):
+    @abc.abstractmethod
+    def on(self) -> None: ...
+
+    @abc.abstractmethod
+    def off(self) -> None:
+        """Hard power off. Must be safe to call at any time, repeatedly."""
+
+    def cycle(self) -> None:
+        self.off()
+        self.on()
+
+    @abc.abstractmethod
+    def status(self) -> str:
+        """'on' or 'off'."""
+
+
+class ConsoleProtocol(abc.ABC):
+    """The kernel console, captured to a log file for the whole run."""
+
+    log_path: pathlib.Path
+
+    def text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+class CommandProtocol(abc.ABC):
+    @abc.abstractmethod
+    def run(self, argv: list, env: dict | None = None, timeout: float = 60) -> CommandResult:
+        """Run argv (a list, never a shell string) on the machine under test.
+
+        Raises GuestHung when timeout passes, GuestCrashed when the machine
+        dies underneath the command.
+        """
+
+
+class FilesProtocol(abc.ABC):
+    @abc.abstractmethod
+    def pull(self, remote: str, local: pathlib.Path) -> None:
+        """Copy a remote directory's contents into local."""
+
+    @abc.abstractmethod
+    def stage(self, local: pathlib.Path) -> str:
+        """Make a host directory (the krig tree) visible on the machine; return its path there."""
+
+    @abc.abstractmethod
+    def results_dir(self) -> str:
+        """A fresh, writable directory on the machine for this run's results."""
+
+
+class BootProtocol(abc.ABC):
+    @abc.abstractmethod
+    def boot(self, kernel, cmdline: list, timeout: float) -> None:
+        """Bring the machine up on `kernel` until the command protocol answers."""
+
+
+class Rig(abc.ABC):
+    """A machine under test. Drivers fill in the protocol attributes."""
+
+    kind: str = "abstract"
+    power: PowerProtocol
+    console: ConsoleProtocol
+    command: CommandProtocol
+    files: FilesProtocol
+    boot: BootProtocol
+
+    def __init__(self, name: str, spec: dict):
+        self.name = name
+        self.spec = spec
+
+    @abc.abstractmethod
+    def prepare(self, run_dir: pathlib.Path, kernel, needs: dict) -> None:
+        """Set up per-run state (work dirs, disks, console log in run_dir)."""
+
+    @abc.abstractmethod
+    def scratch_env(self) -> dict:
+        """Environment telling the harness which disk is the scratch disk."""
+
+    def describe(self) -> dict:
+        return {"name": self.name, "kind": self.kind, **self.spec}
+
+    def facts(self) -> dict:
+        """Facts learnt while running (accel used and why, versions...)."""
+        return {}
+
+    def shutdown(self) -> None:
+        """Orderly power off after a finished run; drivers may do better than a hard off."""
+        self.power.off()
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop everything this rig started. Safe to call repeatedly."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
