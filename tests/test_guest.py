@@ -1,0 +1,114 @@
+"""The foundation on a real QEMU guest: each verdict, Ctrl-C, result files."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import KRIG, ROOT, qemu_pids
+
+pytestmark = pytest.mark.guest
+
+RUN_FILES = ["manifest.json", "console.log", "stdout", "stderr", "exit_code", "samples.tsv",
+             "metrics.json", "verdict.json", "junit.xml", "time.txt"]
+
+
+def run_dir_of(p) -> pathlib.Path:
+    for line in p.stdout.splitlines():
+        if line.startswith("results: "):
+            return pathlib.Path(line[len("results: "):])
+    raise AssertionError(f"no results line in:\n{p.stdout}\n{p.stderr}")
+
+
+def krig_run(tmp_path, *args, timeout=300):
+    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
+    return subprocess.run(KRIG + ["run", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, env=env)
+
+
+def test_pass_has_every_file(tmp_path, no_leftover_qemu):
+    p = krig_run(tmp_path, "selftest-pass")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "PASS" in p.stdout
+    d = run_dir_of(p)
+    assert d.is_relative_to(tmp_path / "results")
+    for f in RUN_FILES:
+        assert (d / f).exists(), f"missing {f}"
+    m = json.loads((d / "manifest.json").read_text())
+    assert m["complete"] is True and m["outcome"] == "completed"
+    assert m["rig_facts"]["accel"] in ("kvm", "tcg") and m["rig_facts"]["accel_reason"]
+    assert m["machine"]["release"] == m["kernel"]["release"]
+    assert m["params"]["files"] == 100
+    assert (tmp_path / "results" / "latest").resolve() == d
+    metrics = json.loads((d / "metrics.json").read_text())
+    assert metrics["files_seen"]["value"] == 100
+    assert "created 100 files" in (d / "stdout").read_text()
+    assert "krig-agent" in (d / "console.log").read_text()
+    assert "created 100" not in (d / "console.log").read_text()   # separate channels
+    junit = (d / "junit.xml").read_text()
+    assert junit.count("<testcase") == 2
+    assert "Elapsed" in (d / "time.txt").read_text() or "elapsed" in (d / "time.txt").read_text()
+
+
+def test_fail_verdict(tmp_path, no_leftover_qemu):
+    p = krig_run(tmp_path, "selftest-fail")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "FAIL" in p.stdout and "answer = 42" in p.stdout and "<= 41" in p.stdout
+
+
+def test_hang_verdict(tmp_path, no_leftover_qemu):
+    t0 = time.monotonic()
+    p = krig_run(tmp_path, "selftest-hang", "--set", "timeout=15")
+    took = time.monotonic() - t0
+    assert p.returncode == 5, p.stdout + p.stderr
+    assert "HUNG" in p.stdout
+    d = run_dir_of(p)
+    v = json.loads((d / "verdict.json").read_text())
+    assert v["verdict"] == "HUNG"
+    assert "hanging now" in (d / "stdout").read_text()
+    assert "krig-agent: ready" in (d / "console.log").read_text()
+    # boot (under TCG up to ~60 s with the KVM probe) + 15 s timeout + 30 s
+    assert took < 15 + 30 + 90
+
+
+def test_panic_verdict(tmp_path, no_leftover_qemu):
+    p = krig_run(tmp_path, "selftest-panic")
+    assert p.returncode == 6, p.stdout + p.stderr
+    d = run_dir_of(p)
+    assert "Kernel panic - not syncing" in (d / "console.log").read_text()
+    v = json.loads((d / "verdict.json").read_text())
+    assert v["verdict"] == "CRASHED"
+    assert any("Kernel panic" in line for line in v["crash_context"])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_leaves_nothing(tmp_path, sig):
+    before = qemu_pids()
+    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
+    p = subprocess.Popen(KRIG + ["run", "selftest-hang", "--set", "timeout=300"], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    # wait until the guest is up and the workload runs
+    while time.monotonic() < deadline:
+        runs = list((tmp_path / "results").glob("selftest-hang/*/*/*/manifest.json"))
+        if runs and json.loads(runs[0].read_text()).get("machine"):
+            break
+        time.sleep(0.5)
+    else:
+        p.kill()
+        pytest.fail("guest never came up")
+    time.sleep(2)
+    p.send_signal(sig)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, out + err
+    assert "Traceback" not in err
+    assert not (qemu_pids() - before), "qemu survived the signal"
+    m = json.loads(runs[0].read_text())
+    assert m["complete"] is False and m["status"] == "incomplete"
+    d = runs[0].parent
+    assert (d / "console.log").exists() and (d / "verdict.json").exists()
+    assert json.loads((d / "verdict.json").read_text())["verdict"] == "INTERRUPTED"
