@@ -12,6 +12,7 @@ its delta still counts), 30 time extend, 31 absolute time stamp.
 """
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import struct
@@ -47,6 +48,9 @@ OPT_HEADER_INFO, OPT_FTRACE_EVENTS, OPT_EVENT_FORMATS = 16, 17, 18
 OPT_KALLSYMS, OPT_PRINTK, OPT_CMDLINES, OPT_BUFFER_TEXT = 19, 20, 21, 22
 SEC_COMPRESSED = 1
 
+_SECTION_NAMES = {0: "options", 3: "flyrecord", 15: "strings", 16: "header info",
+                  17: "ftrace formats", 18: "event formats", 19: "kallsyms", 20: "printk",
+                  21: "cmdlines"}
 _SPECIAL = np.zeros(32, bool)
 _SPECIAL[[0, 29, 30, 31]] = True
 _FIELD_RE = re.compile(rb"field:(.*?);\s*offset:(\d+);\s*size:(\d+);\s*(?:signed:(-?\d+);)?")
@@ -138,6 +142,7 @@ class TraceFile:
     """
 
     BATCH_BYTES = 8 << 20  # pages walked at once
+    FAST_RUNS = True  # vectorised same-size-run fast path (False: step walker only)
 
     def __init__(self, path, buffer: str = ""):
         self.path = os.fspath(path)
@@ -281,11 +286,15 @@ class TraceFile:
 
     def _read_header_info(self, buf: bytes, p: int) -> int:
         e = self._e
+        if len(buf) < p + 20:
+            raise self._err(f"truncated file: ends at offset {len(buf)} inside the header_page")
         if buf[p:p + 12] != b"header_page\0":
             raise self._err(f"corrupt header: expected 'header_page' at offset {p}")
         (n,) = struct.unpack_from(e + "Q", buf, p + 12)
         self.header_page = buf[p + 20:p + 20 + n]
         p += 20 + n
+        if len(buf) < p + 21:
+            raise self._err(f"truncated file: ends at offset {len(buf)} inside the header_event")
         if buf[p:p + 13] != b"header_event\0":
             raise self._err(f"corrupt header: expected 'header_event' at offset {p}")
         (n,) = struct.unpack_from(e + "Q", buf, p + 13)
@@ -320,20 +329,24 @@ class TraceFile:
         return p
 
     def _parse_v6(self, p: int):
-        # the v6 metadata is sequential; read it in growing windows
-        self._formats = []
-        buf = self._pread(0, min(self._fsize, 64 << 20), "header")
-        self._v6_meta = {}
-        try:
-            p = self._read_header_info(buf, p)
-            self._v6_meta[OPT_FTRACE_EVENTS] = p
-            p = self._read_ftrace(buf, p)
-            self._v6_meta[OPT_EVENT_FORMATS] = p
-            p = self._read_systems(buf, p)
-        except (struct.error, ValueError):
-            if len(buf) < self._fsize:
-                raise self._err("v6 metadata larger than 64 MB is not supported") from None
-            raise self._err("truncated file inside the v6 metadata") from None
+        # the v6 metadata is sequential: parse a window, grow it if it was too short
+        start, win, last = p, 1 << 20, None
+        while True:
+            self._formats = []
+            buf = self._pread(0, min(self._fsize, win), "header")
+            try:
+                p = self._read_header_info(buf, start)
+                p = self._read_ftrace(buf, p)
+                p = self._read_systems(buf, p)
+                if p <= len(buf):
+                    break
+            except (struct.error, ValueError, TraceError) as e:
+                last = e
+            if len(buf) >= self._fsize:
+                if isinstance(last, TraceError):
+                    raise last
+                raise self._err("truncated or corrupt file inside the v6 header and event formats")
+            win *= 4
         e = self._e
         for sid, width in ((OPT_KALLSYMS, 4), (OPT_PRINTK, 4), (OPT_CMDLINES, 8)):
             (n,) = struct.unpack(e + ("I" if width == 4 else "Q"), self._pread(p, width, "v6 header"))
@@ -389,7 +402,7 @@ class TraceFile:
         sid, flags, size = self._section_header(off)
         if expect is not None and sid != expect:
             raise self._err(f"corrupt file: expected section {expect} at offset {off}, found {sid}")
-        data = self._pread(off + 16, size, f"section {sid}")
+        data = self._pread(off + 16, size, f"the {_SECTION_NAMES.get(sid, sid)} section")
         if flags & SEC_COMPRESSED:
             if size < 8:
                 raise self._err(f"corrupt compressed section {sid} at offset {off}")
@@ -507,9 +520,12 @@ class TraceFile:
             hits = [e for e in self._events.values() if e.name == name]
             ev = hits[0] if len(hits) == 1 else None
         if ev is None:
-            known = sorted(self.counts()) or sorted(self._events)
+            names = sorted(self._events)
+            known = difflib.get_close_matches(name, names, n=6, cutoff=0.6)
+            if not known:
+                known = sorted(self._counts) if self._counts else names
             raise self._err(f"unknown event {name!r}; known events include: "
-                            + ", ".join(known[:8]) + (" ..." if len(known) > 8 else ""))
+                            + ", ".join(known[:6]) + (" ..." if len(known) > 6 else ""))
         return ev
 
     def event_names(self) -> list[str]:
@@ -589,75 +605,149 @@ class TraceFile:
                                                   "big" if self.big_endian else "little")
         act = np.flatnonzero(size > 0)
         pos, end, ts = base[act] + ds, base[act] + ds + size[act], ts[act]
-        tids, poss, tss = [], [], []
-        nw = words.size - 2
-        big = self.big_endian
+        out = ([], [] if want_pos else None, [] if want_pos else None)
+        fast, kcap = self.FAST_RUNS, 1 << 30
         while pos.size:
-            wi = pos >> 2
-            w = words[wi]
-            a0 = words[wi + 1]
-            if big:
-                tl, delta = w >> 27, w & np.uint32(COMMIT_MASK)
-            else:
-                tl, delta = w & np.uint32(31), w >> 5
-            ts += delta
-            nxt = pos + 4 + (tl.astype(np.int64) << 2)
-            special = _SPECIAL[tl]
-            if special.any():
-                sp = np.flatnonzero(special)
-                stl = tl[sp]
-                sa0 = a0[sp].astype(np.int64)
-                spos = pos[sp]
-                is0 = stl == 0
-                if is0.any():  # length word follows the header; data at +8
-                    ln = sa0[is0] - 4
-                    if (ln < 0).any():
-                        raise self._err(f"corrupt page: cpu {cpu} near page {page0}: "
-                                        "event with negative length")
-                    nxt[sp[is0]] = spos[is0] + 8 + ((ln + 3) & ~3)
-                pad = stl == 29
-                nxt[sp[pad]] = spos[pad] + 4 + sa0[pad]
-                ext = stl == 30
-                if ext.any():
-                    ts[sp[ext]] += sa0[ext].astype(np.uint64) << np.uint64(27)
-                    nxt[sp[ext]] = spos[ext] + 8
-                absm = stl == 31
-                if absm.any():
-                    i = sp[absm]
-                    old = ts[i] - delta[i]
-                    ts[i] = ((sa0[absm].astype(np.uint64) << np.uint64(27)) | delta[i]) | (old & TS_MSB)
-                    nxt[i] = spos[absm] + 8
-                ev = np.flatnonzero(~special | (tl == 0))
-                if (nxt[ev] > end[ev]).any():
-                    raise self._err(f"corrupt page: cpu {cpu} near page {page0}: event runs past "
-                                    "the end of the page data")
-                isbig = tl[ev] == 0
-                epos = pos[ev] + np.where(isbig, 8, 4)
-                ewords = a0[ev]
-                if isbig.any():
-                    ewords[isbig] = words[np.minimum(epos[isbig] >> 2, nw)]
-                tids.append((ewords >> 16) if big else (ewords & np.uint32(0xFFFF)))
-                if want_pos:
-                    poss.append(epos)
-                    tss.append(ts[ev])
-            else:
-                if (nxt > end).any():
-                    raise self._err(f"corrupt page: cpu {cpu} near page {page0}: event runs past "
-                                    "the end of the page data")
-                tids.append((a0 >> 16) if big else (a0 & np.uint32(0xFFFF)))
-                if want_pos:
-                    poss.append(pos + 4)
-                    tss.append(ts.copy())
-            keep = nxt < end
-            if keep.all():
-                pos = nxt
-            else:
-                k = np.flatnonzero(keep)
-                pos, end, ts = nxt[k], end[k], ts[k]
+            if fast:
+                pos, end, ts, avg = self._runs(words, pos, end, ts, cpu, page0, out, kcap)
+                kcap = 16
+                fast = avg >= 3  # short runs: the step walker is cheaper
+                if not pos.size:
+                    break
+            pos, end, ts = self._step(words, pos, end, ts, cpu, page0, out)
+        tids, poss, tss = out
         tid = np.concatenate(tids) if tids else np.empty(0, np.uint32)
         if not want_pos:
             return tid, None, None, loss
+        if not tids:
+            return tid, np.empty(0, np.int64), np.empty(0, np.uint64), loss
         return tid, np.concatenate(poss), np.concatenate(tss), loss
+
+    def _corrupt(self, cpu, page0, what):
+        return self._err(f"corrupt page: cpu {cpu}, batch starting at page {page0}: {what}")
+
+    def _step(self, words, pos, end, ts, cpu, page0, out):
+        """Advance every page cursor by one record (any record type)."""
+        big = self.big_endian
+        tids, poss, tss = out
+        wi = pos >> 2
+        w = words[wi]
+        a0 = words[wi + 1]
+        if big:
+            tl, delta = w >> 27, w & np.uint32(COMMIT_MASK)
+        else:
+            tl, delta = w & np.uint32(31), w >> 5
+        ts = ts + delta
+        nxt = pos + 4 + (tl.astype(np.int64) << 2)
+        special = _SPECIAL[tl]
+        if special.any():
+            sp = np.flatnonzero(special)
+            stl, sa0, spos = tl[sp], a0[sp].astype(np.int64), pos[sp]
+            is0 = stl == 0
+            if is0.any():  # a length word follows the header; data at +8
+                ln = sa0[is0] - 4
+                if (ln < 0).any():
+                    raise self._corrupt(cpu, page0, "event with a negative length")
+                nxt[sp[is0]] = spos[is0] + 8 + ((ln + 3) & ~3)
+            pad = stl == 29  # padding / discarded event: skipped, its delta counts
+            nxt[sp[pad]] = spos[pad] + 4 + sa0[pad]
+            ext = stl == 30  # time extend
+            if ext.any():
+                ts[sp[ext]] += sa0[ext].astype(np.uint64) << np.uint64(27)
+                nxt[sp[ext]] = spos[ext] + 8
+            absm = stl == 31  # absolute time stamp
+            if absm.any():
+                i = sp[absm]
+                old = ts[i] - delta[i]
+                ts[i] = ((sa0[absm].astype(np.uint64) << np.uint64(27)) | delta[i]) | (old & TS_MSB)
+                nxt[i] = spos[absm] + 8
+            ev = np.flatnonzero(~special | (tl == 0))
+            if (nxt[ev] > end[ev]).any():
+                raise self._corrupt(cpu, page0, "an event runs past the end of the page data")
+            isbig = tl[ev] == 0
+            epos = pos[ev] + np.where(isbig, 8, 4)
+            ew = a0[ev]
+            if isbig.any():
+                ew[isbig] = words[np.minimum(epos[isbig] >> 2, words.size - 1)]
+            tids.append((ew >> 16) if big else (ew & np.uint32(0xFFFF)))
+            if poss is not None:
+                poss.append(epos)
+                tss.append(ts[ev])
+        else:
+            if (nxt > end).any():
+                raise self._corrupt(cpu, page0, "an event runs past the end of the page data")
+            tids.append((a0 >> 16) if big else (a0 & np.uint32(0xFFFF)))
+            if poss is not None:
+                poss.append(pos + 4)
+                tss.append(ts)
+        keep = nxt < end
+        if keep.all():
+            return nxt, end, ts
+        k = np.flatnonzero(keep)
+        return nxt[k], end[k], ts[k]
+
+    def _runs(self, words, pos, end, ts, cpu, page0, out, kcap):
+        """Fast path: from each cursor, the run of same-size data events (at most kcap).
+
+        Every header of a run is checked (same type_len), so a run is exactly what
+        the record-by-record walk would visit.  A page is done when its run reaches
+        the end of the data or ends in tail padding; the others come back with the
+        cursor and time stamp after their run.  Returns (pos, end, ts, average run).
+        """
+        big = self.big_endian
+        tids, poss, tss = out
+        nw = words.size - 2
+        w0 = words[pos >> 2]
+        tl0 = (w0 >> 27) if big else (w0 & np.uint32(31))
+        ok = (tl0 >= 1) & (tl0 <= 28)
+        rest = [(np.flatnonzero(~ok), None, None)]
+        nev = 0
+        for t in np.unique(tl0[ok]).tolist():
+            g = np.flatnonzero(tl0 == t)
+            rec = 4 + 4 * t
+            gpos, gend, gts = pos[g], end[g], ts[g]
+            K = min(int(((gend - gpos + rec - 1) // rec).max()), kcap)
+            off = np.arange(K + 1, dtype=np.int64) * rec
+            at = gpos[:, None] + off  # column K is past the end or the cap
+            wat = np.minimum(at >> 2, nw)
+            W = words[wat]
+            valid = at < gend[:, None]
+            valid[:, K] = False
+            if big:
+                match = ((W >> 27) == t) & valid
+                D = W & np.uint32(COMMIT_MASK)
+            else:
+                match = ((W & np.uint32(31)) == t) & valid
+                D = W >> 5
+            run = np.argmin(match, axis=1)
+            inrun = off[None, :] < (run * rec)[:, None]
+            nev += int(run.sum())
+            A = words[wat[inrun] + 1]
+            tids.append((A >> 16) if big else (A & np.uint32(0xFFFF)))
+            D[~inrun] = 0
+            if poss is not None:
+                T = np.cumsum(D, axis=1, dtype=np.uint64)
+                T += gts[:, None]
+                poss.append(at[inrun] + 4)
+                tss.append(T[inrun])
+            stop = gpos + run * rec  # the first record after the run
+            full = stop >= gend
+            if (stop[full] > gend[full]).any():
+                raise self._corrupt(cpu, page0, "an event runs past the end of the page data")
+            left = np.flatnonzero(~full)
+            if left.size:
+                sp = stop[left]
+                lw = words[sp >> 2]
+                ltl = (lw >> 27) if big else (lw & np.uint32(31))
+                tail = (ltl == 29) & (sp + 4 + words[(sp >> 2) + 1].astype(np.int64) >= gend[left])
+                left = left[~tail]
+            if left.size:
+                lts = gts[left] + D[left].sum(axis=1, dtype=np.uint64)
+                rest.append((g[left], stop[left], lts))
+        sel = np.concatenate([r[0] for r in rest])
+        npos = np.concatenate([pos[rest[0][0]]] + [r[1] for r in rest[1:]])
+        nts = np.concatenate([ts[rest[0][0]]] + [r[2] for r in rest[1:]])
+        return npos, end[sel], nts, nev / max(1, int(ok.sum()))
 
     def _scan(self, ev_id=None, fields=(), with_ts=True):
         """One pass over all pages: counts by id, loss stats, and columns of ev_id."""

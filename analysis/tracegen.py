@@ -12,7 +12,7 @@ time stamps, length-word (type_len 0) headers and missed-events flags.
 """
 from __future__ import annotations
 
-import os
+import re
 import struct
 import zlib
 
@@ -86,7 +86,10 @@ class _Packer:
         starts, ends = [], []
         i, n, base = 0, self.sizes.size, 0
         while i < n:
-            j = int(np.searchsorted(cum, base + self.cap, side="right"))
+            cap = self.cap
+            if self.lost.get(self.page_no + len(starts)) is not None:
+                cap -= self.m.commit_size  # room for the stored missed-events count
+            j = int(np.searchsorted(cum, base + cap, side="right"))
             if j == n and not final:
                 break
             if j == i:
@@ -207,13 +210,13 @@ def _xfs_values(n, rng, state):
     # runs of equal new_lsn, as one checkpoint inserts many items with one lsn
     lsn = np.empty(n, np.int64)
     i = 0
-    cyc, blk, left = state.get("lsn", (1, 2, 0))
+    cyc, blk, left = state.get("lsn", (1, 100, 0))
     while i < n:
         if left == 0:
             left = int(rng.integers(20, 800))
             blk += int(rng.integers(8, 65))
             if blk > 100000:
-                cyc, blk = cyc + 1, 2
+                cyc, blk = cyc + 1, 100
         k = min(left, n - i)
         lsn[i:i + k] = (cyc << 32) | blk
         left -= k
@@ -499,15 +502,27 @@ def write_container(meta: _Meta, path, cpu_pages, *, version=7, compression="zst
 # --------------------------------------------------------------- public API
 def write_synthetic(template, path, n_events, *, event="xfs:xfs_ail_insert", extra=(),
                     version=7, compression="zstd", cpus=2, seed=1, systems=None,
-                    kallsyms=True, batch=200_000, lost=None, cpustats=None, **opts):
+                    kallsyms=True, batch=200_000, lost=None, cpustats=None,
+                    big_endian=None, long_size=None, **opts):
     """Write `n_events` synthetic records (event plus `extra` [(name, weight)]) to path.
 
     opts: extend_every, abs_every, discard_every, big_every (0 disables each),
     max_gap (ns), start_ns; lost={cpu: {page_no: count or None}} sets the
-    missed-events flag on those pages.  Returns {'system:event': count}.
+    missed-events flag on those pages; big_endian / long_size=4 write the page
+    data as a big-endian / 32-bit kernel would.  Returns {'system:event': count}.
     """
     tf = template if isinstance(template, TraceFile) else TraceFile(template)
     meta = _Meta(tf, systems, kallsyms)
+    if big_endian is not None:
+        meta.big_endian, meta.e = big_endian, (">" if big_endian else "<")
+    if long_size == 4 and meta.commit_size == 8:  # as a 32-bit kernel writes it
+        hp = meta.header_page.decode()
+        hp = re.sub(r"(commit;\s*offset:\d+;\s*size:)8", r"\g<1>4", hp)
+        hp = re.sub(r"(char data;\s*offset:)(\d+)(;\s*size:)(\d+)",
+                    lambda m: f"{m[1]}{int(m[2]) - 4}{m[3]}{int(m[4]) + 4}", hp)
+        meta.header_page = hp.encode()
+        meta.long_size = meta.commit_size = 4
+        meta.data_start -= 4
     names = [event] + [n for n, _ in extra]
     w = np.array([1.0 - sum(x for _, x in extra)] + [x for _, x in extra])
     specs = [_EventSpec(meta, n) for n in names]
@@ -521,20 +536,27 @@ def write_synthetic(template, path, n_events, *, event="xfs:xfs_ail_insert", ext
     return TraceFile(path).counts()
 
 
-def trim_trace(src, dst, *, pages_per_cpu=4, systems=None, kallsyms=False, version=7,
-               compression="zstd"):
-    """Copy src's metadata and the first pages of each cpu to dst (a small real trace)."""
+def trim_trace(src, dst, *, pages_per_cpu=4, spread=False, systems=None, kallsyms=False,
+               version=7, compression="zstd"):
+    """Copy src's metadata and a few pages of each cpu to dst (a small real trace).
+
+    spread=False keeps the first pages of each cpu, spread=True pages evenly
+    spaced over the whole recording (each page carries its own time stamp).
+    """
     tf = src if isinstance(src, TraceFile) else TraceFile(src)
     meta = _Meta(tf, systems, kallsyms)
     gens = []
+    ps = tf.page_size
     for cpu, off, size in tf._cpu_data:
-        pages = []
-        got = 0
+        total = sum(n for _, n in tf._batches(off, size)) if spread else pages_per_cpu
+        want = set(np.linspace(0, max(total - 1, 0), min(pages_per_cpu, total)).astype(int).tolist())
+        pages, seen = [], 0
         for buf, n in tf._batches(off, size):
-            take = min(n, pages_per_cpu - got)
-            pages.append(buf[:take * tf.page_size].reshape(take, tf.page_size).copy())
-            got += take
-            if got >= pages_per_cpu:
+            pick = [i - seen for i in sorted(want) if seen <= i < seen + n]
+            if pick:
+                pages.append(buf[:n * ps].reshape(n, ps)[pick].copy())
+            seen += n
+            if seen > max(want):
                 break
         gens.append(pages)
     stats = {}

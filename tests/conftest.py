@@ -10,9 +10,13 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 KRIG = [sys.executable, "-m", "krig.cli"]
 
 
-def qemu_pids() -> set:
-    out = subprocess.run(["pgrep", "-f", "^qemu-system-x86_64 "], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
+def qemu_pids(mark: str = "") -> set:
+    """qemu processes, only those whose argv mentions `mark` (a test's tmp dir) if given.
+
+    Filtering by the test's own paths keeps concurrent, unrelated guests on the
+    machine from failing (or hiding) a test's leftover check."""
+    out = subprocess.run(["pgrep", "-af", "^qemu-system-x86_64 "], capture_output=True, text=True).stdout
+    return {int(line.split()[0]) for line in out.splitlines() if mark in line}
 
 
 @pytest.fixture
@@ -26,9 +30,8 @@ def krig_cli(tmp_path):
 
 
 @pytest.fixture
-def no_leftover_qemu():
-    """Fail the test if it leaves a qemu process behind."""
-    before = qemu_pids()
+def no_leftover_qemu(tmp_path):
+    """Fail the test if it leaves a qemu process behind (its run dirs live in tmp_path)."""
     yield
-    left = qemu_pids() - before
+    left = qemu_pids(str(tmp_path))
     assert not left, f"qemu processes left behind: {sorted(left)}"

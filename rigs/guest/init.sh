@@ -5,18 +5,26 @@
 #   krig.mode=probe     print KRIG-PROBE-OK and power off (accelerator probe)
 #   krig.agent=PATH     agent script (a path in the host root)
 #   krig.ctl=DIR        control directory inside the run share
+#   krig.mode=sshd      instead of the agent, run the host's own sshd in the
+#                       chroot (a stand-in for a lab server, used by the IPMI
+#                       rig's tests): its config comes from a read-only 9p
+#                       share tagged `krigcfg` (mounted on /run/krig/cfg, file
+#                       sshd_config); the network from krig.ip=ADDR/LEN and
+#                       krig.gw=ADDR (eth0, static)
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 
-mode=run agent= hostname=krig-guest
+mode=run agent= hostname=krig-guest ip= gw=
 for opt in $(cat /proc/cmdline); do
     case "$opt" in
         krig.mode=*) mode=${opt#krig.mode=} ;;
         krig.agent=*) agent=${opt#krig.agent=} ;;
         krig.hostname=*) hostname=${opt#krig.hostname=} ;;
+        krig.ip=*) ip=${opt#krig.ip=} ;;
+        krig.gw=*) gw=${opt#krig.gw=} ;;
     esac
 done
 
@@ -50,6 +58,26 @@ mount -t tracefs tracefs /host/sys/kernel/tracing 2>/dev/null
 mount -t debugfs debugfs /host/sys/kernel/debug 2>/dev/null
 mount -t tmpfs -o mode=1777 tmpfs /host/tmp
 mount -t tmpfs -o mode=755 tmpfs /host/run
+if [ "$mode" = sshd ]; then
+    mkdir -p /host/run/krig/cfg /host/run/sshd
+    mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 krigcfg /host/run/krig/cfg ||
+        die "cannot mount the sshd config share (tag krigcfg)"
+    ip link set lo up
+    if [ -n "$ip" ]; then
+        ip link set eth0 up || die "no eth0 for krig.ip=$ip"
+        ip addr add "$ip" dev eth0
+        [ -z "$gw" ] || ip route add default via "$gw"
+    fi
+    echo "krig-init: starting sshd"
+    n=0
+    while [ "$n" -lt 100 ]; do
+        chroot /host /usr/sbin/sshd -D -f /run/krig/cfg/sshd_config -E /run/krig/sshd.log
+        echo "krig-init: sshd exited ($?), restarting"
+        n=$((n + 1))
+        sleep 1
+    done
+    die "sshd keeps exiting; see /run/krig/sshd.log"
+fi
 mkdir -p /host/run/krig/share /host/run/krig/home
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 krig /host/run/krig/share || die "cannot mount run share"
 [ -n "$agent" ] || die "no krig.agent= on the kernel command line"

@@ -1,0 +1,80 @@
+"""`krig trace stats`: count one event in a trace.dat, optionally grouped by a field."""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from analysis.tracedat import TraceError, TraceFile
+
+
+def _plain(v):
+    """A JSON/print friendly Python value."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v
+
+
+def group_counts(values: np.ndarray) -> list[tuple[object, int]]:
+    """[(value, count)] largest count first; ties by value."""
+    if values.size == 0:
+        return []
+    if values.dtype == object:
+        uniq, counts = np.unique(values.astype(str), return_counts=True)
+    elif values.ndim > 1:  # array fields: group by the whole row
+        rows = [tuple(r) for r in values.tolist()]
+        uniq_rows, counts = np.unique(np.array(rows), axis=0, return_counts=True)
+        uniq = [tuple(r) for r in uniq_rows.tolist()]
+    else:
+        uniq, counts = np.unique(values, return_counts=True)
+    order = np.argsort(-counts, kind="stable")  # np.unique sorted by value already
+    return [(_plain(uniq[i]), int(counts[i])) for i in order.tolist()]
+
+
+def stats_main(path: str, event: str, group_by: str | None, as_json: bool,
+               out=None) -> int:
+    """Print the count of `event` in the trace at `path` (and groups of `group_by`).
+
+    Raises TraceError (one line) for unreadable files, unknown events or fields.
+    Returns 0.
+    """
+    out = out or sys.stdout
+    tf = TraceFile(path)
+    try:
+        ev = tf.event(event)  # validates the name, lists known ones if unknown
+        groups = None
+        if group_by:
+            if group_by not in ev.fields:
+                raise TraceError(f"{path}: event {ev.full_name} has no field {group_by!r}; "
+                                 f"fields: " + ", ".join(ev.fields))
+            vals = tf.columns(ev.full_name, (group_by,), with_ts=False)[group_by]
+            groups = group_counts(vals)
+            count = int(vals.shape[0])
+        else:
+            count = tf.counts().get(ev.full_name, 0)
+        lost = tf.lost_events()
+    finally:
+        tf.close()
+    if as_json:
+        doc = {"event": ev.full_name, "count": count}
+        if groups is not None:
+            doc["group_by"] = group_by
+            doc["groups"] = [[v, c] for v, c in groups]
+        doc["lost_events"] = lost
+        out.write(json.dumps(doc) + "\n")
+        return 0
+    out.write(f"{ev.full_name}: {count} events\n")
+    if groups is not None:
+        width = max((len(str(v)) for v, _ in groups), default=5)
+        width = max(width, len(group_by))
+        out.write(f"  {group_by:<{width}}  count\n")
+        for v, c in groups:
+            out.write(f"  {str(v):<{width}}  {c}\n")
+    if lost["total"] or lost["pages_with_loss"]:
+        out.write(f"warning: events were lost: {lost['total']} counted "
+                  f"({lost['pages_with_loss']} pages flagged, overrun {lost['overrun']}, "
+                  f"dropped {lost['dropped']})\n")
+    return 0

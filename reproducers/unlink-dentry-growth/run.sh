@@ -1,0 +1,36 @@
+#!/bin/bash
+# unlink-dentry-growth: parallel rm -rf of an fs_mark-style tree; see repro.toml.
+set -euo pipefail
+source "$KRIG_LIB/krig.sh"
+krig_require_scratch
+mnt=$KRIG_SCRATCH_MNT
+
+mkfs.xfs -f -q "$KRIG_SCRATCH_DEV"
+mount -t xfs "$KRIG_SCRATCH_DEV" "$mnt"
+
+krig_phase create
+pids=()
+for ((d = 0; d < TOP_DIRS; d++)); do
+    "$KRIG_LIB/bin/krig-mktree" -d "$mnt/$d" -n $((SUBDIRS * FILES_PER_DIR)) -D "$SUBDIRS" &
+    pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+
+# Start from a cold cache, as after the report's mount of an existing fs.
+umount "$mnt"
+krig_drop_caches
+mount -t xfs "$KRIG_SCRATCH_DEV" "$mnt"
+sleep 2
+
+krig_phase unlink
+pids=()
+for ((d = 0; d < TOP_DIRS; d++)); do
+    /usr/bin/time -o "$KRIG_OUT/rm-$d.time" rm -rf "$mnt/$d" &
+    pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+krig_phase unlinked
+sleep 3    # let the sampler see the aftermath
+krig_phase done
+cat "$KRIG_OUT"/rm-*.time
+umount "$mnt"
