@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import difflib
 import os
+import queue
 import re
 import struct
+import threading
 import zlib
 
 import numpy as np
@@ -57,6 +59,46 @@ _FIELD_RE = re.compile(rb"field:(.*?);\s*offset:(\d+);\s*size:(\d+);\s*(?:signed
 _NAME_RE = re.compile(rb"^name:\s*(\S+)", re.M)
 _ID_RE = re.compile(rb"^ID:\s*(\d+)", re.M)
 _DECL_RE = re.compile(r"^(.*?)([A-Za-z_]\w*)\s*(?:\[([^\]]*)\])?\s*$")
+
+
+def _prefetched(gen, depth: int):
+    """Run generator `gen` in a thread, `depth` items ahead; errors re-raised here."""
+    if depth <= 0:
+        yield from gen
+        return
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(item):
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def run():
+        try:
+            for item in gen:
+                if not put(item):
+                    return
+            put(done)
+        except BaseException as e:  # handed to the consumer
+            put(e)
+
+    threading.Thread(target=run, daemon=True, name="tracedat-prefetch").start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
 
 
 class Field:
@@ -143,6 +185,7 @@ class TraceFile:
 
     BATCH_BYTES = 8 << 20  # pages walked at once
     FAST_RUNS = True  # vectorised same-size-run fast path (False: step walker only)
+    PREFETCH = 2  # decompressed batches prepared ahead by a thread (0: no thread)
 
     def __init__(self, path, buffer: str = ""):
         self.path = os.fspath(path)
@@ -533,7 +576,7 @@ class TraceFile:
 
     # ---------------------------------------------------------- page data
     def _batches(self, off: int, size: int):
-        """Yield (uint8 buffer, n_pages) for one cpu's data; buffers are reused."""
+        """Yield (uint8 buffer, n_pages) for one cpu's data (uncompressed: buffer reused)."""
         ps = self.page_size
         per = max(1, self.BATCH_BYTES // ps)
         buf = np.empty(per * ps + 16, np.uint8)
@@ -549,24 +592,60 @@ class TraceFile:
                 yield buf, n
                 done += n
             return
-        (nchunks,) = struct.unpack(self._e + "I", self._pread(off, 4, "chunk count"))
+        yield from _prefetched(self._zbatches(off), self.PREFETCH)
+
+    def _zbatches(self, off: int):
+        """Decompressed batches of one cpu's chunks; a fresh buffer per batch.
+
+        Runs in a prefetch thread (zstd and zlib release the GIL), so it keeps
+        its own decompressor and reads the compressed stream in big windows.
+        """
+        ps, e, fd = self.page_size, self._e, self._f.fileno()
+        cap = max(1, self.BATCH_BYTES // ps) * ps
+        if self.compression == "zstd":
+            dctx = zstandard.ZstdDecompressor()
+            unpack = lambda data, n: dctx.decompress(data, max_output_size=n)  # noqa: E731
+        else:
+            unpack = lambda data, n: zlib.decompress(data)  # noqa: E731
+        win, wstart = b"", off
+
+        def get(p, n, what):
+            nonlocal win, wstart
+            if p < wstart or p + n > wstart + len(win):
+                wstart, win = p, self._pread(p, min(max(n, 4 << 20), self._fsize - p), what)
+                if len(win) < n:
+                    raise self._err(f"truncated file: {what} needs {n} bytes at offset {p}, "
+                                    f"file has {self._fsize} bytes")
+            return memoryview(win)[p - wstart:p - wstart + n]
+
+        (nchunks,) = struct.unpack(e + "I", get(off, 4, "chunk count"))
+        hdr = struct.Struct(e + "II")
         p, fill = off + 4, 0
-        hdr = struct.Struct(self._e + "II")
+        buf = np.empty(cap + 16, np.uint8)
         for i in range(nchunks):
-            csize, usize = hdr.unpack(self._pread(p, 8, "compressed chunk"))
-            raw = self._decompress(self._pread(p + 8, csize, "compressed chunk"), usize)
-            p += 8 + csize
+            csize, usize = hdr.unpack(get(p, 8, "compressed chunk header"))
             if usize % ps:
                 raise self._err(f"corrupt compressed chunk {i}: {usize} bytes is not a whole "
                                 f"number of {ps}-byte pages")
-            if fill + usize > per * ps:
+            try:
+                raw = unpack(get(p + 8, csize, "compressed chunk"), usize)
+            except TraceError:
+                raise
+            except Exception as ex:
+                raise self._err(f"corrupt compressed chunk {i} at offset {p}: {ex}") from None
+            if len(raw) != usize:
+                raise self._err(f"corrupt compressed chunk {i} at offset {p}: "
+                                f"{len(raw)} bytes, expected {usize}")
+            p += 8 + csize
+            if fill + usize > cap:
                 if fill:
                     buf[fill:fill + 16] = 0
                     yield buf, fill // ps
+                    buf = np.empty(cap + 16, np.uint8)
                 fill = 0
-                if usize > per * ps:
-                    per = usize // ps
-                    buf = np.empty(usize + 16, np.uint8)
+                if usize > cap:
+                    cap = usize
+                    buf = np.empty(cap + 16, np.uint8)
             buf[fill:fill + usize] = np.frombuffer(raw, np.uint8)
             fill += usize
         if fill:
@@ -606,12 +685,14 @@ class TraceFile:
         act = np.flatnonzero(size > 0)
         pos, end, ts = base[act] + ds, base[act] + ds + size[act], ts[act]
         out = ([], [] if want_pos else None, [] if want_pos else None)
-        fast, kcap = self.FAST_RUNS, 1 << 30
+        fast, kcap = self.FAST_RUNS, 64
         while pos.size:
-            if fast:
-                pos, end, ts, avg = self._runs(words, pos, end, ts, cpu, page0, out, kcap)
-                kcap = 16
-                fast = avg >= 3  # short runs: the step walker is cheaper
+            if fast:  # runs while they pay: efficiency = events / matrix cells
+                pos, end, ts, eff = self._runs(words, pos, end, ts, cpu, page0, out, kcap)
+                if eff > 0.75:
+                    kcap = min(2 * kcap, 1024)
+                elif eff < 0.35:
+                    fast = False  # mixed record sizes: the step walker is cheaper
                 if not pos.size:
                     break
             pos, end, ts = self._step(words, pos, end, ts, cpu, page0, out)
@@ -692,7 +773,7 @@ class TraceFile:
         Every header of a run is checked (same type_len), so a run is exactly what
         the record-by-record walk would visit.  A page is done when its run reaches
         the end of the data or ends in tail padding; the others come back with the
-        cursor and time stamp after their run.  Returns (pos, end, ts, average run).
+        cursor and time stamp after their run.  Returns (pos, end, ts, events/cells).
         """
         big = self.big_endian
         tids, poss, tss = out
@@ -701,7 +782,7 @@ class TraceFile:
         tl0 = (w0 >> 27) if big else (w0 & np.uint32(31))
         ok = (tl0 >= 1) & (tl0 <= 28)
         rest = [(np.flatnonzero(~ok), None, None)]
-        nev = 0
+        nev = cells = 0
         for t in np.unique(tl0[ok]).tolist():
             g = np.flatnonzero(tl0 == t)
             rec = 4 + 4 * t
@@ -720,6 +801,7 @@ class TraceFile:
                 match = ((W & np.uint32(31)) == t) & valid
                 D = W >> 5
             run = np.argmin(match, axis=1)
+            cells += g.size * K
             inrun = off[None, :] < (run * rec)[:, None]
             nev += int(run.sum())
             A = words[wat[inrun] + 1]
@@ -747,7 +829,7 @@ class TraceFile:
         sel = np.concatenate([r[0] for r in rest])
         npos = np.concatenate([pos[rest[0][0]]] + [r[1] for r in rest[1:]])
         nts = np.concatenate([ts[rest[0][0]]] + [r[2] for r in rest[1:]])
-        return npos, end[sel], nts, nev / max(1, int(ok.sum()))
+        return npos, end[sel], nts, nev / max(1, cells)
 
     def _scan(self, ev_id=None, fields=(), with_ts=True):
         """One pass over all pages: counts by id, loss stats, and columns of ev_id."""

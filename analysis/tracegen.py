@@ -247,6 +247,7 @@ def _cpu_pages(meta: _Meta, specs, weights, n, cpu, seed, batch, opts):
             gaps[0] = 0
         ts = last_ts + np.cumsum(gaps, dtype=np.uint64)
         kind = rng.choice(len(specs), b, p=weights) if len(specs) > 1 else np.zeros(b, np.int64)
+        opts["written"] += np.bincount(kind, minlength=len(specs))
         big = (idx % big_every == big_every - 1) if big_every else np.zeros(b, bool)
         ext = gaps > DELTA_MASK
         absf = (idx % abs_every == abs_every - 1) if abs_every else np.zeros(b, bool)
@@ -528,12 +529,15 @@ def write_synthetic(template, path, n_events, *, event="xfs:xfs_ail_insert", ext
     specs = [_EventSpec(meta, n) for n in names]
     per = [n_events // cpus + (1 if c < n_events % cpus else 0) for c in range(cpus)]
     opts["lost"] = lost or {}
+    opts["written"] = np.zeros(len(specs), np.int64)
     gens = [_cpu_pages(meta, specs, w / w.sum(), per[c], c, seed, batch, opts) for c in range(cpus)]
     write_container(meta, path, gens, version=version, compression=compression,
                     cpustats=cpustats)
-    if len(specs) == 1:
-        return {event: n_events}
-    return TraceFile(path).counts()
+    out = {}
+    for name, k in zip(names, opts["written"].tolist()):
+        if k:
+            out[name] = out.get(name, 0) + k
+    return out
 
 
 def trim_trace(src, dst, *, pages_per_cpu=4, spread=False, systems=None, kallsyms=False,

@@ -1,6 +1,5 @@
 """krig command line. Exit codes: see krig.verdict.VERDICTS (2 = bad input)."""
 import argparse
-import json
 import signal
 import sys
 

@@ -19,6 +19,21 @@ def qemu_pids(mark: str = "") -> set:
     return {int(line.split()[0]) for line in out.splitlines() if mark in line}
 
 
+def run_dir_of(p) -> pathlib.Path:
+    """The run directory `krig run` printed."""
+    for line in p.stdout.splitlines():
+        if line.startswith("results: "):
+            return pathlib.Path(line[len("results: "):])
+    raise AssertionError(f"no results line in:\n{p.stdout}\n{p.stderr}")
+
+
+def krig_run(tmp_path, *args, timeout=600):
+    """`krig run ARGS` with results under tmp_path/results."""
+    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
+    return subprocess.run(KRIG + ["run", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, env=env)
+
+
 @pytest.fixture
 def krig_cli(tmp_path):
     """Run the krig CLI as a user would; returns CompletedProcess (text)."""

@@ -1,33 +1,18 @@
 """The foundation on a real QEMU guest: each verdict, Ctrl-C, result files."""
 import json
 import os
-import pathlib
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import KRIG, ROOT, qemu_pids
+from conftest import KRIG, ROOT, krig_run, qemu_pids, run_dir_of
 
 pytestmark = pytest.mark.guest
 
 RUN_FILES = ["manifest.json", "console.log", "stdout", "stderr", "exit_code", "samples.tsv",
              "metrics.json", "verdict.json", "junit.xml", "time.txt"]
-
-
-def run_dir_of(p) -> pathlib.Path:
-    for line in p.stdout.splitlines():
-        if line.startswith("results: "):
-            return pathlib.Path(line[len("results: "):])
-    raise AssertionError(f"no results line in:\n{p.stdout}\n{p.stderr}")
-
-
-def krig_run(tmp_path, *args, timeout=300):
-    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
-    return subprocess.run(KRIG + ["run", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout, env=env)
 
 
 def test_pass_has_every_file(tmp_path, no_leftover_qemu):

@@ -101,7 +101,7 @@ usage:
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	fprintf(f, "time\tnr_dentry\tnr_unused\tage_limit\twant_pages\tnr_negative"
+	fprintf(f, "time\tnr_dentry\tnr_unused\tage_limit\twant_pages\tnr_negative\tdentry_dummy"
 		"\tdentry_active_objs\tdentry_num_objs\tdentry_objsize\tdentry_slab_bytes"
 		"\tmem_total_kb\tmem_free_kb\tmem_available_kb\tslab_kb\tsreclaimable_kb\tsunreclaim_kb"
 		"\txfs_log_writes\txfs_log_blocks\txfs_log_noiclogs\txfs_log_force\txfs_log_force_sleep"

@@ -60,6 +60,7 @@ mount -t tmpfs -o mode=1777 tmpfs /host/tmp
 mount -t tmpfs -o mode=755 tmpfs /host/run
 if [ "$mode" = sshd ]; then
     mkdir -p /host/run/krig/cfg /host/run/sshd
+    mount -t tmpfs -o mode=700 tmpfs /host/root     # a fresh, empty home for root
     mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 krigcfg /host/run/krig/cfg ||
         die "cannot mount the sshd config share (tag krigcfg)"
     ip link set lo up

@@ -1,0 +1,156 @@
+"""Benchmark: count one event with analysis.tracedat vs `trace-cmd report | grep | wc -l`.
+
+    python bench/bench_trace.py [--quick] [--template FILE] [--sizes 2000000,17000000]
+
+Synthesises traces (v6, and v7 with zstd) of ~2M and ~17M events from a small
+real template into a temporary directory (deleted afterwards), then for each
+file times
+  * our reader, in a child process (interpreter start, open, count), best of 2,
+    with the child's peak RSS (ru_maxrss);
+  * the pipeline trace-cmd report -i F | grep -F ' EVENT:' | wc -l.
+Exits 1 if any count differs from the number of events written or from the
+pipeline's.  Prints whether the 15x target was met on the ~2M files.
+--quick uses 200k events (a CI smoke run).  Run it niced on a shared machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from analysis.tracegen import write_synthetic  # noqa: E402
+
+TEMPLATE = ROOT / "tests" / "data" / "xfs_template_v7.dat"
+EVENT = "xfs:xfs_ail_insert"
+EXTRA = [("sched:sched_switch", 0.05)]  # a little noise for grep to filter out
+TARGET = 15.0
+
+CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+from analysis.tracedat import TraceFile
+t1 = time.perf_counter()
+tf = TraceFile(sys.argv[2])
+n = tf.counts().get(sys.argv[3], 0)
+t2 = time.perf_counter()
+# VmHWM: peak RSS of this program only (ru_maxrss may include the forking parent)
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")]
+kb = int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"count": n, "import_s": t1 - t0, "count_s": t2 - t1, "maxrss_kb": kb}))
+"""
+
+
+def run_ours(path: str) -> dict:
+    best = None
+    for _ in range(2):
+        t = time.perf_counter()
+        r = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), path, EVENT],
+                           capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        if r.returncode:
+            raise SystemExit(f"reader failed on {path}: {r.stderr.strip().splitlines()[-1:]}")
+        res = json.loads(r.stdout)
+        res["wall_s"] = wall
+        if best is None or wall < best["wall_s"]:
+            best = res
+    return best
+
+
+def run_trace_cmd(path: str) -> dict:
+    """trace-cmd report -i F | grep -F ' EVENT:' | wc -l, as a real pipeline."""
+    name = EVENT.split(":")[1]
+    t = time.perf_counter()
+    p1 = subprocess.Popen(["trace-cmd", "report", "-i", path], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL)
+    p2 = subprocess.Popen(["grep", "-F", f" {name}:"], stdin=p1.stdout, stdout=subprocess.PIPE)
+    p1.stdout.close()
+    p3 = subprocess.Popen(["wc", "-l"], stdin=p2.stdout, stdout=subprocess.PIPE, text=True)
+    p2.stdout.close()
+    out, _ = p3.communicate()
+    p2.wait()
+    rc = p1.wait()
+    wall = time.perf_counter() - t
+    if rc:
+        raise SystemExit(f"trace-cmd report failed on {path} (exit {rc})")
+    return {"count": int(out.strip() or 0), "wall_s": wall}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="200k events only (CI smoke)")
+    ap.add_argument("--template", default=str(TEMPLATE), help="real trace.dat to copy formats from")
+    ap.add_argument("--sizes", help="comma-separated event counts (default 2000000,17000000)")
+    ap.add_argument("--tmp", help="directory for the generated traces (default: system temp)")
+    args = ap.parse_args(argv)
+    if shutil.which("trace-cmd") is None:
+        print("trace-cmd is not installed: nothing to compare against", file=sys.stderr)
+        return 2
+    sizes = [200_000] if args.quick else [2_000_000, 17_000_000]
+    if args.sizes:
+        sizes = [int(float(s)) for s in args.sizes.split(",")]
+    rows, failed = [], False
+    with tempfile.TemporaryDirectory(prefix="krig-bench-", dir=args.tmp) as tmp:
+        for n in sizes:
+            for version, comp in ((6, None), (7, "zstd")):
+                path = os.path.join(tmp, f"xfs_{n}_v{version}{'_' + comp if comp else ''}.dat")
+                t = time.perf_counter()
+                written = write_synthetic(args.template, path, n, version=version,
+                                          compression=comp, cpus=4, extra=EXTRA, seed=n)
+                gen_s = time.perf_counter() - t
+                want = written.get(EVENT, 0)
+                size_mb = os.path.getsize(path) / 1e6
+                print(f"generated {os.path.basename(path)}: {n} events ({want} {EVENT}), "
+                      f"{size_mb:.0f} MB in {gen_s:.1f} s", flush=True)
+                ours = run_ours(path)
+                theirs = run_trace_cmd(path)
+                ok = ours["count"] == theirs["count"] == want
+                failed |= not ok
+                rows.append({"file": os.path.basename(path), "events": n, "mb": size_mb,
+                             "ours": ours, "trace_cmd": theirs, "ok": ok, "want": want,
+                             "ratio": theirs["wall_s"] / ours["wall_s"]})
+                print(f"  ours {ours['wall_s']:.2f} s (count {ours['count']}), trace-cmd "
+                      f"{theirs['wall_s']:.2f} s (count {theirs['count']})", flush=True)
+                os.unlink(path)
+    print()
+    hdr = (f"{'file':<34} {'events':>10} {'MB':>7} {'ours s':>7} {'(count)':>8} "
+           f"{'trace-cmd s':>11} {'speed-up':>8} {'peak RSS':>9}  counts")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        o = r["ours"]
+        print(f"{r['file']:<34} {r['events']:>10} {r['mb']:>7.0f} {o['wall_s']:>7.2f} "
+              f"{o['count_s']:>8.2f} {r['trace_cmd']['wall_s']:>11.2f} {r['ratio']:>7.1f}x "
+              f"{o['maxrss_kb'] / 1024:>7.0f}MB  {'ok' if r['ok'] else 'MISMATCH'}")
+    print("\nours s: child process wall time incl. interpreter start and numpy import "
+          "(best of 2); (count): open + count inside the child")
+    ref = [r for r in rows if 1_500_000 <= r["events"] <= 2_500_000]
+    label = "~2M"
+    if not ref and rows:  # --quick / custom sizes: judge the smallest files
+        smallest = min(r["events"] for r in rows)
+        ref, label = [r for r in rows if r["events"] == smallest], f"{smallest}"
+    if ref:
+        worst = min(r["ratio"] for r in ref)
+        print(f"{TARGET:.0f}x target on {label}-event files: "
+              f"{'MET' if worst >= TARGET else 'NOT MET'} (lowest speed-up {worst:.1f}x)")
+    if failed:
+        print("FAIL: counts differ", file=sys.stderr)
+        for r in rows:
+            if not r["ok"]:
+                print(f"  {r['file']}: written {r['want']}, ours {r['ours']['count']}, "
+                      f"trace-cmd {r['trace_cmd']['count']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

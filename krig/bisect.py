@@ -1,0 +1,291 @@
+"""`make bisect`: `git bisect run` with krig's verdict as the oracle.
+
+    python -m krig.bisect run --tree TREE --good REF --bad REF --repro NAME
+                              [--preset P] [--repeat N] [--like KERNEL] [--rig RIG]
+    python -m krig.bisect demo            (make bisect-demo)
+
+The bisection never touches TREE's working tree (`git bisect start
+--no-checkout`): each step reads BISECT_HEAD, builds it through a generated
+kernels/bisect-<id>.toml (`extends` the --like kernel: same config, same
+fragments, no patches, source = git) in krig's own build tree, and runs
+`krig run REPRO --kernel bisect-<id>` REPEAT times. Each run is classified:
+
+    PASS                          -> good
+    FAIL                          -> bad
+    HUNG / CRASHED after booting  -> bad (the kernel broke under the reproducer)
+    ERROR, SKIP, boot failure     -> skip
+
+and the step's answer is the strict majority of REPEAT runs (it stops as soon
+as a side has it or neither can reach it); no majority -> skip. A build
+failure is a skip. The oracle exits 0 (good), 1 (bad), 125 (skip) for git,
+255 to abort on interruption. Every step is a line in bisect.log with the
+commit, the verdicts, the reproducer's key metric (its first threshold's
+metric) and the answer; the first bad commit is the last line.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+from . import KERNEL_DIR, RESULTS_DIR, ROOT
+from .errors import KrigError, UsageError
+from .results import now
+
+GOOD, BAD, SKIP, ABORT = 0, 1, 125, 255
+CODES = {"good": GOOD, "bad": BAD, "skip": SKIP}
+KRIG = pathlib.Path(sys.executable).with_name("krig")
+
+
+# -- decisions (pure; unit-tested) --------------------------------------------
+
+def classify(verdict: str, booted: bool) -> str:
+    """One run's verdict -> good / bad / skip."""
+    if verdict == "PASS":
+        return "good"
+    if verdict == "FAIL":
+        return "bad"
+    if verdict in ("HUNG", "CRASHED") and booted:
+        return "bad"
+    return "skip"
+
+
+def decide(votes: list, repeat: int) -> str | None:
+    """Strict majority of `repeat` runs. None = run again."""
+    need = repeat // 2 + 1
+    good, bad = votes.count("good"), votes.count("bad")
+    if good >= need:
+        return "good"
+    if bad >= need:
+        return "bad"
+    left = repeat - len(votes)
+    if left <= 0 or (good + left < need and bad + left < need):
+        return "skip"
+    return None
+
+
+@dataclasses.dataclass
+class Attempt:
+    verdict: str
+    reason: str
+    run_dir: str | None = None
+    booted: bool = False
+    metric: float | None = None
+
+
+def step(run_once, repeat: int) -> tuple[str, list]:
+    """Run until decide() answers. run_once() -> Attempt."""
+    attempts, votes = [], []
+    while True:
+        a = run_once()
+        attempts.append(a)
+        votes.append(classify(a.verdict, a.booted))
+        answer = decide(votes, repeat)
+        if answer is not None:
+            return answer, attempts
+
+
+def log_line(commit: str, subject: str, answer: str, attempts: list, metric_name: str | None,
+             note: str = "") -> str:
+    verdicts = ",".join(a.verdict for a in attempts) or "-"
+    vals = [a.metric for a in attempts if a.metric is not None]
+    metric = f" {metric_name}=" + "/".join(f"{v:g}" for v in vals) if metric_name and vals else ""
+    note = f" ({note})" if note else ""
+    return f"{now()} {commit[:12]} {answer:4s} [{verdicts}]{metric} {subject[:60]}{note}"
+
+
+def first_bad_from_output(text: str) -> str | None:
+    m = re.search(r"^([0-9a-f]{40}) is the first bad commit", text, re.M)
+    return m.group(1) if m else None
+
+
+# -- the oracle (one bisect step) ----------------------------------------------
+
+def read_attempt(run_dir: pathlib.Path, metric_name: str | None) -> Attempt:
+    v = json.loads((run_dir / "verdict.json").read_text())
+    man = json.loads((run_dir / "manifest.json").read_text())
+    value = None
+    mpath = run_dir / "metrics.json"
+    if metric_name and mpath.exists():
+        value = json.loads(mpath.read_text()).get(metric_name, {}).get("value")
+    return Attempt(v["verdict"], v.get("reason", ""), str(run_dir), booted="machine" in man, metric=value)
+
+
+def run_krig(state: dict) -> Attempt:
+    argv = [str(KRIG), "run", state["repro"], "--kernel", state["kernel"], "--rig", state["rig"]]
+    if state.get("preset"):
+        argv += ["--preset", state["preset"]]
+    for s in state.get("sets", []):
+        argv += ["--set", s]
+    p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    m = re.search(r"^results: (.+)$", p.stdout, re.M)
+    if not m or not pathlib.Path(m.group(1), "verdict.json").exists():
+        err = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        return Attempt("ERROR", f"krig run exited {p.returncode}: {err}")
+    return read_attempt(pathlib.Path(m.group(1)), state.get("metric"))
+
+
+def append(path, line: str, echo=True):
+    with open(path, "a") as f:
+        f.write(line + "\n")
+    if echo:
+        print(f"bisect: {line}", flush=True)
+
+
+def oracle(state_path: pathlib.Path, build=None, run_once=None) -> int:
+    from .kbuild import git
+    state = json.loads(state_path.read_text())
+    tree, logp = state["tree"], state["log"]
+    commit = git(tree, "rev-parse", "--verify", f"{state['ref']}^{{commit}}")
+    subject = git(tree, "log", "-1", "--format=%s", commit)
+    if build is None:
+        from .kbuild import build as kbuild
+        build = lambda: kbuild(state["kernel"], log=lambda m: print(m, flush=True))  # noqa: E731
+    t0 = time.monotonic()
+    try:
+        build()
+    except KrigError as e:
+        append(logp, log_line(commit, subject, "skip", [], None, f"build failed: {e}"))
+        return SKIP
+    tb = time.monotonic() - t0
+    answer, attempts = step(run_once or (lambda: run_krig(state)), state["repeat"])
+    dirs = " ".join(a.run_dir or a.reason for a in attempts)
+    append(logp, log_line(commit, subject, answer, attempts, state.get("metric"),
+                          f"build {tb:.0f}s, run {time.monotonic() - t0 - tb:.0f}s; {dirs}"))
+    return CODES[answer]
+
+
+# -- driving git bisect ----------------------------------------------------------
+
+def _bisect_in_progress(tree) -> bool:
+    from .kbuild import git
+    gitdir = pathlib.Path(git(tree, "rev-parse", "--path-format=absolute", "--git-dir"))
+    return (gitdir / "BISECT_START").exists()
+
+
+def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None, repeat: int = 1,
+           like: str = "linux-6.1", rig: str = "qemu-default", sets=(), log_dir=None) -> dict:
+    from .kbuild import git, resolve_spec
+    from .reproducer import load_reproducer
+    t_start = time.monotonic()
+    tree_p = pathlib.Path(os.path.expanduser(tree)).resolve()
+    if not tree_p.is_dir():
+        raise UsageError(f"TREE={tree}: not a directory")
+    if git(tree_p, "rev-parse", "--git-dir", check=False) == "":
+        raise UsageError(f"TREE={tree}: not a git repository")
+    ends = {}
+    for label, ref in (("GOOD", good), ("BAD", bad)):
+        p = subprocess.run(["git", "-C", str(tree_p), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise UsageError(f"{label}={ref}: not a commit in {tree_p}")
+        ends[label] = p.stdout.strip()
+    if repeat < 1:
+        raise UsageError(f"REPEAT={repeat}: must be at least 1")
+    r = load_reproducer(repro)
+    r.resolve_params(preset, {})
+    resolve_spec(like)                                # the template must be a buildable kernel
+    if _bisect_in_progress(tree_p):
+        raise UsageError(f"TREE={tree_p}: a git bisect is already in progress (`git -C {tree_p} bisect reset`)")
+
+    tag = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    name = f"bisect-{tag}"
+    out = pathlib.Path(log_dir) if log_dir else RESULTS_DIR / "bisect" / f"{repro}-{tag}"
+    out.mkdir(parents=True, exist_ok=True)
+    logp = out / "bisect.log"
+    ktoml = KERNEL_DIR / f"{name}.toml"
+    ktoml.write_text(f'# generated by krig.bisect for {logp}; removed when the bisection ends\n'
+                     f'description = "git bisect of {tree_p} (BISECT_HEAD), config of {like}"\n'
+                     f'extends = "{like}"\nsource = "git"\ntree = "{tree_p}"\nref = "BISECT_HEAD"\n'
+                     f'patches = []\nlocalversion = "-krig-bisect"\n')
+    state = {"tree": str(tree_p), "ref": "BISECT_HEAD", "kernel": name, "repro": repro, "preset": preset,
+             "repeat": repeat, "rig": rig, "sets": list(sets), "log": str(logp),
+             "metric": r.thresholds[0].metric if r.thresholds else None}
+    (out / "state.json").write_text(json.dumps(state, indent=1))
+    with open(logp, "w") as f:
+        f.write(f"# krig bisect {now()}\n# tree {tree_p}\n# good {good} = {ends['GOOD']}\n"
+                f"# bad  {bad} = {ends['BAD']}\n# reproducer {repro} preset {preset or '(defaults)'} "
+                f"repeat {repeat} rig {rig}; kernel config of {like}\n"
+                f"# key metric: {state['metric']}\n# columns: time commit answer [verdicts] metric subject (notes)\n")
+    print(f"bisect: log {logp}", flush=True)
+    first, text = None, ""
+    try:
+        git(tree_p, "bisect", "start", "--no-checkout", ends["BAD"], ends["GOOD"])
+        p = subprocess.Popen(["git", "-C", str(tree_p), "bisect", "run", sys.executable, "-m", "krig.bisect",
+                             "oracle", str(out / "state.json")], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        lines = []
+        for line in p.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            lines.append(line)
+        p.wait()
+        text = "".join(lines)
+        first = first_bad_from_output(text)
+        (out / "git-bisect-log.txt").write_text(git(tree_p, "bisect", "log", check=False) + "\n")
+    finally:
+        subprocess.run(["git", "-C", str(tree_p), "bisect", "reset"], capture_output=True)
+        ktoml.unlink(missing_ok=True)
+    took = time.monotonic() - t_start
+    if first:
+        subject = git(tree_p, "log", "-1", "--format=%s", first)
+        append(logp, f"first bad commit: {first} {subject}")
+    else:
+        why = next((ln for ln in text.splitlines() if "skip" in ln.lower() or "error" in ln.lower()),
+                   "git bisect run did not name a commit")
+        append(logp, f"no first bad commit: {why.strip()}")
+    append(logp, f"# took {took / 60:.1f} min")
+    return {"first_bad": first, "log": str(logp), "seconds": round(took, 1)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m krig.bisect", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="bisect TREE between GOOD and BAD with a reproducer")
+    r.add_argument("--tree", required=True)
+    r.add_argument("--good", required=True)
+    r.add_argument("--bad", required=True)
+    r.add_argument("--repro", required=True)
+    r.add_argument("--preset")
+    r.add_argument("--repeat", type=int, default=1)
+    r.add_argument("--like", default="linux-6.1", help="kernel whose config/fragments each step uses")
+    r.add_argument("--rig", default="qemu-default")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    o = sub.add_parser("oracle", help="one step (called by git bisect run)")
+    o.add_argument("state")
+    d = sub.add_parser("demo", help="build a small 6.1 history with one bad commit and bisect it")
+    d.add_argument("--repro", default="unlink-dentry-growth")
+    d.add_argument("--preset", default="smoke")
+    d.add_argument("--repeat", type=int, default=1)
+    a = ap.parse_args(argv)
+    try:
+        if a.cmd == "oracle":
+            try:
+                return oracle(pathlib.Path(a.state))
+            except KeyboardInterrupt:
+                return ABORT
+            except KrigError:
+                raise
+            except Exception:                 # a bug must stop the bisection, not vote "bad"
+                import traceback
+                traceback.print_exc()
+                return ABORT
+        if a.cmd == "run":
+            res = bisect(a.tree, a.good, a.bad, a.repro, a.preset, a.repeat, a.like, a.rig, a.set)
+            return 0 if res["first_bad"] else 1
+        from .bisect_demo import demo
+        return demo(a.repro, a.preset, a.repeat)
+    except KrigError as e:
+        print(f"krig: error: {e}", file=sys.stderr)
+        return e.exit_code if a.cmd != "oracle" else SKIP
+    except KeyboardInterrupt:
+        print("krig: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

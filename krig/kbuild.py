@@ -1,0 +1,426 @@
+"""Kernels built from source: kernels/<name>.toml with source = "linux-source" or "git".
+
+A built kernel lives in a cache directory keyed by a hash of everything that
+goes into it (source identity, base config targets, merged config fragments,
+local version, patch series contents, compiler), so the same kernel is never
+built twice:  $KRIG_CACHE/kernels/<key>/ (default ~/.cache/krig/kernels/<key>/)
+holding bzImage, config, System.map, mod/lib/modules/<release>/ and build.json.
+
+    python -m krig.kbuild build NAME      (make kernel KERNEL=NAME)
+    python -m krig.kbuild status [NAME..]
+
+How the tree is built (incremental reuse, patching, configuring) is in
+krig/kbuild_tree.py.
+"""
+import argparse
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+from . import KERNEL_DIR, REPRO_DIR, ROOT
+from .config import load_toml, optional, reject_unknown, require
+from .errors import KrigError, UsageError
+from .paths import cache_dir
+
+RECIPE = "krig-kbuild-1"      # bump when the build recipe changes what comes out
+ARCH = "x86_64"
+DEFAULT_TARBALL = "/usr/src/linux-source-6.1.tar.xz"
+DEFAULT_BASE_CONFIG = ["x86_64_defconfig", "kvm_guest.config"]
+SOURCES = ("linux-source", "git")
+FIELDS = {"source", "description", "extends", "tarball", "tree", "ref", "base_config", "fragments",
+          "reproducers", "patches", "localversion", "cmdline"}
+SOURCE_FIELDS = {"linux-source": {"tarball"}, "git": {"tree", "ref"}}
+_LOCALVERSION_RE = re.compile(r"^[A-Za-z0-9._+-]*$")
+_CONFIG_RE = re.compile(r"^(CONFIG_[A-Za-z0-9_]+)=(.*)$")
+_NOTSET_RE = re.compile(r"^# (CONFIG_[A-Za-z0-9_]+) is not set$")
+
+
+class KernelNotBuilt(UsageError):
+    """A kernel described by a toml that has not been built yet."""
+
+
+@dataclasses.dataclass
+class KernelSpec:
+    name: str
+    where: str
+    source: str
+    tarball: pathlib.Path | None
+    tree: pathlib.Path | None
+    ref: str
+    base_config: list
+    fragments: list          # [(label, path)] in merge order (the last wins)
+    patches: list            # [(series, path)] in apply order
+    localversion: str
+    cmdline: list
+    description: str
+
+
+# -- kconfig fragments ------------------------------------------------------
+
+def parse_fragment(path: pathlib.Path, label: str | None = None) -> dict:
+    """A kconfig fragment -> {CONFIG_X: value}; `# CONFIG_X is not set` -> 'n'."""
+    label = label or str(path)
+    out = {}
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UsageError(f"{label}: cannot read config fragment ({e.strerror})") from None
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        m = _CONFIG_RE.match(line)
+        if m:
+            out[m.group(1)] = m.group(2)
+            continue
+        m = _NOTSET_RE.match(line)
+        if m:
+            out[m.group(1)] = "n"
+            continue
+        if line and not line.startswith("#"):
+            raise UsageError(f"{label}:{n}: not a kconfig line: {raw!r} (want CONFIG_X=value or "
+                             "'# CONFIG_X is not set')")
+    return out
+
+
+def merge_fragments(fragments: list) -> tuple[dict, dict, list]:
+    """[(label, path)] -> (values, origin label per option, redefinitions).
+
+    Same rule as scripts/kconfig/merge_config.sh: a later fragment overrides an
+    earlier one; redefinitions are reported (label, option, old, new).
+    """
+    values, origin, redefined = {}, {}, []
+    for label, path in fragments:
+        for k, v in parse_fragment(path, label).items():
+            if k in values and values[k] != v:
+                redefined.append((label, k, values[k], v))
+            values[k] = v
+            origin[k] = label
+    return values, origin, redefined
+
+
+def read_dotconfig(path: pathlib.Path) -> dict:
+    out = {}
+    for line in path.read_text().splitlines():
+        m = _CONFIG_RE.match(line) or _NOTSET_RE.match(line)
+        if m:
+            out[m.group(1)] = m.group(2) if m.re is _CONFIG_RE else "n"
+    return out
+
+
+def config_mismatches(wanted: dict, final: dict) -> list:
+    """Requested options the final .config does not honour. A requested =m is
+    satisfied by =y (built in); a requested 'not set' by an absent option."""
+    bad = []
+    for k, v in wanted.items():
+        got = final.get(k, "n")
+        if v == got or (v == "m" and got == "y"):
+            continue
+        bad.append((k, v, got))
+    return bad
+
+
+# -- resolving kernels/<name>.toml -------------------------------------------
+
+def _raw(name: str, kernel_dir: pathlib.Path, seen=()) -> tuple[dict, str]:
+    """The toml's table with `extends` resolved (the child's keys win)."""
+    where = f"kernels/{name}.toml"
+    path = kernel_dir / f"{name}.toml"
+    if not path.exists():
+        raise UsageError(f"{seen[-1] if seen else where}.extends: unknown kernel {name!r}")
+    data = load_toml(path)
+    reject_unknown(data, FIELDS, where)
+    parent = optional(data, "extends", str, where)
+    if parent is None:
+        return dict(data), where
+    if parent in seen or parent == name:
+        raise UsageError(f"{where}.extends: {parent!r} makes a cycle")
+    base, _ = _raw(parent, kernel_dir, seen + (where,))
+    if base.get("source", "distro") == "distro":
+        raise UsageError(f"{where}.extends: {parent!r} is the distro kernel; only built kernels can be extended")
+    if "source" in data and data["source"] != base.get("source"):
+        for k in SOURCE_FIELDS.get(base.get("source"), ()):
+            base.pop(k, None)
+    base.pop("description", None)
+    base.pop("localversion", None)     # defaults to -krig-<this name>
+    merged = {**base, **data}
+    merged.pop("extends", None)
+    return merged, where
+
+
+def _path(value: str, base: pathlib.Path) -> pathlib.Path:
+    p = pathlib.Path(os.path.expandvars(os.path.expanduser(value)))
+    return p if p.is_absolute() else base / p
+
+
+def _str_list(data, key, where, default):
+    v = optional(data, key, list, where, default)
+    for x in v:
+        if not isinstance(x, str):
+            raise UsageError(f"{where}.{key}: expected a list of strings, got {x!r}")
+    return list(v)
+
+
+def resolve_spec(name: str, data: dict | None = None, where: str | None = None,
+                 kernel_dir: pathlib.Path = KERNEL_DIR, repro_dir: pathlib.Path = REPRO_DIR) -> KernelSpec:
+    if data is None or "extends" in data:
+        data, where = _raw(name, kernel_dir)
+    where = where or f"kernels/{name}.toml"
+    reject_unknown(data, FIELDS, where)
+    source = require(data, "source", str, where)
+    if source not in SOURCES:
+        raise UsageError(f"{where}.source: {source!r} is not one of distro, {', '.join(SOURCES)}")
+    for s, fields in SOURCE_FIELDS.items():
+        for f in fields:
+            if s != source and f in data:
+                raise UsageError(f"{where}.{f}: only for source = {s!r}, this kernel's source is {source!r}")
+    tarball = tree = None
+    ref = "HEAD"
+    if source == "linux-source":
+        tarball = _path(optional(data, "tarball", str, where, DEFAULT_TARBALL), ROOT)
+    else:
+        tree = _path(optional(data, "tree", str, where) or _missing(where, "tree"), ROOT)
+        ref = optional(data, "ref", str, where, "HEAD")
+    base_config = _str_list(data, "base_config", where, DEFAULT_BASE_CONFIG)
+    if not base_config:
+        raise UsageError(f"{where}.base_config: needs at least one config target (e.g. x86_64_defconfig)")
+
+    fragments = []
+    repros = optional(data, "reproducers", (str, list), where, "all")
+    if isinstance(repros, str):
+        if repros != "all":
+            raise UsageError(f"{where}.reproducers: expected \"all\" or a list of reproducer names, got {repros!r}")
+        names = sorted(p.parent.name for p in repro_dir.glob("*/config"))
+    else:
+        names = _str_list(data, "reproducers", where, [])
+        for n in names:
+            if not (repro_dir / n / "config").exists():
+                raise UsageError(f"{where}.reproducers: {n!r} has no reproducers/{n}/config")
+    fragments += [(f"reproducers/{n}/config", repro_dir / n / "config") for n in names]
+    for f in _str_list(data, "fragments", where, []):
+        p = _path(f, kernel_dir)
+        if not p.is_file():
+            raise UsageError(f"{where}.fragments: {f!r} not found (paths are relative to kernels/)")
+        fragments.append((f"kernels/{f}" if not os.path.isabs(f) else f, p))
+
+    patches = []
+    series = optional(data, "patches", (str, list), where, [])
+    series = [series] if isinstance(series, str) else series
+    allowed = sorted(p.name for p in (kernel_dir / "patches").glob("*") if p.is_dir())
+    for s in series:
+        if not isinstance(s, str):
+            raise UsageError(f"{where}.patches: expected a series name or a list of them, got {s!r}")
+        if not s:
+            continue
+        d = kernel_dir / "patches" / s
+        if not d.is_dir():
+            raise UsageError(f"{where}.patches: series {s!r} not found in kernels/patches/; "
+                             f"allowed: {', '.join(allowed) or '(none)'}")
+        files = sorted(d.glob("*.patch"))
+        if not files:
+            raise UsageError(f"{where}.patches: kernels/patches/{s}/ has no *.patch files")
+        patches += [(s, f) for f in files]
+
+    localversion = optional(data, "localversion", str, where, f"-krig-{name}")
+    if not _LOCALVERSION_RE.match(localversion):
+        raise UsageError(f"{where}.localversion: {localversion!r}: use letters, digits and . _ + -")
+    return KernelSpec(name=name, where=where, source=source, tarball=tarball, tree=tree, ref=ref,
+                      base_config=base_config, fragments=fragments, patches=patches,
+                      localversion=localversion, cmdline=_str_list(data, "cmdline", where, []),
+                      description=optional(data, "description", str, where, ""))
+
+
+def _missing(where, key):
+    raise UsageError(f"{where}: missing required field '{key}'")
+
+
+# -- identity and cache key --------------------------------------------------
+
+def _sha256_file(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tarball_sha256(path: pathlib.Path) -> str:
+    """sha256 of a source tarball, remembered by (path, size, mtime)."""
+    try:
+        st = path.stat()
+    except OSError:
+        raise UsageError(f"{path}: source tarball not found (apt-get install linux-source-6.1, "
+                         "or `make setup`)") from None
+    memo = cache_dir("kbuild") / "tarball-sha256.json"
+    try:
+        known = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        known = {}
+    tag = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    if tag not in known:
+        known[tag] = _sha256_file(path)
+        tmp = memo.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(known, indent=1))
+        tmp.replace(memo)
+    return known[tag]
+
+
+def git(repo, *args, check=True) -> str:
+    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if check and p.returncode != 0:
+        msg = (p.stderr.strip().splitlines() or ["failed"])[-1]
+        raise KrigError(f"git -C {repo} {' '.join(args)}: {msg}")
+    return p.stdout.strip()
+
+
+def resolve_commit(spec: KernelSpec) -> str:
+    if not (spec.tree / ".git").exists() and not (spec.tree / "HEAD").exists():
+        raise UsageError(f"{spec.where}.tree: {spec.tree} is not a git repository")
+    p = subprocess.run(["git", "-C", str(spec.tree), "rev-parse", "--verify", "--quiet",
+                        f"{spec.ref}^{{commit}}"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise UsageError(f"{spec.where}.ref: {spec.ref!r} is not a commit in {spec.tree}")
+    return p.stdout.strip()
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_version() -> str:
+    try:
+        out = subprocess.run(["gcc", "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "gcc: not found"
+    return (out.splitlines() or ["gcc: unknown"])[0]
+
+
+def source_identity(spec: KernelSpec) -> dict:
+    if spec.source == "linux-source":
+        return {"kind": "linux-source", "tarball_sha256": tarball_sha256(spec.tarball)}
+    return {"kind": "git", "commit": resolve_commit(spec)}
+
+
+def localversion_fragment(localversion: str) -> str:
+    return (f'CONFIG_LOCALVERSION="{localversion}"\n'
+            "# CONFIG_LOCALVERSION_AUTO is not set\n")
+
+
+def wanted_config(spec: KernelSpec) -> tuple[dict, dict, list]:
+    values, origin, redefined = merge_fragments(spec.fragments)
+    for k, v in (("CONFIG_LOCALVERSION", f'"{spec.localversion}"'), ("CONFIG_LOCALVERSION_AUTO", "n")):
+        values[k] = v
+        origin[k] = f"{spec.where}.localversion"
+    return values, origin, redefined
+
+
+def build_inputs(spec: KernelSpec, identity: dict | None = None) -> dict:
+    """Everything that decides what comes out of a build (hashed into the key)."""
+    values, _, _ = wanted_config(spec)
+    return {
+        "recipe": RECIPE, "arch": ARCH, "compiler": compiler_version(),
+        "source": identity or source_identity(spec),
+        "base_config": list(spec.base_config),
+        "config": dict(sorted(values.items())),
+        "patches": [{"series": s, "name": p.name, "sha256": _sha256_file(p)} for s, p in spec.patches],
+    }
+
+
+def cache_key(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def kernel_cache(key: str) -> pathlib.Path:
+    return cache_dir("kernels") / key
+
+
+# -- loading a built kernel ---------------------------------------------------
+
+def load_built_kernel(name: str, data: dict, where: str):
+    """krig.kernels.Kernel for a kernel built by `make kernel KERNEL=name`."""
+    from .kernels import Kernel
+    spec = resolve_spec(name, data, where)
+    key = cache_key(build_inputs(spec))
+    out = kernel_cache(key)
+    meta_path = out / "build.json"
+    if not meta_path.exists():
+        raise KernelNotBuilt(f"kernel {name} is not built; run `make kernel KERNEL={name}` "
+                             f"(cache key {key})")
+    meta = json.loads(meta_path.read_text())
+    release = meta["release"]
+    return Kernel(name=name, release=release, image=out / "bzImage",
+                  modules_dir=out / "mod" / "lib" / "modules" / release, config=out / "config",
+                  cmdline=list(spec.cmdline), description=spec.description)
+
+
+def status(name: str) -> dict:
+    spec = resolve_spec(name)
+    key = cache_key(build_inputs(spec))
+    meta = kernel_cache(key) / "build.json"
+    out = {"name": name, "key": key, "built": meta.exists(), "dir": str(kernel_cache(key))}
+    if meta.exists():
+        out.update({k: v for k, v in json.loads(meta.read_text()).items()
+                    if k in ("release", "seconds", "finished", "incremental")})
+    return out
+
+
+def buildable_kernels(kernel_dir: pathlib.Path = KERNEL_DIR) -> list:
+    out = []
+    for p in sorted(kernel_dir.glob("*.toml")):
+        try:
+            data = load_toml(p)
+        except UsageError:
+            continue
+        if data.get("source", "distro") != "distro":
+            out.append(p.stem)
+    return out
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def build(name: str, force: bool = False, log=say) -> dict:
+    from .kbuild_tree import build_kernel
+    path = KERNEL_DIR / f"{name}.toml"
+    if not path.exists():
+        raise UsageError(f"KERNEL={name!r}: unknown kernel; buildable: {', '.join(buildable_kernels()) or '(none)'}")
+    data = load_toml(path)
+    if data.get("source", "distro") == "distro":
+        raise UsageError(f"KERNEL={name}: kernels/{name}.toml is the distro's packaged kernel, nothing to "
+                         f"build; buildable: {', '.join(buildable_kernels()) or '(none)'}")
+    spec = resolve_spec(name)
+    return build_kernel(spec, force=force, log=log)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m krig.kbuild", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build a kernel (no-op when the cache has it)")
+    b.add_argument("names", nargs="+")
+    b.add_argument("--force", action="store_true", help="rebuild even if the cache has it")
+    s = sub.add_parser("status", help="cache key and build state of kernels")
+    s.add_argument("names", nargs="*")
+    a = ap.parse_args(argv)
+    try:
+        if a.cmd == "build":
+            for n in a.names:
+                meta = build(n, force=a.force)
+                print(f"kernel {n}: {meta['release']} in {meta['dir']}")
+        else:
+            for n in a.names or buildable_kernels():
+                st = status(n)
+                state = f"built {st['release']}" if st["built"] else f"not built (make kernel KERNEL={n})"
+                print(f"{n:40s} {st['key']}  {state}")
+    except KrigError as e:
+        print(f"krig: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("krig: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,417 @@
+"""Build trees: where krig compiles kernels, and how it avoids compiling twice.
+
+One in-tree build directory per source origin (a tarball's sha256, or a git
+repository), under $KRIG_CACHE/kbuild/trees/, serialised by a lock file. All
+kernels of one origin are built in that one tree, one after the other:
+
+- linux-source: the tarball is extracted once (kbuild/src/), the tree starts
+  as a copy of it. Before a build the files the previous patch series touched
+  are copied back from the pristine source (fresh mtime) and the new series
+  is applied, so make recompiles only the objects that depend on files that
+  changed (plus the few that depend on CONFIG_LOCALVERSION) and relinks.
+- git: the tree is a checkout sharing the repository's objects
+  (objects/info/alternates) moved between commits with `git reset --hard`,
+  which rewrites only files that differ. A new git tree is seeded with
+  `cp -a` (timestamps preserved) of the most recently built tree, then
+  adopted by git (read-tree + update-index --refresh): files identical to
+  the commit keep their old mtime, so their objects are reused.
+
+The final kernel (bzImage, .config, System.map, modules) is copied out to
+$KRIG_CACHE/kernels/<key>/; the tree stays for the next build.
+"""
+import contextlib
+import fcntl
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import time
+
+from .errors import KrigError, UsageError
+from .kbuild import (ARCH, KernelSpec, _sha256_file, build_inputs, cache_key, config_mismatches, git, kernel_cache,
+                     localversion_fragment, read_dotconfig, source_identity, wanted_config)
+from .paths import cache_dir
+from .results import now
+
+STRIP_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "GNUMAKEFLAGS", "O", "KBUILD_OUTPUT",
+             "ARCH", "SRCARCH", "CROSS_COMPILE", "LOCALVERSION", "KERNELRELEASE", "KCONFIG_CONFIG", "CC")
+HEARTBEAT = 60.0
+
+
+def clean_env() -> dict:
+    """The environment for the kernel's make: nothing inherited from an outer make."""
+    env = {k: v for k, v in os.environ.items() if k not in STRIP_ENV}
+    path = env.get("PATH", "/usr/bin:/bin")
+    for extra in ("/usr/sbin", "/sbin"):
+        if extra not in path.split(":"):
+            path += ":" + extra
+    # LOCALVERSION set but empty: no "+" appended to the release in git trees.
+    env.update(PATH=path, KBUILD_BUILD_USER="krig", KBUILD_BUILD_HOST="krig", LC_ALL="C", LOCALVERSION="")
+    return env
+
+
+def run_logged(argv, cwd, logf, log=print, what="", env=None) -> int:
+    """Run argv with output appended to logf; print a heartbeat line every minute."""
+    with open(logf, "ab") as f:
+        f.write(f"\n$ {' '.join(map(str, argv))}    (cwd {cwd}, {now()})\n".encode())
+        f.flush()
+        p = subprocess.Popen(argv, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, env=env or clean_env())
+        t0 = last = time.monotonic()
+        try:
+            while p.poll() is None:
+                time.sleep(1)
+                if what and time.monotonic() - last >= HEARTBEAT:
+                    last = time.monotonic()
+                    log(f"kbuild: {what}: {(last - t0) / 60:.0f} min, at {_last_step(logf)}")
+        except BaseException:
+            p.terminate()
+            p.wait()
+            raise
+    return p.returncode
+
+
+def _last_step(logf) -> str:
+    with open(logf, "rb") as f:
+        f.seek(max(0, os.path.getsize(logf) - 4096))
+        lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.startswith("  ")]
+    return lines[-1] if lines else "..."
+
+
+def first_error(logf, start: int = 0) -> str:
+    text = pathlib.Path(logf).read_text(errors="replace")[start:]
+    for pat in (r"^.*\berror:.*$", r"^.*\*\*\*.*$", r"^.*Error \d+.*$"):
+        m = re.search(pat, text, re.M)
+        if m:
+            return m.group(0).strip()[:300]
+    tail = text.strip().splitlines()[-1:] or ["no output"]
+    return tail[0][:300]
+
+
+@contextlib.contextmanager
+def locked(path: pathlib.Path, log=print, what="", block=True):
+    f = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not block:
+                raise
+            log(f"kbuild: waiting for {what or path} (another build holds it)")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+    finally:
+        f.close()
+
+
+# -- sources -----------------------------------------------------------------
+
+def pristine_dir(tarball: pathlib.Path, sha: str) -> pathlib.Path:
+    stem = re.sub(r"\.tar(\.\w+)?$", "", tarball.name)
+    return cache_dir("kbuild", "src") / f"{stem}-{sha[:12]}"
+
+
+def ensure_pristine(tarball: pathlib.Path, sha: str, log=print) -> pathlib.Path:
+    """The tarball extracted once (top directory stripped); never built in."""
+    dest = pristine_dir(tarball, sha)
+    if dest.is_dir():
+        return dest
+    with locked(cache_dir("kbuild", "locks") / f"src-{sha[:12]}.lock", log, "the source extraction"):
+        if dest.is_dir():
+            return dest
+        tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        log(f"kbuild: extracting {tarball} into {dest}")
+        p = subprocess.run(["tar", "-xf", str(tarball), "-C", str(tmp), "--strip-components=1"],
+                           capture_output=True, text=True)
+        if p.returncode != 0 or not (tmp / "Makefile").exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise KrigError(f"cannot extract {tarball}: {p.stderr.strip()[:300] or 'no Makefile inside'}")
+        tmp.rename(dest)
+    return dest
+
+
+def origin_of(spec: KernelSpec, identity: dict) -> tuple[str, dict]:
+    if spec.source == "linux-source":
+        sha = identity["tarball_sha256"]
+        return f"src-{sha[:16]}", {"kind": "linux-source", "tarball": str(spec.tarball), "sha256": sha}
+    repo = str(spec.tree.resolve())
+    return f"git-{cache_key({'repo': repo})}", {"kind": "git", "repo": repo}
+
+
+def _state_path(tree: pathlib.Path) -> pathlib.Path:
+    return tree.with_name(tree.name + ".json")
+
+
+def load_state(tree: pathlib.Path) -> dict:
+    try:
+        return json.loads(_state_path(tree).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def save_state(tree: pathlib.Path, state: dict):
+    p = _state_path(tree)
+    tmp = p.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(state, indent=1))
+    tmp.replace(p)
+
+
+def _seed_candidates(exclude: pathlib.Path) -> list:
+    trees = []
+    for sp in cache_dir("kbuild", "trees").glob("*.json"):
+        tree = sp.with_suffix("")
+        try:
+            st = json.loads(sp.read_text())
+        except (OSError, ValueError):
+            continue
+        if tree != exclude and tree.is_dir() and st.get("built"):
+            trees.append((st.get("last_used", 0), tree))
+    return [t for _, t in sorted(trees, reverse=True)]
+
+
+def copy_tree(src: pathlib.Path, dst: pathlib.Path, log=print) -> None:
+    tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    t0 = time.monotonic()
+    p = subprocess.run(["cp", "-a", str(src), str(tmp)], capture_output=True, text=True)
+    if p.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise KrigError(f"cp -a {src} {tmp}: {p.stderr.strip()[:300]}")
+    tmp.rename(dst)
+    log(f"kbuild: copied {src.name} -> {dst.name} in {time.monotonic() - t0:.0f}s (timestamps kept)")
+
+
+def create_tree(tree: pathlib.Path, origin: dict, log=print) -> dict:
+    """A new build tree for an origin. Returns its fresh state."""
+    if origin["kind"] == "linux-source":
+        pristine = ensure_pristine(pathlib.Path(origin["tarball"]), origin["sha256"], log)
+        copy_tree(pristine, tree, log)
+        return {"origin": origin, "pristine": str(pristine), "seeded_from": None}
+    seeded = None
+    for cand in _seed_candidates(tree):
+        try:
+            with locked(cand.with_name(cand.name + ".lock"), block=False):
+                copy_tree(cand, tree, log)
+        except BlockingIOError:
+            continue
+        shutil.rmtree(tree / ".git", ignore_errors=True)
+        seeded = str(cand)
+        break
+    if seeded is None:
+        tree.mkdir(parents=True)
+    git(tree, "init", "-q")
+    objects = pathlib.Path(git(origin["repo"], "rev-parse", "--path-format=absolute", "--git-common-dir")) / "objects"
+    (tree / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+    return {"origin": origin, "seeded_from": seeded, "adopt": seeded is not None}
+
+
+# -- patches -------------------------------------------------------------------
+
+def patch_targets(patch: pathlib.Path) -> list:
+    """Paths (strip 1) a unified diff touches, in order."""
+    out = []
+    lines = patch.read_text(errors="replace").splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("+++ ") and i > 0 and lines[i - 1].startswith("--- "):
+            new = line[4:].split("\t")[0].strip()
+            old = lines[i - 1][4:].split("\t")[0].strip()
+            name = old if new == "/dev/null" else new
+            parts = name.split("/", 1)
+            if len(parts) == 2 and parts[1] not in out:
+                out.append(parts[1])
+    return out
+
+
+def patch_error(label: str, output: str) -> str:
+    """GNU patch's output of a failed (dry) run -> one line naming the file and hunk."""
+    current, failed = None, []
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^(?:checking|patching) file (.+?)(?: \(read from .*\))?$", line)
+        if m:
+            current = m.group(1).strip("'")
+        m = re.match(r"^Hunk #(\d+) FAILED at (\d+)", line)
+        if m:
+            failed.append(f"{current}: hunk #{m.group(1)} FAILED at line {m.group(2)}")
+        if line.startswith("can't find file to patch"):
+            name = next((ln[5:].split("\t")[0] for ln in lines[i:] if ln.startswith("|+++ ")), "?")
+            failed.append(f"{name.split('/', 1)[-1]}: no such file in the source")
+        if "Reversed (or previously applied) patch detected" in line:
+            failed.append(f"{current}: already applied (reversed patch detected)")
+        if "malformed patch" in line or "Only garbage was found" in line:
+            failed.append(f"malformed patch ({line.split('**** ')[-1].strip()})")
+    if not failed:
+        tail = [ln for ln in lines if ln.strip()][-1:] or ["patch failed without output"]
+        failed.append(tail[0].strip())
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    return f"{label} does not apply: {failed[0]}{more}"
+
+
+def apply_patch(tree: pathlib.Path, patch: pathlib.Path, label: str, state: dict) -> None:
+    """Dry-run, then apply; files touched are recorded in state (modified/created)."""
+    argv = ["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-d", str(tree), "-i", str(patch)]
+    p = subprocess.run(argv + ["--dry-run"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise UsageError(patch_error(label, p.stdout + p.stderr))
+    for rel in patch_targets(patch):
+        key = "modified" if (tree / rel).exists() else "created"
+        if rel not in state.setdefault(key, []):
+            state[key].append(rel)
+    p = subprocess.run(argv, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise UsageError(patch_error(label, p.stdout + p.stderr))
+
+
+def restore(tree: pathlib.Path, state: dict) -> None:
+    """Undo the previous patch series. Files get a fresh mtime so make rebuilds them."""
+    pristine = state.get("pristine")
+    for rel in state.get("created", []):
+        (tree / rel).unlink(missing_ok=True)
+    if pristine:
+        for rel in state.get("modified", []):
+            src, dst = pathlib.Path(pristine, rel), tree / rel
+            if src.exists():
+                dst.unlink(missing_ok=True)
+                shutil.copyfile(src, dst)
+                shutil.copymode(src, dst)
+    state.update(applied=[], modified=[], created=[])
+
+
+def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dict, log=print) -> None:
+    """Bring the tree to spec's source + patch series, touching as few files as possible."""
+    want = [[s, p.name, _sha256_file(p)] for s, p in spec.patches]
+    same_source = state.get("source") == identity
+    if same_source and state.get("applied") == want and not state.get("adopt"):
+        return
+    if spec.source == "git":
+        for rel in state.get("created", []):
+            (tree / rel).unlink(missing_ok=True)
+        if state.pop("adopt", False):
+            log("kbuild: adopting the seeded tree into git (hashing its files once)")
+            git(tree, "read-tree", identity["commit"])
+            subprocess.run(["git", "-C", str(tree), "update-index", "-q", "--refresh"], capture_output=True)
+        git(tree, "reset", "-q", "--hard", identity["commit"])
+        state.update(applied=[], modified=[], created=[])
+    else:
+        restore(tree, state)
+    state["source"] = identity
+    save_state(tree, state)
+    for (series, patch), entry in zip(spec.patches, want):
+        try:
+            apply_patch(tree, patch, f"kernels/patches/{series}/{patch.name}", state)
+        finally:
+            save_state(tree, state)
+        state["applied"].append(entry)
+    save_state(tree, state)
+
+
+# -- configure, make, install --------------------------------------------------
+
+def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print) -> None:
+    for target in spec.base_config:
+        if run_logged(["make", f"ARCH={ARCH}", target], tree, logf) != 0:
+            raise KrigError(f"{spec.where}.base_config: `make {target}` failed: {first_error(logf)}; log: {logf}")
+    lv = tree / ".krig-localversion.config"
+    lv.write_text(localversion_fragment(spec.localversion))
+    argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config"] + [str(p) for _, p in spec.fragments] + [str(lv)]
+    if run_logged(argv, tree, logf) != 0:
+        raise KrigError(f"{spec.where}: merge_config.sh failed: {first_error(logf)}; log: {logf}")
+    if run_logged(["make", f"ARCH={ARCH}", "olddefconfig"], tree, logf) != 0:
+        raise KrigError(f"{spec.where}: `make olddefconfig` failed: {first_error(logf)}; log: {logf}")
+    wanted, origin, redefined = wanted_config(spec)
+    with open(logf, "a") as f:
+        for label, k, old, new in redefined:
+            f.write(f"krig: {label} redefines {k}: {old} -> {new}\n")
+    bad = config_mismatches(wanted, read_dotconfig(tree / ".config"))
+    if bad:
+        with open(logf, "a") as f:
+            for k, v, got in bad:
+                f.write(f"krig: {k}={v} from {origin[k]} is {got} in the final .config\n")
+        k, v, got = bad[0]
+        more = f" (and {len(bad) - 1} more, see {logf})" if len(bad) > 1 else f" (log: {logf})"
+        raise UsageError(f"{spec.where}: {k}={v} requested by {origin[k]} is "
+                         f"{'not set' if got == 'n' else got} in the final .config: a dependency is missing "
+                         f"or the option does not exist in this source{more}")
+
+
+def make_kernel(tree: pathlib.Path, spec: KernelSpec, logf, log=print) -> None:
+    jobs = os.environ.get("KRIG_JOBS") or str(os.cpu_count() or 1)
+    targets = ["bzImage"] + (["modules"] if read_dotconfig(tree / ".config").get("CONFIG_MODULES") == "y" else [])
+    start = os.path.getsize(logf)
+    argv = ["nice", "-n", "10", "make", f"ARCH={ARCH}", f"-j{jobs}", *targets]
+    if run_logged(argv, tree, logf, log, what=f"building {spec.name}") != 0:
+        raise KrigError(f"kernel {spec.name}: build failed: {first_error(logf, start)}; log: {logf}")
+
+
+def install(tree: pathlib.Path, out: pathlib.Path, logf) -> str:
+    env = clean_env()
+    p = subprocess.run(["make", "-s", f"ARCH={ARCH}", "kernelrelease"], cwd=tree, capture_output=True,
+                       text=True, env=env)
+    release = p.stdout.strip()
+    if p.returncode != 0 or not release:
+        raise KrigError(f"`make -s kernelrelease` failed in {tree}: {p.stderr.strip()[:200]}")
+    out.mkdir(parents=True)
+    shutil.copyfile(tree / "arch/x86/boot/bzImage", out / "bzImage")
+    shutil.copyfile(tree / ".config", out / "config")
+    shutil.copyfile(tree / "System.map", out / "System.map")
+    if read_dotconfig(tree / ".config").get("CONFIG_MODULES") == "y":
+        argv = ["make", f"ARCH={ARCH}", "modules_install", f"INSTALL_MOD_PATH={out / 'mod'}", "INSTALL_MOD_STRIP=1"]
+        if run_logged(argv, tree, logf) != 0:
+            raise KrigError(f"`make modules_install` failed: {first_error(logf)}; log: {logf}")
+        moddir = out / "mod" / "lib" / "modules" / release
+        for link in ("build", "source"):
+            (moddir / link).unlink(missing_ok=True)
+    else:
+        (out / "mod" / "lib" / "modules" / release).mkdir(parents=True)
+    return release
+
+
+def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
+    identity = source_identity(spec)
+    inputs = build_inputs(spec, identity)
+    key = cache_key(inputs)
+    out = kernel_cache(key)
+    if (out / "build.json").exists() and not force:
+        meta = json.loads((out / "build.json").read_text())
+        log(f"kbuild: {spec.name} is built ({meta['release']}, key {key}); nothing to do")
+        return {**meta, "dir": str(out)}
+    tree_id, origin = origin_of(spec, identity)
+    tree = cache_dir("kbuild", "trees") / tree_id
+    logf = cache_dir("kbuild", "logs") / f"{spec.name}-{key}.log"
+    logf.write_text(f"krig kbuild {spec.name} key {key} {now()}\n{json.dumps(inputs, indent=1)}\n")
+    t0 = time.monotonic()
+    with locked(tree.with_name(tree.name + ".lock"), log, f"build tree {tree_id}"):
+        state = load_state(tree)
+        if not tree.is_dir():
+            state = create_tree(tree, origin, log)
+            save_state(tree, state)
+        incremental = bool(state.get("built")) or bool(state.get("seeded_from"))
+        log(f"kbuild: {spec.name}: key {key}, tree {tree} "
+            f"({'incremental' if incremental else 'full build'}), log {logf}")
+        sync_source(tree, spec, identity, state, log)
+        t_cfg = time.monotonic()
+        configure(tree, spec, logf, log)
+        t_make = time.monotonic()
+        make_kernel(tree, spec, logf, log)
+        t_inst = time.monotonic()
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        release = install(tree, tmp, logf)
+        state.update(built=True, last_used=time.time(), last_kernel=spec.name)
+        save_state(tree, state)
+    took = time.monotonic() - t0
+    meta = {"name": spec.name, "key": key, "release": release, "finished": now(),
+            "incremental": incremental, "tree": str(tree), "seeded_from": state.get("seeded_from"),
+            "seconds": {"total": round(took, 1), "prepare": round(t_cfg - t0, 1),
+                        "configure": round(t_make - t_cfg, 1), "make": round(t_inst - t_make, 1)},
+            "inputs": inputs, "log": str(logf)}
+    shutil.copyfile(logf, tmp / "build.log")
+    (tmp / "build.json").write_text(json.dumps(meta, indent=1) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    log(f"kbuild: {spec.name}: built {release} in {took / 60:.1f} min (make {meta['seconds']['make']:.0f}s) -> {out}")
+    return {**meta, "dir": str(out)}

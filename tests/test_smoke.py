@@ -1,0 +1,89 @@
+"""The three seed reproducers' smoke presets on the default rig and kernel.
+
+Expected on Debian's 6.1 (both fixes in, no negative-dentry cap):
+unlink-dentry-growth PASS, neg-dentry-flood FAIL, xfs-ail-storm PASS.
+Each run is shared by the tests of its reproducer (module-scoped).
+"""
+import json
+import re
+import subprocess
+
+import pytest
+
+from conftest import KRIG, ROOT, krig_run, qemu_pids, run_dir_of
+from krig.reproducer import load_reproducer
+
+pytestmark = pytest.mark.smoke
+
+EXPECTED = {"unlink-dentry-growth": (0, "PASS"), "neg-dentry-flood": (1, "FAIL"), "xfs-ail-storm": (0, "PASS")}
+
+
+@pytest.fixture(scope="module", params=sorted(EXPECTED))
+def smoke_run(request, tmp_path_factory):
+    name = request.param
+    tmp = tmp_path_factory.mktemp(name)
+    p = krig_run(tmp, name, "--preset", "smoke", timeout=1500)
+    assert not qemu_pids(str(tmp)), "qemu left behind"
+    return name, p, run_dir_of(p)
+
+
+def test_expected_verdict(smoke_run):
+    name, p, d = smoke_run
+    code, verdict = EXPECTED[name]
+    v = json.loads((d / "verdict.json").read_text())
+    assert v["verdict"] == verdict, f"{name}: {v['verdict']}: {v['reason']}"
+    assert p.returncode == code
+
+
+def test_every_declared_metric(smoke_run):
+    name, _, d = smoke_run
+    repro = load_reproducer(name)
+    metrics = json.loads((d / "metrics.json").read_text())
+    for m, meta in repro.metrics.items():
+        assert m in metrics, f"{name}: metric {m} missing"
+        assert metrics[m]["unit"] == meta["unit"] and metrics[m]["better"] == meta["better"]
+
+
+def test_junit_one_case_per_threshold(smoke_run):
+    name, _, d = smoke_run
+    junit = (d / "junit.xml").read_text()
+    assert junit.count("<testcase") == len(load_reproducer(name).thresholds)
+    assert 'name="kernel"' in junit and 'name="accel"' in junit
+
+
+def test_samples_during_run(smoke_run):
+    _, _, d = smoke_run
+    lines = (d / "samples.tsv").read_text().splitlines()
+    header = lines[0].split("\t")
+    assert {"nr_negative", "dentry_slab_bytes", "mem_available_kb", "xfs_log_force", "scratch_ffree"} <= set(header)
+    assert len(lines) > 10
+    assert all(len(line.split("\t")) == len(header) for line in lines[1:])
+
+
+def test_trace_present_and_counts_match_trace_cmd(smoke_run):
+    """krig trace stats agrees with `trace-cmd report | grep | wc -l` for every event recorded."""
+    name, _, d = smoke_run
+    events = load_reproducer(name).trace_events
+    if not events:
+        assert not (d / "trace.dat").exists()
+        return
+    trace = d / "trace.dat"
+    assert trace.stat().st_size > 0
+    report = subprocess.run(["trace-cmd", "report", "-i", str(trace)], capture_output=True, text=True,
+                            timeout=600).stdout
+    for ev in events:
+        short = ev.split(":")[1]
+        want = len(re.findall(rf"\s{short}:\s", report))
+        p = subprocess.run(KRIG + ["trace", "stats", str(trace), "--event", ev, "--json"],
+                           capture_output=True, text=True, cwd=ROOT)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["count"] == want, ev
+
+
+def test_check_reproduces_verdict(smoke_run, krig_cli):
+    """`krig check` re-judges the run without a rig and comes to the same verdict."""
+    name, p, d = smoke_run
+    before = json.loads((d / "verdict.json").read_text())["verdict"]
+    again = krig_cli("check", str(d))
+    assert again.returncode == p.returncode
+    assert again.stdout.startswith(before)
