@@ -61,8 +61,10 @@ $(dir $(1))bin/$(basename $(notdir $(1))): $(1)
 endef
 $(foreach s,$(HELPER_SRCS),$(eval $(call helper_rule,$(s))))
 
+# pytest exit 5 means no test ran: that is a failure here, never a pass.
 test: helpers python
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 test-fast: helpers python
 	$(PY) -m pytest -m "not guest and not smoke and not ipmi" $(PYTEST_ARGS)

@@ -246,7 +246,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m krig.bisect", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="bisect TREE between GOOD and BAD with a reproducer")
-    r.add_argument("--tree", required=True)
+    r.add_argument("--tree", help="git tree (default: the bisect-demo repository, if made)")
     r.add_argument("--good", required=True)
     r.add_argument("--bad", required=True)
     r.add_argument("--repro", required=True)
@@ -275,6 +275,11 @@ def main(argv=None) -> int:
                 traceback.print_exc()
                 return ABORT
         if a.cmd == "run":
+            if not a.tree:
+                from .bisect_demo import existing_demo_repo
+                a.tree = existing_demo_repo()
+                if not a.tree:
+                    raise UsageError("TREE= is required (a git tree of the kernel); `make bisect-demo` makes one")
             res = bisect(a.tree, a.good, a.bad, a.repro, a.preset, a.repeat, a.like, a.rig, a.set)
             return 0 if res["first_bad"] else 1
         from .bisect_demo import demo

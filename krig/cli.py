@@ -49,12 +49,19 @@ def cmd_list(a) -> int:
         except KrigError as e:
             print(f"  {n:24s} INVALID: {e}")
     print("kernels:")
+    not_built = False
     for n in kernel_names():
         try:
             k = load_kernel(n)
-            print(f"  {n:24s} {k.release:24s} {k.description}")
+            print(f"  {n:32s} {k.release:40s} {k.description}")
         except KrigError as e:
-            print(f"  {n:24s} (not available: {e})")
+            if type(e).__name__ == "KernelNotBuilt":
+                print(f"  {n:32s} {'(not built)':40s} {e.description}")
+                not_built = True
+            else:
+                print(f"  {n:32s} (not available: {e})")
+    if not_built:
+        print("  (build one with `make kernel KERNEL=<name>`)")
     return 0
 
 

@@ -44,6 +44,10 @@ _NOTSET_RE = re.compile(r"^# (CONFIG_[A-Za-z0-9_]+) is not set$")
 class KernelNotBuilt(UsageError):
     """A kernel described by a toml that has not been built yet."""
 
+    def __init__(self, message: str, description: str = ""):
+        super().__init__(message)
+        self.description = description
+
 
 @dataclasses.dataclass
 class KernelSpec:
@@ -337,16 +341,17 @@ def kernel_cache(key: str) -> pathlib.Path:
 
 # -- loading a built kernel ---------------------------------------------------
 
-def load_built_kernel(name: str, data: dict, where: str):
+def load_built_kernel(name: str, data: dict, where: str, kernel_dir: pathlib.Path = KERNEL_DIR,
+                      repro_dir: pathlib.Path = REPRO_DIR):
     """krig.kernels.Kernel for a kernel built by `make kernel KERNEL=name`."""
     from .kernels import Kernel
-    spec = resolve_spec(name, data, where)
+    spec = resolve_spec(name, data, where, kernel_dir, repro_dir)
     key = cache_key(build_inputs(spec))
     out = kernel_cache(key)
     meta_path = out / "build.json"
     if not meta_path.exists():
         raise KernelNotBuilt(f"kernel {name} is not built; run `make kernel KERNEL={name}` "
-                             f"(cache key {key})")
+                             f"(cache key {key})", spec.description)
     meta = json.loads(meta_path.read_text())
     release = meta["release"]
     return Kernel(name=name, release=release, image=out / "bzImage",

@@ -1,0 +1,135 @@
+"""`make bisect-demo`: a small git history of Debian's 6.1 source with one bad
+commit (the rmdir-keeps-children patch), bisected with unlink-dentry-growth.
+
+The history is a bare repository in $KRIG_CACHE/bisect-demo/ (made once, with
+fixed author dates, so its commit ids are the same on every machine with the
+same tarball):
+
+    1 Import Debian linux-source-6.1          <- tag krig-demo-good
+    2 Documentation: a note                   (no object changes)
+    3 xfs: a comment in xfs_icache.c          (one object)
+    4 vfs: rmdir-keeps-children               <- the first bad commit
+    5 mm: a comment in vmscan.c               (one object)
+    6 Documentation: another note             <- tag krig-demo-bad
+
+The build tree of the first step is seeded from the most recently built krig
+tree (linux-6.1), so no step compiles more than a few files.
+"""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import time
+
+from . import KERNEL_DIR
+from .errors import KrigError
+from .paths import cache_dir
+
+CULPRIT = "vfs: do not prune a removed directory's children in vfs_rmdir() (demo regression)"
+COMMITS = [
+    ("Documentation: say that this tree is krig's bisect demo",
+     "append", "Documentation/filesystems/vfs.rst", "\n.. krig bisect demo: a harmless documentation change.\n"),
+    ("xfs: add a comment to xfs_icache.c (demo, harmless)",
+     "append", "fs/xfs/xfs_icache.c", "\n/* krig bisect demo: a harmless comment, one object rebuilds. */\n"),
+    (CULPRIT, "patch", "rmdir-keeps-children", None),
+    ("mm: add a comment to vmscan.c (demo, harmless)",
+     "append", "mm/vmscan.c", "\n/* krig bisect demo: another harmless comment. */\n"),
+    ("Documentation: a second note for the bisect demo",
+     "append", "Documentation/filesystems/vfs.rst", "\n.. krig bisect demo: a second documentation change.\n"),
+]
+
+
+def _git(repo, *args, input=None, env=None, work_tree=None) -> str:
+    argv = ["git", f"--git-dir={repo}"] + ([f"--work-tree={work_tree}"] if work_tree else []) + list(args)
+    p = subprocess.run(argv, input=input, capture_output=True, env=env)
+    if p.returncode != 0:
+        raise KrigError(f"{' '.join(argv[:4])}...: {p.stderr.decode(errors='replace').strip()[-300:]}")
+    return p.stdout.decode().strip()
+
+
+def _commit(repo, message, parent, n) -> str:
+    date = f"2024-01-{n:02d}T12:00:00+0000"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "krig demo", "GIT_AUTHOR_EMAIL": "krig@localhost",
+           "GIT_COMMITTER_NAME": "krig demo", "GIT_COMMITTER_EMAIL": "krig@localhost",
+           "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+    tree = _git(repo, "write-tree")
+    return _git(repo, "commit-tree", tree, *(["-p", parent] if parent else []), "-m", message, env=env)
+
+
+def _put(repo, path: str, data: bytes):
+    blob = _git(repo, "hash-object", "-w", "--stdin", f"--path={path}", input=data)
+    _git(repo, "update-index", "--cacheinfo", f"100644,{blob},{path}")
+
+
+def existing_demo_repo() -> str | None:
+    repos = sorted(cache_dir("bisect-demo").glob("*.git/krig-demo.json"))
+    return str(repos[-1].parent) if repos else None
+
+
+def make_demo_repo(log=print) -> tuple[pathlib.Path, dict]:
+    from .kbuild import DEFAULT_TARBALL, tarball_sha256
+    from .kbuild_tree import apply_patch, ensure_pristine, patch_targets
+    tarball = pathlib.Path(DEFAULT_TARBALL)
+    sha = tarball_sha256(tarball)
+    repo = cache_dir("bisect-demo") / f"linux-6.1-{sha[:12]}.git"
+    info_path = repo / "krig-demo.json"
+    if info_path.exists():
+        return repo, json.loads(info_path.read_text())
+    pristine = ensure_pristine(tarball, sha, log)
+    tmp = repo.with_name(repo.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    t0 = time.monotonic()
+    log(f"bisect-demo: importing {pristine} into {repo} (once)")
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp)], check=True)
+    _git(tmp, "-c", "core.looseCompression=1", "add", "-A", "-f", ".", work_tree=pristine)
+    commits = [_commit(tmp, "Import Debian linux-source-6.1 (krig bisect demo base)", None, 1)]
+    culprit = None
+    for i, (msg, kind, what, text) in enumerate(COMMITS, 2):
+        if kind == "append":
+            old = subprocess.run(["git", f"--git-dir={tmp}", "cat-file", "blob", f"{commits[-1]}:{what}"],
+                                 capture_output=True, check=True).stdout
+            _put(tmp, what, old + text.encode())
+        else:
+            patch = sorted((KERNEL_DIR / "patches" / what).glob("*.patch"))
+            with tempfile.TemporaryDirectory() as td:
+                files = [f for p in patch for f in patch_targets(p)]
+                for f in files:
+                    dst = pathlib.Path(td, f)
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(pristine / f, dst)
+                for p in patch:
+                    apply_patch(pathlib.Path(td), p, f"kernels/patches/{what}/{p.name}", {})
+                for f in files:
+                    _put(tmp, f, pathlib.Path(td, f).read_bytes())
+        commits.append(_commit(tmp, msg, commits[-1], i))
+        if msg == CULPRIT:
+            culprit = commits[-1]
+    _git(tmp, "update-ref", "refs/heads/master", commits[-1])
+    _git(tmp, "update-ref", "refs/tags/krig-demo-good", commits[0])
+    _git(tmp, "update-ref", "refs/tags/krig-demo-bad", commits[-1])
+    info = {"good": "krig-demo-good", "bad": "krig-demo-bad", "culprit": culprit, "commits": commits,
+            "import_seconds": round(time.monotonic() - t0, 1)}
+    (tmp / "krig-demo.json").write_text(json.dumps(info, indent=1) + "\n")
+    tmp.rename(repo)
+    log(f"bisect-demo: {len(commits)} commits in {time.monotonic() - t0:.0f}s; first bad is {culprit[:12]}")
+    return repo, info
+
+
+def demo(repro: str = "unlink-dentry-growth", preset: str | None = "smoke", repeat: int = 1) -> int:
+    from .bisect import bisect
+    t0 = time.monotonic()
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    repo, info = make_demo_repo(say)
+    say(f"bisect-demo: bisecting {repo} {info['good']}..{info['bad']} with {repro} "
+        f"preset {preset}; expecting {info['culprit'][:12]} ({CULPRIT})")
+    res = bisect(str(repo), info["good"], info["bad"], repro, preset, repeat)
+    took = (time.monotonic() - t0) / 60
+    if res["first_bad"] == info["culprit"]:
+        say(f"bisect-demo: OK: first bad commit {res['first_bad'][:12]} ({CULPRIT}) in {took:.1f} min; "
+            f"log {res['log']}")
+        return 0
+    say(f"bisect-demo: WRONG: bisect named {res['first_bad'] or 'nothing'}, expected {info['culprit']} "
+        f"({took:.1f} min); log {res['log']}")
+    return 1

@@ -1,0 +1,34 @@
+# Kernels built from source, and bisection with a reproducer as the oracle.
+# Included by the top Makefile (which defines PY, KERNEL, REPRO, PRESET and
+# the `python` and `helpers` targets). Builds run under `nice -n 10`.
+#
+#   make kernel KERNEL=linux-6.1      build one kernel (cached: never built twice)
+#   make kernels                      build every kernels/*.toml that is not the distro's
+#   make kernel-status                cache key and state of each buildable kernel
+#   make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=linux-6.1]
+#   make bisect-demo                  make a 6-commit 6.1 history with one bad commit and bisect it
+TREE ?=
+GOOD ?=
+BAD ?=
+REPEAT ?= 1
+LIKE ?= linux-6.1
+
+.PHONY: kernel kernels kernel-status bisect bisect-demo
+
+kernel: python
+	$(PY) -m krig.kbuild build $(KERNEL)
+
+kernels: python
+	$(PY) -m krig.kbuild build $$($(PY) -c 'from krig.kbuild import buildable_kernels as b; print(*[n for n in b() if not n.startswith("bisect-")])')
+
+kernel-status: python
+	$(PY) -m krig.kbuild status
+
+bisect: helpers python
+	@if [ -z "$(GOOD)" ] || [ -z "$(BAD)" ]; then \
+		echo "usage: make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=<kernel>]"; exit 2; fi
+	$(PY) -m krig.bisect run --good "$(GOOD)" --bad "$(BAD)" --repro "$(REPRO)" --repeat "$(REPEAT)" \
+		--like "$(LIKE)" $(if $(TREE),--tree "$(TREE)") $(if $(PRESET),--preset "$(PRESET)")
+
+bisect-demo: helpers python
+	$(PY) -m krig.bisect demo --repeat "$(REPEAT)"

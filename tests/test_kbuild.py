@@ -1,0 +1,312 @@
+"""krig.kbuild without building a kernel: fragments, specs, cache keys, patches,
+the git build tree, and the not-built error. Fast (no kernel source needed;
+the merge_config.sh and real-patch checks run only when the extracted 6.1
+source is already in the cache)."""
+import glob
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+from krig import KERNEL_DIR
+from krig.errors import UsageError
+from krig import kbuild
+from krig import kbuild_tree as kt
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    """Every test gets its own $KRIG_CACHE."""
+    monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def write(path: pathlib.Path, text: str) -> pathlib.Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def layout(tmp_path):
+    """A fake kernels/ and reproducers/ with a tiny tarball standing in for linux-source."""
+    kd, rd = tmp_path / "kernels", tmp_path / "reproducers"
+    tarball = tmp_path / "linux-source-fake.tar.xz"
+    tarball.write_bytes(b"not really a tarball")
+    write(kd / "fragments" / "guest.config", "# guest\nCONFIG_XFS_FS=y\nCONFIG_9P_FS=y\n")
+    write(rd / "r1" / "config", "CONFIG_XFS_FS=m\nCONFIG_FTRACE=y\n")
+    write(rd / "r2" / "config", "# no options\n")
+    write(kd / "patches" / "s1" / "0001-a.patch", "--- a/f.c\n+++ b/f.c\n@@ -1 +1 @@\n-a\n+b\n")
+    write(kd / "base.toml", f'source = "linux-source"\ntarball = "{tarball}"\n'
+                            'fragments = ["fragments/guest.config"]\n')
+    write(kd / "var.toml", 'source = "linux-source"\nextends = "base"\npatches = ["s1"]\n')
+    return kd, rd, tarball
+
+
+def key(name, layout):
+    kd, rd, _ = layout
+    return kbuild.cache_key(kbuild.build_inputs(kbuild.resolve_spec(name, kernel_dir=kd, repro_dir=rd)))
+
+
+# -- fragments ---------------------------------------------------------------
+
+def test_fragments_merge_last_wins(tmp_path):
+    a = write(tmp_path / "a", "CONFIG_A=y\nCONFIG_B=m\n# CONFIG_C is not set\n\n# a comment\n")
+    b = write(tmp_path / "b", "CONFIG_B=y\nCONFIG_C=y\nCONFIG_S=\"x y\"\n")
+    values, origin, redefined = kbuild.merge_fragments([("a", a), ("b", b)])
+    assert values == {"CONFIG_A": "y", "CONFIG_B": "y", "CONFIG_C": "y", "CONFIG_S": '"x y"'}
+    assert origin["CONFIG_A"] == "a" and origin["CONFIG_B"] == "b"
+    assert ("b", "CONFIG_C", "n", "y") in redefined
+
+
+def test_fragment_bad_line_is_one_line(tmp_path):
+    f = write(tmp_path / "frag", "CONFIG_A=y\nXFS=y\n")
+    with pytest.raises(UsageError) as e:
+        kbuild.parse_fragment(f, "reproducers/x/config")
+    assert str(e.value).startswith("reproducers/x/config:2: not a kconfig line") and "\n" not in str(e.value)
+
+
+def test_config_mismatches():
+    wanted = {"CONFIG_A": "m", "CONFIG_B": "y", "CONFIG_C": "n", "CONFIG_D": "y"}
+    final = {"CONFIG_A": "y", "CONFIG_B": "y", "CONFIG_D": "m"}
+    assert kbuild.config_mismatches(wanted, final) == [("CONFIG_D", "y", "m")]
+
+
+def _merge_config_script():
+    found = glob.glob(os.path.expanduser("~/.cache/krig/kbuild/src/*/scripts/kconfig/merge_config.sh"))
+    return found[0] if found else None
+
+
+@pytest.mark.skipif(_merge_config_script() is None, reason="no extracted kernel source in ~/.cache/krig")
+def test_merge_matches_the_kernels_merge_config(tmp_path):
+    base = write(tmp_path / ".config", "CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=m\n")
+    f1 = write(tmp_path / "f1", "CONFIG_B=y\nCONFIG_D=\"-x\"\n")
+    f2 = write(tmp_path / "f2", "# CONFIG_A is not set\nCONFIG_B=m\n")
+    subprocess.run(["bash", _merge_config_script(), "-m", ".config", str(f1), str(f2)], cwd=tmp_path,
+                   check=True, capture_output=True)
+    mine, _, _ = kbuild.merge_fragments([("base", base), ("f1", f1), ("f2", f2)])
+    assert kbuild.read_dotconfig(tmp_path / ".config") == mine
+
+
+# -- specs ---------------------------------------------------------------------
+
+def test_extends_inherits_and_defaults(layout):
+    kd, rd, tarball = layout
+    s = kbuild.resolve_spec("var", kernel_dir=kd, repro_dir=rd)
+    assert s.source == "linux-source" and s.tarball == tarball
+    assert s.localversion == "-krig-var"
+    assert [label for label, _ in s.fragments] == ["reproducers/r1/config", "reproducers/r2/config",
+                                                   "kernels/fragments/guest.config"]
+    assert [(series, p.name) for series, p in s.patches] == [("s1", "0001-a.patch")]
+    assert s.base_config == ["x86_64_defconfig", "kvm_guest.config"]
+
+
+@pytest.mark.parametrize("body, field", [
+    ('source = "linux-source"\npatches = ["nope"]\n', "patches: series 'nope' not found"),
+    ('source = "linux-source"\nlocalversion = "-a b"\n', "localversion"),
+    ('source = "git"\n', "missing required field 'tree'"),
+    ('source = "linux-source"\ntree = "/x"\n', "tree: only for source = 'git'"),
+    ('source = "tarball"\n', "source: 'tarball' is not one of"),
+    ('source = "linux-source"\nfragments = ["missing.config"]\n', "fragments: 'missing.config' not found"),
+    ('source = "linux-source"\nreproducers = ["r9"]\n', "reproducers: 'r9' has no"),
+    ('source = "linux-source"\nextends = "bad"\n', "extends: 'bad' makes a cycle"),
+    ('source = "linux-source"\nbogus = 1\n', "unknown field 'bogus'"),
+])
+def test_bad_kernel_toml_is_one_line(layout, body, field):
+    kd, rd, _ = layout
+    write(kd / "bad.toml", body)
+    with pytest.raises(UsageError) as e:
+        kbuild.resolve_spec("bad", kernel_dir=kd, repro_dir=rd)
+    msg = str(e.value)
+    assert msg.startswith("kernels/bad.toml") and field in msg and "\n" not in msg
+
+
+def test_real_kernel_tomls_resolve():
+    names = kbuild.buildable_kernels()
+    assert {"linux-6.1", "linux-6.1-revert-cil-flush-limit", "linux-6.1-rmdir-keeps-children",
+            "linux-6.1-negative-dentry-cap"} <= set(names)
+    for n in names:
+        if n.startswith("bisect-"):
+            continue
+        s = kbuild.resolve_spec(n)
+        labels = [label for label, _ in s.fragments]
+        assert labels[-1] == "kernels/fragments/krig-guest.config", "the guest fragment must win"
+        assert s.localversion == f"-krig-{n}"
+        assert len(s.patches) == (0 if n == "linux-6.1" else 1)
+
+
+# -- cache key -------------------------------------------------------------------
+
+def test_key_is_stable(layout):
+    assert key("var", layout) == key("var", layout)
+    assert key("base", layout) != key("var", layout)
+
+
+def test_key_changes_with_each_input(layout):
+    kd, rd, tarball = layout
+    k0 = key("var", layout)
+    patch = kd / "patches" / "s1" / "0001-a.patch"
+    patch.write_text(patch.read_text().replace("+b", "+c"))
+    k1 = key("var", layout)
+    assert k1 != k0, "patch content"
+    write(kd / "fragments" / "guest.config", "# guest\nCONFIG_XFS_FS=y\nCONFIG_9P_FS=m\n")
+    k2 = key("var", layout)
+    assert k2 != k1, "fragment value"
+    write(rd / "r3" / "config", "CONFIG_NEW=y\n")
+    k3 = key("var", layout)
+    assert k3 != k2, "a new reproducer's config"
+    write(kd / "var.toml", 'source = "linux-source"\nextends = "base"\npatches = ["s1"]\nlocalversion = "-x"\n')
+    k4 = key("var", layout)
+    assert k4 != k3, "local version"
+    write(kd / "var.toml", 'source = "linux-source"\nextends = "base"\npatches = ["s1"]\nlocalversion = "-x"\n'
+                           'base_config = ["x86_64_defconfig"]\n')
+    k5 = key("var", layout)
+    assert k5 != k4, "base config"
+    tarball.write_bytes(b"another source")
+    assert key("var", layout) != k5, "source tarball"
+
+
+def test_key_ignores_comments_and_order_of_equal_settings(layout):
+    kd, rd, _ = layout
+    k0 = key("var", layout)
+    write(kd / "fragments" / "guest.config", "CONFIG_9P_FS=y\n# reordered, commented\nCONFIG_XFS_FS=y\n")
+    write(rd / "r2" / "config", "# still no options, other words\n")
+    assert key("var", layout) == k0
+
+
+def test_not_built_is_a_clear_error(layout):
+    kd, rd, _ = layout
+    with pytest.raises(kbuild.KernelNotBuilt) as e:
+        kbuild.load_built_kernel("var", {"extends": "base"}, "kernels/var.toml", kd, rd)
+    assert str(e.value).startswith("kernel var is not built; run `make kernel KERNEL=var`")
+
+
+def test_built_kernel_loads(layout):
+    kd, rd, _ = layout
+    out = kbuild.kernel_cache(key("var", layout))
+    out.mkdir(parents=True)
+    (out / "build.json").write_text('{"release": "6.1.192-krig-var"}')
+    k = kbuild.load_built_kernel("var", {"extends": "base"}, "kernels/var.toml", kd, rd)
+    assert k.release == "6.1.192-krig-var" and k.image == out / "bzImage"
+    assert k.modules_dir == out / "mod" / "lib" / "modules" / "6.1.192-krig-var"
+
+
+# -- patches ------------------------------------------------------------------------
+
+@pytest.fixture
+def tree(tmp_path):
+    t = tmp_path / "tree"
+    write(t / "fs" / "namei.c", "".join(f"line {i}\n" for i in range(1, 21)))
+    return t
+
+
+def mkpatch(tmp_path, old, new, path="fs/namei.c", name="0001-x.patch"):
+    a, b = tmp_path / "pa" / path, tmp_path / "pb" / path
+    write(a, old)
+    write(b, new)
+    d = subprocess.run(["diff", "-u", f"pa/{path}", f"pb/{path}"], cwd=tmp_path, capture_output=True, text=True).stdout
+    d = d.replace(f"--- pa/{path}", f"--- a/{path}").replace(f"+++ pb/{path}", f"+++ b/{path}")
+    return write(tmp_path / "series" / name, "Subject: test\n\nheader text\n---\n" + d)
+
+
+def test_patch_applies_and_is_recorded(tmp_path, tree):
+    orig = (tree / "fs/namei.c").read_text()
+    p = mkpatch(tmp_path, orig, orig.replace("line 10\n", "line ten\n"))
+    state = {}
+    kt.apply_patch(tree, p, "kernels/patches/s/0001-x.patch", state)
+    assert "line ten" in (tree / "fs/namei.c").read_text()
+    assert state == {"modified": ["fs/namei.c"]}
+
+
+def test_patch_that_does_not_apply_names_patch_file_and_hunk(tmp_path, tree):
+    p = mkpatch(tmp_path, "".join(f"other {i}\n" for i in range(1, 21)), "changed\n")
+    with pytest.raises(UsageError) as e:
+        kt.apply_patch(tree, p, "kernels/patches/s/0001-x.patch", {})
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("kernels/patches/s/0001-x.patch does not apply: fs/namei.c: hunk #1 FAILED")
+    assert (tree / "fs/namei.c").read_text().startswith("line 1\n"), "a failed patch leaves the tree alone"
+
+
+def test_patch_on_missing_file(tmp_path, tree):
+    p = mkpatch(tmp_path, "a\n", "b\n", path="fs/nope.c")
+    with pytest.raises(UsageError) as e:
+        kt.apply_patch(tree, p, "kernels/patches/s/0001-x.patch", {})
+    assert "fs/nope.c: no such file in the source" in str(e.value)
+
+
+def test_patch_already_applied(tmp_path, tree):
+    orig = (tree / "fs/namei.c").read_text()
+    p = mkpatch(tmp_path, orig, orig.replace("line 3\n", ""))
+    kt.apply_patch(tree, p, "P", {})
+    with pytest.raises(UsageError) as e:
+        kt.apply_patch(tree, p, "P", {})
+    assert "fs/namei.c: already applied" in str(e.value)
+
+
+def test_restore_from_pristine_gives_fresh_mtime(tmp_path, tree):
+    pristine = tmp_path / "pristine"
+    subprocess.run(["cp", "-a", str(tree), str(pristine)], check=True)
+    orig = (tree / "fs/namei.c").read_text()
+    old_mtime = (pristine / "fs/namei.c").stat().st_mtime
+    p = mkpatch(tmp_path, orig, orig.replace("line 5\n", "five\n"))
+    state = {"pristine": str(pristine)}
+    kt.apply_patch(tree, p, "P", state)
+    kt.restore(tree, state)
+    assert (tree / "fs/namei.c").read_text() == orig
+    assert (tree / "fs/namei.c").stat().st_mtime > old_mtime, "make must see the restored file as new"
+    assert state["applied"] == [] and state["modified"] == []
+
+
+def test_real_patch_series_headers_and_targets():
+    for series, target in (("revert-cil-flush-limit", "fs/xfs/xfs_log_priv.h"),
+                           ("rmdir-keeps-children", "fs/namei.c"), ("negative-dentry-cap", "fs/dcache.c")):
+        [p] = sorted((KERNEL_DIR / "patches" / series).glob("*.patch"))
+        text = p.read_text()
+        assert text.startswith("Subject: ") and "Why:" in text and "Where from:" in text
+        assert kt.patch_targets(p) == [target]
+
+
+_src = glob.glob(os.path.expanduser("~/.cache/krig/kbuild/src/linux-source-6.1-*"))
+
+
+@pytest.mark.skipif(not _src, reason="no extracted linux-source-6.1 in ~/.cache/krig")
+def test_real_patches_apply_to_6_1():
+    for p in sorted((KERNEL_DIR / "patches").glob("*/*.patch")):
+        r = subprocess.run(["patch", "--dry-run", "-p1", "--batch", "-d", _src[0], "-i", str(p)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, kt.patch_error(p.name, r.stdout)
+
+
+# -- git build tree -------------------------------------------------------------
+
+def test_git_tree_moves_between_commits_and_unpatches(tmp_path, layout):
+    kd, rd, _ = layout
+    repo = tmp_path / "repo"
+    write(repo / "f.c", "a\n")
+    g = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True,  # noqa: E731
+                                  text=True, env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                                                  "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}).stdout
+    g("init", "-q")
+    g("add", "f.c")
+    g("commit", "-qm", "one")
+    write(repo / "g.c", "g\n")
+    g("add", "g.c")
+    g("commit", "-qm", "two")
+    write(kd / "gitk.toml", f'source = "git"\ntree = "{repo}"\nref = "HEAD~1"\npatches = ["s1"]\n')
+    spec = kbuild.resolve_spec("gitk", kernel_dir=kd, repro_dir=rd)
+    ident = kbuild.source_identity(spec)
+    tree_id, origin = kt.origin_of(spec, ident)
+    t = tmp_path / "cache" / "kbuild" / "trees" / tree_id
+    t.parent.mkdir(parents=True)
+    state = kt.create_tree(t, origin, log=lambda m: None)
+    kt.sync_source(t, spec, ident, state, log=lambda m: None)
+    assert (t / "f.c").read_text() == "b\n" and not (t / "g.c").exists()
+    write(kd / "gitk.toml", f'source = "git"\ntree = "{repo}"\nref = "HEAD"\n')
+    spec = kbuild.resolve_spec("gitk", kernel_dir=kd, repro_dir=rd)
+    ident2 = kbuild.source_identity(spec)
+    assert ident2 != ident
+    kt.sync_source(t, spec, ident2, state, log=lambda m: None)
+    assert (t / "f.c").read_text() == "a\n" and (t / "g.c").exists()
+    assert g("status", "--porcelain") == "", "the user's repository is not touched"
