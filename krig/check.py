@@ -53,6 +53,9 @@ def compute_metrics(run_dir: pathlib.Path, repro) -> dict:
     analyzer = load_analyzer(repro)
     if analyzer is not None:
         values.update(analyzer.metrics(data))
+    if repro.trace_events and data.path("trace.dat").exists():
+        # Every traced run says whether its trace is complete.
+        values.setdefault("trace_lost_events", data.trace().lost_events()["total"])
     missing = [m for m in repro.metrics if m not in values]
     if missing:
         raise UsageError(f"reproducers/{repro.name}: no value for metric {', '.join(missing)} "
@@ -120,6 +123,10 @@ def check(run_dir) -> dict:
             verdict.update(verdict="ERROR", reason=f"analysis failed: {type(e).__name__}: {e}")
         else:
             write_json(run_dir / "metrics.json", metrics)
+            lost = metrics.get("trace_lost_events", {}).get("value")
+            if lost:
+                verdict["warnings"] = [f"the trace lost {lost:.0f} events: metrics computed from it "
+                                       "are lower bounds; enlarge trace.buffer_kb"]
             res = judge(run_dir)
             verdict["thresholds"] = res
             if res["errors"]:

@@ -19,8 +19,10 @@ FACTS_TIMEOUT = 60
 
 def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "distro",
         preset: str | None = None, sets: dict | None = None,
-        results_root: pathlib.Path = RESULTS_DIR, log=print) -> tuple[pathlib.Path, dict]:
-    """Returns (run_dir, verdict). Bad input raises UsageError before anything starts."""
+        results_root: pathlib.Path = RESULTS_DIR, log=print, collect: bool = True) -> tuple[pathlib.Path, dict]:
+    """Returns (run_dir, verdict). Bad input raises UsageError before anything starts.
+
+    collect=False runs the workload without sampler and tracer (for benchmarks)."""
     repro = load_reproducer(repro_name)
     params = repro.resolve_params(preset, sets or {})
     kernel = load_kernel(kernel_name)
@@ -31,7 +33,7 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
         "reproducer": repro.name, "preset": preset, "params": params,
         "kernel": kernel.describe(), "rig": rig.describe(),
         "krig_revision": git_revision(), "started": now(), "ended": None,
-        "status": "running", "complete": False, "outcome": None, "reason": None,
+        "status": "running", "complete": False, "outcome": None, "reason": None, "collect": collect,
     }
     write_json(run_dir / "manifest.json", manifest)
     log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
@@ -40,7 +42,7 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
     try:
         with rig:
             try:
-                outcome, reason = _drive(rig, repro, params, kernel, run_dir, manifest, log)
+                outcome, reason = _drive(rig, repro, params, kernel, run_dir, manifest, log, collect)
             except GuestHung as e:
                 outcome, reason = "hung", str(e)
                 _save_partial(rig, run_dir)
@@ -90,7 +92,7 @@ def _save_partial(rig, run_dir):
         (run_dir / "stderr").write_bytes(err)
 
 
-def _drive(rig, repro, params, kernel, run_dir, manifest, log):
+def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     rig.prepare(run_dir, kernel, repro.requires)
     t0 = time.monotonic()
     rig.boot.boot(kernel, [])
@@ -114,7 +116,7 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log):
     out = rig.files.results_dir()
     env = {**repro.param_env(params), **rig.scratch_env(),
            "KRIG_TRACE_EVENTS": " ".join(repro.trace_events),
-           "KRIG_TRACE_BUFFER_KB": str(repro.trace_buffer_kb)}
+           "KRIG_TRACE_BUFFER_KB": str(repro.trace_buffer_kb), "KRIG_COLLECT": "1" if collect else "0"}
     argv = ["bash", f"{root}/reproducers/lib/harness.sh", f"{root}/reproducers/{repro.name}", out]
     log(f"krig: running {repro.name} (timeout {params['timeout']}s)")
     res = rig.command.run(argv, env=env, timeout=params["timeout"])

@@ -47,7 +47,7 @@ def test_fail_verdict(tmp_path, no_leftover_qemu):
 
 def test_hang_verdict(tmp_path, no_leftover_qemu):
     t0 = time.monotonic()
-    p = krig_run(tmp_path, "selftest-hang", "--set", "timeout=15")
+    p = krig_run(tmp_path, "selftest-hang", "--set", "timeout=40")
     took = time.monotonic() - t0
     assert p.returncode == 5, p.stdout + p.stderr
     assert "HUNG" in p.stdout
@@ -56,8 +56,9 @@ def test_hang_verdict(tmp_path, no_leftover_qemu):
     assert v["verdict"] == "HUNG"
     assert "hanging now" in (d / "stdout").read_text()
     assert "krig-agent: ready" in (d / "console.log").read_text()
-    # boot (under TCG up to ~60 s with the KVM probe) + 15 s timeout + 30 s
-    assert took < 15 + 30 + 90
+    # the workload's 40 s timeout + 30 s, plus the boot (under TCG up to ~60 s with the KVM probe)
+    boot = json.loads((d / "manifest.json").read_text())["rig_facts"]["boot_seconds"]
+    assert took < 40 + 30 + boot + 30
 
 
 def test_panic_verdict(tmp_path, no_leftover_qemu):

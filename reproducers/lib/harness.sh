@@ -42,11 +42,15 @@ mkdir -p "$KRIG_SCRATCH_MNT"
     echo "fio=$(fio --version 2>/dev/null)"
 } > "$out/facts.txt"
 
-"$lib/bin/krig-sampler" -i "${SAMPLE_INTERVAL:-1}" -o "$out/samples.tsv" -m "$KRIG_SCRATCH_MNT" &
-sampler=$!
+# KRIG_COLLECT=0 runs the bare workload (benchmarks measure what collection costs).
+sampler=
+if [[ ${KRIG_COLLECT:-1} != 0 ]]; then
+    "$lib/bin/krig-sampler" -i "${SAMPLE_INTERVAL:-1}" -o "$out/samples.tsv" -m "$KRIG_SCRATCH_MNT" &
+    sampler=$!
+fi
 
 tracer=
-if [[ -n ${KRIG_TRACE_EVENTS:-} ]]; then
+if [[ -n ${KRIG_TRACE_EVENTS:-} && ${KRIG_COLLECT:-1} != 0 ]]; then
     tracefs=/sys/kernel/tracing
     args=()
     for e in $KRIG_TRACE_EVENTS; do args+=(-e "$e"); done

@@ -1,0 +1,205 @@
+"""Rig files of IPMI servers (driver = "ipmi"): validation on load.
+
+Every problem is one line naming the file and the field (UsageError, exit 2).
+The BMC password is read here from the environment variable or the 0600 file
+the rig file names; it is returned apart from the spec, so it never reaches
+describe(), the manifest, a log or an error message.
+"""
+import os
+import pathlib
+import re
+import stat
+
+from krig.config import optional, reject_unknown, require
+from krig.errors import UsageError
+
+TOP = {"driver", "description", "scratch_dev", "remote_dir", "boot", "boot_timeout", "shutdown_timeout",
+       "shutdown_command", "hang_timeout", "nmi_wait", "nmi_panic", "recover_after_hang",
+       "pull_timeout", "bmc", "ssh", "kexec"}
+BMC = {"host", "port", "user", "password_env", "password_file", "cipher_suite", "privilege", "timeout",
+       "retries", "boot_device", "clear_sel"}
+SSH = {"host", "port", "user", "key", "known_hosts", "host_key_alias", "connect_timeout",
+       "alive_interval", "alive_count", "options"}
+KEXEC = {"cmdline", "append", "initrd", "exec_command"}
+PRIVILEGES = ("USER", "OPERATOR", "ADMINISTRATOR")
+BOOT_DEVICES = ("none", "pxe", "disk", "safe", "diag", "cdrom", "bios")
+# -o options a rig file may not set: they are what keeps the host key check strict.
+SSH_FORBIDDEN = {"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile", "batchmode",
+                 "hostkeyalias", "identityfile", "identitiesonly", "permitlocalcommand", "localcommand",
+                 "proxycommand", "knownhostscommand", "updatehostkeys", "controlmaster", "controlpath"}
+HOST_RE = re.compile(r"^[A-Za-z0-9._:-]+$")
+USER_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DEV_RE = re.compile(r"^/dev/[A-Za-z0-9._/-]+$")
+
+
+def _number(table, key, where, default, minimum=0.0):
+    v = optional(table, key, (int, float), where, default)
+    if v < minimum:
+        raise UsageError(f"{where}.{key}: must be at least {minimum:g}, got {v!r}")
+    return v
+
+
+def _port(table, key, where, default):
+    v = optional(table, key, int, where, default)
+    if not 1 <= v <= 65535:
+        raise UsageError(f"{where}.{key}: {v} is not a port number (1-65535)")
+    return v
+
+
+def _host(table, where):
+    h = require(table, "host", str, where)
+    if not HOST_RE.match(h) or h.startswith("-"):
+        raise UsageError(f"{where}.host: {h!r} is not a host name or IP address")
+    return h
+
+
+def _user(table, where, default=None):
+    u = optional(table, "user", str, where, default) if default is not None else require(table, "user", str, where)
+    if not USER_RE.match(u) or u.startswith("-"):
+        raise UsageError(f"{where}.user: {u!r}: use letters, digits, '.', '_' or '-'")
+    return u
+
+
+def _path(table, key, where, required=True, must_exist=True):
+    v = require(table, key, str, where) if required else optional(table, key, str, where)
+    if v is None:
+        return None
+    p = pathlib.Path(v).expanduser()
+    if not p.is_absolute():
+        raise UsageError(f"{where}.{key}: {v!r}: use an absolute path or one starting with ~/")
+    if must_exist and not p.is_file():
+        raise UsageError(f"{where}.{key}: {p} does not exist or is not a file")
+    return p
+
+
+def _strings(table, key, where, default):
+    v = optional(table, key, list, where, default)
+    for s in v:
+        if not isinstance(s, str) or not s:
+            raise UsageError(f"{where}.{key}: expected a list of non-empty strings, got {s!r}")
+    return list(v)
+
+
+def read_password(bmc: dict, where: str) -> str:
+    """The BMC password from the environment or a 0600 file; never echoed."""
+    if bmc.get("password_env"):
+        var = bmc["password_env"]
+        value = os.environ.get(var)
+        if not value:
+            raise UsageError(f"{where}.password_env: environment variable {var} is not set or empty")
+        return value
+    p = pathlib.Path(bmc["password_file"])
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise UsageError(f"{where}.password_file: cannot read {p}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{where}.password_file: {p} is not a regular file")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise UsageError(f"{where}.password_file: {p} has mode {mode:04o}, readable by others; "
+                         f"run `chmod 600 {p}`")
+    if st.st_uid != os.geteuid():
+        raise UsageError(f"{where}.password_file: {p} is not owned by the user running krig (uid {os.geteuid()})")
+    try:
+        lines = p.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{where}.password_file: cannot read {p}: {type(e).__name__}") from None
+    if not lines or not lines[0]:
+        raise UsageError(f"{where}.password_file: {p} is empty; put the password on its first line")
+    return lines[0]
+
+
+def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict, str]:
+    """Returns (normalized spec, BMC password)."""
+    where = where or f"rigs/{name}.toml"
+    reject_unknown(spec, TOP, where)
+    out = {"driver": "ipmi", "description": optional(spec, "description", str, where, "")}
+    scratch = optional(spec, "scratch_dev", str, where, "")
+    if scratch and not DEV_RE.match(scratch):
+        raise UsageError(f"{where}.scratch_dev: {scratch!r} is not a device path like /dev/nvme0n1")
+    out["scratch_dev"] = scratch
+    rd = optional(spec, "remote_dir", str, where, "/var/tmp/krig")
+    if not rd.startswith("/") or rd.rstrip("/") in ("", "/tmp", "/var/tmp", "/run", "/root", "/home") \
+            or not re.match(r"^/[A-Za-z0-9._/-]+$", rd) or ".." in rd.split("/"):
+        raise UsageError(f"{where}.remote_dir: {rd!r}: use a dedicated absolute directory like /var/tmp/krig")
+    out["remote_dir"] = rd.rstrip("/")
+    out["boot"] = optional(spec, "boot", str, where, "installed")
+    if out["boot"] not in ("installed", "kexec"):
+        raise UsageError(f"{where}.boot: {out['boot']!r} is not one of installed, kexec")
+    out["boot_timeout"] = _number(spec, "boot_timeout", where, 600, 1)
+    out["shutdown_timeout"] = _number(spec, "shutdown_timeout", where, 120, 0)
+    out["shutdown_command"] = _strings(spec, "shutdown_command", where, ["systemctl", "poweroff"])
+    out["hang_timeout"] = _number(spec, "hang_timeout", where, 120, 1)
+    out["nmi_wait"] = _number(spec, "nmi_wait", where, 20, 0)
+    out["nmi_panic"] = optional(spec, "nmi_panic", bool, where, True)
+    out["recover_after_hang"] = optional(spec, "recover_after_hang", bool, where, True)
+    out["pull_timeout"] = _number(spec, "pull_timeout", where, 300, 1)
+
+    bw = f"{where}.bmc"
+    bmc = require(spec, "bmc", dict, where)
+    reject_unknown(bmc, BMC, bw)
+    b = {"host": _host(bmc, bw), "port": _port(bmc, "port", bw, 623), "user": _user(bmc, bw)}
+    has_env, has_file = "password_env" in bmc, "password_file" in bmc
+    if has_env == has_file:
+        raise UsageError(f"{bw}: set exactly one of password_env (an environment variable's name) "
+                         "or password_file (a file of mode 0600)")
+    if has_env:
+        b["password_env"] = require(bmc, "password_env", str, bw)
+        if not ENV_RE.match(b["password_env"]):
+            raise UsageError(f"{bw}.password_env: {b['password_env']!r} is not an environment variable name")
+    else:
+        b["password_file"] = str(_path(bmc, "password_file", bw, must_exist=False))
+    b["cipher_suite"] = optional(bmc, "cipher_suite", int, bw, 17)
+    if not 0 <= b["cipher_suite"] <= 17:
+        raise UsageError(f"{bw}.cipher_suite: {b['cipher_suite']} is not an IPMI cipher suite (0-17; 3 or 17 usual)")
+    b["privilege"] = optional(bmc, "privilege", str, bw, "ADMINISTRATOR").upper()
+    if b["privilege"] not in PRIVILEGES:
+        raise UsageError(f"{bw}.privilege: {b['privilege']!r} is not one of {', '.join(PRIVILEGES)}")
+    b["timeout"] = optional(bmc, "timeout", int, bw, 5)
+    b["retries"] = optional(bmc, "retries", int, bw, 3)
+    if not 1 <= b["timeout"] <= 60 or not 1 <= b["retries"] <= 10:
+        raise UsageError(f"{bw}: timeout must be 1-60 s and retries 1-10")
+    b["boot_device"] = optional(bmc, "boot_device", str, bw, "")
+    if b["boot_device"] and b["boot_device"] not in BOOT_DEVICES:
+        raise UsageError(f"{bw}.boot_device: {b['boot_device']!r} is not one of {', '.join(BOOT_DEVICES)}")
+    b["clear_sel"] = optional(bmc, "clear_sel", bool, bw, True)
+    out["bmc"] = b
+    password = read_password(b, bw)
+
+    sw = f"{where}.ssh"
+    ssh = require(spec, "ssh", dict, where)
+    reject_unknown(ssh, SSH, sw)
+    s = {"host": _host(ssh, sw), "port": _port(ssh, "port", sw, 22), "user": _user(ssh, sw, "root"),
+         "key": str(_path(ssh, "key", sw)), "known_hosts": str(_path(ssh, "known_hosts", sw))}
+    s["host_key_alias"] = optional(ssh, "host_key_alias", str, sw, "")
+    if s["host_key_alias"] and not HOST_RE.match(s["host_key_alias"].strip("[]").replace("]:", ":")):
+        raise UsageError(f"{sw}.host_key_alias: {s['host_key_alias']!r} is not a host name")
+    s["connect_timeout"] = optional(ssh, "connect_timeout", int, sw, 15)
+    s["alive_interval"] = optional(ssh, "alive_interval", int, sw, 10)
+    s["alive_count"] = optional(ssh, "alive_count", int, sw, 6)
+    for k in ("connect_timeout", "alive_interval", "alive_count"):
+        if s[k] < 1:
+            raise UsageError(f"{sw}.{k}: must be at least 1, got {s[k]}")
+    s["options"] = _strings(ssh, "options", sw, [])
+    for o in s["options"]:
+        key = o.split("=", 1)[0].strip().lower()
+        if "=" not in o or not key.isalnum():
+            raise UsageError(f"{sw}.options: {o!r}: expected Name=value (an ssh -o option)")
+        if key in SSH_FORBIDDEN:
+            raise UsageError(f"{sw}.options: {o.split('=', 1)[0]} is set by krig (strict host key "
+                             "checking against known_hosts, batch mode) and cannot be changed")
+    out["ssh"] = s
+
+    kw = f"{where}.kexec"
+    k = optional(spec, "kexec", dict, where, {})
+    reject_unknown(k, KEXEC, kw)
+    out["kexec"] = {"cmdline": optional(k, "cmdline", str, kw, "reuse"),
+                    "append": _strings(k, "append", kw, []),
+                    "initrd": optional(k, "initrd", str, kw, "auto"),
+                    "exec_command": _strings(k, "exec_command", kw, ["systemctl", "kexec"])}
+    ini = out["kexec"]["initrd"]
+    if ini not in ("auto", "none") and not ini.startswith(("/", "~/")):
+        raise UsageError(f"{kw}.initrd: {ini!r}: use auto, none or an absolute path on this machine")
+    return out, password

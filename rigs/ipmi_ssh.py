@@ -1,0 +1,189 @@
+"""Commands and files on a server over OpenSSH.
+
+Host keys are always checked against the rig's own known_hosts
+(StrictHostKeyChecking=yes, no global file, never updated); BatchMode=yes so
+nothing ever prompts. argv is quoted word by word for the remote shell; the
+environment is passed as `env -i NAME=value ...` words, names checked.
+"""
+import pathlib
+import re
+import shlex
+import subprocess
+import time
+
+from krig.errors import RigError
+from .ipmi_bmc import kill_group, pdeathsig
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# ssh's own messages when it (not the remote command) fails; its exit code is then 255.
+_HOSTKEY = re.compile(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED|"
+                      r"No \S+ host key is known for|host key for \S+ has changed", re.I)
+_AUTH = re.compile(r"Permission denied \(|Too many authentication failures|Load key .*: ", re.I)
+_LOST = re.compile(r"Connection to \S+ closed by remote host|Timeout, server \S+ not responding|"
+                   r"client_loop: |Connection reset|Broken pipe|Connection closed by|"
+                   r"connect to host \S+ port \d+: |Connection timed out|kex_exchange_identification|"
+                   r"banner exchange|No route to host|Network is unreachable|Could not resolve", re.I)
+
+
+class HostKeyError(RigError):
+    pass
+
+
+class SshLost(Exception):
+    """ssh itself failed: no connection, or the connection died. Not a KrigError on purpose."""
+
+    def __init__(self, message: str, connected: bool):
+        super().__init__(message)
+        self.connected = connected
+
+
+def remote_command(argv: list, env: dict | None, cwd: str | None = None) -> str:
+    """One shell string for the remote login shell: every word shlex-quoted."""
+    words = ["env", "-i", f"PATH={BASE_PATH}", "LANG=C.UTF-8"]
+    for k, v in (env or {}).items():
+        if not ENV_NAME.match(str(k)):
+            raise RigError(f"environment variable name {k!r} cannot be passed over SSH")
+        words.append(f"{k}={v}")
+    words += [str(a) for a in argv]
+    cmd = "exec " + " ".join(shlex.quote(w) for w in words)
+    return f"cd {shlex.quote(cwd)} && {cmd}" if cwd else cmd
+
+
+class Ssh:
+    def __init__(self, rig: str, cfg: dict):
+        self.rig = rig
+        self.cfg = cfg
+        self.target = f"{cfg['user']}@{cfg['host']}:{cfg['port']}"
+
+    def argv(self, remote: str, connect_timeout: float | None = None) -> list:
+        c = self.cfg
+        a = ["ssh", "-F", "none", "-T", "-p", str(c["port"]), "-l", c["user"], "-i", c["key"],
+             "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+             "-o", f"UserKnownHostsFile={c['known_hosts']}", "-o", "GlobalKnownHostsFile=/dev/null",
+             "-o", "UpdateHostKeys=no", "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none",
+             "-o", "ControlMaster=no", "-o", "ControlPath=none",
+             "-o", f"ConnectTimeout={int(connect_timeout or c['connect_timeout'])}",
+             "-o", f"ServerAliveInterval={c['alive_interval']}", "-o", f"ServerAliveCountMax={c['alive_count']}",
+             "-o", "LogLevel=ERROR"]
+        if c["host_key_alias"]:
+            a += ["-o", f"HostKeyAlias={c['host_key_alias']}"]
+        for o in c["options"]:
+            a += ["-o", o]
+        return a + ["--", c["host"], remote]
+
+    def _check_ssh_error(self, rc: int, err: str):
+        """Raise for failures of ssh itself (rc 255 plus an ssh message)."""
+        if rc != 255:
+            return
+        if _HOSTKEY.search(err):
+            known = "is not in" if re.search(r"No \S+ host key is known", err) else "does not match"
+            raise HostKeyError(f"rig {self.rig}: the SSH host key of {self.target} {known} "
+                               f"{self.cfg['known_hosts']}; refusing to connect (fix known_hosts)")
+        if _AUTH.search(err):
+            raise RigError(f"rig {self.rig}: SSH login to {self.target} with key {self.cfg['key']} "
+                           f"was refused: {_last_line(err)}")
+        if _LOST.search(err) or not err.strip():
+            connected = not re.search(r"connect to host|Connection refused|Connection timed out|"
+                                      r"kex_exchange|banner exchange|No route|unreachable|resolve", err, re.I)
+            raise SshLost(_last_line(err) or "ssh exited 255", connected)
+
+    def run(self, remote: str, timeout: float, stdin=None, stdout=None, stderr=None,
+            connect_timeout: float | None = None) -> tuple[int, bytes, bytes]:
+        """Run a remote shell string. Returns (rc, stdout, stderr) of the remote command.
+
+        Raises subprocess.TimeoutExpired (ssh killed), SshLost, HostKeyError/RigError.
+        stdout/stderr may be open files (then the returned bytes are empty).
+        """
+        p = subprocess.Popen(self.argv(remote, connect_timeout),
+                             stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                             stdout=stdout or subprocess.PIPE, stderr=stderr or subprocess.PIPE,
+                             start_new_session=True, preexec_fn=pdeathsig)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(p, 2)
+            raise
+        except BaseException:
+            kill_group(p, 2)
+            raise
+        out = out or b""
+        if err is None and stderr is not None and hasattr(stderr, "name"):
+            stderr.flush()
+            err_text = _tail(pathlib.Path(stderr.name))
+        else:
+            err_text = (err or b"").decode(errors="replace")
+        self._check_ssh_error(p.returncode, err_text)
+        return p.returncode, out, err or b""
+
+    def probe(self, timeout: float) -> str | None:
+        """The machine's boot_id if it answers SSH now, else None (host key errors still raise)."""
+        try:
+            rc, out, _ = self.run("cat /proc/sys/kernel/random/boot_id", timeout=timeout,
+                                  connect_timeout=max(1, min(timeout, self.cfg["connect_timeout"])))
+        except (SshLost, subprocess.TimeoutExpired):
+            return None
+        return out.decode(errors="replace").strip() if rc == 0 else None
+
+    def pipe_to(self, remote: str, producer: list, timeout: float) -> None:
+        """`producer | ssh remote`, e.g. tar c ... | ssh 'tar x'. Raises RigError on failure."""
+        prod = subprocess.Popen(producer, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, preexec_fn=pdeathsig)
+        try:
+            rc, _, err = self.run(remote, timeout=timeout, stdin=prod.stdout)
+        finally:
+            prod.stdout.close()
+            try:
+                prod.wait(30)
+            except subprocess.TimeoutExpired:
+                kill_group(prod)
+        if prod.returncode != 0:
+            raise RigError(f"rig {self.rig}: {producer[0]} failed: {_last_line(prod.stderr.read().decode(errors='replace'))}")
+        if rc != 0:
+            raise RigError(f"rig {self.rig}: remote `{remote[:60]}` failed (exit {rc}): "
+                           f"{_last_line(err.decode(errors='replace'))}")
+
+    def pipe_from(self, remote: str, consumer: list, timeout: float) -> None:
+        """`ssh remote | consumer`, e.g. ssh 'tar c' | tar x."""
+        cons = subprocess.Popen(consumer, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=pdeathsig)
+        try:
+            rc, _, err = self.run(remote, timeout=timeout, stdout=cons.stdin)
+        finally:
+            cons.stdin.close()
+            try:
+                cons.wait(60)
+            except subprocess.TimeoutExpired:
+                kill_group(cons)
+        if rc != 0:
+            raise RigError(f"rig {self.rig}: remote `{remote[:60]}` failed (exit {rc}): "
+                           f"{_last_line(err.decode(errors='replace'))}")
+        if cons.returncode != 0:
+            raise RigError(f"rig {self.rig}: {consumer[0]} failed: {_last_line(cons.stderr.read().decode(errors='replace'))}")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def _tail(path: pathlib.Path, n: int = 4096) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - n))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_until(pred, timeout: float, interval: float = 1.0):
+    """Poll pred() until truthy or timeout; bounded in count and time. Returns the last value."""
+    deadline = time.monotonic() + timeout
+    v = None
+    for _ in range(int(timeout / max(interval, 0.05)) + 2):
+        v = pred()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(interval)
+    return v
