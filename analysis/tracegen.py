@@ -1,4 +1,4 @@
-"""Write trace.dat files (v6, or v7 with zstd/none) for tests and benchmarks.
+"""Write trace.dat files (v6, or v7 with zstd, zlib or no compression) for tests and benchmarks.
 
 The metadata (header page, event formats, printk, cmdlines, optionally kallsyms)
 is copied from a real template trace; the ring-buffer pages are either
@@ -56,6 +56,8 @@ class _Meta:
         self.traceclock = first(OPT_TRACECLOCK, b"[local] global counter uptime perf\n\0")
         self.uname = first(OPT_UNAME, b"Linux krig-synthetic\0")
         self.version = first(OPT_VERSION, b"krig tracegen\0")
+        m = re.search(rb"\[([\w-]+)\]", self.traceclock)
+        self.clock = m.group(1) if m else b"local"
         self.events = {f"{ev.system}:{ev.name}": ev for ev in tf._events.values()}
 
 
@@ -396,7 +398,7 @@ def write_container(meta: _Meta, path, cpu_pages, *, version=7, compression="zst
         out.w(b"flyrecord\0")
         table = out.tell()
         out.w(bytes(16 * ncpu))
-        clock = b"[local]"
+        clock = b"[" + meta.clock + b"]"
         out.pack("Q", len(clock))
         out.w(clock)
         for cpu, pages in enumerate(cpu_pages):
@@ -414,7 +416,9 @@ def write_container(meta: _Meta, path, cpu_pages, *, version=7, compression="zst
         return len(strings) - len(s) - 1
 
     comp = compression.encode() if compression else b"none"
-    cver = (zstandard.__version__ if compression == "zstd" else zlib.ZLIB_VERSION) if compression else ""
+    cver = ""
+    if compression:
+        cver = ".".join(map(str, zstandard.ZSTD_VERSION)) if compression == "zstd" else zlib.ZLIB_VERSION
     out.w(comp + b"\0" + cver.encode() + b"\0")
     opt_ptr = out.tell()
     out.pack("Q", 0)
@@ -480,7 +484,7 @@ def write_container(meta: _Meta, path, cpu_pages, *, version=7, compression="zst
             cpu_tab.append((cpu, start, out.tell() - start))
     end = out.tell()
     out.patch(fly + 8, "Q", end - fly - 16)
-    buf = struct.pack(e + "Q", fly) + b"\0" + b"local\0" + struct.pack(e + "II", ps, ncpu)
+    buf = struct.pack(e + "Q", fly) + b"\0" + meta.clock + b"\0" + struct.pack(e + "II", ps, ncpu)
     buf += b"".join(struct.pack(e + "IQQ", c, o, s) for c, o, s in cpu_tab)
     o2 = out.tell()
     out.patch(done1 + 6, "Q", o2)

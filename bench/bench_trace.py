@@ -2,8 +2,10 @@
 
     python bench/bench_trace.py [--quick] [--template FILE] [--sizes 2000000,17000000]
 
-Synthesises traces (v6, and v7 with zstd) of ~2M and ~17M events from a small
-real template into a temporary directory (deleted afterwards), then for each
+Synthesises traces (v6, and v7 with zstd) of ~2M and ~17M events (95%
+xfs:xfs_ail_insert, 5% xfs:xfs_ail_move) from a small real template (the krig
+guest's trace, tests/data/xfs_template_v7.dat) into a temporary directory
+(deleted afterwards), then for each
 file times
   * our reader, in a child process (interpreter start, open, count), best of 2,
     with the child's peak RSS (ru_maxrss);
@@ -31,7 +33,7 @@ from analysis.tracegen import write_synthetic  # noqa: E402
 
 TEMPLATE = ROOT / "tests" / "data" / "xfs_template_v7.dat"
 EVENT = "xfs:xfs_ail_insert"
-EXTRA = [("sched:sched_switch", 0.05)]  # a little noise for grep to filter out
+EXTRA = [("xfs:xfs_ail_move", 0.05)]  # a little noise for grep to filter out
 TARGET = 15.0
 
 CHILD = r"""
@@ -134,14 +136,12 @@ def main(argv=None) -> int:
     print("\nours s: child process wall time incl. interpreter start and numpy import "
           "(best of 2); (count): open + count inside the child")
     ref = [r for r in rows if 1_500_000 <= r["events"] <= 2_500_000]
-    label = "~2M"
-    if not ref and rows:  # --quick / custom sizes: judge the smallest files
-        smallest = min(r["events"] for r in rows)
-        ref, label = [r for r in rows if r["events"] == smallest], f"{smallest}"
     if ref:
         worst = min(r["ratio"] for r in ref)
-        print(f"{TARGET:.0f}x target on {label}-event files: "
+        print(f"{TARGET:.0f}x target on ~2M-event files: "
               f"{'MET' if worst >= TARGET else 'NOT MET'} (lowest speed-up {worst:.1f}x)")
+    else:
+        print(f"({TARGET:.0f}x target is judged on ~2M-event files; none in this run)")
     if failed:
         print("FAIL: counts differ", file=sys.stderr)
         for r in rows:

@@ -1,8 +1,12 @@
 """Rigs: machines that run reproducers. See rigs/protocol.py for the protocols.
 
 A rig is a file rigs/<name>.toml whose `driver` names an implementation.
+Rig files may also live in the directories listed in KRIG_RIG_PATH
+(':'-separated, searched after rigs/), or be given as a path to a .toml file.
 """
 import importlib
+import os
+import pathlib
 
 from krig import RIG_DIR
 from krig.config import load_toml
@@ -15,17 +19,37 @@ DRIVERS = {
 }
 
 
+def rig_dirs() -> list[pathlib.Path]:
+    extra = [pathlib.Path(d) for d in os.environ.get("KRIG_RIG_PATH", "").split(":") if d]
+    return [RIG_DIR] + extra
+
+
 def rig_names() -> list[str]:
-    return sorted(p.stem for p in RIG_DIR.glob("*.toml"))
+    return sorted({p.stem for d in rig_dirs() for p in d.glob("*.toml")})
+
+
+def rig_path(name: str) -> pathlib.Path | None:
+    if name.endswith(".toml") or "/" in name:
+        p = pathlib.Path(name).expanduser()
+        return p if p.is_file() else None
+    for d in rig_dirs():
+        p = d / f"{name}.toml"
+        if p.is_file():
+            return p
+    return None
 
 
 def load_rig(name: str):
-    path = RIG_DIR / f"{name}.toml"
-    if not path.is_file():
+    path = rig_path(name)
+    if path is None:
         raise UsageError(f"--rig {name!r}: unknown rig; allowed: {', '.join(rig_names())}")
+    where = f"rigs/{path.name}" if path.parent == RIG_DIR else str(path)
     spec = load_toml(path)
     driver = spec.get("driver")
     if driver not in DRIVERS:
-        raise UsageError(f"rigs/{name}.toml.driver: {driver!r} is not one of {', '.join(DRIVERS)}")
+        raise UsageError(f"{where}.driver: {driver!r} is not one of {', '.join(DRIVERS)}")
     mod, cls = DRIVERS[driver].split(":")
-    return getattr(importlib.import_module(mod), cls)(name, spec)
+    rig_cls = getattr(importlib.import_module(mod), cls)
+    if getattr(rig_cls, "takes_path", False):
+        return rig_cls(path.stem, spec, path=where)
+    return rig_cls(path.stem, spec)

@@ -83,6 +83,14 @@ def _strings(table, key, where, default):
 
 def read_password(bmc: dict, where: str) -> str:
     """The BMC password from the environment or a 0600 file; never echoed."""
+    pw = _read_password(bmc, where)
+    if len(pw.encode()) > 20:
+        field = "password_env" if bmc.get("password_env") else "password_file"
+        raise UsageError(f"{where}.{field}: the password is longer than 20 bytes, the IPMI 2.0 limit")
+    return pw
+
+
+def _read_password(bmc: dict, where: str) -> str:
     if bmc.get("password_env"):
         var = bmc["password_env"]
         value = os.environ.get(var)

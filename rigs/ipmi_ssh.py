@@ -23,7 +23,8 @@ _AUTH = re.compile(r"Permission denied \(|Too many authentication failures|Load 
 _LOST = re.compile(r"Connection to \S+ closed by remote host|Timeout, server \S+ not responding|"
                    r"client_loop: |Connection reset|Broken pipe|Connection closed by|"
                    r"connect to host \S+ port \d+: |Connection timed out|kex_exchange_identification|"
-                   r"banner exchange|No route to host|Network is unreachable|Could not resolve", re.I)
+                   r"banner exchange|No route to host|Network is unreachable|Could not resolve|mux_client|"
+                   r"Control socket|master", re.I)
 
 
 class HostKeyError(RigError):
@@ -55,22 +56,61 @@ class Ssh:
         self.rig = rig
         self.cfg = cfg
         self.target = f"{cfg['user']}@{cfg['host']}:{cfg['port']}"
+        self.control: pathlib.Path | None = None     # socket of our own master connection
+        self.master: subprocess.Popen | None = None
+        self.log_path: pathlib.Path | None = None
 
-    def argv(self, remote: str, connect_timeout: float | None = None) -> list:
+    def _log(self, line: str):
+        if self.log_path is not None:
+            try:
+                with open(self.log_path, "a") as f:
+                    f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+            except OSError:
+                pass
+
+    def _options(self, connect_timeout: float | None = None, mux: bool = False) -> list:
         c = self.cfg
-        a = ["ssh", "-F", "none", "-T", "-p", str(c["port"]), "-l", c["user"], "-i", c["key"],
+        a = ["-F", "none", "-T", "-p", str(c["port"]), "-l", c["user"], "-i", c["key"],
              "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
              "-o", f"UserKnownHostsFile={c['known_hosts']}", "-o", "GlobalKnownHostsFile=/dev/null",
              "-o", "UpdateHostKeys=no", "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none",
-             "-o", "ControlMaster=no", "-o", "ControlPath=none",
              "-o", f"ConnectTimeout={int(connect_timeout or c['connect_timeout'])}",
-             "-o", f"ServerAliveInterval={c['alive_interval']}", "-o", f"ServerAliveCountMax={c['alive_count']}",
-             "-o", "LogLevel=ERROR"]
+             "-o", f"ServerAliveInterval={c['alive_interval']}", "-o", f"ServerAliveCountMax={c['alive_count']}"]
+        use = mux and self.master is not None and self.master.poll() is None and self.control.exists()
+        a += ["-o", "ControlMaster=no", "-o", f"ControlPath={self.control if use else 'none'}"]
         if c["host_key_alias"]:
             a += ["-o", f"HostKeyAlias={c['host_key_alias']}"]
         for o in c["options"]:
             a += ["-o", o]
-        return a + ["--", c["host"], remote]
+        return a
+
+    def argv(self, remote: str, connect_timeout: float | None = None, mux: bool = True) -> list:
+        return ["ssh", *self._options(connect_timeout, mux), "--", self.cfg["host"], remote]
+
+    def start_master(self, sock_dir: pathlib.Path) -> bool:
+        """One connection that later commands share (ControlMaster): a TCG guest or a
+        busy server answers a new SSH handshake slowly. Our own child, never a daemon."""
+        self.stop_master()
+        self.control = sock_dir / "ssh-mux"
+        self.control.unlink(missing_ok=True)
+        opts = [o if not o.startswith("ControlMaster=") else "ControlMaster=yes" for o in self._options()]
+        opts = [o if not o.startswith("ControlPath=") else f"ControlPath={self.control}" for o in opts]
+        self.master = subprocess.Popen(["ssh", *opts, "-N", "--", self.cfg["host"]], stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       start_new_session=True, preexec_fn=pdeathsig)
+        ok = wait_until(lambda: self.control.exists() or self.master.poll() is not None,
+                        self.cfg["connect_timeout"] + 5, 0.2)
+        if not (ok and self.control.exists()):
+            self.stop_master()
+            return False
+        return True
+
+    def stop_master(self):
+        if self.master is not None:
+            kill_group(self.master, 3)
+            self.master = None
+        if self.control is not None:
+            self.control.unlink(missing_ok=True)
 
     def _check_ssh_error(self, rc: int, err: str):
         """Raise for failures of ssh itself (rc 255 plus an ssh message)."""
@@ -89,13 +129,14 @@ class Ssh:
             raise SshLost(_last_line(err) or "ssh exited 255", connected)
 
     def run(self, remote: str, timeout: float, stdin=None, stdout=None, stderr=None,
-            connect_timeout: float | None = None) -> tuple[int, bytes, bytes]:
+            connect_timeout: float | None = None, mux: bool = True) -> tuple[int, bytes, bytes]:
         """Run a remote shell string. Returns (rc, stdout, stderr) of the remote command.
 
         Raises subprocess.TimeoutExpired (ssh killed), SshLost, HostKeyError/RigError.
         stdout/stderr may be open files (then the returned bytes are empty).
         """
-        p = subprocess.Popen(self.argv(remote, connect_timeout),
+        t0 = time.monotonic()
+        p = subprocess.Popen(self.argv(remote, connect_timeout, mux),
                              stdin=stdin if stdin is not None else subprocess.DEVNULL,
                              stdout=stdout or subprocess.PIPE, stderr=stderr or subprocess.PIPE,
                              start_new_session=True, preexec_fn=pdeathsig)
@@ -103,10 +144,13 @@ class Ssh:
             out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_group(p, 2)
+            self._log(f"ssh {remote[:100]!r}: killed after {timeout:.0f}s")
             raise
         except BaseException:
             kill_group(p, 2)
             raise
+        self._log(f"ssh {remote[:100]!r} -> rc {p.returncode} in {time.monotonic() - t0:.1f}s"
+                  + (" (shared connection)" if "ControlPath=none" not in p.args else ""))
         out = out or b""
         if err is None and stderr is not None and hasattr(stderr, "name"):
             stderr.flush()
@@ -119,7 +163,7 @@ class Ssh:
     def probe(self, timeout: float) -> str | None:
         """The machine's boot_id if it answers SSH now, else None (host key errors still raise)."""
         try:
-            rc, out, _ = self.run("cat /proc/sys/kernel/random/boot_id", timeout=timeout,
+            rc, out, _ = self.run("cat /proc/sys/kernel/random/boot_id", timeout=timeout + 5, mux=False,
                                   connect_timeout=max(1, min(timeout, self.cfg["connect_timeout"])))
         except (SshLost, subprocess.TimeoutExpired):
             return None

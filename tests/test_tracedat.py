@@ -1,12 +1,13 @@
 """Tests for the trace.dat reader (analysis.tracedat), writer (tracegen) and `trace stats`.
 
-tests/data/xfs_template_v7.dat is a small real trace (trace-cmd 3.1.6, v7 zstd):
-the header page, the sched and xfs event formats and 16 spread-out ring-buffer
-pages per cpu of a recording of xfs_ail_* and sched_switch events, trimmed with
-    analysis.tracegen.trim_trace(REAL, DST, pages_per_cpu=16, spread=True,
-                                 systems={"xfs", "sched"})
-Bigger files are synthesised from it into tmp_path.  `trace-cmd report` is the
-oracle where it is installed; a pure-Python kbuffer walk is the oracle everywhere.
+Two small real traces (trace-cmd 3.1.6, v7 zstd) live in tests/data, trimmed by
+    analysis.tracegen.trim_trace(REAL, DST, pages_per_cpu=16, spread=True, systems=...)
+to their header page, event formats and 16 spread-out ring-buffer pages per cpu:
+  xfs_template_v7.dat       krig's QEMU guest (Debian 6.1 kernel): xfs_ail_* events
+  host618_sched_xfs_v7.dat  a 6.18 host: xfs_ail_* and sched_switch, with the sched
+                            and xfs formats (char[] and __data_loc fields)
+Bigger files are synthesised from them into tmp_path.  `trace-cmd report` is the
+oracle where it is installed; a plain-Python kbuffer walk is the oracle everywhere.
 """
 import io
 import json
@@ -24,7 +25,8 @@ from analysis.tracedat import TraceError, TraceFile
 from analysis.tracegen import trim_trace, write_synthetic
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
-TEMPLATE = DATA / "xfs_template_v7.dat"
+GUEST = DATA / "xfs_template_v7.dat"
+TEMPLATE = DATA / "host618_sched_xfs_v7.dat"
 XFS = "xfs:xfs_ail_insert"
 XFS_FIELDS = ("dev", "lip", "type", "flags", "old_lsn", "new_lsn")
 HAVE_TRACE_CMD = shutil.which("trace-cmd") is not None
@@ -39,6 +41,11 @@ FEATURES = dict(extra=[("sched:sched_switch", 0.2), ("sched:sched_process_exec",
 @pytest.fixture(scope="module")
 def template():
     return TraceFile(TEMPLATE)
+
+
+@pytest.fixture(scope="module")
+def guest():
+    return TraceFile(GUEST)
 
 
 def synth(template, path, n=6000, **kw):
@@ -113,47 +120,54 @@ def reference_walk(tf):
 
 
 # ------------------------------------------------------------- real data
-def test_template_header(template):
-    assert template.version == 7 and template.compression == "zstd"
-    assert template.cpus == 2 and template.page_size == 4096 and template.long_size == 8
-    names = template.event_names()
-    assert XFS in names and "sched:sched_switch" in names and "ftrace:function" in names
-    assert set(template.counts()) == {"sched:sched_switch", "xfs:xfs_ail_delete", XFS}
-    assert template.lost_events() == {"pages_with_loss": 0, "lost_in_pages": 0, "overrun": 0,
-                                      "dropped": 0, "total": 0}
+def test_guest_template_header(guest):
+    assert guest.version == 7 and guest.compression == "zstd"
+    assert guest.cpus == 2 and guest.page_size == 4096 and guest.long_size == 8
+    assert b"6.1." in guest.options[5][0]  # UNAME: the Debian 6.1 guest kernel
+    names = guest.event_names()
+    assert XFS in names and "ftrace:function" in names
+    assert set(guest.counts()) == {XFS, "xfs:xfs_ail_move", "xfs:xfs_log_force"}
+    assert guest.lost_events() == {"pages_with_loss": 0, "lost_in_pages": 0, "overrun": 0,
+                                   "dropped": 0, "total": 0}
+    assert [s[0] for s in guest.section_table] == [16, 17, 18, 19, 20, 21, 0, 3, 0, 15]
 
 
 @needs_trace_cmd
-def test_template_matches_report(template):
-    rows, _ = report(TEMPLATE)
+@pytest.mark.parametrize("path", [GUEST, TEMPLATE], ids=["guest", "host"])
+def test_real_trace_matches_report(path):
+    tf = TraceFile(path)
+    rows, _ = report(path)
     want = {}
     for r in rows:
         want[r[2]] = want.get(r[2], 0) + 1
-    assert {k.split(":")[1]: v for k, v in template.counts().items()} == want
-    assert check_against_report(template, rows, XFS, XFS_FIELDS) > 100
-    assert check_against_report(template, rows, "sched:sched_switch",
-                                ("prev_comm", "prev_pid", "prev_state", "next_comm", "next_pid")) > 1000
+    assert {k.split(":")[1]: v for k, v in tf.counts().items()} == want
+    assert check_against_report(tf, rows, XFS, XFS_FIELDS) > 100
+    if "sched:sched_switch" in tf.counts():
+        assert check_against_report(tf, rows, "sched:sched_switch", (
+            "prev_comm", "prev_pid", "prev_state", "next_comm", "next_pid")) > 1000
 
 
-def test_template_matches_reference_walk(template):
-    ref = reference_walk(template)
-    for name, n in template.counts().items():
-        ev = template.event(name)
+@pytest.mark.parametrize("path", [GUEST, TEMPLATE], ids=["guest", "host"])
+def test_real_trace_matches_reference_walk(path):
+    tf = TraceFile(path)
+    ref = reference_walk(tf)
+    for name, n in tf.counts().items():
+        ev = tf.event(name)
         assert len(ref[ev.id]) == n
-        c = template.columns(name)
+        c = tf.columns(name)
         cpu_ts = sorted(ref[ev.id], key=lambda x: (x[1], x[0]))
         assert [(int(a), int(b)) for a, b in zip(c["cpu"], c["ts"])] == cpu_ts
 
 
 @needs_trace_cmd
-def test_v6_converted_by_trace_cmd_reads_the_same(template, tmp_path):
+def test_v6_converted_by_trace_cmd_reads_the_same(guest, tmp_path):
     v6 = tmp_path / "v6.dat"
-    subprocess.run(["trace-cmd", "convert", "-i", str(TEMPLATE), "-o", str(v6),
+    subprocess.run(["trace-cmd", "convert", "-i", str(GUEST), "-o", str(v6),
                     "--file-version", "6"], check=True, capture_output=True, timeout=60)
     tf = TraceFile(v6)
     assert tf.version == 6 and tf.compression is None and tf.cpus == 2
-    assert tf.counts() == template.counts()
-    a, b = tf.columns(XFS, XFS_FIELDS), template.columns(XFS, XFS_FIELDS)
+    assert tf.counts() == guest.counts()
+    a, b = tf.columns(XFS, XFS_FIELDS), guest.columns(XFS, XFS_FIELDS)
     for k in a:
         assert (a[k] == b[k]).all(), k
 
@@ -194,6 +208,18 @@ def test_synthetic_matches_report(template, tmp_path, version, compression, big_
     _, text = report(path, raw=False)
     lsn = [int(a) << 32 | int(b) for a, b in re.findall(r"new lsn (\d+)/(\d+)", text)]
     assert lsn == tf.columns(XFS, ("new_lsn",))["new_lsn"].tolist()
+
+
+@needs_trace_cmd
+@pytest.mark.parametrize("version,compression", [(6, None), (7, "zstd")])
+def test_synthetic_from_guest_matches_report(guest, tmp_path, version, compression):
+    path = synth(guest, tmp_path / "g.dat", n=8000, version=version, compression=compression,
+                 extra=[("xfs:xfs_ail_move", 0.1)], cpus=2)
+    tf = TraceFile(path)
+    rows, _ = report(path)
+    assert len(rows) == 8000
+    n = check_against_report(tf, rows, XFS, XFS_FIELDS)
+    assert n + check_against_report(tf, rows, "xfs:xfs_ail_move", XFS_FIELDS) == 8000
 
 
 def test_fast_path_equals_step_walker(template, tmp_path):
@@ -254,7 +280,7 @@ def test_bad_magic_and_version(tmp_path):
     with pytest.raises(TraceError) as ei:
         TraceFile(bad)
     assert "bad magic" in one_line(ei.value, bad)
-    data = bytearray(TEMPLATE.read_bytes())
+    data = bytearray(GUEST.read_bytes())
     data[10:11] = b"9"
     bad.write_bytes(bytes(data))
     with pytest.raises(TraceError) as ei:

@@ -24,6 +24,7 @@ while :; do
     fi
     if [[ -e $ctl/poweroff ]]; then
         echo "krig-agent: powering off"
+        : > /run/krig/powering-off
         sync
         echo o > /proc/sysrq-trigger
     fi

@@ -83,4 +83,10 @@ mkdir -p /host/run/krig/share /host/run/krig/home
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 krig /host/run/krig/share || die "cannot mount run share"
 [ -n "$agent" ] || die "no krig.agent= on the kernel command line"
 echo "krig-init: starting agent $agent"
-exec chroot /host /bin/bash "$agent" /run/krig/share/ctl
+# Not exec: PID 1 stays this busybox, whose pages live in the initramfs. A
+# PID 1 running from the 9p root takes a fault once power-off tears the 9p
+# transport down, and "Attempted to kill init" would look like a crash.
+chroot /host /bin/bash "$agent" /run/krig/share/ctl
+rc=$?
+[ -e /host/run/krig/powering-off ] && sleep 30
+die "the krig agent exited ($rc)"

@@ -1,0 +1,488 @@
+"""The IPMI rig: a real server driven through its BMC, commands and files over SSH.
+
+Power, boot device, SEL and NMI = `ipmitool -I lanplus` (rigs/ipmi_bmc.py);
+console = Serial over LAN captured to console.log for the whole run; command
+and files = OpenSSH with the rig's own known_hosts (rigs/ipmi_ssh.py); boot =
+a power cycle into the installed kernel, or kexec into the kernel under test.
+A hang (workload timeout, or neither console output nor an SSH answer for
+hang_timeout) sends an NMI, waits for the console, power cycles the server and
+waits for it to come back. An fcntl lock keeps two krig processes off one
+server. The rig file format is in rigs/ipmi_spec.py and
+rigs/examples/lab-server.toml.
+"""
+import fcntl
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+
+from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
+from krig.paths import cache_dir
+from krig.verdict import scan_console
+from .ipmi_bmc import Bmc, Sol
+from .ipmi_spec import validate_spec
+from .ipmi_ssh import HostKeyError, Ssh, SshLost, remote_command
+from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
+                       FilesProtocol, PowerProtocol, Rig)
+
+POLL = 2.0
+
+
+def lock_dir() -> pathlib.Path:
+    d = os.environ.get("KRIG_LOCK_DIR")
+    if d:
+        p = pathlib.Path(d)
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+    return cache_dir("locks")
+
+
+class IpmiRig(Rig):
+    kind = "ipmi"
+    takes_path = True       # rigs.load_rig passes the rig file's path for messages
+
+    def __init__(self, name: str, spec: dict, path=None):
+        self.where = str(path) if path else f"rigs/{name}.toml"
+        norm, password = validate_spec(name, spec, self.where)
+        super().__init__(name, norm)
+        self.bmc = Bmc(name, norm["bmc"], password)
+        self.ssh = Ssh(name, norm["ssh"])
+        self.rd = norm["remote_dir"]
+        self.run_dir: pathlib.Path | None = None
+        self.workdir: pathlib.Path | None = None
+        self._lock_fd = None
+        self._sol: Sol | None = None
+        self._facts: dict = {}
+        self._boot_id = None
+        self._results = None           # remote results dir of this boot
+        self._prefetched = None        # (remote, local dir) pulled before a power off
+        self._salvaged = False
+        self._state = "unknown"        # up | hung | crashed | off | unknown
+        self._powered = False          # this run powered the server on
+        self._in_hang = False
+        self._needs: dict = {}
+        self.power = _Power(self)
+        self.console = _Console()
+        self.command = _Command(self)
+        self.files = _Files(self)
+        self.boot = _Boot(self)
+
+    # -- per-run state ------------------------------------------------------
+    def prepare(self, run_dir, kernel, needs):
+        self.run_dir = pathlib.Path(run_dir)
+        self.console.log_path = self.run_dir / "console.log"
+        self._take_lock()
+        self.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=cache_dir("work")))
+        self.bmc.log_path = self.run_dir / "bmc.log"
+        self.ssh.log_path = self.run_dir / "ssh.log"
+        self._needs = dict(needs)
+        if needs.get("scratch_size") and not self.spec["scratch_dev"]:
+            raise UsageError(f"{self.where}: the reproducer needs a scratch disk; set scratch_dev")
+        b = self.spec["bmc"]
+        self._facts.update({"bmc": f"{b['host']}:{b['port']}", "ssh": self.ssh.target,
+                            "boot_mode": self.spec["boot"], "scratch_dev": self.spec["scratch_dev"]})
+        self._facts["power_at_start"] = self.bmc.power_status()   # also proves the login works
+        (self.run_dir / "sel-before.txt").write_text(self.bmc.sel_text())
+        if b["clear_sel"]:
+            self.bmc.sel_clear()
+        self.console.log_path.touch()
+        self._sol = Sol(self.bmc, self.console.log_path, self.run_dir / "sol.log")
+        self._sol.start()
+
+    def _take_lock(self):
+        b = self.spec["bmc"]
+        path = lock_dir() / f"ipmi-{re.sub(r'[^A-Za-z0-9._-]', '_', b['host'])}-{b['port']}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown process"
+            os.close(fd)
+            raise RigError(f"rig {self.name}: server {b['host']}:{b['port']} is in use by another krig "
+                           f"process ({holder}); lock {path}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}, rig {self.name}\n".encode(), 0)
+        self._lock_fd = fd
+        self._facts["lock"] = str(path)
+
+    def scratch_env(self):
+        return {"KRIG_SCRATCH_DEV": self.spec["scratch_dev"]} if self.spec["scratch_dev"] else {}
+
+    def facts(self):
+        return self._facts      # the live dict: facts learnt while shutting down still reach the manifest
+
+    def shutdown(self):
+        """Pull the results, then an orderly power off; a hard one if it does not finish in time."""
+        if self._lock_fd is None:
+            return
+        self._salvage()
+        how = "soft"
+        try:
+            if self._state == "up" and self.spec["shutdown_command"]:
+                try:
+                    self.ssh.run(remote_command(self.spec["shutdown_command"], None), timeout=30)
+                except (SshLost, subprocess.TimeoutExpired):
+                    pass
+                self.ssh.stop_master()
+            else:
+                self.bmc.power("soft")
+            if not self.bmc.wait_power("off", self.spec["shutdown_timeout"], POLL):
+                how = f"hard (still on {self.spec['shutdown_timeout']:.0f}s after the soft shutdown)"
+        except KrigError as e:
+            how = f"hard ({e})"
+        if how != "soft":
+            self._hard_off()
+        self._state = "off"
+        self._facts["shutdown"] = how
+
+    def close(self):
+        self.ssh.stop_master()
+        if self._sol is not None:
+            self._sol.stop()
+            self._facts["sol_restarts"] = self._sol.restarts
+            self._sol = None
+        if self._lock_fd is not None:
+            try:
+                if self._powered and self._state != "off":
+                    self._hard_off()        # interrupted run: never leave the server running it
+            except KrigError as e:
+                self._facts["close_error"] = str(e)
+            try:
+                if self.run_dir is not None:
+                    (self.run_dir / "sel.txt").write_text(self.bmc.sel_text())
+            except (KrigError, OSError) as e:
+                self._facts["sel_error"] = str(e)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    # -- helpers ------------------------------------------------------------
+    def _hard_off(self):
+        self.ssh.stop_master()
+        self.bmc.power("off")
+        if not self.bmc.wait_power("off", 60, POLL):
+            raise RigError(f"rig {self.name}: the server is still on 60s after `chassis power off`")
+        self._state = "off"
+
+    def _console_size(self) -> int:
+        try:
+            return self.console.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def _console_crash(self, since: int) -> str | None:
+        try:
+            with open(self.console.log_path, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return None
+        crash = scan_console(text)["crash"]
+        return crash[0] if crash else None
+
+    def _wait_up(self, timeout: float, what: str, old_boot_id=None):
+        """Until SSH answers with a boot_id other than old_boot_id; crash/off/timeout raise."""
+        mark, t0 = self._console_size(), time.monotonic()
+        for n in range(int(timeout / POLL) + 2):
+            left = timeout - (time.monotonic() - t0)
+            bid = self.ssh.probe(max(1.0, min(self.spec["ssh"]["connect_timeout"], left)))
+            if bid and bid != old_boot_id:
+                self._boot_id, self._state = bid, "up"
+                self._facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir)
+                return
+            crash = self._console_crash(mark)
+            if crash:
+                self._state = "crashed"
+                raise GuestCrashed(f"the kernel crashed {what}: {crash}")
+            if n % 5 == 4 and self.bmc.power_status() == "off":
+                self._state = "crashed"
+                raise GuestCrashed(f"the server powered off {what}")
+            if time.monotonic() - t0 > timeout:
+                break
+            time.sleep(POLL)
+        self._state = "hung"
+        raise GuestHung(f"the server did not answer SSH within {timeout:.0f}s {what}")
+
+    def _after_boot(self):
+        """One round trip: boot_id, NMI panic sysctls, work dirs, scratch disk checks."""
+        rd, dev = shlex.quote(self.rd), shlex.quote(self.spec["scratch_dev"])
+        script = [f"rm -rf {rd}/out.* {rd}/tree", f"mkdir -p {rd}/home", "cat /proc/sys/kernel/random/boot_id",
+                  "echo cmdline=$(cat /proc/cmdline)"]
+        if self.spec["nmi_panic"]:
+            script.append("sysctl -q -w kernel.unknown_nmi_panic=1 kernel.panic_on_io_nmi=1 "
+                          "kernel.panic_on_unrecovered_nmi=1 >/dev/null 2>&1 && echo nmi_panic=set "
+                          "|| echo nmi_panic=failed")
+        if self.spec["scratch_dev"]:
+            script.append(f"if [ -b {dev} ]; then echo scratch_size=$(blockdev --getsize64 {dev}); "
+                          f"awk -v d={dev} 'index($1, d) == 1 {{print \"scratch_busy=\" $1 \" on \" $2}}' "
+                          f"/proc/mounts /proc/swaps; else echo scratch_size=missing; fi")
+        rc, out, err = self._ssh("setting up the work directory", "set -e; " + "; ".join(script), 120)
+        lines = out.decode(errors="replace").splitlines()
+        if rc != 0 or not lines:
+            raise RigError(f"rig {self.name}: cannot set up {self.rd} on the server: "
+                           f"{err.decode(errors='replace').strip()[-200:]}")
+        self._boot_id = lines[0].strip()
+        kv = dict(ln.split("=", 1) for ln in lines[1:] if "=" in ln)
+        self._facts.update({k: kv[k] for k in ("cmdline", "nmi_panic", "scratch_size") if k in kv})
+        if self.spec["scratch_dev"] and kv.get("scratch_size") == "missing" and self._needs.get("scratch_size"):
+            raise RigError(f"rig {self.name}: scratch_dev {self.spec['scratch_dev']} is not a block device on the server")
+        if "scratch_busy" in kv:
+            raise RigError(f"rig {self.name}: scratch_dev {self.spec['scratch_dev']} is in use on the server "
+                           f"({kv['scratch_busy']}); refusing to use it as a scratch disk")
+
+    def _ssh(self, what: str, remote: str, timeout: float, **kw):
+        """ssh.run with the rig's handling of a lost connection and of a timeout."""
+        mark = self._console_size()
+        try:
+            return self.ssh.run(remote, timeout=timeout, **kw)
+        except subprocess.TimeoutExpired:
+            self._on_hang(f"{what} did not finish within {timeout:.0f}s")
+        except SshLost as e:
+            self._diagnose_lost(what, e, mark)
+
+    def _diagnose_lost(self, what: str, err: SshLost, mark: int):
+        """The SSH connection failed: crashed, rebooted, hung, or only the network?"""
+        t0 = time.monotonic()
+        size, quiet_since = self._console_size(), time.monotonic()
+        limit = self.spec["hang_timeout"]
+        for n in range(int(3 * limit / POLL) + 2):
+            crash = self._console_crash(mark)
+            if crash:
+                self._state = "crashed"
+                raise GuestCrashed(f"the kernel crashed while {what}: {crash}")
+            bid = self.ssh.probe(min(10.0, self.spec["ssh"]["connect_timeout"]))
+            if bid and bid != self._boot_id:
+                self._state = "crashed"
+                raise GuestCrashed(f"the server rebooted while {what} (SSH: {err})")
+            if bid:
+                raise RigError(f"rig {self.name}: the SSH connection to {self.ssh.target} failed while {what} "
+                               f"({err}), but the server still answers")
+            if n % 5 == 4 and self.bmc.power_status() == "off":
+                self._state = "crashed"
+                raise GuestCrashed(f"the server powered off while {what}")
+            now = time.monotonic()
+            if self._console_size() != size:
+                size, quiet_since = self._console_size(), now
+            if now - quiet_since > limit:
+                self._on_hang(f"no SSH answer and no console output for {limit:.0f}s while {what}")
+            if now - t0 > 3 * limit:
+                break
+            time.sleep(POLL)
+        self._on_hang(f"no SSH answer for {3 * limit:.0f}s while {what} (the console kept printing)")
+
+    def _on_hang(self, reason: str):
+        """Save what can be saved, NMI, let the console show it, power cycle, wait; raise GuestHung."""
+        if self._in_hang:
+            raise GuestHung(reason)
+        self._in_hang = True
+        self._state = "hung"
+        hang = self._facts.setdefault("hang", {})
+        hang["reason"] = reason
+        try:
+            self._salvage(probe=True)
+            mark = self._console_size()
+            try:
+                if self.bmc.power_status() == "on":
+                    self.bmc.power("diag")
+                    hang["nmi"] = "sent (chassis power diag)"
+                else:
+                    hang["nmi"] = "not sent: the server is off"
+            except RigError as e:
+                hang["nmi"] = f"failed: {e}"
+            t0 = time.monotonic()
+            size, quiet = self._console_size(), time.monotonic()
+            for _ in range(int(self.spec["nmi_wait"] / 0.5) + 2):     # until the console settles
+                if time.monotonic() - t0 >= self.spec["nmi_wait"]:
+                    break
+                time.sleep(0.5)
+                if self._console_size() != size:
+                    size, quiet = self._console_size(), time.monotonic()
+                elif size > mark and time.monotonic() - quiet > 3:
+                    break
+            hang["console_bytes_after_nmi"] = self._console_size() - mark
+            if self.spec["recover_after_hang"]:
+                try:
+                    old = self._boot_id
+                    self._power_cycle()
+                    self._wait_up(self.spec["boot_timeout"], "after the power cycle", old_boot_id=old)
+                    hang["recovered"] = "yes: power cycled and answering SSH again"
+                except KrigError as e:
+                    hang["recovered"] = f"no: {e}"
+        finally:
+            self._in_hang = False
+        raise GuestHung(reason)
+
+    def _power_cycle(self):
+        self._powered = True
+        self.ssh.stop_master()
+        try:
+            self.bmc.power("cycle")
+        except RigError:
+            self._hard_off()
+            self.bmc.power("on")
+
+    def _salvage(self, probe: bool = False):
+        """Pull this run's remote results before the server goes off (best effort, bounded)."""
+        if self._salvaged or self._results is None or self._state not in ("up", "hung"):
+            return
+        self._salvaged = True
+        if probe and self.ssh.probe(10) != self._boot_id:
+            self._facts["results_pull"] = "not possible: the server does not answer SSH"
+            return
+        dest = self.workdir / "prefetch"
+        dest.mkdir(parents=True, exist_ok=True)
+        try:
+            self._pull_over_ssh(self._results, dest, 60 if probe else self.spec["pull_timeout"])
+            self._prefetched = (self._results, dest)
+            self._facts["results_pull"] = "pulled before the power off"
+        except (KrigError, SshLost, subprocess.TimeoutExpired) as e:
+            self._facts["results_pull"] = f"failed: {e or type(e).__name__}"
+
+    def _pull_over_ssh(self, remote: str, local: pathlib.Path, timeout: float):
+        local.mkdir(parents=True, exist_ok=True)
+        self.ssh.pipe_from(f"tar -C {shlex.quote(remote)} -cf - .",
+                           ["tar", "-C", str(local), "--no-same-owner", "--no-same-permissions", "-xf", "-"],
+                           timeout)
+
+
+class _Power(PowerProtocol):
+    def __init__(self, rig: IpmiRig):
+        self.rig = rig
+
+    def on(self):
+        self.rig._powered = True
+        self.rig.bmc.power("on")
+
+    def off(self):
+        r = self.rig
+        if r._lock_fd is None:          # never touch a server this process does not hold
+            return
+        r._salvage(probe=r._state != "up")
+        r._hard_off()
+
+    def cycle(self):
+        self.rig._power_cycle()
+
+    def status(self):
+        return self.rig.bmc.power_status()
+
+
+class _Console(ConsoleProtocol):
+    def __init__(self):
+        self.log_path = pathlib.Path("/nonexistent")
+
+
+class _Boot(BootProtocol):
+    def __init__(self, rig: IpmiRig):
+        self.rig = rig
+
+    def boot(self, kernel, cmdline, timeout=None):
+        r = self.rig
+        timeout = timeout or r.spec["boot_timeout"]
+        r._results, r._prefetched, r._salvaged = None, None, False
+        t0 = time.monotonic()
+        try:
+            if r.spec["boot"] == "kexec":
+                from .ipmi_kexec import kexec_boot
+                kexec_boot(r, kernel, cmdline, timeout)
+            else:
+                if r.spec["bmc"]["boot_device"]:
+                    r.bmc.bootdev(r.spec["bmc"]["boot_device"])
+                if r.bmc.power_status() == "on":
+                    r._power_cycle()
+                else:
+                    r.power.on()
+                r._wait_up(timeout, "after power on")
+            r._after_boot()
+        except GuestHung as e:
+            if r._in_hang or "hang" in r._facts:
+                raise
+            r._on_hang(str(e))
+        except HostKeyError:
+            raise
+        r._facts["boot_seconds"] = round(time.monotonic() - t0, 1)
+
+
+class _Command(CommandProtocol):
+    def __init__(self, rig: IpmiRig):
+        self.rig = rig
+        self.n = 0
+
+    def run(self, argv, env=None, timeout=60):
+        r = self.rig
+        if r._state != "up":
+            raise GuestCrashed(f"the server is not up ({r._state})")
+        n = self.n
+        self.n += 1
+        home = f"{r.rd}/home"
+        remote = remote_command(argv, {"HOME": home, **(env or {})}, cwd=home)
+        out_p, err_p = r.workdir / f"{n}.out", r.workdir / f"{n}.err"
+        t0 = time.monotonic()
+        with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
+            rc, _, _ = r._ssh(f"running {' '.join(map(str, argv))[:120]}", remote, timeout, stdout=fo, stderr=fe)
+        return CommandResult(list(argv), rc, out_p.read_bytes(), err_p.read_bytes(), time.monotonic() - t0)
+
+    def partial_output(self) -> tuple[bytes, bytes]:
+        """stdout/stderr of the last command so far (kept when it hangs)."""
+        d = self.rig.workdir
+        read = lambda p: p.read_bytes() if d is not None and p.exists() else b""  # noqa: E731
+        if d is None:
+            return b"", b""
+        return read(d / f"{self.n - 1}.out"), read(d / f"{self.n - 1}.err")
+
+
+class _Files(FilesProtocol):
+    def __init__(self, rig: IpmiRig):
+        self.rig = rig
+
+    def stage(self, local):
+        """Copy reproducers/ (scripts and their static bin/ helpers) to <remote_dir>/tree."""
+        r = self.rig
+        dest = shlex.quote(f"{r.rd}/tree")
+        producer = ["tar", "-C", str(pathlib.Path(local).resolve()), "--exclude=__pycache__",
+                    "--exclude=*.pyc", "-czf", "-", "reproducers"]
+        mark = r._console_size()
+        try:
+            r.ssh.pipe_to(f"rm -rf {dest} && mkdir -p {dest} && tar -xzf - -C {dest}", producer,
+                          r.spec["pull_timeout"])
+        except subprocess.TimeoutExpired:
+            r._on_hang(f"copying reproducers/ did not finish within {r.spec['pull_timeout']:.0f}s")
+        except SshLost as e:
+            r._diagnose_lost("copying reproducers/", e, mark)
+        return f"{r.rd}/tree"
+
+    def results_dir(self):
+        r = self.rig
+        if r._results is None:
+            if r._state != "up":
+                raise RigError(f"rig {r.name}: the server is not up; no results directory")
+            rc, out, err = r._ssh("making the results directory",
+                                  f"mkdir -p {shlex.quote(r.rd)} && mktemp -d {shlex.quote(r.rd)}/out.XXXXXX", 60)
+            path = out.decode(errors="replace").strip()
+            if rc != 0 or not path.startswith(r.rd + "/out."):
+                raise RigError(f"rig {r.name}: cannot make a results directory in {r.rd}: "
+                               f"{err.decode(errors='replace').strip()[-200:]}")
+            r._results = path
+        return r._results
+
+    def pull(self, remote, local):
+        r = self.rig
+        local = pathlib.Path(local)
+        local.mkdir(parents=True, exist_ok=True)
+        if r._prefetched and r._prefetched[0] == remote:
+            for p in r._prefetched[1].iterdir():
+                shutil.move(str(p), str(local / p.name))
+            r._prefetched = None
+            return
+        if r._state != "up":
+            raise RigError(f"rig {r.name}: the server is {r._state}; {remote} was not pulled")
+        try:
+            r._pull_over_ssh(remote, local, r.spec["pull_timeout"])
+        except (SshLost, subprocess.TimeoutExpired) as e:
+            raise RigError(f"rig {r.name}: pulling {remote} failed: {e or type(e).__name__}") from None
