@@ -18,10 +18,11 @@ import zlib
 
 import numpy as np
 
-from analysis.tracedat import (MAGIC, MISSED_EVENTS, MISSED_STORED, OPT_BUFFER, OPT_CMDLINES,
-                               OPT_CPUCOUNT, OPT_CPUSTAT, OPT_DONE, OPT_EVENT_FORMATS,
-                               OPT_FTRACE_EVENTS, OPT_HEADER_INFO, OPT_KALLSYMS, OPT_PRINTK,
-                               OPT_STRINGS, OPT_TRACECLOCK, OPT_UNAME, OPT_VERSION, TraceFile)
+from analysis.kbuffer import MISSED_EVENTS, MISSED_STORED
+from analysis.tracedat import (MAGIC, OPT_BUFFER, OPT_CMDLINES, OPT_CPUCOUNT, OPT_CPUSTAT, OPT_DONE,
+                               OPT_EVENT_FORMATS, OPT_FTRACE_EVENTS, OPT_HEADER_INFO, OPT_KALLSYMS,
+                               OPT_PRINTK, OPT_STRINGS, OPT_TRACECLOCK, OPT_UNAME, OPT_VERSION,
+                               TraceFile)
 
 try:
     import zstandard
