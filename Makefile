@@ -16,7 +16,8 @@ PYTEST_ARGS ?=
 APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelshark xfsprogs fio \
 	ipmitool openipmi busybox-static inotify-tools gcc make libc6-dev kmod cpio zstd time file \
 	python3 python3-venv python3-pip openssh-client openssh-server procps iproute2 git \
-	bc bison flex libelf-dev libssl-dev dwarves linux-source-6.1 xz-utils patch rsync
+	bc bison flex libelf-dev libssl-dev dwarves linux-source-6.1 xz-utils patch rsync \
+	libopenipmi-dev kexec-tools debconf
 
 CFLAGS := -O2 -Wall -static
 HELPER_SRCS := $(wildcard reproducers/*/*.c)
@@ -40,6 +41,7 @@ apt:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "installing:" $$missing; \
+		echo "kexec-tools kexec-tools/load_kexec boolean false" | $(SUDO) debconf-set-selections; \
 		$(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
 	else echo "apt packages: all installed"; fi

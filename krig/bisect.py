@@ -235,7 +235,7 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
         subject = git(tree_p, "log", "-1", "--format=%s", first)
         append(logp, f"first bad commit: {first} {subject}")
     else:
-        why = next((ln for ln in text.splitlines() if "skip" in ln.lower() or "error" in ln.lower()),
+        why = next((ln for ln in text.splitlines() if re.match(r"^(error: |There are only|We cannot)", ln)),
                    "git bisect run did not name a commit")
         append(logp, f"no first bad commit: {why.strip()}")
     append(logp, f"# took {took / 60:.1f} min")
@@ -264,6 +264,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     try:
         if a.cmd == "oracle":
+            for k in [k for k in os.environ if k.startswith("GIT_")]:
+                del os.environ[k]             # set by `git bisect run`; they would redirect every git call
             try:
                 return oracle(pathlib.Path(a.state))
             except KeyboardInterrupt:

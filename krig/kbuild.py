@@ -273,8 +273,13 @@ def tarball_sha256(path: pathlib.Path) -> str:
     return known[tag]
 
 
+def git_env() -> dict:
+    """The environment minus GIT_DIR & co. (`git bisect run` exports them to its command)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+
+
 def git(repo, *args, check=True) -> str:
-    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=git_env())
     if check and p.returncode != 0:
         msg = (p.stderr.strip().splitlines() or ["failed"])[-1]
         raise KrigError(f"git -C {repo} {' '.join(args)}: {msg}")
@@ -285,7 +290,7 @@ def resolve_commit(spec: KernelSpec) -> str:
     if not (spec.tree / ".git").exists() and not (spec.tree / "HEAD").exists():
         raise UsageError(f"{spec.where}.tree: {spec.tree} is not a git repository")
     p = subprocess.run(["git", "-C", str(spec.tree), "rev-parse", "--verify", "--quiet",
-                        f"{spec.ref}^{{commit}}"], capture_output=True, text=True)
+                        f"{spec.ref}^{{commit}}"], capture_output=True, text=True, env=git_env())
     if p.returncode != 0:
         raise UsageError(f"{spec.where}.ref: {spec.ref!r} is not a commit in {spec.tree}")
     return p.stdout.strip()

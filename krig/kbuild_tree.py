@@ -30,7 +30,8 @@ import subprocess
 import time
 
 from .errors import KrigError, UsageError
-from .kbuild import (ARCH, KernelSpec, _sha256_file, build_inputs, cache_key, config_mismatches, git, kernel_cache,
+from .kbuild import (ARCH, KernelSpec, _sha256_file, build_inputs, cache_key, config_mismatches, git, git_env,
+                     kernel_cache,
                      localversion_fragment, read_dotconfig, source_identity, wanted_config)
 from .paths import cache_dir
 from .results import now
@@ -42,7 +43,7 @@ HEARTBEAT = 60.0
 
 def clean_env() -> dict:
     """The environment for the kernel's make: nothing inherited from an outer make."""
-    env = {k: v for k, v in os.environ.items() if k not in STRIP_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in STRIP_ENV and not k.startswith("GIT_")}
     path = env.get("PATH", "/usr/bin:/bin")
     for extra in ("/usr/sbin", "/sbin"):
         if extra not in path.split(":"):
@@ -293,7 +294,8 @@ def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dic
         if state.pop("adopt", False):
             log("kbuild: adopting the seeded tree into git (hashing its files once)")
             git(tree, "read-tree", identity["commit"])
-            subprocess.run(["git", "-C", str(tree), "update-index", "-q", "--refresh"], capture_output=True)
+            subprocess.run(["git", "-C", str(tree), "update-index", "-q", "--refresh"], capture_output=True,
+                           env=git_env())
         git(tree, "reset", "-q", "--hard", identity["commit"])
         state.update(applied=[], modified=[], created=[])
     else:
@@ -386,6 +388,9 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
     t0 = time.monotonic()
     with locked(tree.with_name(tree.name + ".lock"), log, f"build tree {tree_id}"):
         state = load_state(tree)
+        if tree.is_dir() and state.get("origin") != origin:
+            log(f"kbuild: {tree} was left half-made; making it again")
+            shutil.rmtree(tree)
         if not tree.is_dir():
             state = create_tree(tree, origin, log)
             save_state(tree, state)

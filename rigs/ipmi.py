@@ -10,10 +10,8 @@ waits for it to come back. An fcntl lock keeps two krig processes off one
 server. The rig file format is in rigs/ipmi_spec.py and
 rigs/examples/lab-server.toml.
 """
-import fcntl
 import os
 import pathlib
-import re
 import shlex
 import shutil
 import subprocess
@@ -23,22 +21,14 @@ import time
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
 from krig.paths import cache_dir
 from krig.verdict import scan_console
+from . import ipmi_lock
 from .ipmi_bmc import Bmc, Sol
 from .ipmi_spec import validate_spec
-from .ipmi_ssh import HostKeyError, Ssh, SshLost, remote_command
+from .ipmi_ssh import Ssh, SshLost, remote_command
 from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
 POLL = 2.0
-
-
-def lock_dir() -> pathlib.Path:
-    d = os.environ.get("KRIG_LOCK_DIR")
-    if d:
-        p = pathlib.Path(d)
-        p.mkdir(parents=True, exist_ok=True)
-        return p
-    return cache_dir("locks")
 
 
 class IpmiRig(Rig):
@@ -95,18 +85,7 @@ class IpmiRig(Rig):
 
     def _take_lock(self):
         b = self.spec["bmc"]
-        path = lock_dir() / f"ipmi-{re.sub(r'[^A-Za-z0-9._-]', '_', b['host'])}-{b['port']}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown process"
-            os.close(fd)
-            raise RigError(f"rig {self.name}: server {b['host']}:{b['port']} is in use by another krig "
-                           f"process ({holder}); lock {path}") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}, rig {self.name}\n".encode(), 0)
-        self._lock_fd = fd
+        self._lock_fd, path = ipmi_lock.take(self.name, b["host"], b["port"])
         self._facts["lock"] = str(path)
 
     def scratch_env(self):
@@ -122,14 +101,15 @@ class IpmiRig(Rig):
         self._salvage()
         how = "soft"
         try:
+            rc = None
             if self._state == "up" and self.spec["shutdown_command"]:
                 try:
-                    self.ssh.run(remote_command(self.spec["shutdown_command"], None), timeout=30)
+                    rc, _, _ = self.ssh.run(remote_command(self.spec["shutdown_command"], None), timeout=30)
                 except (SshLost, subprocess.TimeoutExpired):
-                    pass
+                    rc = 0                  # the connection died with the system going down
                 self.ssh.stop_master()
-            else:
-                self.bmc.power("soft")
+            if rc != 0:
+                self.bmc.power("soft")      # ACPI power button
             if not self.bmc.wait_power("off", self.spec["shutdown_timeout"], POLL):
                 how = f"hard (still on {self.spec['shutdown_timeout']:.0f}s after the soft shutdown)"
         except KrigError as e:
@@ -145,7 +125,7 @@ class IpmiRig(Rig):
             self._sol.stop()
             self._facts["sol_restarts"] = self._sol.restarts
             self._sol = None
-        if self._lock_fd is not None:
+        if self._lock_fd is not None and not self.bmc.failed:
             try:
                 if self._powered and self._state != "off":
                     self._hard_off()        # interrupted run: never leave the server running it
@@ -156,6 +136,7 @@ class IpmiRig(Rig):
                     (self.run_dir / "sel.txt").write_text(self.bmc.sel_text())
             except (KrigError, OSError) as e:
                 self._facts["sel_error"] = str(e)
+        if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
         if self.workdir is not None:
@@ -230,8 +211,12 @@ class IpmiRig(Rig):
         self._boot_id = lines[0].strip()
         kv = dict(ln.split("=", 1) for ln in lines[1:] if "=" in ln)
         self._facts.update({k: kv[k] for k in ("cmdline", "nmi_panic", "scratch_size") if k in kv})
-        if self.spec["scratch_dev"] and kv.get("scratch_size") == "missing" and self._needs.get("scratch_size"):
+        need, size = self._needs.get("scratch_size"), kv.get("scratch_size", "")
+        if need and size == "missing":
             raise RigError(f"rig {self.name}: scratch_dev {self.spec['scratch_dev']} is not a block device on the server")
+        if need and size.isdigit() and int(size) < need:
+            raise RigError(f"rig {self.name}: scratch_dev {self.spec['scratch_dev']} has {int(size) >> 20} MiB; "
+                           f"the reproducer needs {need >> 20} MiB")
         if "scratch_busy" in kv:
             raise RigError(f"rig {self.name}: scratch_dev {self.spec['scratch_dev']} is in use on the server "
                            f"({kv['scratch_busy']}); refusing to use it as a scratch disk")
@@ -404,8 +389,6 @@ class _Boot(BootProtocol):
             if r._in_hang or "hang" in r._facts:
                 raise
             r._on_hang(str(e))
-        except HostKeyError:
-            raise
         r._facts["boot_seconds"] = round(time.monotonic() - t0, 1)
 
 
@@ -425,7 +408,7 @@ class _Command(CommandProtocol):
         out_p, err_p = r.workdir / f"{n}.out", r.workdir / f"{n}.err"
         t0 = time.monotonic()
         with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
-            rc, _, _ = r._ssh(f"running {' '.join(map(str, argv))[:120]}", remote, timeout, stdout=fo, stderr=fe)
+            rc, _, _ = r._ssh(f"running {' '.join(map(str, argv))}", remote, timeout, stdout=fo, stderr=fe)
         return CommandResult(list(argv), rc, out_p.read_bytes(), err_p.read_bytes(), time.monotonic() - t0)
 
     def partial_output(self) -> tuple[bytes, bytes]:

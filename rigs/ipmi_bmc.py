@@ -24,10 +24,11 @@ _AUTH = [
      "wrong password"),
     (re.compile(r"unauthorized name|Unknown user|invalid user name", re.I), "unknown user"),
     (re.compile(r"Insufficient privilege level|requested maximum privilege level", re.I),
-     "the user lacks the privilege asked for"),
+     "the user lacks the privilege asked for"),  # = PRIVILEGE: not a refused login
     (re.compile(r"invalid authentication algorithm|no matching cipher suite|invalid confidentiality|"
                 r"invalid integrity algorithm", re.I), "cipher suite not supported by the BMC"),
 ]
+PRIVILEGE = "the user lacks the privilege asked for"
 _NO_ANSWER = re.compile(r"Get Auth Capabilities error|Error issuing Get Channel Authentication|"
                         r"No response from remote controller|Unable to establish (IPMI v2 / RMCP\+|LAN) session|"
                         r"Error sending|Address lookup|Connection refused", re.I)
@@ -70,17 +71,21 @@ class Bmc:
         self._password = password
         self.log_path = log_path
         self.where = f"BMC {cfg['host']}:{cfg['port']}"
+        self.failed: str | None = None  # "no answer" or "login refused": clean-up then leaves the BMC alone
 
     # -- plumbing -----------------------------------------------------------
     def argv(self, *args, verbose=True) -> list:
         c = self.cfg
-        a = [IPMITOOL, "-I", "lanplus", "-H", c["host"], "-p", str(c["port"]), "-U", c["user"], "-E",
+        # The password: ipmitool reads the rig's 0600 file itself (-f), or IPMI_PASSWORD (-E).
+        pw = ["-f", c["password_file"]] if c.get("password_file") else ["-E"]
+        a = [IPMITOOL, "-I", "lanplus", "-H", c["host"], "-p", str(c["port"]), "-U", c["user"], *pw,
              "-C", str(c["cipher_suite"]), "-L", c["privilege"], "-N", str(c["timeout"]), "-R", "1"]
         return a + (["-v"] if verbose else []) + list(args)
 
     def env(self) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("IPMI")}
-        env["IPMI_PASSWORD"] = self._password
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("IPMI_", "IPMITOOL_"))}
+        if not self.cfg.get("password_file"):
+            env["IPMI_PASSWORD"] = self._password
         return env
 
     def _log(self, line: str):
@@ -103,6 +108,8 @@ class Bmc:
         check=False returns stdout even when the BMC refused the command
         (but a rejected login or a BMC that does not answer still raise).
         """
+        if self.failed == "login refused":      # never retry a refused login: BMCs lock accounts out
+            raise BmcAuthError(self._auth_message)
         tries = retries or self.cfg["retries"]
         last = "no answer"
         for attempt in range(1, tries + 1):
@@ -121,11 +128,17 @@ class Bmc:
             self._log(f"ipmitool {' '.join(args)} -> rc {rc} in {time.monotonic() - t0:.1f}s"
                       + ("" if ok else f": {self._summary(err)}"))
             if ok:
+                self.failed = None
                 return out
             why = self.classify(err)
+            if why == PRIVILEGE:
+                raise RigError(f"rig {self.rig}: {self.where}: `ipmitool {' '.join(args)}`: user "
+                               f"{self.cfg['user']!r} lacks the privilege (set bmc.privilege or the user's role)")
             if why is not None:
-                raise BmcAuthError(f"rig {self.rig}: {self.where} rejected user {self.cfg['user']!r}: {why} "
-                                   f"(cipher suite {self.cfg['cipher_suite']}, privilege {self.cfg['privilege']})")
+                self.failed = "login refused"
+                self._auth_message = (f"rig {self.rig}: {self.where} rejected user {self.cfg['user']!r}: {why} "
+                                      f"(cipher suite {self.cfg['cipher_suite']}, privilege {self.cfg['privilege']})")
+                raise BmcAuthError(self._auth_message)
             if rc != 0 and (rc == -1 or _NO_ANSWER.search(err)):
                 last = self._summary(err)
                 if attempt < tries:
@@ -134,6 +147,7 @@ class Bmc:
             if not check:
                 return out
             raise RigError(f"rig {self.rig}: {self.where}: `ipmitool {' '.join(args)}` failed: {self._summary(err)}")
+        self.failed = "no answer"
         raise RigError(f"rig {self.rig}: {self.where} did not answer after {tries} tries "
                        f"({self.cfg['timeout']}s each): {last}")
 
@@ -282,7 +296,8 @@ class Sol:
         if self._thread is not None:
             self._thread.join(15)
         try:
-            self.bmc.run("sol", "deactivate", retries=1, check=False)
+            if not self.bmc.failed:
+                self.bmc.run("sol", "deactivate", retries=1, check=False)
         except RigError:
             pass
         self._note(f"SOL session stopped ({self.restarts} restarts)")

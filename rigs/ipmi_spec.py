@@ -198,6 +198,10 @@ def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict
         if key in SSH_FORBIDDEN:
             raise UsageError(f"{sw}.options: {o.split('=', 1)[0]} is set by krig (strict host key "
                              "checking against known_hosts, batch mode) and cannot be changed")
+    key_mode = stat.S_IMODE(pathlib.Path(s["key"]).stat().st_mode)
+    if key_mode & 0o077:
+        raise UsageError(f"{sw}.key: {s['key']} has mode {key_mode:04o}; ssh refuses a private key others "
+                         f"can read: run `chmod 600 {s['key']}`")
     out["ssh"] = s
 
     kw = f"{where}.kexec"

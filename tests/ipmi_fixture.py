@@ -123,7 +123,10 @@ class SerialCable(threading.Thread):
 class SimServer:
     USER = "krig"
 
-    def __init__(self, base: pathlib.Path, kernel, initrd: pathlib.Path):
+    def __init__(self, base: pathlib.Path, kernel, initrd: pathlib.Path, memory_mb: int = 2048,
+                 scratch_bytes: int = 16 << 30):
+        self.memory_mb = memory_mb
+        self.scratch_bytes = scratch_bytes
         self.base = base
         self.kernel = kernel
         self.initrd = initrd
@@ -168,7 +171,7 @@ class SimServer:
         append = ("console=ttyS0,115200 panic=-1 loglevel=6 krig.mode=sshd krig.hostname=krig-ipmi-guest "
                   "krig.ip=10.0.2.15/24 krig.gw=10.0.2.2")
         return ["setpriv", "--pdeathsig", "KILL", "qemu-system-x86_64", "-name", "krig-ipmi-sim-guest",
-                "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", "1024",
+                "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb),
                 "-display", "none", "-vga", "none", "-nodefaults", "-pidfile", f"{b}/qemu.pid",
                 "-chardev", f"socket,id=ipmi0,host=127.0.0.1,port={self.kcs_port},reconnect=2",
                 "-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0", "-device", "isa-ipmi-kcs,bmc=bmc0",
@@ -185,7 +188,7 @@ class SimServer:
     def _configs(self):
         b = self.base
         with open(b / "scratch.img", "wb") as f:
-            f.truncate(2 << 30)
+            f.truncate(self.scratch_bytes)      # sparse
         start = b / "start-vm"
         start.write_text("#!/bin/sh\n# ipmi_sim's startcmd: the server's power\nexec "
                          + " ".join(f"'{a}'" for a in self._vm_argv()) + f" >>{self.logs}/qemu.log 2>&1\n")
@@ -260,15 +263,16 @@ loadlib "{b}/krig_diag.so" ""
         """Write <base>/rigs/<name>.toml for this server (KRIG_RIG_PATH=<base>/rigs)."""
         spec = {"driver": "ipmi", "description": f"ipmi_sim server on 127.0.0.1:{self.lan_port}",
                 "scratch_dev": "/dev/nvme0n1", "remote_dir": "/run/krig-remote", "boot_timeout": 300,
-                "hang_timeout": 60, "nmi_wait": 15, "shutdown_timeout": 60,
+                "hang_timeout": 60, "nmi_wait": 10, "shutdown_timeout": 60,
                 "shutdown_command": ["sh", "-c", "sync; echo o > /proc/sysrq-trigger"], **top}
         b = {"host": "127.0.0.1", "port": self.lan_port, "user": self.USER,
              "password_file": str(self.base / "bmc-password"), "cipher_suite": 3, "timeout": 2, "retries": 3,
              **(bmc or {})}
         s = {"host": "127.0.0.1", "port": self.ssh_port, "user": "root", "key": str(self.base / "client_key"),
              "known_hosts": str(self.base / "known_hosts"), "connect_timeout": 30, **(ssh or {})}
+        tables = {k: spec.pop(k) for k in list(spec) if isinstance(spec[k], dict)}
         text = "".join(f"{k} = {_toml(v)}\n" for k, v in spec.items() if v is not None)
-        for table, d in (("bmc", b), ("ssh", s)):
+        for table, d in (("bmc", b), ("ssh", s), *tables.items()):
             text += f"\n[{table}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in d.items() if v is not None)
         path = self.rigs / f"{name}.toml"
         path.write_text(text)

@@ -281,12 +281,16 @@ def test_real_patches_apply_to_6_1():
 
 # -- git build tree -------------------------------------------------------------
 
-def test_git_tree_moves_between_commits_and_unpatches(tmp_path, layout):
+def test_git_tree_moves_between_commits_and_unpatches(tmp_path, layout, monkeypatch):
     kd, rd, _ = layout
+    decoy = tmp_path / "decoy.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(decoy)], check=True)
+    monkeypatch.setenv("GIT_DIR", str(decoy))     # what `git bisect run` exports to the oracle
     repo = tmp_path / "repo"
     write(repo / "f.c", "a\n")
+    env = {k: v for k, v in os.environ.items() if k != "GIT_DIR"}
     g = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True,  # noqa: E731
-                                  text=True, env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                                  text=True, env={**env, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
                                                   "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}).stdout
     g("init", "-q")
     g("add", "f.c")
@@ -310,3 +314,4 @@ def test_git_tree_moves_between_commits_and_unpatches(tmp_path, layout):
     kt.sync_source(t, spec, ident2, state, log=lambda m: None)
     assert (t / "f.c").read_text() == "a\n" and (t / "g.c").exists()
     assert g("status", "--porcelain") == "", "the user's repository is not touched"
+    assert not list((decoy / "refs" / "heads").iterdir()), "GIT_DIR from the environment is ignored"

@@ -1,0 +1,278 @@
+"""The IPMI rig against a real BMC simulator (OpenIPMI's ipmi_sim) on 127.0.0.1.
+
+The simulated server (tests/ipmi_fixture.py) is powered on by `ipmitool
+chassis power on`, its console comes over SOL, commands and files over SSH,
+exactly as for a server in a lab. One simulator serves the whole module;
+each boot takes ~15-40 s under TCG.
+
+Order matters a little: the hang, panic and Ctrl-C tests run before
+test_run_passes, so the passing run is "the next run on the same rig" after them.
+"""
+import json
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import KRIG, ROOT
+from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
+from krig.errors import RigError
+from krig.kernels import load_kernel
+from krig.run import run
+from rigs import initramfs, load_rig, qemu
+
+pytestmark = pytest.mark.ipmi
+
+# (reproducer, preset, expected verdict) run on the simulated server after the
+# hang test. Add seed reproducers' smoke presets here, e.g. ("xfs-ail-storm", "smoke", "PASS").
+PASS_CASES = [("selftest-pass", None, "PASS"), ("neg-dentry-flood", "smoke", "FAIL")]
+
+# What every run directory has on the QEMU rig (minus qemu.log), and what the IPMI rig adds.
+COMMON_FILES = {"manifest.json", "verdict.json", "junit.xml", "console.log", "stdout", "stderr", "exit_code",
+                "facts.txt", "samples.tsv", "phases.tsv", "time.txt", "workload.rc", "metrics.json"}
+IPMI_FILES = {"sel.txt", "sel-before.txt", "bmc.log", "sol.log", "ssh.log"}
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    miss = missing_tools()
+    if miss:
+        pytest.skip(f"IPMI rig tests need: {', '.join(miss)} (make setup)")
+    kernel = load_kernel("distro")
+    initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)
+    base = tmp_path_factory.mktemp("ipmi")
+    server = SimServer(base, kernel, initrd)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KRIG_RIG_PATH", str(server.rigs))
+        mp.setenv("KRIG_LOCK_DIR", str(base / "locks"))
+        try:
+            server.start()
+            server.rig_file("sim")
+            yield server
+        finally:
+            server.stop()
+    left = server.processes()
+    assert not left, f"left running after the simulator stopped: {left}"
+
+
+def _leftovers(sim) -> list[str]:
+    """ipmitool, ssh or qemu processes of this server (ipmi_sim itself may run)."""
+    return [p for p in sim.processes() if re.search(r"\b(ipmitool|ssh|qemu-system-x86_64)\b", p)]
+
+
+def _wait_no_leftovers(sim, timeout=30):
+    for _ in range(int(timeout / 0.5)):
+        if not _leftovers(sim):
+            return []
+        time.sleep(0.5)
+    return _leftovers(sim)
+
+
+def _cli(sim, tmp_path, *args, env=None, timeout=900):
+    e = {**os.environ, "KRIG_RIG_PATH": str(sim.rigs), "KRIG_RESULTS": str(tmp_path / "results"), **(env or {})}
+    return subprocess.run(KRIG + list(args), capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=e)
+
+
+class PasswordWatch(threading.Thread):
+    """Scans every process's argv for the BMC password while runs are in progress."""
+
+    def __init__(self, password: str):
+        super().__init__(daemon=True)
+        self.needle = password.encode()
+        self.stop_flag = threading.Event()
+        self.hits: list[str] = []
+        self.ipmitool_seen = 0
+        self.scans = 0
+
+    def run(self):
+        while not self.stop_flag.is_set():
+            for d in pathlib.Path("/proc").iterdir():
+                if not d.name.isdigit():
+                    continue
+                try:
+                    argv = (d / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if self.needle in argv:
+                    self.hits.append(argv.replace(b"\0", b" ").decode(errors="replace"))
+                if b"ipmitool" in argv:
+                    self.ipmitool_seen += 1
+            self.scans += 1
+            self.stop_flag.wait(0.2)
+
+
+def test_power_console_command_and_lock(sim, tmp_path):
+    """Power on/off through the BMC, console over SOL, a command over SSH, the lock."""
+    kernel = load_kernel("distro")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    rig = load_rig("sim")
+    with rig:
+        rig.prepare(run_dir, kernel, {})
+        assert rig.power.status() == "off"
+        rig.boot.boot(kernel, [])
+        assert sim.power_status() == "on"
+        # A second krig (here: a second rig object) is kept off the server, and leaves it alone.
+        other = load_rig("sim")
+        with pytest.raises(RigError, match="in use by another krig process"):
+            other.prepare(tmp_path / "run2", kernel, {})
+        other.close()
+        assert sim.power_status() == "on"
+        # argv words and env values reach the remote command unchanged (quoted for the remote shell).
+        tricky = "a b 'c' \"d\" $(e) `f` ; g"
+        res = rig.command.run(["sh", "-c", 'printf "%s\\n" "$KRIG_X" "$1"; uname -r; exit 3', "sh", tricky],
+                              env={"KRIG_X": tricky}, timeout=120)
+        assert res.returncode == 3, res.stderr
+        assert res.stdout.decode().splitlines() == [tricky, tricky, kernel.release]
+        rig.power.off()
+        assert sim.power_status() == "off"
+        assert rig.power.status() == "off"
+    console = (run_dir / "console.log").read_text(errors="replace")
+    assert "Linux version" in console and "krig-init: starting sshd" in console
+    assert (run_dir / "sel.txt").exists() and (run_dir / "sel-before.txt").exists()
+    assert "SOL session stopped" in (run_dir / "sol.log").read_text()
+    assert not _wait_no_leftovers(sim)
+
+
+def test_bad_bmc_and_host_key_give_one_clear_line(sim, tmp_path):
+    """Wrong password, a BMC that does not answer, a loose password file, a changed host key."""
+    cases = []
+    sim.rig_file("badpw", bmc={"password_file": None, "password_env": "KRIG_TEST_BMC_PW"})
+    cases.append(("badpw", {"KRIG_TEST_BMC_PW": "not-the-password"}, 3, r"rejected user 'krig': wrong password"))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sim.rig_file("noanswer", bmc={"port": port, "timeout": 1, "retries": 2})
+    cases.append(("noanswer", {}, 3, rf"BMC 127\.0\.0\.1:{port} did not answer after 2 tries"))
+    loose = sim.base / "loose-password"
+    loose.write_text(sim.password + "\n")
+    loose.chmod(0o644)
+    sim.rig_file("loose", bmc={"password_file": str(loose)})
+    cases.append(("loose", {}, 2, r"has mode 0644, readable by others; run `chmod 600"))
+    sim.rig_file("badkey", ssh={"known_hosts": str(sim.base / "bad_known_hosts")}, boot_timeout=240)
+    cases.append(("badkey", {}, 3, r"SSH host key of root@127\.0\.0\.1:\d+ does not match .*bad_known_hosts"))
+    for name, env, code, pattern in cases:
+        t0 = time.monotonic()
+        p = _cli(sim, tmp_path / name, "run", "selftest-pass", "--rig", name, env=env)
+        out = p.stdout + p.stderr
+        assert p.returncode == code, f"{name}: exit {p.returncode}\n{out}"
+        assert "Traceback" not in out, out
+        lines = [ln for ln in out.splitlines() if re.search(pattern, ln)]
+        assert len(lines) == 1, f"{name}: no one-line message matching {pattern!r} in\n{out}"
+        assert sim.password not in out
+        assert not _wait_no_leftovers(sim), f"{name}: processes left: {_leftovers(sim)}"
+        print(f"{name}: exit {p.returncode} in {time.monotonic() - t0:.0f}s: {lines[0]}")
+    assert sim.power_status() == "off"
+
+
+def test_hang_recovers(sim, tmp_path):
+    """A workload that never ends: HUNG, NMI over the BMC (panic trace on the SOL console),
+    power cycle, the server answers again; then it is powered off and released."""
+    run_dir, verdict = run("selftest-hang", rig_name="sim", sets={"timeout": "10"},
+                           results_root=tmp_path / "results", log=print)
+    assert verdict["verdict"] == "HUNG", verdict
+    m = json.loads((run_dir / "manifest.json").read_text())
+    hang = m["rig_facts"]["hang"]
+    assert hang["nmi"].startswith("sent"), hang
+    assert hang["recovered"].startswith("yes"), hang
+    console = (run_dir / "console.log").read_text(errors="replace")
+    assert "NMI received for unknown reason" in console and "Kernel panic" in console
+    assert console.index("Kernel panic") < console.rindex("Linux version")     # came back after the cycle
+    assert "NMI/Diag Interrupt" in (run_dir / "sel.txt").read_text()
+    assert "hanging now" in (run_dir / "stdout").read_text()                  # partial output kept
+    assert (run_dir / "facts.txt").exists()                                    # results pulled before the NMI
+    assert sim.power_status() == "off"
+    assert not _wait_no_leftovers(sim)
+
+
+def test_panic_is_crashed(sim, tmp_path):
+    """The kernel panics under the workload: the SSH connection drops, the SOL console has the panic."""
+    run_dir, verdict = run("selftest-panic", rig_name="sim", results_root=tmp_path / "results", log=print)
+    assert verdict["verdict"] == "CRASHED", verdict
+    assert "sysrq: Trigger a crash" in verdict["reason"]
+    assert "Kernel panic" in (run_dir / "console.log").read_text(errors="replace")
+    assert sim.power_status() == "off"
+    assert not _wait_no_leftovers(sim)
+
+
+def test_kexec_boot_then_ctrl_c(sim, tmp_path):
+    """Boot by kexec (installed system first, then the kernel under test with its own
+    command line), then Ctrl-C: SOL deactivated, server off, lock released, nothing left.
+    (This rig takes the BMC password from the environment, the others from a 0600 file.)"""
+    kernel = load_kernel("distro")
+    initrd = sim.base / "initrd.cpio.gz"                     # compressed: less to copy over SSH
+    with open(initrd, "wb") as f:
+        subprocess.run(["gzip", "-1", "-c", str(sim.initrd)], stdout=f, check=True, timeout=120)
+    sim.rig_file("simkexec", boot="kexec", bmc={"password_file": None, "password_env": "KRIG_TEST_BMC_PW"},
+                 kexec={"initrd": str(initrd), "exec_command": ["kexec", "-e"], "append": ["krig.kexec=1"]})
+    env = {**os.environ, "KRIG_RIG_PATH": str(sim.rigs), "KRIG_RESULTS": str(tmp_path / "results"),
+           "PYTHONUNBUFFERED": "1", "KRIG_TEST_BMC_PW": sim.password}
+    p = subprocess.Popen(KRIG + ["run", "selftest-hang", "--rig", "simkexec"], cwd=ROOT, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(p.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        for _ in range(1200):                       # up to 600 s
+            if any(ln.startswith("krig: booted") for ln in lines) or p.poll() is not None:
+                break
+            time.sleep(0.5)
+        assert any(ln.startswith("krig: booted") for ln in lines), "".join(lines) + p.stderr.read()
+        os.kill(p.pid, signal.SIGINT)
+        rc = p.wait(300)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    reader.join(10)
+    err = p.stderr.read()
+    assert rc == 130, "".join(lines) + err
+    assert "Traceback" not in err
+    run_dir = pathlib.Path(lines[0].split(" -> ")[1].strip())
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["outcome"] == "interrupted" and m["complete"] is False
+    assert m["rig_facts"]["kexec"][:2] == ["kexec", "-l"]
+    assert "krig.kexec=1" in m["rig_facts"]["cmdline"]      # the kexec'd kernel's command line
+    assert m["kernel"]["release"] == kernel.release
+    console = (run_dir / "console.log").read_text(errors="replace")
+    assert console.count("Linux version") == 2              # the installed system, then the kexec'd kernel
+    assert "SOL session stopped" in (run_dir / "sol.log").read_text()
+    assert sim.power_status() == "off"
+    assert not _wait_no_leftovers(sim)
+    rig = load_rig("sim")                                    # the lock was released
+    rig._take_lock()
+    rig.close()
+
+
+@pytest.mark.parametrize("repro,preset,expected", PASS_CASES)
+def test_run_passes(sim, tmp_path, repro, preset, expected):
+    """The normal pipeline on the server; no argv ever holds the BMC password, and no file does."""
+    watch = PasswordWatch(sim.password)
+    watch.start()
+    try:
+        run_dir, verdict = run(repro, rig_name="sim", preset=preset, results_root=tmp_path / "results", log=print)
+    finally:
+        watch.stop_flag.set()
+        watch.join(10)
+    assert verdict["verdict"] == expected, verdict
+    assert not watch.hits, f"the BMC password was in a process's argv: {watch.hits}"
+    assert watch.scans > 10 and watch.ipmitool_seen > 0, "the argv scan never saw ipmitool running"
+    files = {p.name for p in run_dir.iterdir()}
+    assert COMMON_FILES <= files, f"missing: {COMMON_FILES - files}"
+    assert IPMI_FILES <= files, f"missing: {IPMI_FILES - files}"
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["machine"]["release"] == m["kernel"]["release"]
+    assert m["rig"]["kind"] == "ipmi" and m["rig_facts"]["shutdown"] == "soft"
+    assert m["rig_facts"]["results_pull"] == "pulled before the power off"
+    assert "Linux version" in (run_dir / "console.log").read_text(errors="replace")
+    g = subprocess.run(["grep", "-rl", "-F", sim.password, str(tmp_path), str(sim.logs)],
+                       capture_output=True, text=True)
+    assert g.returncode == 1 and not g.stdout, f"the BMC password is in {g.stdout}"
+    assert sim.power_status() == "off"
+    assert not _wait_no_leftovers(sim)

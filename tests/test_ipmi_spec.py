@@ -1,0 +1,242 @@
+"""The IPMI rig without a BMC or a guest: rig file validation, quoting, lock, secrets."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+from krig.errors import RigError, UsageError
+from rigs import load_rig
+from rigs.ipmi import IpmiRig
+from rigs.ipmi_bmc import Bmc
+from rigs.ipmi_kexec import kexec_args
+from rigs.ipmi_ssh import Ssh, remote_command
+
+PW = "s3cret-Pw"
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    (tmp_path / "key").write_text("not really a key\n")
+    (tmp_path / "key").chmod(0o600)
+    (tmp_path / "known_hosts").write_text("")
+    pw = tmp_path / "pw"
+    pw.write_text(PW + "\n")
+    pw.chmod(0o600)
+    monkeypatch.setenv("KRIG_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("KRIG_TEST_PW", PW)
+    return tmp_path
+
+
+def spec(files, **over):
+    s = {"driver": "ipmi", "scratch_dev": "/dev/nvme0n1",
+         "bmc": {"host": "10.0.0.5", "user": "krig", "password_env": "KRIG_TEST_PW"},
+         "ssh": {"host": "10.0.0.6", "key": str(files / "key"), "known_hosts": str(files / "known_hosts")}}
+    for k, v in over.items():
+        if k in ("bmc", "ssh") and v is not None:
+            s[k] = {**s[k], **v}
+            s[k] = {kk: vv for kk, vv in s[k].items() if vv is not None}
+        elif v is None:
+            s.pop(k, None)
+        else:
+            s[k] = v
+    return s
+
+
+def test_minimal_rig_file_defaults(files):
+    r = IpmiRig("lab", spec(files))
+    assert r.spec["bmc"]["port"] == 623 and r.spec["bmc"]["cipher_suite"] == 17
+    assert r.spec["ssh"]["port"] == 22 and r.spec["ssh"]["user"] == "root"
+    assert r.spec["boot"] == "installed" and r.spec["remote_dir"] == "/var/tmp/krig"
+    assert r.scratch_env() == {"KRIG_SCRATCH_DEV": "/dev/nvme0n1"}
+    assert PW not in repr(r.describe())
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"bogus": 1}, r"rigs/lab\.toml: unknown field 'bogus'"),
+    ({"bmc": None}, r"rigs/lab\.toml: missing required field 'bmc'"),
+    ({"bmc": {"host": None}}, r"rigs/lab\.toml\.bmc: missing required field 'host'"),
+    ({"bmc": {"host": "-oProxyCommand=x"}}, r"rigs/lab\.toml\.bmc\.host: .* is not a host name"),
+    ({"bmc": {"port": 70000}}, r"rigs/lab\.toml\.bmc\.port: 70000 is not a port number"),
+    ({"bmc": {"port": "623"}}, r"rigs/lab\.toml\.bmc\.port: expected integer"),
+    ({"bmc": {"user": "a b"}}, r"rigs/lab\.toml\.bmc\.user: 'a b'"),
+    ({"bmc": {"password_env": None}}, r"rigs/lab\.toml\.bmc: set exactly one of password_env"),
+    ({"bmc": {"password_file": "/x"}}, r"rigs/lab\.toml\.bmc: set exactly one of password_env"),
+    ({"bmc": {"password_env": "NOT_SET_ANYWHERE_X"}}, r"\.bmc\.password_env: environment variable NOT_SET_ANYWHERE_X is not set"),
+    ({"bmc": {"password_env": "1BAD"}}, r"\.bmc\.password_env: '1BAD' is not an environment variable name"),
+    ({"bmc": {"cipher_suite": 42}}, r"\.bmc\.cipher_suite: 42 is not an IPMI cipher suite"),
+    ({"bmc": {"privilege": "root"}}, r"\.bmc\.privilege: 'ROOT' is not one of USER, OPERATOR, ADMINISTRATOR"),
+    ({"bmc": {"boot_device": "usb"}}, r"\.bmc\.boot_device: 'usb' is not one of"),
+    ({"bmc": {"retries": 0}}, r"\.bmc: timeout must be 1-60 s and retries 1-10"),
+    ({"ssh": {"key": "relative/key"}}, r"\.ssh\.key: 'relative/key': use an absolute path"),
+    ({"ssh": {"key": "/nonexistent/key"}}, r"\.ssh\.key: /nonexistent/key does not exist"),
+    ({"ssh": {"known_hosts": None}}, r"\.ssh: missing required field 'known_hosts'"),
+    ({"ssh": {"options": ["StrictHostKeyChecking=no"]}}, r"\.ssh\.options: StrictHostKeyChecking is set by krig"),
+    ({"ssh": {"options": ["UserKnownHostsFile=/dev/null"]}}, r"\.ssh\.options: UserKnownHostsFile is set by krig"),
+    ({"ssh": {"options": ["nonsense"]}}, r"\.ssh\.options: 'nonsense': expected Name=value"),
+    ({"ssh": {"connect_timeout": 0}}, r"\.ssh\.connect_timeout: must be at least 1"),
+    ({"scratch_dev": "nvme0n1"}, r"\.scratch_dev: 'nvme0n1' is not a device path"),
+    ({"remote_dir": "/tmp"}, r"\.remote_dir: '/tmp': use a dedicated absolute directory"),
+    ({"remote_dir": "/var/tmp/../etc"}, r"\.remote_dir: .*use a dedicated absolute directory"),
+    ({"boot": "pxe"}, r"\.boot: 'pxe' is not one of installed, kexec"),
+    ({"boot_timeout": 0}, r"\.boot_timeout: must be at least 1"),
+    ({"nmi_panic": "yes"}, r"\.nmi_panic: expected boolean"),
+    ({"shutdown_command": "poweroff"}, r"\.shutdown_command: expected list"),
+    ({"kexec": {"initrd": "relative.img"}}, r"\.kexec\.initrd: 'relative.img': use auto, none or an absolute path"),
+    ({"kexec": {"bogus": 1}}, r"\.kexec: unknown field 'bogus'"),
+])
+def test_bad_rig_file_one_line(files, over, message):
+    with pytest.raises(UsageError, match=message) as e:
+        IpmiRig("lab", spec(files, **over))
+    assert "\n" not in str(e.value)
+    assert PW not in str(e.value)
+
+
+def test_password_file_mode_owner_and_length(files):
+    pw = files / "pw"
+    assert IpmiRig("lab", spec(files, bmc={"password_env": None, "password_file": str(pw)})).bmc._password == PW
+    pw.chmod(0o640)
+    with pytest.raises(UsageError, match=r"\.bmc\.password_file: .*pw has mode 0640, readable by others; "
+                                         r"run `chmod 600 .*pw`$"):
+        IpmiRig("lab", spec(files, bmc={"password_env": None, "password_file": str(pw)}))
+    pw.chmod(0o600)
+    pw.write_text("x" * 21)
+    with pytest.raises(UsageError, match=r"longer than 20 bytes") as e:
+        IpmiRig("lab", spec(files, bmc={"password_env": None, "password_file": str(pw)}))
+    assert "x" * 21 not in str(e.value)
+    with pytest.raises(UsageError, match=r"password_file: cannot read .*missing"):
+        IpmiRig("lab", spec(files, bmc={"password_env": None, "password_file": str(files / "missing")}))
+
+
+def test_ssh_key_must_be_private(files):
+    (files / "key").chmod(0o644)
+    with pytest.raises(UsageError, match=r"\.ssh\.key: .*key has mode 0644; ssh refuses .* `chmod 600 "):
+        IpmiRig("lab", spec(files))
+
+
+def test_password_never_in_argv(files):
+    r = IpmiRig("lab", spec(files))                   # from the environment: ipmitool -E
+    argv = r.bmc.argv("chassis", "power", "status")
+    assert PW not in " ".join(argv) and "-E" in argv
+    assert r.bmc.env()["IPMI_PASSWORD"] == PW
+    assert "-U" in argv and argv[argv.index("-U") + 1] == "krig"
+    r = IpmiRig("lab", spec(files, bmc={"password_env": None, "password_file": str(files / "pw")}))
+    argv = r.bmc.argv("chassis", "power", "status")   # from the 0600 file: ipmitool -f reads it
+    assert PW not in " ".join(argv) and argv[argv.index("-f") + 1] == str(files / "pw") and "-E" not in argv
+    assert "IPMI_PASSWORD" not in r.bmc.env()
+
+
+def test_ssh_argv_strict(files):
+    a = Ssh("lab", IpmiRig("lab", spec(files)).spec["ssh"]).argv("true")
+    joined = " ".join(a)
+    for opt in ("BatchMode=yes", "StrictHostKeyChecking=yes", f"UserKnownHostsFile={files}/known_hosts",
+                "GlobalKnownHostsFile=/dev/null", "UpdateHostKeys=no"):
+        assert opt in joined
+    assert "StrictHostKeyChecking=no" not in joined
+    assert a[-3:] == ["--", "10.0.0.6", "true"]
+
+
+@pytest.mark.parametrize("words", [["printf", "%s\\n", "plain"], ["printf", "%s|", "a b", "'q'", '"d"', "$(x)", "`y`",
+                                                                   "; z", "*", "~", "\\", "", "\n"]])
+def test_remote_command_quotes_every_word(words):
+    env = {"KRIG_A": "x y $(z) 'w'", "EMPTY": ""}
+    cmd = remote_command(words + [], env, cwd="/")
+    out = subprocess.run(["sh", "-c", cmd + '; echo', ], capture_output=True, text=True)
+    expect = subprocess.run(words, capture_output=True, text=True).stdout
+    assert out.stdout.rstrip("\n") == expect.rstrip("\n")
+    env_out = subprocess.run(["sh", "-c", remote_command(["sh", "-c", 'printf %s "$KRIG_A"'], env)],
+                             capture_output=True, text=True).stdout
+    assert env_out == env["KRIG_A"]
+
+
+def test_remote_command_refuses_bad_env_names():
+    with pytest.raises(RigError, match="cannot be passed over SSH"):
+        remote_command(["true"], {"A;rm -rf /": "x"})
+
+
+def test_lock_keeps_a_second_rig_off_the_server(files):
+    a, b = IpmiRig("a", spec(files)), IpmiRig("b", spec(files))
+    a._take_lock()
+    try:
+        with pytest.raises(RigError, match=r"server 10\.0\.0\.5:623 is in use by another krig process "
+                                           rf"\(pid {os.getpid()}, rig a\)"):
+            b._take_lock()
+        b.close()                   # the refused rig touches nothing and releases nothing
+        with pytest.raises(RigError):
+            b._take_lock()
+    finally:
+        a.close()
+    b._take_lock()                  # released by close()
+    b.close()
+    c = IpmiRig("c", spec(files, bmc={"port": 624}))
+    c._take_lock()                  # another BMC, another server
+    c.close()
+
+
+def test_close_and_off_without_lock_touch_nothing(files, monkeypatch):
+    r = IpmiRig("lab", spec(files))
+    monkeypatch.setattr(Bmc, "run", lambda *a, **k: pytest.fail("BMC used without the lock"))
+    r.power.off()
+    r.close()
+    r.close()
+
+
+def test_kexec_command_line(files):
+    class K:
+        cmdline = ["mitigations=off"]
+    r = IpmiRig("lab", spec(files, boot="kexec"))
+    assert kexec_args(r, K, ["x=1"], "/r/boot/bzImage", None) == \
+        ["kexec", "-l", "/r/boot/bzImage", "--reuse-cmdline", "--append=mitigations=off x=1"]
+    r = IpmiRig("lab", spec(files, boot="kexec", kexec={"cmdline": "root=/dev/sda2 ro", "append": ["quiet"]}))
+    assert kexec_args(r, K, [], "/r/boot/bzImage", "/r/boot/initrd.img") == \
+        ["kexec", "-l", "/r/boot/bzImage", "--initrd=/r/boot/initrd.img",
+         "--command-line=root=/dev/sda2 ro mitigations=off quiet"]
+
+
+def test_bmc_error_classification(files):
+    b = IpmiRig("lab", spec(files)).bmc
+    assert b.classify("> RAKP 2 HMAC is invalid\nError: Unable to establish IPMI v2 / RMCP+ session") == "wrong password"
+    assert b.classify("RAKP 2 message indicates an error : unauthorized name") == "unknown user"
+    assert b.classify("Error in open session response message : invalid authentication algorithm") == \
+        "cipher suite not supported by the BMC"
+    assert b.classify("Get Auth Capabilities error\nError issuing Get Channel Authentication Capabilities") is None
+
+
+def test_rig_path_and_example(files, monkeypatch):
+    d = files / "rigs"
+    d.mkdir()
+    (d / "mylab.toml").write_text('driver = "ipmi"\nbogus = 1\n')
+    monkeypatch.setenv("KRIG_RIG_PATH", str(d))
+    with pytest.raises(UsageError, match=rf"{d}/mylab\.toml: unknown field 'bogus'"):
+        load_rig("mylab")
+    with pytest.raises(UsageError, match=rf"{d}/mylab\.toml: unknown field 'bogus'"):
+        load_rig(str(d / "mylab.toml"))
+    example = pathlib.Path(__file__).resolve().parent.parent / "rigs" / "examples" / "lab-server.toml"
+    text = example.read_text()
+    text = text.replace("~/.ssh/krig_lab", str(files / "key")).replace("~/.ssh/krig_known_hosts",
+                                                                       str(files / "known_hosts"))
+    (d / "example.toml").write_text(text)
+    monkeypatch.setenv("KRIG_BMC_PASSWORD", PW)
+    r = load_rig("example")
+    assert r.kind == "ipmi" and r.spec["scratch_dev"].startswith("/dev/")
+
+
+def test_fleet_cases_and_workers(files, monkeypatch):
+    from rigs.ipmi_fleet import _validate, expand_cases, rig_for_worker
+    assert expand_cases(["a", "b:smoke"], ["k1", "k2"]) == [
+        {"repro": "a", "preset": None, "kernel": "k1"}, {"repro": "a", "preset": None, "kernel": "k2"},
+        {"repro": "b", "preset": "smoke", "kernel": "k1"}, {"repro": "b", "preset": "smoke", "kernel": "k2"}]
+    assert rig_for_worker("gw1", ["x", "y"]) == "y" and rig_for_worker("master", ["x", "y"]) == "x"
+    with pytest.raises(RuntimeError):
+        rig_for_worker("gw2", ["x", "y"])
+    d = files / "rigs"
+    d.mkdir()
+    for name, port in (("s1", 623), ("s2", 623)):
+        (d / f"{name}.toml").write_text(
+            f'driver = "ipmi"\n[bmc]\nhost = "10.0.0.5"\nport = {port}\nuser = "u"\npassword_env = "KRIG_TEST_PW"\n'
+            f'[ssh]\nhost = "h"\nkey = "{files / "key"}"\nknown_hosts = "{files / "known_hosts"}"\n')
+    monkeypatch.setenv("KRIG_RIG_PATH", str(d))
+    with pytest.raises(UsageError, match="same BMC as --rig s1"):
+        _validate(["s1", "s2"], [])
+    with pytest.raises(UsageError, match="each rig at most once"):
+        _validate(["s1", "s1"], [])
