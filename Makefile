@@ -33,6 +33,10 @@ help:
 	@echo "make check [RUN=dir]       re-judge a run directory (default results/latest)"
 	@echo "make list                  reproducers, presets, rigs, kernels"
 	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd)"
+	@echo "make kernel KERNEL=name    build a kernel from kernels/<name>.toml (cached)"
+	@echo "make kernels               build every buildable kernel; make kernel-status shows the cache"
+	@echo "make bisect GOOD=.. BAD=.. REPRO=.. [PRESET=.. TREE=.. REPEAT=n]   git bisect with krig's verdict"
+	@echo "make bisect-demo           bisect a small local 6.1 history with one injected bad commit"
 	@echo "make clean                 remove build outputs (keeps results/)"
 
 setup: apt python helpers
@@ -85,3 +89,5 @@ bench: helpers python
 
 clean:
 	rm -rf reproducers/*/bin build
+
+include mk/kernel.mk
