@@ -28,6 +28,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -219,11 +220,17 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
                              "oracle", str(out / "state.json")], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, cwd=ROOT)
         lines = []
-        for line in p.stdout:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-            lines.append(line)
-        p.wait()
+        try:
+            for line in p.stdout:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+                lines.append(line)
+        finally:
+            if p.poll() is None:
+                p.terminate()
+            p.wait()
+        if lines and not lines[-1].endswith("\n"):
+            print(flush=True)
         text = "".join(lines)
         first = first_bad_from_output(text)
         (out / "git-bisect-log.txt").write_text(git(tree_p, "bisect", "log", check=False) + "\n")
@@ -240,6 +247,10 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
         append(logp, f"no first bad commit: {why.strip()}")
     append(logp, f"# took {took / 60:.1f} min")
     return {"first_bad": first, "log": str(logp), "seconds": round(took, 1)}
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
 
 
 def main(argv=None) -> int:
@@ -262,6 +273,7 @@ def main(argv=None) -> int:
     d.add_argument("--preset", default="smoke")
     d.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _sigterm)
     try:
         if a.cmd == "oracle":
             for k in [k for k in os.environ if k.startswith("GIT_")]:

@@ -20,6 +20,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 
@@ -404,6 +405,10 @@ def build(name: str, force: bool = False, log=say) -> dict:
     return build_kernel(spec, force=force, log=log)
 
 
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m krig.kbuild", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -413,6 +418,7 @@ def main(argv=None) -> int:
     s = sub.add_parser("status", help="cache key and build state of kernels")
     s.add_argument("names", nargs="*")
     a = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _sigterm)
     try:
         if a.cmd == "build":
             for n in a.names:

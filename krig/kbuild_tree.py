@@ -182,8 +182,29 @@ def copy_tree(src: pathlib.Path, dst: pathlib.Path, log=print) -> None:
     if p.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise KrigError(f"cp -a {src} {tmp}: {p.stderr.strip()[:300]}")
+    fixed = rebase_paths(tmp, src, dst)
     tmp.rename(dst)
-    log(f"kbuild: copied {src.name} -> {dst.name} in {time.monotonic() - t0:.0f}s (timestamps kept)")
+    log(f"kbuild: copied {src.name} -> {dst.name} in {time.monotonic() - t0:.0f}s (timestamps kept, "
+        f"{fixed} build files re-pointed)")
+
+
+def rebase_paths(tree: pathlib.Path, old: pathlib.Path, new: pathlib.Path) -> int:
+    """Kbuild records relative paths, but tools/objtool (built with O=$(abspath ..)) records
+    absolute ones in its .cmd/.d files: a changed path changes its command lines, objtool is
+    rebuilt, and every object that depends on objtool with it. Rewrite the old tree's path
+    to the new one in those text files, keeping their mtimes."""
+    p = subprocess.run(["grep", "-rlF", "--binary-files=without-match", str(old), str(tree)],
+                       capture_output=True, text=True)
+    old_b, new_b, n = str(old).encode(), str(new).encode(), 0
+    for name in p.stdout.splitlines():
+        f = pathlib.Path(name)
+        if f.is_symlink() or not f.is_file():
+            continue
+        st = f.stat()
+        f.write_bytes(f.read_bytes().replace(old_b, new_b))
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+        n += 1
+    return n
 
 
 def create_tree(tree: pathlib.Path, origin: dict, log=print) -> dict:

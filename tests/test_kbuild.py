@@ -259,6 +259,18 @@ def test_restore_from_pristine_gives_fresh_mtime(tmp_path, tree):
     assert state["applied"] == [] and state["modified"] == []
 
 
+def test_rebase_paths_rewrites_text_keeps_mtime(tmp_path):
+    old, new = tmp_path / "trees" / "src-1", tmp_path / "trees" / "git-2"
+    cmd = write(new / "tools/objtool/.check.o.cmd", f"cmd := gcc -I{old}/tools/include -o {old}/tools/objtool/check.o\n")
+    obj = new / "tools/objtool/check.o"
+    obj.write_bytes(b"\0ELF" + str(old).encode())
+    os.utime(cmd, (1000, 1000))
+    assert kt.rebase_paths(new, old, new) == 1
+    assert cmd.read_text() == f"cmd := gcc -I{new}/tools/include -o {new}/tools/objtool/check.o\n"
+    assert cmd.stat().st_mtime == 1000
+    assert str(old).encode() in obj.read_bytes(), "binary objects are left alone"
+
+
 def test_real_patch_series_headers_and_targets():
     for series, target in (("revert-cil-flush-limit", "fs/xfs/xfs_log_priv.h"),
                            ("rmdir-keeps-children", "fs/namei.c"), ("negative-dentry-cap", "fs/dcache.c")):
