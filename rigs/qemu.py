@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 
+from krig import ROOT
 from krig.config import optional, parse_size, reject_unknown, require
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError
 from krig.paths import cache_dir
@@ -250,7 +251,9 @@ class _Boot(BootProtocol):
         r._facts.update({"accel": accel, "accel_reason": reason, "qemu_version": qemu_version(),
                          "initramfs": str(initrd)})
         append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
-                  f"krig.agent={AGENT}", *kernel.cmdline, *cmdline]
+                  f"krig.agent={AGENT}", f"krig.tree={ROOT}", *kernel.cmdline, *cmdline]
+        if any(c.isspace() for c in str(ROOT)):
+            raise RigError(f"the krig tree {ROOT} has whitespace in its path; the guest cannot be told it")
         argv = [QEMU, "-name", f"krig-{r.name}", "-machine", "q35", "-accel", accel,
                 "-cpu", "host" if accel == "kvm" else "max",
                 "-smp", str(spec["cpus"]), "-m", str(spec["memory_bytes"] // (1 << 20)),
@@ -258,7 +261,8 @@ class _Boot(BootProtocol):
                 "-chardev", f"file,id=con,path={r.console.log_path}", "-serial", "chardev:con",
                 "-kernel", str(kernel.image), "-initrd", str(initrd), "-append", " ".join(append),
                 "-virtfs", "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
-                "-virtfs", f"local,path={r.share},mount_tag=krig,security_model=none,multidevs=remap"]
+                "-virtfs", f"local,path={r.share},mount_tag=krig,security_model=none,multidevs=remap",
+                "-virtfs", f"local,path={ROOT},mount_tag=krigtree,security_model=none,readonly=on,multidevs=remap"]
         for i, d in enumerate(r._disks):
             argv += ["-drive", f"file={d['path']},if=none,id=nvme{i},format=raw,cache=unsafe",
                      "-device", f"nvme,drive=nvme{i},serial={d['serial']}"]

@@ -35,7 +35,8 @@ def metrics(run) -> dict:
     before = s["time"] < t0
     base_neg = s["nr_negative"][before][-1] if before.any() else s["nr_negative"][0]
     during = (s["time"] >= t0) & (s["time"] <= t1 + p["sample_interval"])
-    after = s["time"] > t1
+    # after the last rm, before run.sh unmounts (an unmount prunes everything)
+    after = (s["time"] > t1) & (s["time"] <= ph.get("done", s["time"][-1]))
     neg = s["nr_negative"][during]
     slab = s["dentry_slab_bytes"][during]
     used = s["scratch_files"] - s["scratch_ffree"]

@@ -4,6 +4,9 @@
 # the krig agent. Options come from the kernel command line:
 #   krig.mode=probe     print KRIG-PROBE-OK and power off (accelerator probe)
 #   krig.agent=PATH     agent script (a path in the host root)
+#   krig.tree=PATH      the krig tree, shared as 9p tag krigtree and mounted
+#                       at PATH after the tmpfs mounts (a clone under /tmp
+#                       or /run would otherwise be hidden by them)
 #   krig.ctl=DIR        control directory inside the run share
 #   krig.mode=sshd      instead of the agent, run the host's own sshd in the
 #                       chroot (a stand-in for a lab server, used by the IPMI
@@ -17,11 +20,12 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 
-mode=run agent= hostname=krig-guest ip= gw=
+mode=run agent= tree= hostname=krig-guest ip= gw=
 for opt in $(cat /proc/cmdline); do
     case "$opt" in
         krig.mode=*) mode=${opt#krig.mode=} ;;
         krig.agent=*) agent=${opt#krig.agent=} ;;
+        krig.tree=*) tree=${opt#krig.tree=} ;;
         krig.hostname=*) hostname=${opt#krig.hostname=} ;;
         krig.ip=*) ip=${opt#krig.ip=} ;;
         krig.gw=*) gw=${opt#krig.gw=} ;;
@@ -58,6 +62,11 @@ mount -t tracefs tracefs /host/sys/kernel/tracing 2>/dev/null
 mount -t debugfs debugfs /host/sys/kernel/debug 2>/dev/null
 mount -t tmpfs -o mode=1777 tmpfs /host/tmp
 mount -t tmpfs -o mode=755 tmpfs /host/run
+if [ -n "$tree" ]; then
+    mkdir -p "/host$tree" 2>/dev/null
+    mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 krigtree "/host$tree" ||
+        die "cannot mount the krig tree at $tree"
+fi
 if [ "$mode" = sshd ]; then
     mkdir -p /host/run/krig/cfg /host/run/sshd
     mount -t tmpfs -o mode=700 tmpfs /host/root     # a fresh, empty home for root
