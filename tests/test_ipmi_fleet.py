@@ -1,6 +1,6 @@
 """A fleet of two simulated IPMI servers running reproducers in parallel (pytest-xdist).
 
-Opt-in (it boots two guests at once, ~75 s on 2 cores): KRIG_TEST_FLEET=1 make test.
+It boots two guests at once (~75-85 s on 2 cores).
 """
 import json
 import os
@@ -15,8 +15,7 @@ from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
 from krig.kernels import load_kernel
 from rigs import initramfs, qemu
 
-pytestmark = [pytest.mark.ipmi,
-              pytest.mark.skipif(not os.environ.get("KRIG_TEST_FLEET"), reason="opt-in: KRIG_TEST_FLEET=1")]
+pytestmark = pytest.mark.ipmi
 
 
 def test_two_servers_in_parallel(tmp_path):
