@@ -28,13 +28,12 @@ import json
 import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
 import time
 
 from . import KERNEL_DIR, RESULTS_DIR, ROOT
-from .errors import KrigError, UsageError
+from .errors import KrigError, UsageError, guarded
 from .results import now
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 255
@@ -249,10 +248,6 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     return {"first_bad": first, "log": str(logp), "seconds": round(took, 1)}
 
 
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m krig.bisect", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -273,8 +268,8 @@ def main(argv=None) -> int:
     d.add_argument("--preset", default="smoke")
     d.add_argument("--repeat", type=int, default=1)
     a = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
-    try:
+
+    def cmd() -> int:
         if a.cmd == "oracle":
             for k in [k for k in os.environ if k.startswith("GIT_")]:
                 del os.environ[k]             # set by `git bisect run`; they would redirect every git call
@@ -298,12 +293,8 @@ def main(argv=None) -> int:
             return 0 if res["first_bad"] else 1
         from .bisect_demo import demo
         return demo(a.repro, a.preset, a.repeat)
-    except KrigError as e:
-        print(f"krig: error: {e}", file=sys.stderr)
-        return e.exit_code if a.cmd != "oracle" else SKIP
-    except KeyboardInterrupt:
-        print("krig: interrupted", file=sys.stderr)
-        return 130
+    # an oracle step that cannot be judged is a skip (125), not a failure
+    return guarded(cmd, error_code=SKIP if a.cmd == "oracle" else None)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,14 @@
 """krig command line. Exit codes: see krig.verdict.VERDICTS (2 = bad input)."""
 import argparse
-import signal
 import sys
 
-from .errors import KrigError
+from .errors import KrigError, guarded
 from .verdict import USAGE_EXIT, VERDICTS, exit_code
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(USAGE_EXIT, f"krig: {message}\n")
-
-
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt
 
 
 def cmd_run(a) -> int:
@@ -105,17 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        return args.func(args)
-    except KrigError as e:
-        print(f"krig: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("krig: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+
+    def call():
+        try:
+            return args.func(args)
+        except BrokenPipeError:
+            return 0
+    return guarded(call)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,12 @@ import json
 import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
 
 from . import KERNEL_DIR, REPRO_DIR, ROOT
 from .config import load_toml, optional, reject_unknown, require
-from .errors import KrigError, UsageError
+from .errors import KrigError, UsageError, guarded
 from .paths import cache_dir
 
 RECIPE = "krig-kbuild-1"      # bump when the build recipe changes what comes out
@@ -405,10 +404,6 @@ def build(name: str, force: bool = False, log=say) -> dict:
     return build_kernel(spec, force=force, log=log)
 
 
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m krig.kbuild", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -418,8 +413,8 @@ def main(argv=None) -> int:
     s = sub.add_parser("status", help="cache key and build state of kernels")
     s.add_argument("names", nargs="*")
     a = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
-    try:
+
+    def cmd() -> int:
         if a.cmd == "build":
             for n in a.names:
                 meta = build(n, force=a.force)
@@ -429,13 +424,8 @@ def main(argv=None) -> int:
                 st = status(n)
                 state = f"built {st['release']}" if st["built"] else f"not built (make kernel KERNEL={n})"
                 print(f"{n:40s} {st['key']}  {state}")
-    except KrigError as e:
-        print(f"krig: error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("krig: interrupted", file=sys.stderr)
-        return 130
-    return 0
+        return 0
+    return guarded(cmd)
 
 
 if __name__ == "__main__":
