@@ -21,7 +21,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from krig.kernels import load_kernel  # noqa: E402
+from kernels.catalog import load_kernel  # noqa: E402
 from rigs import load_rig  # noqa: E402
 
 

@@ -28,7 +28,7 @@ def cmd_check(a) -> int:
 
 
 def cmd_list(a) -> int:
-    from .kernels import kernel_names, load_kernel
+    from kernels.catalog import kernel_names, load_kernel
     from .reproducer import load_reproducer, reproducer_names
     from rigs import load_rig, rig_names
     print("reproducers:")

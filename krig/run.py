@@ -9,9 +9,10 @@ import time
 from . import RESULTS_DIR, ROOT
 from .check import check
 from .errors import GuestCrashed, GuestHung, KrigError
-from .kernels import load_kernel
+from kernels.catalog import load_kernel
 from .reproducer import load_reproducer
 from .results import git_revision, new_run_dir, now, write_json
+from .verdict import first_crash
 from rigs import load_rig
 
 FACTS_TIMEOUT = 60
@@ -27,6 +28,7 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
     params = repro.resolve_params(preset, sets or {})
     kernel = load_kernel(kernel_name)
     rig = load_rig(rig_name)
+    rig.console_crash = first_crash
 
     run_dir = new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
     manifest = {

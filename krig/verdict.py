@@ -31,6 +31,16 @@ def exit_code(verdict: str) -> int:
     return VERDICTS[verdict][0]
 
 
+def first_crash(text: str) -> str | None:
+    """The first console line showing a crash (panic, oops, BUG), or None."""
+    m = _CRASH_RE.search(text)
+    if not m:
+        return None
+    start = text.rfind("\n", 0, m.start()) + 1
+    end = text.find("\n", m.end())
+    return text[start:end if end >= 0 else len(text)].strip()
+
+
 def scan_console(text: str) -> dict:
     """Lines that matter for the verdict: crashes, lockups, OOM kills, warnings."""
     lines = text.splitlines()

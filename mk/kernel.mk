@@ -16,19 +16,19 @@ LIKE ?= linux-6.1
 .PHONY: kernel kernels kernel-status bisect bisect-demo
 
 kernel: python
-	$(PY) -m krig.kbuild build $(KERNEL)
+	$(PY) -m kernels.build build $(KERNEL)
 
 kernels: python
-	$(PY) -m krig.kbuild build $$($(PY) -c 'from krig.kbuild import buildable_kernels as b; print(*[n for n in b() if not n.startswith("bisect-")])')
+	$(PY) -m kernels.build build $$($(PY) -c 'from kernels.build import buildable_kernels as b; print(*[n for n in b() if not n.startswith("bisect-")])')
 
 kernel-status: python
-	$(PY) -m krig.kbuild status
+	$(PY) -m kernels.build status
 
 bisect: helpers python
 	@if [ -z "$(GOOD)" ] || [ -z "$(BAD)" ]; then \
 		echo "usage: make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=<kernel>]"; exit 2; fi
-	$(PY) -m krig.bisect run --good "$(GOOD)" --bad "$(BAD)" --repro "$(REPRO)" --repeat "$(REPEAT)" \
+	$(PY) -m kernels.bisect run --good "$(GOOD)" --bad "$(BAD)" --repro "$(REPRO)" --repeat "$(REPEAT)" \
 		--like "$(LIKE)" $(if $(TREE),--tree "$(TREE)") $(if $(PRESET),--preset "$(PRESET)")
 
 bisect-demo: helpers python
-	$(PY) -m krig.bisect demo --repeat "$(REPEAT)"
+	$(PY) -m kernels.bisect demo --repeat "$(REPEAT)"

@@ -20,7 +20,6 @@ import time
 
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
 from krig.paths import cache_dir
-from krig.verdict import scan_console
 from . import ipmi_lock
 from .ipmi_bmc import Bmc, Sol
 from .ipmi_spec import validate_spec
@@ -164,8 +163,7 @@ class IpmiRig(Rig):
                 text = f.read().decode(errors="replace")
         except OSError:
             return None
-        crash = scan_console(text)["crash"]
-        return crash[0] if crash else None
+        return self.console_crash(text)
 
     def _wait_up(self, timeout: float, what: str, old_boot_id=None):
         """Until SSH answers with a boot_id other than old_boot_id; crash/off/timeout raise."""

@@ -91,6 +91,16 @@ class Rig(abc.ABC):
         self.name = name
         self.spec = spec
 
+    @staticmethod
+    def console_crash(text: str) -> str | None:
+        """The first line of `text` (console output) showing a kernel crash, or None.
+
+        Rigs that watch their console while waiting (IPMI) call this; what a
+        crash looks like is decided where verdicts are judged, and the runner
+        installs that judgement (krig.verdict.first_crash) on every rig it drives.
+        Until then a rig recognises no crash from console text."""
+        return None
+
     @abc.abstractmethod
     def prepare(self, run_dir: pathlib.Path, kernel, needs: dict) -> None:
         """Set up per-run state (work dirs, disks, console log in run_dir)."""

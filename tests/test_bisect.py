@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from krig import bisect as kb
+from kernels import bisect as kb
 from krig.errors import KrigError
-from krig.bisect import Attempt
+from kernels.bisect import Attempt
 
 
 @pytest.mark.parametrize("verdict, booted, vote", [
@@ -130,7 +130,7 @@ def test_oracle_maps_majority_to_exit_code(tmp_path, repo):
 ORACLE = textwrap.dedent("""
     import pathlib, subprocess, sys
     sys.path.insert(0, {root!r})
-    from krig import bisect as kb
+    from kernels import bisect as kb
     state = pathlib.Path(sys.argv[1])
     tree = {tree!r}
     def has(path):

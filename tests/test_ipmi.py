@@ -23,7 +23,7 @@ import pytest
 from conftest import KRIG, ROOT
 from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
 from krig.errors import RigError
-from krig.kernels import load_kernel
+from kernels.catalog import load_kernel
 from krig.run import run
 from rigs import initramfs, load_rig, qemu
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT
 from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
-from krig.kernels import load_kernel
+from kernels.catalog import load_kernel
 from rigs import initramfs, qemu
 
 pytestmark = pytest.mark.ipmi
@@ -34,7 +34,7 @@ def test_two_servers_in_parallel(tmp_path):
             s.rig_file(f"fleet-{n}")
         env = {**os.environ, "KRIG_RIG_PATH": ":".join(str(s.rigs) for s in sims),
                "KRIG_LOCK_DIR": str(tmp_path / "locks")}
-        p = subprocess.run([sys.executable, "-m", "rigs.ipmi_fleet", "--rig", "fleet-a", "--rig", "fleet-b",
+        p = subprocess.run([sys.executable, "-m", "krig.fleet", "--rig", "fleet-a", "--rig", "fleet-b",
                             "--run", "selftest-pass", "--run", "selftest-fail", "--expect", "PASS", "--expect", "FAIL",
                             "--results", str(tmp_path / "results")],
                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)

@@ -222,7 +222,7 @@ def test_rig_path_and_example(files, monkeypatch):
 
 
 def test_fleet_cases_and_workers(files, monkeypatch):
-    from rigs.ipmi_fleet import _validate, expand_cases, rig_for_worker
+    from krig.fleet import _validate, expand_cases, rig_for_worker
     assert expand_cases(["a", "b:smoke"], ["k1", "k2"]) == [
         {"repro": "a", "preset": None, "kernel": "k1"}, {"repro": "a", "preset": None, "kernel": "k2"},
         {"repro": "b", "preset": "smoke", "kernel": "k1"}, {"repro": "b", "preset": "smoke", "kernel": "k2"}]

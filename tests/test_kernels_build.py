@@ -1,4 +1,4 @@
-"""krig.kbuild without building a kernel: fragments, specs, cache keys, patches,
+"""kernels/ (spec, incremental) without building a kernel: fragments, specs, cache keys, patches,
 the git build tree, and the not-built error. Fast (no kernel source needed;
 the merge_config.sh and real-patch checks run only when the extracted 6.1
 source is already in the cache)."""
@@ -11,8 +11,9 @@ import pytest
 
 from krig import KERNEL_DIR
 from krig.errors import UsageError
-from krig import kbuild
-from krig import kbuild_tree as kt
+from kernels import spec as kspec
+from kernels.build import buildable_kernels
+from kernels import incremental as kt
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +47,7 @@ def layout(tmp_path):
 
 def key(name, layout):
     kd, rd, _ = layout
-    return kbuild.cache_key(kbuild.build_inputs(kbuild.resolve_spec(name, kernel_dir=kd, repro_dir=rd)))
+    return kspec.cache_key(kspec.build_inputs(kspec.resolve_spec(name, kernel_dir=kd, repro_dir=rd)))
 
 
 # -- fragments ---------------------------------------------------------------
@@ -54,7 +55,7 @@ def key(name, layout):
 def test_fragments_merge_last_wins(tmp_path):
     a = write(tmp_path / "a", "CONFIG_A=y\nCONFIG_B=m\n# CONFIG_C is not set\n\n# a comment\n")
     b = write(tmp_path / "b", "CONFIG_B=y\nCONFIG_C=y\nCONFIG_S=\"x y\"\n")
-    values, origin, redefined = kbuild.merge_fragments([("a", a), ("b", b)])
+    values, origin, redefined = kspec.merge_fragments([("a", a), ("b", b)])
     assert values == {"CONFIG_A": "y", "CONFIG_B": "y", "CONFIG_C": "y", "CONFIG_S": '"x y"'}
     assert origin["CONFIG_A"] == "a" and origin["CONFIG_B"] == "b"
     assert ("b", "CONFIG_C", "n", "y") in redefined
@@ -63,14 +64,14 @@ def test_fragments_merge_last_wins(tmp_path):
 def test_fragment_bad_line_is_one_line(tmp_path):
     f = write(tmp_path / "frag", "CONFIG_A=y\nXFS=y\n")
     with pytest.raises(UsageError) as e:
-        kbuild.parse_fragment(f, "reproducers/x/config")
+        kspec.parse_fragment(f, "reproducers/x/config")
     assert str(e.value).startswith("reproducers/x/config:2: not a kconfig line") and "\n" not in str(e.value)
 
 
 def test_config_mismatches():
     wanted = {"CONFIG_A": "m", "CONFIG_B": "y", "CONFIG_C": "n", "CONFIG_D": "y"}
     final = {"CONFIG_A": "y", "CONFIG_B": "y", "CONFIG_D": "m"}
-    assert kbuild.config_mismatches(wanted, final) == [("CONFIG_D", "y", "m")]
+    assert kspec.config_mismatches(wanted, final) == [("CONFIG_D", "y", "m")]
 
 
 def _merge_config_script():
@@ -85,15 +86,15 @@ def test_merge_matches_the_kernels_merge_config(tmp_path):
     f2 = write(tmp_path / "f2", "# CONFIG_A is not set\nCONFIG_B=m\n")
     subprocess.run(["bash", _merge_config_script(), "-m", ".config", str(f1), str(f2)], cwd=tmp_path,
                    check=True, capture_output=True)
-    mine, _, _ = kbuild.merge_fragments([("base", base), ("f1", f1), ("f2", f2)])
-    assert kbuild.read_dotconfig(tmp_path / ".config") == mine
+    mine, _, _ = kspec.merge_fragments([("base", base), ("f1", f1), ("f2", f2)])
+    assert kspec.read_dotconfig(tmp_path / ".config") == mine
 
 
 # -- specs ---------------------------------------------------------------------
 
 def test_extends_inherits_and_defaults(layout):
     kd, rd, tarball = layout
-    s = kbuild.resolve_spec("var", kernel_dir=kd, repro_dir=rd)
+    s = kspec.resolve_spec("var", kernel_dir=kd, repro_dir=rd)
     assert s.source == "linux-source" and s.tarball == tarball
     assert s.localversion == "-krig-var"
     assert [label for label, _ in s.fragments] == ["reproducers/r1/config", "reproducers/r2/config",
@@ -117,19 +118,19 @@ def test_bad_kernel_toml_is_one_line(layout, body, field):
     kd, rd, _ = layout
     write(kd / "bad.toml", body)
     with pytest.raises(UsageError) as e:
-        kbuild.resolve_spec("bad", kernel_dir=kd, repro_dir=rd)
+        kspec.resolve_spec("bad", kernel_dir=kd, repro_dir=rd)
     msg = str(e.value)
     assert msg.startswith("kernels/bad.toml") and field in msg and "\n" not in msg
 
 
 def test_real_kernel_tomls_resolve():
-    names = kbuild.buildable_kernels()
+    names = buildable_kernels()
     assert {"linux-6.1", "linux-6.1-revert-cil-flush-limit", "linux-6.1-rmdir-keeps-children",
             "linux-6.1-negative-dentry-cap"} <= set(names)
     for n in names:
         if n.startswith("bisect-"):
             continue
-        s = kbuild.resolve_spec(n)
+        s = kspec.resolve_spec(n)
         labels = [label for label, _ in s.fragments]
         assert labels[-1] == "kernels/fragments/krig-guest.config", "the guest fragment must win"
         assert s.localversion == f"-krig-{n}"
@@ -177,17 +178,17 @@ def test_key_ignores_comments_and_order_of_equal_settings(layout):
 
 def test_not_built_is_a_clear_error(layout):
     kd, rd, _ = layout
-    with pytest.raises(kbuild.KernelNotBuilt) as e:
-        kbuild.load_built_kernel("var", {"extends": "base"}, "kernels/var.toml", kd, rd)
+    with pytest.raises(kspec.KernelNotBuilt) as e:
+        kspec.load_built_kernel("var", {"extends": "base"}, "kernels/var.toml", kd, rd)
     assert str(e.value).startswith("kernel var is not built; run `make kernel KERNEL=var`")
 
 
 def test_built_kernel_loads(layout):
     kd, rd, _ = layout
-    out = kbuild.kernel_cache(key("var", layout))
+    out = kspec.kernel_cache(key("var", layout))
     out.mkdir(parents=True)
     (out / "build.json").write_text('{"release": "6.1.192-krig-var"}')
-    k = kbuild.load_built_kernel("var", {"extends": "base"}, "kernels/var.toml", kd, rd)
+    k = kspec.load_built_kernel("var", {"extends": "base"}, "kernels/var.toml", kd, rd)
     assert k.release == "6.1.192-krig-var" and k.image == out / "bzImage"
     assert k.modules_dir == out / "mod" / "lib" / "modules" / "6.1.192-krig-var"
 
@@ -311,8 +312,8 @@ def test_git_tree_moves_between_commits_and_unpatches(tmp_path, layout, monkeypa
     g("add", "g.c")
     g("commit", "-qm", "two")
     write(kd / "gitk.toml", f'source = "git"\ntree = "{repo}"\nref = "HEAD~1"\npatches = ["s1"]\n')
-    spec = kbuild.resolve_spec("gitk", kernel_dir=kd, repro_dir=rd)
-    ident = kbuild.source_identity(spec)
+    spec = kspec.resolve_spec("gitk", kernel_dir=kd, repro_dir=rd)
+    ident = kspec.source_identity(spec)
     tree_id, origin = kt.origin_of(spec, ident)
     t = tmp_path / "cache" / "kbuild" / "trees" / tree_id
     t.parent.mkdir(parents=True)
@@ -320,8 +321,8 @@ def test_git_tree_moves_between_commits_and_unpatches(tmp_path, layout, monkeypa
     kt.sync_source(t, spec, ident, state, log=lambda m: None)
     assert (t / "f.c").read_text() == "b\n" and not (t / "g.c").exists()
     write(kd / "gitk.toml", f'source = "git"\ntree = "{repo}"\nref = "HEAD"\n')
-    spec = kbuild.resolve_spec("gitk", kernel_dir=kd, repro_dir=rd)
-    ident2 = kbuild.source_identity(spec)
+    spec = kspec.resolve_spec("gitk", kernel_dir=kd, repro_dir=rd)
+    ident2 = kspec.source_identity(spec)
     assert ident2 != ident
     kt.sync_source(t, spec, ident2, state, log=lambda m: None)
     assert (t / "f.c").read_text() == "a\n" and (t / "g.c").exists()

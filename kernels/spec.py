@@ -1,4 +1,4 @@
-"""Kernels built from source: kernels/<name>.toml with source = "linux-source" or "git".
+"""What a built kernel is: kernels/<name>.toml resolved to a spec, and its cache key.
 
 A built kernel lives in a cache directory keyed by a hash of everything that
 goes into it (source identity, base config targets, merged config fragments,
@@ -6,13 +6,9 @@ local version, patch series contents, compiler), so the same kernel is never
 built twice:  $KRIG_CACHE/kernels/<key>/ (default ~/.cache/krig/kernels/<key>/)
 holding bzImage, config, System.map, mod/lib/modules/<release>/ and build.json.
 
-    python -m krig.kbuild build NAME      (make kernel KERNEL=NAME)
-    python -m krig.kbuild status [NAME..]
-
-How the tree is built (incremental reuse, patching, configuring) is in
-krig/kbuild_tree.py.
+Building is kernels/build.py (`python -m kernels.build`); how a tree is
+reused, patched and configured between builds is kernels/incremental.py.
 """
-import argparse
 import dataclasses
 import functools
 import hashlib
@@ -21,12 +17,12 @@ import os
 import pathlib
 import re
 import subprocess
-import sys
 
-from . import KERNEL_DIR, REPRO_DIR, ROOT
-from .config import load_toml, optional, reject_unknown, require
-from .errors import KrigError, UsageError, guarded
-from .paths import cache_dir
+from krig import KERNEL_DIR, REPRO_DIR, ROOT
+from krig.config import load_toml, optional, reject_unknown, require
+from krig.errors import KrigError, UsageError
+from krig.paths import cache_dir
+from .kernel import Kernel
 
 RECIPE = "krig-kbuild-1"      # bump when the build recipe changes what comes out
 ARCH = "x86_64"
@@ -348,8 +344,7 @@ def kernel_cache(key: str) -> pathlib.Path:
 
 def load_built_kernel(name: str, data: dict, where: str, kernel_dir: pathlib.Path = KERNEL_DIR,
                       repro_dir: pathlib.Path = REPRO_DIR):
-    """krig.kernels.Kernel for a kernel built by `make kernel KERNEL=name`."""
-    from .kernels import Kernel
+    """The Kernel record of a kernel built by `make kernel KERNEL=name`."""
     spec = resolve_spec(name, data, where, kernel_dir, repro_dir)
     key = cache_key(build_inputs(spec))
     out = kernel_cache(key)
@@ -362,71 +357,3 @@ def load_built_kernel(name: str, data: dict, where: str, kernel_dir: pathlib.Pat
     return Kernel(name=name, release=release, image=out / "bzImage",
                   modules_dir=out / "mod" / "lib" / "modules" / release, config=out / "config",
                   cmdline=list(spec.cmdline), description=spec.description)
-
-
-def status(name: str) -> dict:
-    spec = resolve_spec(name)
-    key = cache_key(build_inputs(spec))
-    meta = kernel_cache(key) / "build.json"
-    out = {"name": name, "key": key, "built": meta.exists(), "dir": str(kernel_cache(key))}
-    if meta.exists():
-        out.update({k: v for k, v in json.loads(meta.read_text()).items()
-                    if k in ("release", "seconds", "finished", "incremental")})
-    return out
-
-
-def buildable_kernels(kernel_dir: pathlib.Path = KERNEL_DIR) -> list:
-    out = []
-    for p in sorted(kernel_dir.glob("*.toml")):
-        try:
-            data = load_toml(p)
-        except UsageError:
-            continue
-        if data.get("source", "distro") != "distro":
-            out.append(p.stem)
-    return out
-
-
-def say(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def build(name: str, force: bool = False, log=say) -> dict:
-    from .kbuild_tree import build_kernel
-    path = KERNEL_DIR / f"{name}.toml"
-    if not path.exists():
-        raise UsageError(f"KERNEL={name!r}: unknown kernel; buildable: {', '.join(buildable_kernels()) or '(none)'}")
-    data = load_toml(path)
-    if data.get("source", "distro") == "distro":
-        raise UsageError(f"KERNEL={name}: kernels/{name}.toml is the distro's packaged kernel, nothing to "
-                         f"build; buildable: {', '.join(buildable_kernels()) or '(none)'}")
-    spec = resolve_spec(name)
-    return build_kernel(spec, force=force, log=log)
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m krig.kbuild", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="build a kernel (no-op when the cache has it)")
-    b.add_argument("names", nargs="+")
-    b.add_argument("--force", action="store_true", help="rebuild even if the cache has it")
-    s = sub.add_parser("status", help="cache key and build state of kernels")
-    s.add_argument("names", nargs="*")
-    a = ap.parse_args(argv)
-
-    def cmd() -> int:
-        if a.cmd == "build":
-            for n in a.names:
-                meta = build(n, force=a.force)
-                print(f"kernel {n}: {meta['release']} in {meta['dir']}")
-        else:
-            for n in a.names or buildable_kernels():
-                st = status(n)
-                state = f"built {st['release']}" if st["built"] else f"not built (make kernel KERNEL={n})"
-                print(f"{n:40s} {st['key']}  {state}")
-        return 0
-    return guarded(cmd)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

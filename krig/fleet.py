@@ -1,6 +1,6 @@
 """A fleet: reproducers x kernels on a pool of rigs (IPMI servers), in parallel.
 
-    python -m rigs.ipmi_fleet --rig lab1 --rig lab2 \\
+    python -m krig.fleet --rig lab1 --rig lab2 \\
         --run selftest-pass --run xfs-ail-storm:smoke --kernel distro --kernel fix [--expect PASS]
 
 The engine is pytest-xdist: one worker per rig (worker gwN drives the N-th
@@ -20,6 +20,13 @@ import sys
 import time
 
 import pytest
+
+from krig import RESULTS_DIR
+from krig.errors import KrigError, UsageError
+from krig.reproducer import load_reproducer
+from krig.run import run
+from kernels.catalog import load_kernel
+from rigs import load_rig
 
 SPEC_ENV = "KRIG_FLEET_SPEC"
 
@@ -42,10 +49,6 @@ def rig_for_worker(worker_id: str, rigs: list[str]) -> str:
 
 
 def _validate(rigs, cases):
-    from krig.errors import UsageError
-    from krig.kernels import load_kernel
-    from krig.reproducer import load_reproducer
-    from rigs import load_rig
     if len(set(rigs)) != len(rigs):
         raise UsageError("--rig: each rig at most once (one run per server at a time)")
     servers = {}
@@ -61,15 +64,13 @@ def _validate(rigs, cases):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rigs.ipmi_fleet", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m krig.fleet", description=__doc__.split("\n\n")[0])
     p.add_argument("--rig", action="append", required=True, help="a rig of the pool (repeat)")
     p.add_argument("--run", action="append", required=True, metavar="REPRO[:PRESET]", help="repeatable")
     p.add_argument("--kernel", action="append", default=None, help="repeatable; default: distro")
     p.add_argument("--expect", action="append", default=None, help="verdicts that count as success (default PASS)")
     p.add_argument("--results", default=None, help="results root (default: krig's)")
     a = p.parse_args(argv)
-    from krig import RESULTS_DIR
-    from krig.errors import KrigError
     cases = expand_cases(a.run, a.kernel or ["distro"])
     try:
         _validate(a.rig, cases)
@@ -98,7 +99,6 @@ def pytest_generate_tests(metafunc):
 
 
 def test_fleet_case(fleet_case, worker_id, record_property):
-    from krig.run import run
     spec = json.loads(os.environ[SPEC_ENV])
     rig = rig_for_worker(worker_id, spec["rigs"])
     run_dir, verdict = run(fleet_case["repro"], rig_name=rig, kernel_name=fleet_case["kernel"],

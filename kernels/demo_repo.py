@@ -1,4 +1,4 @@
-"""`make bisect-demo`: a small git history of Debian's 6.1 source with one bad
+"""The history `make bisect-demo` bisects: a small git history of Debian's 6.1 source with one bad
 commit (the rmdir-keeps-children patch), bisected with unlink-dentry-growth.
 
 The history is a bare repository in $KRIG_CACHE/bisect-demo/ (made once, with
@@ -23,9 +23,11 @@ import subprocess
 import tempfile
 import time
 
-from . import KERNEL_DIR
-from .errors import KrigError
-from .paths import cache_dir
+from krig import KERNEL_DIR
+from krig.errors import KrigError
+from krig.paths import cache_dir
+from .incremental import apply_patch, ensure_pristine, patch_targets
+from .spec import DEFAULT_TARBALL, tarball_sha256
 
 CULPRIT = "vfs: do not prune a removed directory's children in vfs_rmdir() (demo regression)"
 COMMITS = [
@@ -69,8 +71,6 @@ def existing_demo_repo() -> str | None:
 
 
 def make_demo_repo(log=print) -> tuple[pathlib.Path, dict]:
-    from .kbuild import DEFAULT_TARBALL, tarball_sha256
-    from .kbuild_tree import apply_patch, ensure_pristine, patch_targets
     tarball = pathlib.Path(DEFAULT_TARBALL)
     sha = tarball_sha256(tarball)
     repo = cache_dir("bisect-demo") / f"linux-6.1-{sha[:12]}.git"
@@ -115,21 +115,3 @@ def make_demo_repo(log=print) -> tuple[pathlib.Path, dict]:
     tmp.rename(repo)
     log(f"bisect-demo: {len(commits)} commits in {time.monotonic() - t0:.0f}s; first bad is {culprit[:12]}")
     return repo, info
-
-
-def demo(repro: str = "unlink-dentry-growth", preset: str | None = "smoke", repeat: int = 1) -> int:
-    from .bisect import bisect
-    t0 = time.monotonic()
-    say = lambda m: print(m, flush=True)  # noqa: E731
-    repo, info = make_demo_repo(say)
-    say(f"bisect-demo: bisecting {repo} {info['good']}..{info['bad']} with {repro} "
-        f"preset {preset}; expecting {info['culprit'][:12]} ({CULPRIT})")
-    res = bisect(str(repo), info["good"], info["bad"], repro, preset, repeat)
-    took = (time.monotonic() - t0) / 60
-    if res["first_bad"] == info["culprit"]:
-        say(f"bisect-demo: OK: first bad commit {res['first_bad'][:12]} ({CULPRIT}) in {took:.1f} min; "
-            f"log {res['log']}")
-        return 0
-    say(f"bisect-demo: WRONG: bisect named {res['first_bad'] or 'nothing'}, expected {info['culprit']} "
-        f"({took:.1f} min); log {res['log']}")
-    return 1

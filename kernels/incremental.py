@@ -1,4 +1,4 @@
-"""Build trees: where krig compiles kernels, and how it avoids compiling twice.
+"""Incremental builds: where krig compiles kernels, and how it avoids compiling twice.
 
 One in-tree build directory per source origin (a tarball's sha256, or a git
 repository), under $KRIG_CACHE/kbuild/trees/, serialised by a lock file. All
@@ -29,12 +29,12 @@ import shutil
 import subprocess
 import time
 
-from .errors import KrigError, UsageError
-from .kbuild import (ARCH, KernelSpec, _sha256_file, build_inputs, cache_key, config_mismatches, git, git_env,
+from krig.errors import KrigError, UsageError
+from krig.paths import cache_dir
+from krig.results import now
+from .spec import (ARCH, KernelSpec, _sha256_file, build_inputs, cache_key, config_mismatches, git, git_env,
                      kernel_cache,
                      localversion_fragment, read_dotconfig, source_identity, wanted_config)
-from .paths import cache_dir
-from .results import now
 
 STRIP_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "GNUMAKEFLAGS", "O", "KBUILD_OUTPUT",
              "ARCH", "SRCARCH", "CROSS_COMPILE", "LOCALVERSION", "KERNELRELEASE", "KCONFIG_CONFIG", "CC")

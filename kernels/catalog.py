@@ -2,47 +2,17 @@
 
 A Kernel is what a rig needs to boot: an image, the matching modules tree
 and a release string. `source = "distro"` is the packaged kernel installed on
-this machine (linux-image-amd64). Other sources are built by kernels/build.
+this machine (linux-image-amd64). Other sources are built by kernels/build.py
+and found in the cache through kernels/spec.py.
 """
-import dataclasses
-import hashlib
 import pathlib
 import re
 
-from . import KERNEL_DIR
-from .config import load_toml, optional, reject_unknown
-from .errors import UsageError
-
-
-@dataclasses.dataclass
-class Kernel:
-    name: str
-    release: str
-    image: pathlib.Path
-    modules_dir: pathlib.Path | None     # /lib/modules/<release> or a build's staging dir
-    config: pathlib.Path | None
-    cmdline: list[str]
-    description: str = ""
-
-    @property
-    def kernel_id(self) -> str:
-        """Path-safe id used in result directories: <name>-<release>."""
-        rel = re.sub(r"[^A-Za-z0-9._+-]", "_", self.release)
-        return f"{self.name}-{rel}" if rel not in self.name else self.name
-
-    def config_hash(self) -> str | None:
-        if self.config and self.config.exists():
-            return hashlib.sha256(self.config.read_bytes()).hexdigest()[:16]
-        return None
-
-    def describe(self) -> dict:
-        return {
-            "name": self.name, "release": self.release, "image": str(self.image),
-            "modules_dir": str(self.modules_dir) if self.modules_dir else None,
-            "config": str(self.config) if self.config else None,
-            "config_sha256_16": self.config_hash(), "extra_cmdline": self.cmdline,
-            "description": self.description,
-        }
+from krig import KERNEL_DIR
+from krig.config import load_toml, optional, reject_unknown
+from krig.errors import UsageError
+from .kernel import Kernel
+from .spec import load_built_kernel
 
 
 def kernel_names() -> list[str]:
@@ -80,8 +50,4 @@ def load_kernel(name: str) -> Kernel:
         return Kernel(name=name, release=rel, image=image, modules_dir=mods, config=cfg,
                       cmdline=list(optional(data, "cmdline", list, where, [])),
                       description=optional(data, "description", str, where, ""))
-    try:
-        from .kbuild import load_built_kernel
-    except ImportError:
-        raise UsageError(f"{where}.source: {source!r} is not supported; allowed: distro") from None
     return load_built_kernel(name, data, where)

@@ -1,8 +1,9 @@
 """`make bisect`: `git bisect run` with krig's verdict as the oracle.
 
-    python -m krig.bisect run --tree TREE --good REF --bad REF --repro NAME
-                              [--preset P] [--repeat N] [--like KERNEL] [--rig RIG]
-    python -m krig.bisect demo            (make bisect-demo)
+    python -m kernels.bisect run --tree TREE --good REF --bad REF --repro NAME
+                                 [--preset P] [--repeat N] [--like KERNEL] [--rig RIG]
+    python -m kernels.bisect demo            (make bisect-demo; the history is made by
+                                              kernels/demo_repo.py)
 
 The bisection never touches TREE's working tree (`git bisect start
 --no-checkout`): each step reads BISECT_HEAD, builds it through a generated
@@ -32,9 +33,13 @@ import subprocess
 import sys
 import time
 
-from . import KERNEL_DIR, RESULTS_DIR, ROOT
-from .errors import KrigError, UsageError, guarded
-from .results import now
+from krig import KERNEL_DIR, RESULTS_DIR, ROOT
+from krig.errors import KrigError, UsageError, guarded
+from krig.reproducer import load_reproducer
+from krig.results import now
+from .build import build as build_kernel
+from .demo_repo import CULPRIT, existing_demo_repo, make_demo_repo
+from .spec import git, resolve_spec
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 255
 CODES = {"good": GOOD, "bad": BAD, "skip": SKIP}
@@ -137,14 +142,12 @@ def append(path, line: str, echo=True):
 
 
 def oracle(state_path: pathlib.Path, build=None, run_once=None) -> int:
-    from .kbuild import git
     state = json.loads(state_path.read_text())
     tree, logp = state["tree"], state["log"]
     commit = git(tree, "rev-parse", "--verify", f"{state['ref']}^{{commit}}")
     subject = git(tree, "log", "-1", "--format=%s", commit)
     if build is None:
-        from .kbuild import build as kbuild
-        build = lambda: kbuild(state["kernel"], log=lambda m: print(m, flush=True))  # noqa: E731
+        build = lambda: build_kernel(state["kernel"], log=lambda m: print(m, flush=True))  # noqa: E731
     t0 = time.monotonic()
     try:
         build()
@@ -162,15 +165,12 @@ def oracle(state_path: pathlib.Path, build=None, run_once=None) -> int:
 # -- driving git bisect ----------------------------------------------------------
 
 def _bisect_in_progress(tree) -> bool:
-    from .kbuild import git
     gitdir = pathlib.Path(git(tree, "rev-parse", "--path-format=absolute", "--git-dir"))
     return (gitdir / "BISECT_START").exists()
 
 
 def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None, repeat: int = 1,
            like: str = "linux-6.1", rig: str = "qemu-default", sets=(), log_dir=None) -> dict:
-    from .kbuild import git, resolve_spec
-    from .reproducer import load_reproducer
     t_start = time.monotonic()
     tree_p = pathlib.Path(os.path.expanduser(tree)).resolve()
     if not tree_p.is_dir():
@@ -215,7 +215,7 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     first, text = None, ""
     try:
         git(tree_p, "bisect", "start", "--no-checkout", ends["BAD"], ends["GOOD"])
-        p = subprocess.Popen(["git", "-C", str(tree_p), "bisect", "run", sys.executable, "-m", "krig.bisect",
+        p = subprocess.Popen(["git", "-C", str(tree_p), "bisect", "run", sys.executable, "-m", "kernels.bisect",
                              "oracle", str(out / "state.json")], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, cwd=ROOT)
         lines = []
@@ -248,8 +248,28 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     return {"first_bad": first, "log": str(logp), "seconds": round(took, 1)}
 
 
+# -- make bisect-demo ------------------------------------------------------------
+
+def demo(repro: str = "unlink-dentry-growth", preset: str | None = "smoke", repeat: int = 1) -> int:
+    t0 = time.monotonic()
+    say = lambda m: print(m, flush=True)  # noqa: E731
+    repo, info = make_demo_repo(say)
+    say(f"bisect-demo: bisecting {repo} {info['good']}..{info['bad']} with {repro} "
+        f"preset {preset}; expecting {info['culprit'][:12]} ({CULPRIT})")
+    res = bisect(str(repo), info["good"], info["bad"], repro, preset, repeat)
+    took = (time.monotonic() - t0) / 60
+    if res["first_bad"] == info["culprit"]:
+        say(f"bisect-demo: OK: first bad commit {res['first_bad'][:12]} ({CULPRIT}) in {took:.1f} min; "
+            f"log {res['log']}")
+        return 0
+    say(f"bisect-demo: WRONG: bisect named {res['first_bad'] or 'nothing'}, expected {info['culprit']} "
+        f"({took:.1f} min); log {res['log']}")
+    return 1
+
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m krig.bisect", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m kernels.bisect", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="bisect TREE between GOOD and BAD with a reproducer")
     r.add_argument("--tree", help="git tree (default: the bisect-demo repository, if made)")
@@ -285,13 +305,11 @@ def main(argv=None) -> int:
                 return ABORT
         if a.cmd == "run":
             if not a.tree:
-                from .bisect_demo import existing_demo_repo
                 a.tree = existing_demo_repo()
                 if not a.tree:
                     raise UsageError("TREE= is required (a git tree of the kernel); `make bisect-demo` makes one")
             res = bisect(a.tree, a.good, a.bad, a.repro, a.preset, a.repeat, a.like, a.rig, a.set)
             return 0 if res["first_bad"] else 1
-        from .bisect_demo import demo
         return demo(a.repro, a.preset, a.repeat)
     # an oracle step that cannot be judged is a skip (125), not a failure
     return guarded(cmd, error_code=SKIP if a.cmd == "oracle" else None)

@@ -1,0 +1,85 @@
+"""Building kernels from source: kernels/<name>.toml with source = "linux-source" or "git".
+
+A built kernel lives in a cache directory keyed by a hash of everything that
+goes into it (kernels/spec.py), so the same kernel is never built twice.
+
+    python -m kernels.build build NAME      (make kernel KERNEL=NAME)
+    python -m kernels.build status [NAME..]
+"""
+import argparse
+import json
+import pathlib
+import sys
+
+from krig import KERNEL_DIR
+from krig.config import load_toml
+from krig.errors import UsageError, guarded
+from .incremental import build_kernel
+from .spec import build_inputs, cache_key, kernel_cache, resolve_spec
+
+
+def status(name: str) -> dict:
+    spec = resolve_spec(name)
+    key = cache_key(build_inputs(spec))
+    meta = kernel_cache(key) / "build.json"
+    out = {"name": name, "key": key, "built": meta.exists(), "dir": str(kernel_cache(key))}
+    if meta.exists():
+        out.update({k: v for k, v in json.loads(meta.read_text()).items()
+                    if k in ("release", "seconds", "finished", "incremental")})
+    return out
+
+
+def buildable_kernels(kernel_dir: pathlib.Path = KERNEL_DIR) -> list:
+    out = []
+    for p in sorted(kernel_dir.glob("*.toml")):
+        try:
+            data = load_toml(p)
+        except UsageError:
+            continue
+        if data.get("source", "distro") != "distro":
+            out.append(p.stem)
+    return out
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def build(name: str, force: bool = False, log=say) -> dict:
+    path = KERNEL_DIR / f"{name}.toml"
+    if not path.exists():
+        raise UsageError(f"KERNEL={name!r}: unknown kernel; buildable: {', '.join(buildable_kernels()) or '(none)'}")
+    data = load_toml(path)
+    if data.get("source", "distro") == "distro":
+        raise UsageError(f"KERNEL={name}: kernels/{name}.toml is the distro's packaged kernel, nothing to "
+                         f"build; buildable: {', '.join(buildable_kernels()) or '(none)'}")
+    spec = resolve_spec(name)
+    return build_kernel(spec, force=force, log=log)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kernels.build", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build a kernel (no-op when the cache has it)")
+    b.add_argument("names", nargs="+")
+    b.add_argument("--force", action="store_true", help="rebuild even if the cache has it")
+    s = sub.add_parser("status", help="cache key and build state of kernels")
+    s.add_argument("names", nargs="*")
+    a = ap.parse_args(argv)
+
+    def cmd() -> int:
+        if a.cmd == "build":
+            for n in a.names:
+                meta = build(n, force=a.force)
+                print(f"kernel {n}: {meta['release']} in {meta['dir']}")
+        else:
+            for n in a.names or buildable_kernels():
+                st = status(n)
+                state = f"built {st['release']}" if st["built"] else f"not built (make kernel KERNEL={n})"
+                print(f"{n:40s} {st['key']}  {state}")
+        return 0
+    return guarded(cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The layout is the design: imports between krig's parts go one way, and no
+module imports itself back through a cycle (read with ast, nothing imported).
+
+    runner  (krig.cli, krig.run, krig.check, krig.fleet, ...)  -> rigs, kernels, analysis, vocabulary
+    rigs, kernels, analysis                                    -> vocabulary only (and themselves)
+    analysis                                                   never -> rigs
+    vocabulary (krig.errors, krig.config, krig.paths, krig.results, krig.reproducer,
+                krig.verdict, krig.junit, krig)                -> vocabulary only
+"""
+import ast
+import pathlib
+
+import pytest
+
+from conftest import ROOT
+
+PARTS = ("krig", "rigs", "kernels", "analysis")
+VOCABULARY = {"krig", "krig.errors", "krig.config", "krig.paths", "krig.results", "krig.reproducer",
+              "krig.verdict", "krig.junit"}
+
+
+def part_of(module: str) -> str:
+    """'vocabulary', 'runner', or the top package (rigs, kernels, analysis)."""
+    if module in VOCABULARY:
+        return "vocabulary"
+    top = module.split(".")[0]
+    return "runner" if top == "krig" else top
+
+
+ALLOWED = {
+    "vocabulary": {"vocabulary"},
+    "rigs": {"vocabulary", "rigs"},
+    "kernels": {"vocabulary", "kernels"},
+    "analysis": {"vocabulary", "analysis"},
+    "runner": {"vocabulary", "runner", "rigs", "kernels", "analysis"},
+}
+
+
+def module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict:
+    out = {}
+    for part in PARTS:
+        for p in sorted((ROOT / part).rglob("*.py")):
+            if "bin" in p.parts or "__pycache__" in p.parts:
+                continue
+            out[module_name(p)] = p
+    return out
+
+
+def imports_of(name: str, path: pathlib.Path, known: set) -> set:
+    """Project modules imported anywhere in the file (function bodies included)."""
+    tree = ast.parse(path.read_text(), str(path))
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            cands = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module
+            cands = [f"{mod}.{a.name}" for a in node.names] + [mod]
+        else:
+            continue
+        for c in cands:
+            # the longest known module this names ("from x import y" may name a module or a symbol)
+            while c and c not in known:
+                c = c.rpartition(".")[0]
+            if c and c != name:
+                found.add(c)
+    return found
+
+
+def graph() -> dict:
+    mods = modules()
+    known = set(mods)
+    g = {}
+    for name, path in mods.items():
+        deps = imports_of(name, path, known)
+        # importing a.b.c also runs a/__init__ and a/b/__init__: count only real modules named
+        g[name] = {d for d in deps if d in known}
+    return g
+
+
+def test_the_parts_exist_where_the_layout_says():
+    mods = modules()
+    assert "kernels.catalog" in mods and "kernels.build" in mods and "kernels.bisect" in mods
+    for gone in ("krig.kbuild", "krig.kbuild_tree", "krig.kernels", "krig.bisect", "krig.bisect_demo",
+                 "rigs.ipmi_fleet"):
+        assert gone not in mods, f"{gone} should have moved"
+
+
+def test_imports_go_one_way():
+    bad = []
+    for mod, deps in graph().items():
+        for d in deps:
+            if part_of(d) not in ALLOWED[part_of(mod)]:
+                bad.append(f"{mod} ({part_of(mod)}) imports {d} ({part_of(d)})")
+    assert not bad, "imports against the one-way order:\n" + "\n".join(sorted(bad))
+
+
+def find_cycle(g: dict) -> list | None:
+    WHITE, GREY, BLACK = 0, 1, 2
+    color = dict.fromkeys(g, WHITE)
+    stack = []
+
+    def visit(n):
+        color[n] = GREY
+        stack.append(n)
+        for m in sorted(g.get(n, ())):
+            if color.get(m) == GREY:
+                return stack[stack.index(m):] + [m]
+            if color.get(m) == WHITE:
+                c = visit(m)
+                if c:
+                    return c
+        stack.pop()
+        color[n] = BLACK
+        return None
+
+    for n in sorted(g):
+        if color[n] == WHITE:
+            c = visit(n)
+            if c:
+                return c
+    return None
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("g, expect", [
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}}, True),
+    ({"a": {"b"}, "b": {"c"}, "c": set()}, False),
+])
+def test_cycle_finder_finds_cycles(g, expect):
+    assert (find_cycle(g) is not None) == expect
+
+
+def test_the_checker_sees_a_wrong_way_import(tmp_path):
+    """The walk itself works: a rigs module importing the runner is named."""
+    p = tmp_path / "x.py"
+    p.write_text("from krig.run import run\nimport numpy\n")
+    deps = imports_of("rigs.x", p, {"krig.run", "krig", "rigs"})
+    assert deps == {"krig.run"}
+    assert part_of("krig.run") not in ALLOWED[part_of("rigs.x")]
