@@ -12,7 +12,8 @@ import subprocess
 import time
 
 from krig.errors import RigError
-from .ipmi_bmc import kill_group, pdeathsig
+from .ipmi_bmc import kill_group
+from .procs import dies_with_parent
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -95,9 +96,9 @@ class Ssh:
         self.control.unlink(missing_ok=True)
         opts = [o if not o.startswith("ControlMaster=") else "ControlMaster=yes" for o in self._options()]
         opts = [o if not o.startswith("ControlPath=") else f"ControlPath={self.control}" for o in opts]
-        self.master = subprocess.Popen(["ssh", *opts, "-N", "--", self.cfg["host"]], stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                       start_new_session=True, preexec_fn=pdeathsig)
+        self.master = subprocess.Popen(dies_with_parent(["ssh", *opts, "-N", "--", self.cfg["host"]]),
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       start_new_session=True)
         ok = wait_until(lambda: self.control.exists() or self.master.poll() is not None,
                         self.cfg["connect_timeout"] + 5, 0.2)
         if not (ok and self.control.exists()):
@@ -136,10 +137,10 @@ class Ssh:
         stdout/stderr may be open files (then the returned bytes are empty).
         """
         t0 = time.monotonic()
-        p = subprocess.Popen(self.argv(remote, connect_timeout, mux),
+        p = subprocess.Popen(dies_with_parent(self.argv(remote, connect_timeout, mux)),
                              stdin=stdin if stdin is not None else subprocess.DEVNULL,
                              stdout=stdout or subprocess.PIPE, stderr=stderr or subprocess.PIPE,
-                             start_new_session=True, preexec_fn=pdeathsig)
+                             start_new_session=True)
         try:
             out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -171,8 +172,8 @@ class Ssh:
 
     def pipe_to(self, remote: str, producer: list, timeout: float) -> None:
         """`producer | ssh remote`, e.g. tar c ... | ssh 'tar x'. Raises RigError on failure."""
-        prod = subprocess.Popen(producer, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, preexec_fn=pdeathsig)
+        prod = subprocess.Popen(dies_with_parent(producer), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
         try:
             rc, _, err = self.run(remote, timeout=timeout, stdin=prod.stdout)
         finally:
@@ -189,8 +190,8 @@ class Ssh:
 
     def pipe_from(self, remote: str, consumer: list, timeout: float) -> None:
         """`ssh remote | consumer`, e.g. ssh 'tar c' | tar x."""
-        cons = subprocess.Popen(consumer, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=pdeathsig)
+        cons = subprocess.Popen(dies_with_parent(consumer), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True)
         try:
             rc, _, err = self.run(remote, timeout=timeout, stdout=cons.stdin)
         finally:

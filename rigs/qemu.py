@@ -4,7 +4,6 @@ Power = the QEMU process; console = the guest's ttyS0 captured to
 console.log; command = a mailbox agent on a writable 9p share (workload output
 and exit codes never mix with the kernel console); files = that share.
 """
-import ctypes
 import json
 import os
 import pathlib
@@ -19,6 +18,7 @@ from krig.config import optional, parse_size, reject_unknown, require
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError
 from krig.paths import cache_dir
 from . import initramfs
+from .procs import dies_with_parent
 from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
@@ -28,14 +28,6 @@ AGENT = pathlib.Path(__file__).resolve().parent / "guest" / "agent.sh"
 PROBE_TIMEOUT = 25.0
 PROBE_CACHE_SECONDS = 24 * 3600
 GUEST_SHARE = "/run/krig/share"
-
-
-def _pdeathsig():
-    """Child dies with its parent (covers SIGKILL of krig): no orphan qemu."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def qemu_version() -> str:
@@ -102,8 +94,8 @@ def probe_accel(kernel, initrd: pathlib.Path) -> tuple[str, str]:
                 "-kernel", str(kernel.image), "-initrd", str(initrd),
                 "-append", "console=ttyS0 panic=-1 krig.mode=probe"]
         t0 = time.monotonic()
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_pdeathsig)
+        p = subprocess.Popen(dies_with_parent(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, start_new_session=True)
         try:
             _, err = p.communicate(timeout=PROBE_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -216,8 +208,8 @@ class _Power(PowerProtocol):
             raise RigError(f"rig {r.name}: power on before a kernel was chosen")
         qlog = open(r.run_dir / "qemu.log", "ab")
         try:
-            r.proc = subprocess.Popen(r.argv, stdin=subprocess.DEVNULL, stdout=qlog, stderr=qlog,
-                                      start_new_session=True, preexec_fn=_pdeathsig)
+            r.proc = subprocess.Popen(dies_with_parent(r.argv), stdin=subprocess.DEVNULL, stdout=qlog, stderr=qlog,
+                                      start_new_session=True)
         except OSError as e:
             raise RigError(f"cannot start {QEMU}: {e}") from None
         finally:

@@ -29,7 +29,7 @@ import subprocess
 import threading
 import time
 
-from rigs.ipmi_bmc import pdeathsig
+from rigs.procs import dies_with_parent
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DIAG_SRC = ROOT / "rigs" / "ipmisim" / "krig_diag.c"
@@ -234,10 +234,9 @@ loadlib "{b}/krig_diag.so" ""
         self.cable = SerialCable(self.sol_port, self.vm_serial_port)
         self.cable.start()
         log = open(self.logs / "ipmi_sim.log", "ab")
-        self.proc = subprocess.Popen(["ipmi_sim", "-c", str(self.base / "lan.conf"), "-f", str(self.base / "sim.emu"),
-                                      "-s", str(self.base / "state"), "-n"],
-                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                     preexec_fn=pdeathsig)
+        self.proc = subprocess.Popen(dies_with_parent(["ipmi_sim", "-c", str(self.base / "lan.conf"), "-f",
+                                                       str(self.base / "sim.emu"), "-s", str(self.base / "state"), "-n"]),
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         for _ in range(50):
             if self.proc.poll() is not None:
