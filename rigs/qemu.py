@@ -7,6 +7,7 @@ and exit codes never mix with the kernel console); files = that share.
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -28,6 +29,17 @@ AGENT = pathlib.Path(__file__).resolve().parent / "guest" / "agent.sh"
 PROBE_TIMEOUT = 25.0
 PROBE_CACHE_SECONDS = 24 * 3600
 GUEST_SHARE = "/run/krig/share"
+# extra_args a rig file may add: each takes one value. Nothing that reaches host
+# files, sockets, the network, the monitor or host devices (-drive, -virtfs,
+# -chardev, -netdev, -monitor, -object, -plugin, ... are refused).
+EXTRA_ARGS_ALLOWED = ("-cpu", "-device", "-global", "-machine", "-numa", "-overcommit", "-rtc", "-smp")
+# -device drivers that pass host hardware or host files through, or need a refused backend.
+DEVICE_REFUSED = re.compile(r"^(vfio|usb-host|u2f-passthru|virtio-9p|vhost|ivshmem|vhost-user|"
+                            r"vfio-user|xen|pci-assign|virtio-net|e1000|rtl8139|ne2k|virtio-serial|"
+                            r"virtserialport|virtconsole|isa-serial|pci-serial|usb-redir|usb-serial|loader)")
+BACKEND_REF = re.compile(r"(?:^|[,.])((?:file|path|chardev|drive|netdev|fsdev|memdev|memory-backend|"
+                         r"romfile|bootindex)\b=?)")
+MODULE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def qemu_version() -> str:
@@ -57,6 +69,10 @@ def validate_spec(name: str, spec: dict) -> dict:
     for a in out["extra_args"] + out["modules"]:
         if not isinstance(a, str):
             raise UsageError(f"{where}: extra_args and modules must be lists of strings, got {a!r}")
+    for m in out["modules"]:
+        if not MODULE_RE.match(m):
+            raise UsageError(f"{where}.modules: {m!r} is not a module name")
+    check_extra_args(out["extra_args"], f"{where}.extra_args")
     out["keep_disks"] = optional(spec, "keep_disks", bool, where, False)
     disks = []
     for i, d in enumerate(optional(spec, "disks", list, where, [])):
@@ -72,6 +88,23 @@ def validate_spec(name: str, spec: dict) -> dict:
         disks.append({"size": size, "serial": serial, "role": role})
     out["disks"] = disks
     return out
+
+
+def check_extra_args(args: list, where: str) -> None:
+    """Option/value pairs from EXTRA_ARGS_ALLOWED only; one line naming the first refused one."""
+    if len(args) % 2:
+        raise UsageError(f"{where}: {args[-1]!r} has no value; write each option and its value as two items")
+    for opt, value in zip(args[::2], args[1::2]):
+        if opt not in EXTRA_ARGS_ALLOWED:
+            raise UsageError(f"{where}: {opt} is not allowed; allowed: {', '.join(EXTRA_ARGS_ALLOWED)}")
+        driver = value.split(",", 1)[0]
+        if opt == "-device" and DEVICE_REFUSED.match(driver):
+            raise UsageError(f"{where}: -device {driver} is not allowed (host devices, files, "
+                             "sockets and networks are krig's to set)")
+        ref = BACKEND_REF.search(value)
+        if ref:
+            raise UsageError(f"{where}: {opt} {value}: {ref.group(1)} is not allowed (no host files, "
+                             "sockets, drives or networks from a rig file)")
 
 
 def probe_accel(kernel, initrd: pathlib.Path) -> tuple[str, str]:
