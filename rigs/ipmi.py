@@ -469,3 +469,6 @@ class _Files(FilesProtocol):
             r._pull_over_ssh(remote, local, r.spec["pull_timeout"])
         except (SshLost, subprocess.TimeoutExpired) as e:
             raise RigError(f"rig {r.name}: pulling {remote} failed: {e or type(e).__name__}") from None
+        if remote == r._results:
+            r._salvaged = True          # shutdown() need not pull them again
+            r._facts["results_pull"] = "pulled before the power off"
