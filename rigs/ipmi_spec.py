@@ -161,10 +161,10 @@ def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict
     if scratch and not DEV_RE.match(scratch):
         raise UsageError(f"{where}.scratch_dev: {scratch!r} is not a device path like /dev/nvme0n1")
     out["scratch_dev"] = scratch
-    rd = optional(spec, "remote_dir", str, where, "/var/tmp/krig")
+    rd = optional(spec, "remote_dir", str, where, "/var/lib/krig")
     if not rd.startswith("/") or rd.rstrip("/") in ("", "/tmp", "/var/tmp", "/run", "/root", "/home") \
             or not re.match(r"^/[A-Za-z0-9._/-]+$", rd) or ".." in rd.split("/"):
-        raise UsageError(f"{where}.remote_dir: {rd!r}: use a dedicated absolute directory like /var/tmp/krig")
+        raise UsageError(f"{where}.remote_dir: {rd!r}: use a dedicated absolute directory like /var/lib/krig")
     out["remote_dir"] = rd.rstrip("/")
     out["boot"] = optional(spec, "boot", str, where, "installed")
     if out["boot"] not in ("installed", "kexec"):

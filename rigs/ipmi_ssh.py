@@ -40,8 +40,11 @@ class SshLost(Exception):
         self.connected = connected
 
 
-def remote_command(argv: list, env: dict | None, cwd: str | None = None) -> str:
-    """One shell string for the remote login shell: every word shlex-quoted."""
+def remote_command(argv: list, env: dict | None, cwd: str | None = None, rc_file: str | None = None) -> str:
+    """One shell string for the remote login shell: every word shlex-quoted.
+
+    With rc_file, the command's exit code is also written there, so an exit
+    code 255 of the command can be told from ssh's own 255 (see Ssh.run)."""
     words = ["env", "-i", f"PATH={BASE_PATH}", "LANG=C.UTF-8"]
     for k, v in (env or {}).items():
         if not ENV_NAME.match(str(k)):
@@ -49,6 +52,9 @@ def remote_command(argv: list, env: dict | None, cwd: str | None = None) -> str:
         words.append(f"{k}={v}")
     words += [str(a) for a in argv]
     cmd = "exec " + " ".join(shlex.quote(w) for w in words)
+    if rc_file:
+        q = shlex.quote(rc_file)
+        cmd = f"rm -f {q}; {cmd[5:]}; rc=$?; echo $rc > {q}; exit $rc"
     return f"cd {shlex.quote(cwd)} && {cmd}" if cwd else cmd
 
 
@@ -130,8 +136,13 @@ class Ssh:
             raise SshLost(_last_line(err) or "ssh exited 255", connected)
 
     def run(self, remote: str, timeout: float, stdin=None, stdout=None, stderr=None,
-            connect_timeout: float | None = None, mux: bool = True) -> tuple[int, bytes, bytes]:
+            connect_timeout: float | None = None, mux: bool = True,
+            rc_file: str | None = None) -> tuple[int, bytes, bytes]:
         """Run a remote shell string. Returns (rc, stdout, stderr) of the remote command.
+
+        ssh exits 255 both when it fails and when the remote command does: with
+        rc_file (where remote_command(..., rc_file=) writes the exit code), a 255
+        is the command's own if a second connection reads 255 from that file.
 
         Raises subprocess.TimeoutExpired (ssh killed), SshLost, HostKeyError/RigError.
         stdout/stderr may be open files (then the returned bytes are empty).
@@ -158,8 +169,20 @@ class Ssh:
             err_text = _tail(pathlib.Path(stderr.name))
         else:
             err_text = (err or b"").decode(errors="replace")
+        if p.returncode == 255 and rc_file and self._remote_rc(rc_file) == "255":
+            self._log(f"ssh {remote[:100]!r}: 255 is the command's own exit code ({rc_file})")
+            return 255, out, err or b""
         self._check_ssh_error(p.returncode, err_text)
         return p.returncode, out, err or b""
+
+    def _remote_rc(self, rc_file: str) -> str | None:
+        """The exit code the remote wrapper wrote, or None if the server does not answer."""
+        try:
+            rc, out, _ = self.run(f"cat -- {shlex.quote(rc_file)} 2>/dev/null",
+                                  timeout=self.cfg["connect_timeout"] + 10, mux=False)
+        except (SshLost, subprocess.TimeoutExpired):
+            return None
+        return out.decode(errors="replace").strip() if rc == 0 else None
 
     def probe(self, timeout: float) -> str | None:
         """The machine's boot_id if it answers SSH now, else None (host key errors still raise)."""

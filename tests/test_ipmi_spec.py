@@ -47,7 +47,7 @@ def test_minimal_rig_file_defaults(files):
     r = IpmiRig("lab", spec(files))
     assert r.spec["bmc"]["port"] == 623 and r.spec["bmc"]["cipher_suite"] == 17
     assert r.spec["ssh"]["port"] == 22 and r.spec["ssh"]["user"] == "root"
-    assert r.spec["boot"] == "installed" and r.spec["remote_dir"] == "/var/tmp/krig"
+    assert r.spec["boot"] == "installed" and r.spec["remote_dir"] == "/var/lib/krig"
     assert r.scratch_env() == {"KRIG_SCRATCH_DEV": "/dev/nvme0n1"}
     assert PW not in repr(r.describe())
 
