@@ -18,7 +18,7 @@ from krig import ROOT
 from krig.config import optional, parse_size, reject_unknown, require
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError
 from krig.paths import cache_dir
-from . import initramfs
+from . import guestroot, initramfs
 from .procs import dies_with_parent
 from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
@@ -174,6 +174,8 @@ class QemuRig(Rig):
         self.argv: list = []
         self._facts: dict = {}
         self._disks: list = []
+        self._root_args: list = []
+        self._root_cmdline: list = []
         self.power = _Power(self)
         self.console = _Console(self)
         self.command = _Command(self)
@@ -275,19 +277,22 @@ class _Boot(BootProtocol):
             accel, reason = probe_accel(kernel, initrd)
         r._facts.update({"accel": accel, "accel_reason": reason, "qemu_version": qemu_version(),
                          "initramfs": str(initrd)})
-        append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
-                  f"krig.agent={AGENT}", f"krig.tree={ROOT}", *kernel.cmdline, *cmdline]
         if any(c.isspace() for c in str(ROOT)):
             raise RigError(f"the krig tree {ROOT} has whitespace in its path; the guest cannot be told it")
+        root = r.workdir / "root"
+        if not root.exists():
+            r._root_args, r._root_cmdline = guestroot.build(root, ROOT)
+        shutil.copy(AGENT, r.share / "agent.sh")
+        append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
+                  f"krig.agent={GUEST_SHARE}/agent.sh", *r._root_cmdline, *kernel.cmdline, *cmdline]
         argv = [QEMU, "-name", f"krig-{r.name}", "-machine", "q35", "-accel", accel,
                 "-cpu", "host" if accel == "kvm" else "max",
                 "-smp", str(spec["cpus"]), "-m", str(spec["memory_bytes"] // (1 << 20)),
                 "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot",
                 "-chardev", f"file,id=con,path={r.console.log_path}", "-serial", "chardev:con",
                 "-kernel", str(kernel.image), "-initrd", str(initrd), "-append", " ".join(append),
-                "-virtfs", "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
-                "-virtfs", f"local,path={r.share},mount_tag=krig,security_model=none,multidevs=remap",
-                "-virtfs", f"local,path={ROOT},mount_tag=krigtree,security_model=none,readonly=on,multidevs=remap"]
+                *r._root_args,
+                "-virtfs", f"local,path={r.share},mount_tag=krig,security_model=none,multidevs=remap"]
         for i, d in enumerate(r._disks):
             argv += ["-drive", f"file={d['path']},if=none,id=nvme{i},format=raw,cache=unsafe",
                      "-device", f"nvme,drive=nvme{i},serial={d['serial']}"]
