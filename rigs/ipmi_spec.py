@@ -99,17 +99,15 @@ def take_env_secret(var: str) -> str | None:
     """A secret from the environment, read once: the variable is removed from
     os.environ (so no child inherits it) and kept in this process only. A
     fleet's workers get it through a 0600 file named by KRIG_SECRETS_FILE."""
-    if var not in _ENV_SECRETS:
-        value = os.environ.pop(var, None)
-        if not value and os.environ.get(SECRETS_FILE_ENV):
-            try:
-                value = json.loads(pathlib.Path(os.environ[SECRETS_FILE_ENV]).read_text()).get(var)
-            except (OSError, ValueError):
-                value = None
-        if not value:
-            return None
+    value = os.environ.pop(var, None)
+    if not value and var not in _ENV_SECRETS and os.environ.get(SECRETS_FILE_ENV):
+        try:
+            value = json.loads(pathlib.Path(os.environ[SECRETS_FILE_ENV]).read_text()).get(var)
+        except (OSError, ValueError):
+            value = None
+    if value:
         _ENV_SECRETS[var] = value
-    return _ENV_SECRETS[var]
+    return _ENV_SECRETS.get(var)
 
 
 def write_secrets_file(directory: pathlib.Path) -> pathlib.Path | None:

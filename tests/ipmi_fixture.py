@@ -235,6 +235,10 @@ loadlib "{b}/krig_diag.so" ""
         self._configs()
         self.cable = SerialCable(self.sol_port, self.vm_serial_port)
         self.cable.start()
+        self.start_bmc()
+
+    def start_bmc(self):
+        """ipmi_sim (the BMC) on its LAN port; the chassis starts powered off."""
         log = open(self.logs / "ipmi_sim.log", "ab")
         self.proc = subprocess.Popen(dies_with_parent(["ipmi_sim", "-c", str(self.base / "lan.conf"), "-f",
                                                        str(self.base / "sim.emu"), "-s", str(self.base / "state"), "-n"]),
@@ -248,6 +252,12 @@ loadlib "{b}/krig_diag.so" ""
                 return
             time.sleep(0.2)
         raise RuntimeError("ipmi_sim does not answer on its LAN port")
+
+    def kill_bmc(self):
+        """The BMC dies (SIGKILL of ipmi_sim); the server's QEMU dies with it (pdeathsig)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
 
     # -- use ----------------------------------------------------------------
     def ipmitool(self, *args, timeout=30) -> subprocess.CompletedProcess:
