@@ -355,7 +355,11 @@ class _Files(FilesProtocol):
         self.rig = rig
 
     def stage(self, local):
-        return str(pathlib.Path(local).resolve())     # the host root is the guest root
+        """The krig tree's reproducers/ is shared at its own path (rigs/guestroot.py)."""
+        local = pathlib.Path(local).resolve()
+        if local != ROOT.resolve():
+            raise RigError(f"rig {self.rig.name}: only the krig tree {ROOT} is shared with the guest, not {local}")
+        return str(local)
 
     def results_dir(self):
         return f"{GUEST_SHARE}/out"
