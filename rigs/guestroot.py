@@ -8,7 +8,7 @@ given only what it needs, each piece a read-only 9p share:
   ...), empty mount points, and a copy of /etc holding only what every local
   user may read anyway (world-readable files in world-searchable directories,
   minus key and password files by name): no /etc/shadow, no SSH host keys,
-  no TLS private keys;
+  no TLS private keys (its /etc/shadow is made here: every account, no password);
 - the krig tree's `reproducers/` at its own path (not .venv, .git, results/).
 Nothing from /root, /home, krig's cache or config, or the run's other files.
 The guest's /root, /tmp, /run and /var are tmpfs (rigs/guest/init.sh).
@@ -64,6 +64,15 @@ def copy_public_etc(dest: pathlib.Path, src: pathlib.Path = pathlib.Path("/etc")
     return n
 
 
+def _no_password_shadow(etc: pathlib.Path) -> None:
+    """A shadow file without a single password ("*": no password login, not locked), so
+    programs that check accounts (the test server's sshd) work without the host's."""
+    users = [ln.split(":", 1)[0] for ln in (etc / "passwd").read_text().splitlines() if ":" in ln] \
+        if (etc / "passwd").exists() else []
+    (etc / "shadow").write_text("".join(f"{u}:*:19000:0:99999:7:::\n" for u in users))
+    (etc / "shadow").chmod(0o600)
+
+
 def build(dest: pathlib.Path, tree: pathlib.Path) -> tuple[list, list]:
     """Make the skeleton in dest (a new directory); returns (QEMU -virtfs args, kernel cmdline words).
 
@@ -82,6 +91,7 @@ def build(dest: pathlib.Path, tree: pathlib.Path) -> tuple[list, list]:
         (dest / name).mkdir(exist_ok=True)
     (dest / "etc").mkdir()
     copy_public_etc(dest / "etc")
+    _no_password_shadow(dest / "etc")
     repro = pathlib.Path(tree).resolve() / "reproducers"
     (dest / repro.relative_to("/")).mkdir(parents=True, exist_ok=True)
     args = ["-virtfs", f"local,path={dest},mount_tag=host,{SHARE_OPTS}",

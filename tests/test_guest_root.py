@@ -46,13 +46,14 @@ def test_guest_cannot_read_host_secrets(tmp_path, planted, no_leftover_qemu):
     rig = load_rig("qemu-default")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    secret_files = [*paths, "/etc/shadow", "/etc/gshadow", "/etc/ssh/ssh_host_ed25519_key",
+    secret_files = [*paths, "/etc/gshadow", "/etc/shadow-", "/etc/ssh/ssh_host_ed25519_key",
                     "/etc/ssl/private/ssl-cert-snakeoil.key"]
     with rig:
         rig.prepare(run_dir, kernel, {})
         rig.boot.boot(kernel, [])
         script = ('for f in "$@"; do if [ -e "$f" ] || cat "$f" >/dev/null 2>&1; then echo "READABLE $f"; fi; done; '
-                  'ls -a /root /home; cat /proc/mounts; grep -c . /etc/passwd; ls "$KRIG_TREE"')
+                  'ls -a /root /home; cat /proc/mounts; grep -c . /etc/passwd; ls "$KRIG_TREE"; '
+                  'echo "SHADOW:$(cut -d: -f2 /etc/shadow | sort -u | tr "\\n" " ")"')
         res = rig.command.run(["bash", "-c", script, "probe", *secret_files,
                                str(ROOT / ".venv"), str(ROOT / ".git"), str(ROOT / "results")],
                               env={"KRIG_TREE": str(ROOT / "reproducers")}, timeout=120)
@@ -61,6 +62,7 @@ def test_guest_cannot_read_host_secrets(tmp_path, planted, no_leftover_qemu):
     assert res.returncode == 0, res.stderr
     assert "READABLE" not in out, out
     assert token not in out
+    assert "SHADOW:* \n" in out, out          # the guest's own shadow file: accounts, no passwords
     # Positive controls: the guest still has the system and the reproducers it needs.
     assert "selftest-pass" in out and " 9p " in out
     assert int([ln for ln in out.splitlines() if ln.isdigit()][0]) > 5      # /etc/passwd is there
