@@ -13,11 +13,16 @@ given only what it needs, each piece a read-only 9p share:
 Nothing from /root, /home, krig's cache or config, or the run's other files.
 The guest's /root, /tmp, /run and /var are tmpfs (rigs/guest/init.sh).
 """
+import hashlib
 import os
 import pathlib
 import re
 import shutil
 import stat
+import tempfile
+import time
+
+from krig.paths import cache_dir
 
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 MOUNT_POINTS = ("proc", "sys", "dev", "tmp", "run", "var", "root", "home", "mnt")
@@ -74,19 +79,17 @@ def _no_password_shadow(etc: pathlib.Path) -> None:
 
 
 def build(dest: pathlib.Path, tree: pathlib.Path) -> tuple[list, list]:
-    """Make the skeleton in dest (a new directory); returns (QEMU -virtfs args, kernel cmdline words).
+    """Make the skeleton in dest (a new directory); returns shares(dest, tree).
 
     tree: the krig tree; its reproducers/ is shared (tag krigtree) and mounted at
     <tree>/reproducers in the guest."""
     dest.mkdir()
-    system = []
     for name in SYSTEM_DIRS:
         host = pathlib.Path("/", name)
         if host.is_symlink():
             os.symlink(os.readlink(host), dest / name)
         elif host.is_dir():
             (dest / name).mkdir()
-            system.append(name)
     for name in MOUNT_POINTS:
         (dest / name).mkdir(exist_ok=True)
     (dest / "etc").mkdir()
@@ -94,7 +97,48 @@ def build(dest: pathlib.Path, tree: pathlib.Path) -> tuple[list, list]:
     _no_password_shadow(dest / "etc")
     repro = pathlib.Path(tree).resolve() / "reproducers"
     (dest / repro.relative_to("/")).mkdir(parents=True, exist_ok=True)
-    args = ["-virtfs", f"local,path={dest},mount_tag=host,{SHARE_OPTS}",
+    return shares(dest, tree)
+
+
+def _etc_key(tree: pathlib.Path) -> str:
+    """Changes whenever anything in /etc (name, size, mtime, mode, link) or the tree's path does."""
+    h = hashlib.sha256(f"{tree}|{SECRET_NAME.pattern}|{MOUNT_POINTS}|{SYSTEM_DIRS}".encode())
+    for dirpath, dirnames, filenames in os.walk("/etc"):
+        dirnames.sort()
+        for name in sorted(filenames + dirnames):
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            h.update(f"{dirpath}/{name}|{st.st_size}|{st.st_mtime_ns}|{st.st_mode}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def cached(tree: pathlib.Path) -> tuple[list, list]:
+    """build() once per state of /etc (a stat walk, ~0.1 s) and reuse it: read-only for every guest."""
+    tree = pathlib.Path(tree).resolve()
+    base = cache_dir("guest-root")
+    final = base / _etc_key(tree)
+    if not final.exists():
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix=".new-", dir=base))
+        build(tmp / "root", tree)
+        try:
+            os.rename(tmp / "root", final)
+        except OSError:
+            pass                                # another krig made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+        for old in base.iterdir():              # older states of /etc, unused for a day
+            if old != final and time.time() - old.stat().st_mtime > 86400:
+                shutil.rmtree(old, ignore_errors=True)
+    os.utime(final)
+    return shares(final, tree)
+
+
+def shares(root: pathlib.Path, tree: pathlib.Path) -> tuple[list, list]:
+    """QEMU -virtfs args and kernel cmdline words for a skeleton made by build()."""
+    repro = pathlib.Path(tree).resolve() / "reproducers"
+    system = [n for n in SYSTEM_DIRS if (root / n).is_dir() and not (root / n).is_symlink()]
+    args = ["-virtfs", f"local,path={root},mount_tag=host,{SHARE_OPTS}",
             "-virtfs", f"local,path={repro},mount_tag=krigtree,{SHARE_OPTS}"]
     for name in system:
         args += ["-virtfs", f"local,path=/{name},mount_tag=sys-{name},{SHARE_OPTS}"]

@@ -279,9 +279,7 @@ class _Boot(BootProtocol):
                          "initramfs": str(initrd)})
         if any(c.isspace() for c in str(ROOT)):
             raise RigError(f"the krig tree {ROOT} has whitespace in its path; the guest cannot be told it")
-        root = r.workdir / "root"
-        if not root.exists():
-            r._root_args, r._root_cmdline = guestroot.build(root, ROOT)
+        r._root_args, r._root_cmdline = guestroot.cached(ROOT)
         shutil.copy(AGENT, r.share / "agent.sh")
         append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
                   f"krig.agent={GUEST_SHARE}/agent.sh", *r._root_cmdline, *kernel.cmdline, *cmdline]

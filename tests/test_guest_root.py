@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ROOT
 from krig.kernels import load_kernel
+from krig.paths import cache_dir
 from rigs import load_rig
 
 pytestmark = pytest.mark.guest
@@ -66,7 +67,8 @@ def test_guest_cannot_read_host_secrets(tmp_path, planted, no_leftover_qemu):
     # Positive controls: the guest still has the system and the reproducers it needs.
     assert "selftest-pass" in out and " 9p " in out
     assert int([ln for ln in out.splitlines() if ln.isdigit()][0]) > 5      # /etc/passwd is there
-    # Nothing shared with QEMU is the host's root, a home, or outside the run, /usr and reproducers/.
+    # Nothing shared with QEMU is the host's root or a home: only the run's share, the
+    # skeleton (cached per state of /etc), /usr and reproducers/.
     shared = [a.split("path=")[1].split(",")[0] for a in argv if a.startswith("local,path=")]
-    allowed = (workdir + "/", "/usr", str(ROOT / "reproducers"))
+    allowed = (workdir + "/", str(cache_dir("guest-root")) + "/", "/usr", str(ROOT / "reproducers"))
     assert shared and all(p.startswith(allowed) and p != "/" for p in shared), shared
