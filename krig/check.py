@@ -99,7 +99,10 @@ def check(run_dir) -> dict:
         manifest = json.loads(man_path.read_text())
     except ValueError as e:
         raise UsageError(f"{man_path}: not valid JSON ({e})") from None
-    repro = load_reproducer(manifest.get("reproducer", "?"))
+    try:
+        repro = load_reproducer(manifest.get("reproducer"))
+    except UsageError as e:
+        raise UsageError(f"{man_path}: field reproducer: {e}") from None
     console = (run_dir / "console.log").read_text(errors="replace") if (run_dir / "console.log").exists() else ""
     scan = scan_console(console)
     outcome, reason = manifest.get("outcome"), manifest.get("reason") or ""
@@ -107,6 +110,9 @@ def check(run_dir) -> dict:
                "console": {k: v[:20] for k, v in scan.items()}}
     if scan["oom_kill"]:
         verdict["oom_kill"] = scan["oom_kill"][:20]
+    if manifest.get("power_off_error"):       # after the results were pulled: they stand, with a note
+        verdict.setdefault("warnings", []).append(f"the rig failed to power off after the run: "
+                                                  f"{manifest['power_off_error']}")
 
     if outcome == "completed" and scan["crash"]:
         outcome, reason = "crashed", f"kernel crash in the console: {scan['crash'][0]}"
@@ -125,8 +131,8 @@ def check(run_dir) -> dict:
             write_json(run_dir / "metrics.json", metrics)
             lost = metrics.get("trace_lost_events", {}).get("value")
             if lost:
-                verdict["warnings"] = [f"the trace lost {lost:.0f} events: metrics computed from it "
-                                       "are lower bounds; enlarge trace.buffer_kb"]
+                verdict.setdefault("warnings", []).append(f"the trace lost {lost:.0f} events: metrics computed from it "
+                                       "are lower bounds; enlarge trace.buffer_kb")
             res = judge(run_dir)
             verdict["thresholds"] = res
             if res["errors"]:

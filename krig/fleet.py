@@ -16,7 +16,9 @@ import itertools
 import json
 import os
 import pathlib
+import shutil
 import sys
+import tempfile
 import time
 
 import pytest
@@ -27,6 +29,7 @@ from krig.reproducer import load_reproducer
 from krig.run import run
 from kernels.catalog import load_kernel
 from rigs import load_rig
+from rigs.ipmi_spec import SECRETS_FILE_ENV, write_secrets_file
 
 SPEC_ENV = "KRIG_FLEET_SPEC"
 
@@ -83,9 +86,18 @@ def main(argv=None) -> int:
     os.environ[SPEC_ENV] = json.dumps({"rigs": a.rig, "cases": cases, "results": str(results),
                                        "expect": a.expect or ["PASS"]})
     os.environ.setdefault("KRIG_LOCK_WAIT", "3600")
+    # _validate took the BMC passwords out of the environment; the workers read them from a 0600 file.
+    secrets_dir = tempfile.mkdtemp(prefix="krig-fleet-")
+    secrets = write_secrets_file(pathlib.Path(secrets_dir))
+    if secrets:
+        os.environ[SECRETS_FILE_ENV] = str(secrets)
     args = [str(pathlib.Path(__file__).resolve()), "-p", "xdist", "-n", str(len(a.rig)), "--dist", "load",
             "-q", "-rA", "-p", "no:cacheprovider", f"--junitxml={junit}", "-o", "junit_family=xunit2"]
-    rc = pytest.main(args)
+    try:
+        rc = pytest.main(args)
+    finally:
+        shutil.rmtree(secrets_dir, ignore_errors=True)
+        os.environ.pop(SECRETS_FILE_ENV, None)
     print(f"fleet: {len(cases)} runs on {len(a.rig)} rigs; junit: {junit}")
     return int(rc)
 

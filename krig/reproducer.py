@@ -79,11 +79,19 @@ class Reproducer:
         return env
 
 
+REPRO_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+
+
 def reproducer_names() -> list[str]:
     return sorted(p.parent.name for p in REPRO_DIR.glob("*/repro.toml"))
 
 
-def load_reproducer(name: str, root: pathlib.Path = REPRO_DIR) -> Reproducer:
+def load_reproducer(name, root: pathlib.Path = REPRO_DIR) -> Reproducer:
+    """A reproducer by name. Names come from manifests and bundles other people
+    wrote, so a name is a name (REPRO_NAME_RE), never a path."""
+    if not isinstance(name, str) or not REPRO_NAME_RE.match(name):
+        raise UsageError(f"reproducer {str(name)[:80]!r}: not a reproducer name (lower-case letters, digits "
+                         "and '-', starting with a letter or digit)")
     path = root / name
     if not (path / "repro.toml").is_file():
         allowed = ", ".join(reproducer_names())

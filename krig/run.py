@@ -53,9 +53,11 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
             except KrigError as e:
                 outcome, reason = "error", str(e)
             finally:
-                manifest["rig_facts"] = rig.facts()
-                rig.shutdown() if outcome == "completed" else _hard_off(rig)
+                # Results first: pulled before anything is powered off or removed; a
+                # power-off that fails is recorded and never costs the results.
                 _pull(rig, run_dir)
+                manifest["rig_facts"] = rig.facts()
+                _power_down(rig, outcome == "completed", manifest)
     except KeyboardInterrupt:
         outcome, reason = "interrupted", "interrupted by a signal (SIGINT/SIGTERM)"
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -72,11 +74,11 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
     return run_dir, verdict
 
 
-def _hard_off(rig):
+def _power_down(rig, orderly: bool, manifest: dict):
     try:
-        rig.power.off()
-    except KrigError:
-        pass
+        rig.shutdown() if orderly else rig.power.off()
+    except KrigError as e:
+        manifest["power_off_error"] = str(e)
 
 
 def _pull(rig, run_dir):

@@ -41,6 +41,7 @@ class IpmiRig(Rig):
         self.bmc = Bmc(name, norm["bmc"], password)
         self.ssh = Ssh(name, norm["ssh"])
         self.rd = norm["remote_dir"]
+        self.wd: str | None = None     # this boot's work directory: <remote_dir>/run.XXXXXX
         self.run_dir: pathlib.Path | None = None
         self.workdir: pathlib.Path | None = None
         self._lock_fd = None
@@ -189,9 +190,9 @@ class IpmiRig(Rig):
         raise GuestHung(f"the server did not answer SSH within {timeout:.0f}s {what}")
 
     def _after_boot(self):
-        """One round trip: boot_id, NMI panic sysctls, work dirs, scratch disk checks."""
-        rd, dev = shlex.quote(self.rd), shlex.quote(self.spec["scratch_dev"])
-        script = [f"rm -rf {rd}/out.* {rd}/tree", f"mkdir -p {rd}/home", "cat /proc/sys/kernel/random/boot_id",
+        """One round trip: boot_id, NMI panic sysctls, a fresh work dir, scratch disk checks."""
+        dev = shlex.quote(self.spec["scratch_dev"])
+        script = [workdir_script(self.rd), "echo boot_id=$(cat /proc/sys/kernel/random/boot_id)",
                   "echo cmdline=$(cat /proc/cmdline)"]
         if self.spec["nmi_panic"]:
             script.append("sysctl -q -w kernel.unknown_nmi_panic=1 kernel.panic_on_io_nmi=1 "
@@ -202,12 +203,9 @@ class IpmiRig(Rig):
                           f"awk -v d={dev} 'index($1, d) == 1 {{print \"scratch_busy=\" $1 \" on \" $2}}' "
                           f"/proc/mounts /proc/swaps; else echo scratch_size=missing; fi")
         rc, out, err = self._ssh("setting up the work directory", "set -e; " + "; ".join(script), 120)
-        lines = out.decode(errors="replace").splitlines()
-        if rc != 0 or not lines:
-            raise RigError(f"rig {self.name}: cannot set up {self.rd} on the server: "
-                           f"{err.decode(errors='replace').strip()[-200:]}")
-        self._boot_id = lines[0].strip()
-        kv = dict(ln.split("=", 1) for ln in lines[1:] if "=" in ln)
+        kv = dict(ln.split("=", 1) for ln in out.decode(errors="replace").splitlines() if "=" in ln)
+        self._take_workdir(rc, kv, err)
+        self._boot_id = kv.get("boot_id", "").strip()
         self._facts.update({k: kv[k] for k in ("cmdline", "nmi_panic", "scratch_size") if k in kv})
         need, size = self._needs.get("scratch_size"), kv.get("scratch_size", "")
         if need and size == "missing":
@@ -218,6 +216,23 @@ class IpmiRig(Rig):
         if "scratch_busy" in kv:
             raise RigError(f"rig {self.name}: scratch_dev {self.spec['scratch_dev']} is in use on the server "
                            f"({kv['scratch_busy']}); refusing to use it as a scratch disk")
+
+    def make_workdir(self) -> str:
+        """A fresh work directory under remote_dir, checked safe (also for the kexec files)."""
+        rc, out, err = self._ssh("making the work directory", workdir_script(self.rd), 60)
+        return self._take_workdir(rc, dict(ln.split("=", 1) for ln in out.decode(errors="replace").splitlines()
+                                           if "=" in ln), err)
+
+    def _take_workdir(self, rc: int, kv: dict, err: bytes) -> str:
+        if "unsafe" in kv:
+            raise RigError(f"rig {self.name}: remote_dir {self.rd} is not safe to use as "
+                           f"{self.spec['ssh']['user']}: {kv['unsafe']}")
+        wd = kv.get("workdir", "")
+        if rc != 0 or not wd.startswith(self.rd + "/run."):
+            raise RigError(f"rig {self.name}: cannot set up {self.rd} on the server: "
+                           f"{err.decode(errors='replace').strip()[-200:]}")
+        self.wd = wd
+        return wd
 
     def _ssh(self, what: str, remote: str, timeout: float, **kw):
         """ssh.run with the rig's handling of a lost connection and of a timeout."""
@@ -334,6 +349,24 @@ class IpmiRig(Rig):
                            timeout)
 
 
+def workdir_script(remote_dir: str) -> str:
+    """Shell: make remote_dir (0700) if missing, refuse it unless it and every directory
+    above it are safe from other users (owned by root or us, no group/other write
+    unless sticky, no symlinks), then remove older run.* dirs and print
+    workdir=<a fresh mktemp -d> (or unsafe=<why>). Never a predictable path others can plant."""
+    return ("( umask 077; rd=" + shlex.quote(remote_dir) + "; me=$(id -u); mkdir -p -- \"$rd\" || exit 1; "
+            "p=$rd; bad=; while [ -z \"$bad\" ]; do "
+            "if [ -L \"$p\" ]; then bad=\"$p is a symlink\"; break; fi; "
+            "o=$(stat -c %u -- \"$p\"); m=$(stat -c %a -- \"$p\"); m=$((0$m)); "
+            "if [ \"$p\" = \"$rd\" ]; then [ \"$o\" = \"$me\" ] || bad=\"$p is owned by uid $o, not $me\"; "
+            "elif [ \"$o\" != 0 ] && [ \"$o\" != \"$me\" ]; then bad=\"$p is owned by uid $o\"; "
+            "elif [ $((m & 022)) != 0 ] && [ $((m & 01000)) = 0 ]; then bad=\"$p is writable by others\"; fi; "
+            "[ \"$p\" = / ] && break; p=$(dirname -- \"$p\"); done; "
+            "if [ -n \"$bad\" ]; then echo \"unsafe=$bad\"; exit 0; fi; chmod 700 -- \"$rd\"; "
+            "rm -rf -- \"$rd\"/run.*; w=$(mktemp -d -- \"$rd/run.XXXXXX\") && mkdir -- \"$w/home\" && "
+            "echo \"workdir=$w\" )")
+
+
 class _Power(PowerProtocol):
     def __init__(self, rig: IpmiRig):
         self.rig = rig
@@ -401,12 +434,13 @@ class _Command(CommandProtocol):
             raise GuestCrashed(f"the server is not up ({r._state})")
         n = self.n
         self.n += 1
-        home = f"{r.rd}/home"
-        remote = remote_command(argv, {"HOME": home, **(env or {})}, cwd=home)
+        home = f"{r.wd}/home"
+        remote = remote_command(argv, {"HOME": home, **(env or {})}, cwd=home, rc_file=f"{r.wd}/rc.{n}")
         out_p, err_p = r.workdir / f"{n}.out", r.workdir / f"{n}.err"
         t0 = time.monotonic()
         with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
-            rc, _, _ = r._ssh(f"running {' '.join(map(str, argv))}", remote, timeout, stdout=fo, stderr=fe)
+            rc, _, _ = r._ssh(f"running {' '.join(map(str, argv))}", remote, timeout, stdout=fo, stderr=fe,
+                              rc_file=f"{r.wd}/rc.{n}")
         return CommandResult(list(argv), rc, out_p.read_bytes(), err_p.read_bytes(), time.monotonic() - t0)
 
     def partial_output(self) -> tuple[bytes, bytes]:
@@ -425,7 +459,7 @@ class _Files(FilesProtocol):
     def stage(self, local):
         """Copy reproducers/ (scripts and their static bin/ helpers) to <remote_dir>/tree."""
         r = self.rig
-        dest = shlex.quote(f"{r.rd}/tree")
+        dest = shlex.quote(f"{r.wd}/tree")
         producer = ["tar", "-C", str(pathlib.Path(local).resolve()), "--exclude=__pycache__",
                     "--exclude=*.pyc", "-czf", "-", "reproducers"]
         mark = r._console_size()
@@ -436,7 +470,7 @@ class _Files(FilesProtocol):
             r._on_hang(f"copying reproducers/ did not finish within {r.spec['pull_timeout']:.0f}s")
         except SshLost as e:
             r._diagnose_lost("copying reproducers/", e, mark)
-        return f"{r.rd}/tree"
+        return f"{r.wd}/tree"
 
     def results_dir(self):
         r = self.rig
@@ -444,10 +478,10 @@ class _Files(FilesProtocol):
             if r._state != "up":
                 raise RigError(f"rig {r.name}: the server is not up; no results directory")
             rc, out, err = r._ssh("making the results directory",
-                                  f"mkdir -p {shlex.quote(r.rd)} && mktemp -d {shlex.quote(r.rd)}/out.XXXXXX", 60)
+                                  f"mktemp -d {shlex.quote(r.wd)}/out.XXXXXX", 60)
             path = out.decode(errors="replace").strip()
-            if rc != 0 or not path.startswith(r.rd + "/out."):
-                raise RigError(f"rig {r.name}: cannot make a results directory in {r.rd}: "
+            if rc != 0 or not path.startswith(r.wd + "/out."):
+                raise RigError(f"rig {r.name}: cannot make a results directory in {r.wd}: "
                                f"{err.decode(errors='replace').strip()[-200:]}")
             r._results = path
         return r._results
@@ -467,3 +501,6 @@ class _Files(FilesProtocol):
             r._pull_over_ssh(remote, local, r.spec["pull_timeout"])
         except (SshLost, subprocess.TimeoutExpired) as e:
             raise RigError(f"rig {r.name}: pulling {remote} failed: {e or type(e).__name__}") from None
+        if remote == r._results:
+            r._salvaged = True          # shutdown() need not pull them again
+            r._facts["results_pull"] = "pulled before the power off"

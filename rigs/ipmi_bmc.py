@@ -4,16 +4,17 @@ The password goes to ipmitool in its environment (IPMI_PASSWORD with -E),
 never in argv. Every command is bounded in time and retried a bounded number
 of times; a rejected login is not retried (BMCs lock accounts out).
 """
-import ctypes
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import threading
 import time
 
 from krig.errors import RigError
+from .procs import dies_with_parent
 
 IPMITOOL = "ipmitool"
 SOL_RESTARTS = 20
@@ -34,14 +35,6 @@ _NO_ANSWER = re.compile(r"Get Auth Capabilities error|Error issuing Get Channel 
                         r"Error sending|Address lookup|Connection refused", re.I)
 _CHATTER = ("Loading IANA", "Running Get VSO", "Discovered IPMB", "Invalid completion code received",
             "Get HPM.x", "tcgetattr", "Err in cmd get sensor", "Get SDR ", "SDRR successfully")
-
-
-def pdeathsig():
-    """Child dies with its parent (SIGKILL of krig leaves no ipmitool/ssh behind)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def kill_group(p: subprocess.Popen, grace: float = 3.0):
@@ -110,18 +103,17 @@ class Bmc:
         """
         if self.failed == "login refused":      # never retry a refused login: BMCs lock accounts out
             raise BmcAuthError(self._auth_message)
+        if not shutil.which(IPMITOOL):
+            raise RigError(f"rig {self.rig}: {IPMITOOL} is not installed (apt-get install ipmitool)")
         tries = retries or self.cfg["retries"]
         last = "no answer"
         for attempt in range(1, tries + 1):
             t0 = time.monotonic()
             try:
-                p = subprocess.run(self.argv(*args), env=self.env(), stdin=subprocess.DEVNULL,
+                p = subprocess.run(dies_with_parent(self.argv(*args)), env=self.env(), stdin=subprocess.DEVNULL,
                                    capture_output=True, text=True, errors="replace",
-                                   timeout=self.cfg["timeout"] * 4 + 10, start_new_session=True,
-                                   preexec_fn=pdeathsig)
+                                   timeout=self.cfg["timeout"] * 4 + 10, start_new_session=True)
                 out, err, rc = p.stdout, self._clean(p.stderr), p.returncode
-            except FileNotFoundError:
-                raise RigError(f"rig {self.rig}: {IPMITOOL} is not installed (apt-get install ipmitool)") from None
             except subprocess.TimeoutExpired:
                 out, err, rc = "", "ipmitool did not finish in time", -1
             ok = rc == 0 and not re.search(r"\bfailed\b", err, re.I)
@@ -227,9 +219,9 @@ class Sol:
         out = open(self.log_path, "ab")
         err = open(self.notes_path, "ab")
         try:
-            self.proc = subprocess.Popen(self.bmc.argv("sol", "activate", verbose=False), env=self.bmc.env(),
-                                         stdin=subprocess.PIPE, stdout=out, stderr=err,
-                                         start_new_session=True, preexec_fn=pdeathsig)
+            self.proc = subprocess.Popen(dies_with_parent(self.bmc.argv("sol", "activate", verbose=False)),
+                                         env=self.bmc.env(), stdin=subprocess.PIPE, stdout=out, stderr=err,
+                                         start_new_session=True)
         finally:
             out.close()
             err.close()

@@ -1,7 +1,7 @@
 """Boot an IPMI server into the kernel under test with kexec.
 
 The server first runs its installed system (powered on if needed); the image
-(and initrd) are copied to <remote_dir>/boot, `kexec -l` loads them with the
+(and initrd) are copied to <remote_dir>/run.XXXXXX/boot, `kexec -l` loads them with the
 command line (`cmdline = "reuse"` keeps the running one), the exec command
 (systemctl kexec by default: an orderly shutdown first) jumps into it, and
 the rig waits for SSH to answer with a new boot_id.
@@ -56,7 +56,7 @@ def kexec_boot(rig, kernel, cmdline: list, timeout: float) -> None:
     old = rig._boot_id
     image = pathlib.Path(kernel.image)
     initrd = initrd_for(rig, kernel)
-    bootdir = f"{rig.rd}/boot"
+    bootdir = f"{rig.make_workdir()}/boot"
     files = [image] + ([initrd] if initrd else [])
     # tar with -h so symlinks (vmlinuz -> vmlinuz-x.y) arrive as files; flat names.
     producer = ["tar", "-ch"] + [a for f in files for a in ("-C", str(f.parent), f.name)] + ["-f", "-"]

@@ -5,6 +5,7 @@ The BMC password is read here from the environment variable or the 0600 file
 the rig file names; it is returned apart from the spec, so it never reaches
 describe(), the manifest, a log or an error message.
 """
+import json
 import os
 import pathlib
 import re
@@ -23,14 +24,18 @@ SSH = {"host", "port", "user", "key", "known_hosts", "host_key_alias", "connect_
 KEXEC = {"cmdline", "append", "initrd", "exec_command"}
 PRIVILEGES = ("USER", "OPERATOR", "ADMINISTRATOR")
 BOOT_DEVICES = ("none", "pxe", "disk", "safe", "diag", "cdrom", "bios")
-# -o options a rig file may not set: they are what keeps the host key check strict.
-SSH_FORBIDDEN = {"stricthostkeychecking", "userknownhostsfile", "globalknownhostsfile", "batchmode",
-                 "hostkeyalias", "identityfile", "identitiesonly", "permitlocalcommand", "localcommand",
-                 "proxycommand", "knownhostscommand", "updatehostkeys", "controlmaster", "controlpath"}
+# The only -o options a rig file may set: how to connect and which algorithms,
+# nothing that forwards (agent, ports, environment), runs a command, loads a
+# library or changes how the host key is checked.
+SSH_ALLOWED = ("AddressFamily", "BindAddress", "CASignatureAlgorithms", "CheckHostIP", "Ciphers",
+               "Compression", "ConnectionAttempts", "HostKeyAlgorithms", "IPQoS", "KexAlgorithms", "LogLevel",
+               "MACs", "PubkeyAcceptedAlgorithms", "PubkeyAcceptedKeyTypes", "RekeyLimit", "TCPKeepAlive")
 HOST_RE = re.compile(r"^[A-Za-z0-9._:-]+$")
 USER_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEV_RE = re.compile(r"^/dev/[A-Za-z0-9._/-]+$")
+SECRETS_FILE_ENV = "KRIG_SECRETS_FILE"
+_ENV_SECRETS: dict[str, str] = {}      # password_env values, taken out of os.environ
 
 
 def _number(table, key, where, default, minimum=0.0):
@@ -90,10 +95,36 @@ def read_password(bmc: dict, where: str) -> str:
     return pw
 
 
+def take_env_secret(var: str) -> str | None:
+    """A secret from the environment, read once: the variable is removed from
+    os.environ (so no child inherits it) and kept in this process only. A
+    fleet's workers get it through a 0600 file named by KRIG_SECRETS_FILE."""
+    value = os.environ.pop(var, None)
+    if not value and var not in _ENV_SECRETS and os.environ.get(SECRETS_FILE_ENV):
+        try:
+            value = json.loads(pathlib.Path(os.environ[SECRETS_FILE_ENV]).read_text()).get(var)
+        except (OSError, ValueError):
+            value = None
+    if value:
+        _ENV_SECRETS[var] = value
+    return _ENV_SECRETS.get(var)
+
+
+def write_secrets_file(directory: pathlib.Path) -> pathlib.Path | None:
+    """The secrets taken so far, in a 0600 file for worker processes (None if there are none)."""
+    if not _ENV_SECRETS:
+        return None
+    path = pathlib.Path(directory) / "secrets.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(_ENV_SECRETS, f)
+    return path
+
+
 def _read_password(bmc: dict, where: str) -> str:
     if bmc.get("password_env"):
         var = bmc["password_env"]
-        value = os.environ.get(var)
+        value = take_env_secret(var)
         if not value:
             raise UsageError(f"{where}.password_env: environment variable {var} is not set or empty")
         return value
@@ -128,10 +159,10 @@ def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict
     if scratch and not DEV_RE.match(scratch):
         raise UsageError(f"{where}.scratch_dev: {scratch!r} is not a device path like /dev/nvme0n1")
     out["scratch_dev"] = scratch
-    rd = optional(spec, "remote_dir", str, where, "/var/tmp/krig")
+    rd = optional(spec, "remote_dir", str, where, "/var/lib/krig")
     if not rd.startswith("/") or rd.rstrip("/") in ("", "/tmp", "/var/tmp", "/run", "/root", "/home") \
             or not re.match(r"^/[A-Za-z0-9._/-]+$", rd) or ".." in rd.split("/"):
-        raise UsageError(f"{where}.remote_dir: {rd!r}: use a dedicated absolute directory like /var/tmp/krig")
+        raise UsageError(f"{where}.remote_dir: {rd!r}: use a dedicated absolute directory like /var/lib/krig")
     out["remote_dir"] = rd.rstrip("/")
     out["boot"] = optional(spec, "boot", str, where, "installed")
     if out["boot"] not in ("installed", "kexec"):
@@ -195,9 +226,9 @@ def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict
         key = o.split("=", 1)[0].strip().lower()
         if "=" not in o or not key.isalnum():
             raise UsageError(f"{sw}.options: {o!r}: expected Name=value (an ssh -o option)")
-        if key in SSH_FORBIDDEN:
-            raise UsageError(f"{sw}.options: {o.split('=', 1)[0]} is set by krig (strict host key "
-                             "checking against known_hosts, batch mode) and cannot be changed")
+        if key not in {a.lower() for a in SSH_ALLOWED}:
+            raise UsageError(f"{sw}.options: {o.split('=', 1)[0].strip()} is not allowed; "
+                             f"allowed: {', '.join(SSH_ALLOWED)}")
     key_mode = stat.S_IMODE(pathlib.Path(s["key"]).stat().st_mode)
     if key_mode & 0o077:
         raise UsageError(f"{sw}.key: {s['key']} has mode {key_mode:04o}; ssh refuses a private key others "

@@ -12,7 +12,8 @@ import subprocess
 import time
 
 from krig.errors import RigError
-from .ipmi_bmc import kill_group, pdeathsig
+from .ipmi_bmc import kill_group
+from .procs import dies_with_parent
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -39,8 +40,11 @@ class SshLost(Exception):
         self.connected = connected
 
 
-def remote_command(argv: list, env: dict | None, cwd: str | None = None) -> str:
-    """One shell string for the remote login shell: every word shlex-quoted."""
+def remote_command(argv: list, env: dict | None, cwd: str | None = None, rc_file: str | None = None) -> str:
+    """One shell string for the remote login shell: every word shlex-quoted.
+
+    With rc_file, the command's exit code is also written there, so an exit
+    code 255 of the command can be told from ssh's own 255 (see Ssh.run)."""
     words = ["env", "-i", f"PATH={BASE_PATH}", "LANG=C.UTF-8"]
     for k, v in (env or {}).items():
         if not ENV_NAME.match(str(k)):
@@ -48,6 +52,9 @@ def remote_command(argv: list, env: dict | None, cwd: str | None = None) -> str:
         words.append(f"{k}={v}")
     words += [str(a) for a in argv]
     cmd = "exec " + " ".join(shlex.quote(w) for w in words)
+    if rc_file:
+        q = shlex.quote(rc_file)
+        cmd = f"rm -f {q}; {cmd[5:]}; rc=$?; echo $rc > {q}; exit $rc"
     return f"cd {shlex.quote(cwd)} && {cmd}" if cwd else cmd
 
 
@@ -95,9 +102,9 @@ class Ssh:
         self.control.unlink(missing_ok=True)
         opts = [o if not o.startswith("ControlMaster=") else "ControlMaster=yes" for o in self._options()]
         opts = [o if not o.startswith("ControlPath=") else f"ControlPath={self.control}" for o in opts]
-        self.master = subprocess.Popen(["ssh", *opts, "-N", "--", self.cfg["host"]], stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                       start_new_session=True, preexec_fn=pdeathsig)
+        self.master = subprocess.Popen(dies_with_parent(["ssh", *opts, "-N", "--", self.cfg["host"]]),
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       start_new_session=True)
         ok = wait_until(lambda: self.control.exists() or self.master.poll() is not None,
                         self.cfg["connect_timeout"] + 5, 0.2)
         if not (ok and self.control.exists()):
@@ -129,17 +136,22 @@ class Ssh:
             raise SshLost(_last_line(err) or "ssh exited 255", connected)
 
     def run(self, remote: str, timeout: float, stdin=None, stdout=None, stderr=None,
-            connect_timeout: float | None = None, mux: bool = True) -> tuple[int, bytes, bytes]:
+            connect_timeout: float | None = None, mux: bool = True,
+            rc_file: str | None = None) -> tuple[int, bytes, bytes]:
         """Run a remote shell string. Returns (rc, stdout, stderr) of the remote command.
+
+        ssh exits 255 both when it fails and when the remote command does: with
+        rc_file (where remote_command(..., rc_file=) writes the exit code), a 255
+        is the command's own if a second connection reads 255 from that file.
 
         Raises subprocess.TimeoutExpired (ssh killed), SshLost, HostKeyError/RigError.
         stdout/stderr may be open files (then the returned bytes are empty).
         """
         t0 = time.monotonic()
-        p = subprocess.Popen(self.argv(remote, connect_timeout, mux),
+        p = subprocess.Popen(dies_with_parent(self.argv(remote, connect_timeout, mux)),
                              stdin=stdin if stdin is not None else subprocess.DEVNULL,
                              stdout=stdout or subprocess.PIPE, stderr=stderr or subprocess.PIPE,
-                             start_new_session=True, preexec_fn=pdeathsig)
+                             start_new_session=True)
         try:
             out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -157,8 +169,20 @@ class Ssh:
             err_text = _tail(pathlib.Path(stderr.name))
         else:
             err_text = (err or b"").decode(errors="replace")
+        if p.returncode == 255 and rc_file and self._remote_rc(rc_file) == "255":
+            self._log(f"ssh {remote[:100]!r}: 255 is the command's own exit code ({rc_file})")
+            return 255, out, err or b""
         self._check_ssh_error(p.returncode, err_text)
         return p.returncode, out, err or b""
+
+    def _remote_rc(self, rc_file: str) -> str | None:
+        """The exit code the remote wrapper wrote, or None if the server does not answer."""
+        try:
+            rc, out, _ = self.run(f"cat -- {shlex.quote(rc_file)} 2>/dev/null",
+                                  timeout=self.cfg["connect_timeout"] + 10, mux=False)
+        except (SshLost, subprocess.TimeoutExpired):
+            return None
+        return out.decode(errors="replace").strip() if rc == 0 else None
 
     def probe(self, timeout: float) -> str | None:
         """The machine's boot_id if it answers SSH now, else None (host key errors still raise)."""
@@ -171,8 +195,8 @@ class Ssh:
 
     def pipe_to(self, remote: str, producer: list, timeout: float) -> None:
         """`producer | ssh remote`, e.g. tar c ... | ssh 'tar x'. Raises RigError on failure."""
-        prod = subprocess.Popen(producer, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, preexec_fn=pdeathsig)
+        prod = subprocess.Popen(dies_with_parent(producer), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
         try:
             rc, _, err = self.run(remote, timeout=timeout, stdin=prod.stdout)
         finally:
@@ -189,8 +213,8 @@ class Ssh:
 
     def pipe_from(self, remote: str, consumer: list, timeout: float) -> None:
         """`ssh remote | consumer`, e.g. ssh 'tar c' | tar x."""
-        cons = subprocess.Popen(consumer, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=pdeathsig)
+        cons = subprocess.Popen(dies_with_parent(consumer), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True)
         try:
             rc, _, err = self.run(remote, timeout=timeout, stdout=cons.stdin)
         finally:

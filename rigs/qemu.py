@@ -4,10 +4,10 @@ Power = the QEMU process; console = the guest's ttyS0 captured to
 console.log; command = a mailbox agent on a writable 9p share (workload output
 and exit codes never mix with the kernel console); files = that share.
 """
-import ctypes
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -18,7 +18,8 @@ from krig import ROOT
 from krig.config import optional, parse_size, reject_unknown, require
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError
 from krig.paths import cache_dir
-from . import initramfs
+from . import guestroot, initramfs
+from .procs import dies_with_parent
 from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
@@ -28,14 +29,17 @@ AGENT = pathlib.Path(__file__).resolve().parent / "guest" / "agent.sh"
 PROBE_TIMEOUT = 25.0
 PROBE_CACHE_SECONDS = 24 * 3600
 GUEST_SHARE = "/run/krig/share"
-
-
-def _pdeathsig():
-    """Child dies with its parent (covers SIGKILL of krig): no orphan qemu."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+# extra_args a rig file may add: each takes one value. Nothing that reaches host
+# files, sockets, the network, the monitor or host devices (-drive, -virtfs,
+# -chardev, -netdev, -monitor, -object, -plugin, ... are refused).
+EXTRA_ARGS_ALLOWED = ("-cpu", "-device", "-global", "-machine", "-numa", "-overcommit", "-rtc", "-smp")
+# -device drivers that pass host hardware or host files through, or need a refused backend.
+DEVICE_REFUSED = re.compile(r"^(vfio|usb-host|u2f-passthru|virtio-9p|vhost|ivshmem|vhost-user|"
+                            r"vfio-user|xen|pci-assign|virtio-net|e1000|rtl8139|ne2k|virtio-serial|"
+                            r"virtserialport|virtconsole|isa-serial|pci-serial|usb-redir|usb-serial|loader)")
+BACKEND_REF = re.compile(r"(?:^|[,.])((?:file|path|chardev|drive|netdev|fsdev|memdev|memory-backend|"
+                         r"romfile|bootindex)\b=?)")
+MODULE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 def qemu_version() -> str:
@@ -65,6 +69,10 @@ def validate_spec(name: str, spec: dict) -> dict:
     for a in out["extra_args"] + out["modules"]:
         if not isinstance(a, str):
             raise UsageError(f"{where}: extra_args and modules must be lists of strings, got {a!r}")
+    for m in out["modules"]:
+        if not MODULE_RE.match(m):
+            raise UsageError(f"{where}.modules: {m!r} is not a module name")
+    check_extra_args(out["extra_args"], f"{where}.extra_args")
     out["keep_disks"] = optional(spec, "keep_disks", bool, where, False)
     disks = []
     for i, d in enumerate(optional(spec, "disks", list, where, [])):
@@ -80,6 +88,23 @@ def validate_spec(name: str, spec: dict) -> dict:
         disks.append({"size": size, "serial": serial, "role": role})
     out["disks"] = disks
     return out
+
+
+def check_extra_args(args: list, where: str) -> None:
+    """Option/value pairs from EXTRA_ARGS_ALLOWED only; one line naming the first refused one."""
+    if len(args) % 2:
+        raise UsageError(f"{where}: {args[-1]!r} has no value; write each option and its value as two items")
+    for opt, value in zip(args[::2], args[1::2]):
+        if opt not in EXTRA_ARGS_ALLOWED:
+            raise UsageError(f"{where}: {opt} is not allowed; allowed: {', '.join(EXTRA_ARGS_ALLOWED)}")
+        driver = value.split(",", 1)[0]
+        if opt == "-device" and DEVICE_REFUSED.match(driver):
+            raise UsageError(f"{where}: -device {driver} is not allowed (host devices, files, "
+                             "sockets and networks are krig's to set)")
+        ref = BACKEND_REF.search(value)
+        if ref:
+            raise UsageError(f"{where}: {opt} {value}: {ref.group(1)} is not allowed (no host files, "
+                             "sockets, drives or networks from a rig file)")
 
 
 def probe_accel(kernel, initrd: pathlib.Path) -> tuple[str, str]:
@@ -102,8 +127,8 @@ def probe_accel(kernel, initrd: pathlib.Path) -> tuple[str, str]:
                 "-kernel", str(kernel.image), "-initrd", str(initrd),
                 "-append", "console=ttyS0 panic=-1 krig.mode=probe"]
         t0 = time.monotonic()
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_pdeathsig)
+        p = subprocess.Popen(dies_with_parent(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, start_new_session=True)
         try:
             _, err = p.communicate(timeout=PROBE_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -149,6 +174,8 @@ class QemuRig(Rig):
         self.argv: list = []
         self._facts: dict = {}
         self._disks: list = []
+        self._root_args: list = []
+        self._root_cmdline: list = []
         self.power = _Power(self)
         self.console = _Console(self)
         self.command = _Command(self)
@@ -216,8 +243,8 @@ class _Power(PowerProtocol):
             raise RigError(f"rig {r.name}: power on before a kernel was chosen")
         qlog = open(r.run_dir / "qemu.log", "ab")
         try:
-            r.proc = subprocess.Popen(r.argv, stdin=subprocess.DEVNULL, stdout=qlog, stderr=qlog,
-                                      start_new_session=True, preexec_fn=_pdeathsig)
+            r.proc = subprocess.Popen(dies_with_parent(r.argv), stdin=subprocess.DEVNULL, stdout=qlog, stderr=qlog,
+                                      start_new_session=True)
         except OSError as e:
             raise RigError(f"cannot start {QEMU}: {e}") from None
         finally:
@@ -250,19 +277,20 @@ class _Boot(BootProtocol):
             accel, reason = probe_accel(kernel, initrd)
         r._facts.update({"accel": accel, "accel_reason": reason, "qemu_version": qemu_version(),
                          "initramfs": str(initrd)})
-        append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
-                  f"krig.agent={AGENT}", f"krig.tree={ROOT}", *kernel.cmdline, *cmdline]
         if any(c.isspace() for c in str(ROOT)):
             raise RigError(f"the krig tree {ROOT} has whitespace in its path; the guest cannot be told it")
+        r._root_args, r._root_cmdline = guestroot.cached(ROOT)
+        shutil.copy(AGENT, r.share / "agent.sh")
+        append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
+                  f"krig.agent={GUEST_SHARE}/agent.sh", *r._root_cmdline, *kernel.cmdline, *cmdline]
         argv = [QEMU, "-name", f"krig-{r.name}", "-machine", "q35", "-accel", accel,
                 "-cpu", "host" if accel == "kvm" else "max",
                 "-smp", str(spec["cpus"]), "-m", str(spec["memory_bytes"] // (1 << 20)),
                 "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot",
                 "-chardev", f"file,id=con,path={r.console.log_path}", "-serial", "chardev:con",
                 "-kernel", str(kernel.image), "-initrd", str(initrd), "-append", " ".join(append),
-                "-virtfs", "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
-                "-virtfs", f"local,path={r.share},mount_tag=krig,security_model=none,multidevs=remap",
-                "-virtfs", f"local,path={ROOT},mount_tag=krigtree,security_model=none,readonly=on,multidevs=remap"]
+                *r._root_args,
+                "-virtfs", f"local,path={r.share},mount_tag=krig,security_model=none,multidevs=remap"]
         for i, d in enumerate(r._disks):
             argv += ["-drive", f"file={d['path']},if=none,id=nvme{i},format=raw,cache=unsafe",
                      "-device", f"nvme,drive=nvme{i},serial={d['serial']}"]
@@ -325,7 +353,11 @@ class _Files(FilesProtocol):
         self.rig = rig
 
     def stage(self, local):
-        return str(pathlib.Path(local).resolve())     # the host root is the guest root
+        """The krig tree's reproducers/ is shared at its own path (rigs/guestroot.py)."""
+        local = pathlib.Path(local).resolve()
+        if local != ROOT.resolve():
+            raise RigError(f"rig {self.rig.name}: only the krig tree {ROOT} is shared with the guest, not {local}")
+        return str(local)
 
     def results_dir(self):
         return f"{GUEST_SHARE}/out"

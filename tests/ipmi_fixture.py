@@ -4,8 +4,8 @@ OpenIPMI's ipmi_sim is the BMC (RMCP+ on a free UDP port, users from a
 generated lan.conf). Its `startcmd` starts a QEMU guest with an external BMC
 (`ipmi-bmc-extern` + `isa-ipmi-kcs`, chardev socket with reconnect) when the
 chassis is powered on. The guest boots the distro kernel with krig's
-initramfs in `krig.mode=sshd`: host root read-only over 9p, the host's own
-sshd with a host key and authorized_keys generated here, an NVMe scratch
+initramfs in `krig.mode=sshd`: the guest root of rigs/guestroot.py (never the
+host's /), the host's own sshd binary with a host key and authorized_keys generated here, an NVMe scratch
 disk, user networking with ssh forwarded to 127.0.0.1 only.
 
 Two pieces model what a real server has and ipmi_sim lacks:
@@ -29,7 +29,8 @@ import subprocess
 import threading
 import time
 
-from rigs.ipmi_bmc import pdeathsig
+from rigs import guestroot
+from rigs.procs import dies_with_parent
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DIAG_SRC = ROOT / "rigs" / "ipmisim" / "krig_diag.c"
@@ -168,8 +169,9 @@ class SimServer:
 
     def _vm_argv(self) -> list:
         b = self.base
+        root_args, root_cmdline = guestroot.build(b / "guestroot", ROOT)
         append = ("console=ttyS0,115200 panic=-1 loglevel=6 krig.mode=sshd krig.hostname=krig-ipmi-guest "
-                  "krig.ip=10.0.2.15/24 krig.gw=10.0.2.2")
+                  "krig.ip=10.0.2.15/24 krig.gw=10.0.2.2 " + " ".join(root_cmdline))
         return ["setpriv", "--pdeathsig", "KILL", "qemu-system-x86_64", "-name", "krig-ipmi-sim-guest",
                 "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb),
                 "-display", "none", "-vga", "none", "-nodefaults", "-pidfile", f"{b}/qemu.pid",
@@ -180,7 +182,7 @@ class SimServer:
                 "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
                 "-device", "virtio-net-pci,netdev=n0",
                 "-kernel", str(self.kernel.image), "-initrd", str(self.initrd), "-append", append,
-                "-virtfs", "local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap",
+                *root_args,
                 "-virtfs", f"local,path={b}/cfg,mount_tag=krigcfg,security_model=none,readonly=on,multidevs=remap",
                 "-drive", f"file={b}/scratch.img,if=none,id=nvme0,format=raw,cache=unsafe",
                 "-device", "nvme,drive=nvme0,serial=krig-scratch"]
@@ -233,11 +235,14 @@ loadlib "{b}/krig_diag.so" ""
         self._configs()
         self.cable = SerialCable(self.sol_port, self.vm_serial_port)
         self.cable.start()
+        self.start_bmc()
+
+    def start_bmc(self):
+        """ipmi_sim (the BMC) on its LAN port; the chassis starts powered off."""
         log = open(self.logs / "ipmi_sim.log", "ab")
-        self.proc = subprocess.Popen(["ipmi_sim", "-c", str(self.base / "lan.conf"), "-f", str(self.base / "sim.emu"),
-                                      "-s", str(self.base / "state"), "-n"],
-                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                                     preexec_fn=pdeathsig)
+        self.proc = subprocess.Popen(dies_with_parent(["ipmi_sim", "-c", str(self.base / "lan.conf"), "-f",
+                                                       str(self.base / "sim.emu"), "-s", str(self.base / "state"), "-n"]),
+                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         for _ in range(50):
             if self.proc.poll() is not None:
@@ -247,6 +252,12 @@ loadlib "{b}/krig_diag.so" ""
                 return
             time.sleep(0.2)
         raise RuntimeError("ipmi_sim does not answer on its LAN port")
+
+    def kill_bmc(self):
+        """The BMC dies (SIGKILL of ipmi_sim); the server's QEMU dies with it (pdeathsig)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
 
     # -- use ----------------------------------------------------------------
     def ipmitool(self, *args, timeout=30) -> subprocess.CompletedProcess:

@@ -25,6 +25,7 @@ from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
 from krig.errors import RigError
 from kernels.catalog import load_kernel
 from krig.run import run
+from rigs.ipmi import IpmiRig
 from rigs import initramfs, load_rig, qemu
 
 pytestmark = pytest.mark.ipmi
@@ -80,29 +81,53 @@ def _cli(sim, tmp_path, *args, env=None, timeout=900):
 
 
 class PasswordWatch(threading.Thread):
-    """Scans every process's argv for the BMC password while runs are in progress."""
+    """Scans every process's argv, and the environment of every process this test's
+    krig started (its descendants), for the BMC password while runs are in progress."""
 
     def __init__(self, password: str):
         super().__init__(daemon=True)
         self.needle = password.encode()
         self.stop_flag = threading.Event()
         self.hits: list[str] = []
+        self.env_hits: list[str] = []
         self.ipmitool_seen = 0
+        self.ipmitool_env = 0           # ipmitool -E: the one child that must have it
+        self.children_seen: set[int] = set()
         self.scans = 0
 
     def run(self):
+        me = os.getpid()
         while not self.stop_flag.is_set():
+            parents = {}
             for d in pathlib.Path("/proc").iterdir():
                 if not d.name.isdigit():
                     continue
                 try:
                     argv = (d / "cmdline").read_bytes()
-                except OSError:
+                    parents[int(d.name)] = (int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]), argv)
+                except (OSError, ValueError, IndexError):
                     continue
                 if self.needle in argv:
                     self.hits.append(argv.replace(b"\0", b" ").decode(errors="replace"))
                 if b"ipmitool" in argv:
                     self.ipmitool_seen += 1
+            for pid, (ppid, argv) in parents.items():
+                for _ in range(50):                    # is it a descendant of this test process?
+                    if ppid in (me, 0, 1) or ppid not in parents:
+                        break
+                    ppid = parents[ppid][0]
+                if ppid != me or pid == me:
+                    continue
+                try:
+                    env = pathlib.Path(f"/proc/{pid}/environ").read_bytes()
+                except OSError:
+                    continue
+                self.children_seen.add(pid)
+                if self.needle in env:
+                    if argv.startswith(b"ipmitool\0"):
+                        self.ipmitool_env += 1
+                    else:
+                        self.env_hits.append(argv.replace(b"\0", b" ").decode(errors="replace"))
             self.scans += 1
             self.stop_flag.wait(0.2)
 
@@ -251,28 +276,64 @@ def test_kexec_boot_then_ctrl_c(sim, tmp_path):
 
 
 @pytest.mark.parametrize("repro,preset,expected", PASS_CASES)
-def test_run_passes(sim, tmp_path, repro, preset, expected):
-    """The normal pipeline on the server; no argv ever holds the BMC password, and no file does."""
+def test_run_passes(sim, tmp_path, repro, preset, expected, monkeypatch):
+    """The normal pipeline on the server; no argv ever holds the BMC password, and no file does.
+    The password comes from the environment (password_env): krig takes it out of its own
+    environment, and no child but ipmitool gets it (every child's /proc/PID/environ is read)."""
+    sim.rig_file("simenv", bmc={"password_file": None, "password_env": "KRIG_TEST_BMC_PW"})
+    monkeypatch.setenv("KRIG_TEST_BMC_PW", sim.password)
     watch = PasswordWatch(sim.password)
     watch.start()
     try:
-        run_dir, verdict = run(repro, rig_name="sim", preset=preset, results_root=tmp_path / "results", log=print)
+        run_dir, verdict = run(repro, rig_name="simenv", preset=preset, results_root=tmp_path / "results",
+                               log=print)
     finally:
         watch.stop_flag.set()
         watch.join(10)
     assert verdict["verdict"] == expected, verdict
+    assert "KRIG_TEST_BMC_PW" not in os.environ, "the password stayed in krig's environment"
     assert not watch.hits, f"the BMC password was in a process's argv: {watch.hits}"
     assert watch.scans > 10 and watch.ipmitool_seen > 0, "the argv scan never saw ipmitool running"
+    assert not watch.env_hits, f"children other than ipmitool had the password in their environment: {watch.env_hits}"
+    assert watch.ipmitool_env > 0, "the environment scan never saw ipmitool with its password"
+    assert len(watch.children_seen) > 5, f"the environment scan saw only {len(watch.children_seen)} children"
     files = {p.name for p in run_dir.iterdir()}
     assert COMMON_FILES <= files, f"missing: {COMMON_FILES - files}"
     assert IPMI_FILES <= files, f"missing: {IPMI_FILES - files}"
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["machine"]["release"] == m["kernel"]["release"]
-    assert m["rig"]["kind"] == "ipmi" and m["rig_facts"]["shutdown"] == "soft"
+    assert m["rig"]["kind"] == "ipmi" and m["rig_facts"]["shutdown"] == "soft" and "power_off_error" not in m
     assert m["rig_facts"]["results_pull"] == "pulled before the power off"
     assert "Linux version" in (run_dir / "console.log").read_text(errors="replace")
     g = subprocess.run(["grep", "-rl", "-F", sim.password, str(tmp_path), str(sim.logs)],
                        capture_output=True, text=True)
     assert g.returncode == 1 and not g.stdout, f"the BMC password is in {g.stdout}"
+    assert sim.power_status() == "off"
+    assert not _wait_no_leftovers(sim)
+
+
+def test_bmc_dies_before_power_off_results_kept(sim, tmp_path, monkeypatch):
+    """Results first: the BMC (ipmi_sim) is killed at the end of a run, before the power
+    off. The results were already pulled and judged; the failed power off is a note in the
+    manifest and the verdict, not a lost run. ipmi_sim is started again afterwards."""
+    orig = IpmiRig.shutdown
+
+    def shutdown_with_dead_bmc(rig):
+        sim.kill_bmc()          # the server (its QEMU) dies with it: nothing is left to pull
+        return orig(rig)
+
+    monkeypatch.setattr(IpmiRig, "shutdown", shutdown_with_dead_bmc)
+    sim.rig_file("simfast", bmc={"timeout": 1, "retries": 1})
+    try:
+        run_dir, verdict = run("selftest-pass", rig_name="simfast", results_root=tmp_path / "results", log=print)
+    finally:
+        sim.start_bmc()
+    assert verdict["verdict"] == "PASS", verdict
+    assert any("failed to power off" in w for w in verdict.get("warnings", [])), verdict
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["outcome"] == "completed" and m["complete"] is True and m["power_off_error"], m
+    for f in ("metrics.json", "samples.tsv", "stdout", "facts.txt", "junit.xml"):
+        assert (run_dir / f).exists(), f"{f} lost"
+    assert json.loads((run_dir / "metrics.json").read_text())["files_seen"]["value"] == 100
     assert sim.power_status() == "off"
     assert not _wait_no_leftovers(sim)

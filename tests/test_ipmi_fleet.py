@@ -32,8 +32,11 @@ def test_two_servers_in_parallel(tmp_path):
             sims.append(s)
             s.start()
             s.rig_file(f"fleet-{n}")
+        # fleet-b takes its password from the environment: the fleet takes it out of its
+        # environment before the workers start, and hands it to them in a 0600 file.
+        sims[1].rig_file("fleet-b", bmc={"password_file": None, "password_env": "KRIG_TEST_FLEET_PW"})
         env = {**os.environ, "KRIG_RIG_PATH": ":".join(str(s.rigs) for s in sims),
-               "KRIG_LOCK_DIR": str(tmp_path / "locks")}
+               "KRIG_LOCK_DIR": str(tmp_path / "locks"), "KRIG_TEST_FLEET_PW": sims[1].password}
         p = subprocess.run([sys.executable, "-m", "krig.fleet", "--rig", "fleet-a", "--rig", "fleet-b",
                             "--run", "selftest-pass", "--run", "selftest-fail", "--expect", "PASS", "--expect", "FAIL",
                             "--results", str(tmp_path / "results")],

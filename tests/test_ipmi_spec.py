@@ -47,7 +47,7 @@ def test_minimal_rig_file_defaults(files):
     r = IpmiRig("lab", spec(files))
     assert r.spec["bmc"]["port"] == 623 and r.spec["bmc"]["cipher_suite"] == 17
     assert r.spec["ssh"]["port"] == 22 and r.spec["ssh"]["user"] == "root"
-    assert r.spec["boot"] == "installed" and r.spec["remote_dir"] == "/var/tmp/krig"
+    assert r.spec["boot"] == "installed" and r.spec["remote_dir"] == "/var/lib/krig"
     assert r.scratch_env() == {"KRIG_SCRATCH_DEV": "/dev/nvme0n1"}
     assert PW not in repr(r.describe())
 
@@ -71,8 +71,13 @@ def test_minimal_rig_file_defaults(files):
     ({"ssh": {"key": "relative/key"}}, r"\.ssh\.key: 'relative/key': use an absolute path"),
     ({"ssh": {"key": "/nonexistent/key"}}, r"\.ssh\.key: /nonexistent/key does not exist"),
     ({"ssh": {"known_hosts": None}}, r"\.ssh: missing required field 'known_hosts'"),
-    ({"ssh": {"options": ["StrictHostKeyChecking=no"]}}, r"\.ssh\.options: StrictHostKeyChecking is set by krig"),
-    ({"ssh": {"options": ["UserKnownHostsFile=/dev/null"]}}, r"\.ssh\.options: UserKnownHostsFile is set by krig"),
+    ({"ssh": {"options": ["StrictHostKeyChecking=no"]}}, r"\.ssh\.options: StrictHostKeyChecking is not allowed; allowed: "),
+    ({"ssh": {"options": ["UserKnownHostsFile=/dev/null"]}}, r"\.ssh\.options: UserKnownHostsFile is not allowed"),
+    ({"ssh": {"options": ["SendEnv=KRIG_*"]}}, r"\.ssh\.options: SendEnv is not allowed"),
+    ({"ssh": {"options": ["ForwardAgent=yes"]}}, r"\.ssh\.options: ForwardAgent is not allowed"),
+    ({"ssh": {"options": ["PKCS11Provider=/tmp/x.so"]}}, r"\.ssh\.options: PKCS11Provider is not allowed"),
+    ({"ssh": {"options": ["LocalForward=8080 127.0.0.1:80"]}}, r"\.ssh\.options: LocalForward is not allowed"),
+    ({"ssh": {"options": ["DynamicForward=1080"]}}, r"\.ssh\.options: DynamicForward is not allowed"),
     ({"ssh": {"options": ["nonsense"]}}, r"\.ssh\.options: 'nonsense': expected Name=value"),
     ({"ssh": {"connect_timeout": 0}}, r"\.ssh\.connect_timeout: must be at least 1"),
     ({"scratch_dev": "nvme0n1"}, r"\.scratch_dev: 'nvme0n1' is not a device path"),

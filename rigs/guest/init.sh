@@ -1,12 +1,16 @@
 #!/bin/sh
-# krig guest /init (busybox sh): load modules, mount the host root read-only
-# over 9p, mount the run's writable share, chroot into the host root and run
-# the krig agent. Options come from the kernel command line:
+# krig guest /init (busybox sh): load modules, assemble the guest's root from
+# read-only 9p shares (rigs/guestroot.py: a skeleton with a public copy of
+# /etc, tag host; the host's /usr etc., tags sys-<dir>; never the host's /),
+# mount the run's writable share, chroot into that root and run the krig
+# agent. Options come from the kernel command line:
 #   krig.mode=probe     print KRIG-PROBE-OK and power off (accelerator probe)
-#   krig.agent=PATH     agent script (a path in the host root)
-#   krig.tree=PATH      the krig tree, shared as 9p tag krigtree and mounted
-#                       at PATH after the tmpfs mounts (a clone under /tmp
-#                       or /run would otherwise be hidden by them)
+#   krig.agent=PATH     agent script (a path in the guest's root)
+#   krig.sysdirs=A,B    system directories shared as tags sys-A, sys-B
+#   krig.tree=PATH      the krig tree's reproducers/, shared as 9p tag
+#                       krigtree and mounted at PATH after the tmpfs mounts
+#                       (a clone under /tmp or /run would otherwise be
+#                       hidden by them)
 #   krig.ctl=DIR        control directory inside the run share
 #   krig.mode=sshd      instead of the agent, run the host's own sshd in the
 #                       chroot (a stand-in for a lab server, used by the IPMI
@@ -20,12 +24,13 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 
-mode=run agent= tree= hostname=krig-guest ip= gw=
+mode=run agent= tree= hostname=krig-guest ip= gw= sysdirs=
 for opt in $(cat /proc/cmdline); do
     case "$opt" in
         krig.mode=*) mode=${opt#krig.mode=} ;;
         krig.agent=*) agent=${opt#krig.agent=} ;;
         krig.tree=*) tree=${opt#krig.tree=} ;;
+        krig.sysdirs=*) sysdirs=${opt#krig.sysdirs=} ;;
         krig.hostname=*) hostname=${opt#krig.hostname=} ;;
         krig.ip=*) ip=${opt#krig.ip=} ;;
         krig.gw=*) gw=${opt#krig.gw=} ;;
@@ -51,7 +56,10 @@ while read -r m; do
 done < /modules/order
 
 hostname "$hostname"
-mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 host /host || die "cannot mount host root"
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 host /host || die "cannot mount the guest root"
+for d in $(echo "$sysdirs" | tr , ' '); do
+    mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 "sys-$d" "/host/$d" || die "cannot mount /$d"
+done
 mount -t proc proc /host/proc
 mount -t sysfs sysfs /host/sys
 mount -t devtmpfs devtmpfs /host/dev
@@ -62,6 +70,10 @@ mount -t tracefs tracefs /host/sys/kernel/tracing 2>/dev/null
 mount -t debugfs debugfs /host/sys/kernel/debug 2>/dev/null
 mount -t tmpfs -o mode=1777 tmpfs /host/tmp
 mount -t tmpfs -o mode=755 tmpfs /host/run
+mount -t tmpfs -o mode=755 tmpfs /host/var
+mkdir -p /host/var/lib /host/var/log /host/var/cache /host/var/tmp && chmod 1777 /host/var/tmp
+ln -s /run /host/var/run && ln -s /run/lock /host/var/lock
+mount -t tmpfs -o mode=700 tmpfs /host/root         # a fresh, empty home for root
 if [ -n "$tree" ]; then
     mkdir -p "/host$tree" 2>/dev/null
     mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 krigtree "/host$tree" ||
@@ -69,7 +81,6 @@ if [ -n "$tree" ]; then
 fi
 if [ "$mode" = sshd ]; then
     mkdir -p /host/run/krig/cfg /host/run/sshd
-    mount -t tmpfs -o mode=700 tmpfs /host/root     # a fresh, empty home for root
     mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 krigcfg /host/run/krig/cfg ||
         die "cannot mount the sshd config share (tag krigcfg)"
     ip link set lo up

@@ -1,0 +1,222 @@
+"""Issue 10's cases that need no guest: real sshd on 127.0.0.1, the real CLI, real setpriv.
+
+(Case 1, the guest's root, is tests/test_guest_root.py; cases 2 and 6, the BMC
+password in children's environments and a BMC that fails the power off, run
+on ipmi_sim in tests/test_ipmi.py.)
+"""
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import KRIG, ROOT
+from rigs.ipmi import IpmiRig
+from rigs.ipmi_ssh import SshLost, remote_command
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    """The host's own sshd on 127.0.0.1 with keys made here; a rig that logs in to it."""
+    if os.geteuid() != 0 or not os.path.exists("/usr/sbin/sshd"):
+        pytest.skip("needs root and openssh-server (make setup)")
+    d = tmp_path_factory.mktemp("sshd")
+    for name in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True, timeout=60)
+    (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
+    port = _free_port()
+    (d / "sshd_config").write_text(
+        f"ListenAddress 127.0.0.1\nPort {port}\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        f"UsePAM no\nUseDNS no\nStrictModes no\nPidFile {d}/sshd.pid\nPrintMotd no\n")
+    host_pub = (d / "host_key.pub").read_text().split()[:2]
+    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(host_pub)}\n")
+    pw = d / "bmc-password"
+    pw.write_text("unused\n")
+    pw.chmod(0o600)
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)       # sshd's privilege separation directory
+    p = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")],
+                         stdout=subprocess.DEVNULL, stderr=open(d / "sshd.log", "wb"), start_new_session=True)
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        yield {"dir": d, "port": port}
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(10)
+
+
+def _rig(sshd, remote_dir: str) -> IpmiRig:
+    d = sshd["dir"]
+    rig = IpmiRig("local", {"driver": "ipmi", "remote_dir": remote_dir,
+                            "bmc": {"host": "127.0.0.1", "user": "u", "password_file": str(d / "bmc-password")},
+                            "ssh": {"host": "127.0.0.1", "port": sshd["port"], "key": str(d / "client_key"),
+                                    "known_hosts": str(d / "known_hosts"), "options": ["Compression=no"]}})
+    rig.ssh.log_path = d / "ssh.log"
+    return rig
+
+
+def test_remote_dir_refused_unless_safe(sshd, tmp_path):
+    """Case 4: a directory another user made, or one under a non-sticky world-writable
+    directory, is refused; a safe one gets a fresh mktemp -d per boot, mode 0700."""
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    os.chown(planted, 65534, 65534)                 # made first by someone else (nobody)
+    with pytest.raises(Exception, match=rf"remote_dir {planted} is not safe to use as root: "
+                                        rf"{planted} is owned by uid 65534, not 0"):
+        _rig(sshd, str(planted)).make_workdir()
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)                           # world-writable, no sticky bit
+    with pytest.raises(Exception, match=rf"{open_dir} is writable by others"):
+        _rig(sshd, str(open_dir / "krig")).make_workdir()
+    rig = _rig(sshd, str(tmp_path / "safe" / "krig"))
+    first, second = rig.make_workdir(), rig.make_workdir()
+    assert first != second and first.startswith(f"{tmp_path}/safe/krig/run.")
+    assert not os.path.exists(first)                # the older run.* was removed
+    assert oct(os.stat(tmp_path / "safe" / "krig").st_mode & 0o777) == "0o700"
+    assert oct(os.stat(second).st_mode & 0o777) == "0o700"
+
+
+def test_exit_255_is_not_a_lost_connection(sshd, tmp_path):
+    """Case 7: the workload's own exit 255 (even with ssh-like words on its stderr)
+    comes back as 255; a connection that dies is SshLost."""
+    rig = _rig(sshd, str(tmp_path / "rd"))
+    rig.workdir, rig._state = tmp_path, "up"
+    rig.make_workdir()
+    res = rig.command.run(["sh", "-c", "echo 'Connection reset by peer' >&2; echo out; exit 255"], timeout=60)
+    assert res.returncode == 255 and res.stdout == b"out\n"
+    assert b"Connection reset" in res.stderr
+    assert "255 is the command's own exit code" in (sshd["dir"] / "ssh.log").read_text()
+    # Now a real loss: the server side of the connection is killed under a running command.
+    rc_file = f"{rig.wd}/rc.lost"
+    marker = f"sleep 61.{os.getpid()}"
+    remote = remote_command(["sh", "-c", marker], None, rc_file=rc_file)
+    killer = subprocess.Popen([sys.executable, "-c", f"""
+import subprocess, time, os, signal
+for _ in range(100):
+    out = subprocess.run(["pgrep", "-f", "^{marker}$"], capture_output=True, text=True).stdout.split()
+    if out:
+        ppid = int(open(f"/proc/{{out[0]}}/stat").read().split(")")[1].split()[1])
+        while "sshd" not in open(f"/proc/{{ppid}}/cmdline").read():
+            ppid = int(open(f"/proc/{{ppid}}/stat").read().split(")")[1].split()[1])
+        os.kill(ppid, signal.SIGKILL); os.kill(int(out[0]), signal.SIGKILL); break
+    time.sleep(0.1)
+"""])
+    try:
+        with pytest.raises(SshLost):
+            rig.ssh.run(remote, timeout=60, rc_file=rc_file)
+    finally:
+        killer.wait(30)
+
+
+def test_children_die_with_krig_without_preexec_fn(tmp_path):
+    """Case 8: no preexec_fn anywhere; a child started from a thread (as the SOL
+    watcher does) through rigs.procs dies when its krig process is SIGKILLed."""
+    hits = subprocess.run(["grep", "-rn", "preexec_fn", "krig", "rigs", "analysis"], cwd=ROOT,
+                          capture_output=True, text=True).stdout
+    assert [h for h in hits.splitlines() if "procs.py" not in h] == []
+    pidfile = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", f"""
+import subprocess, threading, time, pathlib
+from rigs.procs import dies_with_parent
+def start():
+    p = subprocess.Popen(dies_with_parent(["sleep", "300"]), start_new_session=True)
+    pathlib.Path({str(pidfile)!r}).write_text(str(p.pid))
+    time.sleep(600)
+threading.Thread(target=start, daemon=True).start()
+time.sleep(600)
+"""], cwd=ROOT)
+    try:
+        for _ in range(100):
+            if pidfile.exists() and pidfile.read_text():
+                break
+            time.sleep(0.1)
+        child = int(pidfile.read_text())
+        for _ in range(50):         # setpriv has exec'd into sleep
+            if open(f"/proc/{child}/cmdline").read().startswith("sleep"):
+                break
+            time.sleep(0.1)
+        parent.kill()
+        parent.wait(10)
+        for _ in range(50):
+            try:
+                state = open(f"/proc/{child}/stat").read().split(")")[1].split()[0]
+            except FileNotFoundError:
+                break
+            if state == "Z":
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(child, signal.SIGKILL)
+            pytest.fail("the child outlived its parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _krig(*args, env=None):
+    return subprocess.run(KRIG + list(args), capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("extra,refused", [(["-virtfs", "local,path=/,mount_tag=x"], "-virtfs is not allowed"),
+                                           (["-drive", "file=/etc/shadow"], "-drive is not allowed"),
+                                           (["-device", "vfio-pci,host=01:00.0"], "-device vfio-pci is not allowed"),
+                                           (["-netdev", "user,id=n"], "-netdev is not allowed")])
+def test_qemu_extra_args_allow_list(tmp_path, extra, refused):
+    """Case 3 (QEMU): extra_args outside the allow-list: exit 2, one line naming the option."""
+    rig = tmp_path / "q.toml"
+    rig.write_text(f'driver = "qemu"\nextra_args = {json.dumps(extra)}\n')
+    p = _krig("run", "selftest-pass", "--rig", str(rig))
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and refused in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("option", ["SendEnv=KRIG_*", "ForwardAgent=yes", "PKCS11Provider=/tmp/p.so",
+                                    "LocalForward=8080 127.0.0.1:80", "DynamicForward=1080",
+                                    "ProxyCommand=sh -c x", "StrictHostKeyChecking=no"])
+def test_ssh_options_allow_list(sshd, tmp_path, option):
+    """Case 3 (ssh): options outside the allow-list: exit 2, one line naming the option.
+    (An allowed one, Compression=no, is used against the real sshd by the tests above.)"""
+    d = sshd["dir"]
+    rig = tmp_path / "lab.toml"
+    rig.write_text(f'driver = "ipmi"\n[bmc]\nhost = "127.0.0.1"\nuser = "u"\npassword_file = "{d}/bmc-password"\n'
+                   f'[ssh]\nhost = "127.0.0.1"\nkey = "{d}/client_key"\nknown_hosts = "{d}/known_hosts"\n'
+                   f'options = [{json.dumps(option)}]\n')
+    p = _krig("run", "selftest-pass", "--rig", str(rig))
+    assert p.returncode == 2, p.stdout + p.stderr
+    name = option.split("=")[0]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"ssh.options: {name} is not allowed; allowed: " in lines[0], p.stderr
+
+
+@pytest.mark.parametrize("name", ["../..", "/etc", "selftest-pass/../../x", "", 7])
+def test_check_refuses_a_path_as_reproducer(tmp_path, name):
+    """Case 5: a manifest's reproducer is a name, never a path: exit 2, one line, nothing imported."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "manifest.json").write_text(json.dumps({"reproducer": name, "outcome": "completed"}))
+    evil = tmp_path / "analyze.py"              # what "../.." would have reached
+    evil.write_text(f"open({str(tmp_path / 'pwned')!r}, 'w').write('x')\ndef metrics(run): return {{}}\n")
+    p = _krig("check", str(run_dir))
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "field reproducer" in lines[0] and "not a reproducer name" in lines[0], p.stderr
+    assert not (tmp_path / "pwned").exists()
+    assert not (run_dir / "verdict.json").exists()
