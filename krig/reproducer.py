@@ -10,6 +10,7 @@ import re
 from . import REPRO_DIR
 from .config import PARAM_TYPES, coerce, load_toml, optional, parse_size, reject_unknown, require
 from .errors import UsageError
+from .plotspec import parse_plots, parse_session
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 BETTER = ("higher", "lower", "info")
@@ -53,6 +54,8 @@ class Reproducer:
     trace_buffer_kb: int
     metrics: dict         # name -> {unit, better, description}
     thresholds: list
+    plots: list = dataclasses.field(default_factory=list)   # see krig/plotspec.py
+    session: dict | None = None                              # where KernelShark opens
 
     def resolve_params(self, preset: str | None, sets: dict) -> dict:
         """defaults <- preset <- --set, each value checked against its type."""
@@ -96,7 +99,7 @@ def load_reproducer(name: str, root: pathlib.Path = REPRO_DIR) -> Reproducer:
 def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
     w = f"reproducers/{name}/repro.toml"
     reject_unknown(data, {"description", "report", "fixed_by", "introduced_by", "groups", "timeout",
-                          "requires", "params", "presets", "trace", "metrics", "thresholds"}, w)
+                          "requires", "params", "presets", "trace", "metrics", "thresholds", "plots", "session"}, w)
     description = require(data, "description", str, w)
     timeout = optional(data, "timeout", int, w, 600)
 
@@ -179,4 +182,5 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
         report=optional(data, "report", str, w, ""), fixed_by=optional(data, "fixed_by", str, w, ""),
         introduced_by=optional(data, "introduced_by", str, w, ""),
         groups=optional(data, "groups", list, w, []), requires=req, params=params, presets=presets,
-        trace_events=events, trace_buffer_kb=buffer_kb, metrics=metrics, thresholds=thresholds)
+        trace_events=events, trace_buffer_kb=buffer_kb, metrics=metrics, thresholds=thresholds,
+        plots=parse_plots(data, w, events, metrics, thresholds, params), session=parse_session(data, w, events))
