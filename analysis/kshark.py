@@ -18,6 +18,7 @@ from .plots import PlotError, Timeline
 SESSION_FILE = "trace.kshark.json"
 BINS = 1000
 PAD = 0.05   # of the window, on each side
+PLUGINS = ["kvm_combo", "missed_events", "sched_events"]   # what KernelShark 2.2 registers by default
 
 
 def largest_group_window(trace, event: str, group_by: str) -> tuple[int, int, str]:
@@ -83,6 +84,8 @@ def session_doc(trace_path: pathlib.Path, start_ns: int, end_ns: int, events: li
                      "time": int(os.stat(trace_path).st_mtime)},
             "filters": {"type": "kshark.config.filter", "filter mask": 7,
                         "show event filter": [e.replace(":", "/") for e in events]},
+            # KernelShark refuses a stream without its plugin list
+            "plugins": {"type": "kshark.config.plugins", "registered": [[p, True] for p in PLUGINS]},
             "CPUPlots": list(range(cpus)),
             "TaskPlots": [],
         }],
@@ -91,6 +94,7 @@ def session_doc(trace_path: pathlib.Path, start_ns: int, end_ns: int, events: li
                     "Active": "A"},
         "ViewTop": int(view_top),
         "ColorScheme": 0.75,
+        "User Plugins": {"type": "kshark.config.plugins", "obj. files": []},
     }
 
 
