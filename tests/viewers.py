@@ -4,9 +4,11 @@ Chromium on report.html, KernelShark under Xvfb on trace.kshark.json.
 Every process started here is bounded in time and killed on every path.
 """
 import contextlib
+import html
 import json
 import os
 import pathlib
+import re
 import shutil
 import struct
 import subprocess
@@ -50,15 +52,14 @@ def image_check_page(report: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
 
 def check_report_in_chromium(report: pathlib.Path, tmp: pathlib.Path) -> dict:
     """Screenshot of report.html, console messages, and the images that did not load."""
+    tmp.mkdir(parents=True, exist_ok=True)
     shot = tmp / "report-shot.png"
     p = chromium(["--enable-logging=stderr", "--v=0", "--window-size=1000,1400", "--hide-scrollbars",
                   f"--screenshot={shot}", report.resolve().as_uri()], tmp / "profile-shot")
     wrapper = image_check_page(report, tmp / "imgcheck.html")
     d = chromium(["--allow-file-access-from-files", "--dump-dom", wrapper.as_uri()], tmp / "profile-dom")
-    status = ""
-    for line in d.stdout.splitlines():
-        if "images=" in line:
-            status = line[line.index("images="):].split("<")[0]
+    m = re.search(r'<pre id="r">(images=.*?)</pre>', d.stdout)
+    status = html.unescape(m.group(1)) if m else ""
     n_images = int(status.split()[0].split("=")[1]) if status else -1
     broken = json.loads(status.split("broken=")[1]) if status else None
     return {"screenshot": shot if shot.exists() else None, "console": console_errors(p.stderr + d.stderr),
@@ -120,13 +121,15 @@ def kernelshark_session(session: pathlib.Path, tmp: pathlib.Path, cwd: pathlib.P
     wrote on exit (lastsession.json), "log": its output}."""
     cache = tmp / "kshark-cache"
     shutil.rmtree(cache, ignore_errors=True)
-    cache.mkdir()
+    cache.mkdir(parents=True)
     # root runs get a warning dialog unless this is set (its "don't show again" box)
     (cache / "setting.ini").write_text("[General]\nnoRootWarn=true\n")
     log = tmp / "kernelshark.log"
     with xvfb(tmp) as (display, fb):
+        runtime = tmp / "xdg-runtime"
+        runtime.mkdir(mode=0o700, exist_ok=True)
         env = {**os.environ, "DISPLAY": display, "KS_USER_CACHE_DIR": str(cache),
-               "XDG_RUNTIME_DIR": str(tmp), "QT_QPA_PLATFORM": "xcb"}
+               "XDG_RUNTIME_DIR": str(runtime), "QT_QPA_PLATFORM": "xcb"}
         with open(log, "w") as lf:
             p = subprocess.Popen(["kernelshark", "-s", str(session)], cwd=cwd, env=env, stdout=lf, stderr=lf)
         try:
