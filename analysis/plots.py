@@ -231,7 +231,7 @@ def draw(ax, data: PlotData, ax2=None, style: dict | None = None):
                 if s.mark.get("y2") is not None:
                     h2 = axis_of("right").plot([s.mark["x"]], [s.mark["y2"]], marker="*", markersize=12,
                                                color="#ff7f0e", linestyle="none", alpha=alpha,
-                                               label=f"{s.mark['y2_label']} (largest){suffix}")[0]
+                                               label=f"{s.mark['y2_label']} of the largest{suffix}")[0]
                     handles.append(h2)
         else:
             h = a.plot(s.x, s.y, color=color, linestyle=ls, alpha=alpha, linewidth=1.4, label=s.label + suffix)[0]
@@ -239,19 +239,39 @@ def draw(ax, data: PlotData, ax2=None, style: dict | None = None):
     for i, ln in enumerate(data.lines):
         a = axis_of(ln.axis)
         handles.append(a.axhline(ln.y, color=LINE_COLORS[i % len(LINE_COLORS)], linestyle="--", linewidth=1.2,
-                                 alpha=alpha, label=f"{ln.label} ({ln.y:,.4g})"))
+                                 alpha=alpha, label=f"{ln.label} ({_num(ln.y)})"))
     for name, x in data.phases:
         ax.axvline(x, color="#555555", linestyle=":", linewidth=1.0, alpha=alpha)
         ax.annotate(name, (x, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10),
                     textcoords="offset points", fontsize=7, color="#555555", rotation=90, va="top")
     for label, x0, x1 in data.shades:
         handles.append(ax.axvspan(x0, x1, color="#ffbf00", alpha=0.15 * alpha, label=label))
+    _zero_based(ax, data, "left")
+    if ax2 is not None:
+        _zero_based(ax2, data, "right")
     ax.set_xlabel(data.xlabel)
     ax.set_ylabel(data.ylabel)
     if ax2 is not None and data.y2label:
         ax2.set_ylabel(data.y2label)
     ax.set_title(data.title, fontsize=10)
     return handles, ax2
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 1000 and v == int(v) else f"{v:.4g}"
+
+
+def _zero_based(ax, data: PlotData, axis: str):
+    """Non-negative data starts at 0 and leaves room above the highest point or line."""
+    ys = [s.y for s in data.series if s.axis == axis and len(s.y)]
+    ys += [np.array([ln.y]) for ln in data.lines if ln.axis == axis]
+    ys += [np.array([s.mark["y2"]]) for s in data.series if axis == "right" and s.mark and s.mark.get("y2")]
+    if not ys:
+        return
+    y = np.concatenate(ys)
+    y = y[np.isfinite(y)]
+    if len(y) and y.min() >= 0 and y.max() > 0:
+        ax.set_ylim(0, y.max() * 1.12)
 
 
 def _min_width(data: PlotData) -> float:
