@@ -58,11 +58,11 @@ def console_lines(run_dir: pathlib.Path, verdict: dict) -> list[str]:
 
 
 def _table(header: list, rows: list, num_cols=()) -> str:
-    h = "".join(f"<th>{esc(c)}</th>" for c in header)
+    h = "".join(f"<th>{esc(c)}</th>" for c in header) if any(header) else ""
     body = "".join("<tr>" + "".join(
         f"<td class=\"n\">{cell}</td>" if i in num_cols else f"<td>{cell}</td>" for i, cell in enumerate(r))
         + "</tr>" for r in rows)
-    return f"<table><tr>{h}</tr>{body}</table>"
+    return f"<table>{'<tr>' + h + '</tr>' if h else ''}{body}</table>"
 
 
 def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes) -> str:
@@ -84,6 +84,20 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
     parts += ["<h2>Thresholds</h2>",
               _table(["metric", "measured", "limit", "unit", "held", "rationale"], rows, (1,)) if rows
               else "<p>none</p>"]
+    if v in NO_PLOTS:
+        parts += ["<h2>Console</h2>", f"<pre>{esc(chr(10).join(console_lines(run_dir, verdict)))}</pre>"]
+    else:
+        parts.append("<h2>Plots</h2>")
+        for png, csv_path, title in plots:
+            parts.append(f"<figure><img src=\"{esc(png.name)}\" alt=\"{esc(title)}\">"
+                         f"<figcaption>{esc(title)} (<a href=\"{esc(csv_path.name)}\">data</a>)</figcaption></figure>")
+        if not plots:
+            parts.append("<p>no plots declared for this reproducer</p>")
+    if session:
+        parts += ["<h2>KernelShark</h2>",
+                  f"<p><code>kernelshark -s {esc(session['file'])}</code> opens trace.dat on "
+                  f"{esc(session['why'])}: {(session['end_ns'] - session['start_ns']) / 1e9:.3f} s from "
+                  f"{session['start_ns'] / 1e9:.6f} s on the trace clock.</p>"]
     info = [["kernel", f"{esc(mach.get('release') or k.get('release'))} ({esc(k.get('name'))}: "
                        f"{esc(k.get('description'))})"],
             ["kernel image", esc(k.get("image"))], ["kernel config sha256", esc(k.get("config_sha256_16"))]]
@@ -103,20 +117,6 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
               esc(m.get("description"))] for n, m in metrics.items()]
     parts += ["<h2>Metrics</h2>", _table(["metric", "value", "unit", "better", "description"], mrows, (1,))
               if mrows else "<p>no metrics (the run did not complete)</p>"]
-    if v in NO_PLOTS:
-        parts += ["<h2>Console</h2>", f"<pre>{esc(chr(10).join(console_lines(run_dir, verdict)))}</pre>"]
-    else:
-        parts.append("<h2>Plots</h2>")
-        for png, csv_path, title in plots:
-            parts.append(f"<figure><img src=\"{esc(png.name)}\" alt=\"{esc(title)}\">"
-                         f"<figcaption>{esc(title)} (<a href=\"{esc(csv_path.name)}\">data</a>)</figcaption></figure>")
-        if not plots:
-            parts.append("<p>no plots declared for this reproducer</p>")
-    if session:
-        parts += ["<h2>KernelShark</h2>",
-                  f"<p><code>kernelshark -s {esc(session['file'])}</code> opens trace.dat on "
-                  f"{esc(session['why'])}: {(session['end_ns'] - session['start_ns']) / 1e9:.3f} s from "
-                  f"{session['start_ns'] / 1e9:.6f} s on the trace clock.</p>"]
     for n in notes:
         parts.append(f"<p class=\"note\">report: {esc(n)}</p>")
     links = [f"<a href=\"{esc(n)}\">{esc(n)}</a>" for n in LINKS if (run_dir / n).exists()]
