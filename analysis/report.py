@@ -86,6 +86,10 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
               else "<p>none</p>"]
     if v in NO_PLOTS:
         parts += ["<h2>Console</h2>", f"<pre>{esc(chr(10).join(console_lines(run_dir, verdict)))}</pre>"]
+        err = run_dir / "stderr"
+        if err.exists() and err.stat().st_size:
+            tail = err.read_text(errors="replace").splitlines()[-CONSOLE_TAIL:]
+            parts += ["<h2>Workload stderr (last lines)</h2>", f"<pre>{esc(chr(10).join(tail))}</pre>"]
     else:
         parts.append("<h2>Plots</h2>")
         for png, csv_path, title in plots:

@@ -112,9 +112,11 @@ def test_html_escapes_and_lists_thresholds(flood_run):
 def test_error_run_shows_console_not_plots(flood_run):
     (flood_run / "verdict.json").write_text(json.dumps({
         "verdict": "CRASHED", "reason": "kernel crash", "crash_context": ["Kernel panic - not syncing: <x>"]}))
+    (flood_run / "stderr").write_text("negflood: <stopped>\n")
     write_report(flood_run)
     page = (flood_run / "report.html").read_text()
     assert "Kernel panic - not syncing: &lt;x&gt;" in page and "<img" not in page
+    assert "negflood: &lt;stopped&gt;" in page
 
 
 def test_report_failure_never_changes_the_verdict(flood_run, capsys):
