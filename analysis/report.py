@@ -26,7 +26,7 @@ h1{font-size:1.4em;margin-bottom:.2em} h2{font-size:1.1em;margin-top:1.4em;borde
 .PASS{background:#2e7d32}.FAIL{background:#c62828}.ERROR{background:#6a1b9a}.SKIP{background:#757575}
 .HUNG{background:#ef6c00}.CRASHED{background:#000}.INTERRUPTED{background:#455a64}
 table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left}
-td.n{text-align:right;font-family:monospace} .held{color:#2e7d32} .crossed{color:#c62828;font-weight:bold}
+td.n{text-align:right;font-variant-numeric:tabular-nums} .held{color:#2e7d32} .crossed{color:#c62828;font-weight:bold}
 pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.8em} img{max-width:100%;border:1px solid #eee}
 .note{color:#8a4b00}
 """
