@@ -14,6 +14,7 @@ import pathlib
 import numpy as np
 
 from .plots import PlotError, Timeline
+from .tracedat import TraceError
 
 SESSION_FILE = "trace.kshark.json"
 BINS = 1000
@@ -63,7 +64,7 @@ def rows_before(trace, ts_ns: int) -> int:
     for ev in trace.counts():
         try:
             ts = trace.columns(ev)["ts"].astype(np.int64)
-        except Exception:   # an event the reader cannot decode: KernelShark still counts it
+        except TraceError:   # an event the reader cannot decode: KernelShark still counts it
             continue
         n += int(np.searchsorted(np.sort(ts), ts_ns))
     return n

@@ -14,6 +14,7 @@ import struct
 import subprocess
 import time
 
+import matplotlib.image
 import numpy as np
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -67,7 +68,6 @@ def check_report_in_chromium(report: pathlib.Path, tmp: pathlib.Path) -> dict:
 
 
 def png_pixels(path: pathlib.Path) -> np.ndarray:
-    import matplotlib.image
     return matplotlib.image.imread(str(path))
 
 
@@ -143,7 +143,6 @@ def kernelshark_session(session: pathlib.Path, tmp: pathlib.Path, cwd: pathlib.P
                 raise AssertionError(f"no kernelshark window: {log.read_text()[-2000:]}")
             time.sleep(settle)   # data loading and the first OpenGL draws
             shot = xwd_pixels(fb)
-            import matplotlib.image
             matplotlib.image.imsave(str(tmp / "kernelshark.png"), shot)
             _xdotool(display, "mousemove", "300", "200", "click", "1")
             time.sleep(0.5)
