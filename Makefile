@@ -17,7 +17,8 @@ APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelsha
 	ipmitool openipmi busybox-static inotify-tools gcc make libc6-dev kmod cpio zstd time file \
 	python3 python3-venv python3-pip openssh-client openssh-server procps iproute2 git \
 	bc bison flex libelf-dev libssl-dev dwarves linux-source-6.1 xz-utils patch rsync \
-	libopenipmi-dev kexec-tools debconf
+	libopenipmi-dev kexec-tools debconf \
+	chromium xvfb xdotool
 
 CFLAGS := -O2 -Wall -static
 HELPER_SRCS := $(wildcard reproducers/*/*.c)

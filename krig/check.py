@@ -11,6 +11,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
+from analysis.report import write_report
+
 from . import ROOT
 from .errors import KrigError, UsageError
 from .junit import write_single
@@ -150,4 +152,14 @@ def check(run_dir) -> dict:
             verdict["crash_context"] = scan["crash_context"]
         write_single(run_dir / "junit.xml", repro.name, v, verdict["reason"], props)
     write_json(run_dir / "verdict.json", verdict)
+    report(run_dir)
     return verdict
+
+
+def report(run_dir: pathlib.Path) -> None:
+    """The report never changes the verdict nor loses results: a failure is one line."""
+    try:
+        for note in write_report(run_dir)["notes"]:
+            print(f"krig: report: {note}", file=sys.stderr)
+    except Exception as e:
+        print(f"krig: report not written: {type(e).__name__}: {e}", file=sys.stderr)

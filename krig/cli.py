@@ -27,6 +27,16 @@ def cmd_check(a) -> int:
     return exit_code(verdict["verdict"])
 
 
+def cmd_report(a) -> int:
+    from analysis.report import write_report
+    res = write_report(a.run_dir)
+    for note in res["notes"]:
+        print(f"krig: report: {note}", file=sys.stderr)
+    for f in res["files"]:
+        print(f)
+    return 0
+
+
 def cmd_list(a) -> int:
     from kernels.catalog import kernel_names, load_kernel
     from .reproducer import load_reproducer, reproducer_names
@@ -85,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="re-run the analysis of an existing run directory")
     c.add_argument("run_dir")
     c.set_defaults(func=cmd_check)
+    rp = sub.add_parser("report", help="write report.html, plots, summary.txt and trace.kshark.json of a run")
+    rp.add_argument("run_dir")
+    rp.set_defaults(func=cmd_report)
     ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
     ls.set_defaults(func=cmd_list)
     t = sub.add_parser("trace", help="read trace.dat files")

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+import report_checks
 from conftest import KRIG, ROOT, krig_run, qemu_pids, run_dir_of
 from krig.reproducer import load_reproducer
 
@@ -87,3 +88,25 @@ def test_check_reproduces_verdict(smoke_run, krig_cli):
     again = krig_cli("check", str(d))
     assert again.returncode == p.returncode
     assert again.stdout.startswith(before)
+
+
+def test_report(smoke_run, tmp_path):
+    """krig run wrote the report: plots of the right data, summary.txt, a page
+    Chromium shows with every image, and a session KernelShark opens on the
+    stated window with `kernelshark -s results/latest/trace.kshark.json`."""
+    name, _, d = smoke_run
+    repro = load_reproducer(name)
+    for f in ("report.html", "summary.txt"):
+        assert (d / f).exists(), f
+    mem = json.loads((d / "manifest.json").read_text())["machine"]["mem_total_bytes"]
+    n = report_checks.check_plots(d, repro, mem)
+    assert n == len(repro.plots) >= 1
+    report_checks.check_summary(d)
+    report_checks.check_page(d, tmp_path / "chromium", n_images=n)
+    if not repro.trace_events:
+        assert not (d / "trace.kshark.json").exists()
+        return
+    root = d.parents[4]          # KRIG_RESULTS is root/results; results/latest is this run
+    assert (root / "results" / "latest").resolve() == d.resolve()
+    report_checks.check_session(d, tmp_path / "kernelshark", root,
+                                session_arg="results/latest/trace.kshark.json")

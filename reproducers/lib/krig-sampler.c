@@ -105,14 +105,16 @@ usage:
 		"\tdentry_active_objs\tdentry_num_objs\tdentry_objsize\tdentry_slab_bytes"
 		"\tmem_total_kb\tmem_free_kb\tmem_available_kb\tslab_kb\tsreclaimable_kb\tsunreclaim_kb"
 		"\txfs_log_writes\txfs_log_blocks\txfs_log_noiclogs\txfs_log_force\txfs_log_force_sleep"
-		"\tscratch_files\tscratch_ffree\n");
+		"\tscratch_files\tscratch_ffree\tmono\n");
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	while (!stop) {
 		long d[6], s[4], m[NMEM], x[5], files = -1, ffree = -1;
 		struct timeval now;
+		struct timespec mono;
 		struct statvfs st;
 		gettimeofday(&now, NULL);
+		clock_gettime(CLOCK_MONOTONIC, &mono);
 		dentry_state(d);
 		dentry_slab(s);
 		meminfo(m);
@@ -123,7 +125,8 @@ usage:
 		for (int i = 0; i < 4; i++) fprintf(f, "\t%ld", s[i]);
 		for (int i = 0; i < NMEM; i++) fprintf(f, "\t%ld", m[i]);
 		for (int i = 0; i < 5; i++) fprintf(f, "\t%ld", x[i]);
-		fprintf(f, "\t%ld\t%ld\n", files, ffree);
+		/* mono: CLOCK_MONOTONIC, the clock trace.dat is recorded with (-C mono) */
+		fprintf(f, "\t%ld\t%ld\t%ld.%09ld\n", files, ffree, (long)mono.tv_sec, mono.tv_nsec);
 		fflush(f);
 		long ns = (long)(interval * 1e9);
 		next.tv_sec += ns / 1000000000L;

@@ -1,0 +1,165 @@
+"""`krig report RUN_DIR`: report.html, plot-*.png/.csv, summary.txt and
+trace.kshark.json in the run directory. Also run at the end of every
+`krig run` and `krig check`; each part that fails is named on the page and
+in the returned notes, and never changes the verdict or touches the results.
+"""
+import html
+import json
+import pathlib
+
+from krig.errors import UsageError
+from krig.reproducer import load_reproducer
+
+from .kshark import SESSION_FILE, write_session
+from .plots import plot_data, write_plot
+from .rundata import RunData
+from .summary import build_summary, fmt, threshold_id, threshold_results
+
+NO_PLOTS = ("HUNG", "CRASHED", "ERROR")
+CONSOLE_TAIL = 40
+LINKS = ["summary.txt", SESSION_FILE, "trace.dat", "console.log", "metrics.json", "verdict.json", "manifest.json",
+         "stdout", "stderr", "analysis.log"]
+CSS = """
+body{font-family:sans-serif;margin:1.5em;max-width:1000px;color:#222}
+h1{font-size:1.4em;margin-bottom:.2em} h2{font-size:1.1em;margin-top:1.4em;border-bottom:1px solid #ccc}
+.v{display:inline-block;padding:.15em .6em;border-radius:4px;color:#fff;font-weight:bold}
+.PASS{background:#2e7d32}.FAIL{background:#c62828}.ERROR{background:#6a1b9a}.SKIP{background:#757575}
+.HUNG{background:#ef6c00}.CRASHED{background:#000}.INTERRUPTED{background:#455a64}
+table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums} .held{color:#2e7d32} .crossed{color:#c62828;font-weight:bold}
+pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.8em} img{max-width:100%;border:1px solid #eee}
+.note{color:#8a4b00}
+"""
+
+
+def esc(x) -> str:
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+def _load_json(p: pathlib.Path) -> dict:
+    try:
+        return json.loads(p.read_text()) if p.exists() else {}
+    except ValueError:
+        return {}
+
+
+def console_lines(run_dir: pathlib.Path, verdict: dict) -> list[str]:
+    """The console lines that explain a HUNG/CRASHED/ERROR run: the crash context
+    and the console's findings, else its last lines."""
+    ctx = verdict.get("crash_context")
+    if isinstance(ctx, list) and ctx:
+        return [str(x) for x in ctx]
+    if isinstance(ctx, str) and ctx:
+        return ctx.splitlines()
+    found = [line for lines in (verdict.get("console") or {}).values() for line in lines]
+    p = run_dir / "console.log"
+    tail = p.read_text(errors="replace").splitlines()[-CONSOLE_TAIL:] if p.exists() else []
+    return found + (["..."] if found and tail else []) + tail
+
+
+def _table(header: list, rows: list, num_cols=()) -> str:
+    h = "".join(f"<th>{esc(c)}</th>" for c in header) if any(header) else ""
+    body = "".join("<tr>" + "".join(
+        f"<td class=\"n\">{cell}</td>" if i in num_cols else f"<td>{cell}</td>" for i, cell in enumerate(r))
+        + "</tr>" for r in rows)
+    return f"<table>{'<tr>' + h + '</tr>' if h else ''}{body}</table>"
+
+
+def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes) -> str:
+    v = verdict.get("verdict", "?")
+    k, rig, facts, mach = (manifest.get(x, {}) for x in ("kernel", "rig", "rig_facts", "machine"))
+    parts = [f"<h1>{esc(repro.name)} <span class=\"v {esc(v)}\">{esc(v)}</span></h1>",
+             f"<p><b>Reason:</b> {esc(verdict.get('reason'))}</p>"]
+    for w in verdict.get("warnings") or []:
+        parts.append(f"<p class=\"note\">warning: {esc(w)}</p>")
+    judged = threshold_results(run_dir, repro)
+    rows = []
+    for t in repro.thresholds:
+        m = metrics.get(t.metric) or {}
+        held = judged.get(threshold_id(t))
+        cell = "not judged" if held is None else (
+            "<span class=\"held\">held</span>" if held else "<span class=\"crossed\">CROSSED</span>")
+        rows.append([esc(t.metric), esc(fmt(m.get("value"))), esc(t.describe()), esc(m.get("unit")), cell,
+                     esc(t.rationale)])
+    parts += ["<h2>Thresholds</h2>",
+              _table(["metric", "measured", "limit", "unit", "held", "rationale"], rows, (1,)) if rows
+              else "<p>none</p>"]
+    if v in NO_PLOTS:
+        parts += ["<h2>Console</h2>", f"<pre>{esc(chr(10).join(console_lines(run_dir, verdict)))}</pre>"]
+        err = run_dir / "stderr"
+        if err.exists() and err.stat().st_size:
+            tail = err.read_text(errors="replace").splitlines()[-CONSOLE_TAIL:]
+            parts += ["<h2>Workload stderr (last lines)</h2>", f"<pre>{esc(chr(10).join(tail))}</pre>"]
+    else:
+        parts.append("<h2>Plots</h2>")
+        for png, csv_path, title in plots:
+            parts.append(f"<figure><img src=\"{esc(png.name)}\" alt=\"{esc(title)}\">"
+                         f"<figcaption>{esc(title)} (<a href=\"{esc(csv_path.name)}\">data</a>)</figcaption></figure>")
+        if not plots:
+            parts.append("<p>no plots declared for this reproducer</p>")
+    if session:
+        parts += ["<h2>KernelShark</h2>",
+                  f"<p><code>kernelshark -s {esc(session['file'])}</code> opens trace.dat on "
+                  f"{esc(session['why'])}: {(session['end_ns'] - session['start_ns']) / 1e9:.3f} s from "
+                  f"{session['start_ns'] / 1e9:.6f} s on the trace clock.</p>"]
+    info = [["kernel", f"{esc(mach.get('release') or k.get('release'))} ({esc(k.get('name'))}: "
+                       f"{esc(k.get('description'))})"],
+            ["kernel image", esc(k.get("image"))], ["kernel config sha256", esc(k.get("config_sha256_16"))]]
+    if k.get("patches"):
+        info.append(["patches", esc(", ".join(map(str, k["patches"])))])
+    if k.get("source"):
+        info.append(["source", esc(k.get("source"))])
+    info += [["rig", f"{esc(rig.get('name'))} ({esc(rig.get('kind'))}, accelerator {esc(facts.get('accel'))})"],
+             ["machine", f"{esc(mach.get('cpus', rig.get('cpus')))} CPUs, "
+                         f"{esc(fmt((mach.get('mem_total_bytes') or 0) / (1 << 20)))} MiB RAM"],
+             ["preset", esc(manifest.get("preset") or "(defaults)")],
+             ["parameters", esc(" ".join(f"{a}={b}" for a, b in (manifest.get("params") or {}).items()))],
+             ["started / ended", f"{esc(manifest.get('started'))} / {esc(manifest.get('ended'))}"],
+             ["krig revision", esc(manifest.get("krig_revision"))]]
+    parts += ["<h2>Run</h2>", _table(["", ""], info)]
+    mrows = [[esc(n), esc(fmt(m.get("value"))), esc(m.get("unit")), esc(m.get("better")),
+              esc(m.get("description"))] for n, m in metrics.items()]
+    parts += ["<h2>Metrics</h2>", _table(["metric", "value", "unit", "better", "description"], mrows, (1,))
+              if mrows else "<p>no metrics (the run did not complete)</p>"]
+    for n in notes:
+        parts.append(f"<p class=\"note\">report: {esc(n)}</p>")
+    links = [f"<a href=\"{esc(n)}\">{esc(n)}</a>" for n in LINKS if (run_dir / n).exists()]
+    parts += ["<h2>Files</h2>", "<p>" + " &middot; ".join(links) + "</p>"]
+    title = f"krig {repro.name}: {v}"
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
+            f"<style>{CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+
+
+def write_report(run_dir) -> dict:
+    """Writes everything it can; returns {"files": [...], "notes": [problems, one line each]}."""
+    run_dir = pathlib.Path(run_dir)
+    if not (run_dir / "manifest.json").is_file():
+        raise UsageError(f"{run_dir}: not a krig run directory (no manifest.json)")
+    run = RunData(run_dir)
+    manifest = run.manifest
+    repro = load_reproducer(manifest.get("reproducer", "?"))
+    verdict = _load_json(run_dir / "verdict.json")
+    metrics = _load_json(run_dir / "metrics.json")
+    files, notes, plots, session = [], [], [], None
+    if verdict.get("verdict") not in NO_PLOTS:
+        for spec in repro.plots:
+            try:
+                png, csv_path = write_plot(plot_data(spec, run, repro, metrics), run_dir)
+                plots.append((png, csv_path, spec["title"]))
+                files += [png, csv_path]
+            except Exception as e:   # one plot failing never stops the rest of the report
+                notes.append(f"plot {spec['name']}: {type(e).__name__}: {e}")
+    try:
+        session = write_session(run, repro)
+        if session:
+            files.append(session["file"])
+    except Exception as e:
+        notes.append(f"{SESSION_FILE}: {type(e).__name__}: {e}")
+    try:
+        (run_dir / "summary.txt").write_text(build_summary(run_dir, manifest, verdict, metrics, repro))
+        files.append(run_dir / "summary.txt")
+    except Exception as e:
+        notes.append(f"summary.txt: {type(e).__name__}: {e}")
+    (run_dir / "report.html").write_text(build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes))
+    files.append(run_dir / "report.html")
+    return {"files": files, "notes": notes}

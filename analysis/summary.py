@@ -1,0 +1,126 @@
+"""summary.txt: a run for a mailing list. ASCII, at most 72 columns, numbers
+as in metrics.json (6 significant digits), and the one command that
+reproduces the run."""
+import math
+import pathlib
+import textwrap
+import xml.etree.ElementTree as ET
+
+WIDTH = 72
+
+
+def fmt(v) -> str:
+    """A metric value as summary.txt and report.html print it."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    v = float(v)
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:.6g}"
+
+
+def gib(n) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n else "?"
+
+
+def threshold_results(run_dir: pathlib.Path, repro) -> dict:
+    """threshold id -> True (held) / False (crossed), as the judge's junit.xml says; {} if not judged."""
+    p = run_dir / "junit.xml"
+    out = {}
+    if not p.exists():
+        return out
+    try:
+        cases = list(ET.parse(p).getroot().iter("testcase"))
+    except ET.ParseError:
+        return out
+    for t in repro.thresholds:
+        name = f"test_threshold[{t.metric} {t.describe()}]"
+        for tc in cases:
+            if tc.get("name") == name:
+                out[threshold_id(t)] = tc.find("failure") is None and tc.find("error") is None
+    return out
+
+
+def threshold_id(t) -> str:
+    return f"{t.metric} {t.describe()}"
+
+
+def reproduce_argv(manifest: dict, repro) -> list[str]:
+    """`krig run ...` with the rig, kernel, preset and every parameter the preset does not give."""
+    preset = manifest.get("preset")
+    argv = ["krig", "run", repro.name, "--rig", manifest.get("rig", {}).get("name", "qemu-default"),
+            "--kernel", manifest.get("kernel", {}).get("name", "distro")]
+    base = {k: p["default"] for k, p in repro.params.items()}
+    if preset and preset in repro.presets:
+        argv += ["--preset", preset]
+        base.update(repro.presets[preset])
+    for k, v in (manifest.get("params") or {}).items():
+        if base.get(k) != v:
+            argv += ["--set", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
+    return argv
+
+
+def wrap_command(argv: list[str], indent: str = "  ") -> list[str]:
+    lines, cur = [], indent
+    for a in argv:
+        add = a if cur.strip() == "" else " " + a
+        if len(cur) + len(add) > WIDTH - 2 and cur.strip():
+            lines.append(cur + " \\")
+            cur = indent + "    " + a
+        else:
+            cur += add
+    lines.append(cur)
+    return lines
+
+
+def _wrap(text: str, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=True, break_on_hyphens=False) or [indent.rstrip()]
+
+
+def ascii_only(s: str) -> str:
+    return s.encode("ascii", "replace").decode("ascii")
+
+
+def build_summary(run_dir: pathlib.Path, manifest: dict, verdict: dict, metrics: dict, repro) -> str:
+    m, k, rig = manifest, manifest.get("kernel", {}), manifest.get("rig", {})
+    mach, facts = m.get("machine", {}), m.get("rig_facts", {})
+    out = [f"krig {repro.name}: {verdict.get('verdict', '?')}"]
+    out += _wrap(f"reason: {verdict.get('reason', '')}")
+    out.append("")
+    out += _wrap(f"kernel: {mach.get('release') or k.get('release', '?')} ({k.get('name', '?')}: "
+                 f"{k.get('description', '')})")
+    out += _wrap(f"machine: {mach.get('cpus', rig.get('cpus', '?'))} CPUs, {gib(mach.get('mem_total_bytes'))} "
+                 f"RAM (MemTotal), rig {rig.get('name', '?')} ({rig.get('kind', '?')}"
+                 f"{', ' + facts['accel'] if facts.get('accel') else ''})")
+    params = " ".join(f"{a}={b}" for a, b in (m.get("params") or {}).items())
+    out += _wrap(f"preset: {m.get('preset') or '(defaults)'}; params: {params}")
+    if repro.fixed_by:
+        out += _wrap(f"fixed by: {repro.fixed_by}")
+    if metrics:
+        out += ["", "metrics:"]
+        for name, v in metrics.items():
+            line = f"  {name} = {fmt(v.get('value'))} {v.get('unit', '')}".rstrip()
+            out += [line] if len(line) <= WIDTH else [f"  {name} =", f"    {fmt(v.get('value'))} {v.get('unit', '')}"]
+    judged = threshold_results(run_dir, repro)
+    if repro.thresholds:
+        out += ["", "thresholds:"]
+        for t in repro.thresholds:
+            held = judged.get(threshold_id(t))
+            tag = "not judged" if held is None else ("held" if held else "CROSSED")
+            v = (metrics.get(t.metric) or {})
+            out += _wrap(f"{tag}: {t.metric} = {fmt(v.get('value'))} {v.get('unit', '')}, limit {t.describe()}",
+                         "  ")
+            if held is False:
+                out += _wrap(t.rationale, "    ")
+    times = sorted(run_dir.glob("*.time"))
+    if (run_dir / "time.txt").exists():
+        times.insert(0, run_dir / "time.txt")
+    if times:
+        out += ["", "/usr/bin/time:"]
+        for p in times:
+            body = " ".join(p.read_text(errors="replace").split())
+            out += _wrap(f"{p.name}: {body}", "  ")
+    out += ["", "reproduce (from a krig checkout, after `make setup`):"]
+    out += wrap_command(reproduce_argv(m, repro))
+    return "\n".join(ascii_only(line)[:WIDTH] for line in out) + "\n"
