@@ -2,6 +2,7 @@
 import errno
 import signal
 import sys
+import traceback
 
 
 class KrigError(Exception):
@@ -64,3 +65,7 @@ def guarded(fn, error_code: int | None = None) -> int:
     except KeyboardInterrupt:
         print("krig: interrupted", file=sys.stderr)
         return 130
+    except Exception:               # a bug in krig: say so, and never end with FAIL's code (1)
+        traceback.print_exc()
+        print("krig: internal error (a bug in krig; the traceback above says where)", file=sys.stderr)
+        return KrigError.exit_code if error_code is None else error_code

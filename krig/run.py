@@ -51,7 +51,10 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
                 outcome, reason = _drive(rig, repro, params, kernel, run_dir, manifest, log, collect)
             except GuestHung as e:
                 outcome, reason = "hung", str(e)
-                _save_partial(rig, run_dir)
+                try:
+                    _save_partial(rig, run_dir)
+                except OSError as e2:
+                    outcome, reason = "error", f"host: {os_fault(e2)} (while saving the output of a hung run: {e})"
             except GuestCrashed as e:
                 outcome, reason = "crashed", str(e)
                 manifest["rig_fault"] = e.rig_fault
@@ -106,6 +109,8 @@ def _pull(rig, run_dir, outcome, reason, manifest):
         manifest["pull_error"] = str(e)
         if outcome in ("completed", "skip"):
             return "error", str(e)
+        if outcome == "error":
+            return outcome, f"{reason}; {e}"
     return outcome, reason
 
 

@@ -173,6 +173,12 @@ def reap_stale(work_dir: pathlib.Path) -> list[str]:
         for img in d.glob("nvme*.img"):
             img.unlink(missing_ok=True)
         out, run_dir = d / "share" / "out", pathlib.Path(rec.get("run_dir") or "/nonexistent")
+        ctl = d / "share" / "ctl"
+        outs = sorted(ctl.glob("*.out"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+        if outs and out.is_dir():   # the last command's channels: the workload's stdout and stderr so far
+            for src, name in ((outs[-1], "stdout"), (outs[-1].with_suffix(".err"), "stderr")):
+                if src.exists() and not (out / name).exists():
+                    src.rename(out / name)
         try:
             if out.is_dir() and run_dir.is_dir():
                 for f in out.iterdir():
@@ -209,7 +215,14 @@ class QemuRig(Rig):
 
     def work_dir(self) -> pathlib.Path:
         """Where per-run work directories (scratch disk images, the 9p share) go."""
-        return pathlib.Path(self.spec["work_dir"]).expanduser() if self.spec["work_dir"] else cache_dir("work")
+        if not self.spec["work_dir"]:
+            return cache_dir("work")
+        d = pathlib.Path(self.spec["work_dir"]).expanduser()
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass            # prepare() says what is wrong with it
+        return d
 
     def host_needs(self):
         return {"memory": self.spec["memory_bytes"], "cpus": self.spec["cpus"], "programs": [QEMU],
@@ -411,6 +424,8 @@ class _Files(FilesProtocol):
         return f"{GUEST_SHARE}/out"
 
     def pull(self, remote, local):
+        if self.rig.share is None:
+            return                  # the run never got a share: nothing to pull
         if not remote.startswith(GUEST_SHARE + "/"):
             raise RigError(f"rig {self.rig.name}: can only pull from {GUEST_SHARE}, not {remote}")
         src = self.rig.share / remote[len(GUEST_SHARE) + 1:]
