@@ -384,7 +384,7 @@ class _Command(CommandProtocol):
     def run(self, argv, env=None, timeout=60):
         r = self.rig
         if not r.alive():
-            raise GuestCrashed("guest is not running")
+            raise r.died(f"before running {argv[0]}")
         ctl = r.share / "ctl"
         n = self.n
         self.n += 1
