@@ -16,12 +16,11 @@ from analysis.report import write_report
 from . import ROOT
 from .errors import KrigError, UsageError
 from .junit import write_single
+from .paths import owner_alive
 from .reproducer import load_reproducer
 from .results import write_json
-from .verdict import scan_console
+from .verdict import outcome_verdict, scan_console
 
-OUTCOME_VERDICT = {"hung": "HUNG", "crashed": "CRASHED", "error": "ERROR", "skip": "SKIP",
-                   "interrupted": "INTERRUPTED"}
 
 
 def load_analyzer(repro):
@@ -101,6 +100,8 @@ def check(run_dir) -> dict:
         manifest = json.loads(man_path.read_text())
     except ValueError as e:
         raise UsageError(f"{man_path}: not valid JSON ({e})") from None
+    if manifest.get("outcome") is None and owner_alive(manifest.get("owner")):
+        raise UsageError(f"{run_dir}: still running (krig pid {manifest['owner']['pid']}); check it when it ends")
     try:
         repro = load_reproducer(manifest.get("reproducer"))
     except UsageError as e:
@@ -116,13 +117,11 @@ def check(run_dir) -> dict:
         verdict.setdefault("warnings", []).append(f"the rig failed to power off after the run: "
                                                   f"{manifest['power_off_error']}")
 
-    if outcome == "completed" and scan["crash"]:
-        outcome, reason = "crashed", f"kernel crash in the console: {scan['crash'][0]}"
-    if outcome == "crashed" and scan["crash"]:
-        reason = f"{reason}; console: {scan['crash'][0]}"
+    ruled, reason = outcome_verdict(outcome, reason, console, manifest.get("rig_fault"),
+                                    machine_answered=bool(manifest.get("machine")))
     props = {"kernel": manifest.get("kernel", {}).get("release"), "rig": manifest.get("rig", {}).get("name"),
              "accel": manifest.get("rig_facts", {}).get("accel"), "krig_revision": manifest.get("krig_revision")}
-    if outcome == "completed":
+    if ruled is None:        # the workload completed: the thresholds decide
         try:
             metrics = compute_metrics(run_dir, repro)
         except KrigError as e:
@@ -146,8 +145,8 @@ def check(run_dir) -> dict:
         if verdict["verdict"] == "ERROR":
             write_single(run_dir / "junit.xml", repro.name, "ERROR", verdict["reason"], props)
     else:
-        v = OUTCOME_VERDICT.get(outcome, "ERROR")
-        verdict.update(verdict=v, reason=reason or f"run outcome {outcome!r}")
+        v = ruled
+        verdict.update(verdict=v, reason=reason)
         if v == "CRASHED" and scan.get("crash_context"):
             verdict["crash_context"] = scan["crash_context"]
         write_single(run_dir / "junit.xml", repro.name, v, verdict["reason"], props)

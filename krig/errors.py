@@ -1,6 +1,8 @@
 """Errors that krig reports as one clear line instead of a traceback."""
+import errno
 import signal
 import sys
+import traceback
 
 
 class KrigError(Exception):
@@ -26,7 +28,22 @@ class GuestHung(KrigError):
 
 
 class GuestCrashed(KrigError):
-    """The kernel under test panicked or the guest died unexpectedly."""
+    """The machine under test went away: the kernel panicked, or the guest died.
+
+    rig_fault is one line when the rig saw its own side fail as the machine
+    went away (QEMU exited with an error status and said why in qemu.log, ...);
+    krig.verdict.outcome_verdict decides from it and the console who is to blame."""
+
+    def __init__(self, message: str, rig_fault: str | None = None):
+        super().__init__(message)
+        self.rig_fault = rig_fault
+
+
+def os_fault(e: OSError) -> str:
+    """An OSError as one line: what failed, errno name and path."""
+    name = errno.errorcode.get(e.errno or 0, "")
+    where = f" ({e.filename})" if e.filename else ""
+    return f"{e.strerror or e}{f' [{name}]' if name else ''}{where}"
 
 
 def _sigterm(signum, frame):
@@ -42,6 +59,13 @@ def guarded(fn, error_code: int | None = None) -> int:
     except KrigError as e:
         print(f"krig: error: {e}", file=sys.stderr)
         return e.exit_code if error_code is None else error_code
+    except OSError as e:            # the host (a full or read-only disk, ...): ERROR's code, never FAIL's
+        print(f"krig: error: {os_fault(e)}", file=sys.stderr)
+        return KrigError.exit_code if error_code is None else error_code
     except KeyboardInterrupt:
         print("krig: interrupted", file=sys.stderr)
         return 130
+    except Exception:               # a bug in krig: say so, and never end with FAIL's code (1)
+        traceback.print_exc()
+        print("krig: internal error (a bug in krig; the traceback above says where)", file=sys.stderr)
+        return KrigError.exit_code if error_code is None else error_code

@@ -15,9 +15,12 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 BETTER = ("higher", "lower", "info")
 # Parameters every reproducer has; presets and --set may change them.
 BUILTIN_PARAMS = {
-    "timeout": {"type": "int", "help": "seconds the workload may run before the verdict is HUNG"},
-    "sample_interval": {"type": "float", "default": 1.0, "help": "seconds between dcache/slab/memory samples"},
+    "timeout": {"type": "int", "min": 1, "max": 30 * 86400,
+                "help": "seconds the workload may run before the verdict is HUNG"},
+    "sample_interval": {"type": "float", "default": 1.0, "min": 0.05, "max": 3600,
+                        "help": "seconds between dcache/slab/memory samples"},
 }
+RANGE_KEYS = ("min", "max", "max_per_cpu")
 RESERVED_ENV = {"PATH", "HOME", "LANG", "SHELL", "USER", "PWD", "TERM", "IFS", "TMPDIR"}
 
 
@@ -56,19 +59,26 @@ class Reproducer:
     plots: list = dataclasses.field(default_factory=list)   # [[plots]], see PLOTS_DOC
     session: dict | None = None                              # where KernelShark opens
 
-    def resolve_params(self, preset: str | None, sets: dict) -> dict:
-        """defaults <- preset <- --set, each value checked against its type."""
+    def resolve_params(self, preset: str | None, sets: dict, cpus: int | None = None) -> dict:
+        """defaults <- preset <- --set, each value checked against its type and range.
+
+        cpus: the rig's CPU count if known before booting (for `max_per_cpu`)."""
         values = {k: p["default"] for k, p in self.params.items()}
+        source = {k: f"reproducers/{self.name}/repro.toml.params.{k}.default" for k in values}
         if preset is not None:
             if preset not in self.presets:
                 allowed = ", ".join(sorted(self.presets)) or "(none)"
                 raise UsageError(f"--preset {preset!r}: unknown preset for {self.name}; allowed: {allowed}")
             values.update(self.presets[preset])
+            source.update({k: f"--preset {preset}: {k}" for k in self.presets[preset]})
         for k, raw in sets.items():
             if k not in self.params:
                 raise UsageError(f"--set {k}: unknown parameter for {self.name}; allowed: {', '.join(sorted(self.params))}")
             p = self.params[k]
             values[k] = coerce(raw, p["type"], f"--set {k}", p.get("choices"))
+            source[k] = f"--set {k}"
+        for k, v in values.items():
+            check_range(v, self.params[k], source[k], cpus)
         return values
 
     def param_env(self, values: dict) -> dict:
@@ -82,6 +92,18 @@ class Reproducer:
 
 
 REPRO_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+
+
+def check_range(value, spec: dict, field: str, cpus: int | None = None) -> None:
+    """A parameter value against its declared min, max and max_per_cpu (x the rig's CPUs)."""
+    if spec.get("min") is not None and value < spec["min"]:
+        raise UsageError(f"{field}: {value!r} is below the minimum {spec['min']!r}")
+    if spec.get("max") is not None and value > spec["max"]:
+        raise UsageError(f"{field}: {value!r} is above the maximum {spec['max']!r}")
+    per = spec.get("max_per_cpu")
+    if per is not None and cpus and value > per * cpus:
+        raise UsageError(f"{field}: {value!r} is above the maximum {per * cpus!r} "
+                         f"({per!r} per CPU x {cpus} CPUs of the rig)")
 
 
 def reproducer_names() -> list[str]:
@@ -111,8 +133,10 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
     timeout = optional(data, "timeout", int, w, 600)
 
     requires = optional(data, "requires", dict, w, {})
-    reject_unknown(requires, {"scratch_size", "min_memory", "programs"}, f"{w}.requires")
+    reject_unknown(requires, {"scratch_size", "min_memory", "programs", "output_size"}, f"{w}.requires")
     req = {}
+    # What run.sh writes into $KRIG_OUT besides the trace (checked against free space before booting).
+    req["output_size"] = parse_size(requires.get("output_size", "1M"), f"{w}.requires.output_size")
     if "scratch_size" in requires:
         req["scratch_size"] = parse_size(requires["scratch_size"], f"{w}.requires.scratch_size")
     if "min_memory" in requires:
@@ -127,7 +151,9 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
             raise UsageError(f"{pw}: parameter names are lower_case identifiers, not {sorted(RESERVED_ENV)} or krig_*")
         if not isinstance(spec, dict):
             raise UsageError(f"{pw}: expected a table with type, default and help")
-        reject_unknown(spec, {"type", "default", "help", "choices"}, pw)
+        if pname in BUILTIN_PARAMS:     # a reproducer may narrow a built-in's range or change its default
+            spec = {**BUILTIN_PARAMS[pname], **spec}
+        reject_unknown(spec, {"type", "default", "help", "choices", *RANGE_KEYS}, pw)
         ptype = optional(spec, "type", str, pw, "str")
         if ptype not in PARAM_TYPES:
             raise UsageError(f"{pw}.type: {ptype!r} is not one of {', '.join(PARAM_TYPES)}")
@@ -136,8 +162,18 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
         if "default" not in spec:
             raise UsageError(f"{pw}: missing required field 'default'")
         choices = optional(spec, "choices", list, pw)
-        params[pname] = {"type": ptype, "help": optional(spec, "help", str, pw, ""), "choices": choices,
-                         "default": coerce(spec["default"], ptype, f"{pw}.default", choices)}
+        params[pname] = {"type": ptype, "help": optional(spec, "help", str, pw, ""), "choices": choices}
+        for key in RANGE_KEYS:
+            if key in spec:
+                if ptype not in ("int", "float", "size") or (key == "max_per_cpu" and ptype == "size"):
+                    raise UsageError(f"{pw}.{key}: only for int or float parameters (and min/max for size)")
+                params[pname][key] = (parse_size(spec[key], f"{pw}.{key}") if ptype == "size"
+                                      else coerce(spec[key], "float" if ptype == "float" else "int", f"{pw}.{key}"))
+        if params[pname].get("min") is not None and params[pname].get("max") is not None \
+                and params[pname]["min"] > params[pname]["max"]:
+            raise UsageError(f"{pw}: min {params[pname]['min']!r} is above max {params[pname]['max']!r}")
+        params[pname]["default"] = coerce(spec["default"], ptype, f"{pw}.default", choices)
+        check_range(params[pname]["default"], params[pname], f"{pw}.default")
 
     presets = {}
     for prname, values in optional(data, "presets", dict, w, {}).items():
@@ -149,6 +185,7 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
             if k not in params:
                 raise UsageError(f"{prw}.{k}: not a parameter; allowed: {', '.join(sorted(params))}")
             presets[prname][k] = coerce(v, params[k]["type"], f"{prw}.{k}", params[k]["choices"])
+            check_range(presets[prname][k], params[k], f"{prw}.{k}")
 
     trace = optional(data, "trace", dict, w, {})
     reject_unknown(trace, {"events", "buffer_kb"}, f"{w}.trace")

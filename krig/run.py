@@ -8,8 +8,10 @@ import time
 
 from . import RESULTS_DIR, ROOT
 from .check import check
-from .errors import GuestCrashed, GuestHung, KrigError
+from .errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
 from kernels.catalog import load_kernel
+from .paths import owner_record
+from .preflight import preflight
 from .reproducer import load_reproducer
 from .results import git_revision, new_run_dir, now, write_json
 from .verdict import first_crash
@@ -25,9 +27,10 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
 
     collect=False runs the workload without sampler and tracer (for benchmarks)."""
     repro = load_reproducer(repro_name)
-    params = repro.resolve_params(preset, sets or {})
-    kernel = load_kernel(kernel_name)
     rig = load_rig(rig_name)
+    params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
+    kernel = load_kernel(kernel_name)
+    host = preflight(rig, repro, results_root, collect)
     rig.console_crash = first_crash
 
     run_dir = new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
@@ -36,6 +39,7 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
         "kernel": kernel.describe(), "rig": rig.describe(),
         "krig_revision": git_revision(), "started": now(), "ended": None,
         "status": "running", "complete": False, "outcome": None, "reason": None, "collect": collect,
+        "owner": owner_record(), "preflight": host,
     }
     write_json(run_dir / "manifest.json", manifest)
     log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
@@ -47,15 +51,21 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
                 outcome, reason = _drive(rig, repro, params, kernel, run_dir, manifest, log, collect)
             except GuestHung as e:
                 outcome, reason = "hung", str(e)
-                _save_partial(rig, run_dir)
+                try:
+                    _save_partial(rig, run_dir)
+                except OSError as e2:
+                    outcome, reason = "error", f"host: {os_fault(e2)} (while saving the output of a hung run: {e})"
             except GuestCrashed as e:
                 outcome, reason = "crashed", str(e)
+                manifest["rig_fault"] = e.rig_fault
             except KrigError as e:
                 outcome, reason = "error", str(e)
+            except OSError as e:        # the host: a full or read-only disk, ...
+                outcome, reason = "error", f"host: {os_fault(e)}"
             finally:
                 # Results first: pulled before anything is powered off or removed; a
                 # power-off that fails is recorded and never costs the results.
-                _pull(rig, run_dir)
+                outcome, reason = _pull(rig, run_dir, outcome, reason, manifest)
                 manifest["rig_facts"] = rig.facts()
                 _power_down(rig, outcome == "completed", manifest)
     except KeyboardInterrupt:
@@ -69,9 +79,21 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
         manifest.update({"ended": now(), "outcome": outcome, "reason": reason,
                          "status": "complete" if outcome not in ("interrupted",) else "incomplete",
                          "complete": outcome != "interrupted"})
-        write_json(run_dir / "manifest.json", manifest)
-    verdict = check(run_dir)
+        _final_write(run_dir, manifest)
+    try:
+        verdict = check(run_dir)
+    except OSError as e:
+        raise RigError(f"cannot record the verdict in {run_dir}: {os_fault(e)} (run ended: {reason})") from None
     return run_dir, verdict
+
+
+def _final_write(run_dir, manifest):
+    """The run's end; if the disk refuses it, one line saying what happened to the run."""
+    try:
+        write_json(run_dir / "manifest.json", manifest)
+    except OSError as e:
+        raise RigError(f"cannot record the end of the run in {run_dir}: {os_fault(e)} "
+                       f"(run ended: {manifest['outcome']}: {manifest['reason']})") from None
 
 
 def _power_down(rig, orderly: bool, manifest: dict):
@@ -81,11 +103,17 @@ def _power_down(rig, orderly: bool, manifest: dict):
         manifest["power_off_error"] = str(e)
 
 
-def _pull(rig, run_dir):
+def _pull(rig, run_dir, outcome, reason, manifest):
+    """Bring the results back; a pull that fails makes a finished run an ERROR saying where they are."""
     try:
         rig.files.pull(rig.files.results_dir(), run_dir)
-    except KrigError:
-        pass
+    except KrigError as e:
+        manifest["pull_error"] = str(e)
+        if outcome in ("completed", "skip"):
+            return "error", str(e)
+        if outcome == "error":
+            return outcome, f"{reason}; {e}"
+    return outcome, reason
 
 
 def _save_partial(rig, run_dir):

@@ -43,7 +43,10 @@ def load_rig(name: str):
     path = rig_path(name)
     if path is None:
         raise UsageError(f"--rig {name!r}: unknown rig; allowed: {', '.join(rig_names())}")
-    where = f"rigs/{path.name}" if path.parent == RIG_DIR else str(path)
+    if name.endswith(".toml") or "/" in name:
+        where = name                    # the path exactly as the user gave it
+    else:
+        where = f"rigs/{path.name}" if path.parent == RIG_DIR else str(path)
     spec = load_toml(path)
     driver = spec.get("driver")
     if driver not in DRIVERS:

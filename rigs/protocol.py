@@ -116,6 +116,12 @@ class Rig(abc.ABC):
         """Facts learnt while running (accel used and why, versions...)."""
         return {}
 
+    def host_needs(self) -> dict:
+        """What a run on this rig takes from the host running krig, checked before anything
+        starts (krig/preflight.py): any of memory (bytes), cpus, programs (names on PATH),
+        work_dir (where per-run files such as disk images go)."""
+        return {}
+
     def shutdown(self) -> None:
         """Orderly power off after a finished run; drivers may do better than a hard off."""
         self.power.off()

@@ -16,8 +16,8 @@ import time
 
 from krig import ROOT
 from krig.config import optional, parse_size, reject_unknown, require
-from krig.errors import GuestCrashed, GuestHung, RigError, UsageError
-from krig.paths import cache_dir
+from krig.errors import GuestCrashed, GuestHung, RigError, UsageError, os_fault
+from krig.paths import cache_dir, owner_alive, owner_record
 from . import guestroot, initramfs
 from .procs import dies_with_parent
 from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
@@ -50,11 +50,11 @@ def qemu_version() -> str:
     return out.splitlines()[0] if out else "unknown"
 
 
-def validate_spec(name: str, spec: dict) -> dict:
-    where = f"rigs/{name}.toml"
+def validate_spec(name: str, spec: dict, where: str) -> dict:
     reject_unknown(spec, {"driver", "description", "memory", "cpus", "accel", "boot_timeout",
-                          "disks", "modules", "extra_args", "keep_disks"}, where)
+                          "disks", "modules", "extra_args", "keep_disks", "work_dir"}, where)
     out = {"driver": "qemu", "description": optional(spec, "description", str, where, "")}
+    out["work_dir"] = optional(spec, "work_dir", str, where, None)
     out["memory_bytes"] = parse_size(optional(spec, "memory", (str, int), where, "4G"), f"{where}.memory")
     out["memory"] = optional(spec, "memory", (str, int), where, "4G")
     out["cpus"] = optional(spec, "cpus", int, where, 2)
@@ -162,11 +162,69 @@ def _kill(p: subprocess.Popen, grace: float = 5.0):
         p.wait()
 
 
+def qemu_fault(proc: subprocess.Popen, qemu_log: pathlib.Path) -> str | None:
+    """QEMU's own side of a guest that went away: an error exit and QEMU's last message, or None.
+
+    QEMU exits 0 when the guest powers off or resets itself (-no-reboot, panic=-1):
+    that is the guest's doing. A non-zero status or a signal is the emulator or the host."""
+    rc = proc.returncode
+    if rc is None or rc == 0:
+        return None
+    how = f"exited with status {rc}" if rc > 0 else f"was killed by signal {-rc}"
+    try:
+        lines = [ln.strip() for ln in qemu_log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        lines = []
+    said = [ln for ln in lines if "warning:" not in ln] or lines
+    return f"QEMU {how}" + (f": {said[-1]} ({qemu_log.name})" if said else f" without a message in {qemu_log.name}")
+
+
+OWNER_FILE = "owner.json"
+
+
+def reap_stale(work_dir: pathlib.Path) -> list[str]:
+    """Work directories of runs whose krig process is gone (killed): their disk images are
+    deleted; results the guest had written are moved into the run directory first
+    (a directory whose results cannot be moved is kept, without its images)."""
+    reaped = []
+    for owner in sorted(work_dir.glob(f"*/{OWNER_FILE}")):
+        d = owner.parent
+        try:
+            rec = json.loads(owner.read_text())
+        except (OSError, ValueError):
+            continue
+        if owner_alive(rec):
+            continue
+        for img in d.glob("nvme*.img"):
+            img.unlink(missing_ok=True)
+        out, run_dir = d / "share" / "out", pathlib.Path(rec.get("run_dir") or "/nonexistent")
+        ctl = d / "share" / "ctl"
+        outs = sorted(ctl.glob("*.out"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+        if outs and out.is_dir():   # the last command's channels: the workload's stdout and stderr so far
+            for src, name in ((outs[-1], "stdout"), (outs[-1].with_suffix(".err"), "stderr")):
+                if src.exists() and not (out / name).exists():
+                    src.rename(out / name)
+        try:
+            if out.is_dir() and run_dir.is_dir():
+                for f in out.iterdir():
+                    if not (run_dir / f.name).exists():
+                        shutil.move(str(f), str(run_dir / f.name))
+        except OSError:
+            pass
+        if not out.is_dir() or not any(out.iterdir()):
+            shutil.rmtree(d, ignore_errors=True)
+        reaped.append(d.name)
+    return reaped
+
+
 class QemuRig(Rig):
     kind = "qemu"
+    takes_path = True       # rigs.load_rig passes the rig file's path, as the user gave it, for messages
 
-    def __init__(self, name: str, spec: dict):
-        super().__init__(name, validate_spec(name, spec))
+    def __init__(self, name: str, spec: dict, path=None):
+        self.where = str(path) if path else f"rigs/{name}.toml"
+        super().__init__(name, validate_spec(name, spec, self.where))
+        self.keep_share = False
         self.proc: subprocess.Popen | None = None
         self.workdir: pathlib.Path | None = None
         self.share: pathlib.Path | None = None
@@ -182,24 +240,46 @@ class QemuRig(Rig):
         self.files = _Files(self)
         self.boot = _Boot(self)
 
+    def work_dir(self) -> pathlib.Path:
+        """Where per-run work directories (scratch disk images, the 9p share) go."""
+        if not self.spec["work_dir"]:
+            return cache_dir("work")
+        d = pathlib.Path(self.spec["work_dir"]).expanduser()
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass            # prepare() says what is wrong with it
+        return d
+
+    def host_needs(self):
+        return {"memory": self.spec["memory_bytes"], "cpus": self.spec["cpus"], "programs": [QEMU],
+                "work_dir": self.work_dir()}
+
     # -- per-run state ------------------------------------------------------
     def prepare(self, run_dir, kernel, needs):
         self.run_dir = pathlib.Path(run_dir)
         self.console.log_path = self.run_dir / "console.log"
-        self.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=cache_dir("work")))
-        self.share = self.workdir / "share"
-        (self.share / "ctl").mkdir(parents=True)
-        (self.share / "out").mkdir()
-        want = needs.get("scratch_size", 0)
-        self._disks = []
-        for i, d in enumerate(self.spec["disks"]):
-            size = max(d["size"], want) if d["role"] == "scratch" else d["size"]
-            img = self.workdir / f"nvme{i}.img"
-            with open(img, "wb") as f:
-                f.truncate(size)    # sparse
-            self._disks.append({**d, "size": size, "path": img})
-        if needs.get("scratch_size") and not any(d["role"] == "scratch" for d in self._disks):
-            raise UsageError(f"rigs/{self.name}.toml: the reproducer needs a scratch disk; add a [[disks]] entry")
+        if needs.get("scratch_size") and not any(d["role"] == "scratch" for d in self.spec["disks"]):
+            raise UsageError(f"{self.where}: the reproducer needs a scratch disk; add a [[disks]] entry")
+        base = self.work_dir()
+        self._facts["reaped_work_dirs"] = reap_stale(base)
+        try:
+            self.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=base))
+            (self.workdir / OWNER_FILE).write_text(json.dumps({**owner_record(), "run_dir": str(self.run_dir)}))
+            self.share = self.workdir / "share"
+            (self.share / "ctl").mkdir(parents=True)
+            (self.share / "out").mkdir()
+            want = needs.get("scratch_size", 0)
+            self._disks = []
+            for i, d in enumerate(self.spec["disks"]):
+                size = max(d["size"], want) if d["role"] == "scratch" else d["size"]
+                img = self.workdir / f"nvme{i}.img"
+                with open(img, "wb") as f:
+                    f.truncate(size)    # sparse
+                self._disks.append({**d, "size": size, "path": img})
+        except OSError as e:
+            raise RigError(f"rig {self.name}: cannot set up the work directory and scratch images in "
+                           f"{base}: {os_fault(e)}") from None
         self._facts["disks"] = [{"serial": d["serial"], "role": d["role"], "size": d["size"]} for d in self._disks]
 
     def scratch_env(self):
@@ -225,7 +305,20 @@ class QemuRig(Rig):
         if self.proc is not None:
             _kill(self.proc)
         if self.workdir and self.workdir.exists() and not self.spec["keep_disks"]:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            if self.keep_share:     # results that could not be moved stay; the images go
+                for d in self._disks:
+                    pathlib.Path(d["path"]).unlink(missing_ok=True)
+            else:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def died(self, what: str) -> GuestCrashed:
+        """The guest went away while `what`: QEMU's own fault, if it had one, goes along."""
+        return GuestCrashed(f"guest died {what} (qemu exit {self.proc.returncode}); see console.log",
+                            rig_fault=self._rig_fault())
+
+    def _rig_fault(self) -> str | None:
+        fault = qemu_fault(self.proc, self.run_dir / "qemu.log")
+        return f"rig {self.name}: {fault}" if fault else None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -304,7 +397,7 @@ class _Boot(BootProtocol):
         t0 = time.monotonic()
         while not ready.exists():
             if not r.alive():
-                raise GuestCrashed(f"guest died during boot (qemu exit {r.proc.returncode}); see console.log")
+                raise r.died("during boot")
             if time.monotonic() > deadline:
                 raise GuestHung(f"guest did not come up within {timeout or spec['boot_timeout']:.0f}s")
             time.sleep(0.1)
@@ -319,7 +412,7 @@ class _Command(CommandProtocol):
     def run(self, argv, env=None, timeout=60):
         r = self.rig
         if not r.alive():
-            raise GuestCrashed("guest is not running")
+            raise r.died(f"before running {argv[0]}")
         ctl = r.share / "ctl"
         n = self.n
         self.n += 1
@@ -332,7 +425,7 @@ class _Command(CommandProtocol):
         rc_file = ctl / f"{n}.rc"
         while not rc_file.exists():
             if not r.alive():
-                raise GuestCrashed(f"guest died while running {argv[0]} (qemu exit {r.proc.returncode})")
+                raise r.died(f"while running {argv[0]}")
             if time.monotonic() - t0 > timeout:
                 raise GuestHung(f"{' '.join(map(str, argv))} did not finish within {timeout:.0f}s")
             time.sleep(0.1)
@@ -363,11 +456,20 @@ class _Files(FilesProtocol):
         return f"{GUEST_SHARE}/out"
 
     def pull(self, remote, local):
+        if self.rig.share is None:
+            return                  # the run never got a share: nothing to pull
         if not remote.startswith(GUEST_SHARE + "/"):
             raise RigError(f"rig {self.rig.name}: can only pull from {GUEST_SHARE}, not {remote}")
         src = self.rig.share / remote[len(GUEST_SHARE) + 1:]
         local = pathlib.Path(local)
         local.mkdir(parents=True, exist_ok=True)
         if src.exists():
-            for p in src.iterdir():
-                shutil.move(str(p), str(local / p.name))
+            for p in sorted(src.iterdir()):
+                try:
+                    shutil.move(str(p), str(local / p.name))
+                except OSError as e:
+                    self.rig.keep_share = True
+                    if p.exists():
+                        (local / p.name).unlink(missing_ok=True)     # a partial copy; the original stays
+                    raise RigError(f"cannot move {p.name} into {local}: {os_fault(e)}; the collected files "
+                                   f"are kept in {src}") from None

@@ -1,0 +1,85 @@
+"""Preflight: what a run will take from this host, checked before anything starts.
+
+Guest memory and CPUs against what the host can give, free space of the
+results filesystem and of the rig's work directory (scratch images, the
+results share) against what the reproducer will write, and the programs the
+rig runs. A shortfall is bad input (exit 2): one line, nothing started.
+"""
+import os
+import pathlib
+import shutil
+
+from .errors import UsageError
+
+LOG_ALLOWANCE = 1 << 20      # console.log, manifest, verdict, junit, samples of a short run
+
+
+def mem_available() -> int:
+    """MemAvailable of /proc/meminfo in bytes."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _existing(path: pathlib.Path) -> pathlib.Path:
+    """path, or its nearest existing parent (the results root may not exist yet)."""
+    path = pathlib.Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _free(path: pathlib.Path) -> tuple[int, int]:
+    """(device, bytes free to an unprivileged writer) of the filesystem holding path."""
+    p = _existing(path)
+    st = os.statvfs(p)
+    return os.stat(p).st_dev, st.f_bavail * st.f_frsize
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 \
+        else f"{n >> 10} KiB"
+
+
+def output_estimate(repro, cpus: int, collect: bool = True) -> tuple[int, str]:
+    """Bytes a run writes at least, and how that figure is made up."""
+    parts = [(repro.requires.get("output_size", 0), "declared output (requires.output_size)"),
+             (LOG_ALLOWANCE, "logs")]
+    if repro.trace_events and collect:
+        parts.insert(0, (repro.trace_buffer_kb * 1024 * cpus,
+                         f"trace buffers {repro.trace_buffer_kb} KiB x {cpus} CPUs"))
+    return sum(n for n, _ in parts), " + ".join(f"{what} {_mib(n)}" for n, what in parts)
+
+
+def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True) -> dict:
+    """Raise UsageError naming the first thing this host cannot give; return what was checked."""
+    needs = rig.host_needs()
+    where = getattr(rig, "where", f"rig {rig.name}")
+    for prog in needs.get("programs", []):
+        if shutil.which(prog) is None:
+            raise UsageError(f"{where}: the rig needs the program {prog}, which is not on PATH; run `make setup`")
+    mem = needs.get("memory")
+    avail = mem_available()
+    if mem and mem > avail:
+        raise UsageError(f"{where}.memory: {_mib(mem)} is more than this host can give now "
+                         f"(MemAvailable {_mib(avail)})")
+    cpus = needs.get("cpus")
+    ncpu = os.cpu_count() or 1
+    if cpus and cpus > ncpu:
+        raise UsageError(f"{where}.cpus: {cpus} is more than this host's {ncpu} CPUs")
+    need, how = output_estimate(repro, cpus or 1, collect)
+    places = [(pathlib.Path(results_root), "the results directory (KRIG_RESULTS)")]
+    if needs.get("work_dir"):
+        places.append((pathlib.Path(needs["work_dir"]), f"{where} work directory (scratch images, results share)"))
+    seen = set()
+    for path, what in places:
+        dev, free = _free(path)
+        if dev in seen:             # same filesystem: the results are moved, not copied
+            continue
+        seen.add(dev)
+        if free < need:
+            raise UsageError(f"{path}: {_mib(free)} free for {what}, the run needs at least {_mib(need)} "
+                             f"({how})")
+    return {"mem_available": avail, "host_cpus": ncpu, "output_estimate": need}

@@ -1,0 +1,380 @@
+"""The fault suite: what each rig, host or krig fault gives (README: "Faults and what they give").
+
+Every case asserts the verdict or exit code, the one-line message, that nothing
+already collected was lost, and that no qemu (or ipmi_sim) process is left.
+Preflight and rule cases boot nothing; the others boot selftest-pass or a short
+selftest-hang on a QEMU rig whose work directory is the test's own.
+"""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import KRIG, ROOT, krig_run, qemu_pids, run_dir_of
+from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
+from kernels.catalog import load_kernel
+from rigs import initramfs, qemu
+from krig.paths import owner_record
+from krig.verdict import INCOMPLETE_REASON, exit_code, outcome_verdict
+from rigs.qemu import OWNER_FILE, reap_stale
+
+pytestmark = pytest.mark.faults
+
+RIG = """driver = "qemu"
+memory = "{memory}"
+cpus = 2
+accel = "auto"
+boot_timeout = 180
+work_dir = "{work}"
+extra_args = {extra}
+
+[[disks]]
+serial = "krig-scratch"
+size = "16G"
+role = "scratch"
+"""
+PANIC = "[    2.100000] Kernel panic - not syncing: Attempted to kill init!\n"
+BANNER = "[    0.000000] Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org)\n"
+
+
+def rig_file(tmp_path, name="faulty", memory="2G", extra=(), work=None) -> pathlib.Path:
+    d = tmp_path / "rigs"
+    d.mkdir(exist_ok=True)
+    p = d / f"{name}.toml"
+    p.write_text(RIG.format(memory=memory, work=work or tmp_path / "work", extra=json.dumps(list(extra))))
+    return p
+
+
+def one_line(text: str, *needles) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert len(lines) == 1, text
+    assert "Traceback" not in text
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def verdict_line(p) -> str:
+    """The verdict line `krig run` prints (the one line saying what happened)."""
+    return next(ln for ln in p.stdout.splitlines() if ln.split(":")[0] in ("PASS", "FAIL", "ERROR", "SKIP", "HUNG",
+                                                                          "CRASHED", "INTERRUPTED", "INCOMPLETE"))
+
+
+def no_runs(tmp_path):
+    assert not list((tmp_path / "results").glob("*/*/*/*/manifest.json")), "a run directory was made"
+
+
+def wait_for(cond, what: str, timeout: float = 240):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.5)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def running_manifest(tmp_path, repro="selftest-hang"):
+    """The run's manifest once the kernel under test answered (machine facts recorded)."""
+    for m in (tmp_path / "results").glob(f"{repro}/*/*/*/manifest.json"):
+        try:
+            if json.loads(m.read_text()).get("machine"):
+                return m
+        except ValueError:
+            pass
+    return None
+
+
+# -- the rule itself -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("outcome,console,fault,answered,verdict", [
+    ("completed", BANNER, None, True, None),                          # thresholds decide
+    ("completed", BANNER + PANIC, None, True, "CRASHED"),
+    ("crashed", BANNER + PANIC, None, False, "CRASHED"),              # panicked at boot
+    ("crashed", BANNER + PANIC, "QEMU exited with status 1", False, "CRASHED"),  # the kernel went first
+    ("crashed", "", "QEMU exited with status 1: cannot set up guest memory", False, "ERROR"),
+    ("crashed", BANNER, "QEMU was killed by signal 9", True, "ERROR"),  # the host killed the emulator
+    ("crashed", "", None, False, "ERROR"),                            # gone before the kernel printed
+    ("crashed", BANNER, None, True, "CRASHED"),                       # reset itself after it ran
+    ("hung", BANNER, None, True, "HUNG"),
+    ("hung", "", None, False, "ERROR"),                               # the rig never started it
+    ("hung", "", None, True, "HUNG"),                                 # a server without serial console
+    ("error", BANNER + PANIC, None, True, "ERROR"),
+    ("skip", "", None, False, "SKIP"),
+    ("interrupted", "", None, False, "INTERRUPTED"),
+    (None, BANNER, None, True, "INCOMPLETE"),
+])
+def test_rule(outcome, console, fault, answered, verdict):
+    v, reason = outcome_verdict(outcome, "why", console, fault, machine_answered=answered)
+    assert v == verdict, reason
+    if v == "ERROR" and fault:
+        assert fault in reason
+
+
+# -- preflight and bad input: nothing starts -----------------------------------------------------
+
+def test_memory_beyond_host(krig_cli, tmp_path):
+    rig = rig_file(tmp_path, memory="64G")
+    p = krig_cli("run", "selftest-pass", "--rig", str(rig), env={"KRIG_RESULTS": str(tmp_path / "results")})
+    assert p.returncode == 2, p.stdout + p.stderr
+    one_line(p.stderr, f"{rig}.memory:", "64.0 GiB", "MemAvailable")
+    no_runs(tmp_path)
+    assert not qemu_pids(str(tmp_path))
+
+
+def test_bad_rig_path_named_as_given(krig_cli, tmp_path):
+    rig = rig_file(tmp_path, memory="lots")
+    p = krig_cli("run", "selftest-pass", "--rig", str(rig))
+    assert p.returncode == 2
+    line = one_line(p.stderr, "memory", "lots")
+    assert line.startswith(f"krig: error: {rig}.memory: "), line
+
+
+@pytest.mark.parametrize("repro,setting,needle", [
+    ("selftest-pass", "timeout=-5", "below the minimum 1"),
+    ("selftest-pass", "files=0", "below the minimum 1"),
+    ("xfs-ail-storm", "writers=100000", "above the maximum 128 (64 per CPU x 2 CPUs"),
+    ("selftest-pass", "sample_interval=0", "below the minimum"),
+])
+def test_parameter_ranges(krig_cli, tmp_path, repro, setting, needle):
+    p = krig_cli("run", repro, "--set", setting, env={"KRIG_RESULTS": str(tmp_path / "results")})
+    assert p.returncode == 2, p.stdout + p.stderr
+    one_line(p.stderr, f"--set {setting.split('=')[0]}: ", needle)
+    no_runs(tmp_path)
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A 24 KiB tmpfs (root only)."""
+    if os.geteuid() != 0:
+        pytest.fail("the full-filesystem cases mount a tmpfs: run the fault suite as root")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24k", "krig-test-tiny", str(mnt)], check=True)
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_full_results_fs_preflight(krig_cli, tiny_fs):
+    p = krig_cli("run", "selftest-pass", env={"KRIG_RESULTS": str(tiny_fs / "results")})
+    assert p.returncode == 2, p.stdout + p.stderr
+    one_line(p.stderr, str(tiny_fs / "results"), "free", "needs at least")
+    assert not list(tiny_fs.iterdir())
+
+
+def test_incomplete_run(krig_cli, tmp_path):
+    """A run directory whose krig was killed: INCOMPLETE, exit 7; a live owner's run is not judged."""
+    d = tmp_path / "run"
+    d.mkdir()
+    dead = {"pid": 2 ** 22 + 7, "start": "1", "host": os.uname().nodename}
+    man = {"reproducer": "selftest-pass", "params": {}, "outcome": None, "status": "running", "owner": dead}
+    (d / "manifest.json").write_text(json.dumps(man))
+    p = krig_cli("check", str(d))
+    assert p.returncode == exit_code("INCOMPLETE") == 7, p.stdout + p.stderr
+    assert one_line(p.stdout) == f"INCOMPLETE: {INCOMPLETE_REASON}"
+    assert json.loads((d / "verdict.json").read_text())["verdict"] == "INCOMPLETE"
+    (d / "manifest.json").write_text(json.dumps({**man, "owner": owner_record()}))   # this process: alive
+    p = krig_cli("check", str(d))
+    assert p.returncode == 2
+    one_line(p.stderr, "still running")
+
+
+def test_reap_keeps_what_was_collected(tmp_path):
+    """A dead owner's work directory: images deleted, the guest's results moved to the run dir."""
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    run_dir.mkdir()
+    dead = work / "krig-x-dead"
+    (dead / "share" / "out").mkdir(parents=True)
+    (dead / "share" / "ctl").mkdir()
+    (dead / "share" / "out" / "samples.tsv").write_text("t\tnr_dentry\n0\t1\n")
+    (dead / "share" / "ctl" / "1.out").write_text("hanging now\n")
+    (dead / "nvme0.img").write_bytes(b"\0" * 4096)
+    (dead / OWNER_FILE).write_text(json.dumps({"pid": 2 ** 22 + 7, "start": "1", "host": os.uname().nodename,
+                                               "run_dir": str(run_dir)}))
+    live = work / "krig-x-live"
+    live.mkdir()
+    (live / "nvme0.img").write_bytes(b"\0")
+    (live / OWNER_FILE).write_text(json.dumps({**owner_record(), "run_dir": str(run_dir)}))
+    assert reap_stale(work) == ["krig-x-dead"]
+    assert not dead.exists() and (live / "nvme0.img").exists()
+    assert (run_dir / "samples.tsv").read_text().startswith("t\t")
+    assert (run_dir / "stdout").read_text() == "hanging now\n"
+
+
+# -- on a real guest -----------------------------------------------------------------------------
+
+@pytest.mark.guest
+def test_qemu_refuses_to_start(tmp_path, no_leftover_qemu):
+    """QEMU's own error (here an unknown device) is ERROR quoting QEMU, not CRASHED."""
+    rig = rig_file(tmp_path, extra=["-device", "no-such-device-krig"])
+    p = krig_run(tmp_path, "selftest-pass", "--rig", str(rig))
+    assert p.returncode == 3, p.stdout + p.stderr
+    line = verdict_line(p)
+    assert line.startswith("ERROR: rig faulty: QEMU exited with status 1: ") and "no-such-device-krig" in line, line
+    d = run_dir_of(p)
+    assert "no-such-device-krig" in (d / "qemu.log").read_text()
+    assert not list((tmp_path / "work").iterdir()), "the work directory was left behind"
+
+
+def test_readonly_image_dir(tmp_path, no_leftover_qemu):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64m", "krig-test-ro", str(ro)], check=True)
+    try:
+        p = krig_run(tmp_path, "selftest-pass", "--rig", str(rig_file(tmp_path, work=ro)))
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], check=False)
+    assert p.returncode == 3, p.stdout + p.stderr
+    line = verdict_line(p)
+    assert line.startswith("ERROR: rig faulty: cannot set up the work directory") and "Read-only file system" in line
+    assert str(ro) in line
+
+
+@pytest.mark.guest
+def test_kill9_incomplete_then_reaped(tmp_path, krig_cli, no_leftover_qemu):
+    rig = rig_file(tmp_path)
+    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
+    p = subprocess.Popen(KRIG + ["run", "selftest-hang", "--rig", str(rig), "--set", "timeout=300"], cwd=ROOT,
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        man = wait_for(lambda: running_manifest(tmp_path), "the guest to answer")
+        d = man.parent
+        time.sleep(3)           # the workload prints "hanging now"
+    finally:
+        p.kill()
+        p.wait()
+    wait_for(lambda: not qemu_pids(str(tmp_path)), "qemu to die with krig (PR_SET_PDEATHSIG)", 30)
+    assert json.loads(man.read_text())["status"] == "running"
+    stale = [w for w in (tmp_path / "work").iterdir()]
+    assert len(stale) == 1 and list(stale[0].glob("nvme*.img")), "the killed run's work directory"
+    c = krig_cli("check", str(d))
+    assert c.returncode == 7 and one_line(c.stdout) == f"INCOMPLETE: {INCOMPLETE_REASON}"
+    # the next run on a rig with the same work directory reaps it (this one fails fast: QEMU refuses)
+    q = krig_run(tmp_path, "selftest-pass", "--rig", str(rig_file(tmp_path, "next", extra=["-device", "nope"])))
+    assert q.returncode == 3, q.stdout + q.stderr
+    assert not list((tmp_path / "work").iterdir()), "the stale work directory (and its image) is still there"
+    assert "hanging now" in (d / "stdout").read_text(), "the killed run's output was lost"
+    assert (d / "console.log").stat().st_size > 0
+    assert json.loads((run_dir_of(q) / "manifest.json").read_text())["rig_facts"]["reaped_work_dirs"] == \
+        [stale[0].name]
+
+
+@pytest.mark.guest
+def test_sigterm_during_boot(tmp_path, no_leftover_qemu):
+    rig = rig_file(tmp_path)
+    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
+    p = subprocess.Popen(KRIG + ["run", "selftest-pass", "--rig", str(rig)], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: qemu_pids(str(tmp_path)), "qemu to start", 120)
+        time.sleep(1)
+        assert running_manifest(tmp_path, "selftest-pass") is None, "the guest was already up"
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, out + err
+    assert "Traceback" not in err and verdict_line(p).startswith("INTERRUPTED: ")
+    d = run_dir_of(p)
+    m = json.loads((d / "manifest.json").read_text())
+    assert m["status"] == "incomplete" and m["complete"] is False
+    assert (d / "console.log").exists()
+    assert not qemu_pids(str(tmp_path)), "qemu survived SIGTERM"
+    assert not list((tmp_path / "work").iterdir())
+
+
+@pytest.mark.guest
+def test_results_fs_fills_mid_run(tmp_path, no_leftover_qemu):
+    """The results filesystem fills while the guest runs: exit 3 (ERROR's code), one line, and
+    what the guest collected is kept (the line says where)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "krig-test-small", str(mnt)], check=True)
+    try:
+        env = {**os.environ, "KRIG_RESULTS": str(mnt / "results")}
+        p = subprocess.Popen(KRIG + ["run", "selftest-hang", "--rig", str(rig_file(tmp_path)), "--set",
+                                     "timeout=15"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: running_manifest(mnt), "the guest to answer")
+            subprocess.run(["dd", "if=/dev/zero", f"of={mnt}/filler", "bs=64k"], capture_output=True)
+            out, err = p.communicate(timeout=240)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert p.returncode == 3, out + err
+        line = one_line(err, "No space left on device", "kept in")
+        kept = pathlib.Path(line.split("kept in ")[1].split(";")[0].split(" ")[0].rstrip(")"))
+        assert kept.is_dir() and any(kept.iterdir()), f"nothing kept in {kept}"
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.guest
+def test_two_runs_same_rig_at_once(tmp_path, no_leftover_qemu):
+    rig = rig_file(tmp_path)
+    res = {}
+
+    def one(i):
+        res[i] = krig_run(tmp_path, "selftest-pass", "--rig", str(rig), timeout=900)
+    threads = [threading.Thread(target=one, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    dirs = set()
+    for p in res.values():
+        assert p.returncode == 0, p.stdout + p.stderr
+        d = run_dir_of(p)
+        dirs.add(d)
+        assert json.loads((d / "verdict.json").read_text())["verdict"] == "PASS"
+        assert "created 100 files" in (d / "stdout").read_text()
+    assert len(dirs) == 2
+    assert not list((tmp_path / "work").iterdir())
+
+
+@pytest.mark.ipmi
+def test_bmc_dies_mid_run(tmp_path):
+    """ipmi_sim (the BMC) killed while the workload runs: ERROR naming the BMC, nothing left running.
+
+    The simulated server's QEMU dies with ipmi_sim (its power goes with it), as the whole
+    lab server would look to krig if its BMC and power went away together."""
+    miss = missing_tools()
+    assert not miss, f"the IPMI fault case needs: {', '.join(miss)} (make setup)"
+    kernel = load_kernel("distro")
+    initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)
+    sim = SimServer(tmp_path / "sim", kernel, initrd)
+    (tmp_path / "sim").mkdir()
+    try:
+        sim.start()
+        sim.rig_file("sim", hang_timeout=20, bmc={"timeout": 1, "retries": 2})
+        env = {**os.environ, "KRIG_RIG_PATH": str(sim.rigs), "KRIG_RESULTS": str(tmp_path / "results"),
+               "KRIG_LOCK_DIR": str(tmp_path / "locks")}
+        p = subprocess.Popen(KRIG + ["run", "selftest-hang", "--rig", "sim", "--set", "timeout=120"], cwd=ROOT,
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            man = wait_for(lambda: running_manifest(tmp_path), "the server to answer", 300)
+            time.sleep(3)
+            os.killpg(sim.proc.pid, signal.SIGKILL)
+            out, err = p.communicate(timeout=400)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert p.returncode == 3, out + err
+        line = verdict_line(p)
+        assert line.startswith("ERROR: ") and "BMC" in line, line
+        assert "Traceback" not in err
+        d = man.parent
+        assert "Linux version" in (d / "console.log").read_text(errors="replace")
+        assert json.loads((d / "verdict.json").read_text())["verdict"] == "ERROR"
+        left = [ln for ln in sim.processes() if "ipmi_sim" in ln or "qemu-system" in ln or "ipmitool" in ln]
+        assert not left, f"left running: {left}"
+    finally:
+        sim.stop()
+    assert not sim.processes()
