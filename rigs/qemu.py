@@ -25,6 +25,9 @@ from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProt
 QEMU = "qemu-system-x86_64"
 BASE_MODULES = ["virtio_pci", "9pnet_virtio", "9p", "nvme", "xfs", "ext4"]
 AGENT = pathlib.Path(__file__).resolve().parent / "guest" / "agent.sh"
+# How TCG runs the vCPUs: "multi" (one host thread per vCPU, QEMU's default) or
+# "single" (all vCPUs round-robin on one thread). See README, "TCG boot flake".
+TCG_THREAD = "multi"
 PROBE_TIMEOUT = 25.0
 PROBE_CACHE_SECONDS = 24 * 3600
 GUEST_SHARE = "/run/krig/share"
@@ -48,7 +51,7 @@ def qemu_version() -> str:
 
 def validate_spec(name: str, spec: dict) -> dict:
     where = f"rigs/{name}.toml"
-    reject_unknown(spec, {"driver", "description", "memory", "cpus", "accel", "boot_timeout",
+    reject_unknown(spec, {"driver", "description", "memory", "cpus", "accel", "tcg_thread", "boot_timeout",
                           "disks", "modules", "extra_args", "keep_disks"}, where)
     out = {"driver": "qemu", "description": optional(spec, "description", str, where, "")}
     out["memory_bytes"] = parse_size(optional(spec, "memory", (str, int), where, "4G"), f"{where}.memory")
@@ -59,6 +62,9 @@ def validate_spec(name: str, spec: dict) -> dict:
     out["accel"] = optional(spec, "accel", str, where, "auto")
     if out["accel"] not in ("auto", "kvm", "tcg"):
         raise UsageError(f"{where}.accel: {out['accel']!r} is not one of auto, kvm, tcg")
+    out["tcg_thread"] = optional(spec, "tcg_thread", str, where, TCG_THREAD)
+    if out["tcg_thread"] not in ("single", "multi"):
+        raise UsageError(f"{where}.tcg_thread: {out['tcg_thread']!r} is not one of single, multi")
     out["boot_timeout"] = optional(spec, "boot_timeout", (int, float), where, 180)
     out["modules"] = optional(spec, "modules", list, where, [])
     out["extra_args"] = optional(spec, "extra_args", list, where, [])
@@ -254,7 +260,9 @@ class _Boot(BootProtocol):
                   f"krig.agent={AGENT}", f"krig.tree={ROOT}", *kernel.cmdline, *cmdline]
         if any(c.isspace() for c in str(ROOT)):
             raise RigError(f"the krig tree {ROOT} has whitespace in its path; the guest cannot be told it")
-        argv = [QEMU, "-name", f"krig-{r.name}", "-machine", "q35", "-accel", accel,
+        accel_arg = f"tcg,thread={spec['tcg_thread']}" if accel == "tcg" else accel
+        r._facts["accel_arg"] = accel_arg
+        argv = [QEMU, "-name", f"krig-{r.name}", "-machine", "q35", "-accel", accel_arg,
                 "-cpu", "host" if accel == "kvm" else "max",
                 "-smp", str(spec["cpus"]), "-m", str(spec["memory_bytes"] // (1 << 20)),
                 "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot",
