@@ -35,7 +35,7 @@ def extra_kernel(image: pathlib.Path, modules: pathlib.Path) -> Kernel:
                   config=image.with_name(f"config-{release}"), cmdline=[])
 
 
-def boot_once(kernel, tcg_thread: str, cmdline: list, timeout: float) -> dict:
+def boot_once(kernel, tcg_thread: str, cmdline: list, timeout: float, keep: pathlib.Path | None = None) -> dict:
     rig = load_rig("qemu-default")
     rig.spec["accel"] = "tcg"
     rig.spec["tcg_thread"] = tcg_thread
@@ -53,9 +53,13 @@ def boot_once(kernel, tcg_thread: str, cmdline: list, timeout: float) -> dict:
             outcome, detail = "hung", str(e)
         except RigError as e:
             outcome, detail = "error", str(e)
-        crash = first_crash(rig.console.text())
+        console = rig.console.text()
+        crash = first_crash(console)
         if crash:
             outcome, detail = "crashed", crash
+        if keep and outcome != "ok":
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"console-{time.strftime('%H%M%S')}-{outcome}.log").write_text(console)
         return {"outcome": outcome, "detail": detail, "seconds": round(time.monotonic() - t0, 1),
                 "boot_seconds": rig.facts().get("boot_seconds")}
 
@@ -70,13 +74,14 @@ def main(argv=None) -> int:
     ap.add_argument("--append", action="append", default=[], help="extra kernel command-line argument")
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--json", type=pathlib.Path, help="append the summary as one JSON line")
+    ap.add_argument("--keep", type=pathlib.Path, help="directory for the consoles of boots that failed")
     a = ap.parse_args(argv)
     if not 1 <= a.boots <= 100:
         ap.error("--boots: 1 to 100")
     kernel = extra_kernel(a.image, a.modules) if a.image else load_kernel(a.kernel or "distro")
     results = []
     for i in range(a.boots):
-        r = boot_once(kernel, a.tcg_thread, a.append, a.timeout)
+        r = boot_once(kernel, a.tcg_thread, a.append, a.timeout, a.keep)
         results.append(r)
         print(f"boot {i + 1}/{a.boots}: {r['outcome']} {r['seconds']}s (agent after {r['boot_seconds']}s) "
               f"{r['detail'][:160]}", flush=True)

@@ -27,7 +27,7 @@ BASE_MODULES = ["virtio_pci", "9pnet_virtio", "9p", "nvme", "xfs", "ext4"]
 AGENT = pathlib.Path(__file__).resolve().parent / "guest" / "agent.sh"
 # How TCG runs the vCPUs: "multi" (one host thread per vCPU, QEMU's default) or
 # "single" (all vCPUs round-robin on one thread). See README, "TCG boot flake".
-TCG_THREAD = "multi"
+TCG_THREAD = "single"
 PROBE_TIMEOUT = 25.0
 PROBE_CACHE_SECONDS = 24 * 3600
 GUEST_SHARE = "/run/krig/share"
