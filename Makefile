@@ -29,7 +29,7 @@ HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
 help:
 	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
 	@echo "make test                  self-tests, including real QEMU guests and smoke runs"
-	@echo "make test-fast             self-tests that boot no guest"
+	@echo "make test-fast             self-tests that boot no guest and build no kernel"
 	@echo "make run REPRO=.. [RIG=.. KERNEL=.. PRESET=.. SET='k=v ..']   one run, prints the verdict"
 	@echo "make check [RUN=dir]       re-judge a run directory (default results/latest)"
 	@echo "make list                  reproducers, presets, rigs, kernels"
@@ -69,12 +69,14 @@ endef
 $(foreach s,$(HELPER_SRCS),$(eval $(call helper_rule,$(s))))
 
 # pytest exit 5 means no test ran: that is a failure here, never a pass.
-test: helpers python
+# The CI kernels are built first (cached; a no-op the second time): a build
+# that fails stops `make test` with one line naming the kernel and the error.
+test: helpers python ci-kernels
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 test-fast: helpers python
-	$(PY) -m pytest -m "not guest and not smoke and not ipmi" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not guest and not smoke and not ipmi and not kbuild" $(PYTEST_ARGS)
 
 run: helpers python
 	$(KRIG) run $(REPRO) --rig $(RIG) --kernel $(KERNEL) $(if $(PRESET),--preset $(PRESET)) $(foreach s,$(SET),--set $(s))

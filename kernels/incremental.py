@@ -32,7 +32,7 @@ import time
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
-from .spec import (ARCH, KernelSpec, _sha256_file, build_inputs, cache_key, config_mismatches, git, git_env,
+from .spec import (ARCH, DEFAULT_BASE_CONFIG, KernelSpec, _sha256_file, build_inputs, cache_key, config_mismatches, git, git_env,
                      kernel_cache,
                      localversion_fragment, read_dotconfig, source_identity, wanted_config)
 
@@ -135,12 +135,22 @@ def ensure_pristine(tarball: pathlib.Path, sha: str, log=print) -> pathlib.Path:
     return dest
 
 
+def config_family(spec: KernelSpec) -> str:
+    """Suffix of the build tree's name: kernels whose base config differs (tinyconfig vs
+    defconfig) share almost no objects, so each family gets its own tree and switching
+    between them never rebuilds a whole kernel. The default family keeps the plain name."""
+    if list(spec.base_config) == DEFAULT_BASE_CONFIG:
+        return ""
+    return "-" + cache_key({"base_config": list(spec.base_config)})[:8]
+
+
 def origin_of(spec: KernelSpec, identity: dict) -> tuple[str, dict]:
+    family = config_family(spec)
     if spec.source == "linux-source":
         sha = identity["tarball_sha256"]
-        return f"src-{sha[:16]}", {"kind": "linux-source", "tarball": str(spec.tarball), "sha256": sha}
+        return f"src-{sha[:16]}{family}", {"kind": "linux-source", "tarball": str(spec.tarball), "sha256": sha}
     repo = str(spec.tree.resolve())
-    return f"git-{cache_key({'repo': repo})}", {"kind": "git", "repo": repo}
+    return f"git-{cache_key({'repo': repo})}{family}", {"kind": "git", "repo": repo}
 
 
 def _state_path(tree: pathlib.Path) -> pathlib.Path:
@@ -161,7 +171,8 @@ def save_state(tree: pathlib.Path, state: dict):
     tmp.replace(p)
 
 
-def _seed_candidates(exclude: pathlib.Path) -> list:
+def _seed_candidates(exclude: pathlib.Path, base_config: list) -> list:
+    """Built trees of the same config family, most recently used first."""
     trees = []
     for sp in cache_dir("kbuild", "trees").glob("*.json"):
         tree = sp.with_suffix("")
@@ -169,7 +180,8 @@ def _seed_candidates(exclude: pathlib.Path) -> list:
             st = json.loads(sp.read_text())
         except (OSError, ValueError):
             continue
-        if tree != exclude and tree.is_dir() and st.get("built"):
+        same_family = st.get("base_config", DEFAULT_BASE_CONFIG) == list(base_config)
+        if tree != exclude and tree.is_dir() and st.get("built") and same_family:
             trees.append((st.get("last_used", 0), tree))
     return [t for _, t in sorted(trees, reverse=True)]
 
@@ -207,14 +219,14 @@ def rebase_paths(tree: pathlib.Path, old: pathlib.Path, new: pathlib.Path) -> in
     return n
 
 
-def create_tree(tree: pathlib.Path, origin: dict, log=print) -> dict:
+def create_tree(tree: pathlib.Path, origin: dict, base_config: list = DEFAULT_BASE_CONFIG, log=print) -> dict:
     """A new build tree for an origin. Returns its fresh state."""
     if origin["kind"] == "linux-source":
         pristine = ensure_pristine(pathlib.Path(origin["tarball"]), origin["sha256"], log)
         copy_tree(pristine, tree, log)
         return {"origin": origin, "pristine": str(pristine), "seeded_from": None}
     seeded = None
-    for cand in _seed_candidates(tree):
+    for cand in _seed_candidates(tree, base_config):
         try:
             with locked(cand.with_name(cand.name + ".lock"), block=False):
                 copy_tree(cand, tree, log)
@@ -413,7 +425,8 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
             log(f"kbuild: {tree} was left half-made; making it again")
             shutil.rmtree(tree)
         if not tree.is_dir():
-            state = create_tree(tree, origin, log)
+            state = create_tree(tree, origin, spec.base_config, log)
+            state["base_config"] = list(spec.base_config)
             save_state(tree, state)
         incremental = bool(state.get("built")) or bool(state.get("seeded_from"))
         log(f"kbuild: {spec.name}: key {key}, tree {tree} "

@@ -5,6 +5,7 @@
 #   make kernel KERNEL=linux-6.1      build one kernel (cached: never built twice)
 #   make kernels                      build every kernels/*.toml that is not the distro's
 #   make kernel-status                cache key and state of each buildable kernel
+#   make ci-kernels                   the kernels `make test` builds first (tiny-6.1 and its rmdir variant)
 #   make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=linux-6.1]
 #   make bisect-demo                  make a 6-commit 6.1 history with one bad commit and bisect it
 TREE ?=
@@ -13,13 +14,19 @@ BAD ?=
 REPEAT ?= 1
 LIKE ?= linux-6.1
 
-.PHONY: kernel kernels kernel-status bisect bisect-demo
+# The kernels `make test` builds and judges (tests/test_kbuild.py).
+CI_KERNELS := tiny-6.1 tiny-6.1-rmdir-keeps-children
+
+.PHONY: kernel kernels kernel-status ci-kernels bisect bisect-demo
 
 kernel: python
 	$(PY) -m kernels.build build $(KERNEL)
 
 kernels: python
 	$(PY) -m kernels.build build $$($(PY) -c 'from kernels.build import buildable_kernels as b; print(*[n for n in b() if not n.startswith("bisect-")])')
+
+ci-kernels: python
+	@$(PY) -m kernels.build build $(CI_KERNELS)
 
 kernel-status: python
 	$(PY) -m kernels.build status

@@ -26,6 +26,9 @@ from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProt
 QEMU = "qemu-system-x86_64"
 BASE_MODULES = ["virtio_pci", "9pnet_virtio", "9p", "nvme", "xfs", "ext4"]
 AGENT = pathlib.Path(__file__).resolve().parent / "guest" / "agent.sh"
+# How TCG runs the vCPUs: "multi" (one host thread per vCPU, QEMU's default) or
+# "single" (all vCPUs round-robin on one thread). See README, "TCG boot flake".
+TCG_THREAD = "single"
 PROBE_TIMEOUT = 25.0
 PROBE_CACHE_SECONDS = 24 * 3600
 GUEST_SHARE = "/run/krig/share"
@@ -51,7 +54,7 @@ def qemu_version() -> str:
 
 
 def validate_spec(name: str, spec: dict, where: str) -> dict:
-    reject_unknown(spec, {"driver", "description", "memory", "cpus", "accel", "boot_timeout",
+    reject_unknown(spec, {"driver", "description", "memory", "cpus", "accel", "tcg_thread", "boot_timeout",
                           "disks", "modules", "extra_args", "keep_disks", "work_dir"}, where)
     out = {"driver": "qemu", "description": optional(spec, "description", str, where, "")}
     out["work_dir"] = optional(spec, "work_dir", str, where, None)
@@ -63,6 +66,9 @@ def validate_spec(name: str, spec: dict, where: str) -> dict:
     out["accel"] = optional(spec, "accel", str, where, "auto")
     if out["accel"] not in ("auto", "kvm", "tcg"):
         raise UsageError(f"{where}.accel: {out['accel']!r} is not one of auto, kvm, tcg")
+    out["tcg_thread"] = optional(spec, "tcg_thread", str, where, TCG_THREAD)
+    if out["tcg_thread"] not in ("single", "multi"):
+        raise UsageError(f"{where}.tcg_thread: {out['tcg_thread']!r} is not one of single, multi")
     out["boot_timeout"] = optional(spec, "boot_timeout", (int, float), where, 180)
     out["modules"] = optional(spec, "modules", list, where, [])
     out["extra_args"] = optional(spec, "extra_args", list, where, [])
@@ -372,11 +378,13 @@ class _Boot(BootProtocol):
                          "initramfs": str(initrd)})
         if any(c.isspace() for c in str(ROOT)):
             raise RigError(f"the krig tree {ROOT} has whitespace in its path; the guest cannot be told it")
+        accel_arg = f"tcg,thread={spec['tcg_thread']}" if accel == "tcg" else accel
+        r._facts["accel_arg"] = accel_arg
         r._root_args, r._root_cmdline = guestroot.cached(ROOT)
         shutil.copy(AGENT, r.share / "agent.sh")
         append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
                   f"krig.agent={GUEST_SHARE}/agent.sh", *r._root_cmdline, *kernel.cmdline, *cmdline]
-        argv = [QEMU, "-name", f"krig-{r.name}", "-machine", "q35", "-accel", accel,
+        argv = [QEMU, "-name", f"krig-{r.name}", "-machine", "q35", "-accel", accel_arg,
                 "-cpu", "host" if accel == "kvm" else "max",
                 "-smp", str(spec["cpus"]), "-m", str(spec["memory_bytes"] // (1 << 20)),
                 "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot",

@@ -6,6 +6,9 @@ import sys
 
 import pytest
 
+from kernels.incremental import ensure_pristine
+from kernels.spec import DEFAULT_TARBALL, tarball_sha256
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KRIG = [sys.executable, "-m", "krig.cli"]
 
@@ -32,6 +35,15 @@ def krig_run(tmp_path, *args, timeout=600):
     env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
     return subprocess.run(KRIG + ["run", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="session")
+def linux_source() -> pathlib.Path:
+    """Debian's linux-source-6.1 extracted once into the real kernel cache (~20 s the first
+    time; `make test` has already done it when building the CI kernels). Session-scoped,
+    so it is made before any test points $KRIG_CACHE elsewhere."""
+    tarball = pathlib.Path(DEFAULT_TARBALL)
+    return ensure_pristine(tarball, tarball_sha256(tarball), log=lambda m: None)
 
 
 @pytest.fixture

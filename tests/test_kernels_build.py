@@ -2,7 +2,6 @@
 the git build tree, and the not-built error. Fast (no kernel source needed;
 the merge_config.sh and real-patch checks run only when the extracted 6.1
 source is already in the cache)."""
-import glob
 import os
 import pathlib
 import subprocess
@@ -74,17 +73,12 @@ def test_config_mismatches():
     assert kspec.config_mismatches(wanted, final) == [("CONFIG_D", "y", "m")]
 
 
-def _merge_config_script():
-    found = glob.glob(os.path.expanduser("~/.cache/krig/kbuild/src/*/scripts/kconfig/merge_config.sh"))
-    return found[0] if found else None
-
-
-@pytest.mark.skipif(_merge_config_script() is None, reason="no extracted kernel source in ~/.cache/krig")
-def test_merge_matches_the_kernels_merge_config(tmp_path):
+@pytest.mark.kbuild
+def test_merge_matches_the_kernels_merge_config(tmp_path, linux_source):
     base = write(tmp_path / ".config", "CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=m\n")
     f1 = write(tmp_path / "f1", "CONFIG_B=y\nCONFIG_D=\"-x\"\n")
     f2 = write(tmp_path / "f2", "# CONFIG_A is not set\nCONFIG_B=m\n")
-    subprocess.run(["bash", _merge_config_script(), "-m", ".config", str(f1), str(f2)], cwd=tmp_path,
+    subprocess.run(["bash", str(linux_source / "scripts/kconfig/merge_config.sh"), "-m", ".config", str(f1), str(f2)], cwd=tmp_path,
                    check=True, capture_output=True)
     mine, _, _ = kspec.merge_fragments([("base", base), ("f1", f1), ("f2", f2)])
     assert kspec.read_dotconfig(tmp_path / ".config") == mine
@@ -126,15 +120,16 @@ def test_bad_kernel_toml_is_one_line(layout, body, field):
 def test_real_kernel_tomls_resolve():
     names = buildable_kernels()
     assert {"linux-6.1", "linux-6.1-revert-cil-flush-limit", "linux-6.1-rmdir-keeps-children",
-            "linux-6.1-negative-dentry-cap"} <= set(names)
+            "linux-6.1-negative-dentry-cap", "tiny-6.1", "tiny-6.1-rmdir-keeps-children"} <= set(names)
     for n in names:
         if n.startswith("bisect-"):
             continue
         s = kspec.resolve_spec(n)
         labels = [label for label, _ in s.fragments]
-        assert labels[-1] == "kernels/fragments/krig-guest.config", "the guest fragment must win"
+        guest = "tiny-guest" if n.startswith("tiny-") else "krig-guest"
+        assert labels[-1] == f"kernels/fragments/{guest}.config", "the guest fragment must win"
         assert s.localversion == f"-krig-{n}"
-        assert len(s.patches) == (0 if n == "linux-6.1" else 1)
+        assert len(s.patches) == (0 if n in ("linux-6.1", "tiny-6.1") else 1)
 
 
 # -- cache key -------------------------------------------------------------------
@@ -281,13 +276,10 @@ def test_real_patch_series_headers_and_targets():
         assert kt.patch_targets(p) == [target]
 
 
-_src = glob.glob(os.path.expanduser("~/.cache/krig/kbuild/src/linux-source-6.1-*"))
-
-
-@pytest.mark.skipif(not _src, reason="no extracted linux-source-6.1 in ~/.cache/krig")
-def test_real_patches_apply_to_6_1():
+@pytest.mark.kbuild
+def test_real_patches_apply_to_6_1(linux_source):
     for p in sorted((KERNEL_DIR / "patches").glob("*/*.patch")):
-        r = subprocess.run(["patch", "--dry-run", "-p1", "--batch", "-d", _src[0], "-i", str(p)],
+        r = subprocess.run(["patch", "--dry-run", "-p1", "--batch", "-d", str(linux_source), "-i", str(p)],
                            capture_output=True, text=True)
         assert r.returncode == 0, kt.patch_error(p.name, r.stdout)
 

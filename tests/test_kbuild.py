@@ -1,0 +1,102 @@
+"""A kernel built from linux-source-6.1 with a patch series, booted and judged (issues 8 and 9).
+
+`make test` builds kernels/tiny-6.1.toml (tinyconfig + the krig guest +
+unlink-dentry-growth) and tiny-6.1-rmdir-keeps-children.toml (the same plus
+the 3.0-rc1 rmdir bug) through `make kernel` (python -m kernels.build), then
+runs unlink-dentry-growth's smoke preset on both: the patched kernel must
+FAIL with every unlinked file left as a negative dentry, the unpatched one
+must PASS. A reproducer that measures nothing cannot give both verdicts.
+The builds are cached ($KRIG_CACHE/kernels), so a second `make test` only runs.
+"""
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, krig_run, qemu_pids, run_dir_of
+from kernels.build import status
+from kernels.spec import read_dotconfig
+
+pytestmark = pytest.mark.kbuild
+
+GOOD, BAD = "tiny-6.1", "tiny-6.1-rmdir-keeps-children"
+REPRO = "unlink-dentry-growth"
+
+
+@pytest.fixture(scope="module")
+def built():
+    """Both kernels, built as `make kernel KERNEL=...` builds them (a no-op when cached)."""
+    p = subprocess.run([sys.executable, "-m", "kernels.build", "build", GOOD, BAD], cwd=ROOT,
+                       capture_output=True, text=True, timeout=3600)
+    last = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or ["no output"])[-1]
+    assert p.returncode == 0, f"kernel build failed: {last}"
+    return {n: status(n) for n in (GOOD, BAD)}
+
+
+def test_tiny_kernels_built(built):
+    for name, st in built.items():
+        assert st["built"], name
+        assert st["release"].startswith("6.1.") and st["release"].endswith(f"-krig-{name}")
+        out = pathlib.Path(st["dir"])
+        assert (out / "bzImage").stat().st_size > 500_000
+        cfg = read_dotconfig(out / "config")
+        for opt in ("CONFIG_XFS_FS", "CONFIG_BLK_DEV_NVME", "CONFIG_9P_FS", "CONFIG_EVENT_TRACING", "CONFIG_SLUB"):
+            assert cfg.get(opt) == "y", f"{name}: {opt}"
+        assert cfg.get("CONFIG_SLOB", "n") == "n", "tinyconfig's SLOB has no /proc/slabinfo"
+    meta = json.loads((pathlib.Path(built[BAD]["dir"]) / "build.json").read_text())
+    assert meta["incremental"], "the patched variant reuses the unpatched kernel's tree"
+    assert [p["series"] for p in meta["inputs"]["patches"]] == ["rmdir-keeps-children"]
+
+
+@pytest.fixture(scope="module")
+def flip(built, tmp_path_factory):
+    runs = {}
+    for name in (BAD, GOOD):
+        tmp = tmp_path_factory.mktemp(name)
+        p = krig_run(tmp, REPRO, "--kernel", name, "--preset", "smoke", timeout=1200)
+        assert not qemu_pids(str(tmp)), "qemu left behind"
+        d = run_dir_of(p)
+        runs[name] = (p, d, json.loads((d / "verdict.json").read_text()),
+                      {k: v["value"] for k, v in json.loads((d / "metrics.json").read_text()).items()})
+    return runs
+
+
+def _finite(metrics, *names):
+    for n in names:
+        v = metrics.get(n)
+        assert isinstance(v, (int, float)) and math.isfinite(v), f"{n} = {v!r}"
+
+
+def test_booted_the_built_kernel(flip, built):
+    for name, (_, d, _, _) in flip.items():
+        man = json.loads((d / "manifest.json").read_text())
+        assert man["kernel"]["release"] == built[name]["release"]
+        assert man["kernel"]["image"].startswith(built[name]["dir"])
+
+
+def test_patched_kernel_fails_with_every_file_negative(flip):
+    p, _, v, m = flip[BAD]
+    assert v["verdict"] == "FAIL", f"{v['verdict']}: {v['reason']}"
+    assert p.returncode == 1
+    assert "peak_negative_vs_inflight" in v["reason"]
+    _finite(m, "files", "peak_nr_negative", "peak_negative_vs_inflight", "unlink_seconds")
+    # rmdir no longer prunes: (almost) every unlinked file stays a negative dentry.
+    assert 0.9 * m["files"] <= m["peak_nr_negative"] <= 1.2 * m["files"], m
+    assert m["peak_negative_vs_inflight"] > 20
+
+
+def test_unpatched_kernel_passes_with_plausible_metrics(flip):
+    p, _, v, m = flip[GOOD]
+    assert v["verdict"] == "PASS", f"{v['verdict']}: {v['reason']}"
+    assert p.returncode == 0
+    _finite(m, "files", "peak_nr_negative", "end_nr_negative", "peak_negative_vs_inflight",
+            "unlink_rate_mean", "unlink_seconds", "peak_dentry_slab_bytes")
+    assert m["files"] == 40_000, "the smoke preset: 8 x 50 x 100 files"
+    # One directory in flight per rm -rf: a few hundred negatives, not tens of thousands.
+    assert 0 < m["peak_nr_negative"] <= 4 * 8 * 100
+    assert 50 <= m["unlink_rate_mean"] <= 1_000_000
+    assert 0 < m["unlink_seconds"] < 900
+    assert 0 < m["peak_dentry_slab_bytes"] < 4 << 30
