@@ -54,7 +54,8 @@ if [[ -n ${KRIG_TRACE_EVENTS:-} && ${KRIG_COLLECT:-1} != 0 ]]; then
     tracefs=/sys/kernel/tracing
     args=()
     for e in $KRIG_TRACE_EVENTS; do args+=(-e "$e"); done
-    trace-cmd record -q -b "${KRIG_TRACE_BUFFER_KB:-65536}" "${args[@]}" -o "$out/trace.dat" \
+    # -C mono: CLOCK_MONOTONIC, which the sampler records next to the wall clock of the phases.
+    trace-cmd record -q -C mono -b "${KRIG_TRACE_BUFFER_KB:-65536}" "${args[@]}" -o "$out/trace.dat" \
         > "$out/trace-cmd.log" 2>&1 &
     tracer=$!
     first=${KRIG_TRACE_EVENTS%% *}

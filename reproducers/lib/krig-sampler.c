@@ -4,6 +4,9 @@
  *   krig-sampler -i SECONDS -o OUT.tsv [-m MOUNTPOINT]
  *
  * One TSV row per interval until SIGINT/SIGTERM. Missing sources read -1.
+ * Each row carries the wall clock (time, the clock of phases.tsv) and
+ * CLOCK_MONOTONIC (mono, the clock of the trace: trace-cmd record -C mono),
+ * read together, so analysis puts samples, phases and trace on one clock.
  * Written in C so sampling costs next to nothing on the machine under test.
  */
 #define _GNU_SOURCE
@@ -105,14 +108,16 @@ usage:
 		"\tdentry_active_objs\tdentry_num_objs\tdentry_objsize\tdentry_slab_bytes"
 		"\tmem_total_kb\tmem_free_kb\tmem_available_kb\tslab_kb\tsreclaimable_kb\tsunreclaim_kb"
 		"\txfs_log_writes\txfs_log_blocks\txfs_log_noiclogs\txfs_log_force\txfs_log_force_sleep"
-		"\tscratch_files\tscratch_ffree\n");
+		"\tscratch_files\tscratch_ffree\tmono\n");
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	while (!stop) {
 		long d[6], s[4], m[NMEM], x[5], files = -1, ffree = -1;
 		struct timeval now;
+		struct timespec mono;
 		struct statvfs st;
 		gettimeofday(&now, NULL);
+		clock_gettime(CLOCK_MONOTONIC, &mono);
 		dentry_state(d);
 		dentry_slab(s);
 		meminfo(m);
@@ -123,7 +128,7 @@ usage:
 		for (int i = 0; i < 4; i++) fprintf(f, "\t%ld", s[i]);
 		for (int i = 0; i < NMEM; i++) fprintf(f, "\t%ld", m[i]);
 		for (int i = 0; i < 5; i++) fprintf(f, "\t%ld", x[i]);
-		fprintf(f, "\t%ld\t%ld\n", files, ffree);
+		fprintf(f, "\t%ld\t%ld\t%ld.%09ld\n", files, ffree, (long)mono.tv_sec, mono.tv_nsec);
 		fflush(f);
 		long ns = (long)(interval * 1e9);
 		next.tv_sec += ns / 1000000000L;
