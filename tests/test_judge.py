@@ -5,9 +5,10 @@ could not be computed is ERROR naming it; an instrument check that crossed is ER
 import json
 import math
 
+import numpy as np
 import pytest
 
-from krig.check import judge, verdict_of
+from krig.check import judge, load_analyzer, verdict_of
 from krig.errors import UsageError
 from krig.reproducer import load_reproducer, parse_reproducer
 
@@ -139,3 +140,23 @@ def test_bad_threshold_kind_and_preset_requires(tmp_path, change, needle):
     with pytest.raises(UsageError, match=None) as e:
         parse_reproducer("x", tmp_path, {**TOML, **change})
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def _rate_stats(rate_fn, seconds=120.0, interval=0.5):
+    """The unlink reproducer's own rate statistic on a count series with this rate."""
+    analyzer = load_analyzer(load_reproducer("unlink-dentry-growth"))
+    t = np.arange(0.0, seconds + interval, interval)
+    fine = np.linspace(0.0, seconds, 100_001)
+    count = np.interp(t, fine, np.concatenate([[0.0], np.cumsum(rate_fn(fine[1:]) * np.diff(fine))]))
+    return analyzer.rate_stats({"time": t, "count": count}, 0.0, seconds, interval)
+
+
+def test_report_oscillation_fails_the_unlink_rate_threshold():
+    """80k <-> 20k unlinks/s on a 20 s period (the report) measures below the limit; a rate that
+    only drifts down (the fixed kernel under TCG: ~1600 -> ~700/s) measures above it."""
+    limit = next(t.min for t in load_reproducer("unlink-dentry-growth").thresholds
+                 if t.metric == "trough_peak_ratio")
+    bad = _rate_stats(lambda t: 50e3 + 30e3 * np.sin(2 * np.pi * t / 20))[2]
+    rng = np.random.default_rng(1)
+    drift = _rate_stats(lambda t: (1600 - 7.5 * t) * (1 + 0.05 * rng.standard_normal(t.size)))[2]
+    assert bad < 0.35 < limit < drift, (bad, drift)
