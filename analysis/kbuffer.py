@@ -44,7 +44,8 @@ class PageDecoder:
         return self._err(f"corrupt page: cpu {cpu}, batch starting at page {page0}: {what}")
 
     def walk(self, buf, npages, cpu, page0, want_pos: bool):
-        """Decode npages pages: (type ids, data offsets, ts, [flagged pages, stored lost])."""
+        """Decode npages pages: (type ids, data offsets, ts, [flagged pages, stored lost,
+        flagged pages without a stored count])."""
         ps, ds, e, cs = self.page_size, self.data_start, self.e, self.commit_size
         words = buf.view(e + "u4")
         q64 = buf[:npages * ps].view(e + "u8")
@@ -58,12 +59,14 @@ class PageDecoder:
             raise self._err(f"corrupt page: cpu {cpu} page {page0 + i} claims {int(size[i])} "
                             f"bytes of data in a {ps}-byte page")
         missed = (commit & np.uint64(MISSED_EVENTS)) != 0
-        loss = [int(missed.sum()), 0]
-        for i in np.flatnonzero(missed & ((commit & np.uint64(MISSED_STORED)) != 0)).tolist():
+        loss = [int(missed.sum()), 0, 0]
+        for i in np.flatnonzero(missed).tolist():
             at = int(base[i] + ds + size[i])
-            if at + cs <= base[i] + ps:  # the count is stored after the data
+            if commit[i] & np.uint64(MISSED_STORED) and at + cs <= base[i] + ps:  # count after the data
                 loss[1] += int.from_bytes(buf[at:at + cs].tobytes(),
                                           "big" if self.big_endian else "little")
+            else:  # lost events before this page, but how many is not stored: at least one
+                loss[2] += 1
         act = np.flatnonzero(size > 0)
         pos, end, ts = base[act] + ds, base[act] + ds + size[act], ts[act]
         out = ([], [] if want_pos else None, [] if want_pos else None)

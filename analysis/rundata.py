@@ -1,5 +1,6 @@
 """RunData: one run directory as the reproducers' analyze.py sees it."""
 import json
+import re
 import pathlib
 
 import numpy as np
@@ -58,9 +59,45 @@ class RunData:
                     out.setdefault(parts[1], float(parts[0]))
         return out
 
+    @property
+    def sample_interval(self) -> float:
+        return float(self.params.get("sample_interval", 1.0))
+
+    def sampler_max_gap_intervals(self) -> float:
+        """Longest gap between consecutive samples, in sample intervals (1.0 = on time)."""
+        t = self.samples()["time"]
+        return float(np.diff(t).max() / self.sample_interval) if len(t) > 1 else float("nan")
+
+    def kernel_version(self) -> tuple[int, int]:
+        """(major, minor) of the kernel that ran, from the manifest; (0, 0) if unknown."""
+        rel = self.manifest.get("machine", {}).get("release") or self.manifest.get("kernel", {}).get("release") or ""
+        m = re.match(r"(\d+)\.(\d+)", rel)
+        return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+    def nr_negative_available(self) -> bool:
+        """dentry-state's 5th field is nr_negative only since v5.0 ("fs/dcache: track & report
+        number of negative dentries"); before, it is a constant 0 that means nothing."""
+        col = self.samples()["nr_negative"]
+        return self.kernel_version() >= (5, 0) and bool(np.isfinite(col).any())
+
+    def mono_to_wall(self) -> float:
+        """Offset (seconds) from CLOCK_MONOTONIC, the trace's clock (trace-cmd -C mono), to the
+        wall clock of samples.tsv and phases.tsv: the sampler writes both on every row."""
+        s = self.samples()
+        if "mono" not in s or not np.isfinite(s["mono"]).any():
+            raise UsageError(f"{self.dir}/samples.tsv: no mono column to put the trace on the samples' clock")
+        return float(np.nanmedian(s["time"] - s["mono"]))
+
+    def trace_wall_times(self, ts_ns) -> np.ndarray:
+        """Trace timestamps (ns, CLOCK_MONOTONIC) as wall-clock seconds (the phases' clock)."""
+        return np.asarray(ts_ns, dtype=np.float64) / 1e9 + self.mono_to_wall()
+
     def trace(self):
         from .tracedat import TraceFile
         return TraceFile(self.require("trace.dat"))
+
+
+MISSING = -1
 
 
 def load_samples(path) -> dict:
@@ -76,6 +113,7 @@ def load_samples(path) -> dict:
         arr = np.array(rows, dtype=np.float64)
     except ValueError:
         raise UsageError(f"{path}: non-numeric sample values") from None
+    arr[arr == MISSING] = np.nan   # krig-sampler writes -1 for a source it could not read
     cols = {name: arr[:, i] for i, name in enumerate(header)}
     cols["t"] = cols["time"] - cols["time"][0]
     return cols

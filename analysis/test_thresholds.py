@@ -51,14 +51,41 @@ def _properties(request, record_testsuite_property):
         record_testsuite_property(k, v)
 
 
-def test_threshold(threshold, metrics):
-    m = metrics[threshold.metric]
-    value, unit = m["value"], m["unit"]
-    assert value is not None and not math.isnan(value), \
-        f"{threshold.metric}: not measured ({unit}); {threshold.rationale}"
-    if threshold.max is not None:
-        assert value <= threshold.max, (
-            f"{threshold.metric} = {value:g} {unit}, limit <= {threshold.max:g} {unit}: {threshold.rationale}")
-    if threshold.min is not None:
-        assert value >= threshold.min, (
-            f"{threshold.metric} = {value:g} {unit}, limit >= {threshold.min:g} {unit}: {threshold.rationale}")
+def judge_value(threshold, value, unit) -> tuple[str, str]:
+    """(outcome, one line): outcome is "pass", "fail" (a measured regression threshold crossed),
+    "unmeasured" (the metric is missing, None or NaN) or "instrument" (an instrument check
+    crossed: the measurement is broken, not the kernel)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "unmeasured", f"{threshold.metric}: could not be computed ({unit}); {threshold.rationale}"
+    crossed = None
+    if threshold.max is not None and value > threshold.max:
+        crossed = f"limit <= {threshold.max:g} {unit}"
+    elif threshold.min is not None and value < threshold.min:
+        crossed = f"limit >= {threshold.min:g} {unit}"
+    if crossed is None:
+        return "pass", f"{threshold.metric} = {value:g} {unit}"
+    line = f"{threshold.metric} = {value:g} {unit}, {crossed}: {threshold.rationale}"
+    return ("instrument" if threshold.kind == "instrument" else "fail"), line
+
+
+@pytest.fixture
+def measured(threshold, metrics, record_property):
+    """The threshold's value, or an error (not a failure) when the run cannot be judged on it:
+    pytest reports a fixture that raises as an error, which krig check turns into ERROR."""
+    m = metrics.get(threshold.metric)
+    value, unit = (m["value"], m["unit"]) if m else (None, "")
+    outcome, line = judge_value(threshold, value, unit)
+    record_property("krig_outcome", outcome)
+    record_property("krig_message", line)
+    if outcome in ("unmeasured", "instrument"):
+        raise NotJudged(line)
+    return outcome, line
+
+
+class NotJudged(Exception):
+    """The metric could not be computed, or an instrument check failed."""
+
+
+def test_threshold(threshold, measured):
+    outcome, line = measured
+    assert outcome == "pass", line

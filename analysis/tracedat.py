@@ -507,16 +507,16 @@ class TraceFile:
         kb = PageDecoder(self.page_size, self._data_start, self.commit_size, self.big_endian,
                          self._err, fast=self.FAST_RUNS)
         counts = np.zeros(1 << 16, np.int64)
-        lost, per_cpu = [0, 0], {}
+        lost, per_cpu = [0, 0, 0], {}
         cols = {k: [] for k in ["ts", "cpu"] + [f.name for f in fields]}
         for cpu, off, size in self._cpu_data:
             page0 = 0
             for buf, n in self._batches(off, size):
                 tid, pos, ts, loss = kb.walk(buf, n, cpu, page0, ev_id is not None)
                 page0 += n
-                lost[0] += loss[0]
-                lost[1] += loss[1]
-                per_cpu[cpu] = per_cpu.get(cpu, 0) + loss[1]
+                lost = [a + b for a, b in zip(lost, loss)]
+                # a flagged page without a stored count lost at least one event
+                per_cpu[cpu] = per_cpu.get(cpu, 0) + loss[1] + loss[2]
                 counts += np.bincount(tid, minlength=1 << 16)
                 sel = np.flatnonzero(tid == ev_id) if ev_id is not None else ()
                 if not len(sel):
@@ -580,12 +580,13 @@ class TraceFile:
     def lost_events(self) -> dict:
         """Lost events: pages flagged by the kernel plus the CPUSTAT counters.
 
-        total = sum over cpus of max(overrun, counts stored on pages) + dropped
-        (the counts stored on pages come from the kernel's overrun counter).
+        total = sum over cpus of max(overrun, counts stored on pages + flagged pages without a
+        count) + dropped (the counts stored on pages come from the kernel's overrun counter; a
+        page flagged without a count lost at least one event).
         """
         if self._lost is None:
             self._scan()
-        (flagged, stored), per_cpu = self._lost
+        (flagged, stored, uncounted), per_cpu = self._lost
         stats = {int(st.get("CPU", i)): st for i, st in enumerate(self.cpustats)}
         overrun = dropped = total = 0
         for cpu in set(stats) | set(per_cpu):
@@ -593,5 +594,6 @@ class TraceFile:
             d = int(stats.get(cpu, {}).get("dropped events", 0) or 0)
             overrun, dropped = overrun + o, dropped + d
             total += max(o, per_cpu.get(cpu, 0)) + d
-        return {"pages_with_loss": flagged, "lost_in_pages": stored, "overrun": overrun,
+        return {"pages_with_loss": flagged, "lost_in_pages": stored, "pages_without_count": uncounted,
+                "overrun": overrun,
                 "dropped": dropped, "total": total}

@@ -6,6 +6,7 @@ threshold, analysis/test_thresholds.py), which writes junit.xml.
 """
 import importlib.util
 import json
+import math
 import pathlib
 import subprocess
 import sys
@@ -57,6 +58,9 @@ def compute_metrics(run_dir: pathlib.Path, repro) -> dict:
     if repro.trace_events and data.path("trace.dat").exists():
         # Every traced run says whether its trace is complete.
         values.setdefault("trace_lost_events", data.trace().lost_events()["total"])
+    if data.path("samples.tsv").exists():
+        # ... and every sampled run whether its sampler kept its interval.
+        values.setdefault("sampler_max_gap_intervals", data.sampler_max_gap_intervals())
     missing = [m for m in repro.metrics if m not in values]
     if missing:
         raise UsageError(f"reproducers/{repro.name}: no value for metric {', '.join(missing)} "
@@ -64,29 +68,65 @@ def compute_metrics(run_dir: pathlib.Path, repro) -> dict:
     out = {}
     for name, v in values.items():
         meta = repro.metrics.get(name, {"unit": "", "better": "info", "description": ""})
-        out[name] = {"value": None if v is None else float(v), **meta}
+        v = None if v is None else float(v)
+        out[name] = {"value": None if v is None or math.isnan(v) else v, **meta}
     return out
 
 
 def judge(run_dir: pathlib.Path) -> dict:
-    """Run the threshold tests with pytest; returns {passed, failed, errors, failures:[...]}."""
+    """Run the threshold tests with pytest; returns counts and one line per threshold not passed.
+
+    Each test case records krig_outcome (pass, fail, unmeasured, instrument) and krig_message;
+    a case without them is pytest itself erring (a bug), reported as an error."""
     junit = run_dir / "junit.xml"
     argv = [sys.executable, "-m", "pytest", str(ROOT / "analysis" / "test_thresholds.py"),
             f"--krig-run-dir={run_dir}", f"--junitxml={junit}", "-q", "-p", "no:cacheprovider",
-            "--rootdir", str(ROOT), "-o", "junit_family=xunit2", "-o", "junit_suite_name=krig"]
+            "--rootdir", str(ROOT), "-o", "junit_family=xunit1", "-o", "junit_suite_name=krig"]
     p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
     (run_dir / "analysis.log").write_text(p.stdout + p.stderr)
     if not junit.exists():
         raise KrigError(f"analysis did not produce junit.xml (pytest exit {p.returncode}); see analysis.log")
-    res = {"passed": 0, "failed": 0, "errors": 0, "failures": []}
-    for tc in ET.parse(junit).getroot().iter("testcase"):
+    return tally(ET.parse(junit).getroot())
+
+
+def tally(root) -> dict:
+    res = {"passed": 0, "failed": 0, "unmeasured": 0, "instrument": 0, "errors": 0,
+           "failures": [], "not_judged": [], "broken": []}
+    for tc in root.iter("testcase"):
+        props = {pr.get("name"): pr.get("value") for pr in tc.iter("property")}
         bad = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
-        if bad is None:
+        outcome = props.get("krig_outcome")
+        if bad is None and outcome in (None, "pass"):
             res["passed"] += 1
+        elif outcome == "fail":
+            res["failed"] += 1
+            res["failures"].append(props["krig_message"])
+        elif outcome == "unmeasured":
+            res["unmeasured"] += 1
+            res["not_judged"].append(props["krig_message"])
+        elif outcome == "instrument":
+            res["instrument"] += 1
+            res["broken"].append(props["krig_message"])
         else:
-            res["failed" if bad.tag == "failure" else "errors"] += 1
-            res["failures"].append(f"{tc.get('name')}: {(bad.get('message') or '').splitlines()[0][:400]}")
+            res["errors"] += 1
+            msg = (bad.get("message") or "").splitlines() if bad is not None else []
+            res["broken"].append(f"{tc.get('name')}: {msg[0][:400] if msg else 'error'}")
     return res
+
+
+def verdict_of(res: dict) -> tuple[str, str]:
+    """The verdict rule: an instrument check that failed (or a judge that broke) makes the run
+    ERROR whatever else happened; otherwise FAIL only if a measured regression threshold failed
+    (metrics that could not be computed are named alongside); otherwise a metric that could
+    not be computed is ERROR naming it; otherwise PASS."""
+    if res["broken"]:
+        return "ERROR", "instrument: " + "; ".join(res["broken"])
+    if res["failed"]:
+        extra = [f"not measured: {m}" for m in res["not_judged"]]
+        return "FAIL", "; ".join(res["failures"] + extra)
+    if res["unmeasured"]:
+        return "ERROR", "metric not measured: " + "; ".join(res["not_judged"])
+    return "PASS", f"{res['passed']} thresholds held"
 
 
 def check(run_dir) -> dict:
@@ -136,12 +176,8 @@ def check(run_dir) -> dict:
                                        "are lower bounds; enlarge trace.buffer_kb")
             res = judge(run_dir)
             verdict["thresholds"] = res
-            if res["errors"]:
-                verdict.update(verdict="ERROR", reason="; ".join(res["failures"]))
-            elif res["failed"]:
-                verdict.update(verdict="FAIL", reason="; ".join(res["failures"]))
-            else:
-                verdict.update(verdict="PASS", reason=f"{res['passed']} thresholds held")
+            v, why = verdict_of(res)
+            verdict.update(verdict=v, reason=why)
         if verdict["verdict"] == "ERROR":
             write_single(run_dir / "junit.xml", repro.name, "ERROR", verdict["reason"], props)
     else:

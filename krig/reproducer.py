@@ -24,12 +24,20 @@ RANGE_KEYS = ("min", "max", "max_per_cpu")
 RESERVED_ENV = {"PATH", "HOME", "LANG", "SHELL", "USER", "PWD", "TERM", "IFS", "TMPDIR"}
 
 
+THRESHOLD_KINDS = ("regression", "instrument")
+REQUIRES_KEYS = {"scratch_size", "min_memory", "min_cpus", "programs", "output_size"}
+
+
 @dataclasses.dataclass
 class Threshold:
+    """kind "regression": crossing it is FAIL (the kernel shows the regression);
+    kind "instrument": crossing it means the measurement itself is broken (lost trace
+    events, sampler gaps, a kernel that cannot report the metric): ERROR, never FAIL."""
     metric: str
     min: float | None
     max: float | None
     rationale: str
+    kind: str = "regression"
 
     def describe(self) -> str:
         parts = []
@@ -58,6 +66,16 @@ class Reproducer:
     thresholds: list
     plots: list = dataclasses.field(default_factory=list)   # [[plots]], see PLOTS_DOC
     session: dict | None = None                              # where KernelShark opens
+    preset_requires: dict = dataclasses.field(default_factory=dict)   # preset -> requires overriding
+    preset_buffer_kb: dict = dataclasses.field(default_factory=dict)  # preset -> trace buffer_kb
+
+    def requires_for(self, preset: str | None) -> dict:
+        """The reproducer's requires, with the preset's own [presets.X.requires] on top."""
+        return {**self.requires, **self.preset_requires.get(preset, {})}
+
+    def buffer_kb_for(self, preset: str | None) -> int:
+        """Per-CPU trace buffer: [presets.X.trace] buffer_kb, else [trace] buffer_kb."""
+        return self.preset_buffer_kb.get(preset, self.trace_buffer_kb)
 
     def resolve_params(self, preset: str | None, sets: dict, cpus: int | None = None) -> dict:
         """defaults <- preset <- --set, each value checked against its type and range.
@@ -132,16 +150,10 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
     description = require(data, "description", str, w)
     timeout = optional(data, "timeout", int, w, 600)
 
-    requires = optional(data, "requires", dict, w, {})
-    reject_unknown(requires, {"scratch_size", "min_memory", "programs", "output_size"}, f"{w}.requires")
-    req = {}
+    req = parse_requires(optional(data, "requires", dict, w, {}), f"{w}.requires")
+    req.setdefault("programs", [])
     # What run.sh writes into $KRIG_OUT besides the trace (checked against free space before booting).
-    req["output_size"] = parse_size(requires.get("output_size", "1M"), f"{w}.requires.output_size")
-    if "scratch_size" in requires:
-        req["scratch_size"] = parse_size(requires["scratch_size"], f"{w}.requires.scratch_size")
-    if "min_memory" in requires:
-        req["min_memory"] = parse_size(requires["min_memory"], f"{w}.requires.min_memory")
-    req["programs"] = optional(requires, "programs", list, f"{w}.requires", [])
+    req.setdefault("output_size", parse_size("1M", f"{w}.requires.output_size"))
 
     params = {}
     raw_params = optional(data, "params", dict, w, {})
@@ -175,11 +187,20 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
         params[pname]["default"] = coerce(spec["default"], ptype, f"{pw}.default", choices)
         check_range(params[pname]["default"], params[pname], f"{pw}.default")
 
-    presets = {}
+    presets, preset_requires, preset_buffer_kb = {}, {}, {}
     for prname, values in optional(data, "presets", dict, w, {}).items():
         prw = f"{w}.presets.{prname}"
         if not isinstance(values, dict):
             raise UsageError(f"{prw}: expected a table of parameter values")
+        values = dict(values)
+        if "requires" in values:
+            preset_requires[prname] = parse_requires(optional(values, "requires", dict, prw), f"{prw}.requires")
+            del values["requires"]
+        if "trace" in values:
+            ptrace = optional(values, "trace", dict, prw)
+            reject_unknown(ptrace, {"buffer_kb"}, f"{prw}.trace")
+            preset_buffer_kb[prname] = positive_int(ptrace, "buffer_kb", f"{prw}.trace")
+            del values["trace"]
         presets[prname] = {}
         for k, v in values.items():
             if k not in params:
@@ -193,7 +214,7 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
     for e in events:
         if not isinstance(e, str) or not re.match(r"^[a-z0-9_]+:[a-z0-9_*]+$", e):
             raise UsageError(f"{w}.trace.events: {e!r} is not SYSTEM:EVENT")
-    buffer_kb = optional(trace, "buffer_kb", int, f"{w}.trace", 65536)
+    buffer_kb = positive_int(trace, "buffer_kb", f"{w}.trace") if "buffer_kb" in trace else 65536
 
     metrics = {}
     for mname, m in optional(data, "metrics", dict, w, {}).items():
@@ -212,14 +233,17 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
         tw = f"{w}.thresholds[{i}]"
         if not isinstance(t, dict):
             raise UsageError(f"{tw}: expected a table with metric, min/max and rationale")
-        reject_unknown(t, {"metric", "min", "max", "rationale"}, tw)
+        reject_unknown(t, {"metric", "min", "max", "rationale", "kind"}, tw)
+        kind = optional(t, "kind", str, tw, "regression")
+        if kind not in THRESHOLD_KINDS:
+            raise UsageError(f"{tw}.kind: {kind!r} is not one of {', '.join(THRESHOLD_KINDS)}")
         metric = require(t, "metric", str, tw)
         if metric not in metrics:
             raise UsageError(f"{tw}.metric: {metric!r} is not a declared metric; allowed: {', '.join(sorted(metrics))}")
         lo, hi = optional(t, "min", (int, float), tw), optional(t, "max", (int, float), tw)
         if lo is None and hi is None:
             raise UsageError(f"{tw}: needs min or max")
-        thresholds.append(Threshold(metric, lo, hi, require(t, "rationale", str, tw)))
+        thresholds.append(Threshold(metric, lo, hi, require(t, "rationale", str, tw), kind))
 
     return Reproducer(
         name=name, path=path, description=description.strip(),
@@ -227,7 +251,32 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
         introduced_by=optional(data, "introduced_by", str, w, ""),
         groups=optional(data, "groups", list, w, []), requires=req, params=params, presets=presets,
         trace_events=events, trace_buffer_kb=buffer_kb, metrics=metrics, thresholds=thresholds,
-        plots=parse_plots(data, w, events, metrics, thresholds, params), session=parse_session(data, w, events))
+        plots=parse_plots(data, w, events, metrics, thresholds, params), session=parse_session(data, w, events),
+        preset_requires=preset_requires, preset_buffer_kb=preset_buffer_kb)
+
+
+def positive_int(table: dict, key: str, where: str) -> int:
+    v = require(table, key, int, where)
+    if v < 1:
+        raise UsageError(f"{where}.{key}: must be a positive integer, got {v}")
+    return v
+
+
+def parse_requires(requires: dict, where: str) -> dict:
+    """[requires] or [presets.X.requires]: scratch_size, min_memory, output_size (sizes), min_cpus, programs."""
+    reject_unknown(requires, REQUIRES_KEYS, where)
+    req = {}
+    for key in ("scratch_size", "min_memory"):
+        if key in requires:
+            req[key] = parse_size(requires[key], f"{where}.{key}")
+    if "min_cpus" in requires:
+        req["min_cpus"] = positive_int(requires, "min_cpus", where)
+    if "programs" in requires:
+        req["programs"] = optional(requires, "programs", list, where, [])
+    if "output_size" in requires:
+        req["output_size"] = parse_size(requires["output_size"], f"{where}.output_size")
+    return req
+
 
 
 # ----------------------------------------------------------------- [[plots]] and [session]

@@ -125,7 +125,8 @@ def _save_partial(rig, run_dir):
 
 
 def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
-    rig.prepare(run_dir, kernel, repro.requires)
+    requires = repro.requires_for(manifest["preset"])
+    rig.prepare(run_dir, kernel, requires)
     t0 = time.monotonic()
     rig.boot.boot(kernel, [])
     log(f"krig: booted in {time.monotonic() - t0:.1f}s ({rig.facts().get('accel', rig.kind)})")
@@ -140,15 +141,18 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     write_json(run_dir / "manifest.json", manifest)
     if release != kernel.release:
         return "error", f"machine runs kernel {release}, not the {kernel.release} asked for"
-    need_mem = repro.requires.get("min_memory")
+    need_mem = requires.get("min_memory")
     if need_mem and int(memkb) * 1024 < need_mem:
         return "skip", f"needs {need_mem >> 20} MiB of RAM, the machine has {int(memkb) >> 10} MiB"
+    need_cpus = requires.get("min_cpus")
+    if need_cpus and int(ncpu) < need_cpus:
+        return "skip", f"needs {need_cpus} CPUs, the machine has {ncpu}"
 
     root = rig.files.stage(ROOT)
     out = rig.files.results_dir()
     env = {**repro.param_env(params), **rig.scratch_env(),
            "KRIG_TRACE_EVENTS": " ".join(repro.trace_events),
-           "KRIG_TRACE_BUFFER_KB": str(repro.trace_buffer_kb), "KRIG_COLLECT": "1" if collect else "0"}
+           "KRIG_TRACE_BUFFER_KB": str(repro.buffer_kb_for(manifest["preset"])), "KRIG_COLLECT": "1" if collect else "0"}
     argv = ["bash", f"{root}/reproducers/lib/harness.sh", f"{root}/reproducers/{repro.name}", out]
     log(f"krig: running {repro.name} (timeout {params['timeout']}s)")
     res = rig.command.run(argv, env=env, timeout=params["timeout"])

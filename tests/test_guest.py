@@ -97,3 +97,14 @@ def test_signal_leaves_nothing(tmp_path, sig):
     d = runs[0].parent
     assert (d / "console.log").exists() and (d / "verdict.json").exists()
     assert json.loads((d / "verdict.json").read_text())["verdict"] == "INTERRUPTED"
+
+
+def test_preset_requirement_skips(tmp_path, no_leftover_qemu):
+    """A preset's own [presets.X.requires] is checked on the booted machine: the unlink seed
+    preset (the report's 8 CPUs) on the 2-vCPU default rig is SKIP, before any workload."""
+    p = krig_run(tmp_path, "unlink-dentry-growth", "--preset", "seed")
+    assert p.returncode == 4, p.stdout + p.stderr
+    d = run_dir_of(p)
+    v = json.loads((d / "verdict.json").read_text())
+    assert v["verdict"] == "SKIP" and "needs 8 CPUs, the machine has 2" in v["reason"]
+    assert not (d / "samples.tsv").exists()

@@ -5,6 +5,7 @@ unlink-dentry-growth PASS, neg-dentry-flood FAIL, xfs-ail-storm PASS.
 Each run is shared by the tests of its reproducer (module-scoped).
 """
 import json
+import math
 import re
 import subprocess
 
@@ -17,6 +18,30 @@ from krig.reproducer import load_reproducer
 pytestmark = pytest.mark.smoke
 
 EXPECTED = {"unlink-dentry-growth": (0, "PASS"), "neg-dentry-flood": (1, "FAIL"), "xfs-ail-storm": (0, "PASS")}
+
+# Key metrics of each smoke preset: finite and in a plausible range, so a reproducer that
+# measures nothing (zeros, a missing source, an empty trace) fails here whatever its verdict.
+PLAUSIBLE = {
+    "unlink-dentry-growth": {           # 8 x 50 x 100 = 40,000 files
+        "files_unlinked_counted": (40_000, 40_000), "nr_negative_reported": (1, 1),
+        "unlink_rate_mean": (50, 1e6), "unlink_rate_peak": (50, 1e6), "trough_peak_ratio": (0.01, 1.0),
+        "peak_nr_negative": (1, 40_000), "peak_negative_vs_inflight": (1e-4, 50),
+        "log_forces_unlink_phase": (1, 1e6), "unlink_seconds": (1, 900),
+        "trace_lost_events": (0, 0), "sampler_max_gap_intervals": (0.5, 10),
+    },
+    "neg-dentry-flood": {               # 60 s of 4 generators at tens of thousands of ops/s
+        "nr_negative_reported": (1, 1), "dentry_objsize_bytes": (128, 512),
+        "peak_nr_negative": (100_000, 1e9), "peak_negative_pct_ram": (0.1, 100),
+        "generator_ops_per_s": (1_000, 1e8), "inotify_add_watch_ms": (1e-3, 60_000),
+        "last_quarter_growth_pct_of_limit": (0, 1e4), "sampler_max_gap_intervals": (0.5, 10),
+    },
+    "xfs-ail-storm": {                  # 250,000 empty files: about one AIL object each
+        "ail_inserts": (125_000, 2_000_000), "checkpoints": (2, 10_000),
+        "max_checkpoint_objects": (10_000, 1_000_000), "max_checkpoint_log_mib": (1, 300),
+        "max_checkpoint_vs_fixed_limit": (0.05, 10), "objects_per_mib": (500, 20_000),
+        "trace_lost_events": (0, 0), "log_mib": (2038, 2038),
+    },
+}
 
 
 @pytest.fixture(scope="module", params=sorted(EXPECTED))
@@ -43,6 +68,15 @@ def test_every_declared_metric(smoke_run):
     for m, meta in repro.metrics.items():
         assert m in metrics, f"{name}: metric {m} missing"
         assert metrics[m]["unit"] == meta["unit"] and metrics[m]["better"] == meta["better"]
+
+
+def test_key_metrics_plausible(smoke_run):
+    name, _, d = smoke_run
+    metrics = json.loads((d / "metrics.json").read_text())
+    for m, (lo, hi) in PLAUSIBLE[name].items():
+        v = metrics[m]["value"]
+        assert v is not None and math.isfinite(v), f"{name}: {m} not measured"
+        assert lo <= v <= hi, f"{name}: {m} = {v:g}, plausible {lo:g}..{hi:g}"
 
 
 def test_junit_one_case_per_threshold(smoke_run):

@@ -127,8 +127,8 @@ def test_guest_template_header(guest):
     names = guest.event_names()
     assert XFS in names and "ftrace:function" in names
     assert set(guest.counts()) == {XFS, "xfs:xfs_ail_move", "xfs:xfs_log_force"}
-    assert guest.lost_events() == {"pages_with_loss": 0, "lost_in_pages": 0, "overrun": 0,
-                                   "dropped": 0, "total": 0}
+    assert guest.lost_events() == {"pages_with_loss": 0, "lost_in_pages": 0, "pages_without_count": 0,
+                                   "overrun": 0, "dropped": 0, "total": 0}
     assert [s[0] for s in guest.section_table] == [16, 17, 18, 19, 20, 21, 0, 3, 0, 15]
 
 
@@ -257,14 +257,24 @@ def test_lost_events(template, tmp_path):
                  lost={0: {1: 1234, 3: None}, 1: {0: 7}},
                  cpustats={0: {"overrun": 2000, "dropped": 5}, 1: {"overrun": 3}})
     tf = TraceFile(path)
-    assert tf.lost_events() == {"pages_with_loss": 3, "lost_in_pages": 1241, "overrun": 2003,
-                                "dropped": 5, "total": 2000 + 5 + 7}
+    assert tf.lost_events() == {"pages_with_loss": 3, "lost_in_pages": 1241, "pages_without_count": 1,
+                                "overrun": 2003, "dropped": 5, "total": 2000 + 5 + 7}
     assert tf.cpustats[0]["overrun"] == 2000 and tf.cpustats[0]["dropped events"] == 5
     assert sum(tf.counts().values()) == 5000
     if HAVE_TRACE_CMD:
         _, text = report(path)
         assert "CPU:0 [1234 EVENTS DROPPED]" in text and "CPU:1 [7 EVENTS DROPPED]" in text
         assert "CPU:0 [EVENTS DROPPED]" in text
+
+
+def test_lost_pages_without_count_are_lost_events(template, tmp_path):
+    """A page flagged "events missed" without a stored count and no CPUSTAT overrun still
+    means the trace is incomplete: each such page counts as at least one lost event."""
+    path = synth(template, tmp_path / "n.dat", n=3000, version=6, compression=None, cpus=2,
+                 lost={0: {1: None, 2: None}}, cpustats={})
+    lost = TraceFile(path).lost_events()
+    assert lost["pages_with_loss"] == 2 and lost["pages_without_count"] == 2
+    assert lost["lost_in_pages"] == 0 and lost["overrun"] == 0 and lost["total"] == 2
 
 
 # ------------------------------------------------------------------ errors

@@ -4,6 +4,9 @@
  *   krig-sampler -i SECONDS -o OUT.tsv [-m MOUNTPOINT]
  *
  * One TSV row per interval until SIGINT/SIGTERM. Missing sources read -1.
+ * Each row carries the wall clock (time, the clock of phases.tsv) and
+ * CLOCK_MONOTONIC (mono, the clock of the trace: trace-cmd record -C mono),
+ * read together, so analysis puts samples, phases and trace on one clock.
  * Written in C so sampling costs next to nothing on the machine under test.
  */
 #define _GNU_SOURCE

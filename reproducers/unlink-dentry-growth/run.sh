@@ -22,13 +22,20 @@ krig_drop_caches
 mount -t xfs "$KRIG_SCRATCH_DEV" "$mnt"
 sleep 2
 
+# The unlink rate is counted at the source: every rm -v line "removed 'file'" is one
+# unlink done, counted by krig-progress as it happens (progress.tsv, same clocks as
+# samples.tsv), not inferred from free inodes, which XFS frees later in the background.
+# Line-buffered (stdbuf -oL): each line is one atomic pipe write, so the 8 writers'
+# lines never interleave (4 KiB block flushes split lines and lost ~0.3% of them).
 krig_phase unlink
-pids=()
-for ((d = 0; d < TOP_DIRS; d++)); do
-    /usr/bin/time -o "$KRIG_OUT/rm-$d.time" rm -rf "$mnt/$d" &
-    pids+=($!)
-done
-for p in "${pids[@]}"; do wait "$p"; done
+{
+    pids=()
+    for ((d = 0; d < TOP_DIRS; d++)); do
+        /usr/bin/time -o "$KRIG_OUT/rm-$d.time" stdbuf -oL rm -rfv "$mnt/$d" &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+} | "$KRIG_LIB/bin/krig-progress" -i "$SAMPLE_INTERVAL" -o "$KRIG_OUT/progress.tsv"
 krig_phase unlinked
 sleep 3    # let the sampler see the aftermath
 krig_phase done
