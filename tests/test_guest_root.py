@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from conftest import ROOT
-from krig.kernels import load_kernel
+from kernels.catalog import load_kernel
 from krig.paths import cache_dir
 from rigs import load_rig
 

@@ -125,8 +125,10 @@ def test_threshold_kind_and_preset_requires(tmp_path):
         "thresholds": [{"metric": "m", "max": 0, "kind": "instrument", "rationale": "r"}]})
     assert r.thresholds[0].kind == "instrument"
     assert r.presets["big"] == {"n": 5}
-    assert r.requires_for("big") == {"scratch_size": 64 << 30, "min_cpus": 8, "programs": ["mkfs.xfs"]}
-    assert r.requires_for("small") == r.requires_for(None) == {"scratch_size": 2 << 30, "programs": ["mkfs.xfs"]}
+    out = {"output_size": 1 << 20}       # the default of what run.sh writes besides the trace
+    assert r.requires_for("big") == {"scratch_size": 64 << 30, "min_cpus": 8, "programs": ["mkfs.xfs"], **out}
+    assert r.requires_for("small") == r.requires_for(None) == {"scratch_size": 2 << 30, "programs": ["mkfs.xfs"],
+                                                                 **out}
     assert (r.buffer_kb_for("big"), r.buffer_kb_for("small")) == (8192, 1024)
 
 
