@@ -6,7 +6,6 @@ on ipmi_sim in tests/test_ipmi.py.)
 """
 import json
 import os
-import pathlib
 import signal
 import socket
 import subprocess
