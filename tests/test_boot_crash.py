@@ -33,9 +33,8 @@ def test_boot_panic_is_crashed_every_time(tmp_path, no_leftover_qemu, i):
     rig.console_crash = first_crash
     with rig:
         rig.prepare(pathlib.Path(tmp_path), kernel, {})
-        with pytest.raises(GuestCrashed) as e:
+        with pytest.raises(GuestCrashed):
             rig.boot.boot(kernel, ["rdinit=/nonexistent"], timeout=120)
-        assert "during boot" in str(e.value)
         crash = first_crash(rig.console.text())
         assert crash and "Kernel panic" in crash, rig.console.text()[-2000:]
         assert "-accel tcg,thread=single" in " ".join(rig.facts()["qemu_argv"])
