@@ -120,7 +120,7 @@ def verdict_of(res: dict) -> tuple[str, str]:
     (metrics that could not be computed are named alongside); otherwise a metric that could
     not be computed is ERROR naming it; otherwise PASS."""
     if res["broken"]:
-        return "ERROR", "instrument: " + "; ".join(res["broken"])
+        return "ERROR", ("instrument: " if res["instrument"] else "judge error: ") + "; ".join(res["broken"])
     if res["failed"]:
         extra = [f"not measured: {m}" for m in res["not_judged"]]
         return "FAIL", "; ".join(res["failures"] + extra)

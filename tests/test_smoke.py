@@ -7,6 +7,7 @@ Each run is shared by the tests of its reproducer (module-scoped).
 import json
 import math
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -144,3 +145,21 @@ def test_report(smoke_run, tmp_path):
     assert (root / "results" / "latest").resolve() == d.resolve()
     report_checks.check_session(d, tmp_path / "kernelshark", root,
                                 session_arg="results/latest/trace.kshark.json")
+
+
+def test_kernel_without_nr_negative_is_error(smoke_run, krig_cli, tmp_path):
+    """The same real run, as if a pre-5.0 kernel had produced it (dentry-state's 5th field
+    is then a constant 0, not nr_negative): ERROR with one line, never a PASS on zeros.
+    A reproducer that does not use nr_negative keeps its verdict."""
+    name, p0, d = smoke_run
+    old = tmp_path / "old-kernel"
+    shutil.copytree(d, old)
+    m = json.loads((old / "manifest.json").read_text())
+    m["machine"]["release"] = "3.0.0-rc1"
+    (old / "manifest.json").write_text(json.dumps(m))
+    p = krig_cli("check", str(old))
+    if "nr_negative_reported" not in load_reproducer(name).metrics:
+        assert p.returncode == p0.returncode
+        return
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert p.stdout.startswith("ERROR: instrument: nr_negative_reported = 0") and p.stdout.count("\n") == 1
