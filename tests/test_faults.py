@@ -59,10 +59,14 @@ def one_line(text: str, *needles) -> str:
     return lines[0]
 
 
-def verdict_line(p) -> str:
+def verdict_line(stdout: str) -> str:
     """The verdict line `krig run` prints (the one line saying what happened)."""
-    return next(ln for ln in p.stdout.splitlines() if ln.split(":")[0] in ("PASS", "FAIL", "ERROR", "SKIP", "HUNG",
-                                                                          "CRASHED", "INTERRUPTED", "INCOMPLETE"))
+    return next(ln for ln in stdout.splitlines() if ln.split(":")[0] in ("PASS", "FAIL", "ERROR", "SKIP", "HUNG",
+                                                                        "CRASHED", "INTERRUPTED", "INCOMPLETE"))
+
+
+def finished(p: subprocess.Popen, out: str, err: str) -> subprocess.CompletedProcess:
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def no_runs(tmp_path):
@@ -214,7 +218,7 @@ def test_qemu_refuses_to_start(tmp_path, no_leftover_qemu):
     rig = rig_file(tmp_path, extra=["-device", "no-such-device-krig"])
     p = krig_run(tmp_path, "selftest-pass", "--rig", str(rig))
     assert p.returncode == 3, p.stdout + p.stderr
-    line = verdict_line(p)
+    line = verdict_line(p.stdout)
     assert line.startswith("ERROR: rig faulty: QEMU exited with status 1: ") and "no-such-device-krig" in line, line
     d = run_dir_of(p)
     assert "no-such-device-krig" in (d / "qemu.log").read_text()
@@ -230,7 +234,7 @@ def test_readonly_image_dir(tmp_path, no_leftover_qemu):
     finally:
         subprocess.run(["umount", "-l", str(ro)], check=False)
     assert p.returncode == 3, p.stdout + p.stderr
-    line = verdict_line(p)
+    line = verdict_line(p.stdout)
     assert line.startswith("ERROR: rig faulty: cannot set up the work directory") and "Read-only file system" in line
     assert str(ro) in line
 
@@ -244,7 +248,8 @@ def test_kill9_incomplete_then_reaped(tmp_path, krig_cli, no_leftover_qemu):
     try:
         man = wait_for(lambda: running_manifest(tmp_path), "the guest to answer")
         d = man.parent
-        time.sleep(3)           # the workload prints "hanging now"
+        wait_for(lambda: any("hanging now" in f.read_text() for f in (tmp_path / "work").glob("*/share/ctl/*.out")),
+                 "the workload's first output", 120)
     finally:
         p.kill()
         p.wait()
@@ -280,8 +285,8 @@ def test_sigterm_during_boot(tmp_path, no_leftover_qemu):
         if p.poll() is None:
             p.kill()
     assert p.returncode == 130, out + err
-    assert "Traceback" not in err and verdict_line(p).startswith("INTERRUPTED: ")
-    d = run_dir_of(p)
+    assert "Traceback" not in err and verdict_line(out).startswith("INTERRUPTED: ")
+    d = run_dir_of(finished(p, out, err))
     m = json.loads((d / "manifest.json").read_text())
     assert m["status"] == "incomplete" and m["complete"] is False
     assert (d / "console.log").exists()
@@ -367,7 +372,7 @@ def test_bmc_dies_mid_run(tmp_path):
             if p.poll() is None:
                 p.kill()
         assert p.returncode == 3, out + err
-        line = verdict_line(p)
+        line = verdict_line(out)
         assert line.startswith("ERROR: ") and "BMC" in line, line
         assert "Traceback" not in err
         d = man.parent
