@@ -59,8 +59,10 @@ def flip(built, tmp_path_factory):
         p = krig_run(tmp, REPRO, "--kernel", name, "--preset", "smoke", timeout=1200)
         assert not qemu_pids(str(tmp)), "qemu left behind"
         d = run_dir_of(p)
-        runs[name] = (p, d, json.loads((d / "verdict.json").read_text()),
-                      {k: v["value"] for k, v in json.loads((d / "metrics.json").read_text()).items()})
+        verdict = json.loads((d / "verdict.json").read_text())
+        assert verdict["verdict"] in ("PASS", "FAIL"), f"{name}: {verdict['verdict']}: {verdict['reason']}"
+        metrics = json.loads((d / "metrics.json").read_text())
+        runs[name] = (p, d, verdict, {k: v["value"] for k, v in metrics.items()})
     return runs
 
 
