@@ -89,6 +89,8 @@ def outcome_verdict(outcome: str | None, reason: str, console: str, rig_fault: s
         return "SKIP", reason
     if outcome == "completed":
         return ("CRASHED", f"kernel crash in the console: {crash}") if crash else (None, reason)
+    if outcome == "hung" and crash and "not syncing: NMI" in crash:
+        crash = None            # the panic krig's own NMI caused to get a trace of the hang
     if outcome in ("crashed", "hung"):
         if crash:
             return "CRASHED", f"{reason}; console: {crash}"

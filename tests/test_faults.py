@@ -108,6 +108,10 @@ def running_manifest(tmp_path, repro="selftest-hang"):
     ("hung", BANNER, None, True, "HUNG"),
     ("hung", "", None, False, "ERROR"),                               # the rig never started it
     ("hung", "", None, True, "HUNG"),                                 # a server without serial console
+    ("hung", BANNER + "[   40.1] Kernel panic - not syncing: NMI: Not continuing\n", None, True,
+     "HUNG"),                                                         # the panic krig's NMI asked for
+    ("hung", BANNER + PANIC + "[   40.1] Kernel panic - not syncing: NMI: Not continuing\n", None, True,
+     "CRASHED"),                                                      # a crash before krig's NMI
     ("error", BANNER + PANIC, None, True, "ERROR"),
     ("skip", "", None, False, "SKIP"),
     ("interrupted", "", None, False, "INTERRUPTED"),
