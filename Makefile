@@ -34,6 +34,7 @@ help:
 	@echo "make check [RUN=dir]       re-judge a run directory (default results/latest)"
 	@echo "make list                  reproducers, presets, rigs, kernels"
 	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd)"
+	@echo "make ci-kernels            build the small kernels make test boots (cached)"
 	@echo "make kernel KERNEL=name    build a kernel from kernels/<name>.toml (cached)"
 	@echo "make kernels               build every buildable kernel; make kernel-status shows the cache"
 	@echo "make bisect GOOD=.. BAD=.. REPRO=.. [PRESET=.. TREE=.. REPEAT=n]   git bisect with krig's verdict"
