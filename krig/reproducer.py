@@ -112,12 +112,18 @@ class Reproducer:
 REPRO_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 
 
+def _mib(nbytes: int) -> str:
+    """A size parameter as the user would write it: 10M, 2038M, 1.5G."""
+    return f"{nbytes / 2**30:g}G" if nbytes % 2**30 == 0 else f"{nbytes / 2**20:g}M"
+
+
 def check_range(value, spec: dict, field: str, cpus: int | None = None) -> None:
     """A parameter value against its declared min, max and max_per_cpu (x the rig's CPUs)."""
+    show = _mib if spec.get("type") == "size" else repr
     if spec.get("min") is not None and value < spec["min"]:
-        raise UsageError(f"{field}: {value!r} is below the minimum {spec['min']!r}")
+        raise UsageError(f"{field}: {show(value)} is below the minimum {show(spec['min'])}")
     if spec.get("max") is not None and value > spec["max"]:
-        raise UsageError(f"{field}: {value!r} is above the maximum {spec['max']!r}")
+        raise UsageError(f"{field}: {show(value)} is above the maximum {show(spec['max'])}")
     per = spec.get("max_per_cpu")
     if per is not None and cpus and value > per * cpus:
         raise UsageError(f"{field}: {value!r} is above the maximum {per * cpus!r} "

@@ -148,6 +148,8 @@ def test_bad_rig_path_named_as_given(krig_cli, tmp_path):
     ("selftest-pass", "files=0", "below the minimum 1"),
     ("xfs-ail-storm", "writers=100000", "above the maximum 128 (64 per CPU x 2 CPUs"),
     ("selftest-pass", "sample_interval=0", "below the minimum"),
+    ("xfs-ail-storm", "log_size=10M", "below the minimum 64M"),
+    ("xfs-ail-storm", "log_size=4G", "above the maximum 2038M"),
 ])
 def test_parameter_ranges(krig_cli, tmp_path, repro, setting, needle):
     p = krig_cli("run", repro, "--set", setting, env={"KRIG_RESULTS": str(tmp_path / "results")})
