@@ -2,6 +2,7 @@
 
 Never branches on the kind of rig: only the protocols of rigs/protocol.py.
 """
+import os
 import pathlib
 import signal
 import time
@@ -14,7 +15,8 @@ from .paths import owner_record
 from .preflight import preflight
 from .reproducer import load_reproducer
 from .results import git_revision, new_run_dir, now, write_json
-from .verdict import first_crash
+from .stall import slow_not_hung
+from .verdict import first_crash, scan_console
 from rigs import load_rig
 
 FACTS_TIMEOUT = 60
@@ -66,6 +68,8 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
                 # Results first: pulled before anything is powered off or removed; a
                 # power-off that fails is recorded and never costs the results.
                 outcome, reason = _pull(rig, run_dir, outcome, reason, manifest)
+                if outcome == "hung":
+                    outcome, reason = _hung_or_slow(run_dir, params["timeout"], outcome, reason)
                 manifest["rig_facts"] = rig.facts()
                 _power_down(rig, outcome == "completed", manifest)
     except KeyboardInterrupt:
@@ -114,6 +118,18 @@ def _pull(rig, run_dir, outcome, reason, manifest):
         if outcome == "error":
             return outcome, f"{reason}; {e}"
     return outcome, reason
+
+
+def _hung_or_slow(run_dir, timeout, outcome, reason):
+    """A timeout whose samples show the workload still moving is the host's slowness (ERROR)."""
+    try:
+        console = (run_dir / "console.log").read_text(errors="replace")
+    except OSError:
+        console = ""
+    seen = scan_console(console)
+    lockups = seen["soft_lockup"] + seen["hung_task"] + seen["rcu_stall"] + seen["crash"]
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    return slow_not_hung(run_dir, timeout, reason, lockups, load) or (outcome, reason)
 
 
 def _save_partial(rig, run_dir):

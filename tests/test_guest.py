@@ -61,6 +61,17 @@ def test_hang_verdict(tmp_path, no_leftover_qemu):
     assert took < 40 + 30 + boot + 30
 
 
+def test_slow_workload_is_error_not_hung(tmp_path, no_leftover_qemu):
+    """A workload still creating files when its timeout hits did not hang: the machine
+    was too slow for the timeout, and that is not the kernel's fault (ERROR)."""
+    p = krig_run(tmp_path, "selftest-pass", "--set", "files=1000000", "--set", "timeout=25")
+    assert p.returncode == 3, p.stdout + p.stderr
+    v = json.loads((run_dir_of(p) / "verdict.json").read_text())
+    assert v["verdict"] == "ERROR"
+    assert v["reason"].startswith("timeout, not a hang: the workload was still making progress in phase create")
+    assert "scratch used inodes +" in v["reason"] and "\n" not in v["reason"]
+
+
 def test_panic_verdict(tmp_path, no_leftover_qemu):
     p = krig_run(tmp_path, "selftest-panic")
     assert p.returncode == 6, p.stdout + p.stderr
