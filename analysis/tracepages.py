@@ -129,7 +129,7 @@ class PageSource:
                     k += 1
                 cap, fill = max(cap, usize), 0
                 buf = take(k)
-            buf[fill:fill + usize] = np.frombuffer(raw, np.uint8)
+            memoryview(buf)[fill:fill + usize] = raw  # cheaper than a numpy copy
             fill += usize
         if fill:
             buf[fill:fill + PAD] = 0
