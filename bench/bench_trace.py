@@ -119,13 +119,16 @@ def run_trace_cmd(path: str) -> dict:
     return {"count": int(out.strip() or 0), "wall_s": wall}
 
 
+def header(text: str):
+    print(text)
+    print("-" * len(text))
+
+
 def print_group_by(rows):
     """The grouped count next to its targets."""
     print(f"\nkrig trace stats --event {EVENT} --group-by {GROUP_BY} (best of 3; cpu = user+sys)")
-    hdr = (f"{'file':<34} {'wall s':>7} {'cpu s':>6} {'peak RSS':>9} {'trace-cmd s':>11} "
+    header(f"{'file':<34} {'wall s':>7} {'cpu s':>6} {'peak RSS':>9} {'trace-cmd s':>11} "
            f"{'speed-up':>8}  targets")
-    print(hdr)
-    print("-" * len(hdr))
     for r in rows:
         g = r["grouped"]
         got = {"wall_s": g["wall_s"], "rss_mb": g["rss_mb"],
@@ -190,10 +193,8 @@ def main(argv=None) -> int:
                       flush=True)
                 os.unlink(path)
     print()
-    hdr = (f"{'file':<34} {'events':>10} {'MB':>7} {'ours s':>7} {'(count)':>8} "
+    header(f"{'file':<34} {'events':>10} {'MB':>7} {'ours s':>7} {'(count)':>8} "
            f"{'trace-cmd s':>11} {'speed-up':>8} {'peak RSS':>9}  counts")
-    print(hdr)
-    print("-" * len(hdr))
     for r in rows:
         o = r["ours"]
         print(f"{r['file']:<34} {r['events']:>10} {r['mb']:>7.0f} {o['wall_s']:>7.2f} "
