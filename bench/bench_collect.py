@@ -16,6 +16,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analysis.rundata import RunData  # noqa: E402
+from kernels.catalog import load_kernel  # noqa: E402
+from krig.errors import KrigError  # noqa: E402
 from krig.run import run  # noqa: E402
 
 
@@ -27,10 +29,15 @@ def create_seconds(run_dir) -> float:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3, help="pairs (at least 3 for the target)")
-    ap.add_argument("--kernel", default="tiny-6.1")
+    ap.add_argument("--kernel", default=None, help="default: tiny-6.1 if it is built, else distro")
     ap.add_argument("--files", type=int, default=None, help="override the smoke preset's file count")
     a = ap.parse_args()
     sets = {"files": str(a.files)} if a.files else {}
+    if a.kernel is None:
+        try:
+            a.kernel = "tiny-6.1" if load_kernel("tiny-6.1").image.exists() else "distro"
+        except KrigError:  # not built
+            a.kernel = "distro"
     times = {True: [], False: []}
     load = os.getloadavg()
     print(f"xfs-ail-storm smoke on {a.kernel}, {a.repeats} pairs; load average {load[0]:.2f} "
