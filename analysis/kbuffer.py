@@ -43,9 +43,11 @@ class PageDecoder:
     def _corrupt(self, cpu, page0, what):
         return self._err(f"corrupt page: cpu {cpu}, batch starting at page {page0}: {what}")
 
-    def walk(self, buf, npages, cpu, page0, want_pos: bool):
+    def walk(self, buf, npages, cpu, page0, want_pos: bool, want_ts: bool | None = None):
         """Decode npages pages: (type ids, data offsets, ts, [flagged pages, stored lost,
-        flagged pages without a stored count])."""
+        flagged pages without a stored count]).  Offsets only if want_pos, time stamps
+        only if want_ts (default: want_pos); None otherwise."""
+        want_ts = want_pos if want_ts is None else want_ts
         ps, ds, e, cs = self.page_size, self.data_start, self.e, self.commit_size
         words = buf.view(e + "u4")
         q64 = buf[:npages * ps].view(e + "u8")
@@ -69,7 +71,7 @@ class PageDecoder:
                 loss[2] += 1
         act = np.flatnonzero(size > 0)
         pos, end, ts = base[act] + ds, base[act] + ds + size[act], ts[act]
-        out = ([], [] if want_pos else None, [] if want_pos else None)
+        out = ([], [] if want_pos else None, [] if want_ts else None)
         fast, kcap = self.fast, 64
         while pos.size:
             if fast:  # runs while they pay: efficiency = events / matrix cells
@@ -83,11 +85,9 @@ class PageDecoder:
             pos, end, ts = self._step(words, pos, end, ts, cpu, page0, out)
         tids, poss, tss = out
         tid = np.concatenate(tids) if tids else np.empty(0, np.uint32)
-        if not want_pos:
-            return tid, None, None, loss
-        if not tids:
-            return tid, np.empty(0, np.int64), np.empty(0, np.uint64), loss
-        return tid, np.concatenate(poss), np.concatenate(tss), loss
+        pos = (np.concatenate(poss) if tids else np.empty(0, np.int64)) if want_pos else None
+        ts = (np.concatenate(tss) if tids else np.empty(0, np.uint64)) if want_ts else None
+        return tid, pos, ts, loss
 
     def _step(self, words, pos, end, ts, cpu, page0, out):
         """Advance every page cursor by one record (any record type)."""
@@ -134,6 +134,7 @@ class PageDecoder:
         tids.append((ew >> 16) if big else (ew & np.uint32(0xFFFF)))
         if poss is not None:
             poss.append(epos)
+        if tss is not None:
             tss.append(ts[ev])
         keep = nxt < end
         if keep.all():
@@ -168,21 +169,20 @@ class PageDecoder:
             W = words[wat]
             valid = at < gend[:, None]
             valid[:, K] = False
-            if big:
-                match, D = ((W >> 27) == t) & valid, W & np.uint32(COMMIT_MASK)
-            else:
-                match, D = ((W & np.uint32(31)) == t) & valid, W >> 5
+            match = (((W >> 27) if big else (W & np.uint32(31))) == t) & valid
             run = np.argmin(match, axis=1)  # the first header that breaks the run
             cells += g.size * K
             nev += int(run.sum())
             inrun = off[None, :] < (run * rec)[:, None]
             A = words[wat[inrun] + 1]
             tids.append((A >> 16) if big else (A & np.uint32(0xFFFF)))
-            D[~inrun] = 0
             if poss is not None:
+                poss.append(at[inrun] + 4)
+            if tss is not None:  # time deltas of the run's headers
+                D = W & np.uint32(COMMIT_MASK) if big else W >> 5
+                D[~inrun] = 0
                 T = np.cumsum(D, axis=1, dtype=np.uint64)
                 T += gts[:, None]
-                poss.append(at[inrun] + 4)
                 tss.append(T[inrun])
             stop = gpos + run * rec  # the first record after the run
             full = stop >= gend
@@ -195,8 +195,9 @@ class PageDecoder:
                 ltl = (lw >> 27) if big else (lw & np.uint32(31))
                 tail = (ltl == 29) & (sp + 4 + words[(sp >> 2) + 1].astype(np.int64) >= gend[left])
                 left = left[~tail]
-            if left.size:
-                rest.append((g[left], stop[left], gts[left] + D[left].sum(axis=1, dtype=np.uint64)))
+            if left.size:  # (time stamps are only followed when they are asked for)
+                lts = gts[left] + D[left].sum(axis=1, dtype=np.uint64) if tss is not None else gts[left]
+                rest.append((g[left], stop[left], lts))
         sel = np.concatenate([r[0] for r in rest])
         npos = np.concatenate([pos[rest[0][0]]] + [r[1] for r in rest[1:]])
         nts = np.concatenate([ts[rest[0][0]]] + [r[2] for r in rest[1:]])
@@ -212,6 +213,8 @@ class PageDecoder:
             for i, (s, n) in enumerate(zip(start.tolist(), (loc >> 16).tolist())):
                 out[i] = bytes(mv[s:s + n]).split(b"\0", 1)[0].decode("utf-8", "replace")
             return out
+        if f.kind == "num" and f.size in (4, 8) and f.offset % 4 == 0:
+            return self._gather_words(buf, p, f)
         rows = buf[(p + f.offset)[:, None] + np.arange(f.size)]
         if f.kind in ("num", "array"):
             dt = np.dtype(f"{e}{'i' if f.signed else 'u'}{f.size // max(f.count, 1)}")
@@ -223,3 +226,17 @@ class PageDecoder:
                               for u in uniq] + [""], dtype=object)
             return names[inv.ravel()]
         return rows
+
+    def _gather_words(self, buf, p, f):
+        """A 4- or 8-byte number at a 4-aligned offset (record data starts 4-aligned):
+        read as whole 32-bit words instead of byte by byte."""
+        words = buf.view(self.e + "u4")
+        i = (p + f.offset) >> 2
+        if f.size == 4:
+            v = words[i].astype(np.uint32)
+            return v.view(np.int32) if f.signed else v
+        lo, hi = words[i].astype(np.uint64), words[i + 1].astype(np.uint64)
+        if self.big_endian:
+            lo, hi = hi, lo
+        v = (hi << np.uint64(32)) | lo
+        return v.view(np.int64) if f.signed else v

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 
 import numpy as np
 
@@ -34,6 +35,54 @@ def group_counts(values: np.ndarray) -> list[tuple[object, int]]:
     return [(_plain(uniq[i]), int(counts[i])) for i in order.tolist()]
 
 
+class GroupCounter:
+    """Counts of each distinct value, fed a batch at a time: memory grows with the
+    number of distinct values, not with the number of records."""
+
+    def __init__(self):
+        self.total = 0
+        self._parts: list[tuple[np.ndarray, np.ndarray]] = []  # numbers: (values, counts)
+        self._held = self._compacted = 0
+        self._other: Counter = Counter()  # strings and array rows
+
+    def add(self, values: np.ndarray):
+        if values.size == 0:
+            return
+        self.total += int(values.shape[0])
+        if values.dtype == object or values.ndim > 1:
+            self._other.update(dict(group_counts(values)))
+            return
+        # records of one page come together: count runs of one value first
+        starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+        runs = np.diff(np.append(starts, values.size))
+        uniq, inv = np.unique(values[starts], return_inverse=True)
+        self._parts.append((uniq, np.bincount(inv.ravel(), weights=runs).astype(np.int64)))
+        self._held += uniq.size
+        if self._held > max(1 << 18, 2 * self._compacted):
+            self._compact()
+
+    def _compact(self):
+        if len(self._parts) > 1:
+            vals = np.concatenate([v for v, _ in self._parts])
+            uniq, inv = np.unique(vals, return_inverse=True)
+            counts = np.bincount(inv.ravel(), weights=np.concatenate([c for _, c in self._parts]))
+            self._parts = [(uniq, counts.astype(np.int64))]
+        self._held = self._compacted = self._parts[0][0].size if self._parts else 0
+
+    def groups(self) -> list[tuple[object, int]]:
+        """[(value, count)] largest count first; ties by value (as group_counts)."""
+        if self._other:
+            items = sorted(self._other.items())
+            order = sorted(range(len(items)), key=lambda i: -items[i][1])  # stable
+            return [items[i] for i in order]
+        self._compact()
+        if not self._parts:
+            return []
+        uniq, counts = self._parts[0]
+        order = np.argsort(-counts, kind="stable")
+        return [(_plain(uniq[i]), int(counts[i])) for i in order.tolist()]
+
+
 def stats_main(path: str, event: str, group_by: str | None, as_json: bool,
                out=None) -> int:
     """Print the count of `event` in the trace at `path` (and groups of `group_by`).
@@ -50,9 +99,10 @@ def stats_main(path: str, event: str, group_by: str | None, as_json: bool,
             if group_by not in ev.fields:
                 raise TraceError(f"{path}: event {ev.full_name} has no field {group_by!r}; "
                                  f"fields: " + ", ".join(ev.fields))
-            vals = tf.columns(ev.full_name, (group_by,), with_ts=False)[group_by]
-            groups = group_counts(vals)
-            count = int(vals.shape[0])
+            counter = GroupCounter()
+            for batch in tf.field_batches(ev.full_name, (group_by,)):
+                counter.add(batch[group_by])
+            groups, count = counter.groups(), counter.total
         else:
             count = tf.counts().get(ev.full_name, 0)
         lost = tf.lost_events()

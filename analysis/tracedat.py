@@ -17,6 +17,7 @@ import zlib
 import numpy as np
 
 from analysis.kbuffer import PageDecoder
+from analysis.tracepages import PageSource, decompressor
 
 try:
     import zstandard
@@ -43,14 +44,6 @@ _FIELD_RE = re.compile(rb"field:(.*?);\s*offset:(\d+);\s*size:(\d+);\s*(?:signed
 _NAME_RE = re.compile(rb"^name:\s*(\S+)", re.M)
 _ID_RE = re.compile(rb"^ID:\s*(\d+)", re.M)
 _DECL_RE = re.compile(r"^(.*?)([A-Za-z_]\w*)\s*(?:\[([^\]]*)\])?\s*$")
-
-
-def _decompressor(kind):
-    """A function (data, uncompressed size) -> bytes for the file's algorithm."""
-    if kind == "zstd":
-        dctx = zstandard.ZstdDecompressor()
-        return lambda data, n: dctx.decompress(data, max_output_size=n)
-    return lambda data, n: zlib.decompress(data)
 
 
 class Field:
@@ -329,7 +322,7 @@ class TraceFile:
             if size < 8:
                 raise self._err(f"corrupt compressed section {sid} at offset {off}")
             csize, usize = struct.unpack_from(self._e + "II", data)
-            data = _decompressor(self.compression)(data[8:8 + csize], usize)
+            data = decompressor(self.compression)(data[8:8 + csize], usize)
             if len(data) != usize:
                 raise self._err(f"corrupt compressed section {sid} at offset {off}")
         return sid, flags, data
@@ -441,99 +434,79 @@ class TraceFile:
         return list(self._events)
 
     # ---------------------------------------------------------- page data
+    def _pages(self) -> PageSource:
+        return PageSource(self._f.fileno(), self._fsize, self.page_size, self._e, self.compression,
+                          self._err, self.BATCH_BYTES)
+
     def _batches(self, off: int, size: int):
-        """Yield (uint8 buffer, n_pages) for one cpu's data (uncompressed: buffer reused)."""
-        if self._data_compressed:
-            yield from self._zbatches(off)
-            return
-        ps = self.page_size
-        per = max(1, self.BATCH_BYTES // ps)
-        buf = np.empty(per * ps + 16, np.uint8)
-        for done in range(0, size // ps, per):
-            n = min(per, size // ps - done)
-            if os.preadv(self._f.fileno(), [memoryview(buf)[:n * ps]], off + done * ps) != n * ps:
-                raise self._err(f"truncated file: page data at offset {off + done * ps}")
-            buf[n * ps:n * ps + 16] = 0
-            yield buf, n
+        """Yield (uint8 buffer, n_pages) for one cpu's data (the buffer is reused)."""
+        yield from self._pages().batches(off, size, self._data_compressed)
 
-    def _zbatches(self, off: int):
-        """Decompressed batches of one cpu's chunks (compressed data read in 4 MB windows)."""
-        ps, e = self.page_size, self._e
-        cap = max(1, self.BATCH_BYTES // ps) * ps
-        unpack = _decompressor(self.compression)
-        win, wstart = b"", off
-
-        def get(p, n, what):
-            nonlocal win, wstart
-            if p < wstart or p + n > wstart + len(win):
-                wstart, win = p, self._pread(p, min(max(n, 4 << 20), self._fsize - p), what)
-                if len(win) < n:
-                    raise self._err(f"truncated file: {what} needs {n} bytes at offset {p}, "
-                                    f"file has {self._fsize} bytes")
-            return memoryview(win)[p - wstart:p - wstart + n]
-
-        (nchunks,) = struct.unpack(e + "I", get(off, 4, "chunk count"))
-        p, fill = off + 4, 0
-        buf = np.empty(cap + 16, np.uint8)
-        for i in range(nchunks):
-            csize, usize = struct.unpack(e + "II", get(p, 8, "compressed chunk header"))
-            if usize % ps:
-                raise self._err(f"corrupt compressed chunk {i}: {usize} bytes is not a whole "
-                                f"number of {ps}-byte pages")
-            try:
-                raw = unpack(get(p + 8, csize, "compressed chunk"), usize)
-            except TraceError:
-                raise
-            except Exception as ex:
-                raise self._err(f"corrupt compressed chunk {i} at offset {p}: {ex}") from None
-            if len(raw) != usize:
-                raise self._err(f"corrupt compressed chunk {i} at offset {p}: "
-                                f"{len(raw)} bytes, expected {usize}")
-            p += 8 + csize
-            if fill + usize > cap:
-                if fill:
-                    buf[fill:fill + 16] = 0
-                    yield buf, fill // ps
-                cap, fill = max(cap, usize), 0
-                buf = np.empty(cap + 16, np.uint8)
-            buf[fill:fill + usize] = np.frombuffer(raw, np.uint8)
-            fill += usize
-        if fill:
-            buf[fill:fill + 16] = 0
-            yield buf, fill // ps
-
-    def _scan(self, ev_id=None, fields=(), with_ts=True):
-        """One pass over all pages: counts by id, loss stats, and columns of ev_id."""
+    def _walk(self, ev_id=None, fields=(), with_ts=True, ordered=True, prefetch=True):
+        """One pass over all pages, a batch at a time: yields (cpu, {column: array}) with the
+        records of ev_id in that batch ('ts' and 'cpu' only with_ts; file order only if
+        ordered); when the pass is complete, sets the counts by id and the loss stats."""
         kb = PageDecoder(self.page_size, self._data_start, self.commit_size, self.big_endian,
                          self._err, fast=self.FAST_RUNS)
         counts = np.zeros(1 << 16, np.int64)
         lost, per_cpu = [0, 0, 0], {}
-        cols = {k: [] for k in ["ts", "cpu"] + [f.name for f in fields]}
-        for cpu, off, size in self._cpu_data:
-            page0 = 0
-            for buf, n in self._batches(off, size):
-                tid, pos, ts, loss = kb.walk(buf, n, cpu, page0, ev_id is not None)
-                page0 += n
-                lost = [a + b for a, b in zip(lost, loss)]
-                # a flagged page without a stored count lost at least one event
-                per_cpu[cpu] = per_cpu.get(cpu, 0) + loss[1] + loss[2]
-                counts += np.bincount(tid, minlength=1 << 16)
-                sel = np.flatnonzero(tid == ev_id) if ev_id is not None else ()
-                if not len(sel):
-                    continue
-                order = np.argsort(pos[sel], kind="stable")  # file order
-                p = pos[sel][order]
-                if with_ts:
-                    cols["ts"].append(ts[sel][order])
-                    cols["cpu"].append(np.full(p.size, cpu, np.int32))
-                for f in fields:
-                    cols[f.name].append(kb.gather(buf, p, f))
+        want_pos = ev_id is not None
+        for cpu, buf, n, page0 in self._pages().all_batches(self._cpu_data, self._data_compressed,
+                                                             prefetch):
+            tid, pos, ts, loss = kb.walk(buf, n, cpu, page0, want_pos, want_pos and with_ts)
+            lost = [a + b for a, b in zip(lost, loss)]
+            # a flagged page without a stored count lost at least one event
+            per_cpu[cpu] = per_cpu.get(cpu, 0) + loss[1] + loss[2]
+            counts += np.bincount(tid, minlength=1 << 16)
+            if not want_pos:
+                continue
+            sel = np.flatnonzero(tid == ev_id)
+            if not sel.size:
+                continue
+            p = pos[sel]
+            if ordered:
+                order = np.argsort(p, kind="stable")  # file order
+                p, sel = p[order], sel[order]
+            cols = {f.name: kb.gather(buf, p, f) for f in fields}
+            if with_ts:
+                cols["ts"], cols["cpu"] = ts[sel], np.full(p.size, cpu, np.int32)
+            yield cpu, cols
         self._counts = {}
         for i in np.flatnonzero(counts).tolist():
             ev = self._by_id.get(i)
             self._counts[ev.full_name if ev else f"unknown:id{i}"] = int(counts[i])
         self._lost = (lost, per_cpu)
+
+    def _scan(self, ev_id=None, fields=(), with_ts=True):
+        """One pass over all pages: counts by id, loss stats, and the columns of ev_id."""
+        cols = {k: [] for k in (["ts", "cpu"] if with_ts else []) + [f.name for f in fields]}
+        for _, batch in self._walk(ev_id, fields, with_ts):
+            for k, v in batch.items():
+                cols[k].append(v)
         return cols
+
+    def _fields(self, ev: EventFormat, fields) -> list[Field]:
+        fl = []
+        for name in (fields,) if isinstance(fields, str) else fields:
+            if name not in ev.fields:
+                raise self._err(f"event {ev.full_name} has no field {name!r}; fields: "
+                                + ", ".join(ev.fields))
+            fl.append(ev.fields[name])
+        return fl
+
+    def field_batches(self, event: str, fields):
+        """Yield {field: array} for the `event` records of each batch of pages, in no
+        particular order within a batch (records that follow each other on a page stay
+        together), without time stamps.
+
+        For aggregates over long traces: memory is one batch of pages (three while the
+        next ones are decompressed ahead) and the arrays of that batch, whatever the
+        length of the trace.  After the last batch, counts() and lost_events() are known.
+        """
+        ev = self.event(event)
+        fl = self._fields(ev, fields)
+        for _, cols in self._walk(ev.id, fl, with_ts=False, ordered=False):
+            yield cols
 
     # ----------------------------------------------------------------- API
     def counts(self) -> dict[str, int]:
@@ -550,12 +523,7 @@ class TraceFile:
         trace-cmd report).  with_ts=False returns only the fields, in file order.
         """
         ev = self.event(event)
-        fl = []
-        for name in (fields,) if isinstance(fields, str) else fields:
-            if name not in ev.fields:
-                raise self._err(f"event {ev.full_name} has no field {name!r}; fields: "
-                                + ", ".join(ev.fields))
-            fl.append(ev.fields[name])
+        fl = self._fields(ev, fields)
         cols = self._scan(ev.id, fl, with_ts)
         empty = {"ts": np.uint64, "cpu": np.int32}
         empty.update({f.name: object if f.kind in ("str", "dataloc", "relloc") else np.int64

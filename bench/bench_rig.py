@@ -1,14 +1,18 @@
 """Rig benchmarks on a real guest, each against the obvious alternative in the same run.
 
 1. Rig overhead: boot the default kernel, run `true`, power off -- krig's QEMU
-   rig vs virtme-ng (`vng --run <same kernel> --disable-kvm -- true`).
-   Target: krig's time at most half of virtme-ng's.
+   rig vs virtme-ng (`vng --run <same kernel> --disable-kvm -- true`), in pairs
+   (the order flipped every pair). Target: the median of the pairwise ratios
+   krig/virtme-ng at most 0.4. krig's time is broken down from the console
+   (firmware + kernel loading, kernel init, initramfs modules, 9p mounts + agent,
+   the command, power-off).
 2. Flood generator: negflood's lookup rate per process vs a bare C
    snprintf+stat() loop, in the same guest on XFS. Target: >= 90%.
 Prints figures; a missed target is reported, not asserted.
 """
 import argparse
 import os
+import threading
 import pathlib
 import re
 import shutil
@@ -25,19 +29,62 @@ from kernels.catalog import load_kernel  # noqa: E402
 from rigs import load_rig  # noqa: E402
 
 
-def time_krig(kernel, repeats):
-    out = []
-    for _ in range(repeats):
-        rig = load_rig("qemu-default")
-        rig.spec["accel"] = "tcg"       # same accelerator as vng --disable-kvm
-        with tempfile.TemporaryDirectory() as td, rig:
-            t0 = time.monotonic()
-            rig.prepare(pathlib.Path(td), kernel, {})
-            rig.boot.boot(kernel, [])
-            assert rig.command.run(["true"], timeout=60).returncode == 0
-            rig.shutdown()
-            out.append(time.monotonic() - t0)
-    return out
+MARKS = {"kernel": "Linux version", "init": "Run /init as init process",
+         "modules": "krig-init: modules loaded", "agent": "krig-agent: ready"}
+KTS = re.compile(r"^\[\s*(\d+\.\d+)\]")
+
+
+def watch_console(path: pathlib.Path, stamps: dict, stop: threading.Event):
+    """Host time (CLOCK_MONOTONIC) at which each marker line first shows on the console,
+    and the kernel's own time stamp of the `Run /init` line."""
+    seen = ""
+    while not stop.is_set():
+        try:
+            seen = path.read_text(errors="replace")
+        except OSError:
+            pass
+        now = time.monotonic()
+        for k, text in MARKS.items():
+            if k not in stamps and text in seen:
+                stamps[k] = now
+                if k == "init":
+                    line = next(ln for ln in seen.splitlines() if text in ln)
+                    m = KTS.match(line.strip())
+                    stamps["init_kts"] = float(m.group(1)) if m else None
+        time.sleep(0.02)
+
+
+def time_krig_once(kernel) -> dict:
+    """One boot + `true` + power-off, with the phases."""
+    rig = load_rig("qemu-default")
+    rig.spec["accel"] = "tcg"       # same accelerator as vng --disable-kvm
+    stamps, stop = {}, threading.Event()
+    with tempfile.TemporaryDirectory() as td, rig:
+        t0 = time.monotonic()
+        rig.prepare(pathlib.Path(td), kernel, {})
+        w = threading.Thread(target=watch_console, args=(rig.console.log_path, stamps, stop), daemon=True)
+        w.start()
+        rig.boot.boot(kernel, [])
+        t_up = time.monotonic()
+        t_qemu = t_up - rig.facts()["boot_seconds"]  # boot_seconds counts from QEMU's start
+        assert rig.command.run(["true"], timeout=60).returncode == 0
+        t_cmd = time.monotonic()
+        rig.shutdown()
+        t_end = time.monotonic()
+        stop.set()
+        w.join()
+    kstart = stamps["init"] - stamps["init_kts"] if stamps.get("init_kts") is not None else None
+    ph = {"total": t_end - t0, "setup (work dir, initramfs, argv)": t_qemu - t0}
+    if kstart is not None:
+        ph["firmware + kernel loading"] = kstart - t_qemu
+        ph["kernel init (to /init)"] = stamps["init_kts"]
+    if "modules" in stamps:
+        ph["initramfs modules"] = stamps["modules"] - stamps["init"]
+        ph["9p mounts + agent start"] = stamps.get("agent", t_up) - stamps["modules"]
+    ph["host sees the agent"] = t_up - stamps.get("agent", t_up)
+    ph["command `true`"] = t_cmd - t_up
+    ph["power-off"] = t_end - t_cmd
+    return ph
 
 
 def ensure_vng() -> str | None:
@@ -50,19 +97,52 @@ def ensure_vng() -> str | None:
     return vng
 
 
-def time_vng(vng, kernel, repeats):
-    out = []
-    for _ in range(repeats):
-        t0 = time.monotonic()
-        env = {**os.environ, "PATH": f"{pathlib.Path(vng).parent}:{os.environ['PATH']}"}
-        p = subprocess.run([vng, "--run", str(kernel.image), "--disable-kvm", "--", "true"], env=env,
-                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-        took = time.monotonic() - t0
-        if p.returncode != 0:
-            print(f"vng failed (exit {p.returncode}): {(p.stderr or p.stdout).strip()[-300:]}")
-            return None
-        out.append(took)
-    return out
+def time_vng_once(vng, kernel) -> float | None:
+    t0 = time.monotonic()
+    env = {**os.environ, "PATH": f"{pathlib.Path(vng).parent}:{os.environ['PATH']}"}
+    p = subprocess.run([vng, "--run", str(kernel.image), "--disable-kvm", "--", "true"], env=env,
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    took = time.monotonic() - t0
+    if p.returncode != 0:
+        print(f"vng failed (exit {p.returncode}): {(p.stderr or p.stdout).strip()[-300:]}")
+        return None
+    return took
+
+
+def rig_overhead(kernel, pairs):
+    """Pairs of (krig, vng), alternating which goes first; prints each pair and the phases."""
+    vng = ensure_vng()
+    load = os.getloadavg()
+    print(f"== rig overhead: boot {kernel.release} under TCG, run `true`, power off ({pairs} pairs); "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cpus)", flush=True)
+    ks, vs, phases = [], [], []
+    for i in range(pairs):
+        for side in (("krig", "vng") if i % 2 == 0 else ("vng", "krig")):
+            if side == "krig":
+                ph = time_krig_once(kernel)
+                phases.append(ph)
+                ks.append(ph["total"])
+            elif vng:
+                v = time_vng_once(vng, kernel)
+                if v is None:
+                    vng = None
+                else:
+                    vs.append(v)
+        print(f"pair {i + 1}: krig {ks[-1]:.1f} s" + (f", virtme-ng {vs[-1]:.1f} s, ratio "
+                                                    f"{ks[-1] / vs[-1]:.2f}" if vng and vs else ""),
+              flush=True)
+    print("krig's time, median of each phase:")
+    for k in phases[0]:
+        vals = [p[k] for p in phases if k in p]
+        print(f"  {k:<36} {statistics.median(vals):6.2f} s")
+    if vng and len(vs) == len(ks):
+        ratios = [k / v for k, v in zip(ks, vs)]
+        med = statistics.median(ratios)
+        load = os.getloadavg()
+        print(f"krig/virtme-ng pairwise: {' '.join(f'{r:.2f}' for r in ratios)}; median {med:.2f} "
+              f"(target <= 0.40: {'met' if med <= 0.4 else 'NOT met'}); krig median "
+              f"{statistics.median(ks):.1f} s, virtme-ng median {statistics.median(vs):.1f} s; "
+              f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 def bench_flood(kernel, seconds):
@@ -93,17 +173,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--flood-seconds", type=int, default=10)
+    ap.add_argument("--kernel", default="distro", help="kernel for both benchmarks (vng boots its image)")
+    ap.add_argument("--skip-overhead", action="store_true")
+    ap.add_argument("--skip-flood", action="store_true")
     a = ap.parse_args()
-    kernel = load_kernel("distro")
-    print(f"== rig overhead: boot {kernel.release} under TCG, run `true`, power off ({a.repeats} runs each)")
-    k = time_krig(kernel, a.repeats)
-    print(f"krig qemu rig : {' '.join(f'{x:.1f}' for x in k)} s   median {statistics.median(k):.1f} s")
-    vng = ensure_vng()
-    v = time_vng(vng, kernel, a.repeats) if vng else None
-    if v:
-        ratio = statistics.median(k) / statistics.median(v)
-        print(f"virtme-ng     : {' '.join(f'{x:.1f}' for x in v)} s   median {statistics.median(v):.1f} s")
-        print(f"krig/virtme-ng: {ratio:.2f}  (target <= 0.50: {'met' if ratio <= 0.5 else 'NOT met'})")
+    kernel = load_kernel(a.kernel)
+    if not a.skip_overhead:
+        rig_overhead(kernel, a.repeats)
+    if a.skip_flood:
+        return
     print(f"\n== flood generator vs bare C snprintf+stat loop, one process, XFS, {a.flood_seconds} s each, twice")
     f = bench_flood(kernel, a.flood_seconds)
     if f:

@@ -1,4 +1,5 @@
-"""Benchmark: count one event with analysis.tracedat vs `trace-cmd report | grep | wc -l`.
+"""Benchmark: count one event with analysis.tracedat vs `trace-cmd report | grep | wc -l`,
+and the grouped count `krig trace stats --group-by new_lsn` against the same pipeline.
 
     python bench/bench_trace.py [--quick] [--template FILE] [--sizes 2000000,17000000]
 
@@ -10,8 +11,11 @@ file times
   * our reader, in a child process (interpreter start, open, count), best of 2,
     with the child's peak RSS (ru_maxrss);
   * the pipeline trace-cmd report -i F | grep -F ' EVENT:' | wc -l.
+  * `krig trace stats F --event EVENT --group-by new_lsn --json` (the command itself,
+    best of 3), with its CPU time and peak RSS (/usr/bin/time).
 Exits 1 if any count differs from the number of events written or from the
-pipeline's.  Prints whether the 15x target was met on the ~2M files.
+pipeline's, or the groups do not add up to the count.  Prints each target next to
+what was measured, and the load average (the machine is shared).
 --quick uses 200k events (a CI smoke run).  Run it niced on a shared machine.
 """
 from __future__ import annotations
@@ -35,6 +39,10 @@ TEMPLATE = ROOT / "tests" / "data" / "xfs_template_v7.dat"
 EVENT = "xfs:xfs_ail_insert"
 EXTRA = [("xfs:xfs_ail_move", 0.05)]  # a little noise for grep to filter out
 TARGET = 15.0
+GROUP_BY = "new_lsn"
+# (events low, high, file kind): limits on the grouped count
+GROUP_TARGETS = [((1_500_000, 2_500_000), "v7_zstd", {"wall_s": 0.35, "speedup": 20.0}),
+                 ((15_000_000, 20_000_000), "v7_zstd", {"wall_s": 3.0, "rss_mb": 150.0})]
 
 CHILD = r"""
 import json, resource, sys, time
@@ -68,6 +76,30 @@ def run_ours(path: str) -> dict:
     return best
 
 
+def run_group_by(path: str, repeats: int = 3) -> dict:
+    """`krig trace stats --group-by` as a user runs it: best wall time of `repeats`."""
+    krig = pathlib.Path(sys.executable).parent / "krig"
+    best = None
+    with tempfile.NamedTemporaryFile("r", prefix="krig-time-") as tf:
+        for _ in range(repeats):
+            t = time.perf_counter()
+            r = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", "-o", tf.name, str(krig),
+                                "trace", "stats", path, "--event", EVENT, "--group-by",
+                                GROUP_BY, "--json"], capture_output=True, text=True)
+            wall = time.perf_counter() - t
+            if r.returncode:
+                raise SystemExit(f"krig trace stats failed on {path}: {r.stderr.strip()[-300:]}")
+            doc = json.loads(r.stdout)
+            user, sys_s, rss_kb = tf.read().split()[-3:]
+            tf.seek(0)
+            res = {"wall_s": wall, "cpu_s": float(user) + float(sys_s), "rss_mb": int(rss_kb) / 1024,
+                   "count": doc["count"], "groups": len(doc["groups"]),
+                   "sum": sum(c for _, c in doc["groups"])}
+            if best is None or wall < best["wall_s"]:
+                best = res
+    return best
+
+
 def run_trace_cmd(path: str) -> dict:
     """trace-cmd report -i F | grep -F ' EVENT:' | wc -l, as a real pipeline."""
     name = EVENT.split(":")[1]
@@ -87,6 +119,36 @@ def run_trace_cmd(path: str) -> dict:
     return {"count": int(out.strip() or 0), "wall_s": wall}
 
 
+def header(text: str):
+    print(text)
+    print("-" * len(text))
+
+
+def print_group_by(rows):
+    """The grouped count next to its targets."""
+    print(f"\nkrig trace stats --event {EVENT} --group-by {GROUP_BY} (best of 3; cpu = user+sys)")
+    header(f"{'file':<34} {'wall s':>7} {'cpu s':>6} {'peak RSS':>9} {'trace-cmd s':>11} "
+           f"{'speed-up':>8}  targets")
+    for r in rows:
+        g = r["grouped"]
+        got = {"wall_s": g["wall_s"], "rss_mb": g["rss_mb"],
+               "speedup": r["trace_cmd"]["wall_s"] / g["wall_s"]}
+        verdicts = []
+        for (lo, hi), kind, limits in GROUP_TARGETS:
+            if lo <= r["events"] <= hi and kind == r["kind"]:
+                for k, lim in limits.items():
+                    met = got[k] >= lim if k == "speedup" else got[k] <= lim
+                    unit = {"wall_s": " s", "rss_mb": " MB", "speedup": "x"}[k]
+                    sign = ">=" if k == "speedup" else "<="
+                    verdicts.append(f"{k} {got[k]:.2f}{unit} (target {sign} {lim:g}{unit}: "
+                                    f"{'met' if met else 'NOT met'})")
+        print(f"{r['file']:<34} {g['wall_s']:>7.2f} {g['cpu_s']:>6.2f} {g['rss_mb']:>7.0f}MB "
+              f"{r['trace_cmd']['wall_s']:>11.2f} {got['speedup']:>7.1f}x  "
+              + ("; ".join(verdicts) or "-"))
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"({os.cpu_count()} cpus)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="200k events only (CI smoke)")
@@ -98,6 +160,8 @@ def main(argv=None) -> int:
         print("trace-cmd is not installed: nothing to compare against", file=sys.stderr)
         return 2
     sizes = [200_000] if args.quick else [2_000_000, 17_000_000]
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"({os.cpu_count()} cpus)")
     if args.sizes:
         sizes = [int(float(s)) for s in args.sizes.split(",")]
     rows, failed = [], False
@@ -114,20 +178,23 @@ def main(argv=None) -> int:
                 print(f"generated {os.path.basename(path)}: {n} events ({want} {EVENT}), "
                       f"{size_mb:.0f} MB in {gen_s:.1f} s", flush=True)
                 ours = run_ours(path)
+                grouped = run_group_by(path)
                 theirs = run_trace_cmd(path)
-                ok = ours["count"] == theirs["count"] == want
+                ok = ours["count"] == theirs["count"] == want == grouped["count"] == grouped["sum"]
                 failed |= not ok
                 rows.append({"file": os.path.basename(path), "events": n, "mb": size_mb,
+                             "kind": f"v{version}{'_' + comp if comp else ''}",
                              "ours": ours, "trace_cmd": theirs, "ok": ok, "want": want,
+                             "grouped": grouped,
                              "ratio": theirs["wall_s"] / ours["wall_s"]})
-                print(f"  ours {ours['wall_s']:.2f} s (count {ours['count']}), trace-cmd "
-                      f"{theirs['wall_s']:.2f} s (count {theirs['count']})", flush=True)
+                print(f"  ours {ours['wall_s']:.2f} s (count {ours['count']}), group-by "
+                      f"{grouped['wall_s']:.2f} s (count {grouped['count']}, {grouped['groups']} "
+                      f"groups), trace-cmd {theirs['wall_s']:.2f} s (count {theirs['count']})",
+                      flush=True)
                 os.unlink(path)
     print()
-    hdr = (f"{'file':<34} {'events':>10} {'MB':>7} {'ours s':>7} {'(count)':>8} "
+    header(f"{'file':<34} {'events':>10} {'MB':>7} {'ours s':>7} {'(count)':>8} "
            f"{'trace-cmd s':>11} {'speed-up':>8} {'peak RSS':>9}  counts")
-    print(hdr)
-    print("-" * len(hdr))
     for r in rows:
         o = r["ours"]
         print(f"{r['file']:<34} {r['events']:>10} {r['mb']:>7.0f} {o['wall_s']:>7.2f} "
@@ -142,12 +209,14 @@ def main(argv=None) -> int:
               f"{'MET' if worst >= TARGET else 'NOT MET'} (lowest speed-up {worst:.1f}x)")
     else:
         print(f"({TARGET:.0f}x target is judged on ~2M-event files; none in this run)")
+    print_group_by(rows)
     if failed:
         print("FAIL: counts differ", file=sys.stderr)
         for r in rows:
             if not r["ok"]:
                 print(f"  {r['file']}: written {r['want']}, ours {r['ours']['count']}, "
-                      f"trace-cmd {r['trace_cmd']['count']}", file=sys.stderr)
+                      f"trace-cmd {r['trace_cmd']['count']}, group-by {r['grouped']['count']} "
+                      f"(groups add up to {r['grouped']['sum']})", file=sys.stderr)
         return 1
     return 0
 

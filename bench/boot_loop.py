@@ -35,10 +35,12 @@ def extra_kernel(image: pathlib.Path, modules: pathlib.Path) -> Kernel:
                   config=image.with_name(f"config-{release}"), cmdline=[])
 
 
-def boot_once(kernel, tcg_thread: str, cmdline: list, timeout: float, keep: pathlib.Path | None = None) -> dict:
+def boot_once(kernel, tcg_thread: str, cmdline: list, timeout: float, keep: pathlib.Path | None = None,
+              kernel_entry: str = "auto") -> dict:
     rig = load_rig("qemu-default")
     rig.spec["accel"] = "tcg"
     rig.spec["tcg_thread"] = tcg_thread
+    rig.spec["kernel_entry"] = kernel_entry
     rig.console_crash = first_crash
     with tempfile.TemporaryDirectory(prefix="krig-bootloop-") as td, rig:
         t0 = time.monotonic()
@@ -61,7 +63,7 @@ def boot_once(kernel, tcg_thread: str, cmdline: list, timeout: float, keep: path
             keep.mkdir(parents=True, exist_ok=True)
             (keep / f"console-{time.strftime('%H%M%S')}-{outcome}.log").write_text(console)
         return {"outcome": outcome, "detail": detail, "seconds": round(time.monotonic() - t0, 1),
-                "boot_seconds": rig.facts().get("boot_seconds")}
+                "boot_seconds": rig.facts().get("boot_seconds"), "entry": rig.facts().get("kernel_entry")}
 
 
 def main(argv=None) -> int:
@@ -73,6 +75,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tcg-thread", choices=("single", "multi"), default="multi")
     ap.add_argument("--append", action="append", default=[], help="extra kernel command-line argument")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--kernel-entry", default="auto",
+                    help="auto (PVH when the kernel has it), bzimage, or both (alternating)")
     ap.add_argument("--json", type=pathlib.Path, help="append the summary as one JSON line")
     ap.add_argument("--keep", type=pathlib.Path, help="directory for the consoles of boots that failed")
     a = ap.parse_args(argv)
@@ -81,9 +85,10 @@ def main(argv=None) -> int:
     kernel = extra_kernel(a.image, a.modules) if a.image else load_kernel(a.kernel or "distro")
     results = []
     for i in range(a.boots):
-        r = boot_once(kernel, a.tcg_thread, a.append, a.timeout, a.keep)
+        entry = a.kernel_entry if a.kernel_entry != "both" else ("auto", "bzimage")[i % 2]
+        r = boot_once(kernel, a.tcg_thread, a.append, a.timeout, a.keep, entry)
         results.append(r)
-        print(f"boot {i + 1}/{a.boots}: {r['outcome']} {r['seconds']}s (agent after {r['boot_seconds']}s) "
+        print(f"boot {i + 1}/{a.boots} [{r['entry']}]: {r['outcome']} {r['seconds']}s (agent after {r['boot_seconds']}s) "
               f"{r['detail'][:160]}", flush=True)
     summary = {"kernel": kernel.release, "tcg_thread": a.tcg_thread, "append": a.append, "boots": len(results),
                **{k: sum(r["outcome"] == k for r in results) for k in ("ok", "crashed", "hung", "error")},

@@ -25,6 +25,10 @@ RESERVED_ENV = {"PATH", "HOME", "LANG", "SHELL", "USER", "PWD", "TERM", "IFS", "
 
 
 THRESHOLD_KINDS = ("regression", "instrument")
+# ring: events stay in the guest's ring buffer during the workload, extracted after it (no
+# reader disturbs the workload; a run whose events do not fit is ERROR with what fit kept);
+# record: trace-cmd record streams them out while the workload runs (longer than memory).
+TRACE_MODES = ("ring", "record")
 REQUIRES_KEYS = {"scratch_size", "min_memory", "min_cpus", "programs", "output_size"}
 
 
@@ -68,6 +72,8 @@ class Reproducer:
     session: dict | None = None                              # where KernelShark opens
     preset_requires: dict = dataclasses.field(default_factory=dict)   # preset -> requires overriding
     preset_buffer_kb: dict = dataclasses.field(default_factory=dict)  # preset -> trace buffer_kb
+    trace_mode: str = "ring"
+    preset_trace_mode: dict = dataclasses.field(default_factory=dict)  # preset -> trace mode
 
     def requires_for(self, preset: str | None) -> dict:
         """The reproducer's requires, with the preset's own [presets.X.requires] on top."""
@@ -76,6 +82,10 @@ class Reproducer:
     def buffer_kb_for(self, preset: str | None) -> int:
         """Per-CPU trace buffer: [presets.X.trace] buffer_kb, else [trace] buffer_kb."""
         return self.preset_buffer_kb.get(preset, self.trace_buffer_kb)
+
+    def trace_mode_for(self, preset: str | None) -> str:
+        """How the harness records: [presets.X.trace] mode, else [trace] mode (TRACE_MODES)."""
+        return self.preset_trace_mode.get(preset, self.trace_mode)
 
     def resolve_params(self, preset: str | None, sets: dict, cpus: int | None = None) -> dict:
         """defaults <- preset <- --set, each value checked against its type and range.
@@ -132,6 +142,13 @@ def check_range(value, spec: dict, field: str, cpus: int | None = None) -> None:
 
 def reproducer_names() -> list[str]:
     return sorted(p.parent.name for p in REPRO_DIR.glob("*/repro.toml"))
+
+
+def trace_mode(table: dict, where: str) -> str:
+    mode = optional(table, "mode", str, where, "ring")
+    if mode not in TRACE_MODES:
+        raise UsageError(f"{where}.mode: {mode!r} is not one of {', '.join(TRACE_MODES)}")
+    return mode
 
 
 def load_reproducer(name, root: pathlib.Path = REPRO_DIR) -> Reproducer:
@@ -193,7 +210,7 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
         params[pname]["default"] = coerce(spec["default"], ptype, f"{pw}.default", choices)
         check_range(params[pname]["default"], params[pname], f"{pw}.default")
 
-    presets, preset_requires, preset_buffer_kb = {}, {}, {}
+    presets, preset_requires, preset_buffer_kb, preset_trace_mode = {}, {}, {}, {}
     for prname, values in optional(data, "presets", dict, w, {}).items():
         prw = f"{w}.presets.{prname}"
         if not isinstance(values, dict):
@@ -204,8 +221,11 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
             del values["requires"]
         if "trace" in values:
             ptrace = optional(values, "trace", dict, prw)
-            reject_unknown(ptrace, {"buffer_kb"}, f"{prw}.trace")
-            preset_buffer_kb[prname] = positive_int(ptrace, "buffer_kb", f"{prw}.trace")
+            reject_unknown(ptrace, {"buffer_kb", "mode"}, f"{prw}.trace")
+            if "buffer_kb" in ptrace or "mode" not in ptrace:
+                preset_buffer_kb[prname] = positive_int(ptrace, "buffer_kb", f"{prw}.trace")
+            if "mode" in ptrace:
+                preset_trace_mode[prname] = trace_mode(ptrace, f"{prw}.trace")
             del values["trace"]
         presets[prname] = {}
         for k, v in values.items():
@@ -215,7 +235,7 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
             check_range(presets[prname][k], params[k], f"{prw}.{k}")
 
     trace = optional(data, "trace", dict, w, {})
-    reject_unknown(trace, {"events", "buffer_kb"}, f"{w}.trace")
+    reject_unknown(trace, {"events", "buffer_kb", "mode"}, f"{w}.trace")
     events = optional(trace, "events", list, f"{w}.trace", [])
     for e in events:
         if not isinstance(e, str) or not re.match(r"^[a-z0-9_]+:[a-z0-9_*]+$", e):
@@ -258,7 +278,9 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
         groups=optional(data, "groups", list, w, []), requires=req, params=params, presets=presets,
         trace_events=events, trace_buffer_kb=buffer_kb, metrics=metrics, thresholds=thresholds,
         plots=parse_plots(data, w, events, metrics, thresholds, params), session=parse_session(data, w, events),
-        preset_requires=preset_requires, preset_buffer_kb=preset_buffer_kb)
+        preset_requires=preset_requires, preset_buffer_kb=preset_buffer_kb,
+        trace_mode=trace_mode(trace, f"{w}.trace") if "mode" in trace else "ring",
+        preset_trace_mode=preset_trace_mode)
 
 
 def positive_int(table: dict, key: str, where: str) -> int:

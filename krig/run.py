@@ -168,7 +168,8 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     out = rig.files.results_dir()
     env = {**repro.param_env(params), **rig.scratch_env(),
            "KRIG_TRACE_EVENTS": " ".join(repro.trace_events),
-           "KRIG_TRACE_BUFFER_KB": str(repro.buffer_kb_for(manifest["preset"])), "KRIG_COLLECT": "1" if collect else "0"}
+           "KRIG_TRACE_BUFFER_KB": str(repro.buffer_kb_for(manifest["preset"])),
+           "KRIG_TRACE_MODE": repro.trace_mode_for(manifest["preset"]), "KRIG_COLLECT": "1" if collect else "0"}
     argv = ["bash", f"{root}/reproducers/lib/harness.sh", f"{root}/reproducers/{repro.name}", out]
     log(f"krig: running {repro.name} (timeout {params['timeout']}s)")
     res = rig.command.run(argv, env=env, timeout=params["timeout"])

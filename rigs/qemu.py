@@ -18,7 +18,7 @@ from krig import ROOT
 from krig.config import optional, parse_size, reject_unknown, require
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError, os_fault
 from krig.paths import cache_dir, owner_alive, owner_record
-from . import guestroot, initramfs
+from . import guestroot, initramfs, kimage
 from .procs import dies_with_parent
 from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
@@ -55,7 +55,8 @@ def qemu_version() -> str:
 
 def validate_spec(name: str, spec: dict, where: str) -> dict:
     reject_unknown(spec, {"driver", "description", "memory", "cpus", "accel", "tcg_thread", "boot_timeout",
-                          "disks", "modules", "extra_args", "keep_disks", "work_dir"}, where)
+                          "disks", "modules", "extra_args", "keep_disks", "work_dir", "kernel_entry"},
+                  where)
     out = {"driver": "qemu", "description": optional(spec, "description", str, where, "")}
     out["work_dir"] = optional(spec, "work_dir", str, where, None)
     out["memory_bytes"] = parse_size(optional(spec, "memory", (str, int), where, "4G"), f"{where}.memory")
@@ -70,6 +71,9 @@ def validate_spec(name: str, spec: dict, where: str) -> dict:
     if out["tcg_thread"] not in ("single", "multi"):
         raise UsageError(f"{where}.tcg_thread: {out['tcg_thread']!r} is not one of single, multi")
     out["boot_timeout"] = optional(spec, "boot_timeout", (int, float), where, 180)
+    out["kernel_entry"] = optional(spec, "kernel_entry", str, where, "auto")
+    if out["kernel_entry"] not in ("auto", "bzimage"):
+        raise UsageError(f"{where}.kernel_entry: {out['kernel_entry']!r} is not one of auto, bzimage")
     out["modules"] = optional(spec, "modules", list, where, [])
     out["extra_args"] = optional(spec, "extra_args", list, where, [])
     for a in out["extra_args"] + out["modules"]:
@@ -381,6 +385,11 @@ class _Boot(BootProtocol):
         accel_arg = f"tcg,thread={spec['tcg_thread']}" if accel == "tcg" else accel
         r._facts["accel_arg"] = accel_arg
         r._root_args, r._root_cmdline = guestroot.cached(ROOT)
+        image, entry = kernel.image, "bzimage"
+        if spec["kernel_entry"] == "auto":  # the same kernel, not decompressed under emulation
+            elf = kimage.pvh_image(pathlib.Path(kernel.image))
+            image, entry = (elf, "pvh") if elf else (image, entry)
+        r._facts.update({"kernel_entry": entry, "boot_image": str(image)})
         shutil.copy(AGENT, r.share / "agent.sh")
         append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
                   f"krig.agent={GUEST_SHARE}/agent.sh", *r._root_cmdline, *kernel.cmdline, *cmdline]
@@ -389,7 +398,7 @@ class _Boot(BootProtocol):
                 "-smp", str(spec["cpus"]), "-m", str(spec["memory_bytes"] // (1 << 20)),
                 "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot",
                 "-chardev", f"file,id=con,path={r.console.log_path}", "-serial", "chardev:con",
-                "-kernel", str(kernel.image), "-initrd", str(initrd), "-append", " ".join(append),
+                "-kernel", str(image), "-initrd", str(initrd), "-append", " ".join(append),
                 *r._root_args,
                 "-virtfs", f"local,path={r.share},mount_tag=krig,security_model=none,multidevs=remap"]
         for i, d in enumerate(r._disks):

@@ -72,6 +72,7 @@ def test_malformed_rig_toml(krig_cli, tmp_path):
     ("driver = 'qemu'\naccel = 'warp'\n", "accel"),
     ("driver = 'qemu'\nmemroy = '4G'\n", "unknown field 'memroy'"),
     ("driver = 'vmware'\n", "driver"),
+    ("driver = 'qemu'\nkernel_entry = 'elf'\n", "kernel_entry"),
 ])
 def test_bad_rig_fields(krig_cli, body, needle):
     rig = pathlib.Path(__file__).resolve().parent.parent / "rigs" / "zz-test-bad.toml"
@@ -113,6 +114,8 @@ def test_coerce_types():
     ({"description": "x", "params": {"n": {"type": "int", "default": "x"}}}, "expected int"),
     ({"description": "x", "presets": {"smoke": {"nope": 1}}}, "presets.smoke.nope"),
     ({"description": "x", "trace": {"events": ["xfs_ail_insert"]}}, "SYSTEM:EVENT"),
+    ({"description": "x", "trace": {"mode": "stream"}}, "trace.mode: 'stream' is not one of ring, record"),
+    ({"description": "x", "presets": {"s": {"trace": {"mode": "tmpfs"}}}}, "presets.s.trace.mode"),
 ])
 def test_repro_toml_validation(data, needle):
     with pytest.raises(UsageError) as e:

@@ -49,30 +49,70 @@ if [[ ${KRIG_COLLECT:-1} != 0 ]]; then
     sampler=$!
 fi
 
-tracer=
+# Tracing. KRIG_TRACE_MODE=ring (the default): the events go into the kernel's ring buffer
+# (KRIG_TRACE_BUFFER_KB per CPU of guest memory, the same buffer record uses) and nothing
+# reads it while the workload runs; the buffer is extracted to trace.dat afterwards. The
+# buffer does not overwrite: when it is full, newer events are dropped and counted, the
+# trace keeps every event that fit, the harness says so in one line and the lost events
+# make the run ERROR (instrument check). KRIG_TRACE_MODE=record streams the buffer to
+# trace.dat while the workload runs (trace-cmd record: readers wake every -s usecs).
+tracer= trace_mode=${KRIG_TRACE_MODE:-ring} trace_kb=${KRIG_TRACE_BUFFER_KB:-65536}
 if [[ -n ${KRIG_TRACE_EVENTS:-} && ${KRIG_COLLECT:-1} != 0 ]]; then
     tracefs=/sys/kernel/tracing
     args=()
     for e in $KRIG_TRACE_EVENTS; do args+=(-e "$e"); done
-    # -C mono: trace time stamps on the clock of samples.tsv's mono column
-    trace-cmd record -q -C mono -b "${KRIG_TRACE_BUFFER_KB:-65536}" "${args[@]}" -o "$out/trace.dat" \
-        > "$out/trace-cmd.log" 2>&1 &
-    tracer=$!
-    first=${KRIG_TRACE_EVENTS%% *}
-    for _ in $(seq 600); do
-        [[ $(< "$tracefs/events/${first/://}/enable") == 1* ]] 2>/dev/null && break
-        kill -0 "$tracer" 2>/dev/null || break
-        sleep 0.1
-    done
-    if ! kill -0 "$tracer" 2>/dev/null; then
-        echo "krig: trace-cmd record failed to start:" >&2
-        cat "$out/trace-cmd.log" >&2
-        tracer=
+    if [[ $trace_mode == ring ]]; then
+        # -C mono: trace time stamps on the clock of samples.tsv's mono column
+        if trace-cmd start -C mono -b "$trace_kb" -O nooverwrite "${args[@]}" \
+                > "$out/trace-cmd.log" 2>&1; then
+            tracer=ring
+        else
+            echo "krig: trace-cmd start failed:" >&2
+            cat "$out/trace-cmd.log" >&2
+        fi
+    else
+        trace-cmd record -q -C mono -b "$trace_kb" "${args[@]}" -o "$out/trace.dat" \
+            > "$out/trace-cmd.log" 2>&1 &
+        tracer=$!
+        first=${KRIG_TRACE_EVENTS%% *}
+        for _ in $(seq 600); do
+            [[ $(< "$tracefs/events/${first/://}/enable") == 1* ]] 2>/dev/null && break
+            kill -0 "$tracer" 2>/dev/null || break
+            sleep 0.1
+        done
+        if ! kill -0 "$tracer" 2>/dev/null; then
+            echo "krig: trace-cmd record failed to start:" >&2
+            cat "$out/trace-cmd.log" >&2
+            tracer=
+        fi
     fi
 fi
 
+# Events the ring buffer dropped because it was full (nooverwrite) or overwrote.
+ring_lost() {
+    local n=0 f k v
+    for f in /sys/kernel/tracing/per_cpu/cpu*/stats; do
+        while IFS=: read -r k v; do
+            [[ $k == "dropped events" || $k == overrun ]] && n=$((n + v))
+        done < "$f"
+    done
+    echo "$n"
+}
+
 stop_collectors() {
-    if [[ -n $tracer ]]; then
+    if [[ $tracer == ring ]]; then
+        trace-cmd stop >> "$out/trace-cmd.log" 2>&1
+        local lost
+        lost=$(ring_lost)
+        trace-cmd extract -o "$out/trace.dat" >> "$out/trace-cmd.log" 2>&1 ||
+            echo "krig: trace-cmd extract failed (trace-cmd.log)" >&2
+        if ((lost > 0)); then
+            echo "krig: the trace did not fit in trace.buffer_kb = $trace_kb KiB per CPU: $lost events dropped; trace.dat keeps the events that fit" |
+                tee -a "$out/trace-cmd.log" >&2
+        fi
+        trace-cmd reset >> "$out/trace-cmd.log" 2>&1   # events off, the buffer's memory back
+        tracer=
+    elif [[ -n $tracer ]]; then
         kill -INT "$tracer" 2>/dev/null
         wait "$tracer" 2>/dev/null
         tracer=

@@ -54,6 +54,7 @@ while read -r m; do
     insmod "$m" 2>/tmp/insmod.err || grep -q 'File exists' /tmp/insmod.err || \
         echo "krig-init: insmod $m failed: $(cat /tmp/insmod.err)"
 done < /modules/order
+echo "krig-init: modules loaded"
 
 hostname "$hostname"
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 host /host || die "cannot mount the guest root"

@@ -1,0 +1,127 @@
+"""Where the cost of collection goes: one guest, the xfs-ail-storm create (krig-mktree,
+N writers, fresh XFS with the smoke's 2038m log each time) under several ways of
+collecting, alternating, so every mode sees the same guest and the same host load.
+
+    python bench/collect_breakdown.py [--kernel tiny-6.1] [--files 60000] [--rounds 2]
+                                      [--modes bare,sampler,record-9p,...]
+
+Modes:
+  bare              nothing
+  sampler           krig-sampler every second (the default SAMPLE_INTERVAL)
+  record-9p         trace-cmd record -o <9p results share> (krig until this change)
+  record-9p-s1      the same with -s 1000000 (readers wake once a second, not every 1 ms)
+  record-tmpfs      trace-cmd record -o <guest tmpfs>, moved to the share afterwards
+  ring              trace-cmd start (events into the kernel's ring buffer only, no reader),
+                    trace-cmd extract to the share afterwards
+  ring+sampler      ring plus the sampler (what the harness does now)
+Prints each mode's create seconds per round and the median ratio to bare of the same round.
+Runs the guest under `flock /tmp/krig-vm.lock` only if the caller does.
+"""
+import argparse
+import os
+import pathlib
+import re
+import statistics
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kernels.catalog import load_kernel  # noqa: E402
+from rigs import load_rig  # noqa: E402
+from rigs.qemu import GUEST_SHARE  # noqa: E402
+
+EVENTS = "-e xfs:xfs_ail_insert -e xfs:xfs_ail_move -e xfs:xfs_log_force"
+LIB = ROOT / "reproducers" / "lib"
+START = {
+    "bare": "",
+    "sampler": f"{LIB}/bin/krig-sampler -i 1 -o $o/samples.tsv -m $mnt & smp=$!",
+    "record-9p": f"trace-cmd record -q -C mono -b 65536 {EVENTS} -o $o/trace.dat > $o/tc.log 2>&1 & tc=$!",
+    "record-9p-s1": f"trace-cmd record -q -s 1000000 -C mono -b 65536 {EVENTS} -o $o/trace.dat > $o/tc.log 2>&1 & tc=$!",
+    "record-tmpfs": f"trace-cmd record -q -C mono -b 65536 {EVENTS} -o /run/krig/t.dat > $o/tc.log 2>&1 & tc=$!",
+    "ring": f"trace-cmd start -C mono -b 65536 {EVENTS} > $o/tc.log 2>&1",
+}
+START["ring+sampler"] = START["ring"] + "; " + START["sampler"]
+STOP = {
+    "bare": "",
+    "sampler": "kill $smp; wait $smp",
+    "record-9p": "kill -INT $tc; wait $tc",
+    "record-9p-s1": "kill -INT $tc; wait $tc",
+    "record-tmpfs": "kill -INT $tc; wait $tc; mv /run/krig/t.dat $o/trace.dat",
+    "ring": "trace-cmd stop; trace-cmd extract -o $o/trace.dat >> $o/tc.log 2>&1; trace-cmd reset >/dev/null 2>&1",
+}
+STOP["ring+sampler"] = STOP["sampler"] + "; " + STOP["ring"]
+WAIT_TRACING = ("for i in $(seq 300); do [[ $(< /sys/kernel/tracing/events/xfs/xfs_ail_insert/enable)"
+                " == 1* ]] && break; sleep 0.1; done")
+
+
+def round_script(mode: str, files: int, writers: int, out: str) -> str:
+    per = files // writers
+    writers_cmd = " ".join(f"{LIB}/bin/krig-mktree -d $mnt/dir{w} -n {per} -D 20 & pids+=($!);"
+                           for w in range(writers))
+    tracing = mode not in ("bare", "sampler")
+    return f"""set -e
+o={out}/{mode}; mkdir -p $o; mnt=/run/krig/b; mkdir -p $mnt
+d=/dev/$(basename /sys/class/nvme/nvme0/nvme0n1)
+echo 720000 > /proc/sys/fs/xfs/xfssyncd_centisecs
+mkfs.xfs -f -q -l size=2038m $d; mount $d $mnt
+{START[mode]}
+{WAIT_TRACING if tracing else ''}
+sync; sleep 1
+t0=$EPOCHREALTIME
+pids=(); {writers_cmd}
+wait "${{pids[@]}}"
+t1=$EPOCHREALTIME
+{STOP[mode]}
+umount $mnt
+echo "create=$(echo "$t1 - $t0" | bc)"
+[[ -e $o/trace.dat ]] && echo "trace_bytes=$(stat -c %s $o/trace.dat)" || true
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernel", default="tiny-6.1")
+    ap.add_argument("--files", type=int, default=60000)
+    ap.add_argument("--writers", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--modes", default="bare,sampler,record-9p,record-9p-s1,record-tmpfs,ring,ring+sampler")
+    a = ap.parse_args()
+    modes = a.modes.split(",")
+    for m in modes:
+        if m not in START:
+            raise SystemExit(f"--modes: {m!r} is not one of {', '.join(START)}")
+    kernel = load_kernel(a.kernel)
+    print(f"kernel {kernel.release}, {a.files} files, {a.writers} writers, load at start "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    times = {m: [] for m in modes}
+    rig = load_rig("qemu-default")
+    with tempfile.TemporaryDirectory(prefix="krig-bench-") as td, rig:
+        rig.prepare(pathlib.Path(td), kernel, {"scratch_size": 8 << 30})
+        rig.boot.boot(kernel, [])
+        for r in range(a.rounds):
+            order = modes if r % 2 == 0 else modes[::-1]  # alternate the order
+            for m in order:
+                res = rig.command.run(["bash", "-c", round_script(m, a.files, a.writers,
+                                                                  f"{GUEST_SHARE}/out/r{r}")],
+                                      timeout=1800)
+                out = res.stdout.decode()
+                t = re.search(r"create=([\d.]+)", out)
+                if res.returncode or not t:
+                    raise SystemExit(f"mode {m} failed (exit {res.returncode}): {out} {res.stderr.decode()[-500:]}")
+                size = re.search(r"trace_bytes=(\d+)", out)
+                times[m].append(float(t.group(1)))
+                print(f"round {r + 1} {m:<14} create {float(t.group(1)):6.1f} s"
+                      + (f"  trace {int(size.group(1)) / 1e6:.1f} MB" if size else ""), flush=True)
+        rig.shutdown()
+    print(f"\nload at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if "bare" in times:
+        for m in modes:
+            ratios = [x / b for x, b in zip(times[m], times["bare"])]
+            print(f"{m:<14} median {statistics.median(times[m]):6.1f} s   vs bare (pairwise, median) "
+                  f"{statistics.median(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
