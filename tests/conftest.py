@@ -1,6 +1,7 @@
 """Fixtures for krig's self-tests."""
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -35,6 +36,14 @@ def krig_run(tmp_path, *args, timeout=600):
     env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
     return subprocess.run(KRIG + ["run", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=timeout, env=env)
+
+
+def rig_with_memory(directory: pathlib.Path, memory: str) -> pathlib.Path:
+    """rigs/qemu-default.toml with another `memory`, written into directory (for `--rig PATH`)."""
+    text = (ROOT / "rigs" / "qemu-default.toml").read_text()
+    path = directory / f"qemu-{memory.lower()}.toml"
+    path.write_text(re.sub(r"(?m)^memory = .*$", f'memory = "{memory}"', text))
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ run time (bounded: PASS), or a time cap computed from RAM and the measured rate
 - real guests (marker kbuild: the tiny kernels `make ci-kernels` builds), each on
   the smallest guest that shows its stop reason: the cap kernel PASSes by plateau,
   and tiny-6.1 with a forced short cap stops there and FAILs by growth. The RAM-limit
-  stop on the distro kernel is asserted on the smoke run in test_smoke.py.
+  stop on the distro kernel is asserted on the smoke run in test_smoke.py (1 GB guest).
 """
 import json
 import math
@@ -23,7 +23,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, krig_run, qemu_pids, run_dir_of
+from conftest import ROOT, krig_run, qemu_pids, rig_with_memory, run_dir_of
 from krig.check import load_analyzer
 from krig.reproducer import load_reproducer
 
@@ -177,8 +177,7 @@ def test_plain_kernel_stops_at_time_cap(tiny_built, tmp_path_factory):
     the flood ends at the cap before 5% of RAM (8 s at the 20-60k names/s of one TCG
     generator is 1.5-4.5% of RAM), and FAILs by growth (a linear flood grows a quarter of
     its count in its last quarter: over 7% of the limit), the reason saying the cap was hit."""
-    rig = tmp_path_factory.mktemp("rig") / "qemu-2g.toml"
-    rig.write_text(re.sub(r'(?m)^memory = .*$', 'memory = "2G"', (ROOT / "rigs" / "qemu-default.toml").read_text()))
+    rig = rig_with_memory(tmp_path_factory.mktemp("rig"), "2G")
     p, v, m = _guest_flood(tmp_path_factory, "timecap", "--kernel", PLAIN_KERNEL, "--rig", str(rig),
                            "--set", "max_duration=8", "--set", "lookup_per_cpu=0.5",
                            "--set", "tmpfile_per_cpu=0", "--set", "samename_per_cpu=0")
