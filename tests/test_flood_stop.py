@@ -18,12 +18,11 @@ import json
 import math
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, krig_run, qemu_pids, rig_with_memory, run_dir_of
+from conftest import ROOT, build_kernels, krig_run, qemu_pids, rig_with_memory, run_dir_of
 from krig.check import load_analyzer
 from krig.reproducer import load_reproducer
 
@@ -141,10 +140,7 @@ def test_flood_without_stop_report_is_error(tmp_path, krig_cli):
 
 @pytest.fixture(scope="module")
 def tiny_built():
-    p = subprocess.run([sys.executable, "-m", "kernels.build", "build", PLAIN_KERNEL, CAP_KERNEL], cwd=ROOT,
-                       capture_output=True, text=True, timeout=3600)
-    last = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or ["no output"])[-1]
-    assert p.returncode == 0, f"kernel build failed: {last}"
+    build_kernels(PLAIN_KERNEL, CAP_KERNEL)
 
 
 def _guest_flood(tmp_path_factory, name, *args):
