@@ -54,7 +54,7 @@ def metrics(run) -> dict:
     # the flood, and the first sample after it: the state negflood stopped at
     after = np.nonzero(s["time"] > t1)[0]
     during = (s["time"] >= t0) & (s["time"] <= (s["time"][after[0]] if len(after) else t1))
-    if during.sum() < 4:
+    if during.sum() < 3:
         raise ValueError(f"only {int(during.sum())} samples during the flood; lower sample_interval")
     # (that sample stands for the moment the flood stopped: the generators made nothing after)
     t = np.minimum(s["time"][during], t1) - t0
