@@ -34,6 +34,14 @@ def load_analyzer(repro):
     return mod
 
 
+def run_notes(repro, metrics: dict) -> list[str]:
+    """What the reproducer's analyze.py says about how its verdict was reached
+    (optional `notes(metrics) -> [str]`, e.g. a flood that ran into its time cap)."""
+    analyzer = load_analyzer(repro)
+    fn = getattr(analyzer, "notes", None)
+    return [str(n) for n in fn(metrics)] if fn else []
+
+
 def workload_metrics(run_dir: pathlib.Path) -> dict:
     """Metrics run.sh reported itself with `krig_metric NAME VALUE`."""
     out = {}
@@ -178,6 +186,9 @@ def check(run_dir) -> dict:
             verdict["thresholds"] = res
             v, why = verdict_of(res)
             verdict.update(verdict=v, reason=why)
+            notes = run_notes(repro, metrics)
+            if notes and v in ("PASS", "FAIL"):     # how the verdict was reached, on its line
+                verdict.update(notes=notes, reason=f"{why} ({'; '.join(notes)})")
         if verdict["verdict"] == "ERROR":
             write_single(run_dir / "junit.xml", repro.name, "ERROR", verdict["reason"], props)
     else:

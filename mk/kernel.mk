@@ -5,7 +5,7 @@
 #   make kernel KERNEL=linux-6.1      build one kernel (cached: never built twice)
 #   make kernels                      build every kernels/*.toml that is not the distro's
 #   make kernel-status                cache key and state of each buildable kernel
-#   make ci-kernels                   the kernels `make test` builds first (tiny-6.1 and its rmdir variant)
+#   make ci-kernels                   the kernels `make test` builds first (tiny-6.1, its rmdir and cap variants)
 #   make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=linux-6.1]
 #   make bisect-demo                  make a 6-commit 6.1 history with one bad commit and bisect it
 TREE ?=
@@ -15,7 +15,7 @@ REPEAT ?= 1
 LIKE ?= linux-6.1
 
 # The kernels `make test` builds and judges (tests/test_kbuild.py).
-CI_KERNELS := tiny-6.1 tiny-6.1-rmdir-keeps-children
+CI_KERNELS := tiny-6.1 tiny-6.1-rmdir-keeps-children tiny-6.1-negative-dentry-cap
 
 .PHONY: kernel kernels kernel-status ci-kernels bisect bisect-demo
 

@@ -1,6 +1,7 @@
 """Fixtures for krig's self-tests."""
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -35,6 +36,22 @@ def krig_run(tmp_path, *args, timeout=600):
     env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
     return subprocess.run(KRIG + ["run", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=timeout, env=env)
+
+
+def build_kernels(*names: str) -> None:
+    """Build kernels as `make kernel KERNEL=...` builds them (a no-op when cached)."""
+    p = subprocess.run([sys.executable, "-m", "kernels.build", "build", *names], cwd=ROOT,
+                       capture_output=True, text=True, timeout=3600)
+    last = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or ["no output"])[-1]
+    assert p.returncode == 0, f"kernel build failed: {last}"
+
+
+def rig_with_memory(directory: pathlib.Path, memory: str) -> pathlib.Path:
+    """rigs/qemu-default.toml with another `memory`, written into directory (for `--rig PATH`)."""
+    text = (ROOT / "rigs" / "qemu-default.toml").read_text()
+    path = directory / f"qemu-{memory.lower()}.toml"
+    path.write_text(re.sub(r"(?m)^memory = .*$", f'memory = "{memory}"', text))
+    return path
 
 
 @pytest.fixture(scope="session")

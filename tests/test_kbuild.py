@@ -11,12 +11,10 @@ The builds are cached ($KRIG_CACHE/kernels), so a second `make test` only runs.
 import json
 import math
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT, krig_run, qemu_pids, run_dir_of
+from conftest import build_kernels, krig_run, qemu_pids, run_dir_of
 from kernels.build import status
 from kernels.spec import read_dotconfig
 
@@ -29,10 +27,7 @@ REPRO = "unlink-dentry-growth"
 @pytest.fixture(scope="module")
 def built():
     """Both kernels, built as `make kernel KERNEL=...` builds them (a no-op when cached)."""
-    p = subprocess.run([sys.executable, "-m", "kernels.build", "build", GOOD, BAD], cwd=ROOT,
-                       capture_output=True, text=True, timeout=3600)
-    last = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or ["no output"])[-1]
-    assert p.returncode == 0, f"kernel build failed: {last}"
+    build_kernels(GOOD, BAD)
     return {n: status(n) for n in (GOOD, BAD)}
 
 

@@ -3,6 +3,8 @@
 Memory is negatives only, as in the report (10.6 GB / 55.3M = 192 bytes each): the
 increase of nr_negative over its pre-flood level x the dentry object size from
 /proc/slabinfo (names under 32 bytes, as the generators' are, live inside the dentry).
+Why and when the flood stopped (RAM limit, plateau, time cap) comes from negflood's
+own report, flood.txt.
 """
 import math
 import re
@@ -10,6 +12,28 @@ import re
 import numpy as np
 
 LIMIT_PCT_RAM = 5.0   # the peak_negative_pct_ram threshold; growth is judged against it
+STOP_REASONS = {"ram_limit": 1.0, "plateau": 2.0, "time_cap": 3.0}   # metric stop_reason
+
+
+def flood_report(run) -> dict:
+    """negflood's key=value lines (flood.txt), numbers as floats, stop_reason as its code."""
+    out = {}
+    for tok in run.text("flood.txt").split():
+        k, eq, v = tok.partition("=")
+        if eq:
+            out[k] = STOP_REASONS.get(v, math.nan) if k == "stop_reason" else float(v)
+    if "stop_reason" not in out:
+        raise ValueError("flood.txt has no stop_reason: negflood did not finish")
+    return out
+
+
+def notes(metrics: dict) -> list[str]:
+    """Said next to the verdict: a flood ended by its time cap was judged by growth only."""
+    cap = metrics.get("time_cap_s", {}).get("value")
+    if metrics.get("time_cap_hit", {}).get("value") == 1 and cap is not None:
+        return [f"the flood hit its time cap of {cap:.0f} s before the RAM limit or a plateau: "
+                "judged by growth"]
+    return []
 
 
 def first_crossing(t, y, level):
@@ -27,18 +51,19 @@ def metrics(run) -> dict:
     ph = run.phases()
     ram = run.mem_total_bytes
     t0, t1 = ph["flood"], ph.get("flooded", s["time"][-1])
-    during = (s["time"] >= t0) & (s["time"] <= t1)
-    if during.sum() < 4:
+    # the flood, and the first sample after it: the state negflood stopped at
+    after = np.nonzero(s["time"] > t1)[0]
+    during = (s["time"] >= t0) & (s["time"] <= (s["time"][after[0]] if len(after) else t1))
+    if during.sum() < 3:
         raise ValueError(f"only {int(during.sum())} samples during the flood; lower sample_interval")
-    t = s["time"][during] - t0
+    # (that sample stands for the moment the flood stopped: the generators made nothing after)
+    t = np.minimum(s["time"][during], t1) - t0
     before = s["time"] < t0
     objsize = float(np.nanmedian(s["dentry_objsize"])) if np.isfinite(s["dentry_objsize"]).any() else math.nan
     base_slab = last_finite(s["dentry_slab_bytes"][before], float(s["dentry_slab_bytes"][0]))
     slab = s["dentry_slab_bytes"][during]
-    ops = 0.0
-    for gen in sorted(run.dir.glob("gen-*.txt")):
-        m = re.search(r"rate=(\d+)", gen.read_text())
-        ops += float(m.group(1)) if m else 0.0
+    fl = flood_report(run)
+    ncpu = run.manifest.get("machine", {}).get("cpus") or math.nan
     inotify_us = float(run.text("inotify-us.txt").strip() or "nan")
     console = run.path("console.log").read_text(errors="replace") if run.path("console.log").exists() else ""
     out = {
@@ -47,7 +72,13 @@ def metrics(run) -> dict:
         "peak_dentry_bytes": float(np.nanmax(slab)), "end_dentry_bytes": last_finite(slab),
         "peak_dentry_pct_ram": float(100.0 * np.nanmax(slab) / ram),
         "dentry_slab_before_bytes": float(base_slab),
-        "generator_ops_per_s": ops,
+        "generator_ops_per_s": fl["rate"],
+        "stop_reason": fl["stop_reason"], "time_cap_hit": float(fl["stop_reason"] == STOP_REASONS["time_cap"]),
+        "time_cap_s": fl["time_cap_s"], "flood_seconds": fl["seconds"], "generators": fl["generators"],
+        "new_names_per_s": fl["new_names_per_s"] if fl["new_names_per_s"] >= 0 else math.nan,
+        "new_names_per_s_per_cpu": (fl["new_names_per_s"] / ncpu if fl["new_names_per_s"] >= 0 else math.nan),
+        "unbounded_time_to_limit_s": (fl["limit_bytes"] / (fl["new_names_per_s"] * fl["dentry_objsize"])
+                                      if fl["new_names_per_s"] > 0 else math.nan),
         "mem_available_min_pct": float(100.0 * np.nanmin(s["mem_available_kb"][during]) * 1024 / ram),
         "inotify_add_watch_ms": inotify_us / 1000.0 if not math.isnan(inotify_us) else math.nan,
         "soft_lockups": float(len(re.findall(r"BUG: soft lockup", console))),

@@ -13,27 +13,25 @@ esac
 mount -t "$FS" "$KRIG_SCRATCH_DEV" "$mnt"
 mkdir "$mnt/flood"
 
+# Generators per CPU, each count rounded up (0.5 per CPU on 1 CPU is 1 process).
+ncpu=$(nproc)
+per_cpu() { awk -v p="$1" -v n="$ncpu" 'BEGIN { c = p * n; printf "%d", (c > int(c)) ? int(c) + 1 : c }'; }
+gens=$(per_cpu "$LOOKUP_PER_CPU"),$(per_cpu "$TMPFILE_PER_CPU"),$(per_cpu "$SAMENAME_PER_CPU")
+
+# negflood stops the flood itself (RAM limit, plateau or time cap; see repro.toml).
+# -l 5: the RAM limit, the peak_negative_pct_ram threshold (tests/test_flood_stop.py checks).
 krig_phase flood
-pids=()
-start() {  # start MODE COUNT
-    local i
-    for ((i = 0; i < $2; i++)); do
-        "$bin/negflood" -d "$mnt/flood" -m "$1" -t "$DURATION" -p "$1-$i-" -k "$SHARED_NAMES" \
-            > "$KRIG_OUT/gen-$1-$i.txt" &
-        pids+=($!)
-    done
-}
-start lookup "$LOOKUP_PROCS"
-start tmpfile "$TMPFILE_PROCS"
-start samename "$SAMENAME_PROCS"
-for p in "${pids[@]}"; do wait "$p"; done
+"$bin/negflood" -d "$mnt/flood" -g "$gens" -t "$MAX_DURATION" -l 5 -n "$MIN_DURATION" \
+    -w "$PLATEAU_WINDOW" -b "$PLATEAU_PCT" -r "$RATE_SECONDS" -s "$CAP_SAFETY" -k "$SHARED_NAMES" \
+    > "$KRIG_OUT/flood.txt"
 krig_phase flooded
-sleep 2
+# one more sample of the state the flood stopped at (the analysis reads it)
+sleep "$(awk -v i="${SAMPLE_INTERVAL:-1}" 'BEGIN { print 2 * i + 0.2 }')"
 
 # First inotify watch on the flooded directory walks its children.
 krig_phase inotify
 "$bin/inotify-lat" "$mnt/flood" > "$KRIG_OUT/inotify-us.txt"
 krig_phase done
-cat "$KRIG_OUT"/gen-*.txt
+cat "$KRIG_OUT/flood.txt"
 echo "inotify_add_watch: $(< "$KRIG_OUT/inotify-us.txt") us"
 umount "$mnt"
