@@ -179,8 +179,8 @@ def qualify(suite_file, out_dir=None, fresh: bool = False, log=print) -> int:
     path = pathlib.Path(suite_file)
     suite = load_suite(path)
     qdir = pathlib.Path(out_dir or RESULTS_DIR / "qualify" / suite["name"]).resolve()
-    if fresh and qdir.exists():
-        shutil.rmtree(qdir)
+    if fresh:       # forget the records only; earlier run directories stay in runs/
+        shutil.rmtree(qdir / "cases", ignore_errors=True)
     (qdir / "cases").mkdir(parents=True, exist_ok=True)
     done = finished(qdir, suite["cases"])
     todo = [c for c in suite["cases"] if c["id"] not in done]

@@ -1,9 +1,12 @@
 """What `krig qualify` leaves in its directory: suite.json, junit.xml, qualify.html, signoff.txt."""
 import html
+import json
 import os
 import pathlib
 import xml.etree.ElementTree as ET
 
+from .errors import KrigError
+from .reproducer import load_reproducer
 from .results import git_revision, now, write_json
 
 
@@ -69,6 +72,18 @@ def write_junit(path: pathlib.Path, suite: dict, cases: list) -> None:
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
 
 
+def key_metric(case: dict) -> str:
+    """The reproducer's key metric (its first threshold's) as measured in the run, or ''."""
+    try:
+        metric = load_reproducer(case["reproducer"]).thresholds[0].metric
+        m = json.loads((pathlib.Path(case["run_dir"]) / "metrics.json").read_text())[metric]
+    except (KrigError, OSError, ValueError, KeyError, IndexError, TypeError):
+        return ""
+    if m.get("value") is None:
+        return f"{metric} not measured"
+    return f"{metric} {m['value']:.4g} {m.get('unit', '')}".rstrip()
+
+
 def _esc(x) -> str:
     return html.escape("" if x is None else str(x), quote=True)
 
@@ -107,7 +122,7 @@ def build_html(qdir: pathlib.Path, suite: dict, cases: list, signoff: list) -> s
                     target = rd / "report.html" if (rd / "report.html").exists() else rd
                     text = f'<a href="{_esc(os.path.relpath(target, qdir))}">{text}</a>'
                 links.append(f'<span style="background:{COLOURS[ok]};padding:2px 6px" '
-                             f'title="{_esc(c.get("reason"))}">{text}</span>')
+                             f'title="{_esc(c.get("reason"))}">{text}</span> <small>{_esc(key_metric(c))}</small>')
             cells.append(f"<td>{' '.join(links)}<br><small>expected {_esc(mine[0]['expect'])}</small></td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     head = "<tr><th></th>" + "".join(f"<th>{_esc(r)}</th>" for r in suite["rigs"]) + "</tr>"
