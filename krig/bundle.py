@@ -26,7 +26,7 @@ import tarfile
 import time
 
 from . import KERNEL_DIR, REPRO_DIR
-from .config import load_toml
+from .config import load_toml, toml_value
 from analysis.summary import reproduce_argv
 from rigs import rig_path
 from .errors import UsageError
@@ -197,33 +197,23 @@ def rig_toml(rig: dict, described: dict) -> str:
              f"# Was: rig {described.get('name', '?')} (driver {described.get('kind', '?')})"]
     tables = []
     for k, v in rig.items():
-        if k in ("name", "kind"):
+        if k in ("name", "kind") or v is None:
             continue
         if isinstance(v, dict):
             tables.append((k, v))
         elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
             tables.extend((f"[{k}]", x) for x in v)
         else:
-            lines.append(f"{k} = {_toml(v)}")
+            lines.append(f"{k} = {toml_value(v)}")
     for name, t in tables:
         table = name.strip("[]")
         lines.append(f"\n[{name}]")
         for k, v in t.items():
             ph = IDENTITY_FIELDS.get((table, k))
-            lines.append(f"{k} = {_toml(ph if ph and v not in (None, '') else v)}")
+            if v is None and not ph:
+                continue
+            lines.append(f"{k} = {toml_value(ph if ph and v not in (None, '') else v)}")
     return "\n".join(lines) + "\n"
-
-
-def _toml(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + "}"
-    return json.dumps("" if v is None else str(v))
 
 
 # -- the kernel's identity ----------------------------------------------------
