@@ -168,7 +168,7 @@ def identity_substitutions(manifest: dict) -> list[tuple[re.Pattern, str]]:
         if len(value) < 2:
             continue
         esc = re.escape(value)
-        pat = rf"(?<![A-Za-z0-9_.-]){esc}(?![A-Za-z0-9_-])" if word and value[-1] != "@" else esc
+        pat = rf"(?<![A-Za-z0-9_]){esc}(?![A-Za-z0-9_])" if word and value[-1] != "@" else esc
         out.append((re.compile(pat), ph))
     return out
 

@@ -58,6 +58,9 @@ def test_identities_become_placeholders():
         assert secret not in out, (secret, out)
     assert "root=/dev/nvme0n1 rootwait" in out          # a generic account name is not a word to replace
     assert "<BMC_HOST>" in out and "<SSH_KEY>" in out and "<SSH_USER>@<SSH_HOST>" in out
+    ip = {**IPMI_MANIFEST, "rig": {**IPMI_MANIFEST["rig"], "bmc": {"host": "10.1.2.3", "user": "u7"}}}
+    assert scrub("lock locks/ipmi-10.1.2.3-623.lock, bmc 10.1.2.3:623", identity_substitutions(ip)) == \
+        "lock locks/ipmi-<BMC_HOST>-623.lock, bmc <BMC_HOST>:623"
     toml = rig_toml(IPMI_MANIFEST["rig"], IPMI_MANIFEST["rig"])
     assert 'host = "<BMC_HOST>"' in toml and 'key = "<SSH_KEY>"' in toml and 'port = "<BMC_PORT>"' in toml
     assert 'scratch_dev = "/dev/nvme1n1"' in toml
