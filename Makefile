@@ -12,6 +12,7 @@ PRESET ?=
 SET ?=
 RUN ?= results/latest
 PYTEST_ARGS ?=
+SUITE ?= qualify/smoke.toml qualify/ram-scaling.toml
 
 APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelshark xfsprogs fio \
 	ipmitool openipmi busybox-static inotify-tools gcc make libc6-dev kmod cpio zstd time file \
@@ -24,7 +25,7 @@ CFLAGS := -O2 -Wall -static
 HELPER_SRCS := $(wildcard reproducers/*/*.c)
 HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
 
-.PHONY: help setup apt python helpers test test-fast run list check bench clean
+.PHONY: help setup apt python helpers test test-fast run list check bench clean qualify
 
 help:
 	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
@@ -33,6 +34,7 @@ help:
 	@echo "make run REPRO=.. [RIG=.. KERNEL=.. PRESET=.. SET='k=v ..']   one run, prints the verdict"
 	@echo "make check [RUN=dir]       re-judge a run directory (default results/latest)"
 	@echo "make list                  reproducers, presets, rigs, kernels"
+	@echo "make qualify [SUITE=file..] qualification suites (default qualify/smoke.toml qualify/ram-scaling.toml)"
 	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd)"
 	@echo "make ci-kernels            build the small kernels make test boots (cached)"
 	@echo "make kernel KERNEL=name    build a kernel from kernels/<name>.toml (cached)"
@@ -87,6 +89,11 @@ check: python
 
 list: python
 	$(KRIG) list
+
+# Each suite writes results/qualify/<suite>/ (suite.json, junit.xml, qualify.html, signoff.txt);
+# interrupted, the same command finishes it without redoing finished runs.
+qualify: helpers python
+	@rc=0; for s in $(SUITE); do $(KRIG) qualify $$s || rc=$$?; done; exit $$rc
 
 bench: helpers python
 	$(PY) bench/run_all.py

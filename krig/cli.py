@@ -70,6 +70,17 @@ def cmd_list(a) -> int:
     return 0
 
 
+def cmd_bundle(a) -> int:
+    from .bundle import bundle
+    bundle(a.run_dir, a.output, a.with_trace)
+    return 0
+
+
+def cmd_qualify(a) -> int:
+    from .qualify import qualify
+    return qualify(a.suite, a.output, a.fresh)
+
+
 def cmd_trace_stats(a) -> int:
     from analysis.tracecli import stats_main
     from analysis.tracedat import TraceError
@@ -98,6 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write report.html, plots, summary.txt and trace.kshark.json of a run")
     rp.add_argument("run_dir")
     rp.set_defaults(func=cmd_report)
+    b = sub.add_parser("bundle", help="one tarball of a run that a stranger reruns with its reproduce.sh")
+    b.add_argument("run_dir")
+    b.add_argument("--with-trace", action="store_true", help="include trace.dat (left out by default)")
+    b.add_argument("-o", "--output", metavar="FILE", help="default: ./krig-bundle-<repro>-<time>.tar.gz")
+    b.set_defaults(func=cmd_bundle)
+    q = sub.add_parser("qualify", help="run a qualification suite: reproducers x kernels x rigs x repeats")
+    q.add_argument("suite", metavar="SUITE.toml")
+    q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
+    q.add_argument("--fresh", action="store_true", help="forget the finished runs recorded in DIR and start over")
+    q.set_defaults(func=cmd_qualify)
     ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
     ls.set_defaults(func=cmd_list)
     t = sub.add_parser("trace", help="read trace.dat files")

@@ -3,6 +3,7 @@
 Every check raises UsageError with one line naming the file, the field and
 what is allowed.
 """
+import json
 import pathlib
 import re
 import tomllib
@@ -108,6 +109,21 @@ def _as_tuple(t):
 def _type_names(types) -> str:
     names = {int: "integer", float: "number", str: "string", bool: "boolean", list: "list", dict: "table"}
     return " or ".join(names.get(t, t.__name__) for t in _as_tuple(types))
+
+
+def toml_value(v) -> str:
+    """A value as TOML (strings, numbers, booleans, lists, inline tables)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, str):
+        return json.dumps(v)
+    raise TypeError(f"no TOML form for {v!r}")
 
 
 def parse_set(items) -> dict:

@@ -98,7 +98,7 @@ def read_password(bmc: dict, where: str) -> str:
 def take_env_secret(var: str) -> str | None:
     """A secret from the environment, read once: the variable is removed from
     os.environ (so no child inherits it) and kept in this process only. A
-    fleet's workers get it through a 0600 file named by KRIG_SECRETS_FILE."""
+    qualify run's workers get it through a 0600 file named by KRIG_SECRETS_FILE."""
     value = os.environ.pop(var, None)
     if not value and var not in _ENV_SECRETS and os.environ.get(SECRETS_FILE_ENV):
         try:

@@ -29,6 +29,7 @@ import subprocess
 import threading
 import time
 
+from krig.config import toml_value
 from rigs import guestroot
 from rigs.procs import dies_with_parent
 
@@ -282,9 +283,9 @@ loadlib "{b}/krig_diag.so" ""
         s = {"host": "127.0.0.1", "port": self.ssh_port, "user": "root", "key": str(self.base / "client_key"),
              "known_hosts": str(self.base / "known_hosts"), "connect_timeout": 30, **(ssh or {})}
         tables = {k: spec.pop(k) for k in list(spec) if isinstance(spec[k], dict)}
-        text = "".join(f"{k} = {_toml(v)}\n" for k, v in spec.items() if v is not None)
+        text = "".join(f"{k} = {toml_value(v)}\n" for k, v in spec.items() if v is not None)
         for table, d in (("bmc", b), ("ssh", s), *tables.items()):
-            text += f"\n[{table}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in d.items() if v is not None)
+            text += f"\n[{table}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in d.items() if v is not None)
         path = self.rigs / f"{name}.toml"
         path.write_text(text)
         return path
@@ -329,14 +330,3 @@ loadlib "{b}/krig_diag.so" ""
                 break
             time.sleep(0.2)
 
-
-def _toml(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml(x) for x in v) + "]"
-    raise TypeError(v)

@@ -224,24 +224,3 @@ def test_rig_path_and_example(files, monkeypatch):
     monkeypatch.setenv("KRIG_BMC_PASSWORD", PW)
     r = load_rig("example")
     assert r.kind == "ipmi" and r.spec["scratch_dev"].startswith("/dev/")
-
-
-def test_fleet_cases_and_workers(files, monkeypatch):
-    from krig.fleet import _validate, expand_cases, rig_for_worker
-    assert expand_cases(["a", "b:smoke"], ["k1", "k2"]) == [
-        {"repro": "a", "preset": None, "kernel": "k1"}, {"repro": "a", "preset": None, "kernel": "k2"},
-        {"repro": "b", "preset": "smoke", "kernel": "k1"}, {"repro": "b", "preset": "smoke", "kernel": "k2"}]
-    assert rig_for_worker("gw1", ["x", "y"]) == "y" and rig_for_worker("master", ["x", "y"]) == "x"
-    with pytest.raises(RuntimeError):
-        rig_for_worker("gw2", ["x", "y"])
-    d = files / "rigs"
-    d.mkdir()
-    for name, port in (("s1", 623), ("s2", 623)):
-        (d / f"{name}.toml").write_text(
-            f'driver = "ipmi"\n[bmc]\nhost = "10.0.0.5"\nport = {port}\nuser = "u"\npassword_env = "KRIG_TEST_PW"\n'
-            f'[ssh]\nhost = "h"\nkey = "{files / "key"}"\nknown_hosts = "{files / "known_hosts"}"\n')
-    monkeypatch.setenv("KRIG_RIG_PATH", str(d))
-    with pytest.raises(UsageError, match="same BMC as --rig s1"):
-        _validate(["s1", "s2"], [])
-    with pytest.raises(UsageError, match="each rig at most once"):
-        _validate(["s1", "s1"], [])

@@ -1,0 +1,269 @@
+"""`krig bundle RUN_DIR`: one tarball a stranger can rerun with reproduce.sh.
+
+The tarball holds one directory:
+
+    README                three lines: what it is, how to rerun, what to fill in
+    reproduce.sh          reruns the reproducer with the same parameters (krig checkout: $KRIG or PATH)
+    bundle.json           reproducer, preset, parameters, kernel identity, bundled verdict
+    run-args              the `krig run` arguments, one a line (read by reproduce.sh)
+    rig.toml              the rig description, identities replaced by <PLACEHOLDERS>
+    reproducer/<name>/    the reproducer's sources (no bin/), reproducer/lib/ the harness
+    kernel/               identity.json, the kernel toml(s), its .config, patch series, fragments
+    run/                  the run directory (no trace.dat unless --with-trace), identities scrubbed
+
+Secrets and identities (BMC password, password file, host names, addresses,
+user names, key and known_hosts paths, this machine's name and home) never
+enter the bundle: the password is never in a run directory (rigs/ipmi_spec.py),
+and every other value is replaced by a placeholder in every text file of run/.
+"""
+import io
+import json
+import os
+import pathlib
+import re
+import subprocess
+import tarfile
+import time
+
+from . import KERNEL_DIR, REPRO_DIR
+from .config import load_toml, toml_value
+from analysis.summary import reproduce_argv
+from rigs import rig_path
+from .errors import UsageError
+from .reproducer import load_reproducer
+
+TRACE = "trace.dat"
+# Rig fields that identify a machine, a person or a secret: replaced by placeholders.
+IDENTITY_FIELDS = {
+    ("bmc", "host"): "<BMC_HOST>", ("bmc", "port"): "<BMC_PORT>", ("bmc", "user"): "<BMC_USER>",
+    ("bmc", "password_file"): "<BMC_PASSWORD_FILE>", ("bmc", "password_env"): "<BMC_PASSWORD_ENV>",
+    ("ssh", "host"): "<SSH_HOST>", ("ssh", "port"): "<SSH_PORT>", ("ssh", "user"): "<SSH_USER>",
+    ("ssh", "key"): "<SSH_KEY>", ("ssh", "known_hosts"): "<SSH_KNOWN_HOSTS>",
+    ("ssh", "host_key_alias"): "<SSH_HOST_KEY_ALIAS>",
+}
+# Account names every machine has: replaced in `user@host` forms and rig fields only,
+# never as a bare word (console lines such as `root=` would be mangled for nothing).
+GENERIC_USERS = {"root", "admin", "user"}
+# Binary files are copied as they are; every other file of run/ is scrubbed as text.
+BINARY_SUFFIXES = {".png", ".dat", ".gz", ".zst", ".img"}
+
+
+def bundle(run_dir, output=None, with_trace: bool = False, log=print) -> pathlib.Path:
+    run_dir = pathlib.Path(run_dir)
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        verdict = json.loads((run_dir / "verdict.json").read_text())
+    except FileNotFoundError as e:
+        raise UsageError(f"{run_dir}: not a judged run directory (no {pathlib.Path(e.filename).name}; "
+                         "run `krig check` on it first)") from None
+    except ValueError as e:
+        raise UsageError(f"{run_dir}: unreadable manifest.json or verdict.json: {e}") from None
+    repro = load_reproducer(manifest["reproducer"])
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    top = f"krig-bundle-{repro.name}-{stamp}"
+    out = pathlib.Path(output) if output else pathlib.Path.cwd() / f"{top}.tar.gz"
+    subs = identity_substitutions(manifest)
+    meta = {
+        "reproducer": repro.name, "preset": manifest.get("preset"), "params": manifest.get("params"),
+        "kernel": kernel_identity(manifest.get("kernel") or {}),
+        "rig": {"name": manifest.get("rig", {}).get("name"), "kind": manifest.get("rig", {}).get("kind")},
+        "verdict": verdict.get("verdict"), "reason": verdict.get("reason"),
+        "krig_revision": manifest.get("krig_revision"), "bundled": stamp, "with_trace": with_trace,
+    }
+    trace = run_dir / TRACE
+    with tarfile.open(out, "w:gz") as tar:
+        def add_bytes(name, data: bytes, mode=0o644):
+            ti = tarfile.TarInfo(f"{top}/{name}")
+            ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())
+            tar.addfile(ti, io.BytesIO(data))
+
+        def add_text(name, text: str, mode=0o644):
+            add_bytes(name, scrub(text, subs).encode(), mode)
+
+        add_text("README", readme(meta))
+        add_text("reproduce.sh", (pathlib.Path(__file__).with_name("reproduce.sh")).read_text(), 0o755)
+        add_text("bundle.json", json.dumps(meta, indent=2, default=str) + "\n")
+        add_text("run-args", "".join(a + "\n" for a in run_args(manifest, repro)))
+        add_text("rig.toml", rig_toml(_rig_spec(manifest.get("rig") or {}), manifest.get("rig") or {}))
+        for src in sorted(_sources(REPRO_DIR / repro.name)) + sorted(_sources(REPRO_DIR / "lib")):
+            tar.add(src, f"{top}/reproducer/{src.relative_to(REPRO_DIR)}", recursive=False)
+        for name, path in kernel_files(manifest.get("kernel") or {}):
+            tar.add(path, f"{top}/kernel/{name}", recursive=False)
+        for f in sorted(run_dir.iterdir()):
+            if not f.is_file() or (f.name == TRACE and not with_trace):
+                continue
+            if f.suffix in BINARY_SUFFIXES:
+                tar.add(f, f"{top}/run/{f.name}", recursive=False)
+            else:
+                add_text(f"run/{f.name}", f.read_text(errors="replace"))
+    size = out.stat().st_size
+    msg = f"bundle: {out} ({_human(size)})"
+    if trace.exists() and not with_trace:
+        msg += f"; trace.dat ({_human(trace.stat().st_size)}) left out (--with-trace adds it)"
+    log(msg)
+    return out
+
+
+def _sources(d: pathlib.Path):
+    """A reproducer's files, without compiled helpers (bin/) or caches."""
+    for p in d.rglob("*"):
+        rel = p.relative_to(d).parts
+        if p.is_file() and "bin" not in rel and "__pycache__" not in rel:
+            yield p
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def readme(meta: dict) -> str:
+    return (f"krig bundle: {meta['reproducer']} (preset {meta['preset'] or 'none'}) on kernel "
+            f"{meta['kernel'].get('release')} gave {meta['verdict']}: {meta['reason']}\n"
+            "Rerun: KRIG=/path/to/krig ./reproduce.sh [--rig NAME] [--kernel NAME] (default rig qemu-default)\n"
+            "rig.toml is the rig it ran on, with <PLACEHOLDERS> for its secrets and identities: fill them in.\n")
+
+
+def run_args(manifest: dict, repro) -> list[str]:
+    """`krig run` arguments minus the rig (reproduce.sh adds its own): the summary's command."""
+    argv = reproduce_argv(manifest, repro)[2:]
+    i = argv.index("--rig")
+    return argv[:i] + argv[i + 2:]
+
+
+# -- identities -------------------------------------------------------------
+
+def identity_substitutions(manifest: dict) -> list[tuple[re.Pattern, str]]:
+    """(pattern, placeholder) pairs for every identity of the rig and of this machine."""
+    rig = manifest.get("rig") or {}
+    pairs: list[tuple[str, str, bool]] = []       # (value, placeholder, as a bare word too)
+    for (table, key), ph in IDENTITY_FIELDS.items():
+        v = (rig.get(table) or {}).get(key)
+        if v in (None, "") or key == "port":
+            continue
+        v = str(v)
+        if key == "user":
+            pairs.append((v + "@", ph + "@", True))
+            if v in GENERIC_USERS:
+                continue
+        pairs.append((v, ph, True))
+        if key in ("key", "known_hosts", "password_file"):
+            pairs.append((os.path.dirname(v), f"<{ph[1:-1]}_DIR>", False))
+    node = os.uname().nodename
+    if len(node) >= 3:
+        pairs.append((node, "<KRIG_HOST>", True))
+    owner = (manifest.get("owner") or {}).get("host")
+    if owner and len(owner) >= 3:
+        pairs.append((owner, "<KRIG_HOST>", True))
+    home = str(pathlib.Path.home())
+    if home not in ("/", ""):
+        pairs.append((home, "<HOME>", False))
+    user = os.environ.get("USER") or os.environ.get("LOGNAME")
+    if user and user not in GENERIC_USERS and len(user) >= 3:
+        pairs.append((user, "<USER>", True))
+    out = []
+    for value, ph, word in sorted(set(pairs), key=lambda p: -len(p[0])):     # longest first
+        if len(value) < 2:
+            continue
+        esc = re.escape(value)
+        pat = rf"(?<![A-Za-z0-9_]){esc}(?![A-Za-z0-9_])" if word and value[-1] != "@" else esc
+        out.append((re.compile(pat), ph))
+    return out
+
+
+def scrub(text: str, subs) -> str:
+    for pat, ph in subs:
+        text = pat.sub(ph, text)
+    return text
+
+
+def _rig_spec(described: dict) -> dict:
+    """The rig file as written (loadable again), or the manifest's description if the file is gone."""
+    path = rig_path(described.get("name", ""))
+    if path is not None:
+        try:
+            return load_toml(path)
+        except UsageError:
+            pass
+    return {k: v for k, v in described.items() if k not in ("name", "kind")}
+
+
+def rig_toml(rig: dict, described: dict) -> str:
+    """The rig's description as TOML, every identity field a placeholder."""
+    lines = ["# The rig this run used. Fields in <ANGLE_BRACKETS> were removed from the bundle:",
+             "# fill in your own (a password goes in a 0600 file or an environment variable).",
+             f"# Was: rig {described.get('name', '?')} (driver {described.get('kind', '?')})"]
+    tables = []
+    for k, v in rig.items():
+        if k in ("name", "kind") or v is None:
+            continue
+        if isinstance(v, dict):
+            tables.append((k, v))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            tables.extend((f"[{k}]", x) for x in v)
+        else:
+            lines.append(f"{k} = {toml_value(v)}")
+    for name, t in tables:
+        table = name.strip("[]")
+        lines.append(f"\n[{name}]")
+        for k, v in t.items():
+            ph = IDENTITY_FIELDS.get((table, k))
+            if v is None and not ph:
+                continue
+            lines.append(f"{k} = {toml_value(ph if ph and v not in (None, '') else v)}")
+    return "\n".join(lines) + "\n"
+
+
+# -- the kernel's identity ----------------------------------------------------
+
+def kernel_identity(k: dict) -> dict:
+    """What the kernel was: its name and release, and the distro package or the toml it was built from."""
+    out = {key: k.get(key) for key in ("name", "release", "config_sha256_16", "extra_cmdline", "description")}
+    image = k.get("image")
+    if image and image.startswith("/boot/"):
+        pkg = _dpkg(["dpkg-query", "-S", image])
+        if pkg:
+            name = pkg.split(":")[0]
+            ver = _dpkg(["dpkg-query", "-W", "-f", "${Version}", name])
+            out["distro_package"] = {"package": name, "version": ver}
+    toml = KERNEL_DIR / f"{k.get('name')}.toml"
+    if toml.exists():
+        out["toml"] = f"kernels/{toml.name}"
+    return out
+
+
+def _dpkg(argv) -> str | None:
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else None
+
+
+def kernel_files(k: dict) -> list[tuple[str, pathlib.Path]]:
+    """(name in kernel/, path): the .config, the toml and those it extends, patches, fragments."""
+    out = []
+    cfg = k.get("config")
+    if cfg and pathlib.Path(cfg).is_file():
+        out.append(("config", pathlib.Path(cfg)))
+    name, seen = k.get("name"), set()
+    while name and name not in seen:
+        seen.add(name)
+        toml = KERNEL_DIR / f"{name}.toml"
+        if not toml.exists():
+            break
+        out.append((toml.name, toml))
+        data = load_toml(toml)
+        series = data.get("patches") or []
+        for s in [series] if isinstance(series, str) else series:
+            for p in sorted((KERNEL_DIR / "patches" / str(s)).glob("*.patch")):
+                out.append((f"patches/{s}/{p.name}", p))
+        for frag in data.get("fragments") or []:
+            p = KERNEL_DIR / str(frag)
+            if p.is_file() and KERNEL_DIR.resolve() in p.resolve().parents:
+                out.append((str(frag), p))
+        name = data.get("extends")
+    return out
+

@@ -1,0 +1,264 @@
+"""`krig qualify SUITE.toml`: a matrix of reproducers x kernels x rigs x repeats, in parallel.
+
+    krig qualify qualify/smoke.toml [-o DIR] [--fresh]
+
+The engine is pytest-xdist: one worker per rig (xdist group = rig, `--dist
+loadgroup`, as many workers as rigs), so a rig never runs two reproducers at
+once while every rig works at the same time. An IPMI rig's server lock lives
+in KRIG_LOCK_DIR (shared by a lab's users), so two qualifications never share
+a server; here a run waits for it (KRIG_LOCK_WAIT, default 3600 s) instead of
+failing. Each finished run is recorded at once in DIR/cases/<id>.json; the same
+command again (after Ctrl-C, a crash, a reboot) runs only the cases without a
+finished record. DIR (default results/qualify/<suite name>) gets suite.json,
+junit.xml (one test case per run), qualify.html (the matrix, each verdict
+linking its run's report) and signoff.txt (one line per rig); the run
+directories are under DIR/runs/.
+
+The suite file is described in README.md ("Qualification suites").
+"""
+import argparse
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+
+import pytest
+
+from . import RESULTS_DIR, ROOT
+from .config import load_toml, optional, reject_unknown, require
+from .errors import KrigError, UsageError, guarded
+from .qualify_report import write_outputs
+from .reproducer import load_reproducer
+from .results import now, write_json
+from .run import run
+from .verdict import VERDICTS
+from kernels.catalog import load_kernel
+from rigs import load_rig
+from rigs.ipmi_spec import SECRETS_FILE_ENV, write_secrets_file
+
+SPEC_ENV = "KRIG_QUALIFY_SPEC"
+TOP = {"description", "kernels", "rigs", "repeats", "runs"}
+RUN = {"reproducer", "preset", "set", "expect", "kernels", "rigs", "repeats"}
+UNFINISHED = ("INTERRUPTED", "INCOMPLETE")
+MAX_REPEATS = 100
+
+
+# -- the suite ------------------------------------------------------------------
+
+def load_suite(path: pathlib.Path) -> dict:
+    """The suite file, validated: {name, description, cases: [...]} (every problem one line)."""
+    where = str(path)
+    data = load_toml(path)
+    reject_unknown(data, TOP, where)
+    top_kernels = _names(data, "kernels", where, ["distro"])
+    top_rigs = _names(data, "rigs", where, ["qemu-default"])
+    top_repeats = _repeats(data, where, 1)
+    runs = require(data, "runs", list, where)
+    if not runs:
+        raise UsageError(f"{where}.runs: the suite names no runs; add [[runs]] tables")
+    cases, rig_objs = [], {}
+    for i, r in enumerate(runs):
+        w = f"{where}.runs[{i}]"
+        if not isinstance(r, dict):
+            raise UsageError(f"{w}: expected a table ([[runs]]), got {r!r}")
+        reject_unknown(r, RUN, w)
+        repro = _named(w, load_reproducer, require(r, "reproducer", str, w))
+        preset = optional(r, "preset", str, w)
+        sets = optional(r, "set", dict, w, {})
+        sets = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in sets.items()}
+        kernels = _names(r, "kernels", w, top_kernels)
+        rigs = _names(r, "rigs", w, top_rigs)
+        expect = _expect(r, w, kernels)
+        for rig in rigs:
+            if rig not in rig_objs:
+                rig_objs[rig] = _named(w, load_rig, rig)
+            try:
+                repro.resolve_params(preset, sets, cpus=rig_objs[rig].host_needs().get("cpus"))
+            except UsageError as e:
+                raise UsageError(f"{w} on rig {rig}: {e}") from None
+        for k in kernels:
+            _named(w, load_kernel, k)
+        for k in kernels:
+            for rig in rigs:
+                for n in range(1, _repeats(r, w, top_repeats) + 1):
+                    c = {"reproducer": repro.name, "preset": preset, "set": sets, "kernel": k, "rig": rig,
+                         "repeat": n, "expect": expect.get(k, "PASS")}
+                    c["id"] = case_id(c)
+                    cases.append(c)
+    ids = [c["id"] for c in cases]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise UsageError(f"{where}.runs: the same run is listed twice: {dup[0]}")
+    _one_rig_per_server(rig_objs, where)
+    return {"name": path.stem, "file": str(path), "description": optional(data, "description", str, where, ""),
+            "rigs": list(rig_objs), "cases": cases}
+
+
+def _named(where: str, loader, name: str):
+    """A reproducer, rig or kernel by name; a bad one is one line naming the suite's entry."""
+    try:
+        return loader(name)
+    except UsageError as e:
+        raise UsageError(f"{where}: {e}") from None
+
+
+def _names(t: dict, key: str, where: str, default: list) -> list:
+    v = optional(t, key, list, where, default)
+    if not v or not all(isinstance(x, str) and x for x in v):
+        raise UsageError(f"{where}.{key}: expected a non-empty list of names, got {v!r}")
+    if len(set(v)) != len(v):
+        raise UsageError(f"{where}.{key}: a name is listed twice: {v!r}")
+    return list(v)
+
+
+def _repeats(t: dict, where: str, default: int) -> int:
+    v = optional(t, "repeats", int, where, default)
+    if not 1 <= v <= MAX_REPEATS:
+        raise UsageError(f"{where}.repeats: {v} is not in 1..{MAX_REPEATS}")
+    return v
+
+
+def _expect(r: dict, where: str, kernels: list) -> dict:
+    """expect = "FAIL" (every kernel) or {kernel = verdict, ...}; default PASS."""
+    v = r.get("expect", "PASS")
+    table = {k: v for k in kernels} if isinstance(v, str) else v
+    if not isinstance(table, dict):
+        raise UsageError(f"{where}.expect: expected a verdict or a table kernel = verdict, got {v!r}")
+    for k, verdict in table.items():
+        if k not in kernels:
+            raise UsageError(f"{where}.expect.{k}: not one of this run's kernels ({', '.join(kernels)})")
+        if verdict not in VERDICTS:
+            raise UsageError(f"{where}.expect.{k}: {verdict!r} is not one of {', '.join(VERDICTS)}")
+    return table
+
+
+def _one_rig_per_server(rig_objs: dict, where: str):
+    servers = {}
+    for name, rig in rig_objs.items():
+        bmc = rig.spec.get("bmc") or {}
+        key = (bmc.get("host"), bmc.get("port"))
+        if key != (None, None) and key in servers:
+            raise UsageError(f"{where}.rigs: {name} and {servers[key]} are the same server (one BMC); "
+                             "list a server once")
+        servers[key] = name
+
+
+def case_id(c: dict) -> str:
+    """Stable across reruns of the same suite: what ran where, and which repeat."""
+    sets = ""
+    if c["set"]:
+        sets = "-" + hashlib.sha256(json.dumps(c["set"], sort_keys=True).encode()).hexdigest()[:8]
+    return f"{c['reproducer']}-{c['preset'] or 'default'}{sets}@{c['kernel']}@{c['rig']}#{c['repeat']}"
+
+
+def _case_file(qdir: pathlib.Path, cid: str) -> pathlib.Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_.@" else "_" for ch in cid)
+    return qdir / "cases" / f"{safe}.json"
+
+
+def finished(qdir: pathlib.Path, cases: list) -> dict:
+    """id -> the record of every case that finished in an earlier (or this) invocation."""
+    out = {}
+    for c in cases:
+        try:
+            rec = json.loads(_case_file(qdir, c["id"]).read_text())
+        except (OSError, ValueError):
+            continue
+        if rec.get("verdict") not in UNFINISHED:
+            out[c["id"]] = rec
+    return out
+
+
+# -- the command ----------------------------------------------------------------
+
+def qualify(suite_file, out_dir=None, fresh: bool = False, log=print) -> int:
+    path = pathlib.Path(suite_file)
+    suite = load_suite(path)
+    qdir = pathlib.Path(out_dir or RESULTS_DIR / "qualify" / suite["name"]).resolve()
+    if fresh:       # forget the records only; earlier run directories stay in runs/
+        shutil.rmtree(qdir / "cases", ignore_errors=True)
+    (qdir / "cases").mkdir(parents=True, exist_ok=True)
+    done = finished(qdir, suite["cases"])
+    todo = [c for c in suite["cases"] if c["id"] not in done]
+    rigs = sorted({c["rig"] for c in todo}, key=suite["rigs"].index)
+    log(f"qualify: {suite['name']}: {len(suite['cases'])} runs on {len(suite['rigs'])} rigs; "
+        f"{len(done)} finished before, {len(todo)} to run -> {qdir}")
+    started = now()
+    interrupted = False
+    if todo:
+        interrupted = _run_pytest(todo, rigs, qdir, log)
+    done = finished(qdir, suite["cases"])
+    res = write_outputs(qdir, suite, done, started, complete=len(done) == len(suite["cases"]))
+    for line in res["signoff"]:
+        log(line)
+    log(f"qualify: {qdir / 'qualify.html'}")
+    if interrupted or len(done) < len(suite["cases"]):
+        log(f"qualify: {len(done)} of {len(suite['cases'])} runs finished; run the same command again to finish")
+        return 130 if interrupted else 3
+    return 0 if res["all_as_expected"] else 1
+
+
+def _run_pytest(todo: list, rigs: list, qdir: pathlib.Path, log) -> bool:
+    """Runs the cases in pytest-xdist workers, one per rig; True if interrupted."""
+    os.environ[SPEC_ENV] = json.dumps({"cases": todo, "qdir": str(qdir)})
+    os.environ.setdefault("KRIG_LOCK_WAIT", "3600")
+    # load_suite took BMC passwords out of the environment; the workers read them from a 0600 file.
+    secrets_dir = tempfile.mkdtemp(prefix="krig-qualify-")
+    secrets = write_secrets_file(pathlib.Path(secrets_dir))
+    if secrets:
+        os.environ[SECRETS_FILE_ENV] = str(secrets)
+    args = [str(pathlib.Path(__file__).resolve()), "-p", "xdist", "-n", str(len(rigs)), "--dist", "loadgroup",
+            "-q", "-rN", "-p", "no:cacheprovider", "--rootdir", str(ROOT), "-o", "console_output_style=classic"]
+    try:
+        rc = pytest.main(args)
+    finally:
+        shutil.rmtree(secrets_dir, ignore_errors=True)
+        os.environ.pop(SECRETS_FILE_ENV, None)
+        os.environ.pop(SPEC_ENV, None)
+    return rc == pytest.ExitCode.INTERRUPTED
+
+
+# -- the pytest side: one test per case, run in the worker of its rig --------------
+
+def pytest_generate_tests(metafunc):
+    if "qualify_case" in metafunc.fixturenames:
+        spec = json.loads(os.environ.get(SPEC_ENV, '{"cases": []}'))
+        metafunc.parametrize("qualify_case", [pytest.param(c, id=c["id"], marks=pytest.mark.xdist_group(c["rig"]))
+                                              for c in spec["cases"]])
+
+
+def test_qualify_case(qualify_case):
+    c = qualify_case
+    qdir = pathlib.Path(json.loads(os.environ[SPEC_ENV])["qdir"])
+    t0 = time.monotonic()
+    rec = {**c, "started": now()}
+    try:
+        run_dir, verdict = run(c["reproducer"], rig_name=c["rig"], kernel_name=c["kernel"], preset=c["preset"],
+                               sets=c["set"], results_root=qdir / "runs", log=lambda *a, **k: None)
+        rec.update(verdict=verdict["verdict"], reason=verdict["reason"], run_dir=str(run_dir))
+    except KrigError as e:          # nothing ran (a rig that went away between loading and the run, ...)
+        rec.update(verdict="ERROR", reason=str(e), run_dir=None)
+    rec.update(ended=now(), seconds=round(time.monotonic() - t0, 1), ok=rec["verdict"] == c["expect"])
+    if rec["verdict"] in UNFINISHED:
+        raise KeyboardInterrupt     # Ctrl-C reached the worker: stop here, the case stays to do
+    write_json(_case_file(qdir, c["id"]), rec)
+    assert rec["ok"], f"{rec['verdict']} (expected {c['expect']}) on {c['rig']}: {rec['reason']} ({rec['run_dir']})"
+
+
+# -- command line -----------------------------------------------------------------
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m krig.qualify")
+    p.add_argument("suite")
+    p.add_argument("-o", "--output")
+    p.add_argument("--fresh", action="store_true")
+    a = p.parse_args(argv)
+    return guarded(lambda: qualify(a.suite, a.output, a.fresh))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

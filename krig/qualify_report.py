@@ -1,0 +1,141 @@
+"""What `krig qualify` leaves in its directory: suite.json, junit.xml, qualify.html, signoff.txt."""
+import html
+import json
+import os
+import pathlib
+import xml.etree.ElementTree as ET
+
+from .errors import KrigError
+from .reproducer import load_reproducer
+from .results import git_revision, now, write_json
+
+
+def write_outputs(qdir: pathlib.Path, suite: dict, done: dict, started: str, complete: bool) -> dict:
+    """done: case id -> finished record. Returns {"signoff": [lines], "all_as_expected": bool}."""
+    cases = [{**c, **done.get(c["id"], {"verdict": None})} for c in suite["cases"]]
+    signoff = signoff_lines(suite["rigs"], cases)
+    all_ok = complete and all(c.get("ok") for c in cases)
+    write_json(qdir / "suite.json", {
+        "suite": suite["name"], "file": suite["file"], "description": suite["description"],
+        "krig_revision": git_revision(), "started": started, "written": now(), "complete": complete,
+        "all_as_expected": all_ok, "rigs": suite["rigs"], "signoff": signoff, "cases": cases})
+    write_junit(qdir / "junit.xml", suite, cases)
+    (qdir / "signoff.txt").write_text("".join(line + "\n" for line in signoff))
+    (qdir / "qualify.html").write_text(build_html(qdir, suite, cases, signoff))
+    return {"signoff": signoff, "all_as_expected": all_ok}
+
+
+def signoff_lines(rigs: list, cases: list) -> list[str]:
+    """One line per rig: all as expected, or which runs were not (or have not run yet)."""
+    out = []
+    for rig in rigs:
+        mine = [c for c in cases if c["rig"] == rig]
+        missing = [c for c in mine if c["verdict"] is None]
+        wrong = [c for c in mine if c["verdict"] is not None and not c.get("ok")]
+        if not missing and not wrong:
+            counts = {}
+            for c in mine:
+                counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
+            tally = ", ".join(f"{v} {n}" for v, n in sorted(counts.items()))
+            out.append(f"rig {rig}: SIGNED OFF: all {len(mine)} runs as expected ({tally})")
+            continue
+        parts = [f"{c['id']} gave {c['verdict']}, expected {c['expect']}" for c in wrong]
+        if missing:
+            parts.append(f"{len(missing)} not run yet")
+        out.append(f"rig {rig}: NOT SIGNED OFF: {len(wrong) + len(missing)} of {len(mine)} runs not as expected: "
+                   + "; ".join(parts))
+    return out
+
+
+def write_junit(path: pathlib.Path, suite: dict, cases: list) -> None:
+    """One test case per run: a failure when the verdict is not the expected one."""
+    bad = [c for c in cases if c["verdict"] is not None and not c.get("ok")]
+    todo = [c for c in cases if c["verdict"] is None]
+    ts = ET.Element("testsuite", name=f"qualify.{suite['name']}", tests=str(len(cases)), failures=str(len(bad)),
+                    errors="0", skipped=str(len(todo)),
+                    time=f"{sum(c.get('seconds') or 0 for c in cases):.1f}")
+    props = ET.SubElement(ts, "properties")
+    for k, v in (("suite_file", suite["file"]), ("krig_revision", git_revision())):
+        ET.SubElement(props, "property", name=k, value=str(v))
+    for c in cases:
+        tc = ET.SubElement(ts, "testcase", classname=f"qualify.{suite['name']}.{c['rig']}", name=c["id"],
+                           time=f"{c.get('seconds') or 0:.1f}")
+        p = ET.SubElement(tc, "properties")
+        for k in ("reproducer", "preset", "kernel", "rig", "repeat", "expect", "verdict", "run_dir"):
+            ET.SubElement(p, "property", name=k, value=str(c.get(k)))
+        if c["verdict"] is None:
+            ET.SubElement(tc, "skipped", message="not run yet (interrupted); run the same command again")
+        elif not c.get("ok"):
+            ET.SubElement(tc, "failure", message=f"{c['verdict']}, expected {c['expect']}").text = c.get("reason")
+    suites = ET.Element("testsuites")
+    suites.append(ts)
+    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def key_metric(case: dict) -> str:
+    """The reproducer's key metric (its first threshold's) as measured in the run, or ''."""
+    try:
+        metric = load_reproducer(case["reproducer"]).thresholds[0].metric
+        m = json.loads((pathlib.Path(case["run_dir"]) / "metrics.json").read_text())[metric]
+    except (KrigError, OSError, ValueError, KeyError, IndexError, TypeError):
+        return ""
+    if m.get("value") is None:
+        return f"{metric} not measured"
+    return f"{metric} {m['value']:.4g} {m.get('unit', '')}".rstrip()
+
+
+def _esc(x) -> str:
+    return html.escape("" if x is None else str(x), quote=True)
+
+
+COLOURS = {True: "#d7f5d7", False: "#f8d0d0", None: "#eeeeee"}
+
+
+def build_html(qdir: pathlib.Path, suite: dict, cases: list, signoff: list) -> str:
+    """The matrix: a row per (reproducer, preset, parameters, kernel), a column per rig,
+    each cell the verdicts of its repeats, each linking its run's report."""
+    rows = []
+    for c in cases:
+        key = (c["reproducer"], c["preset"], tuple(sorted(c["set"].items())), c["kernel"])
+        if key not in rows:
+            rows.append(key)
+    body = []
+    for key in rows:
+        repro, preset, sets, kernel = key
+        label = f"{repro} <small>{_esc(preset or 'default')}"
+        if sets:
+            label += " " + _esc(" ".join(f"{k}={v}" for k, v in sets))
+        label += f"</small><br>kernel {_esc(kernel)}"
+        cells = [f"<th>{label}</th>"]
+        for rig in suite["rigs"]:
+            mine = [c for c in cases if c["rig"] == rig and (c["reproducer"], c["preset"],
+                    tuple(sorted(c["set"].items())), c["kernel"]) == key]
+            if not mine:
+                cells.append("<td></td>")
+                continue
+            links = []
+            for c in mine:
+                ok = None if c["verdict"] is None else bool(c.get("ok"))
+                text = _esc(c["verdict"] or "not run")
+                if c.get("run_dir"):
+                    rd = pathlib.Path(c["run_dir"])
+                    target = rd / "report.html" if (rd / "report.html").exists() else rd
+                    text = f'<a href="{_esc(os.path.relpath(target, qdir))}">{text}</a>'
+                links.append(f'<span style="background:{COLOURS[ok]};padding:2px 6px" '
+                             f'title="{_esc(c.get("reason"))}">{text}</span> <small>{_esc(key_metric(c))}</small>')
+            cells.append(f"<td>{' '.join(links)}<br><small>expected {_esc(mine[0]['expect'])}</small></td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    head = "<tr><th></th>" + "".join(f"<th>{_esc(r)}</th>" for r in suite["rigs"]) + "</tr>"
+    sign = "".join(f"<li>{_esc(s)}</li>" for s in signoff)
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>krig qualify {_esc(suite['name'])}</title>
+<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}
+td,th{{border:1px solid #999;padding:6px;text-align:left;vertical-align:top}}</style></head>
+<body><h1>Qualification: {_esc(suite['name'])}</h1>
+<p>{_esc(suite['description'])}</p>
+<p>Suite file {_esc(suite['file'])}; written {_esc(now())}; krig {_esc(git_revision())}</p>
+<h2>Sign-off</h2><ul>{sign}</ul>
+<h2>Verdicts (each links the run's report; hover for the reason)</h2>
+<table>{head}{''.join(body)}</table>
+</body></html>
+"""
