@@ -14,6 +14,12 @@ class _Parser(argparse.ArgumentParser):
 def cmd_run(a) -> int:
     from .config import parse_set
     from .run import run
+    if a.repeat is not None or a.group:
+        from .group import format_group, run_group
+        gdir, group, code = run_group(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set),
+                                      a.repeat or 1, a.group)
+        print(format_group(gdir, group))
+        return code
     run_dir, verdict = run(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set))
     print(f"{verdict['verdict']}: {verdict['reason']}")
     print(f"results: {run_dir}")
@@ -70,6 +76,11 @@ def cmd_list(a) -> int:
     return 0
 
 
+def cmd_compare(a) -> int:
+    from .compare import main as compare_main
+    return compare_main((["--json"] if a.json else []) + (["--out", a.out] if a.out else []) + a.args)
+
+
 def cmd_trace_stats(a) -> int:
     from analysis.tracecli import stats_main
     from analysis.tracedat import TraceError
@@ -91,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--kernel", default="distro")
     r.add_argument("--preset", default=None)
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a parameter (repeatable)")
+    r.add_argument("--repeat", type=int, metavar="N", help="N runs as one group (group.json); see README")
+    r.add_argument("--group", metavar="DIR", help="the group directory to make or continue (with --repeat)")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("check", help="re-run the analysis of an existing run directory")
     c.add_argument("run_dir")
@@ -100,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=cmd_report)
     ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
     ls.set_defaults(func=cmd_list)
+    cmp = sub.add_parser("compare", help="compare runs or groups of two kernels: krig compare BASE... -- NEW...",
+                         usage="krig compare [--json] [--out DIR] BASE... -- NEW...")
+    cmp.add_argument("--json", action="store_true", help="the comparison as JSON")
+    cmp.add_argument("--out", metavar="DIR", help="where compare.html goes (default results/compare/<repro>-<time>)")
+    cmp.add_argument("args", nargs=argparse.REMAINDER, help="run or group directories, BASE... -- NEW...")
+    cmp.set_defaults(func=cmd_compare)
     t = sub.add_parser("trace", help="read trace.dat files")
     tsub = t.add_subparsers(dest="tcmd", required=True, parser_class=_Parser)
     ts = tsub.add_parser("stats", help="count an event, optionally grouped by a field")
