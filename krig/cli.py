@@ -17,7 +17,7 @@ def cmd_run(a) -> int:
     if a.repeat is not None or a.group:
         from .group import format_group, run_group
         gdir, group, code = run_group(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set),
-                                      a.repeat or 1, a.group)
+                                      1 if a.repeat is None else a.repeat, a.group)
         print(format_group(gdir, group))
         return code
     run_dir, verdict = run(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set))
