@@ -145,20 +145,25 @@ ORACLE = textwrap.dedent("""
 """)
 
 
-def test_git_bisect_run_with_the_oracle_finds_the_first_bad_commit(tmp_path, repo):
-    """git bisect run + oracle exit codes: a skip (c5 does not build) and 2-of-3 majorities."""
-    r, shas = repo
-    st = json.loads(state_file(tmp_path, r, repeat=3).read_text())
-    st["ref"] = "BISECT_HEAD"
+def bisect_run(tmp_path, r, shas, oracle_src, repeat, **state):
+    """git bisect run c1..c6 with oracle_src as the step; asserts c4 is named; returns (bisect.log, git)."""
+    st = json.loads(state_file(tmp_path, r, repeat=repeat).read_text())
+    st.update(ref="BISECT_HEAD", **state)
     (tmp_path / "state.json").write_text(json.dumps(st))
     script = tmp_path / "oracle.py"
-    script.write_text(ORACLE.format(root=str(pathlib.Path(kb.__file__).parent.parent), tree=str(r)))
+    script.write_text(oracle_src.format(root=str(pathlib.Path(kb.__file__).parent.parent), tree=str(r)))
     g = lambda *a: subprocess.run(["git", "-C", str(r), *a], capture_output=True, text=True)  # noqa: E731
     assert g("bisect", "start", "--no-checkout", shas[5], shas[0]).returncode == 0
     out = g("bisect", "run", sys.executable, str(script), str(tmp_path / "state.json"))
     g("bisect", "reset")
     assert kb.first_bad_from_output(out.stdout) == shas[3], out.stdout + out.stderr
-    log = (tmp_path / "bisect.log").read_text()
+    return (tmp_path / "bisect.log").read_text(), g
+
+
+def test_git_bisect_run_with_the_oracle_finds_the_first_bad_commit(tmp_path, repo):
+    """git bisect run + oracle exit codes: a skip (c5 does not build) and 2-of-3 majorities."""
+    r, shas = repo
+    log, g = bisect_run(tmp_path, r, shas, ORACLE, repeat=3)
     assert "bad  [FAIL,PASS,FAIL]" in log
     assert g("status", "--porcelain").stdout == "", "--no-checkout leaves the work tree alone"
     assert "skip [-]" in log and "build failed: nobuild" in log
@@ -254,17 +259,8 @@ METRIC_ORACLE = textwrap.dedent("""
 
 def test_git_bisect_run_on_a_metric_finds_the_first_bad_commit(tmp_path, repo):
     r, shas = repo
-    st = json.loads(state_file(tmp_path, r, repeat=2).read_text())
-    st.update(ref="BISECT_HEAD", zones=mb.to_state(mb.zones("m", [1.0, 1.1], [49.0, 51.0])))
-    (tmp_path / "state.json").write_text(json.dumps(st))
-    script = tmp_path / "oracle.py"
-    script.write_text(METRIC_ORACLE.format(root=str(pathlib.Path(kb.__file__).parent.parent), tree=str(r)))
-    g = lambda *a: subprocess.run(["git", "-C", str(r), *a], capture_output=True, text=True)  # noqa: E731
-    assert g("bisect", "start", "--no-checkout", shas[5], shas[0]).returncode == 0
-    out = g("bisect", "run", sys.executable, str(script), str(tmp_path / "state.json"))
-    g("bisect", "reset")
-    assert kb.first_bad_from_output(out.stdout) == shas[3], out.stdout + out.stderr
-    log = (tmp_path / "bisect.log").read_text()
+    zones = mb.to_state(mb.zones("m", [1.0, 1.1], [49.0, 51.0]))
+    log, _ = bisect_run(tmp_path, r, shas, METRIC_ORACLE, repeat=2, zones=zones)
     assert "m=50(bad)/47(bad)" in log
 
 
