@@ -127,7 +127,7 @@ def test_oracle_maps_majority_to_exit_code(tmp_path, repo):
     assert "bad  [FAIL,PASS,FAIL] m=1/2/3 commit 6" in line
 
 
-ORACLE = textwrap.dedent("""
+ORACLE_HEAD = textwrap.dedent("""
     import pathlib, subprocess, sys
     sys.path.insert(0, {root!r})
     from kernels import bisect as kb
@@ -136,6 +136,8 @@ ORACLE = textwrap.dedent("""
     def has(path):
         return subprocess.run(["git", "-C", tree, "cat-file", "-e", "BISECT_HEAD:" + path],
                               stderr=subprocess.DEVNULL).returncode == 0
+""")
+ORACLE = ORACLE_HEAD + textwrap.dedent("""
     def build():
         if has("nobuild"):
             raise kb.KrigError("build failed: nobuild")
@@ -239,15 +241,7 @@ def test_measure_endpoints_refuses_overlap_and_logs_it(tmp_path, repo):
         (tmp_path / "bisect.log").read_text()
 
 
-METRIC_ORACLE = textwrap.dedent("""
-    import pathlib, subprocess, sys
-    sys.path.insert(0, {root!r})
-    from kernels import bisect as kb
-    state = pathlib.Path(sys.argv[1])
-    tree = {tree!r}
-    def has(path):
-        return subprocess.run(["git", "-C", tree, "cat-file", "-e", "BISECT_HEAD:" + path],
-                              stderr=subprocess.DEVNULL).returncode == 0
+METRIC_ORACLE = ORACLE_HEAD + textwrap.dedent("""
     n = int(subprocess.run(["git", "-C", tree, "cat-file", "-p", "BISECT_HEAD:n"], capture_output=True,
                            text=True).stdout)
     # commit 2 sits in the middle (undecidable), the bug (commit 4 on) gives ~50, the rest ~1
