@@ -77,10 +77,11 @@ def _metric_rows(res: dict) -> list:
         b, n = r["base"], r["new"]
         p = "-" if r["p"] is None else f"{r['p']:.4f}"
         sig = "yes" if r["significant"] else ("no" if r["reachable"] else "no (too few runs)")
+        way = r["direction"] if r["significant"] else f"({r['direction']})" if r["direction"] else ""
         rows.append([esc(r["metric"]), esc(r["unit"]), b["n"], esc(fmt(b["median"])),
                      esc(f"{fmt(b['min'])} - {fmt(b['max'])}"), n["n"], esc(fmt(n["median"])),
                      esc(f"{fmt(n['min'])} - {fmt(n['max'])}"),
-                     "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%", esc(r["direction"]), p, sig])
+                     "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%", esc(way), p, sig])
     return rows
 
 
@@ -105,7 +106,8 @@ def write_compare_html(res: dict, out: pathlib.Path) -> list:
     parts += ["<h2>Metrics</h2>",
               f"<p>Judged runs (PASS/FAIL) only. p: {esc(res['test'])}; significant only at p &lt; "
               f"{res['alpha']} with at least {res['min_n_per_side']} runs a side (with 3 vs 3 the smallest "
-              f"possible p is 0.10). Change: NEW median against BASE median.</p>",
+              f"possible p is 0.10). Change: NEW median against BASE median; better/worse in brackets when "
+              f"not significant.</p>",
               html_table(["metric", "unit", "n", "BASE median", "BASE min - max", "n", "NEW median",
                           "NEW min - max", "change", "", "p", "significant"], _metric_rows(res),
                          (2, 3, 4, 5, 6, 7, 8, 10))]
@@ -125,5 +127,5 @@ def write_compare_html(res: dict, out: pathlib.Path) -> list:
     title = f"krig compare {res['reproducer']}"
     (out / "compare.html").write_text(
         f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
-        f"<style>{CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+        f"<style>{CSS}td.n{{white-space:nowrap}} body{{max-width:1300px}}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
     return notes

@@ -235,3 +235,40 @@ def test_repeat_bad_values_are_one_line(tmp_path):
                            cwd=ROOT, env=env)
         assert p.returncode == 2 and word in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert sys.executable
+
+
+from test_report import flood_run  # noqa: E402,F401 (a synthetic neg-dentry-flood run, the fixture)
+
+
+def _has_colour(png, hex_colour, tol=40):
+    import matplotlib.image as mpimg
+    import numpy as np
+    img = (mpimg.imread(png)[..., :3] * 255).astype(int)
+    want = np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)])
+    return int((np.abs(img - want).sum(axis=2) < tol).sum())
+
+
+def test_compare_html_overlays_both_sides_with_the_per_run_plots(flood_run, tmp_path):
+    import shutil
+    new = tmp_path / "new"
+    shutil.copytree(flood_run, new)
+    rows = (new / "samples.tsv").read_text().splitlines()
+    cols = rows[0].split("\t")
+    i = cols.index("nr_negative")
+    out_rows = [rows[0]]
+    for r in rows[1:]:
+        f = r.split("\t")
+        f[i] = str(int(f[i]) // 10)                      # the capped kernel: a tenth of the negatives
+        out_rows.append("\t".join(f))
+    (new / "samples.tsv").write_text("\n".join(out_rows) + "\n")
+    res = compare([str(flood_run)], [str(new)])
+    out = tmp_path / "cmp"
+    from analysis.compare_html import SIDES, write_compare_html
+    assert write_compare_html(res, out) == []
+    png = out / "compare-flood.png"
+    assert png.exists() and 10_000 < png.stat().st_size < 500_000
+    # nr_negative (the second series) of BASE and of NEW are both drawn, each in its side's colour
+    assert _has_colour(png, SIDES["base"]["colors"][1]) > 200
+    assert _has_colour(png, SIDES["new"]["colors"][1]) > 200
+    page = (out / "compare.html").read_text()
+    assert 'src="compare-flood.png"' in page and "<script>" not in page
