@@ -240,11 +240,12 @@ def test_repeat_bad_values_are_one_line(tmp_path):
 from test_report import flood_run  # noqa: E402,F401 (a synthetic neg-dentry-flood run, the fixture)
 
 
-def _has_colour(png, hex_colour, tol=40):
+def _has_colour(png, hex_colour, alpha, tol=40):
+    """Pixels of hex_colour drawn with alpha on white."""
     import matplotlib.image as mpimg
     import numpy as np
     img = (mpimg.imread(png)[..., :3] * 255).astype(int)
-    want = np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)])
+    want = alpha * np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)]) + (1 - alpha) * 255
     return int((np.abs(img - want).sum(axis=2) < tol).sum())
 
 
@@ -268,7 +269,7 @@ def test_compare_html_overlays_both_sides_with_the_per_run_plots(flood_run, tmp_
     png = out / "compare-flood.png"
     assert png.exists() and 10_000 < png.stat().st_size < 500_000
     # nr_negative (the second series) of BASE and of NEW are both drawn, each in its side's colour
-    assert _has_colour(png, SIDES["base"]["colors"][1]) > 200
-    assert _has_colour(png, SIDES["new"]["colors"][1]) > 200
+    for side in ("base", "new"):
+        assert _has_colour(png, SIDES[side]["colors"][1], SIDES[side]["alpha"]) > 200, side
     page = (out / "compare.html").read_text()
     assert 'src="compare-flood.png"' in page and "<script>" not in page
