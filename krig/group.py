@@ -37,7 +37,7 @@ SEVERITY = ["CRASHED", "HUNG", "FAIL", "ERROR", "SKIP", "PASS"]
 
 
 def _same(group: dict, asked: dict, gdir) -> None:
-    for field in ("reproducer", "rig", "kernel", "preset", "params"):
+    for field in ("reproducer", "rig", "kernel", "kernel_id", "preset", "params"):
         if group.get(field) != asked[field]:
             have = group.get(field)
             raise UsageError(f"--group {gdir}: the group was made for {field} {have!r}, not {asked[field]!r}")
@@ -138,8 +138,8 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
     rig = load_rig(rig_name)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
     kernel = load_kernel(kernel_name)
-    asked = {"reproducer": repro.name, "rig": rig.name, "kernel": kernel_name, "preset": preset,
-             "params": json.loads(json.dumps(params, default=str))}
+    asked = {"reproducer": repro.name, "rig": rig.name, "kernel": kernel_name, "kernel_id": kernel.kernel_id,
+             "preset": preset, "params": json.loads(json.dumps(params, default=str))}
     if group_dir is None:
         stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         gdir = results_root / repro.name / kernel.kernel_id / rig.name / f"group-{stamp}"
@@ -156,7 +156,7 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
         raise UsageError(f"--group {gdir}: not empty and has no {GROUP_FILE}")
     else:
         gdir.mkdir(parents=True, exist_ok=True)
-        group = {"kind": "krig-group", **asked, "kernel_id": kernel.kernel_id, "created": now()}
+        group = {"kind": "krig-group", **asked, "created": now()}
     group["repeat"] = repeat
     runs = group_runs(gdir)
     busy = [d.name for d, v in runs if v == "RUNNING"]
