@@ -18,6 +18,7 @@ import json
 import pathlib
 
 from analysis.stats import describe
+from analysis.summary import fmt
 from kernels.catalog import load_kernel
 from rigs import load_rig
 
@@ -191,11 +192,7 @@ def format_group(gdir: pathlib.Path, group: dict, width: int = 100) -> str:
         if s["n"] == 0:
             lines.append(f"{name[:34]:34s} {0:3d} {'-':>12s}")
             continue
-        lines.append(f"{name[:34]:34s} {s['n']:3d} {_g(s['median']):>12s} {_g(s['min']):>12s} "
-                     f"{_g(s['max']):>12s}  {s['unit']}"[:width])
+        lines.append(f"{name[:34]:34s} {s['n']:3d} {fmt(s['median']):>12s} {fmt(s['min']):>12s} "
+                     f"{fmt(s['max']):>12s}  {s['unit']}"[:width])
     lines.append(f"group: {gdir}")
     return "\n".join(lines)
-
-
-def _g(v) -> str:
-    return "-" if v is None else f"{v:.6g}"
