@@ -273,3 +273,13 @@ def test_compare_html_overlays_both_sides_with_the_per_run_plots(flood_run, tmp_
         assert _has_colour(png, SIDES[side]["colors"][1], SIDES[side]["alpha"]) > 200, side
     page = (out / "compare.html").read_text()
     assert 'src="compare-flood.png"' in page and "<script>" not in page
+
+
+def test_group_table_fits_100_columns(tmp_path):
+    g = fake_group(tmp_path, "g", [10, 12, 14])
+    group = {**kg.summarize(kg.group_runs(g)), "repeat": 4, "complete": False}
+    text = kg.format_group(g, group)
+    assert text.splitlines()[0] == "group: PASS 3/3 (incomplete: 3 of 4 runs)"
+    assert max(len(line) for line in text.splitlines()[:-1]) <= 100
+    line = next(ln for ln in text.splitlines() if ln.startswith("files_seen"))
+    assert line.split()[1:5] == ["3", "12", "10", "14"]
