@@ -263,3 +263,27 @@ def test_unknown_metric_is_one_line(tmp_path, repo):
     with pytest.raises(UsageError, match="METRIC=nope: not a metric of unlink-dentry-growth"):
         kb.bisect(str(r), shas[0], shas[5], "unlink-dentry-growth", "smoke", 1, like="tiny-6.1",
                   log_dir=tmp_path / "b", metric="nope")
+
+
+def test_bisect_on_a_metric_refuses_overlapping_endpoints_and_cleans_up(tmp_path, repo, monkeypatch):
+    """bisect() wired end to end up to the endpoints (builds and runs faked): both endpoints are
+    built from their own commits, measured REPEAT times, refused on overlap before any git bisect,
+    and no generated kernels/bisect-*.toml is left behind."""
+    r, shas = repo
+    built, values = [], {"good": iter([1.0, 3.0]), "bad": iter([2.0, 4.0])}
+    monkeypatch.setattr(kb, "build_kernel", lambda name, log=None: built.append((name, kb.resolve_spec(name))))
+    monkeypatch.setattr(kb, "run_krig", lambda st: Attempt("PASS", "", "/r", True,
+                                                           next(values[st["kernel"].rsplit("-", 1)[1]])))
+    before = set(kb.KERNEL_DIR.glob("bisect-*.toml"))
+    with pytest.raises(UsageError, match="overlap"):
+        kb.bisect(str(r), shas[0], shas[5], "unlink-dentry-growth", "smoke", 2, like="tiny-6.1",
+                  log_dir=tmp_path / "b", metric="peak_negative_vs_inflight")
+    assert [n.rsplit("-", 1)[1] for n, _ in built] == ["good", "bad"]
+    assert [(s.source, s.ref, s.base_config) for _, s in built] == \
+        [("git", shas[0], kb.resolve_spec("tiny-6.1").base_config), ("git", shas[5], kb.resolve_spec("tiny-6.1").base_config)]
+    log = (tmp_path / "b" / "bisect.log").read_text()
+    assert "bisecting on the metric: peak_negative_vs_inflight" in log
+    assert "peak_negative_vs_inflight=1(skip)" not in log and "=1/3" in log and "=2/4" in log
+    assert "refused: METRIC=peak_negative_vs_inflight: GOOD (1 to 3) and BAD (2 to 4) overlap" in log
+    assert set(kb.KERNEL_DIR.glob("bisect-*.toml")) == before
+    assert not kb._bisect_in_progress(r)
