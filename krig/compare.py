@@ -152,6 +152,10 @@ def _n(v) -> str:
     return f"{v:.4g}"
 
 
+def _range(s: dict) -> str:
+    return "-" if s["min"] is None else f"{_n(s['min'])}-{_n(s['max'])}"
+
+
 def _pct(v) -> str:
     if v is None:
         return "-"
@@ -179,8 +183,8 @@ def format_text(res: dict) -> str:
         ch = _pct(r["change_pct"])
         bs, ns = r["base"], r["new"]
         verdict = r["direction"] if r["significant"] and r["direction"] in ("better", "worse") else ""
-        out.append(f"{name:26s} {_n(bs['median']):>8s} {_n(bs['min']) + '-' + _n(bs['max']):>15s} "
-                   f"{_n(ns['median']):>8s} {_n(ns['min']) + '-' + _n(ns['max']):>15s} "
+        out.append(f"{name:26s} {_n(bs['median']):>8s} {_range(bs):>15s} "
+                   f"{_n(ns['median']):>8s} {_range(ns):>15s} "
                    f"{ch:>8s} {_p(r):>6s} {verdict:7s}".rstrip())
         if (bs["n"], ns["n"]) != (b["judged"], n["judged"]):
             uneven.append(f"{r['metric']} {bs['n']} vs {ns['n']}")
