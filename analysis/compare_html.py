@@ -127,5 +127,6 @@ def write_compare_html(res: dict, out: pathlib.Path) -> list:
     title = f"krig compare {res['reproducer']}"
     (out / "compare.html").write_text(
         f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
-        f"<style>{CSS}td.n{{white-space:nowrap}} body{{max-width:1300px}}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+        f"<style>{CSS}td.n{{white-space:nowrap}} body{{max-width:1300px}}</style></head><body>\n"
+        + "\n".join(parts) + "\n</body></html>\n")
     return notes

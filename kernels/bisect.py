@@ -221,7 +221,8 @@ def _bisect_in_progress(tree) -> bool:
 
 
 def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None, repeat: int = 1,
-           like: str = "linux-6.1", rig: str = "qemu-default", sets=(), log_dir=None, metric: str | None = None) -> dict:
+           like: str = "linux-6.1", rig: str = "qemu-default", sets=(), log_dir=None,
+           metric: str | None = None) -> dict:
     t_start = time.monotonic()
     tree_p = pathlib.Path(os.path.expanduser(tree)).resolve()
     if not tree_p.is_dir():

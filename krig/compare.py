@@ -98,8 +98,8 @@ def _side_info(runs: list) -> dict:
     kernels = sorted({(m.get("kernel") or {}).get("name", "?") for _, _, m in runs})
     releases = sorted({(m.get("machine") or {}).get("release") or (m.get("kernel") or {}).get("release", "?")
                        for _, _, m in runs})
-    return {"runs": [str(d) for d, _, _ in runs], "verdicts": counts, "verdict_text": verdict_text(counts, sum(counts.values())),
-            "judged": sum(counts.get(v, 0) for v in JUDGED), "kernels": kernels, "releases": releases,
+    return {"runs": [str(d) for d, _, _ in runs], "verdicts": counts,
+            "verdict_text": verdict_text(counts, sum(counts.values())), "judged": sum(counts.get(v, 0) for v in JUDGED), "kernels": kernels, "releases": releases,
             "rigs": sorted({(m.get("rig") or {}).get("name", "?") for _, _, m in runs})}
 
 

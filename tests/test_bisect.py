@@ -279,8 +279,8 @@ def test_bisect_on_a_metric_refuses_overlapping_endpoints_and_cleans_up(tmp_path
         kb.bisect(str(r), shas[0], shas[5], "unlink-dentry-growth", "smoke", 2, like="tiny-6.1",
                   log_dir=tmp_path / "b", metric="peak_negative_vs_inflight")
     assert [n.rsplit("-", 1)[1] for n, _ in built] == ["good", "bad"]
-    assert [(s.source, s.ref, s.base_config) for _, s in built] == \
-        [("git", shas[0], kb.resolve_spec("tiny-6.1").base_config), ("git", shas[5], kb.resolve_spec("tiny-6.1").base_config)]
+    tiny = kb.resolve_spec("tiny-6.1").base_config
+    assert [(s.source, s.ref, s.base_config) for _, s in built] == [("git", shas[0], tiny), ("git", shas[5], tiny)]
     log = (tmp_path / "b" / "bisect.log").read_text()
     assert "bisecting on the metric: peak_negative_vs_inflight" in log
     assert "peak_negative_vs_inflight=1(skip)" not in log and "=1/3" in log and "=2/4" in log
