@@ -39,8 +39,8 @@ help:
 	@echo "make ci-kernels            build the small kernels make test boots (cached)"
 	@echo "make kernel KERNEL=name    build a kernel from kernels/<name>.toml (cached)"
 	@echo "make kernels               build every buildable kernel; make kernel-status shows the cache"
-	@echo "make bisect GOOD=.. BAD=.. REPRO=.. [PRESET=.. TREE=.. REPEAT=n]   git bisect with krig's verdict"
-	@echo "make bisect-demo           bisect a small local 6.1 history with one injected bad commit"
+	@echo "make bisect GOOD=.. BAD=.. REPRO=.. [PRESET=.. TREE=.. REPEAT=n METRIC=..]   git bisect with krig's verdict (or a metric)"
+	@echo "make bisect-demo [METRIC=.. LIKE=..]   bisect a small local 6.1 history with one injected bad commit"
 	@echo "make clean                 remove build outputs (keeps results/)"
 
 setup: apt python helpers

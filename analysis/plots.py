@@ -206,10 +206,12 @@ def plot_data(spec: dict, run, repro, metrics: dict) -> PlotData:
 
 def draw(ax, data: PlotData, ax2=None, style: dict | None = None):
     """Draw `data` onto ax (left) and ax2 (right axis, made if needed and None).
-    style: {"alpha", "linestyle", "suffix"} to tell overlaid runs apart.
+    style: {"alpha", "linestyle", "suffix", "colors"} to tell overlaid runs apart
+    (colors: the series' colours instead of COLORS).
     Returns (handles, ax2)."""
     style = style or {}
     alpha, ls, suffix = style.get("alpha", 1.0), style.get("linestyle", "-"), style.get("suffix", "")
+    colors = style.get("colors") or COLORS
     handles = []
 
     def axis_of(name):
@@ -221,7 +223,7 @@ def draw(ax, data: PlotData, ax2=None, style: dict | None = None):
         return ax2
 
     for i, s in enumerate(data.series):
-        a, color = axis_of(s.axis), COLORS[i % len(COLORS)]
+        a, color = axis_of(s.axis), colors[i % len(colors)]
         if s.kind == "bars":
             h = a.bar(s.x, s.y, width=np.maximum(s.width, _min_width(data)), align="edge", color=color,
                       alpha=0.8 * alpha, label=s.label + suffix)

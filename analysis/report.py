@@ -57,7 +57,7 @@ def console_lines(run_dir: pathlib.Path, verdict: dict) -> list[str]:
     return found + (["..."] if found and tail else []) + tail
 
 
-def _table(header: list, rows: list, num_cols=()) -> str:
+def html_table(header: list, rows: list, num_cols=()) -> str:
     h = "".join(f"<th>{esc(c)}</th>" for c in header) if any(header) else ""
     body = "".join("<tr>" + "".join(
         f"<td class=\"n\">{cell}</td>" if i in num_cols else f"<td>{cell}</td>" for i, cell in enumerate(r))
@@ -82,7 +82,7 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
         rows.append([esc(t.metric), esc(fmt(m.get("value"))), esc(t.describe()), esc(m.get("unit")), cell,
                      esc(t.rationale)])
     parts += ["<h2>Thresholds</h2>",
-              _table(["metric", "measured", "limit", "unit", "held", "rationale"], rows, (1,)) if rows
+              html_table(["metric", "measured", "limit", "unit", "held", "rationale"], rows, (1,)) if rows
               else "<p>none</p>"]
     if v in NO_PLOTS:
         parts += ["<h2>Console</h2>", f"<pre>{esc(chr(10).join(console_lines(run_dir, verdict)))}</pre>"]
@@ -116,10 +116,10 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
              ["parameters", esc(" ".join(f"{a}={b}" for a, b in (manifest.get("params") or {}).items()))],
              ["started / ended", f"{esc(manifest.get('started'))} / {esc(manifest.get('ended'))}"],
              ["krig revision", esc(manifest.get("krig_revision"))]]
-    parts += ["<h2>Run</h2>", _table(["", ""], info)]
+    parts += ["<h2>Run</h2>", html_table(["", ""], info)]
     mrows = [[esc(n), esc(fmt(m.get("value"))), esc(m.get("unit")), esc(m.get("better")),
               esc(m.get("description"))] for n, m in metrics.items()]
-    parts += ["<h2>Metrics</h2>", _table(["metric", "value", "unit", "better", "description"], mrows, (1,))
+    parts += ["<h2>Metrics</h2>", html_table(["metric", "value", "unit", "better", "description"], mrows, (1,))
               if mrows else "<p>no metrics (the run did not complete)</p>"]
     for n in notes:
         parts.append(f"<p class=\"note\">report: {esc(n)}</p>")

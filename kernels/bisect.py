@@ -18,7 +18,10 @@ fragments, no patches, source = git) in krig's own build tree, and runs
 
 and the step's answer is the strict majority of REPEAT runs (it stops as soon
 as a side has it or neither can reach it); no majority -> skip. A build
-failure is a skip. The oracle exits 0 (good), 1 (bad), 125 (skip) for git,
+failure is a skip. With --metric NAME (make bisect METRIC=NAME) the runs are
+judged by that metric's value instead of the verdict: GOOD and BAD are
+measured REPEAT times first, and each run votes for the endpoint its value
+sits with (kernels/metric_bisect.py). The oracle exits 0 (good), 1 (bad), 125 (skip) for git,
 255 to abort on interruption. Every step is a line in bisect.log with the
 commit, the verdicts, the reproducer's key metric (its first threshold's
 metric) and the answer; the first bad commit is the last line.
@@ -39,6 +42,7 @@ from krig.reproducer import load_reproducer
 from krig.results import now
 from .build import build as build_kernel
 from .demo_repo import CULPRIT, existing_demo_repo, make_demo_repo
+from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
 from .spec import git, resolve_spec
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 255
@@ -82,23 +86,25 @@ class Attempt:
     metric: float | None = None
 
 
-def step(run_once, repeat: int) -> tuple[str, list]:
-    """Run until decide() answers. run_once() -> Attempt."""
+def step(run_once, repeat: int, vote=None) -> tuple[str, list]:
+    """Run until decide() answers. run_once() -> Attempt; vote(Attempt) -> good/bad/skip
+    (default: classify() of the verdict)."""
     attempts, votes = [], []
     while True:
         a = run_once()
         attempts.append(a)
-        votes.append(classify(a.verdict, a.booted))
+        votes.append(vote(a) if vote else classify(a.verdict, a.booted))
         answer = decide(votes, repeat)
         if answer is not None:
             return answer, attempts
 
 
 def log_line(commit: str, subject: str, answer: str, attempts: list, metric_name: str | None,
-             note: str = "") -> str:
+             note: str = "", vote=None) -> str:
+    """vote: with a metric bisection, each value is followed by its vote: 0.98(good)/50(bad)."""
     verdicts = ",".join(a.verdict for a in attempts) or "-"
-    vals = [a.metric for a in attempts if a.metric is not None]
-    metric = f" {metric_name}=" + "/".join(f"{v:g}" for v in vals) if metric_name and vals else ""
+    vals = [(a.metric, f"({vote(a)})" if vote else "") for a in attempts if a.metric is not None]
+    metric = f" {metric_name}=" + "/".join(f"{v:g}{w}" for v, w in vals) if metric_name and vals else ""
     note = f" ({note})" if note else ""
     return f"{now()} {commit[:12]} {answer:4s} [{verdicts}]{metric} {subject[:60]}{note}"
 
@@ -155,14 +161,59 @@ def oracle(state_path: pathlib.Path, build=None, run_once=None) -> int:
         append(logp, log_line(commit, subject, "skip", [], None, f"build failed: {e}"))
         return SKIP
     tb = time.monotonic() - t0
-    answer, attempts = step(run_once or (lambda: run_krig(state)), state["repeat"])
+    vote = None
+    if state.get("zones"):
+        z = from_state(state["zones"])
+        vote = lambda a: attempt_vote(z, a.verdict, a.metric)  # noqa: E731
+    answer, attempts = step(run_once or (lambda: run_krig(state)), state["repeat"], vote)
     dirs = " ".join(a.run_dir or a.reason for a in attempts)
     append(logp, log_line(commit, subject, answer, attempts, state.get("metric"),
-                          f"build {tb:.0f}s, run {time.monotonic() - t0 - tb:.0f}s; {dirs}"))
+                          f"build {tb:.0f}s, run {time.monotonic() - t0 - tb:.0f}s; {dirs}", vote))
     return CODES[answer]
 
 
+def measure_endpoints(state: dict, ends: dict, build, run_for) -> Zones:
+    """METRIC mode: GOOD and BAD measured state["repeat"] times each, logged, turned into zones.
+
+    build(label, commit) -> kernel name (built); run_for(kernel name) -> Attempt.
+    An endpoint that does not build is an error; overlapping values a one-line refusal."""
+    tree, logp, metric = state["tree"], state["log"], state["metric"]
+    values = {}
+    for label in ("GOOD", "BAD"):
+        commit = ends[label]
+        subject = git(tree, "log", "-1", "--format=%s", commit)
+        t0 = time.monotonic()
+        try:
+            name = build(label, commit)
+        except KrigError as e:
+            append(logp, f"# {label} {commit[:12]} does not build: {e}")
+            raise KrigError(f"{label}={commit[:12]}: the endpoint does not build: {e}") from None
+        tb = time.monotonic() - t0
+        attempts = [run_for(name) for _ in range(state["repeat"])]
+        dirs = " ".join(a.run_dir or a.reason for a in attempts)
+        append(logp, log_line(commit, subject, label.lower(), attempts, metric,
+                              f"endpoint {label}; build {tb:.0f}s, run {time.monotonic() - t0 - tb:.0f}s; {dirs}"))
+        values[label] = [a.metric if a.verdict in ("PASS", "FAIL") else None for a in attempts]
+    try:
+        z = zones(metric, values["GOOD"], values["BAD"])
+    except UsageError as e:
+        append(logp, f"refused: {e}")
+        raise
+    append(logp, f"# zones: {z.describe()}")
+    return z
+
+
 # -- driving git bisect ----------------------------------------------------------
+
+def _kernel_toml(name: str, tree_p, ref: str, like: str, logp) -> pathlib.Path:
+    """kernels/<name>.toml: commit `ref` of tree_p with the --like kernel's config."""
+    ktoml = KERNEL_DIR / f"{name}.toml"
+    ktoml.write_text(f'# generated by krig.bisect for {logp}; removed when the bisection ends\n'
+                     f'description = "git bisect of {tree_p} ({ref}), config of {like}"\n'
+                     f'extends = "{like}"\nsource = "git"\ntree = "{tree_p}"\nref = "{ref}"\n'
+                     f'patches = []\nlocalversion = "-krig-bisect"\n')
+    return ktoml
+
 
 def _bisect_in_progress(tree) -> bool:
     gitdir = pathlib.Path(git(tree, "rev-parse", "--path-format=absolute", "--git-dir"))
@@ -170,7 +221,8 @@ def _bisect_in_progress(tree) -> bool:
 
 
 def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None, repeat: int = 1,
-           like: str = "linux-6.1", rig: str = "qemu-default", sets=(), log_dir=None) -> dict:
+           like: str = "linux-6.1", rig: str = "qemu-default", sets=(), log_dir=None,
+           metric: str | None = None) -> dict:
     t_start = time.monotonic()
     tree_p = pathlib.Path(os.path.expanduser(tree)).resolve()
     if not tree_p.is_dir():
@@ -188,6 +240,10 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
         raise UsageError(f"REPEAT={repeat}: must be at least 1")
     r = load_reproducer(repro)
     r.resolve_params(preset, {})
+    known = sorted(set(r.metrics) | {"trace_lost_events", "sampler_max_gap_intervals"})
+    if metric is not None and metric not in known:
+        raise UsageError(f"METRIC={metric}: not a metric of {repro} (one of: {', '.join(known)})")
+    mode = "metric" if metric else "verdict"
     resolve_spec(like)                                # the template must be a buildable kernel
     if _bisect_in_progress(tree_p):
         raise UsageError(f"TREE={tree_p}: a git bisect is already in progress (`git -C {tree_p} bisect reset`)")
@@ -197,23 +253,31 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     out = pathlib.Path(log_dir) if log_dir else RESULTS_DIR / "bisect" / f"{repro}-{tag}"
     out.mkdir(parents=True, exist_ok=True)
     logp = out / "bisect.log"
-    ktoml = KERNEL_DIR / f"{name}.toml"
-    ktoml.write_text(f'# generated by krig.bisect for {logp}; removed when the bisection ends\n'
-                     f'description = "git bisect of {tree_p} (BISECT_HEAD), config of {like}"\n'
-                     f'extends = "{like}"\nsource = "git"\ntree = "{tree_p}"\nref = "BISECT_HEAD"\n'
-                     f'patches = []\nlocalversion = "-krig-bisect"\n')
+    ktoml = _kernel_toml(name, tree_p, "BISECT_HEAD", like, logp)
     state = {"tree": str(tree_p), "ref": "BISECT_HEAD", "kernel": name, "repro": repro, "preset": preset,
              "repeat": repeat, "rig": rig, "sets": list(sets), "log": str(logp),
-             "metric": r.thresholds[0].metric if r.thresholds else None}
+             "metric": metric or (r.thresholds[0].metric if r.thresholds else None), "mode": mode}
     (out / "state.json").write_text(json.dumps(state, indent=1))
     with open(logp, "w") as f:
         f.write(f"# krig bisect {now()}\n# tree {tree_p}\n# good {good} = {ends['GOOD']}\n"
                 f"# bad  {bad} = {ends['BAD']}\n# reproducer {repro} preset {preset or '(defaults)'} "
                 f"repeat {repeat} rig {rig}; kernel config of {like}\n"
-                f"# key metric: {state['metric']}\n# columns: time commit answer [verdicts] metric subject (notes)\n")
+                f"# {'bisecting on the metric' if metric else 'bisecting on the verdict; key metric'}: "
+                f"{state['metric']}\n# columns: time commit answer [verdicts] metric"
+                f"{'=value(vote)/...' if metric else ''} subject (notes)\n")
     print(f"bisect: log {logp}", flush=True)
-    first, text = None, ""
+    first, text, tomls = None, "", [ktoml]
+
+    def build_endpoint(label, commit):
+        ename = f"{name}-{label.lower()}"
+        tomls.append(_kernel_toml(ename, tree_p, commit, like, logp))
+        build_kernel(ename, log=lambda m: print(m, flush=True))
+        return ename
     try:
+        if metric:
+            z = measure_endpoints(state, ends, build_endpoint, lambda k: run_krig({**state, "kernel": k}))
+            state["zones"] = to_state(z)
+            (out / "state.json").write_text(json.dumps(state, indent=1))
         git(tree_p, "bisect", "start", "--no-checkout", ends["BAD"], ends["GOOD"])
         p = subprocess.Popen(["git", "-C", str(tree_p), "bisect", "run", sys.executable, "-m", "kernels.bisect",
                              "oracle", str(out / "state.json")], stdout=subprocess.PIPE,
@@ -235,7 +299,8 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
         (out / "git-bisect-log.txt").write_text(git(tree_p, "bisect", "log", check=False) + "\n")
     finally:
         subprocess.run(["git", "-C", str(tree_p), "bisect", "reset"], capture_output=True)
-        ktoml.unlink(missing_ok=True)
+        for t in tomls:
+            t.unlink(missing_ok=True)
     took = time.monotonic() - t_start
     if first:
         subject = git(tree_p, "log", "-1", "--format=%s", first)
@@ -250,13 +315,15 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
 
 # -- make bisect-demo ------------------------------------------------------------
 
-def demo(repro: str = "unlink-dentry-growth", preset: str | None = "smoke", repeat: int = 1) -> int:
+def demo(repro: str = "unlink-dentry-growth", preset: str | None = "smoke", repeat: int = 1,
+         like: str = "linux-6.1", metric: str | None = None) -> int:
     t0 = time.monotonic()
     say = lambda m: print(m, flush=True)  # noqa: E731
     repo, info = make_demo_repo(say)
     say(f"bisect-demo: bisecting {repo} {info['good']}..{info['bad']} with {repro} "
-        f"preset {preset}; expecting {info['culprit'][:12]} ({CULPRIT})")
-    res = bisect(str(repo), info["good"], info["bad"], repro, preset, repeat)
+        f"preset {preset}{f', metric {metric}' if metric else ''}, config of {like}; "
+        f"expecting {info['culprit'][:12]} ({CULPRIT})")
+    res = bisect(str(repo), info["good"], info["bad"], repro, preset, repeat, like=like, metric=metric)
     took = (time.monotonic() - t0) / 60
     if res["first_bad"] == info["culprit"]:
         say(f"bisect-demo: OK: first bad commit {res['first_bad'][:12]} ({CULPRIT}) in {took:.1f} min; "
@@ -281,12 +348,15 @@ def main(argv=None) -> int:
     r.add_argument("--like", default="linux-6.1", help="kernel whose config/fragments each step uses")
     r.add_argument("--rig", default="qemu-default")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("--metric", help="bisect on this metric's value instead of the verdict (see metric_bisect.py)")
     o = sub.add_parser("oracle", help="one step (called by git bisect run)")
     o.add_argument("state")
     d = sub.add_parser("demo", help="build a small 6.1 history with one bad commit and bisect it")
     d.add_argument("--repro", default="unlink-dentry-growth")
     d.add_argument("--preset", default="smoke")
     d.add_argument("--repeat", type=int, default=1)
+    d.add_argument("--like", default="linux-6.1", help="kernel whose config/fragments each step uses")
+    d.add_argument("--metric", help="bisect on this metric's value instead of the verdict")
     a = ap.parse_args(argv)
 
     def cmd() -> int:
@@ -308,9 +378,9 @@ def main(argv=None) -> int:
                 a.tree = existing_demo_repo()
                 if not a.tree:
                     raise UsageError("TREE= is required (a git tree of the kernel); `make bisect-demo` makes one")
-            res = bisect(a.tree, a.good, a.bad, a.repro, a.preset, a.repeat, a.like, a.rig, a.set)
+            res = bisect(a.tree, a.good, a.bad, a.repro, a.preset, a.repeat, a.like, a.rig, a.set, metric=a.metric)
             return 0 if res["first_bad"] else 1
-        return demo(a.repro, a.preset, a.repeat)
+        return demo(a.repro, a.preset, a.repeat, a.like, a.metric)
     # an oracle step that cannot be judged is a skip (125), not a failure
     return guarded(cmd, error_code=SKIP if a.cmd == "oracle" else None)
 

@@ -14,6 +14,12 @@ class _Parser(argparse.ArgumentParser):
 def cmd_run(a) -> int:
     from .config import parse_set
     from .run import run
+    if a.repeat is not None or a.group:
+        from .group import format_group, run_group
+        gdir, group, code = run_group(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set),
+                                      1 if a.repeat is None else a.repeat, a.group)
+        print(format_group(gdir, group))
+        return code
     run_dir, verdict = run(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set))
     print(f"{verdict['verdict']}: {verdict['reason']}")
     print(f"results: {run_dir}")
@@ -81,6 +87,11 @@ def cmd_qualify(a) -> int:
     return qualify(a.suite, a.output, a.fresh)
 
 
+def cmd_compare(a) -> int:
+    from .compare import main as compare_main
+    return compare_main((["--json"] if a.json else []) + (["--out", a.out] if a.out else []) + a.args)
+
+
 def cmd_trace_stats(a) -> int:
     from analysis.tracecli import stats_main
     from analysis.tracedat import TraceError
@@ -102,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--kernel", default="distro")
     r.add_argument("--preset", default=None)
     r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a parameter (repeatable)")
+    r.add_argument("--repeat", type=int, metavar="N", help="N runs as one group (group.json); see README")
+    r.add_argument("--group", metavar="DIR", help="the group directory to make or continue (with --repeat)")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("check", help="re-run the analysis of an existing run directory")
     c.add_argument("run_dir")
@@ -121,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_qualify)
     ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
     ls.set_defaults(func=cmd_list)
+    cmp = sub.add_parser("compare", help="compare runs or groups of two kernels: krig compare BASE... -- NEW...",
+                         usage="krig compare [--json] [--out DIR] BASE... -- NEW...")
+    cmp.add_argument("--json", action="store_true", help="the comparison as JSON")
+    cmp.add_argument("--out", metavar="DIR", help="where compare.html goes (default results/compare/<repro>-<time>)")
+    cmp.add_argument("args", nargs=argparse.REMAINDER, help="run or group directories, BASE... -- NEW...")
+    cmp.set_defaults(func=cmd_compare)
     t = sub.add_parser("trace", help="read trace.dat files")
     tsub = t.add_subparsers(dest="tcmd", required=True, parser_class=_Parser)
     ts = tsub.add_parser("stats", help="count an event, optionally grouped by a field")

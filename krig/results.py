@@ -18,16 +18,27 @@ def new_run_dir(root: pathlib.Path, repro: str, kernel_id: str, rig: str) -> pat
             d.mkdir()
         except FileExistsError:
             continue
-        latest = root / "latest"
-        tmp = root / f".latest.{os.getpid()}"
-        try:
-            tmp.unlink(missing_ok=True)
-            tmp.symlink_to(d.relative_to(root))
-            tmp.replace(latest)
-        except OSError:
-            pass
+        _point_latest(root, d)
         return d
     raise RuntimeError(f"cannot create a run directory under {base}")
+
+
+def claim_run_dir(root: pathlib.Path, d: pathlib.Path) -> pathlib.Path:
+    """A run directory chosen by the caller (a group's run-NN): made here, must be new."""
+    d.mkdir(parents=True)
+    _point_latest(root, d)
+    return d
+
+
+def _point_latest(root: pathlib.Path, d: pathlib.Path):
+    latest = root / "latest"
+    tmp = root / f".latest.{os.getpid()}"
+    try:
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(os.path.relpath(d, root))
+        tmp.replace(latest)
+    except OSError:
+        pass
 
 
 def write_json(path: pathlib.Path, data) -> None:

@@ -14,7 +14,7 @@ from kernels.catalog import load_kernel
 from .paths import owner_record
 from .preflight import preflight
 from .reproducer import load_reproducer
-from .results import git_revision, new_run_dir, now, write_json
+from .results import claim_run_dir, git_revision, new_run_dir, now, write_json
 from .stall import slow_not_hung
 from .verdict import first_crash, scan_console
 from rigs import load_rig
@@ -24,10 +24,12 @@ FACTS_TIMEOUT = 60
 
 def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "distro",
         preset: str | None = None, sets: dict | None = None,
-        results_root: pathlib.Path = RESULTS_DIR, log=print, collect: bool = True) -> tuple[pathlib.Path, dict]:
+        results_root: pathlib.Path = RESULTS_DIR, log=print, collect: bool = True,
+        run_dir: pathlib.Path | None = None) -> tuple[pathlib.Path, dict]:
     """Returns (run_dir, verdict). Bad input raises UsageError before anything starts.
 
-    collect=False runs the workload without sampler and tracer (for benchmarks)."""
+    collect=False runs the workload without sampler and tracer (for benchmarks).
+    run_dir: a new directory to use instead of results/<repro>/<kernel>/<rig>/<time> (a group's run)."""
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
@@ -35,7 +37,8 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
     host = preflight(rig, repro, results_root, collect)
     rig.console_crash = first_crash
 
-    run_dir = new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
+    run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
+        new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
     manifest = {
         "reproducer": repro.name, "preset": preset, "params": params,
         "kernel": kernel.describe(), "rig": rig.describe(),

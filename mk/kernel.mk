@@ -6,13 +6,14 @@
 #   make kernels                      build every kernels/*.toml that is not the distro's
 #   make kernel-status                cache key and state of each buildable kernel
 #   make ci-kernels                   the kernels `make test` builds first (tiny-6.1, its rmdir and cap variants)
-#   make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=linux-6.1]
-#   make bisect-demo                  make a 6-commit 6.1 history with one bad commit and bisect it
+#   make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=linux-6.1] [METRIC=<name>]
+#   make bisect-demo [METRIC=<name>] [LIKE=..]   make a 6-commit 6.1 history with one bad commit and bisect it
 TREE ?=
 GOOD ?=
 BAD ?=
 REPEAT ?= 1
 LIKE ?= linux-6.1
+METRIC ?=
 
 # The kernels `make test` builds and judges (tests/test_kbuild.py).
 CI_KERNELS := tiny-6.1 tiny-6.1-rmdir-keeps-children tiny-6.1-negative-dentry-cap
@@ -33,9 +34,9 @@ kernel-status: python
 
 bisect: helpers python
 	@if [ -z "$(GOOD)" ] || [ -z "$(BAD)" ]; then \
-		echo "usage: make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=<kernel>]"; exit 2; fi
+		echo "usage: make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=<kernel>] [METRIC=<name>]"; exit 2; fi
 	$(PY) -m kernels.bisect run --good "$(GOOD)" --bad "$(BAD)" --repro "$(REPRO)" --repeat "$(REPEAT)" \
-		--like "$(LIKE)" $(if $(TREE),--tree "$(TREE)") $(if $(PRESET),--preset "$(PRESET)")
+		--like "$(LIKE)" $(if $(TREE),--tree "$(TREE)") $(if $(PRESET),--preset "$(PRESET)") $(if $(METRIC),--metric "$(METRIC)")
 
 bisect-demo: helpers python
-	$(PY) -m kernels.bisect demo --repeat "$(REPEAT)"
+	$(PY) -m kernels.bisect demo --repeat "$(REPEAT)" --like "$(LIKE)" $(if $(METRIC),--metric "$(METRIC)")

@@ -127,7 +127,7 @@ def test_oracle_maps_majority_to_exit_code(tmp_path, repo):
     assert "bad  [FAIL,PASS,FAIL] m=1/2/3 commit 6" in line
 
 
-ORACLE = textwrap.dedent("""
+ORACLE_HEAD = textwrap.dedent("""
     import pathlib, subprocess, sys
     sys.path.insert(0, {root!r})
     from kernels import bisect as kb
@@ -136,6 +136,8 @@ ORACLE = textwrap.dedent("""
     def has(path):
         return subprocess.run(["git", "-C", tree, "cat-file", "-e", "BISECT_HEAD:" + path],
                               stderr=subprocess.DEVNULL).returncode == 0
+""")
+ORACLE = ORACLE_HEAD + textwrap.dedent("""
     def build():
         if has("nobuild"):
             raise kb.KrigError("build failed: nobuild")
@@ -145,20 +147,143 @@ ORACLE = textwrap.dedent("""
 """)
 
 
-def test_git_bisect_run_with_the_oracle_finds_the_first_bad_commit(tmp_path, repo):
-    """git bisect run + oracle exit codes: a skip (c5 does not build) and 2-of-3 majorities."""
-    r, shas = repo
-    st = json.loads(state_file(tmp_path, r, repeat=3).read_text())
-    st["ref"] = "BISECT_HEAD"
+def bisect_run(tmp_path, r, shas, oracle_src, repeat, **state):
+    """git bisect run c1..c6 with oracle_src as the step; asserts c4 is named; returns (bisect.log, git)."""
+    st = json.loads(state_file(tmp_path, r, repeat=repeat).read_text())
+    st.update(ref="BISECT_HEAD", **state)
     (tmp_path / "state.json").write_text(json.dumps(st))
     script = tmp_path / "oracle.py"
-    script.write_text(ORACLE.format(root=str(pathlib.Path(kb.__file__).parent.parent), tree=str(r)))
+    script.write_text(oracle_src.format(root=str(pathlib.Path(kb.__file__).parent.parent), tree=str(r)))
     g = lambda *a: subprocess.run(["git", "-C", str(r), *a], capture_output=True, text=True)  # noqa: E731
     assert g("bisect", "start", "--no-checkout", shas[5], shas[0]).returncode == 0
     out = g("bisect", "run", sys.executable, str(script), str(tmp_path / "state.json"))
     g("bisect", "reset")
     assert kb.first_bad_from_output(out.stdout) == shas[3], out.stdout + out.stderr
-    log = (tmp_path / "bisect.log").read_text()
+    return (tmp_path / "bisect.log").read_text(), g
+
+
+def test_git_bisect_run_with_the_oracle_finds_the_first_bad_commit(tmp_path, repo):
+    """git bisect run + oracle exit codes: a skip (c5 does not build) and 2-of-3 majorities."""
+    r, shas = repo
+    log, g = bisect_run(tmp_path, r, shas, ORACLE, repeat=3)
     assert "bad  [FAIL,PASS,FAIL]" in log
     assert g("status", "--porcelain").stdout == "", "--no-checkout leaves the work tree alone"
     assert "skip [-]" in log and "build failed: nobuild" in log
+
+
+# -- bisection on a metric (kernels/metric_bisect.py) ------------------------------
+
+from kernels import metric_bisect as mb  # noqa: E402
+from krig.errors import UsageError  # noqa: E402
+
+
+def test_zones_cut_the_gap_in_thirds():
+    z = mb.zones("m", [1.0, 1.2, 0.9], [50.0, 48.0, 51.0])
+    assert z.good_low and z.good_edge == pytest.approx(1.2 + 46.8 / 3) and z.bad_edge == pytest.approx(48 - 46.8 / 3)
+    assert [z.vote(v) for v in (0.5, 1.1, 16.0, 24.0, 33.0, 49.0, 80.0, None)] == \
+        ["good", "good", "good", "skip", "bad", "bad", "bad", "skip"]
+    hi = mb.zones("rate", [1000, 1100], [300, 350])          # GOOD is the higher side
+    assert not hi.good_low and hi.vote(1050) == "good" and hi.vote(320) == "bad" and hi.vote(675) == "skip"
+
+
+def test_overlapping_endpoints_are_refused_in_one_line():
+    with pytest.raises(UsageError) as e:
+        mb.zones("unlink_rate_mean", [700, 800, 900], [850, 950, 1000])
+    msg = str(e.value)
+    assert "\n" not in msg and "overlap" in msg and "700 to 900" in msg and "850 to 1000" in msg
+    with pytest.raises(UsageError, match="BAD gave no judged value"):
+        mb.zones("m", [1.0], [None])
+
+
+def test_unjudged_runs_vote_skip():
+    z = mb.zones("m", [1.0], [50.0])
+    assert mb.attempt_vote(z, "FAIL", 50.0) == "bad" and mb.attempt_vote(z, "PASS", 1.0) == "good"
+    assert mb.attempt_vote(z, "ERROR", 50.0) == "skip" and mb.attempt_vote(z, "CRASHED", None) == "skip"
+    assert mb.from_state(json.loads(json.dumps(mb.to_state(z)))) == z
+
+
+def metric_runs(*values):
+    it = iter(values)
+
+    def run_once():
+        v = next(it)
+        return Attempt("FAIL" if v > 10 else "PASS", "", None, True, metric=v)
+    return run_once
+
+
+def test_oracle_in_metric_mode_logs_values_with_votes(tmp_path, repo):
+    r, _ = repo
+    st = json.loads(state_file(tmp_path, r, repeat=3).read_text())
+    st["zones"] = mb.to_state(mb.zones("m", [1.0, 1.1, 0.9], [50.0, 49.0, 51.0]))
+    (tmp_path / "state.json").write_text(json.dumps(st))
+    code = kb.oracle(tmp_path / "state.json", build=lambda: None, run_once=metric_runs(49.5, 25.0, 48.0))
+    assert code == kb.BAD
+    line = (tmp_path / "bisect.log").read_text().splitlines()[-1]
+    assert "m=49.5(bad)/25(skip)/48(bad)" in line
+    code = kb.oracle(tmp_path / "state.json", build=lambda: None, run_once=metric_runs(25.0, 26.0))
+    assert code == kb.SKIP, "two undecidable values: no majority can be reached"
+
+
+def test_measure_endpoints_refuses_overlap_and_logs_it(tmp_path, repo):
+    r, shas = repo
+    st = json.loads(state_file(tmp_path, r, repeat=2).read_text())
+    ends = {"GOOD": shas[0], "BAD": shas[5]}
+    vals = {"k-good": iter([1.0, 5.0]), "k-bad": iter([4.0, 9.0])}
+    build = lambda label, commit: f"k-{label.lower()}"  # noqa: E731
+    run_for = lambda k: Attempt("PASS", "", f"/r/{k}", True, next(vals[k]))  # noqa: E731
+    with pytest.raises(UsageError, match="overlap"):
+        kb.measure_endpoints(st, ends, build, run_for)
+    log = (tmp_path / "bisect.log").read_text()
+    assert "good [PASS,PASS] m=1/5" in log and "bad  [PASS,PASS] m=4/9" in log and "refused: METRIC=m" in log
+    vals = {"k-good": iter([1.0, 1.5]), "k-bad": iter([40.0, 42.0])}
+    z = kb.measure_endpoints(st, ends, build, run_for)
+    assert z.good == [1.0, 1.5] and z.bad == [40.0, 42.0] and "# zones: m: GOOD 1/1.5" in \
+        (tmp_path / "bisect.log").read_text()
+
+
+METRIC_ORACLE = ORACLE_HEAD + textwrap.dedent("""
+    n = int(subprocess.run(["git", "-C", tree, "cat-file", "-p", "BISECT_HEAD:n"], capture_output=True,
+                           text=True).stdout)
+    # commit 2 sits in the middle (undecidable), the bug (commit 4 on) gives ~50, the rest ~1
+    values = iter([50.0, 47.0] if has("bug") else [25.0, 26.0] if n == 2 else [1.0, 1.2])
+    run_once = lambda: kb.Attempt("PASS", "", None, True, next(values))
+    sys.exit(kb.oracle(state, build=lambda: None, run_once=run_once))
+""")
+
+
+def test_git_bisect_run_on_a_metric_finds_the_first_bad_commit(tmp_path, repo):
+    r, shas = repo
+    zones = mb.to_state(mb.zones("m", [1.0, 1.1], [49.0, 51.0]))
+    log, _ = bisect_run(tmp_path, r, shas, METRIC_ORACLE, repeat=2, zones=zones)
+    assert "m=50(bad)/47(bad)" in log
+
+
+def test_unknown_metric_is_one_line(tmp_path, repo):
+    r, shas = repo
+    with pytest.raises(UsageError, match="METRIC=nope: not a metric of unlink-dentry-growth"):
+        kb.bisect(str(r), shas[0], shas[5], "unlink-dentry-growth", "smoke", 1, like="tiny-6.1",
+                  log_dir=tmp_path / "b", metric="nope")
+
+
+def test_bisect_on_a_metric_refuses_overlapping_endpoints_and_cleans_up(tmp_path, repo, monkeypatch):
+    """bisect() wired end to end up to the endpoints (builds and runs faked): both endpoints are
+    built from their own commits, measured REPEAT times, refused on overlap before any git bisect,
+    and no generated kernels/bisect-*.toml is left behind."""
+    r, shas = repo
+    built, values = [], {"good": iter([1.0, 3.0]), "bad": iter([2.0, 4.0])}
+    monkeypatch.setattr(kb, "build_kernel", lambda name, log=None: built.append((name, kb.resolve_spec(name))))
+    monkeypatch.setattr(kb, "run_krig", lambda st: Attempt("PASS", "", "/r", True,
+                                                           next(values[st["kernel"].rsplit("-", 1)[1]])))
+    before = set(kb.KERNEL_DIR.glob("bisect-*.toml"))
+    with pytest.raises(UsageError, match="overlap"):
+        kb.bisect(str(r), shas[0], shas[5], "unlink-dentry-growth", "smoke", 2, like="tiny-6.1",
+                  log_dir=tmp_path / "b", metric="peak_negative_vs_inflight")
+    assert [n.rsplit("-", 1)[1] for n, _ in built] == ["good", "bad"]
+    tiny = kb.resolve_spec("tiny-6.1").base_config
+    assert [(s.source, s.ref, s.base_config) for _, s in built] == [("git", shas[0], tiny), ("git", shas[5], tiny)]
+    log = (tmp_path / "b" / "bisect.log").read_text()
+    assert "bisecting on the metric: peak_negative_vs_inflight" in log
+    assert "peak_negative_vs_inflight=1(skip)" not in log and "=1/3" in log and "=2/4" in log
+    assert "refused: METRIC=peak_negative_vs_inflight: GOOD (1 to 3) and BAD (2 to 4) overlap" in log
+    assert set(kb.KERNEL_DIR.glob("bisect-*.toml")) == before
+    assert not kb._bisect_in_progress(r)

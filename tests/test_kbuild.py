@@ -15,7 +15,10 @@ import pathlib
 import pytest
 
 from conftest import build_kernels, krig_run, qemu_pids, run_dir_of
+from kernels.bisect import read_attempt
 from kernels.build import status
+from kernels.metric_bisect import attempt_vote, zones
+from krig.errors import UsageError
 from kernels.spec import read_dotconfig
 
 pytestmark = pytest.mark.kbuild
@@ -97,3 +100,19 @@ def test_unpatched_kernel_passes_with_plausible_metrics(flip):
     assert 50 <= m["unlink_rate_mean"] <= 1_000_000
     assert 0 < m["unlink_seconds"] < 900
     assert 0 < m["peak_dentry_slab_bytes"] < 4 << 30
+
+
+def test_metric_bisection_decides_the_real_runs(flip):
+    """`make bisect METRIC=peak_negative_vs_inflight` decisions on these two real runs, read as the
+    bisection reads a step (read_attempt on the run directory): the zones from the patched (BAD) and
+    unpatched (GOOD) runs put each run with its own side, the middle of the gap is undecidable, and
+    GOOD against itself is refused as overlapping."""
+    metric = "peak_negative_vs_inflight"
+    good, bad = read_attempt(flip[GOOD][1], metric), read_attempt(flip[BAD][1], metric)
+    z = zones(metric, [good.metric], [bad.metric])
+    assert z.good_low
+    assert attempt_vote(z, good.verdict, good.metric) == "good"
+    assert attempt_vote(z, bad.verdict, bad.metric) == "bad"
+    assert attempt_vote(z, "PASS", (good.metric + bad.metric) / 2) == "skip"
+    with pytest.raises(UsageError, match="overlap"):
+        zones(metric, [good.metric], [good.metric])

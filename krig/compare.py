@@ -1,0 +1,232 @@
+"""`krig compare BASE... -- NEW...`: two sets of runs of one reproducer, metric by metric.
+
+Each side is any mix of run directories and group directories (`krig run
+--repeat`). Every run must be of the same reproducer, preset and parameters
+(otherwise one line, exit 2); a different rig is a warning. Only judged runs
+(PASS or FAIL) give numbers; the others are counted in the side's verdicts.
+
+For every metric: n, median and min-max per side, the change of the median in
+% of BASE's, better/worse by the metric's direction, and the two-sided
+Mann-Whitney U test (analysis/stats.py: significant only at p < 0.05 and with
+enough runs for the test to reach it, 4 per side). For every threshold: how
+many runs held it on each side, and whether it flips. Output: a text table of
+at most 100 columns, or --json; compare.html with both sides' time series
+overlaid (analysis/compare_html.py) in --out DIR.
+"""
+import datetime
+import json
+import pathlib
+import sys
+
+from analysis.compare_html import write_compare_html
+from analysis.stats import ALPHA, TEST, change_pct, compare_samples, describe, direction, min_n_per_side, min_p
+from analysis.summary import threshold_id, threshold_results
+
+from . import RESULTS_DIR
+from .errors import UsageError
+from .group import GROUP_FILE, JUDGED, group_runs, metric_values, run_state, verdict_counts, verdict_text
+from .reproducer import load_reproducer
+
+WIDTH = 100
+USAGE = "usage: krig compare [--json] [--out DIR] BASE... -- NEW... (run or group directories)"
+
+
+def parse_args(tokens: list) -> dict:
+    """The compare command's own argv: options, BASE dirs, `--`, NEW dirs."""
+    opts, sides, i = {"json": False, "out": None}, [[], []], 0
+    side = 0
+    while i < len(tokens):
+        t = tokens[i]
+        if t == "--" and side == 0:
+            side = 1
+        elif t == "--json":
+            opts["json"] = True
+        elif t == "--out":
+            if i + 1 >= len(tokens):
+                raise UsageError("--out: needs a directory")
+            opts["out"] = tokens[i + 1]
+            i += 1
+        elif t.startswith("-") and t != "-":
+            raise UsageError(f"{t}: unknown option; {USAGE}")
+        else:
+            sides[side].append(t)
+        i += 1
+    if not sides[0] or not sides[1]:
+        raise UsageError(f"BASE and NEW each need at least one directory; {USAGE}")
+    return {**opts, "base": sides[0], "new": sides[1]}
+
+
+def load_side(label: str, paths: list) -> list:
+    """[(run_dir, verdict, manifest)] of the runs the given directories hold."""
+    runs = []
+    for p in map(pathlib.Path, paths):
+        if (p / GROUP_FILE).is_file():
+            found = group_runs(p)
+            if not found:
+                raise UsageError(f"{label} {p}: the group has no runs")
+        elif (p / "manifest.json").is_file():
+            found = [(p, run_state(p))]
+        else:
+            raise UsageError(f"{label} {p}: not a run or group directory (no manifest.json or {GROUP_FILE})")
+        for d, v in found:
+            try:
+                man = json.loads((d / "manifest.json").read_text())
+            except (OSError, ValueError) as e:
+                raise UsageError(f"{label} {d}: manifest.json unreadable ({e})") from None
+            runs.append((d, v, man))
+    return runs
+
+
+def check_same(base: list, new: list) -> list:
+    """One line (UsageError) for a reproducer/preset/parameter mismatch; warnings for rigs."""
+    ref_dir, _, ref = base[0]
+    for label, runs in (("BASE", base), ("NEW", new)):
+        for d, _, m in runs:
+            for field in ("reproducer", "preset", "params"):
+                if m.get(field) != ref.get(field):
+                    raise UsageError(f"{label} {d}: {field} {m.get(field)!r}, but BASE {ref_dir} has "
+                                     f"{ref.get(field)!r}: runs of different {field}s cannot be compared")
+    rigs = {lab: sorted({(m.get("rig") or {}).get("name", "?") for _, _, m in runs})
+            for lab, runs in (("BASE", base), ("NEW", new))}
+    if rigs["BASE"] != rigs["NEW"] or len(rigs["BASE"]) > 1:
+        return [f"different rigs: BASE {', '.join(rigs['BASE'])}, NEW {', '.join(rigs['NEW'])}"]
+    return []
+
+
+def _side_info(runs: list) -> dict:
+    counts = verdict_counts(runs)
+    kernels = sorted({(m.get("kernel") or {}).get("name", "?") for _, _, m in runs})
+    releases = sorted({(m.get("machine") or {}).get("release") or (m.get("kernel") or {}).get("release", "?")
+                       for _, _, m in runs})
+    return {"runs": [str(d) for d, _, _ in runs], "verdicts": counts,
+            "verdict_text": verdict_text(counts, sum(counts.values())), "judged": sum(counts.get(v, 0) for v in JUDGED), "kernels": kernels, "releases": releases,
+            "rigs": sorted({(m.get("rig") or {}).get("name", "?") for _, _, m in runs})}
+
+
+def _thresholds(repro, base: list, new: list) -> list:
+    rows = []
+    for t in repro.thresholds:
+        row = {"threshold": threshold_id(t), "metric": t.metric, "kind": t.kind}
+        for label, runs in (("base", base), ("new", new)):
+            held = [threshold_results(d, repro).get(threshold_id(t)) for d, v, _ in runs if v in JUDGED]
+            held = [h for h in held if h is not None]
+            row[label] = {"held": sum(held), "judged": len(held),
+                          "state": "-" if not held else "held" if all(held) else "crossed" if not any(held)
+                          else "mixed"}
+        b, n = row["base"]["state"], row["new"]["state"]
+        row["flips"] = b != n and {b, n} == {"held", "crossed"}
+        rows.append(row)
+    return rows
+
+
+def compare(base_paths: list, new_paths: list) -> dict:
+    base, new = load_side("BASE", base_paths), load_side("NEW", new_paths)
+    warnings = check_same(base, new)
+    man = base[0][2]
+    repro = load_reproducer(man.get("reproducer", "?"))
+    bvals, bmeta = metric_values(base)
+    nvals, nmeta = metric_values(new)
+    rows = []
+    for name in list(bvals) + [n for n in nvals if n not in bvals]:
+        meta = bmeta.get(name) or nmeta[name]
+        b, n = describe(bvals.get(name, [])), describe(nvals.get(name, []))
+        ch = change_pct(b["median"], n["median"])
+        test = compare_samples(bvals.get(name, []), nvals.get(name, []))
+        rows.append({"metric": name, "unit": meta["unit"], "better": meta["better"], "base": b, "new": n,
+                     "change_pct": ch, "direction": direction(ch, meta["better"]), **test})
+    return {"reproducer": repro.name, "preset": man.get("preset"), "params": man.get("params"),
+            "test": TEST, "alpha": ALPHA, "min_n_per_side": min_n_per_side(),
+            "base": _side_info(base), "new": _side_info(new), "warnings": warnings,
+            "metrics": rows, "thresholds": _thresholds(repro, base, new),
+            "_runs": {"base": [d for d, v, _ in base if v in JUDGED], "new": [d for d, v, _ in new if v in JUDGED]}}
+
+
+def _n(v) -> str:
+    """A number in at most 9 characters (full precision is in --json)."""
+    if v is None:
+        return "-"
+    a = abs(v)
+    for above, div, suf in ((1e9, 1e9, "G"), (1e6, 1e6, "M"), (1e4, 1e3, "k")):
+        if a >= above:
+            return f"{v / div:.4g}{suf}"
+    return f"{v:.4g}"
+
+
+def _range(s: dict) -> str:
+    return "-" if s["min"] is None else f"{_n(s['min'])}-{_n(s['max'])}"
+
+
+def _pct(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:+.0f}%" if abs(v) >= 1000 else f"{v:+.1f}%"
+
+
+def _p(row) -> str:
+    if row["p"] is None:
+        return "-"
+    return f"{row['p']:.3f}" + ("*" if row["significant"] else "")
+
+
+def format_text(res: dict) -> str:
+    b, n = res["base"], res["new"]
+    out = [f"krig compare: {res['reproducer']}, preset {res['preset'] or '(defaults)'}",
+           f"BASE: {', '.join(b['kernels'])} ({', '.join(b['releases'])}): {b['verdict_text']}",
+           f"NEW:  {', '.join(n['kernels'])} ({', '.join(n['releases'])}): {n['verdict_text']}"]
+    out += [f"warning: {w}" for w in res["warnings"]]
+    out += ["", f"{'':26s} {'BASE, n=' + str(b['judged']):^24s} {'NEW, n=' + str(n['judged']):^24s}",
+            f"{'metric':26s} {'median':>8s} {'min-max':>15s} {'median':>8s} {'min-max':>15s} "
+            f"{'change':>8s} {'p':>6s} {'':7s}"]
+    uneven = []
+    for r in res["metrics"]:
+        name = r["metric"] if len(r["metric"]) <= 26 else r["metric"][:25] + "~"
+        ch = _pct(r["change_pct"])
+        bs, ns = r["base"], r["new"]
+        verdict = r["direction"] if r["significant"] and r["direction"] in ("better", "worse") else ""
+        out.append(f"{name:26s} {_n(bs['median']):>8s} {_range(bs):>15s} "
+                   f"{_n(ns['median']):>8s} {_range(ns):>15s} "
+                   f"{ch:>8s} {_p(r):>6s} {verdict:7s}".rstrip())
+        if (bs["n"], ns["n"]) != (b["judged"], n["judged"]):
+            uneven.append(f"{r['metric']} {bs['n']} vs {ns['n']}")
+    out.append("")
+    out.append(f"p: {res['test']}. * = significant: p < {res['alpha']}")
+    out.append(f"   and at least {res['min_n_per_side']} judged runs a side (3 vs 3 cannot reach it: its "
+               f"smallest p is {min_p(3, 3):.2f}).")
+    out.append("   change: NEW median vs BASE median; better/worse only when significant.")
+    if any(r["p"] is not None and not r["reachable"] for r in res["metrics"]):
+        out.append(f"   with {b['judged']} vs {n['judged']} judged runs the smallest possible p is "
+                   f"{min_p(b['judged'], n['judged']):.3f}: nothing here can be significant.")
+    for u in uneven:
+        out.append(f"   fewer values than runs: {u}")
+    if res["thresholds"]:
+        out += ["", f"{'threshold':52s} {'BASE held':>10s} {'NEW held':>10s}  flips"]
+        for t in res["thresholds"]:
+            tb, tn = t["base"], t["new"]
+            name = t["threshold"] if len(t["threshold"]) <= 52 else t["threshold"][:51] + "~"
+            out.append(f"{name:52s} {str(tb['held']) + '/' + str(tb['judged']):>10s} "
+                       f"{str(tn['held']) + '/' + str(tn['judged']):>10s}  {'FLIPS' if t['flips'] else '-'}")
+    return "\n".join(line[:WIDTH] for line in out)
+
+
+def default_out(res: dict) -> pathlib.Path:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return RESULTS_DIR / "compare" / f"{res['reproducer']}-{stamp}"
+
+
+def main(tokens: list) -> int:
+    opts = parse_args(tokens)
+    res = compare(opts["base"], opts["new"])
+    out = pathlib.Path(opts["out"]) if opts["out"] else default_out(res)
+    notes = write_compare_html(res, out)
+    public = {k: v for k, v in res.items() if not k.startswith("_")}
+    public["html"] = str(out / "compare.html")
+    for w in res["warnings"]:
+        print(f"krig: warning: {w}", file=sys.stderr)
+    for note in notes:
+        print(f"krig: compare: {note}", file=sys.stderr)
+    if opts["json"]:
+        print(json.dumps(public, indent=1))
+    else:
+        print(format_text(res))
+        print(f"\ncompare.html: {out / 'compare.html'}")
+    return 0
