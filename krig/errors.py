@@ -52,8 +52,13 @@ def _sigterm(signum, frame):
 
 def guarded(fn, error_code: int | None = None) -> int:
     """Run a command-line entry point: SIGTERM acts as Ctrl-C (exit 130), a
-    KrigError is one line on stderr and its exit code (or error_code)."""
+    KrigError is one line on stderr and its exit code (or error_code).
+
+    SIGINT is set back to Python's handler: a shell starts background jobs with
+    SIGINT ignored, and a `kill -INT` must still end the run cleanly (INTERRUPTED,
+    results kept, no QEMU left) instead of being ignored."""
     signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return fn()
     except KrigError as e:

@@ -1,10 +1,12 @@
 """`krig check` and `krig trace stats` on broken inputs: one clear line, no traceback."""
 import json
 import shutil
+import signal
 
 import pytest
 
 from conftest import ROOT
+from krig.errors import guarded
 
 TEMPLATE = ROOT / "tests" / "data" / "xfs_template_v7.dat"
 
@@ -100,3 +102,15 @@ def test_crash_in_console_beats_metrics(krig_cli, tmp_path):
     assert p.returncode == 6, p.stdout
     v = json.loads((d / "verdict.json").read_text())
     assert any("Kernel panic" in line for line in v["crash_context"])
+
+
+def test_guarded_restores_sigint_ignored_by_a_background_shell():
+    """A shell starts background jobs with SIGINT ignored; krig must still stop on `kill -INT`."""
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        seen = []
+        assert guarded(lambda: seen.append(signal.getsignal(signal.SIGINT)) or 0) == 0
+        assert seen == [signal.default_int_handler]
+    finally:
+        signal.signal(signal.SIGINT, old)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
