@@ -33,6 +33,7 @@ def overlay_plot(spec: dict, repro, runs: dict, out: pathlib.Path) -> pathlib.Pa
     png = out / f"compare-{spec['name']}.png"
     fig, ax = plt.subplots(figsize=(9, 5), dpi=100)
     ax2, handles, lims, lims2, title = None, {}, [], [], spec["title"]
+    named = set()               # each phase named once over all the runs
     try:
         for side, dirs in runs.items():
             st = SIDES[side]
@@ -40,7 +41,8 @@ def overlay_plot(spec: dict, repro, runs: dict, out: pathlib.Path) -> pathlib.Pa
                 data = plot_data(spec, RunData(d), repro, _metrics_of(d))
                 title = data.title
                 hs, ax2 = draw(ax, data, ax2, style={"alpha": st["alpha"], "linestyle": st["linestyle"],
-                                                     "suffix": f" ({st['label']})", "colors": st["colors"]})
+                                                     "suffix": f" ({st['label']})", "colors": st["colors"],
+                                                     "named_phases": named})
                 lims.append(ax.get_ylim())
                 if ax2 is not None:
                     lims2.append(ax2.get_ylim())

@@ -206,12 +206,14 @@ def plot_data(spec: dict, run, repro, metrics: dict) -> PlotData:
 
 def draw(ax, data: PlotData, ax2=None, style: dict | None = None):
     """Draw `data` onto ax (left) and ax2 (right axis, made if needed and None).
-    style: {"alpha", "linestyle", "suffix", "colors"} to tell overlaid runs apart
-    (colors: the series' colours instead of COLORS).
+    style: {"alpha", "linestyle", "suffix", "colors", "named_phases"} to tell overlaid
+    runs apart (colors: the series' colours instead of COLORS; named_phases: a set shared
+    by the overlaid runs, so each phase is named once and the names do not pile up).
     Returns (handles, ax2)."""
     style = style or {}
     alpha, ls, suffix = style.get("alpha", 1.0), style.get("linestyle", "-"), style.get("suffix", "")
     colors = style.get("colors") or COLORS
+    named = style.get("named_phases", set())
     handles = []
 
     def axis_of(name):
@@ -244,6 +246,9 @@ def draw(ax, data: PlotData, ax2=None, style: dict | None = None):
                                  alpha=alpha, label=f"{ln.label} ({_num(ln.y)})"))
     for name, x in data.phases:
         ax.axvline(x, color="#555555", linestyle=":", linewidth=1.0, alpha=alpha)
+        if name in named:
+            continue
+        named.add(name)
         ax.annotate(name, (x, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -10),
                     textcoords="offset points", fontsize=7, color="#555555", rotation=90, va="top")
     for label, x0, x1 in data.shades:

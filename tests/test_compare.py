@@ -283,3 +283,25 @@ def test_group_table_fits_100_columns(tmp_path):
     assert max(len(line) for line in text.splitlines()[:-1]) <= 100
     line = next(ln for ln in text.splitlines() if ln.startswith("files_seen"))
     assert line.split()[1:5] == ["3", "12", "10", "14"]
+
+
+def test_overlaid_runs_name_each_phase_once():
+    """Four runs drawn on one Axes: every run's phase lines, but each phase named once
+    (the names of coinciding phases piled up into an unreadable smear)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from analysis.plots import PlotData, draw
+    fig, ax = plt.subplots()
+    named = set()
+    try:
+        for k in range(4):
+            data = PlotData("p", "t", "y", "", "x", [], [], [("flood", 5.0 + k * 0.1), ("end", 9.0)], [])
+            draw(ax, data, style={"named_phases": named})
+        assert sorted(t.get_text() for t in ax.texts) == ["end", "flood"]
+        assert len(ax.lines) == 8                         # every run's phase lines stay
+        ax2 = fig.add_subplot(2, 1, 2)
+        draw(ax2, data)                                   # a single run names its own phases
+        assert sorted(t.get_text() for t in ax2.texts) == ["end", "flood"]
+    finally:
+        plt.close(fig)
