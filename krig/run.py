@@ -175,7 +175,9 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
            "KRIG_TRACE_MODE": repro.trace_mode_for(manifest["preset"]), "KRIG_COLLECT": "1" if collect else "0"}
     argv = ["bash", f"{root}/reproducers/lib/harness.sh", f"{root}/reproducers/{repro.name}", out]
     log(f"krig: running {repro.name} (timeout {params['timeout']}s)")
-    res = rig.command.run(argv, env=env, timeout=params["timeout"])
+    # on a timeout, the salvage keeps the trace still in the machine before HUNG is declared
+    salvage = ["bash", f"{root}/reproducers/lib/salvage.sh", out]
+    res = rig.command.run(argv, env=env, timeout=params["timeout"], salvage=salvage)
     (run_dir / "stdout").write_bytes(res.stdout)
     (run_dir / "stderr").write_bytes(res.stderr)
     (run_dir / "exit_code").write_text(f"{res.returncode}\n")

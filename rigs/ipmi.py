@@ -24,7 +24,7 @@ from . import ipmi_lock
 from .ipmi_bmc import Bmc, Sol
 from .ipmi_spec import validate_spec
 from .ipmi_ssh import Ssh, SshLost, remote_command
-from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
+from .protocol import (SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
 POLL = 2.0
@@ -54,6 +54,7 @@ class IpmiRig(Rig):
         self._state = "unknown"        # up | hung | crashed | off | unknown
         self._powered = False          # this run powered the server on
         self._in_hang = False
+        self._on_timeout = None         # (argv, env): the salvage of the running command
         self._needs: dict = {}
         self.power = _Power(self)
         self.console = _Console()
@@ -283,6 +284,7 @@ class IpmiRig(Rig):
         hang = self._facts.setdefault("hang", {})
         hang["reason"] = reason
         try:
+            self._run_salvage()
             self._salvage(probe=True)
             mark = self._console_size()
             try:
@@ -324,6 +326,22 @@ class IpmiRig(Rig):
         except RigError:
             self._hard_off()
             self.bmc.power("on")
+
+    def _run_salvage(self):
+        """The overrunning command's salvage argv, over a second SSH connection (bounded)."""
+        if self._on_timeout is None:
+            return
+        argv, env = self._on_timeout
+        self._on_timeout = None
+        t0 = time.monotonic()
+        try:
+            rc, _, _ = self.ssh.run(remote_command(argv, env, cwd=f"{self.wd}/home"), timeout=SALVAGE_TIMEOUT,
+                                    connect_timeout=10)
+            self._facts["salvage"] = f"ran in {time.monotonic() - t0:.1f}s, exit {rc}"
+        except subprocess.TimeoutExpired:
+            self._facts["salvage"] = f"no answer within {SALVAGE_TIMEOUT}s (the server is stuck too)"
+        except (SshLost, KrigError) as e:
+            self._facts["salvage"] = f"not possible: {e}"
 
     def _salvage(self, probe: bool = False):
         """Pull this run's remote results before the server goes off (best effort, bounded)."""
@@ -428,7 +446,7 @@ class _Command(CommandProtocol):
         self.rig = rig
         self.n = 0
 
-    def run(self, argv, env=None, timeout=60):
+    def run(self, argv, env=None, timeout=60, salvage=None):
         r = self.rig
         if r._state != "up":
             raise GuestCrashed(f"the server is not up ({r._state})")
@@ -438,9 +456,13 @@ class _Command(CommandProtocol):
         remote = remote_command(argv, {"HOME": home, **(env or {})}, cwd=home, rc_file=f"{r.wd}/rc.{n}")
         out_p, err_p = r.workdir / f"{n}.out", r.workdir / f"{n}.err"
         t0 = time.monotonic()
-        with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
-            rc, _, _ = r._ssh(f"running {' '.join(map(str, argv))}", remote, timeout, stdout=fo, stderr=fe,
-                              rc_file=f"{r.wd}/rc.{n}")
+        r._on_timeout = (salvage, {"HOME": home, **(env or {})}) if salvage else None
+        try:
+            with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
+                rc, _, _ = r._ssh(f"running {' '.join(map(str, argv))}", remote, timeout, stdout=fo, stderr=fe,
+                                  rc_file=f"{r.wd}/rc.{n}")
+        finally:
+            r._on_timeout = None
         return CommandResult(list(argv), rc, out_p.read_bytes(), err_p.read_bytes(), time.monotonic() - t0)
 
     def partial_output(self) -> tuple[bytes, bytes]:

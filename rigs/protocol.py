@@ -49,12 +49,19 @@ class ConsoleProtocol(abc.ABC):
 
 class CommandProtocol(abc.ABC):
     @abc.abstractmethod
-    def run(self, argv: list, env: dict | None = None, timeout: float = 60) -> CommandResult:
+    def run(self, argv: list, env: dict | None = None, timeout: float = 60,
+            salvage: list | None = None) -> CommandResult:
         """Run argv (a list, never a shell string) on the machine under test.
 
         Raises GuestHung when timeout passes, GuestCrashed when the machine
-        dies underneath the command.
+        dies underneath the command.  salvage: an argv to run on the machine,
+        next to the overrunning command, before GuestHung is raised (bounded by
+        SALVAGE_TIMEOUT; it keeps the trace a hung run would lose).  What became
+        of it is the rig fact "salvage" (one line).
         """
+
+
+SALVAGE_TIMEOUT = 60   # seconds a salvage command may take before the hang is declared
 
 
 class FilesProtocol(abc.ABC):

@@ -20,7 +20,7 @@ from krig.errors import GuestCrashed, GuestHung, RigError, UsageError, os_fault
 from krig.paths import cache_dir, owner_alive, owner_record
 from . import guestroot, initramfs, kimage
 from .procs import dies_with_parent
-from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
+from .protocol import (SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
 QEMU = "qemu-system-x86_64"
@@ -426,7 +426,7 @@ class _Command(CommandProtocol):
         self.rig = rig
         self.n = 0
 
-    def run(self, argv, env=None, timeout=60):
+    def run(self, argv, env=None, timeout=60, salvage=None):
         r = self.rig
         if not r.alive():
             raise r.died(f"before running {argv[0]}")
@@ -444,11 +444,28 @@ class _Command(CommandProtocol):
             if not r.alive():
                 raise r.died(f"while running {argv[0]}")
             if time.monotonic() - t0 > timeout:
+                if salvage:
+                    r._facts["salvage"] = self._salvage(n, salvage, env)
                 raise GuestHung(f"{' '.join(map(str, argv))} did not finish within {timeout:.0f}s")
             time.sleep(0.1)
         rc = int(rc_file.read_text().strip() or 255)
         return CommandResult(list(argv), rc, (ctl / f"{n}.out").read_bytes(),
                              (ctl / f"{n}.err").read_bytes(), time.monotonic() - t0)
+
+    def _salvage(self, n: int, argv: list, env: dict) -> str:
+        """Ask the agent's watcher of command n to run argv; one line on how it went."""
+        r, ctl = self.rig, self.rig.share / "ctl"
+        (ctl / f"{n}.salvage.argv").write_bytes(b"".join(str(a).encode() + b"\0" for a in argv))
+        (ctl / f"{n}.salvage.req").touch()
+        rc_file, t0 = ctl / f"{n}.salvage.rc", time.monotonic()
+        while not rc_file.exists():
+            if not r.alive():
+                return "the machine died during the salvage"
+            if time.monotonic() - t0 > SALVAGE_TIMEOUT:
+                return f"no answer within {SALVAGE_TIMEOUT}s (the agent is stuck too)"
+            time.sleep(0.1)
+        rc = rc_file.read_text().strip()
+        return f"ran in {time.monotonic() - t0:.1f}s, exit {rc}"
 
     def partial_output(self) -> tuple[bytes, bytes]:
         """stdout/stderr of the last command so far (kept when it hangs)."""

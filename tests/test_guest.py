@@ -56,6 +56,12 @@ def test_hang_verdict(tmp_path, no_leftover_qemu):
     assert v["verdict"] == "HUNG"
     assert "hanging now" in (d / "stdout").read_text()
     assert "krig-agent: ready" in (d / "console.log").read_text()
+    # the trace still in the guest's ring buffer came back (salvaged before the power-off)
+    manifest = json.loads((d / "manifest.json").read_text())
+    assert manifest["rig_facts"]["salvage"].startswith("ran in"), manifest["rig_facts"].get("salvage")
+    assert "ring buffer extracted to trace.dat" in (d / "salvage.log").read_text()
+    from analysis.tracedat import TraceFile
+    assert TraceFile(d / "trace.dat").counts().get("sched:sched_process_exec", 0) >= 1
     # the workload's 40 s timeout + 30 s, plus the boot (under TCG up to ~60 s with the KVM probe)
     boot = json.loads((d / "manifest.json").read_text())["rig_facts"]["boot_seconds"]
     assert took < 40 + 30 + boot + 30

@@ -199,7 +199,7 @@ def test_bad_bmc_and_host_key_give_one_clear_line(sim, tmp_path):
 def test_hang_recovers(sim, tmp_path):
     """A workload that never ends: HUNG, NMI over the BMC (panic trace on the SOL console),
     power cycle, the server answers again; then it is powered off and released."""
-    run_dir, verdict = run("selftest-hang", rig_name="sim", sets={"timeout": "10"},
+    run_dir, verdict = run("selftest-hang", rig_name="sim", sets={"timeout": "30"},
                            results_root=tmp_path / "results", log=print)
     assert verdict["verdict"] == "HUNG", verdict
     m = json.loads((run_dir / "manifest.json").read_text())
@@ -212,6 +212,11 @@ def test_hang_recovers(sim, tmp_path):
     assert "NMI/Diag Interrupt" in (run_dir / "sel.txt").read_text()
     assert "hanging now" in (run_dir / "stdout").read_text()                  # partial output kept
     assert (run_dir / "facts.txt").exists()                                    # results pulled before the NMI
+    # the ring buffer's trace was extracted over a second SSH connection before the NMI
+    assert m["rig_facts"]["salvage"].startswith("ran in"), m["rig_facts"].get("salvage")
+    assert "ring buffer extracted to trace.dat" in (run_dir / "salvage.log").read_text()
+    from analysis.tracedat import TraceFile
+    assert TraceFile(run_dir / "trace.dat").counts().get("sched:sched_process_exec", 0) >= 1
     assert sim.power_status() == "off"
     assert not _wait_no_leftovers(sim)
 

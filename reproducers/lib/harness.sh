@@ -100,6 +100,9 @@ ring_lost() {
 }
 
 stop_collectors() {
+    # trace-cmd.log is also the lock reproducers/lib/salvage.sh takes: a salvage never
+    # extracts or stops the trace while this does
+    [[ -n $tracer ]] && exec 8>> "$out/trace-cmd.log" && flock 8
     if [[ $tracer == ring ]]; then
         trace-cmd stop >> "$out/trace-cmd.log" 2>&1
         local lost
@@ -117,6 +120,7 @@ stop_collectors() {
         wait "$tracer" 2>/dev/null
         tracer=
     fi
+    exec 8>&-
     if [[ -n $sampler ]]; then
         kill -TERM "$sampler" 2>/dev/null
         wait "$sampler" 2>/dev/null
