@@ -42,7 +42,7 @@ def overlay_plot(spec: dict, repro, runs: dict, out: pathlib.Path) -> pathlib.Pa
                 title = data.title
                 hs, ax2 = draw(ax, data, ax2, style={"alpha": st["alpha"], "linestyle": st["linestyle"],
                                                      "suffix": f" ({st['label']})", "colors": st["colors"],
-                                                     "named_phases": named})
+                                                     "named_phases": named, "mark_text": False})
                 lims.append(ax.get_ylim())
                 if ax2 is not None:
                     lims2.append(ax2.get_ylim())

@@ -206,9 +206,11 @@ def plot_data(spec: dict, run, repro, metrics: dict) -> PlotData:
 
 def draw(ax, data: PlotData, ax2=None, style: dict | None = None):
     """Draw `data` onto ax (left) and ax2 (right axis, made if needed and None).
-    style: {"alpha", "linestyle", "suffix", "colors", "named_phases"} to tell overlaid
-    runs apart (colors: the series' colours instead of COLORS; named_phases: a set shared
-    by the overlaid runs, so each phase is named once and the names do not pile up).
+    style: {"alpha", "linestyle", "suffix", "colors", "named_phases", "mark_text"} to tell
+    overlaid runs apart (colors: the series' colours instead of COLORS; named_phases: a set
+    shared by the overlaid runs, so each phase is named once and the names do not pile up;
+    mark_text=False: the largest bar keeps its star but not its text, which overlaid runs
+    would stack on top of each other).
     Returns (handles, ax2)."""
     style = style or {}
     alpha, ls, suffix = style.get("alpha", 1.0), style.get("linestyle", "-"), style.get("suffix", "")
@@ -230,8 +232,9 @@ def draw(ax, data: PlotData, ax2=None, style: dict | None = None):
             h = a.bar(s.x, s.y, width=np.maximum(s.width, _min_width(data)), align="edge", color=color,
                       alpha=0.8 * alpha, label=s.label + suffix)
             if s.mark:
-                a.annotate(s.mark["text"], (s.mark["x"], s.mark["y"]), xytext=(0, 8), textcoords="offset points",
-                           ha="center", fontsize=8, color="black")
+                if style.get("mark_text", True):
+                    a.annotate(s.mark["text"], (s.mark["x"], s.mark["y"]), xytext=(0, 8),
+                               textcoords="offset points", ha="center", fontsize=8, color="black")
                 if s.mark.get("y2") is not None:
                     h2 = axis_of("right").plot([s.mark["x"]], [s.mark["y2"]], marker="*", markersize=12,
                                                color="#ff7f0e", linestyle="none", alpha=alpha,

@@ -303,5 +303,16 @@ def test_overlaid_runs_name_each_phase_once():
         ax2 = fig.add_subplot(2, 1, 2)
         draw(ax2, data)                                   # a single run names its own phases
         assert sorted(t.get_text() for t in ax2.texts) == ["end", "flood"]
+        # the largest bar: its text only on a single run's plot, its star on both
+        import numpy as np
+        from analysis.plots import Series
+        bars = Series("objects", "left", "bars", np.array([1.0, 2.0]), np.array([5.0, 9.0]), np.array([0.5, 0.5]),
+                      {"x": 2.25, "y": 9.0, "text": "largest: 9", "y2": 3.0, "y2_label": "MiB"})
+        for style, texts in (({}, ["largest: 9"]), ({"mark_text": False}, [])):
+            f2, a3 = plt.subplots()
+            _, a4 = draw(a3, PlotData("p", "t", "y", "MiB", "x", [bars], [], [], []), style=style)
+            assert [t.get_text() for t in a3.texts] == texts
+            assert len(a4.lines) == 1                     # the star
+            plt.close(f2)
     finally:
         plt.close(fig)
