@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from kernels.catalog import load_kernel  # noqa: E402
 from rigs import load_rig  # noqa: E402
+from rigs.qemu import GUEST_SHARE  # noqa: E402
 
 
 MARKS = {"kernel": "Linux version", "init": "Run /init as init process",
@@ -73,13 +74,19 @@ def time_krig_once(kernel) -> dict:
         t_end = time.monotonic()
         stop.set()
         w.join()
+    # The rig boots with loglevel=6, so the kernel's own `Run /init` (KERN_INFO) is not on
+    # the console: without it, the kernel's first line splits firmware from the kernel.
     kstart = stamps["init"] - stamps["init_kts"] if stamps.get("init_kts") is not None else None
     ph = {"total": t_end - t0, "setup (work dir, initramfs, argv)": t_qemu - t0}
     if kstart is not None:
         ph["firmware + kernel loading"] = kstart - t_qemu
         ph["kernel init (to /init)"] = stamps["init_kts"]
+    elif "kernel" in stamps:
+        ph["firmware + kernel loading (to its first line)"] = stamps["kernel"] - t_qemu
     if "modules" in stamps:
-        ph["initramfs modules"] = stamps["modules"] - stamps["init"]
+        after = stamps.get("init", stamps.get("kernel", t_qemu))
+        ph["initramfs modules" if "init" in stamps else "kernel init + initramfs modules"] = \
+            stamps["modules"] - after
         ph["9p mounts + agent start"] = stamps.get("agent", t_up) - stamps["modules"]
     ph["host sees the agent"] = t_up - stamps.get("agent", t_up)
     ph["command `true`"] = t_cmd - t_up
@@ -147,14 +154,18 @@ def rig_overhead(kernel, pairs):
 
 def bench_flood(kernel, seconds):
     subprocess.run(["make", "-s", "helpers"], cwd=ROOT, check=True)
-    stat_loop = ROOT / "bench" / "bin" / "stat-loop"
-    stat_loop.parent.mkdir(exist_ok=True)
-    subprocess.run(["cc", "-O2", "-static", "-o", str(stat_loop), str(ROOT / "bench" / "stat-loop.c")], check=True)
-    negflood = ROOT / "reproducers" / "neg-dentry-flood" / "bin" / "negflood"
+    stat_loop_bin = ROOT / "bench" / "bin" / "stat-loop"
+    stat_loop_bin.parent.mkdir(exist_ok=True)
+    subprocess.run(["cc", "-O2", "-static", "-o", str(stat_loop_bin), str(ROOT / "bench" / "stat-loop.c")],
+                   check=True)
     rig = load_rig("qemu-default")
     with tempfile.TemporaryDirectory() as td, rig:
         rig.prepare(pathlib.Path(td), kernel, {"scratch_size": 1 << 30})
         rig.boot.boot(kernel, [])
+        root = rig.files.stage(ROOT)    # only reproducers/ of the krig tree is shared with the guest:
+        shutil.copy(stat_loop_bin, rig.share / "stat-loop")    # the bare loop goes in the run's share
+        stat_loop = f"{GUEST_SHARE}/stat-loop"
+        negflood = f"{root}/reproducers/neg-dentry-flood/bin/negflood"
         script = (f'set -e; d=/dev/$(basename /sys/class/nvme/nvme0/nvme0n1); mkfs.xfs -q -f $d; '
                   f'mkdir -p /run/b; mount $d /run/b; mkdir /run/b/a /run/b/b; '
                   f'{stat_loop} /run/b/a {seconds}; {negflood} -d /run/b/b -m lookup -t {seconds}; '
