@@ -453,10 +453,11 @@ class _Command(CommandProtocol):
         n = self.n
         self.n += 1
         home = f"{r.wd}/home"
-        remote = remote_command(argv, {"HOME": home, **(env or {})}, cwd=home, rc_file=f"{r.wd}/rc.{n}")
+        env = {"HOME": home, **(env or {})}
+        remote = remote_command(argv, env, cwd=home, rc_file=f"{r.wd}/rc.{n}")
         out_p, err_p = r.workdir / f"{n}.out", r.workdir / f"{n}.err"
         t0 = time.monotonic()
-        r._on_timeout = (salvage, {"HOME": home, **(env or {})}) if salvage else None
+        r._on_timeout = (salvage, env) if salvage else None
         try:
             with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
                 rc, _, _ = r._ssh(f"running {' '.join(map(str, argv))}", remote, timeout, stdout=fo, stderr=fe,

@@ -435,37 +435,50 @@ class _Command(CommandProtocol):
         self.n += 1
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "HOME": "/run/krig/home", "LANG": "C.UTF-8", **(env or {})}
-        (ctl / f"{n}.argv").write_bytes(b"".join(str(a).encode() + b"\0" for a in argv))
-        (ctl / f"{n}.env").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
-        (ctl / f"{n}.req").touch()
         t0 = time.monotonic()
-        rc_file = ctl / f"{n}.rc"
-        while not rc_file.exists():
-            if not r.alive():
-                raise r.died(f"while running {argv[0]}")
-            if time.monotonic() - t0 > timeout:
-                if salvage:
-                    r._facts["salvage"] = self._salvage(n, salvage, env)
-                raise GuestHung(f"{' '.join(map(str, argv))} did not finish within {timeout:.0f}s")
-            time.sleep(0.1)
-        rc = int(rc_file.read_text().strip() or 255)
+        end = self._wait(self._post(str(n), argv, env), timeout)
+        if end == "died":
+            raise r.died(f"while running {argv[0]}")
+        if end == "timeout":
+            if salvage:
+                r._facts["salvage"] = self._salvage(n, salvage)
+            raise GuestHung(f"{' '.join(map(str, argv))} did not finish within {timeout:.0f}s")
+        rc = int((ctl / f"{n}.rc").read_text().strip() or 255)
         return CommandResult(list(argv), rc, (ctl / f"{n}.out").read_bytes(),
                              (ctl / f"{n}.err").read_bytes(), time.monotonic() - t0)
 
-    def _salvage(self, n: int, argv: list, env: dict) -> str:
-        """Ask the agent's watcher of command n to run argv; one line on how it went."""
-        r, ctl = self.rig, self.rig.share / "ctl"
-        (ctl / f"{n}.salvage.argv").write_bytes(b"".join(str(a).encode() + b"\0" for a in argv))
-        (ctl / f"{n}.salvage.req").touch()
-        rc_file, t0 = ctl / f"{n}.salvage.rc", time.monotonic()
+    def _post(self, name: str, argv, env: dict | None = None) -> pathlib.Path:
+        """A request in the agent's mailbox: NAME.argv (and NAME.env), then NAME.req.
+        Returns the NAME.rc the agent writes last."""
+        ctl = self.rig.share / "ctl"
+        (ctl / f"{name}.argv").write_bytes(b"".join(str(a).encode() + b"\0" for a in argv))
+        if env is not None:
+            (ctl / f"{name}.env").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+        (ctl / f"{name}.req").touch()
+        return ctl / f"{name}.rc"
+
+    def _wait(self, rc_file: pathlib.Path, timeout: float) -> str | None:
+        """None once rc_file is there; "died" if the machine died first, "timeout" after timeout."""
+        t0 = time.monotonic()
         while not rc_file.exists():
-            if not r.alive():
-                return "the machine died during the salvage"
-            if time.monotonic() - t0 > SALVAGE_TIMEOUT:
-                return f"no answer within {SALVAGE_TIMEOUT}s (the agent is stuck too)"
+            if not self.rig.alive():
+                return "died"
+            if time.monotonic() - t0 > timeout:
+                return "timeout"
             time.sleep(0.1)
-        rc = rc_file.read_text().strip()
-        return f"ran in {time.monotonic() - t0:.1f}s, exit {rc}"
+        return None
+
+    def _salvage(self, n: int, argv: list) -> str:
+        """Ask the agent's watcher of command n to run argv (with n's environment); one line
+        on how it went."""
+        t0 = time.monotonic()
+        rc_file = self._post(f"{n}.salvage", argv)
+        end = self._wait(rc_file, SALVAGE_TIMEOUT)
+        if end == "died":
+            return "the machine died during the salvage"
+        if end == "timeout":
+            return f"no answer within {SALVAGE_TIMEOUT}s (the agent is stuck too)"
+        return f"ran in {time.monotonic() - t0:.1f}s, exit {rc_file.read_text().strip()}"
 
     def partial_output(self) -> tuple[bytes, bytes]:
         """stdout/stderr of the last command so far (kept when it hangs)."""
