@@ -1,6 +1,10 @@
 """Benchmarks must stay runnable and correct; their speed is reported by `make bench`, not asserted."""
+import re
+import statistics
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 
@@ -17,3 +21,25 @@ def test_trace_bench_quick_counts_agree():
     # the grouped count (krig trace stats --group-by) is timed on both files too; its count and
     # the sum of its groups were checked against the written events and trace-cmd (exit 0)
     assert len(rows) - len(counted) == 2, p.stdout
+
+
+@pytest.mark.guest
+def test_flood_bench_pairs_agree():
+    """bench_rig.py's flood comparison on a real guest: every round measures both the bare
+    stat() loop and negflood (in the alternating order it says), each at a positive rate,
+    and the median it prints is the median of the printed pairwise ratios."""
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_rig.py"), "--skip-overhead",
+                        "--flood-seconds", "1", "--flood-rounds", "2"],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rounds = re.findall(r"round (\d) \((bare|negflood) first\): bare stat loop ([\d,]+) lookups/s, "
+                        r"negflood ([\d,]+) lookups/s, ratio ([\d.]+)", p.stdout)
+    assert [(r[0], r[1]) for r in rounds] == [("1", "bare"), ("2", "negflood")], p.stdout
+    ratios = []
+    for _, _, bare, gen, ratio in rounds:
+        bare, gen = float(bare.replace(",", "")), float(gen.replace(",", ""))
+        assert bare > 0 and gen > 0, p.stdout
+        assert abs(gen / bare - float(ratio)) < 0.006, p.stdout
+        ratios.append(gen / bare)
+    med = re.search(r"median of 2 pairwise ratios ([\d.]+)", p.stdout)
+    assert med and abs(float(med.group(1)) - statistics.median(ratios)) < 0.006, p.stdout
