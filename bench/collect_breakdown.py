@@ -52,6 +52,7 @@ STOP = {
     "ring": "trace-cmd stop; trace-cmd extract -o $o/trace.dat >> $o/tc.log 2>&1; trace-cmd reset >/dev/null 2>&1",
 }
 STOP["ring+sampler"] = STOP["sampler"] + "; " + STOP["ring"]
+CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
 WAIT_TRACING = ("for i in $(seq 300); do [[ $(< /sys/kernel/tracing/events/xfs/xfs_ail_insert/enable)"
                 " == 1* ]] && break; sleep 0.1; done")
 
@@ -86,6 +87,7 @@ def main():
     ap.add_argument("--files", type=int, default=60000)
     ap.add_argument("--writers", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--append", default="", help="extra kernel command line, e.g. tsc=reliable")
     ap.add_argument("--modes", default="bare,sampler,record-9p,record-9p-s1,record-tmpfs,ring,ring+sampler")
     a = ap.parse_args()
     modes = a.modes.split(",")
@@ -99,7 +101,10 @@ def main():
     rig = load_rig("qemu-default")
     with tempfile.TemporaryDirectory(prefix="krig-bench-") as td, rig:
         rig.prepare(pathlib.Path(td), kernel, {"scratch_size": 8 << 30})
-        rig.boot.boot(kernel, [])
+        rig.boot.boot(kernel, a.append.split())
+        cs = rig.command.run(["cat", CLOCKSOURCE], timeout=60).stdout.decode().strip()
+        print(f"guest clocksource {cs}{' (kernel command line + ' + a.append + ')' if a.append else ''}",
+              flush=True)
         for r in range(a.rounds):
             order = modes if r % 2 == 0 else modes[::-1]  # alternate the order
             for m in order:

@@ -52,10 +52,14 @@ def test_ram_limit_is_the_threshold():
 
 def test_negflood_stops_at_ram_limit(tmp_path):
     """0.001% of this host's RAM is a few thousand negatives: crossed in well under a second."""
-    r = negflood(tmp_path, "-g", "1,0,0", "-t", "30", "-l", "0.001", "-r", "0.5")
+    r = negflood(tmp_path, "-g", "1,0,0", "-t", "30", "-l", "0.001", "-r", "20")
     assert r["stop_reason"] == "ram_limit"
     assert float(r["stop_seconds"]) < 10
     assert int(r["negatives_at_stop"]) * int(r["dentry_objsize"]) >= float(r["limit_bytes"])
+    # stopped before its 20 s rate window: the rate is measured over the flood it had
+    # (a fast machine crosses a 1 GB guest's limit in under 5 s; CI lost the metric once)
+    assert float(r["rate_seconds"]) == float(r["stop_seconds"])
+    assert float(r["new_names_per_s"]) > 0
 
 
 def test_negflood_stops_at_plateau(tmp_path):
@@ -169,20 +173,21 @@ def test_cap_kernel_passes_by_plateau(tiny_built, tmp_path_factory):
 
 @pytest.mark.kbuild
 def test_plain_kernel_stops_at_time_cap(tiny_built, tmp_path_factory):
-    """tiny-6.1 (no cap) on a 2 GB guest, one lookup generator, max_duration forced to 8 s:
+    """tiny-6.1 (no cap) on a 6 GB guest, one lookup generator, max_duration forced to 8 s:
     the flood ends at the cap before 5% of RAM (8 s at the 15-45k names/s one TCG generator
-    makes here is 1.1-3.4% of RAM) and the verdict is the growth rule's, with the reason
+    made here in stop 19 is 0.4-1.1% of RAM; CI once made > 70k/s and crossed 5% of a 2 GB
+    guest before 8 s, so the guest has room for 200k/s) and the verdict is the growth rule's, with the reason
     saying the cap was hit. Which verdict depends on the rate: an 8 s flood grows by 3-8%
     of the limit in its last quarter here (a cap this short is forced; a computed one is
     4x the time to the limit, so an unbounded flood that keeps its rate crosses the limit
     first); the judge's FAIL on a capped flood is test_time_cap_verdict_says_so."""
-    rig = rig_with_memory(tmp_path_factory.mktemp("rig"), "2G")
+    rig = rig_with_memory(tmp_path_factory.mktemp("rig"), "6G")
     p, v, m = _guest_flood(tmp_path_factory, "timecap", "--kernel", PLAIN_KERNEL, "--rig", str(rig),
                            "--set", "max_duration=8", "--set", "lookup_per_cpu=0.5",
                            "--set", "tmpfile_per_cpu=0", "--set", "samename_per_cpu=0")
     assert m["stop_reason"] == 3 and m["time_cap_hit"] == 1 and m["time_cap_s"] == 8, v["reason"]
     assert 8 <= m["flood_seconds"] < 11 and m["generators"] == 1 and m["new_names_per_s"] > 1000
-    assert 0.2 < m["peak_negative_pct_ram"] < 5
+    assert 0.05 < m["peak_negative_pct_ram"] < 5
     growth = m["last_quarter_growth_pct_of_limit"]
     assert growth > 0.5, "an unbounded dcache still growing at the cap"
     assert v["verdict"] == ("FAIL" if growth > 5 else "PASS") and p.returncode == (growth > 5), v["reason"]

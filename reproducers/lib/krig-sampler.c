@@ -3,7 +3,8 @@
  *
  *   krig-sampler -i SECONDS -o OUT.tsv [-m MOUNTPOINT]
  *
- * One TSV row per interval until SIGINT/SIGTERM. Missing sources read -1.
+ * One TSV row per interval until SIGINT/SIGTERM, and one more when stopped.
+ * Missing sources read -1.
  * Each row carries the wall clock (time, the clock of phases.tsv) and
  * CLOCK_MONOTONIC (mono, the clock of the trace: trace-cmd record -C mono),
  * read together, so analysis puts samples, phases and trace on one clock.
@@ -81,6 +82,30 @@ static void xfs_log(long v[5])
 	fclose(f);
 }
 
+/* One TSV row: the wall clock, every source, the scratch fs's inodes, CLOCK_MONOTONIC. */
+static void sample(FILE *f, const char *mnt)
+{
+	long d[6], s[4], m[NMEM], x[5], files = -1, ffree = -1;
+	struct timeval now;
+	struct timespec mono;
+	struct statvfs st;
+	gettimeofday(&now, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	dentry_state(d);
+	dentry_slab(s);
+	meminfo(m);
+	xfs_log(x);
+	if (mnt && statvfs(mnt, &st) == 0) { files = st.f_files; ffree = st.f_ffree; }
+	fprintf(f, "%ld.%06ld", (long)now.tv_sec, (long)now.tv_usec);
+	for (int i = 0; i < 6; i++) fprintf(f, "\t%ld", d[i]);
+	for (int i = 0; i < 4; i++) fprintf(f, "\t%ld", s[i]);
+	for (int i = 0; i < NMEM; i++) fprintf(f, "\t%ld", m[i]);
+	for (int i = 0; i < 5; i++) fprintf(f, "\t%ld", x[i]);
+	/* mono: CLOCK_MONOTONIC, the clock trace.dat is recorded with (-C mono) */
+	fprintf(f, "\t%ld\t%ld\t%ld.%09ld\n", files, ffree, (long)mono.tv_sec, mono.tv_nsec);
+	fflush(f);
+}
+
 int main(int argc, char **argv)
 {
 	double interval = 1.0;
@@ -112,25 +137,7 @@ usage:
 	struct timespec next;
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	while (!stop) {
-		long d[6], s[4], m[NMEM], x[5], files = -1, ffree = -1;
-		struct timeval now;
-		struct timespec mono;
-		struct statvfs st;
-		gettimeofday(&now, NULL);
-		clock_gettime(CLOCK_MONOTONIC, &mono);
-		dentry_state(d);
-		dentry_slab(s);
-		meminfo(m);
-		xfs_log(x);
-		if (mnt && statvfs(mnt, &st) == 0) { files = st.f_files; ffree = st.f_ffree; }
-		fprintf(f, "%ld.%06ld", (long)now.tv_sec, (long)now.tv_usec);
-		for (int i = 0; i < 6; i++) fprintf(f, "\t%ld", d[i]);
-		for (int i = 0; i < 4; i++) fprintf(f, "\t%ld", s[i]);
-		for (int i = 0; i < NMEM; i++) fprintf(f, "\t%ld", m[i]);
-		for (int i = 0; i < 5; i++) fprintf(f, "\t%ld", x[i]);
-		/* mono: CLOCK_MONOTONIC, the clock trace.dat is recorded with (-C mono) */
-		fprintf(f, "\t%ld\t%ld\t%ld.%09ld\n", files, ffree, (long)mono.tv_sec, mono.tv_nsec);
-		fflush(f);
+		sample(f, mnt);
 		long ns = (long)(interval * 1e9);
 		next.tv_sec += ns / 1000000000L;
 		next.tv_nsec += ns % 1000000000L;
@@ -138,6 +145,9 @@ usage:
 		while (!stop && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL))
 			;
 	}
+	/* one last row when stopped: the state the run ended in (a run shorter than one
+	 * interval still has its start and its end) */
+	sample(f, mnt);
 	fclose(f);
 	return 0;
 }

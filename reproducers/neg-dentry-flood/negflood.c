@@ -237,6 +237,14 @@ static int flood(const struct flood *f)
 			reason = "time_cap";
 	}
 	sh->stop = 1;
+	double rate_s = f->rate_s;
+	if (rate < 0 && t > 0) {        /* stopped (RAM limit) before rate_s: the rate so far */
+		unsigned long ops = 0;
+		for (int g = 0; g < total; g++)
+			if (mode[g] != 2) ops += sh->ops[g];
+		rate = ops / t;
+		rate_s = t;
+	}
 	for (int g = 0; g < total; g++)
 		waitpid(pids[g], NULL, 0);
 	double elapsed = now() - t0;
@@ -249,7 +257,7 @@ static int flood(const struct flood *f)
 	printf("ops=%lu seconds=%.3f rate=%.0f\n", per[0] + per[1] + per[2], elapsed,
 	       (per[0] + per[1] + per[2]) / elapsed);
 	printf("stop_reason=%s\nstop_seconds=%.3f\n", reason, t);
-	printf("rate_seconds=%.3f\nnew_names_per_s=%.0f\n", f->rate_s, rate);
+	printf("rate_seconds=%.3f\nnew_names_per_s=%.0f\n", rate_s, rate);
 	printf("time_cap_s=%.3f\nmin_seconds=%.3f\nmax_seconds=%.3f\nsafety=%g\n", cap, f->min_s, f->max_s, f->safety);
 	printf("limit_pct_ram=%g\nlimit_bytes=%.0f\nmem_total_bytes=%ld\ndentry_objsize=%ld\n",
 	       f->limit_pct, limit_bytes, ram, objsize);
