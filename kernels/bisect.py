@@ -315,8 +315,13 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
 
 # -- make bisect-demo ------------------------------------------------------------
 
+# The demo builds every step with the kernel `make test` builds (tiny-6.1 carries every
+# reproducer's fragment): on a machine that ran `make test` it needs no defconfig build.
+DEMO_LIKE = "tiny-6.1"
+
+
 def demo(repro: str = "unlink-dentry-growth", preset: str | None = "smoke", repeat: int = 1,
-         like: str = "linux-6.1", metric: str | None = None) -> int:
+         like: str = DEMO_LIKE, metric: str | None = None) -> int:
     t0 = time.monotonic()
     say = lambda m: print(m, flush=True)  # noqa: E731
     repo, info = make_demo_repo(say)
@@ -355,7 +360,7 @@ def main(argv=None) -> int:
     d.add_argument("--repro", default="unlink-dentry-growth")
     d.add_argument("--preset", default="smoke")
     d.add_argument("--repeat", type=int, default=1)
-    d.add_argument("--like", default="linux-6.1", help="kernel whose config/fragments each step uses")
+    d.add_argument("--like", default=DEMO_LIKE, help="kernel whose config/fragments each step uses")
     d.add_argument("--metric", help="bisect on this metric's value instead of the verdict")
     a = ap.parse_args(argv)
 
