@@ -143,6 +143,9 @@ def _save_partial(rig, run_dir):
         (run_dir / "stderr").write_bytes(err)
 
 
+CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
+
+
 def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     requires = repro.requires_for(manifest["preset"])
     rig.prepare(run_dir, kernel, requires)
@@ -150,13 +153,16 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     rig.boot.boot(kernel, [])
     log(f"krig: booted in {time.monotonic() - t0:.1f}s ({rig.facts().get('accel', rig.kind)})")
     facts = rig.command.run(["bash", "-c", 'uname -r; cat /proc/cmdline; nproc; '
-                             'awk "/^MemTotal:/ {print \\$2}" /proc/meminfo'], timeout=FACTS_TIMEOUT)
+                             'awk "/^MemTotal:/ {print \\$2}" /proc/meminfo; '
+                             f'cat {CLOCKSOURCE} 2>/dev/null || echo unknown'], timeout=FACTS_TIMEOUT)
     lines = facts.stdout.decode(errors="replace").splitlines()
     if facts.returncode != 0 or len(lines) < 4:
         return "error", f"could not read the machine's facts: {facts.stderr.decode(errors='replace').strip()}"
     release, cmdline, ncpu, memkb = lines[:4]
+    # the clock every trace event and sample reads (HPET under TCG unless the rig says tsc)
     manifest["machine"] = {"release": release, "cmdline": cmdline, "cpus": int(ncpu),
-                           "mem_total_bytes": int(memkb) * 1024}
+                           "mem_total_bytes": int(memkb) * 1024,
+                           "clocksource": lines[4] if len(lines) > 4 else "unknown"}
     write_json(run_dir / "manifest.json", manifest)
     if release != kernel.release:
         return "error", f"machine runs kernel {release}, not the {kernel.release} asked for"

@@ -29,6 +29,11 @@ AGENT = pathlib.Path(__file__).resolve().parent / "guest" / "agent.sh"
 # How TCG runs the vCPUs: "multi" (one host thread per vCPU, QEMU's default) or
 # "single" (all vCPUs round-robin on one thread). See README, "TCG boot flake".
 TCG_THREAD = "single"
+# The guest clocksource under TCG: "tsc" (default) boots with clocksource=tsc tsc=reliable;
+# "kernel" leaves the kernel's choice, which under TCG is the HPET, an emulated MMIO device
+# read on every clock read, one per trace event (-C mono). See README, "The clock under TCG".
+TCG_CLOCKSOURCE = "tsc"
+TCG_TSC_CMDLINE = ["clocksource=tsc", "tsc=reliable"]
 PROBE_TIMEOUT = 25.0
 PROBE_CACHE_SECONDS = 24 * 3600
 GUEST_SHARE = "/run/krig/share"
@@ -54,8 +59,9 @@ def qemu_version() -> str:
 
 
 def validate_spec(name: str, spec: dict, where: str) -> dict:
-    reject_unknown(spec, {"driver", "description", "memory", "cpus", "accel", "tcg_thread", "boot_timeout",
-                          "disks", "modules", "extra_args", "keep_disks", "work_dir", "kernel_entry"},
+    reject_unknown(spec, {"driver", "description", "memory", "cpus", "accel", "tcg_thread", "tcg_clocksource",
+                          "boot_timeout", "disks", "modules", "extra_args", "keep_disks", "work_dir",
+                          "kernel_entry"},
                   where)
     out = {"driver": "qemu", "description": optional(spec, "description", str, where, "")}
     out["work_dir"] = optional(spec, "work_dir", str, where, None)
@@ -70,6 +76,9 @@ def validate_spec(name: str, spec: dict, where: str) -> dict:
     out["tcg_thread"] = optional(spec, "tcg_thread", str, where, TCG_THREAD)
     if out["tcg_thread"] not in ("single", "multi"):
         raise UsageError(f"{where}.tcg_thread: {out['tcg_thread']!r} is not one of single, multi")
+    out["tcg_clocksource"] = optional(spec, "tcg_clocksource", str, where, TCG_CLOCKSOURCE)
+    if out["tcg_clocksource"] not in ("tsc", "kernel"):
+        raise UsageError(f"{where}.tcg_clocksource: {out['tcg_clocksource']!r} is not one of tsc, kernel")
     out["boot_timeout"] = optional(spec, "boot_timeout", (int, float), where, 180)
     out["kernel_entry"] = optional(spec, "kernel_entry", str, where, "auto")
     if out["kernel_entry"] not in ("auto", "bzimage"):
@@ -391,7 +400,10 @@ class _Boot(BootProtocol):
             image, entry = (elf, "pvh") if elf else (image, entry)
         r._facts.update({"kernel_entry": entry, "boot_image": str(image)})
         shutil.copy(AGENT, r.share / "agent.sh")
-        append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6",
+        # the kernel's and the caller's command line come last: theirs win
+        clock = TCG_TSC_CMDLINE if accel == "tcg" and spec["tcg_clocksource"] == "tsc" else []
+        r._facts["tcg_clocksource"] = spec["tcg_clocksource"] if accel == "tcg" else None
+        append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6", *clock,
                   f"krig.agent={GUEST_SHARE}/agent.sh", *r._root_cmdline, *kernel.cmdline, *cmdline]
         argv = [QEMU, "-name", f"krig-{r.name}", "-machine", "q35", "-accel", accel_arg,
                 "-cpu", "host" if accel == "kvm" else "max",
