@@ -31,6 +31,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="pairs (at least 3 for the target)")
     ap.add_argument("--kernel", default=None, help="default: tiny-6.1 if it is built, else distro")
     ap.add_argument("--files", type=int, default=None, help="override the smoke preset's file count")
+    ap.add_argument("--rig", default="qemu-default",
+                    help="rig name or file (a rig with tcg_clocksource = \"kernel\" shows the HPET's cost)")
     a = ap.parse_args()
     sets = {"files": str(a.files)} if a.files else {}
     if a.kernel is None:
@@ -40,17 +42,18 @@ def main():
             a.kernel = "distro"
     times = {True: [], False: []}
     load = os.getloadavg()
-    print(f"xfs-ail-storm smoke on {a.kernel}, {a.repeats} pairs; load average {load[0]:.2f} "
+    print(f"xfs-ail-storm smoke on {a.kernel}, rig {a.rig}, {a.repeats} pairs; load average {load[0]:.2f} "
           f"{load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cpus)", flush=True)
     with tempfile.TemporaryDirectory(prefix="krig-bench-") as td:
         for i in range(a.repeats):
             for collect in ((False, True) if i % 2 == 0 else (True, False)):
-                d, v = run("xfs-ail-storm", kernel_name=a.kernel, preset="smoke", sets=sets,
+                d, v = run("xfs-ail-storm", rig_name=a.rig, kernel_name=a.kernel, preset="smoke", sets=sets,
                            results_root=pathlib.Path(td), log=lambda *_: None, collect=collect)
                 t = create_seconds(d)
                 times[collect].append(t)
+                clock = RunData(d).manifest.get("machine", {}).get("clocksource", "?")
                 print(f"pair {i + 1} {'traced+sampled' if collect else 'bare          '}: create {t:.1f} s"
-                      f"{' (' + v['verdict'] + ')' if collect else ''}", flush=True)
+                      f" (clocksource {clock}{', ' + v['verdict'] if collect else ''})", flush=True)
     ratios = [f / b for f, b in zip(times[True], times[False])]
     med = statistics.median(ratios)
     load = os.getloadavg()
