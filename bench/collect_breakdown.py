@@ -29,6 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels.catalog import load_kernel  # noqa: E402
+from krig.run import CLOCKSOURCE  # noqa: E402
 from rigs import load_rig  # noqa: E402
 from rigs.qemu import GUEST_SHARE  # noqa: E402
 
@@ -52,7 +53,6 @@ STOP = {
     "ring": "trace-cmd stop; trace-cmd extract -o $o/trace.dat >> $o/tc.log 2>&1; trace-cmd reset >/dev/null 2>&1",
 }
 STOP["ring+sampler"] = STOP["sampler"] + "; " + STOP["ring"]
-CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
 WAIT_TRACING = ("for i in $(seq 300); do [[ $(< /sys/kernel/tracing/events/xfs/xfs_ail_insert/enable)"
                 " == 1* ]] && break; sleep 0.1; done")
 

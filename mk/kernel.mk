@@ -8,7 +8,8 @@
 #   make ci-kernels                   the kernels `make test` builds first (tiny-6.1, its rmdir and cap variants)
 #   make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=linux-6.1] [METRIC=<name>]
 #   make bisect-demo [METRIC=<name>] [LIKE=..]   make a 6-commit 6.1 history with one bad commit and bisect it
-#                                     (each step with LIKE's config: tiny-6.1 unless given; make bisect: linux-6.1)
+#                                     (each step with LIKE's config; unless given: tiny-6.1 for the demo, linux-6.1 for
+#                                     make bisect, the defaults in kernels/bisect.py)
 TREE ?=
 GOOD ?=
 BAD ?=
@@ -37,7 +38,7 @@ bisect: helpers python
 	@if [ -z "$(GOOD)" ] || [ -z "$(BAD)" ]; then \
 		echo "usage: make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=<kernel>] [METRIC=<name>]"; exit 2; fi
 	$(PY) -m kernels.bisect run --good "$(GOOD)" --bad "$(BAD)" --repro "$(REPRO)" --repeat "$(REPEAT)" \
-		--like "$(or $(LIKE),linux-6.1)" $(if $(TREE),--tree "$(TREE)") $(if $(PRESET),--preset "$(PRESET)") $(if $(METRIC),--metric "$(METRIC)")
+		$(if $(LIKE),--like "$(LIKE)") $(if $(TREE),--tree "$(TREE)") $(if $(PRESET),--preset "$(PRESET)") $(if $(METRIC),--metric "$(METRIC)")
 
 bisect-demo: helpers python
 	$(PY) -m kernels.bisect demo --repeat "$(REPEAT)" $(if $(LIKE),--like "$(LIKE)") $(if $(METRIC),--metric "$(METRIC)")

@@ -13,6 +13,7 @@ import pytest
 
 from kernels.catalog import load_kernel
 from krig.errors import UsageError
+from krig.run import CLOCKSOURCE
 from rigs import load_rig
 from rigs.qemu import validate_spec
 
@@ -45,8 +46,7 @@ def test_guest_clock_keeps_the_hosts_pace(tmp_path, no_leftover_qemu, clock, wan
     with rig:
         rig.prepare(pathlib.Path(tmp_path), kernel, {})
         rig.boot.boot(kernel, [])
-        cur = rig.command.run(["cat", "/sys/devices/system/clocksource/clocksource0/current_clocksource"],
-                              timeout=60).stdout.decode().strip()
+        cur = rig.command.run(["cat", CLOCKSOURCE], timeout=60).stdout.decode().strip()
         cmdline = rig.facts()["kernel_cmdline"]
         a0, g0, a1 = _guest_uptime(rig)
         time.sleep(GAP)

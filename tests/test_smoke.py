@@ -16,6 +16,7 @@ import pytest
 import report_checks
 import bundle_checks
 from conftest import KRIG, ROOT, krig_run, qemu_pids, rig_with_memory, run_dir_of
+from analysis.rundata import RunData
 from krig.reproducer import load_reproducer
 
 pytestmark = pytest.mark.smoke
@@ -114,8 +115,8 @@ def test_samples_during_run(smoke_run):
     # rows from the workload's start to its end, one per interval (however fast the machine:
     # CI once crossed the flood's RAM limit in under 5 s, 9 rows in all)
     t = [float(line.split("\t")[0]) for line in lines[1:]]
-    phases = {ph: float(ts) for ts, ph in (ln.split("\t") for ln in (d / "phases.tsv").read_text().splitlines())}
-    interval = json.loads((d / "manifest.json").read_text())["params"].get("sample_interval", 1.0)
+    run = RunData(d)
+    phases, interval = run.phases(), run.sample_interval
     assert t[0] <= phases["start"] + interval and t[-1] >= phases["end"], "samples do not span the run"
     assert len(t) >= 0.5 * (phases["end"] - phases["start"]) / interval
 

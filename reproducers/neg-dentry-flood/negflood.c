@@ -155,6 +155,15 @@ struct flood {
 	unsigned long names;
 };
 
+/* Operations that make new names so far: lookup and tmpfile generators, not samename. */
+static double new_names(const struct shared *sh, const int *mode, int total)
+{
+	unsigned long ops = 0;
+	for (int g = 0; g < total; g++)
+		if (mode[g] != 2) ops += sh->ops[g];
+	return ops;
+}
+
 static int flood(const struct flood *f)
 {
 	long ram = mem_total_bytes(), objsize = dentry_objsize(), base = nr_negative();
@@ -212,10 +221,7 @@ static int flood(const struct flood *f)
 			ht[hn] = t; hv[hn] = neg; hn++;
 		}
 		if (rate < 0 && t >= f->rate_s) {
-			unsigned long ops = 0;
-			for (int g = 0; g < total; g++)
-				if (mode[g] != 2) ops += sh->ops[g];
-			rate = ops / t;
+			rate = new_names(sh, mode, total) / t;
 			double unbounded_s = rate > 0 ? limit_bytes / (rate * objsize) : f->max_s;
 			double c = f->safety * unbounded_s;
 			cap = c < f->min_s ? f->min_s : c;
@@ -239,10 +245,7 @@ static int flood(const struct flood *f)
 	sh->stop = 1;
 	double rate_s = f->rate_s;
 	if (rate < 0 && t > 0) {        /* stopped (RAM limit) before rate_s: the rate so far */
-		unsigned long ops = 0;
-		for (int g = 0; g < total; g++)
-			if (mode[g] != 2) ops += sh->ops[g];
-		rate = ops / t;
+		rate = new_names(sh, mode, total) / t;
 		rate_s = t;
 	}
 	for (int g = 0; g < total; g++)
