@@ -18,12 +18,14 @@ APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelsha
 	ipmitool openipmi busybox-static inotify-tools gcc make libc6-dev kmod cpio zstd time file \
 	python3 python3-venv python3-pip openssh-client openssh-server procps iproute2 git \
 	bc bison flex libelf-dev libssl-dev dwarves linux-source-6.1 xz-utils patch rsync \
-	libopenipmi-dev kexec-tools debconf \
+	libopenipmi-dev libzstd-dev kexec-tools debconf \
 	chromium xvfb xdotool
 
 CFLAGS := -O2 -Wall -static
 HELPER_SRCS := $(wildcard reproducers/*/*.c)
 HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
+# the trace reader's page walk in C (analysis/kbuffer.py loads it with ctypes)
+KWALK := analysis/_kwalk.so
 
 .PHONY: help setup apt python helpers test test-fast run list check bench clean qualify
 
@@ -62,7 +64,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e .
 	touch $@
 
-helpers: $(HELPERS)
+helpers: $(HELPERS) $(KWALK)
+
+$(KWALK): analysis/kwalk.c
+	$(CC) -O2 -Wall -shared -fPIC -o $@ $< -lzstd
 
 define helper_rule
 $(dir $(1))bin/$(basename $(notdir $(1))): $(1)
@@ -99,6 +104,6 @@ bench: helpers python
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf reproducers/*/bin build
+	rm -rf reproducers/*/bin build $(KWALK)
 
 include mk/kernel.mk

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis import native
+
 COMMIT_MASK = (1 << 27) - 1
 MISSED_EVENTS = 1 << 31
 MISSED_STORED = 1 << 30
@@ -26,19 +28,53 @@ _SPECIAL = np.zeros(32, bool)
 _SPECIAL[[0, 29, 30, 31]] = True
 
 
+_NATIVE_ERRORS = {2: "event with a negative length",
+                  3: "an event runs past the end of the page data"}
+
+
+def _native_kwalk():
+    return native.lib.kwalk if native.lib is not None else None
+
+
+def _addr(a):
+    return None if a is None else a.ctypes.data
+
+
 class PageDecoder:
     """Decodes batches of ring-buffer pages of one layout.
 
     page_size, data_start (offset of the data in a page, from header_page),
     commit_size (4 or 8) and big_endian describe the pages; err(message) makes
-    the exception to raise for a corrupt page; fast=False uses the step walker only.
+    the exception to raise for a corrupt page.  native=True walks the pages with
+    analysis/kwalk.c when it is built (events in file order); otherwise numpy walks
+    them, with fast=False the step walker only.
     """
 
     def __init__(self, page_size: int, data_start: int, commit_size: int, big_endian: bool,
-                 err, fast: bool = True):
+                 err, fast: bool = True, native: bool = True):
         self.page_size, self.data_start, self.commit_size = page_size, data_start, commit_size
         self.big_endian, self.e = big_endian, ">" if big_endian else "<"
         self._err, self.fast = err, fast
+        self.native = native and _native_kwalk() is not None
+
+    def _walk_native(self, buf, npages, cpu, page0, want_pos, want_ts):
+        """walk() in C: one pass over the records of every page, in file order."""
+        cap = npages * ((self.page_size - self.data_start) // 8 + 1)  # 8 bytes: smallest event
+        tid = np.empty(cap, np.uint32)
+        pos = np.empty(cap, np.int64) if want_pos else None
+        ts = np.empty(cap, np.uint64) if want_ts else None
+        loss, err = np.zeros(3, np.int64), np.zeros(3, np.int64)
+        n = _native_kwalk()(buf.ctypes.data, npages, self.page_size, self.data_start, self.commit_size,
+                   int(self.big_endian), cap, tid.ctypes.data, _addr(pos), _addr(ts),
+                   loss.ctypes.data, err.ctypes.data)
+        if n < 0:
+            code, page = int(err[0]), page0 + int(err[1])
+            if code == 1:
+                raise self._err(f"corrupt page: cpu {cpu} page {page} claims {int(err[2])} "
+                                f"bytes of data in a {self.page_size}-byte page")
+            raise self._corrupt(cpu, page0, _NATIVE_ERRORS.get(code, f"page {page}: walk error {code}"))
+        return (tid[:n], pos[:n] if want_pos else None, ts[:n] if want_ts else None,
+                [int(x) for x in loss])
 
     def _corrupt(self, cpu, page0, what):
         return self._err(f"corrupt page: cpu {cpu}, batch starting at page {page0}: {what}")
@@ -48,6 +84,8 @@ class PageDecoder:
         flagged pages without a stored count]).  Offsets only if want_pos, time stamps
         only if want_ts (default: want_pos); None otherwise."""
         want_ts = want_pos if want_ts is None else want_ts
+        if self.native:
+            return self._walk_native(buf, npages, cpu, page0, want_pos, want_ts)
         ps, ds, e, cs = self.page_size, self.data_start, self.e, self.commit_size
         words = buf.view(e + "u4")
         q64 = buf[:npages * ps].view(e + "u8")

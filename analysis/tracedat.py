@@ -122,8 +122,10 @@ class TraceFile:
     section_table (v7: [(id, offset, flags, size)]).
     """
 
-    BATCH_BYTES = 8 << 20  # pages walked at once
+    BATCH_BYTES = 2 << 20  # pages walked at once (2 MB: measured, see README "Benchmarks")
     FAST_RUNS = True  # vectorised same-size-run fast path (False: step walker only)
+    NATIVE = True  # walk pages and decompress zstd with analysis/kwalk.c when it is built
+    #                (False: numpy and python-zstandard)
 
     def __init__(self, path, buffer: str = ""):
         self.path = os.fspath(path)
@@ -436,7 +438,7 @@ class TraceFile:
     # ---------------------------------------------------------- page data
     def _pages(self) -> PageSource:
         return PageSource(self._f.fileno(), self._fsize, self.page_size, self._e, self.compression,
-                          self._err, self.BATCH_BYTES)
+                          self._err, self.BATCH_BYTES, self.NATIVE)
 
     def _batches(self, off: int, size: int):
         """Yield (uint8 buffer, n_pages) for one cpu's data (the buffer is reused)."""
@@ -447,7 +449,7 @@ class TraceFile:
         records of ev_id in that batch ('ts' and 'cpu' only with_ts; file order only if
         ordered); when the pass is complete, sets the counts by id and the loss stats."""
         kb = PageDecoder(self.page_size, self._data_start, self.commit_size, self.big_endian,
-                         self._err, fast=self.FAST_RUNS)
+                         self._err, fast=self.FAST_RUNS, native=self.NATIVE)
         counts = np.zeros(1 << 16, np.int64)
         lost, per_cpu = [0, 0, 0], {}
         want_pos = ev_id is not None

@@ -4,22 +4,24 @@ Uncompressed data (v6, or v7 without compression) is read straight into a batch
 buffer.  Compressed v7 data is a count of chunks, each `csize usize` and a zstd or
 zlib frame of whole pages; chunks are decompressed into the batch buffer.
 
-With prefetch, a worker thread fills the next batch while the caller decodes the
-current one (zstd and zlib release the GIL while they decompress), through a ring
-of three buffers, so memory stays at three batches whatever the length of the
-trace.  A batch is valid until the caller asks for the next one after it.
+With prefetch, worker threads (DECOMPRESS_THREADS, at most one per core) fill the
+next batches while the caller decodes the current one (zstd and zlib release the
+GIL while they decompress), each into its own buffer of a ring of threads + 1, so
+memory stays at a few batches whatever the length of the trace.  A batch is valid
+until the caller asks for the next one after it.
 Every batch buffer has 16 zero bytes after its last page (the page decoder reads
 one word past a record header).
 """
 from __future__ import annotations
 
 import os
-import queue
 import struct
 import threading
 import zlib
 
 import numpy as np
+
+from analysis import native
 
 try:
     import zstandard
@@ -27,6 +29,7 @@ except ImportError:  # pragma: no cover
     zstandard = None
 
 PAD = 16
+DECOMPRESS_THREADS = 2  # measured on 2 cores: see README, "Benchmarks"
 _END = object()
 
 
@@ -47,9 +50,10 @@ class PageSource:
     """
 
     def __init__(self, fd: int, fsize: int, page_size: int, e: str, compression, err,
-                 batch_bytes: int):
+                 batch_bytes: int, native: bool = True):
         self.fd, self.fsize, self.page_size, self.e = fd, fsize, page_size, e
         self.compression, self._err, self.batch_bytes = compression, err, batch_bytes
+        self.native = native
 
     def _pread(self, off: int, n: int, what: str) -> bytes:
         if off < 0 or n < 0 or off + n > self.fsize:
@@ -85,10 +89,20 @@ class PageSource:
             yield buf, n
 
     def _zbatches(self, off: int, bufs):
-        """Decompressed batches of one cpu's chunks (compressed data read in 4 MB windows)."""
+        """Decompressed batches of one cpu's chunks, one after the other."""
+        fill = self.filler()
+        for k, job in enumerate(self._zjobs(off)):
+            slot = k % len(bufs)
+            if bufs[slot] is None or bufs[slot].size < job[0] + PAD:
+                bufs[slot] = self._new_buffer(max(job[0], self.batch_bytes))
+            yield bufs[slot], fill(job, bufs[slot])
+
+    def _zjobs(self, off: int):
+        """One cpu's compressed chunks grouped into batches: yields (bytes, [(i, file
+        offset, compressed data, usize)]); reads the file in 4 MB windows (a batch holds
+        views of its windows).  A batch's chunks are back to back in the file."""
         ps, e = self.page_size, self.e
         cap = max(1, self.batch_bytes // ps) * ps
-        unpack = decompressor(self.compression)
         win, wstart = b"", off
 
         def get(p, n, what):
@@ -100,46 +114,67 @@ class PageSource:
                                     f"file has {self.fsize} bytes")
             return memoryview(win)[p - wstart:p - wstart + n]
 
-        def take(k):
-            slot = k % len(bufs)
-            if bufs[slot] is None or bufs[slot].size < cap + PAD:
-                bufs[slot] = self._new_buffer(cap)
-            return bufs[slot]
-
         (nchunks,) = struct.unpack(e + "I", get(off, 4, "chunk count"))
-        p, fill, k = off + 4, 0, 0
-        buf = take(k)
+        p, fill, chunks = off + 4, 0, []
         for i in range(nchunks):
             csize, usize = struct.unpack(e + "II", get(p, 8, "compressed chunk header"))
             if usize % ps:
                 raise self._err(f"corrupt compressed chunk {i}: {usize} bytes is not a whole "
                                 f"number of {ps}-byte pages")
+            if chunks and fill + usize > cap:
+                yield fill, chunks
+                fill, chunks = 0, []
+            chunks.append((i, p, get(p + 8, csize, "compressed chunk"), usize))
+            fill += usize
+            p += 8 + csize
+        if chunks:
+            yield fill, chunks
+
+    def filler(self):
+        """A function (batch from _zjobs, buffer) -> pages that decompresses the batch
+        into the buffer: in C (analysis/kwalk.c) for zstd when it is built, else with
+        python-zstandard or zlib.  One per thread (it holds a decompression context)."""
+        if self.compression == "zstd" and self.native and native.available():
+            z, err = native.ZstdChunks(), np.zeros(4, np.int64)
+            return lambda job, buf: self._zfill_native(job, buf, z, err)
+        unpack = decompressor(self.compression)
+        return lambda job, buf: self._zfill(job, buf, unpack)
+
+    def _zfill_native(self, job, buf, z, err) -> int:
+        chunks = job[1]
+        first, last = chunks[0], chunks[-1]
+        start = first[1]
+        src = self._pread(start, last[1] + 8 + len(last[2]) - start, "compressed chunk")
+        n = z.decompress(src, len(chunks), self.e == ">", buf, err)
+        if n[0] < 0:
+            i, at = first[0] + int(err[0]), start + int(err[1])
+            what = n[1] if err[2] < 0 else f"{int(err[2])} bytes, expected {int(err[3])}"
+            raise self._err(f"corrupt compressed chunk {i} at offset {at}: {what}")
+        buf[n[0]:n[0] + PAD] = 0
+        return n[0] // self.page_size
+
+    def _zfill(self, job, buf, unpack) -> int:
+        """Decompress a batch from _zjobs into buf; returns its number of pages."""
+        fill = 0
+        for i, p, data, usize in job[1]:
             try:
-                raw = unpack(get(p + 8, csize, "compressed chunk"), usize)
+                raw = unpack(data, usize)
             except Exception as ex:
                 raise self._err(f"corrupt compressed chunk {i} at offset {p}: {ex}") from None
             if len(raw) != usize:
                 raise self._err(f"corrupt compressed chunk {i} at offset {p}: "
                                 f"{len(raw)} bytes, expected {usize}")
-            p += 8 + csize
-            if fill + usize > cap:
-                if fill:
-                    buf[fill:fill + PAD] = 0
-                    yield buf, fill // ps
-                    k += 1
-                cap, fill = max(cap, usize), 0
-                buf = take(k)
             memoryview(buf)[fill:fill + usize] = raw  # cheaper than a numpy copy
             fill += usize
-        if fill:
-            buf[fill:fill + PAD] = 0
-            yield buf, fill // ps
+        buf[fill:fill + PAD] = 0
+        return fill // self.page_size
 
     # ------------------------------------------------------- every cpu
     def all_batches(self, cpu_data, compressed: bool, prefetch: bool = True):
         """Yield (cpu, buffer, n_pages, page index of the batch in that cpu) for every cpu.
 
-        prefetch: decompress in a worker thread one batch ahead (compressed data only).
+        prefetch: decompress ahead in worker threads, one per core up to
+        DECOMPRESS_THREADS (compressed data only).
         """
         if not (prefetch and compressed):
             for cpu, off, size in cpu_data:
@@ -148,66 +183,86 @@ class PageSource:
                     yield cpu, buf, n, page0
                     page0 += n
             return
-        yield from _prefetched(self, cpu_data)
+        yield from _prefetched(self, cpu_data, max(1, min(DECOMPRESS_THREADS, os.cpu_count() or 1)))
 
 
-def _prefetched(src: PageSource, cpu_data):
-    """all_batches with a worker thread: a ring of three buffers, a queue of one."""
-    q: queue.Queue = queue.Queue(maxsize=1)
-    stop = threading.Event()
-    bufs = [None, None, None]
+def _prefetched(src: PageSource, cpu_data, workers: int):
+    """all_batches with `workers` decompressing threads, up to workers + 1 batches ahead
+    of the reader (one buffer each), handed to the reader in file order.
 
-    def put(item):
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    The chunk headers are parsed under the lock (cheap), the chunks decompressed outside
+    it (zstd and zlib release the GIL), so the threads overlap each other and the reader.
+    An error is raised to the reader at the batch where it happened, after the batches
+    before it.
+    """
+    ahead = workers + 1
+    bufs = [None] * ahead
+    cond = threading.Condition()
+    st = {"next": 0, "reader": 0, "done": False, "stop": False}
+    results: dict = {}
+
+    def jobs():
+        for cpu, off, size in cpu_data:
+            page0 = 0
+            for job in src._zjobs(off):
+                yield cpu, page0, job
+                page0 += job[0] // src.page_size
+
+    source = jobs()
 
     def work():
-        try:
-            k = 0
-            for cpu, off, size in cpu_data:
-                page0 = 0
-                for buf, n in src.batches(off, size, True, bufs=_Ring(bufs, k)):
-                    if not put((cpu, buf, n, page0)):
-                        return
-                    page0 += n
-                    k += 1
-            put(_END)
-        except BaseException as ex:  # handed to the reader, raised there
-            put(ex)
-
-    t = threading.Thread(target=work, name="trace-pages", daemon=True)
-    t.start()
-    try:
+        fill = src.filler()
         while True:
-            item = q.get()
+            with cond:
+                while not (st["stop"] or st["done"]) and st["next"] - st["reader"] >= ahead:
+                    cond.wait()
+                if st["stop"] or st["done"]:
+                    return
+                j = st["next"]
+                st["next"] += 1
+                try:
+                    cpu, page0, job = next(source)
+                except StopIteration:
+                    st["done"], results[j] = True, _END
+                    cond.notify_all()
+                    return
+                except BaseException as ex:  # handed to the reader, raised there
+                    st["done"], results[j] = True, ex
+                    cond.notify_all()
+                    return
+            slot = j % ahead
+            try:
+                if bufs[slot] is None or bufs[slot].size < job[0] + PAD:
+                    bufs[slot] = src._new_buffer(max(job[0], src.batch_bytes))
+                item = (cpu, bufs[slot], fill(job, bufs[slot]), page0)
+            except BaseException as ex:
+                item = ex
+            with cond:
+                results[j] = item
+                cond.notify_all()
+
+    threads = [threading.Thread(target=work, name=f"trace-pages-{i}", daemon=True)
+               for i in range(workers)]
+    for t in threads:
+        t.start()
+    try:
+        j = 0
+        while True:
+            with cond:
+                st["reader"] = j  # the buffers of batches before j are free again
+                cond.notify_all()
+                while j not in results:
+                    cond.wait()
+                item = results.pop(j)
             if item is _END:
                 return
             if isinstance(item, BaseException):
                 raise item
             yield item
+            j += 1
     finally:
-        stop.set()
-        t.join()
-
-
-class _Ring(list):
-    """The ring of buffers seen from one cpu's batches: slot k of that cpu is slot
-    start + k of the shared ring, so consecutive batches never share a buffer across cpus."""
-
-    def __init__(self, shared, start):
-        super().__init__()
-        self.shared, self.start = shared, start
-
-    def __len__(self):
-        return len(self.shared)
-
-    def __getitem__(self, k):
-        return self.shared[(self.start + k) % len(self.shared)]
-
-    def __setitem__(self, k, v):
-        self.shared[(self.start + k) % len(self.shared)] = v
+        with cond:
+            st["stop"] = True
+            cond.notify_all()
+        for t in threads:
+            t.join()

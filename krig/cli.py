@@ -1,6 +1,12 @@
 """krig command line. Exit codes: see krig.verdict.VERDICTS (2 = bad input)."""
 import argparse
+import os
 import sys
+
+# numpy's OpenBLAS starts a thread per core at import that spins for a while: on 2 cores
+# that took 0.04-0.06 s of CPU from `krig trace stats`' own threads (README, Benchmarks).
+# krig does no linear algebra worth a thread; a user's own setting wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .errors import KrigError, guarded
 from .verdict import USAGE_EXIT, VERDICTS, exit_code

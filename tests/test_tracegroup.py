@@ -1,8 +1,9 @@
 """`krig trace stats --group-by` streams: groups counted batch by batch (analysis.tracecli
 GroupCounter over TraceFile.field_batches), with compressed pages decompressed ahead in a
-worker thread (analysis.tracepages).  The oracle is `trace-cmd report` on the same file."""
+worker threads (analysis.tracepages).  The oracle is `trace-cmd report` on the same file."""
 import io
 import json
+import os
 import re
 import subprocess
 import threading
@@ -11,6 +12,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from analysis import tracepages
 from analysis.tracecli import GroupCounter, group_counts, stats_main
 from analysis.tracedat import TraceError, TraceFile
 from analysis.tracegen import write_synthetic
@@ -78,7 +80,13 @@ def test_compaction_keeps_counts():
     assert g.groups() == group_counts(vals)
 
 
-def test_prefetch_equals_plain_reads_and_counts_after(tmp_path):
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_prefetch_equals_plain_reads_and_counts_after(tmp_path, monkeypatch, threads):
+    """Decompressing threads hand the batches over in file order, whatever their number
+    (3 on a 2-core machine: more threads than cores), across many small batches."""
+    monkeypatch.setattr(tracepages, "DECOMPRESS_THREADS", threads)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(TraceFile, "BATCH_BYTES", 16 << 10)
     path = synth(tmp_path / "p.dat", 20_000)
     a, b = TraceFile(path), TraceFile(path)
     ev = a.event(XFS)

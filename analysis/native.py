@@ -1,0 +1,60 @@
+"""analysis/_kwalk.so (analysis/kwalk.c, built by `make helpers`) through ctypes.
+
+ctypes lets go of the GIL for the length of each call, so the decompressing threads
+and the page walk run at once.  `lib` is None when the library is not built: the
+reader then walks pages with numpy and decompresses with python-zstandard, the
+references tests/test_kwalk.py holds the C code against.
+"""
+from __future__ import annotations
+
+import ctypes
+import pathlib
+
+PATH = pathlib.Path(__file__).resolve().parent / "_kwalk.so"
+
+
+def _load():
+    try:
+        lib = ctypes.CDLL(str(PATH))
+    except OSError:
+        return None
+    ptr, long_, int_ = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    lib.kwalk.restype = long_
+    lib.kwalk.argtypes = [ptr, long_, long_, long_, int_, int_, long_, ptr, ptr, ptr, ptr, ptr]
+    lib.kz_new.restype = ptr
+    lib.kz_new.argtypes = []
+    lib.kz_free.restype = None
+    lib.kz_free.argtypes = [ptr]
+    lib.kz_chunks.restype = long_
+    lib.kz_chunks.argtypes = [ptr, ctypes.c_char_p, long_, long_, int_, ptr, long_, ptr,
+                              ctypes.c_char_p, long_]
+    return lib
+
+
+lib = _load()
+
+
+def available() -> bool:
+    return lib is not None
+
+
+class ZstdChunks:
+    """One decompression context (one per thread): decompresses a batch of v7 chunks."""
+
+    def __init__(self):
+        self._dctx = lib.kz_new()
+        if not self._dctx:
+            raise MemoryError("ZSTD_createDCtx failed")
+
+    def __del__(self):
+        if getattr(self, "_dctx", None):
+            lib.kz_free(self._dctx)
+            self._dctx = None
+
+    def decompress(self, src: bytes, nchunks: int, big_endian: bool, dst, err):
+        """Into dst (a numpy uint8 array): bytes written, or -1 with err (int64[4]: chunk,
+        its offset in src, the bytes it gave or -1, its usize) and the zstd error text."""
+        msg = ctypes.create_string_buffer(200)
+        n = lib.kz_chunks(self._dctx, src, len(src), nchunks, int(big_endian), dst.ctypes.data,
+                          dst.size, err.ctypes.data, msg, len(msg))
+        return n, msg.value.decode(errors="replace")

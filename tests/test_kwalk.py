@@ -1,0 +1,164 @@
+"""The C hot loops (analysis/kwalk.c) against the Python code they stand in for.
+
+The numpy walker (analysis/kbuffer.py) is itself checked against `trace-cmd report`
+and a plain-Python walk in tests/test_tracedat.py; here the C walk must give the same
+events (type id, data offset, time stamp), the same loss counts and the same one-line
+errors, on every record kind a kernel writes, both byte orders and both commit sizes;
+and the C decompression of zstd chunks the same pages and errors as python-zstandard.
+"""
+import pathlib
+import struct
+
+import numpy as np
+import pytest
+
+from analysis import kbuffer, native
+from analysis.tracedat import TraceError, TraceFile
+from analysis.tracegen import write_synthetic
+
+DATA = pathlib.Path(__file__).resolve().parent / "data"
+TEMPLATE = DATA / "host618_sched_xfs_v7.dat"
+XFS = "xfs:xfs_ail_insert"
+FEATURES = dict(extra=[("sched:sched_switch", 0.2), ("sched:sched_process_exec", 0.05)],
+                extend_every=500, abs_every=777, big_every=97, discard_every=301, cpus=3)
+
+
+def test_native_walker_is_built():
+    """`make helpers` (a prerequisite of make test) builds the library; a silent
+    fallback to numpy here would leave the C walk untested."""
+    assert native.available(), f"{native.PATH} is missing: run make helpers"
+
+
+def walks(path):
+    """(native, numpy) walk of every batch of the file: [(tid, pos, ts, loss)] each."""
+    tf = TraceFile(path)
+    tf.BATCH_BYTES = 64 << 10  # several batches per cpu
+    out = {True: [], False: []}
+    for native in (True, False):
+        kb = kbuffer.PageDecoder(tf.page_size, tf._data_start, tf.commit_size, tf.big_endian,
+                                 tf._err, native=native)
+        assert kb.native == native
+        for cpu, buf, n, page0 in tf._pages().all_batches(tf._cpu_data, tf._data_compressed,
+                                                         prefetch=False):
+            out[native].append(kb.walk(buf, n, cpu, page0, True, True))
+    return out[True], out[False]
+
+
+def same_events(a, b):
+    """The same events, whatever order each walker gives them in."""
+    (ta, pa, sa, la), (tb, pb, sb, lb) = a, b
+    assert la == lb
+    assert (np.diff(pa) > 0).all()  # the C walk is in file order
+    ob = np.argsort(pb, kind="stable")
+    assert pa.tolist() == pb[ob].tolist()
+    assert ta.tolist() == tb[ob].tolist()
+    assert sa.tolist() == sb[ob].tolist()
+
+
+@pytest.mark.parametrize("big_endian,long_size", [(False, 8), (True, 8), (False, 4), (True, 4)])
+def test_every_record_kind(tmp_path, big_endian, long_size):
+    path = tmp_path / "s.dat"
+    write_synthetic(TEMPLATE, path, 30_000, big_endian=big_endian, long_size=long_size,
+                    **FEATURES)
+    native, ref = walks(path)
+    assert len(native) == len(ref) > 3
+    for a, b in zip(native, ref):
+        same_events(a, b)
+    assert sum(a[0].size for a in native) == 30_000
+
+
+def test_uniform_pages_and_loss(tmp_path):
+    path = tmp_path / "u.dat"
+    write_synthetic(TEMPLATE, path, 40_000, extend_every=0, abs_every=0, big_every=0,
+                    discard_every=0, cpus=2, version=6, compression=None,
+                    lost={0: {1: 1234, 3: None}, 1: {0: 7}})
+    native, ref = walks(path)
+    for a, b in zip(native, ref):
+        same_events(a, b)
+    assert [sum(w[3][i] for w in native) for i in range(3)] == [3, 1241, 1]
+
+
+def test_trace_file_results_agree(tmp_path):
+    """What users see (counts, columns, loss) is the same with either walker."""
+    path = tmp_path / "c.dat"
+    write_synthetic(TEMPLATE, path, 20_000, **FEATURES)
+    fast, ref = TraceFile(path), TraceFile(path)
+    ref.NATIVE = False
+    assert fast.counts() == ref.counts()
+    for name in fast.counts():
+        a, b = fast.columns(name, ("common_pid",)), ref.columns(name, ("common_pid",))
+        assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a), name
+    assert fast.lost_events() == ref.lost_events()
+
+
+def errors(path):
+    msgs = []
+    for native in (True, False):
+        tf = TraceFile(path)
+        tf.NATIVE = native
+        with pytest.raises(TraceError) as ei:
+            tf.columns(XFS)
+        msgs.append(str(ei.value))
+    return msgs
+
+
+def test_corrupt_pages_give_the_same_error(tmp_path):
+    path = tmp_path / "g.dat"
+    write_synthetic(TEMPLATE, path, 6000, version=6, compression=None, **FEATURES)
+    tf = TraceFile(path)
+    _, off, _ = tf._cpu_data[1]
+    good = path.read_bytes()
+    bad = tmp_path / "bad.dat"
+    cases = {  # (offset in the file, bytes): what the error says
+        "claims": (off + 4096, struct.pack("<QQ", 1000, 5000)),
+        "runs past the end": (off, struct.pack("<QQI", 1000, 40, 28 | (1 << 5))),
+        "negative length": (off, struct.pack("<QQII", 1000, 40, 0, 2)),
+    }
+    for what, (at, patch) in cases.items():
+        page = bytearray(good)
+        page[at:at + len(patch)] = patch
+        bad.write_bytes(bytes(page))
+        native, ref = errors(bad)
+        assert native == ref and what in native and "cpu 1" in native and "\n" not in native
+
+
+def test_zstd_chunks_decompress_as_python_zstandard(tmp_path):
+    path = tmp_path / "z.dat"
+    write_synthetic(TEMPLATE, path, 20_000, **FEATURES)
+    pages = {}
+    for nat in (True, False):
+        tf = TraceFile(path)
+        tf.BATCH_BYTES = 64 << 10
+        src = tf._pages()
+        src.native = nat
+        pages[nat] = [(cpu, page0, buf[:n * tf.page_size].tobytes()) for cpu, buf, n, page0
+                      in src.all_batches(tf._cpu_data, True, prefetch=False)]
+    assert len(pages[True]) > 4 and pages[True] == pages[False]
+
+
+def test_corrupt_chunks_give_the_same_error(tmp_path):
+    path = tmp_path / "z.dat"
+    write_synthetic(TEMPLATE, path, 20_000, **FEATURES)
+    tf = TraceFile(path)
+    _, off, _ = tf._cpu_data[1]
+    good = path.read_bytes()
+    (csize, usize), second = struct.unpack_from("<II", good, off + 4), off + 4 + 8 + \
+        struct.unpack_from("<I", good, off + 4)[0]
+    bad = tmp_path / "bad.dat"
+    cases = {  # what the error says: the bytes changed
+        "corrupt compressed chunk 0 at offset": (off + 20, b"\xff" * 40),  # inside the frame
+        "bytes, expected": (second + 4, struct.pack("<I", 2 * 4096 + usize)),  # usize too big
+    }
+    for what, (at, patch) in cases.items():
+        data = bytearray(good)
+        data[at:at + len(patch)] = patch
+        bad.write_bytes(bytes(data))
+        msgs = []
+        for nat in (True, False):
+            t = TraceFile(bad)
+            t.NATIVE = nat
+            with pytest.raises(TraceError) as ei:
+                t.counts()
+            msgs.append(str(ei.value))
+        assert all(what in m and "\n" not in m and str(bad) in m for m in msgs), msgs
+        assert msgs[0].split(":")[:2] == msgs[1].split(":")[:2]  # same chunk and offset
