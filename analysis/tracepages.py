@@ -141,17 +141,17 @@ class PageSource:
         return lambda job, buf: self._zfill(job, buf, unpack)
 
     def _zfill_native(self, job, buf, z, err) -> int:
+        """_zfill in C: the batch's chunks are back to back, read in one piece."""
         chunks = job[1]
-        first, last = chunks[0], chunks[-1]
-        start = first[1]
-        src = self._pread(start, last[1] + 8 + len(last[2]) - start, "compressed chunk")
-        n = z.decompress(src, len(chunks), self.e == ">", buf, err)
-        if n[0] < 0:
-            i, at = first[0] + int(err[0]), start + int(err[1])
-            what = n[1] if err[2] < 0 else f"{int(err[2])} bytes, expected {int(err[3])}"
-            raise self._err(f"corrupt compressed chunk {i} at offset {at}: {what}")
-        buf[n[0]:n[0] + PAD] = 0
-        return n[0] // self.page_size
+        (first, start, _, _), (_, at, data, _) = chunks[0], chunks[-1]
+        src = self._pread(start, at + 8 + len(data) - start, "compressed chunk")
+        n, msg = z.decompress(src, len(chunks), self.e == ">", buf, err)
+        if n < 0:
+            what = msg if err[2] < 0 else f"{int(err[2])} bytes, expected {int(err[3])}"
+            raise self._err(f"corrupt compressed chunk {first + int(err[0])} at offset "
+                            f"{start + int(err[1])}: {what}")
+        buf[n:n + PAD] = 0
+        return n // self.page_size
 
     def _zfill(self, job, buf, unpack) -> int:
         """Decompress a batch from _zjobs into buf; returns its number of pages."""

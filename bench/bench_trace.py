@@ -33,7 +33,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from analysis import native  # noqa: E402
 from analysis.tracegen import write_synthetic  # noqa: E402
+from analysis.tracepages import DECOMPRESS_THREADS  # noqa: E402
 
 TEMPLATE = ROOT / "tests" / "data" / "xfs_template_v7.dat"
 EVENT = "xfs:xfs_ail_insert"
@@ -62,10 +64,11 @@ print(json.dumps({"count": n, "import_s": t1 - t0, "count_s": t2 - t1, "maxrss_k
 
 def run_ours(path: str) -> dict:
     best = None
+    env = {"OPENBLAS_NUM_THREADS": "1", **os.environ}  # as the krig CLI runs the reader
     for _ in range(2):
         t = time.perf_counter()
         r = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), path, EVENT],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=env)
         wall = time.perf_counter() - t
         if r.returncode:
             raise SystemExit(f"reader failed on {path}: {r.stderr.strip().splitlines()[-1:]}")
@@ -162,6 +165,9 @@ def main(argv=None) -> int:
     sizes = [200_000] if args.quick else [2_000_000, 17_000_000]
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"({os.cpu_count()} cpus)")
+    print("page walk and zstd: " + (f"C ({native.PATH.name}), {DECOMPRESS_THREADS} decompressing "
+                                    f"threads" if native.available() else
+                                    "numpy and python-zstandard (run make helpers for the C code)"))
     if args.sizes:
         sizes = [int(float(s)) for s in args.sizes.split(",")]
     rows, failed = [], False
