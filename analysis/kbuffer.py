@@ -1,4 +1,5 @@
-"""Decoding of ring-buffer pages (libtraceevent's kbuffer), vectorised with numpy.
+"""Decoding of ring-buffer pages (libtraceevent's kbuffer): in C (analysis/kwalk.c,
+record by record, in file order) when it is built, else vectorised with numpy as below.
 
 A batch of pages comes in as one uint8 buffer.  Within a batch every page gets
 a cursor and all cursors advance together:

@@ -1,8 +1,9 @@
-"""Fast reader for trace-cmd's trace.dat (file versions 6 and 7), pure Python + numpy.
+"""Fast reader for trace-cmd's trace.dat (file versions 6 and 7): Python + numpy, with
+the page walk and zstd decompression in C (analysis/kwalk.c) when it is built.
 
 This module reads the file format: header, sections, options, event formats and
-the per-cpu page data.  Pages go to analysis.kbuffer a batch at a time (8 MB of
-pages; v7 chunks are decompressed one by one into the batch).  No per-event
+the per-cpu page data.  Pages go to analysis.kbuffer a batch at a time (2 MB of
+pages; v7 chunks are decompressed into the batch by analysis.tracepages).  No per-event
 Python object is made for counting, so memory is bounded by the batch size
 whatever the length of the trace.
 """
