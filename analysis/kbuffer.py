@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis import native
+from analysis import native as native_lib
 
 COMMIT_MASK = (1 << 27) - 1
 MISSED_EVENTS = 1 << 31
@@ -31,14 +31,6 @@ _SPECIAL[[0, 29, 30, 31]] = True
 
 _NATIVE_ERRORS = {2: "event with a negative length",
                   3: "an event runs past the end of the page data"}
-
-
-def _native_kwalk():
-    return native.lib.kwalk if native.lib is not None else None
-
-
-def _addr(a):
-    return None if a is None else a.ctypes.data
 
 
 class PageDecoder:
@@ -56,26 +48,20 @@ class PageDecoder:
         self.page_size, self.data_start, self.commit_size = page_size, data_start, commit_size
         self.big_endian, self.e = big_endian, ">" if big_endian else "<"
         self._err, self.fast = err, fast
-        self.native = native and _native_kwalk() is not None
+        self.native = native and native_lib.available()
 
     def _walk_native(self, buf, npages, cpu, page0, want_pos, want_ts):
         """walk() in C: one pass over the records of every page, in file order."""
-        cap = npages * ((self.page_size - self.data_start) // 8 + 1)  # 8 bytes: smallest event
-        tid = np.empty(cap, np.uint32)
-        pos = np.empty(cap, np.int64) if want_pos else None
-        ts = np.empty(cap, np.uint64) if want_ts else None
-        loss, err = np.zeros(3, np.int64), np.zeros(3, np.int64)
-        n = _native_kwalk()(buf.ctypes.data, npages, self.page_size, self.data_start, self.commit_size,
-                   int(self.big_endian), cap, tid.ctypes.data, _addr(pos), _addr(ts),
-                   loss.ctypes.data, err.ctypes.data)
-        if n < 0:
-            code, page = int(err[0]), page0 + int(err[1])
-            if code == 1:
-                raise self._err(f"corrupt page: cpu {cpu} page {page} claims {int(err[2])} "
-                                f"bytes of data in a {self.page_size}-byte page")
-            raise self._corrupt(cpu, page0, _NATIVE_ERRORS.get(code, f"page {page}: walk error {code}"))
-        return (tid[:n], pos[:n] if want_pos else None, ts[:n] if want_ts else None,
-                [int(x) for x in loss])
+        tid, pos, ts, loss, err = native_lib.walk(buf, npages, self.page_size, self.data_start,
+                                                  self.commit_size, self.big_endian, want_pos,
+                                                  want_ts)
+        if err is None:
+            return tid, pos, ts, loss
+        code, page, size = err[0], page0 + err[1], err[2]
+        if code == 1:
+            raise self._err(f"corrupt page: cpu {cpu} page {page} claims {size} "
+                            f"bytes of data in a {self.page_size}-byte page")
+        raise self._corrupt(cpu, page0, _NATIVE_ERRORS.get(code, f"page {page}: walk error {code}"))
 
     def _corrupt(self, cpu, page0, what):
         return self._err(f"corrupt page: cpu {cpu}, batch starting at page {page0}: {what}")

@@ -27,6 +27,13 @@
 #include <string.h>
 #include <zstd.h>
 
+/* analysis/native.py loads the library only if this matches its own KWALK_ABI: a stale
+ * build with other arguments would be called wrongly.  Change both with any signature. */
+int kwalk_abi(void)
+{
+	return 2;
+}
+
 #define COMMIT_MASK ((1u << 27) - 1)
 #define MISSED_EVENTS (1ull << 31)
 #define MISSED_STORED (1ull << 30)
@@ -46,12 +53,16 @@ static inline uint64_t rd64(const uint8_t *p, int big)
 	return big ? __builtin_bswap64(v) : v;
 }
 
-long kwalk(const uint8_t *buf, long npages, long page_size, long data_start, int commit_size,
-	   int big, long cap, uint32_t *tid, int64_t *pos_out, uint64_t *ts_out, int64_t *loss,
-	   int64_t *err)
+long kwalk(const uint8_t *buf, long buflen, long npages, long page_size, long data_start,
+	   int commit_size, int big, long cap, uint32_t *tid, int64_t *pos_out, uint64_t *ts_out,
+	   int64_t *loss, int64_t *err)
 {
 	long n = 0;
 	loss[0] = loss[1] = loss[2] = 0;
+	if (npages * page_size > buflen) {
+		err[0] = 3, err[1] = 0;
+		return -1;
+	}
 	for (long pg = 0; pg < npages; pg++) {
 		const uint8_t *page = buf + pg * page_size;
 		uint64_t ts = rd64(page, big);
@@ -72,6 +83,10 @@ long kwalk(const uint8_t *buf, long npages, long page_size, long data_start, int
 		}
 		int64_t p = pg * page_size + data_start, end = p + size;
 		while (p < end) {
+			if (p + 8 > buflen) { /* a header and its first word are read at once */
+				err[0] = 3, err[1] = pg;
+				return -1;
+			}
 			uint32_t w = rd32(buf + p, big), a0 = rd32(buf + p + 4, big);
 			uint32_t tl = big ? w >> 27 : w & 31, delta = big ? w & COMMIT_MASK : w >> 5;
 			int64_t dpos, next;
@@ -96,6 +111,10 @@ long kwalk(const uint8_t *buf, long npages, long page_size, long data_start, int
 				}
 				dpos = p + 8;
 				next = dpos + ((ln + 3) & ~(int64_t)3);
+				if (dpos + 4 > buflen) {
+					err[0] = 3, err[1] = pg;
+					return -1;
+				}
 				a0 = rd32(buf + dpos, big);
 				break;
 			}

@@ -10,17 +10,23 @@ from __future__ import annotations
 import ctypes
 import pathlib
 
+import numpy as np
+
 PATH = pathlib.Path(__file__).resolve().parent / "_kwalk.so"
+KWALK_ABI = 2  # kwalk_abi() in analysis/kwalk.c
 
 
 def _load():
     try:
         lib = ctypes.CDLL(str(PATH))
-    except OSError:
+        if lib.kwalk_abi() != KWALK_ABI:  # a stale build: `make helpers` rebuilds it
+            return None
+    except (OSError, AttributeError):
         return None
     ptr, long_, int_ = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
     lib.kwalk.restype = long_
-    lib.kwalk.argtypes = [ptr, long_, long_, long_, int_, int_, long_, ptr, ptr, ptr, ptr, ptr]
+    lib.kwalk.argtypes = [ptr, long_, long_, long_, long_, int_, int_, long_, ptr, ptr, ptr, ptr,
+                          ptr]
     lib.kz_new.restype = ptr
     lib.kz_new.argtypes = []
     lib.kz_free.restype = None
@@ -36,6 +42,29 @@ lib = _load()
 
 def available() -> bool:
     return lib is not None
+
+
+def _addr(a):
+    return None if a is None else a.ctypes.data
+
+
+def walk(buf, npages, page_size, data_start, commit_size, big_endian, want_pos, want_ts):
+    """Every data event of npages pages of buf (uint8), in file order: (type ids, data
+    offsets or None, time stamps or None, [flagged pages, stored lost count, flagged
+    pages without a count], error) where error is None or (code, page, size) as
+    analysis/kwalk.c's kwalk() sets them."""
+    cap = npages * ((page_size - data_start) // 8 + 1)  # 8 bytes: the smallest event
+    tid = np.empty(cap, np.uint32)
+    pos = np.empty(cap, np.int64) if want_pos else None
+    ts = np.empty(cap, np.uint64) if want_ts else None
+    loss, err = np.zeros(3, np.int64), np.zeros(3, np.int64)
+    n = lib.kwalk(buf.ctypes.data, buf.size, npages, page_size, data_start, commit_size,
+                  int(big_endian), cap, tid.ctypes.data, _addr(pos), _addr(ts),
+                  loss.ctypes.data, err.ctypes.data)
+    if n < 0:
+        return None, None, None, None, tuple(int(x) for x in err)
+    return (tid[:n], pos[:n] if want_pos else None, ts[:n] if want_ts else None,
+            [int(x) for x in loss], None)
 
 
 class ZstdChunks:

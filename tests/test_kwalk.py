@@ -26,7 +26,7 @@ FEATURES = dict(extra=[("sched:sched_switch", 0.2), ("sched:sched_process_exec",
 def test_native_walker_is_built():
     """`make helpers` (a prerequisite of make test) builds the library; a silent
     fallback to numpy here would leave the C walk untested."""
-    assert native.available(), f"{native.PATH} is missing: run make helpers"
+    assert native.available(), f"{native.PATH} is missing or stale: run make helpers"
 
 
 def walks(path):
