@@ -43,7 +43,8 @@ def load_kernel(name: str) -> Kernel:
         raise UsageError(f"--kernel {name!r}: unknown kernel; allowed: {', '.join(kernel_names()) or '(none)'}")
     data = load_toml(path)
     where = f"kernels/{name}.toml"
-    source = optional(data, "source", str, where, "distro")
+    # a toml that `extends` another takes its source from it (distro kernels cannot be extended)
+    source = optional(data, "source", str, where, None if "extends" in data else "distro")
     if source == "distro":
         reject_unknown(data, {"source", "release", "description", "cmdline"}, where)
         rel, image, mods, cfg = distro_kernel(name, optional(data, "release", str, where))
