@@ -78,8 +78,9 @@ def _metric_rows(res: dict) -> list:
     for r in res["metrics"]:
         b, n = r["base"], r["new"]
         p = "-" if r["p"] is None else f"{r['p']:.4f}"
-        sig = "yes" if r["significant"] else ("no" if r["reachable"] else "no (too few runs)")
-        way = r["direction"] if r["significant"] else f"({r['direction']})" if r["direction"] else ""
+        sig = ("yes" if r["material"] else f"yes, but under {r['min_change_pct']:g}%") \
+            if r["significant"] else ("no" if r["reachable"] else "no (too few runs)")
+        way = r["verdict"] or (f"({r['direction']})" if r["direction"] else "")
         rows.append([esc(r["metric"]), esc(r["unit"]), b["n"], esc(fmt(b["median"])),
                      esc(f"{fmt(b['min'])} - {fmt(b['max'])}"), n["n"], esc(fmt(n["median"])),
                      esc(f"{fmt(n['min'])} - {fmt(n['max'])}"),
@@ -108,8 +109,9 @@ def write_compare_html(res: dict, out: pathlib.Path) -> list:
     parts += ["<h2>Metrics</h2>",
               f"<p>Judged runs (PASS/FAIL) only. p: {esc(res['test'])}; significant only at p &lt; "
               f"{res['alpha']} with at least {res['min_n_per_side']} runs a side (with 3 vs 3 the smallest "
-              f"possible p is 0.10). Change: NEW median against BASE median; better/worse in brackets when "
-              f"not significant.</p>",
+              f"possible p is 0.10). Change: NEW median against BASE median; better/worse when significant and "
+              f"at least the metric's min_change_pct (default 1%), \"small\" when significant but "
+              f"smaller, in brackets when not significant.</p>",
               html_table(["metric", "unit", "n", "BASE median", "BASE min - max", "n", "NEW median",
                           "NEW min - max", "change", "", "p", "significant"], _metric_rows(res),
                          (2, 3, 4, 5, 6, 7, 8, 10))]

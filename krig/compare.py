@@ -8,7 +8,9 @@ Each side is any mix of run directories and group directories (`krig run
 For every metric: n, median and min-max per side, the change of the median in
 % of BASE's, better/worse by the metric's direction, and the two-sided
 Mann-Whitney U test (analysis/stats.py: significant only at p < 0.05 and with
-enough runs for the test to reach it, 4 per side). For every threshold: how
+enough runs for the test to reach it, 4 per side). A change is called better or
+worse only when it is significant and at least the metric's min_change_pct of
+BASE's median (repro.toml, default 1%); a significant smaller one is "small". For every threshold: how
 many runs held it on each side, and whether it flips. Output: a text table of
 at most 100 columns, or --json; compare.html with both sides' time series
 overlaid (analysis/compare_html.py) in --out DIR.
@@ -25,7 +27,7 @@ from analysis.summary import threshold_id, threshold_results
 from . import RESULTS_DIR
 from .errors import UsageError
 from .group import GROUP_FILE, JUDGED, group_runs, metric_values, run_state, verdict_counts, verdict_text
-from .reproducer import load_reproducer
+from .reproducer import MIN_CHANGE_PCT, load_reproducer
 
 WIDTH = 100
 USAGE = "usage: krig compare [--json] [--out DIR] BASE... -- NEW... (run or group directories)"
@@ -132,8 +134,15 @@ def compare(base_paths: list, new_paths: list) -> dict:
         b, n = describe(bvals.get(name, [])), describe(nvals.get(name, []))
         ch = change_pct(b["median"], n["median"])
         test = compare_samples(bvals.get(name, []), nvals.get(name, []))
+        way = direction(ch, meta["better"])
+        floor = repro.metrics.get(name, {}).get("min_change_pct", MIN_CHANGE_PCT)
+        material = ch is not None and abs(ch) >= floor
         rows.append({"metric": name, "unit": meta["unit"], "better": meta["better"], "base": b, "new": n,
-                     "change_pct": ch, "direction": direction(ch, meta["better"]), **test})
+                     "change_pct": ch, "direction": way, **test, "min_change_pct": floor,
+                     "material": material,
+                     # what the change is called: better/worse only when significant and material
+                     "verdict": (way if material else "small") if test["significant"] and
+                     way in ("better", "worse") else ""})
     return {"reproducer": repro.name, "preset": man.get("preset"), "params": man.get("params"),
             "test": TEST, "alpha": ALPHA, "min_n_per_side": min_n_per_side(),
             "base": _side_info(base), "new": _side_info(new), "warnings": warnings,
@@ -182,7 +191,7 @@ def format_text(res: dict) -> str:
         name = r["metric"] if len(r["metric"]) <= 26 else r["metric"][:25] + "~"
         ch = _pct(r["change_pct"])
         bs, ns = r["base"], r["new"]
-        verdict = r["direction"] if r["significant"] and r["direction"] in ("better", "worse") else ""
+        verdict = r["verdict"]
         out.append(f"{name:26s} {_n(bs['median']):>8s} {_range(bs):>15s} "
                    f"{_n(ns['median']):>8s} {_range(ns):>15s} "
                    f"{ch:>8s} {_p(r):>6s} {verdict:7s}".rstrip())
@@ -192,7 +201,8 @@ def format_text(res: dict) -> str:
     out.append(f"p: {res['test']}. * = significant: p < {res['alpha']}")
     out.append(f"   and at least {res['min_n_per_side']} judged runs a side (3 vs 3 cannot reach it: its "
                f"smallest p is {min_p(3, 3):.2f}).")
-    out.append("   change: NEW median vs BASE median; better/worse only when significant.")
+    out.append("   change: NEW median vs BASE median; better/worse only when significant and at least")
+    out.append(f"   the metric's min_change_pct (default {MIN_CHANGE_PCT:g}%); small: significant but smaller.")
     if any(r["p"] is not None and not r["reachable"] for r in res["metrics"]):
         out.append(f"   with {b['judged']} vs {n['judged']} judged runs the smallest possible p is "
                    f"{min_p(b['judged'], n['judged']):.3f}: nothing here can be significant.")

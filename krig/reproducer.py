@@ -13,6 +13,10 @@ from .errors import UsageError
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 BETTER = ("higher", "lower", "info")
+# `krig compare` calls a metric better or worse only when the change is significant *and*
+# at least this much of BASE's median (metrics.<name>.min_change_pct overrides it): a count
+# that varies by a handful of events in 260,000 is "significant" at 4 runs a side.
+MIN_CHANGE_PCT = 1.0
 # Parameters every reproducer has; presets and --set may change them.
 BUILTIN_PARAMS = {
     "timeout": {"type": "int", "min": 1, "max": 30 * 86400,
@@ -66,7 +70,7 @@ class Reproducer:
     presets: dict         # name -> {param: value}
     trace_events: list
     trace_buffer_kb: int
-    metrics: dict         # name -> {unit, better, description}
+    metrics: dict         # name -> {unit, better, description, min_change_pct}
     thresholds: list
     plots: list = dataclasses.field(default_factory=list)   # [[plots]], see PLOTS_DOC
     session: dict | None = None                              # where KernelShark opens
@@ -242,17 +246,7 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
             raise UsageError(f"{w}.trace.events: {e!r} is not SYSTEM:EVENT")
     buffer_kb = positive_int(trace, "buffer_kb", f"{w}.trace") if "buffer_kb" in trace else 65536
 
-    metrics = {}
-    for mname, m in optional(data, "metrics", dict, w, {}).items():
-        mw = f"{w}.metrics.{mname}"
-        if not isinstance(m, dict):
-            raise UsageError(f"{mw}: expected a table with unit, better and description")
-        reject_unknown(m, {"unit", "better", "description"}, mw)
-        better = require(m, "better", str, mw)
-        if better not in BETTER:
-            raise UsageError(f"{mw}.better: {better!r} is not one of {', '.join(BETTER)}")
-        metrics[mname] = {"unit": require(m, "unit", str, mw), "better": better,
-                          "description": optional(m, "description", str, mw, "")}
+    metrics = parse_metrics(optional(data, "metrics", dict, w, {}), w)
 
     thresholds = []
     for i, t in enumerate(optional(data, "thresholds", list, w, [])):
@@ -288,6 +282,27 @@ def positive_int(table: dict, key: str, where: str) -> int:
     if v < 1:
         raise UsageError(f"{where}.{key}: must be a positive integer, got {v}")
     return v
+
+
+def parse_metrics(tables: dict, w: str) -> dict:
+    """repro.toml's [metrics.<name>] tables: {name: {unit, better, description, min_change_pct}}."""
+    metrics = {}
+    for mname, m in tables.items():
+        mw = f"{w}.metrics.{mname}"
+        if not isinstance(m, dict):
+            raise UsageError(f"{mw}: expected a table with unit, better and description")
+        reject_unknown(m, {"unit", "better", "description", "min_change_pct"}, mw)
+        better = require(m, "better", str, mw)
+        if better not in BETTER:
+            raise UsageError(f"{mw}.better: {better!r} is not one of {', '.join(BETTER)}")
+        floor = optional(m, "min_change_pct", (int, float), mw, MIN_CHANGE_PCT)
+        if isinstance(floor, bool) or not 0 <= floor < 1000:
+            raise UsageError(f"{mw}.min_change_pct: {floor!r} is not a number from 0 to 1000 "
+                             f"(per cent of BASE's median)")
+        metrics[mname] = {"unit": require(m, "unit", str, mw), "better": better,
+                          "description": optional(m, "description", str, mw, ""),
+                          "min_change_pct": float(floor)}
+    return metrics
 
 
 def parse_requires(requires: dict, where: str) -> dict:

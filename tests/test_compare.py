@@ -117,6 +117,35 @@ def test_compare_numbers_equal_the_runs(tmp_path):
     assert "+55.0%" in line and "0.008*" in line and line.rstrip().endswith("better")
 
 
+def test_a_significant_but_tiny_change_is_small_not_better(tmp_path):
+    """260,290 vs 260,297 events every run: p is at its floor, but 0.003% is no change a
+    developer acts on; the metric's min_change_pct (default 1%) decides better/worse."""
+    base = fake_group(tmp_path, "gb", [260290, 260291, 260290, 260289], kernel="k1")
+    new = fake_group(tmp_path, "gn", [260297, 260298, 260297, 260296], kernel="k2")
+    res = compare([str(base)], [str(new)])
+    row = next(r for r in res["metrics"] if r["metric"] == "files_seen")
+    assert row["significant"] and row["direction"] == "better" and abs(row["change_pct"]) < 0.01
+    assert row["min_change_pct"] == 1.0 and not row["material"] and row["verdict"] == "small"
+    line = next(ln for ln in format_text(res).splitlines() if ln.startswith("files_seen"))
+    assert line.rstrip().endswith("small") and "better" not in line
+    # a 2% change with the same spread is material: better
+    new2 = fake_group(tmp_path, "gn2", [265500, 265501, 265500, 265499], kernel="k2")
+    row2 = next(r for r in compare([str(base)], [str(new2)])["metrics"] if r["metric"] == "files_seen")
+    assert row2["material"] and row2["verdict"] == "better"
+
+
+def test_min_change_pct_is_checked(tmp_path):
+    from krig.reproducer import parse_metrics
+
+    def parse(tables):
+        return parse_metrics(tables, "repro.toml")
+    assert parse({"m": {"unit": "s", "better": "lower", "min_change_pct": 5}})["m"]["min_change_pct"] == 5.0
+    assert parse({"m": {"unit": "s", "better": "lower"}})["m"]["min_change_pct"] == 1.0
+    for bad in (-1, "5", True, 1e6):
+        with pytest.raises(UsageError, match=r"metrics\.m\.min_change_pct"):
+            parse({"m": {"unit": "s", "better": "lower", "min_change_pct": bad}})
+
+
 def test_only_judged_runs_give_numbers_and_interrupted_runs_do_not_count(tmp_path):
     g = fake_group(tmp_path, "g", [10, 12])
     fake_run(g / "run-03", 999, verdict="ERROR")          # an instrument broke: its number is not used
