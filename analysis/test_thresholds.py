@@ -77,6 +77,7 @@ def measured(threshold, metrics, record_property):
     outcome, line = judge_value(threshold, value, unit)
     record_property("krig_outcome", outcome)
     record_property("krig_message", line)
+    record_property("krig_host_sensitive", "1" if threshold.host_sensitive else "0")
     if outcome in ("unmeasured", "instrument"):
         raise NotJudged(line)
     return outcome, line

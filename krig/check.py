@@ -17,11 +17,27 @@ from analysis.report import write_report
 from . import ROOT
 from .errors import KrigError, UsageError
 from .junit import write_single
+from .hostload import CONTENDED_LIMIT_PCT, contended_pct
 from .paths import owner_alive
 from .reproducer import load_reproducer
 from .results import write_json
 from .verdict import outcome_verdict, scan_console
 
+
+
+# metrics krig adds to every run that has the data, unless the reproducer declares them
+BUILTIN_METRICS = {
+    "host_contended_pct": {"unit": "%", "better": "lower", "description":
+                           "share of the workload's seconds in which other host processes kept the "
+                           "host's CPUs saturated (host.tsv; emulated rigs only)"},
+}
+
+
+def _manifest(run_dir: pathlib.Path) -> dict:
+    try:
+        return json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def load_analyzer(repro):
@@ -69,13 +85,18 @@ def compute_metrics(run_dir: pathlib.Path, repro) -> dict:
     if data.path("samples.tsv").exists():
         # ... and every sampled run whether its sampler kept its interval.
         values.setdefault("sampler_max_gap_intervals", data.sampler_max_gap_intervals())
+    host = _manifest(run_dir).get("host") or {}
+    if data.path("host.tsv").exists() and host.get("cpus"):
+        # ... and every emulated run how much the host's other load took from it.
+        values.setdefault("host_contended_pct", contended_pct(data.path("host.tsv"), host["cpus"]))
     missing = [m for m in repro.metrics if m not in values]
     if missing:
         raise UsageError(f"reproducers/{repro.name}: no value for metric {', '.join(missing)} "
                          "(from krig_metric in run.sh or analyze.py)")
     out = {}
     for name, v in values.items():
-        meta = repro.metrics.get(name, {"unit": "", "better": "info", "description": ""})
+        meta = repro.metrics.get(name) or BUILTIN_METRICS.get(name) or {"unit": "", "better": "info",
+                                                                         "description": ""}
         v = None if v is None else float(v)
         out[name] = {"value": None if v is None or math.isnan(v) else v, **meta}
     return out
@@ -98,8 +119,8 @@ def judge(run_dir: pathlib.Path) -> dict:
 
 
 def tally(root) -> dict:
-    res = {"passed": 0, "failed": 0, "unmeasured": 0, "instrument": 0, "errors": 0,
-           "failures": [], "not_judged": [], "broken": []}
+    res = {"passed": 0, "failed": 0, "failed_host_sensitive": 0, "unmeasured": 0, "instrument": 0,
+           "errors": 0, "failures": [], "not_judged": [], "broken": []}
     for tc in root.iter("testcase"):
         props = {pr.get("name"): pr.get("value") for pr in tc.iter("property")}
         bad = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
@@ -109,6 +130,7 @@ def tally(root) -> dict:
         elif outcome == "fail":
             res["failed"] += 1
             res["failures"].append(props["krig_message"])
+            res["failed_host_sensitive"] += props.get("krig_host_sensitive") == "1"
         elif outcome == "unmeasured":
             res["unmeasured"] += 1
             res["not_judged"].append(props["krig_message"])
@@ -122,13 +144,21 @@ def tally(root) -> dict:
     return res
 
 
-def verdict_of(res: dict) -> tuple[str, str]:
+def verdict_of(res: dict, host_contended_pct: float | None = None) -> tuple[str, str]:
     """The verdict rule: an instrument check that failed (or a judge that broke) makes the run
-    ERROR whatever else happened; otherwise FAIL only if a measured regression threshold failed
-    (metrics that could not be computed are named alongside); otherwise a metric that could
-    not be computed is ERROR naming it; otherwise PASS."""
+    ERROR whatever else happened; so does a FAIL that rests only on host_sensitive thresholds
+    while the host was contended (host_contended_pct over krig/hostload.py's limit); otherwise
+    FAIL only if a measured regression threshold failed (metrics that could not be computed
+    are named alongside); otherwise a metric that could not be computed is ERROR naming it;
+    otherwise PASS."""
     if res["broken"]:
         return "ERROR", ("instrument: " if res["instrument"] else "judge error: ") + "; ".join(res["broken"])
+    if (res["failed"] and res.get("failed_host_sensitive", 0) == res["failed"]
+            and host_contended_pct is not None and host_contended_pct > CONTENDED_LIMIT_PCT):
+        return "ERROR", (f"host contention: other processes kept the host's CPUs saturated in "
+                         f"{host_contended_pct:.0f}% of the workload's seconds (limit "
+                         f"{CONTENDED_LIMIT_PCT:g}%, host.tsv), so these timing thresholds are not "
+                         f"blamed on the kernel: " + "; ".join(res["failures"]))
     if res["failed"]:
         extra = [f"not measured: {m}" for m in res["not_judged"]]
         return "FAIL", "; ".join(res["failures"] + extra)
@@ -184,7 +214,7 @@ def check(run_dir) -> dict:
                                        "are lower bounds; enlarge trace.buffer_kb")
             res = judge(run_dir)
             verdict["thresholds"] = res
-            v, why = verdict_of(res)
+            v, why = verdict_of(res, metrics.get("host_contended_pct", {}).get("value"))
             verdict.update(verdict=v, reason=why)
             notes = run_notes(repro, metrics)
             if notes and v in ("PASS", "FAIL"):     # how the verdict was reached, on its line

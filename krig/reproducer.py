@@ -46,6 +46,9 @@ class Threshold:
     max: float | None
     rationale: str
     kind: str = "regression"
+    # a timing metric the host's own load can move (a TCG guest runs as fast as the host
+    # lets it): crossed while the host was contended, the run is ERROR, not FAIL
+    host_sensitive: bool = False
 
     def describe(self) -> str:
         parts = []
@@ -253,7 +256,7 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
         tw = f"{w}.thresholds[{i}]"
         if not isinstance(t, dict):
             raise UsageError(f"{tw}: expected a table with metric, min/max and rationale")
-        reject_unknown(t, {"metric", "min", "max", "rationale", "kind"}, tw)
+        reject_unknown(t, {"metric", "min", "max", "rationale", "kind", "host_sensitive"}, tw)
         kind = optional(t, "kind", str, tw, "regression")
         if kind not in THRESHOLD_KINDS:
             raise UsageError(f"{tw}.kind: {kind!r} is not one of {', '.join(THRESHOLD_KINDS)}")
@@ -263,7 +266,12 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
         lo, hi = optional(t, "min", (int, float), tw), optional(t, "max", (int, float), tw)
         if lo is None and hi is None:
             raise UsageError(f"{tw}: needs min or max")
-        thresholds.append(Threshold(metric, lo, hi, require(t, "rationale", str, tw), kind))
+        host_sensitive = optional(t, "host_sensitive", bool, tw, False)
+        if host_sensitive and kind != "regression":
+            raise UsageError(f"{tw}.host_sensitive: only for kind = \"regression\" (an instrument "
+                             f"check is ERROR whatever the host did)")
+        thresholds.append(Threshold(metric, lo, hi, require(t, "rationale", str, tw), kind,
+                                    host_sensitive))
 
     return Reproducer(
         name=name, path=path, description=description.strip(),

@@ -10,6 +10,7 @@ import time
 from . import RESULTS_DIR, ROOT
 from .check import check
 from .errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
+from .hostload import HostSampler
 from kernels.catalog import load_kernel
 from .paths import owner_record
 from .preflight import preflight
@@ -183,7 +184,14 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     log(f"krig: running {repro.name} (timeout {params['timeout']}s)")
     # on a timeout, the salvage keeps the trace still in the machine before HUNG is declared
     salvage = ["bash", f"{root}/reproducers/lib/salvage.sh", out]
-    res = rig.command.run(argv, env=env, timeout=params["timeout"], salvage=salvage)
+    pid = rig.emulator_pid()  # an emulator runs as fast as the host lets it: sample the host
+    host = HostSampler(run_dir / "host.tsv", pid).start() if pid else None
+    try:
+        res = rig.command.run(argv, env=env, timeout=params["timeout"], salvage=salvage)
+    finally:
+        if host is not None:
+            host.stop()
+            manifest["host"] = {"cpus": host.ncpus, "interval": host.interval}
     (run_dir / "stdout").write_bytes(res.stdout)
     (run_dir / "stderr").write_bytes(res.stderr)
     (run_dir / "exit_code").write_text(f"{res.returncode}\n")

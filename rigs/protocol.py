@@ -123,6 +123,11 @@ class Rig(abc.ABC):
         """Facts learnt while running (accel used and why, versions...)."""
         return {}
 
+    def emulator_pid(self) -> int | None:
+        """The local process that runs the machine (QEMU), whose speed the host's other load
+        sets; None for a real machine. krig samples the host next to it (krig/hostload.py)."""
+        return None
+
     def host_needs(self) -> dict:
         """What a run on this rig takes from the host running krig, checked before anything
         starts (krig/preflight.py): any of memory (bytes), cpus, programs (names on PATH),

@@ -272,6 +272,9 @@ class QemuRig(Rig):
             pass            # prepare() says what is wrong with it
         return d
 
+    def emulator_pid(self):
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
     def host_needs(self):
         return {"memory": self.spec["memory_bytes"], "cpus": self.spec["cpus"], "programs": [QEMU],
                 "work_dir": self.work_dir()}

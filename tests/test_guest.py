@@ -34,6 +34,12 @@ def test_pass_has_every_file(tmp_path, no_leftover_qemu):
     assert (tmp_path / "results" / "latest").resolve() == d
     metrics = json.loads((d / "metrics.json").read_text())
     assert metrics["files_seen"]["value"] == 100
+    # the host next to the emulator, sampled through the workload: QEMU used CPU in it
+    host = [ln.split("\t") for ln in (d / "host.tsv").read_text().splitlines()[1:]]
+    assert host and m["host"]["cpus"] >= 1 and all(float(r[2]) >= 0 for r in host)
+    assert max(float(r[2]) for r in host) > 0.05, host
+    assert 0 <= metrics["host_contended_pct"]["value"] <= 100
+    assert metrics["host_contended_pct"]["unit"] == "%"
     assert "created 100 files" in (d / "stdout").read_text()
     assert "krig-agent" in (d / "console.log").read_text()
     assert "created 100" not in (d / "console.log").read_text()   # separate channels

@@ -1,0 +1,89 @@
+"""Host contention (krig/hostload.py): the host sampler on this host's real /proc, and the
+verdict rule that keeps a timing threshold crossed on a contended host from blaming the
+kernel (fed through the real pytest judge, as tests/test_judge.py)."""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from krig import hostload
+from krig.check import judge, verdict_of
+from krig.errors import UsageError
+from krig.reproducer import load_reproducer, parse_reproducer
+
+from test_judge import FIXED
+
+
+def test_sampler_sees_busy_processes_as_others(tmp_path):
+    """Real /proc: processes spinning on every core are 'others' (no emulator here) and the
+    host is saturated while they run; the sampler stops when told."""
+    spin = [subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()\nwhile time.time()-t<4: pass"])
+            for _ in range(hostload.os.cpu_count() or 1)]
+    try:
+        s = hostload.HostSampler(tmp_path / "host.tsv", emulator_pid=spin[0].pid, interval=0.5).start()
+        time.sleep(3)
+        s.stop()
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait()
+    lines = (tmp_path / "host.tsv").read_text().splitlines()
+    assert lines[0] == hostload.HEADER.strip() and 4 <= len(lines) - 1 <= 8
+    rows = [[float(x) for x in ln.split("\t")] for ln in lines[1:]]
+    n = s.ncpus
+    assert all(0.8 * n <= busy <= n + 0.05 for _, busy, _, _ in rows), rows
+    # the "emulator" (one spinner) used about one CPU, the other spinners are others
+    assert all(0.7 <= emu <= 1.1 for _, _, emu, _ in rows), rows
+    if n >= 2:
+        assert hostload.contended_pct(tmp_path / "host.tsv", n) >= 50
+    assert not s._thread.is_alive()
+
+
+def test_contended_pct_counts_saturated_seconds_with_others(tmp_path):
+    p = tmp_path / "host.tsv"
+    p.write_text(hostload.HEADER + "".join(
+        f"{i}\t{busy}\t{emu}\t{busy - emu}\n" for i, (busy, emu) in enumerate(
+            [(2.0, 1.0), (1.95, 1.5), (2.0, 1.8), (1.0, 0.5), (2.0, 0.9)])))
+    # saturated (>= 1.8 of 2) with others >= 0.5: rows 0, 4 (row 1: others 0.45; row 2: 0.2)
+    assert hostload.contended_pct(p, 2) == pytest.approx(40.0)
+    (tmp_path / "empty.tsv").write_text(hostload.HEADER)
+    assert hostload.contended_pct(tmp_path / "empty.tsv", 2) is None
+
+
+def judged(tmp_path, values, contended):
+    name = "unlink-dentry-growth"
+    repro = load_reproducer(name)
+    (tmp_path / "manifest.json").write_text(json.dumps({"reproducer": name, "preset": "smoke"}))
+    metrics = {m: {"value": values.get(m, 0.0), **meta} for m, meta in repro.metrics.items()}
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    return verdict_of(judge(tmp_path), contended)
+
+
+def test_timing_threshold_on_a_contended_host_is_error_not_fail(tmp_path):
+    fixed = FIXED["unlink-dentry-growth"]
+    dip = {**fixed, "trough_peak_ratio": 0.45}   # the dip a busy host made here (README)
+    v, why = judged(tmp_path, dip, contended=35.0)
+    assert v == "ERROR" and why.startswith("host contention:") and "trough_peak_ratio = 0.45" in why
+    assert "\n" not in why
+    # the same numbers on a quiet host: the kernel is blamed
+    assert judged(tmp_path, dip, contended=2.0)[0] == "FAIL"
+    assert judged(tmp_path, dip, contended=None)[0] == "FAIL"    # a real server: no host.tsv
+    # a threshold the host cannot move crossed as well: FAIL whatever the host did
+    both = {**dip, "peak_negative_vs_inflight": 50.0}
+    v, why = judged(tmp_path, both, contended=80.0)
+    assert v == "FAIL" and "peak_negative_vs_inflight" in why
+
+
+def test_host_sensitive_is_checked(tmp_path):
+    base = {"description": "d", "metrics": {"m": {"unit": "s", "better": "lower"}}}
+    r = parse_reproducer("x", tmp_path, {**base, "thresholds": [
+        {"metric": "m", "max": 1, "rationale": "r", "host_sensitive": True}]})
+    assert r.thresholds[0].host_sensitive
+    with pytest.raises(UsageError, match=r"thresholds\[0\]\.host_sensitive: only for kind"):
+        parse_reproducer("x", tmp_path, {**base, "thresholds": [
+            {"metric": "m", "max": 1, "rationale": "r", "kind": "instrument", "host_sensitive": True}]})
+    with pytest.raises(UsageError, match=r"host_sensitive"):
+        parse_reproducer("x", tmp_path, {**base, "thresholds": [
+            {"metric": "m", "max": 1, "rationale": "r", "host_sensitive": "yes"}]})
