@@ -61,8 +61,11 @@ class PageSource:
                             f"file has {self.fsize} bytes")
         return os.pread(self.fd, n, off)
 
-    def _new_buffer(self, cap: int):
-        return np.empty(cap + PAD, np.uint8)
+    def _buffer(self, bufs, slot: int, nbytes: int):
+        """bufs[slot], (re)allocated when it holds fewer than nbytes (+ PAD) bytes."""
+        if bufs[slot] is None or bufs[slot].size < nbytes + PAD:
+            bufs[slot] = np.empty(max(nbytes, self.batch_bytes) + PAD, np.uint8)
+        return bufs[slot]
 
     # ------------------------------------------------------- one cpu
     def batches(self, off: int, size: int, compressed: bool, bufs=None):
@@ -78,10 +81,7 @@ class PageSource:
         ps = self.page_size
         per = max(1, self.batch_bytes // ps)
         for k, done in enumerate(range(0, size // ps, per)):
-            slot = k % len(bufs)
-            if bufs[slot] is None or bufs[slot].size < per * ps + PAD:
-                bufs[slot] = self._new_buffer(per * ps)
-            buf = bufs[slot]
+            buf = self._buffer(bufs, k % len(bufs), per * ps)
             n = min(per, size // ps - done)
             if os.preadv(self.fd, [memoryview(buf)[:n * ps]], off + done * ps) != n * ps:
                 raise self._err(f"truncated file: page data at offset {off + done * ps}")
@@ -92,10 +92,8 @@ class PageSource:
         """Decompressed batches of one cpu's chunks, one after the other."""
         fill = self.filler()
         for k, job in enumerate(self._zjobs(off)):
-            slot = k % len(bufs)
-            if bufs[slot] is None or bufs[slot].size < job[0] + PAD:
-                bufs[slot] = self._new_buffer(max(job[0], self.batch_bytes))
-            yield bufs[slot], fill(job, bufs[slot])
+            buf = self._buffer(bufs, k % len(bufs), job[0])
+            yield buf, fill(job, buf)
 
     def _zjobs(self, off: int):
         """One cpu's compressed chunks grouped into batches: yields (bytes, [(i, file
@@ -230,11 +228,9 @@ def _prefetched(src: PageSource, cpu_data, workers: int):
                     st["done"], results[j] = True, ex
                     cond.notify_all()
                     return
-            slot = j % ahead
             try:
-                if bufs[slot] is None or bufs[slot].size < job[0] + PAD:
-                    bufs[slot] = src._new_buffer(max(job[0], src.batch_bytes))
-                item = (cpu, bufs[slot], fill(job, bufs[slot]), page0)
+                buf = src._buffer(bufs, j % ahead, job[0])
+                item = (cpu, buf, fill(job, buf), page0)
             except BaseException as ex:
                 item = ex
             with cond:

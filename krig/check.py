@@ -33,13 +33,6 @@ BUILTIN_METRICS = {
 }
 
 
-def _manifest(run_dir: pathlib.Path) -> dict:
-    try:
-        return json.loads((run_dir / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def load_analyzer(repro):
     path = repro.path / "analyze.py"
     if not path.exists():
@@ -85,7 +78,7 @@ def compute_metrics(run_dir: pathlib.Path, repro) -> dict:
     if data.path("samples.tsv").exists():
         # ... and every sampled run whether its sampler kept its interval.
         values.setdefault("sampler_max_gap_intervals", data.sampler_max_gap_intervals())
-    host = _manifest(run_dir).get("host") or {}
+    host = data.manifest.get("host") or {}
     if data.path("host.tsv").exists() and host.get("cpus"):
         # ... and every emulated run how much the host's other load took from it.
         values.setdefault("host_contended_pct", contended_pct(data.path("host.tsv"), host["cpus"]))
