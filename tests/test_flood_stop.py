@@ -1,4 +1,4 @@
-"""neg-dentry-flood stops when the machine's numbers give the answer (issue 15).
+"""neg-dentry-flood stops when the machine's numbers give the answer.
 
 negflood watches nr_negative while it floods and stops at the first of: the
 negatives crossing the RAM limit (unbounded: FAIL), a plateau after the minimum
@@ -175,7 +175,7 @@ def test_cap_kernel_passes_by_plateau(tiny_built, tmp_path_factory):
 def test_plain_kernel_stops_at_time_cap(tiny_built, tmp_path_factory):
     """tiny-6.1 (no cap) on a 6 GB guest, one lookup generator, max_duration forced to 8 s:
     the flood ends at the cap before 5% of RAM (8 s at the 15-45k names/s one TCG generator
-    made here in stop 19 is 0.4-1.1% of RAM; CI once made > 70k/s and crossed 5% of a 2 GB
+    made here is 0.4-1.1% of RAM; CI once made > 70k/s and crossed 5% of a 2 GB
     guest before 8 s, so the guest has room for 200k/s) and the verdict is the growth rule's, with the reason
     saying the cap was hit. Which verdict depends on the rate: an 8 s flood grows by 3-8%
     of the limit in its last quarter here (a cap this short is forced; a computed one is

@@ -1,4 +1,4 @@
-"""A kernel built from linux-source-6.1 with a patch series, booted and judged (issues 8 and 9).
+"""A kernel built from linux-source-6.1 with a patch series, booted and judged.
 
 `make test` builds kernels/tiny-6.1.toml (tinyconfig + the krig guest +
 unlink-dentry-growth) and tiny-6.1-rmdir-keeps-children.toml (the same plus
