@@ -88,7 +88,7 @@ def judged(tmp_path, values, contended):
 
 def test_timing_threshold_on_a_contended_host_is_error_not_fail(tmp_path):
     fixed = FIXED["unlink-dentry-growth"]
-    dip = {**fixed, "trough_peak_ratio": 0.45}   # the dip a busy host made here (README)
+    dip = {**fixed, "trough_peak_ratio": 0.45}   # the dip a busy host made here (docs/verdicts.md)
     v, why = judged(tmp_path, dip, contended=35.0)
     assert v == "ERROR" and why.startswith("host contention:") and "trough_peak_ratio = 0.45" in why
     assert "\n" not in why

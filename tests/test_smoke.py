@@ -24,7 +24,7 @@ pytestmark = pytest.mark.smoke
 EXPECTED = {"unlink-dentry-growth": (0, "PASS"), "neg-dentry-flood": (1, "FAIL"), "xfs-ail-storm": (0, "PASS")}
 
 # The smallest guest that shows the result: the flood runs until its negatives pass 5% of
-# RAM, which takes about twice as long at twice the RAM (README, "When the flood stops").
+# RAM, which takes about twice as long at twice the RAM (docs/reproducers.md, "When the flood stops").
 RIG_MEMORY = {"neg-dentry-flood": "1G"}
 
 # Key metrics of each smoke preset: finite and in a plausible range, so a reproducer that
