@@ -27,6 +27,7 @@ never a stuck process. Nothing secret is sent: place names are rig names,
 tags come from the rig file's [lab] table (rigs/ipmi_spec.py lab_tags).
 """
 import asyncio
+import logging
 import os
 import socket
 import threading
@@ -84,6 +85,22 @@ def holder_id() -> str:
     return f"{socket.gethostname()}_{os.getpid()}"
 
 
+class _LastError(logging.Handler):
+    """labgrid's client logs a lost coordinator on the root logger (Python would print it to
+    stderr, next to krig's own line); keep its last message for krig's one line instead."""
+
+    def __init__(self):
+        super().__init__(logging.ERROR)
+        self.message = ""
+
+    def emit(self, record):
+        self.message = record.getMessage().splitlines()[0][:300]
+
+
+_LAST = _LastError()
+logging.getLogger().addHandler(_LAST)
+
+
 # -- the event loop thread -------------------------------------------------------
 
 _LOOP: asyncio.AbstractEventLoop | None = None
@@ -119,6 +136,7 @@ class Coordinator:
                 except Exception:       # the stream is already gone; nothing left to close
                     pass
 
+        _LAST.message = ""
         fut = asyncio.run_coroutine_threadsafe(asyncio.wait_for(body(), RPC_TIMEOUT), _loop())
         try:
             return fut.result(RPC_TIMEOUT + 5)
@@ -126,8 +144,13 @@ class Coordinator:
             fut.cancel()
             if isinstance(e, (KeyboardInterrupt, RigError, UsageError)):
                 raise
-            detail = e.details() if isinstance(e, grpc.aio.AioRpcError) else (str(e) or type(e).__name__)
-            raise RigError(f"lab coordinator {self.addr}: {detail}") from None
+            if isinstance(e, grpc.aio.AioRpcError):
+                detail = e.details()
+            elif isinstance(e, (TimeoutError, asyncio.TimeoutError)):
+                detail = f"no answer within {RPC_TIMEOUT:.0f}s"
+            else:
+                detail = str(e).removeprefix("Error: ") or type(e).__name__
+            raise RigError(f"lab coordinator {self.addr}: {detail}" + (f" ({_LAST.message})" if _LAST.message else "")) from None
 
     # -- reading ------------------------------------------------------------
     def places(self) -> dict:
