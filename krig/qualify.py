@@ -226,8 +226,8 @@ def _run_pytest(todo: list, rigs: list, qdir: pathlib.Path, log) -> bool:
         os.environ[SECRETS_FILE_ENV] = str(secrets)
     # workers die with this process (a kill -9 of it must not leave a worker holding a server)
     worker = shlex.join(dies_with_parent([sys.executable]))
-    args = [str(pathlib.Path(__file__).resolve()), "-p", "xdist", "--tx", f"{len(rigs)}*popen//python={worker}",
-            "--dist", "loadgroup",
+    args = [str(pathlib.Path(__file__).resolve()), "-p", "xdist", "-p", "no:labgrid",
+            "--tx", f"{len(rigs)}*popen//python={worker}", "--dist", "loadgroup",
             "-q", "-rN", "-p", "no:cacheprovider", "--rootdir", str(ROOT), "-o", "console_output_style=classic"]
     try:
         rc = pytest.main(args)

@@ -150,7 +150,8 @@ class Coordinator:
                 detail = f"no answer within {RPC_TIMEOUT:.0f}s"
             else:
                 detail = str(e).removeprefix("Error: ") or type(e).__name__
-            raise RigError(f"lab coordinator {self.addr}: {detail}" + (f" ({_LAST.message})" if _LAST.message else "")) from None
+            why = f" ({_LAST.message})" if _LAST.message else ""
+            raise RigError(f"lab coordinator {self.addr}: {detail}{why}") from None
 
     # -- reading ------------------------------------------------------------
     def places(self) -> dict:
