@@ -45,6 +45,7 @@ HOLDER, SINCE, LEASE = "krig_holder", "krig_since", "krig_lease"
 LEASE_TAGS = (HOLDER, SINCE, LEASE)
 RPC_TIMEOUT = 20.0
 POLL = 2.0
+POLL_FAILURES = 3          # polls in a row the coordinator may miss while a run waits
 DEFAULT_LEASE = 120
 
 
@@ -279,12 +280,25 @@ class Hold:
         return self.coord._call(fn)
 
     def acquire(self, wait: float, log=None):
+        try:
+            self._wait(wait, log)
+        except RigError as e:       # name the rig in the one line
+            raise RigError(str(e) if str(e).startswith("rig ") else f"rig {self.place}: {e}") from None
+
+    def _wait(self, wait: float, log=None):
         t0 = time.monotonic()
         self._create()
         self.facts["reserved_at"] = time.time()
-        said = False
+        said, failures = False, 0
         for _ in range(int(wait / POLL) + 2):
-            state, who = self._poll()
+            try:
+                state, who = self._poll()
+                failures = 0
+            except RigError:
+                failures += 1       # a coordinator restarting: a few polls' grace, then one line
+                if failures >= POLL_FAILURES:
+                    raise
+                state, who = "unreachable", "an unreachable coordinator"
             if state == "allocated":
                 break
             if state in ("gone", "expired", "invalid"):
@@ -304,7 +318,10 @@ class Hold:
             await s.stub.SetPlaceTags(pb.SetPlaceTagsRequest(placename=self.place, tags={
                 HOLDER: self.me, SINCE: str(int(now)), LEASE: str(int(now + self.lease))}))
             await s.stub.AcquirePlace(pb.AcquirePlaceRequest(placename=self.place))
-        self.coord._call(lock)
+        try:
+            self.coord._call(lock)
+        except RigError as e:
+            raise RigError(f"rig {self.place}: {e}") from None
         self.locked = True
         self.facts.update(acquired_at=time.time(), waited_s=round(time.monotonic() - t0, 1),
                           token=self.token)

@@ -160,3 +160,21 @@ def test_bad_input_is_one_line(tmp_path, coord):
     p = _krig(env, "lab", "status")
     assert p.returncode == 3 and len(p.stderr.splitlines()) == 1, p.stderr
     assert p.stderr.startswith(f"krig: error: lab coordinator {coord.addr}: "), p.stderr
+
+
+def test_coordinator_gone_a_holder_keeps_its_server_a_waiter_ends_with_one_line(tmp_path, coord):
+    env = _env(tmp_path, coord)
+    assert _krig(env, "lab", "sync", "lab2").returncode == 0
+    x = start_holder(tmp_path / "x.out", "lab2", 0, 600, lease=6, env=env)
+    wait_for(lambda: facts_of(tmp_path / "x.out", "HELD"), 60, "the holder")
+    w = start_holder(tmp_path / "w.out", "lab2", 0, 1, lease=6, env=env)
+    wait_for(lambda: coord.waiting() == 1, 60, "the waiting reservation")
+    coord.kill()
+    assert w.wait(120) != 0
+    last = (tmp_path / "w.out").read_text().strip().splitlines()[-1]
+    assert last.startswith(f"krig.errors.RigError: rig lab2: lab coordinator {coord.addr}: "), last
+    assert x.poll() is None             # the holder goes on; its lease refreshes (every 2 s) have failed meanwhile
+    os.killpg(x.pid, signal.SIGINT)
+    x.wait(60)
+    done = facts_of(tmp_path / "x.out")
+    assert done["refresh_error"].startswith(f"lab coordinator {coord.addr}: ") and done["release_error"], done
