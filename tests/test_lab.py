@@ -151,6 +151,10 @@ def test_bad_input_is_one_line(tmp_path, coord):
     (tmp_path / "rigs" / "lab3.toml").write_text(RIG.format(name="lab3", lab='tags = { name = "x" }'))
     p = _krig(env, "lab", "sync", "lab3")
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and ".lab.tags.name: " in p.stderr, p.stderr
+    (tmp_path / "rigs" / "lab3.toml").write_text(RIG.format(name="lab3", lab='memory = "lots"'))
+    p = _krig(env, "lab", "sync", "lab3")
+    assert p.returncode == 2 and p.stderr.strip().endswith(
+        "lab3.toml.lab.memory: expected a size like 512M, 16G or 1T, got 'lots'"), p.stderr
     suite = tmp_path / "s.toml"
     suite.write_text('rigs = ["lab1"]\n[lab]\ntags = { model = "r760" }\n[[runs]]\nreproducer = "selftest-pass"\n')
     p = _krig(env, "qualify", str(suite), "-o", str(tmp_path / "q"))
