@@ -281,11 +281,11 @@ class Hold:
 
     def acquire(self, wait: float, log=None):
         try:
-            self._wait(wait, log)
+            self._reserve_and_lock(wait, log)
         except RigError as e:       # name the rig in the one line
             raise RigError(str(e) if str(e).startswith("rig ") else f"rig {self.place}: {e}") from None
 
-    def _wait(self, wait: float, log=None):
+    def _reserve_and_lock(self, wait: float, log=None):
         t0 = time.monotonic()
         self._create()
         self.facts["reserved_at"] = time.time()
@@ -318,10 +318,7 @@ class Hold:
             await s.stub.SetPlaceTags(pb.SetPlaceTagsRequest(placename=self.place, tags={
                 HOLDER: self.me, SINCE: str(int(now)), LEASE: str(int(now + self.lease))}))
             await s.stub.AcquirePlace(pb.AcquirePlaceRequest(placename=self.place))
-        try:
-            self.coord._call(lock)
-        except RigError as e:
-            raise RigError(f"rig {self.place}: {e}") from None
+        self.coord._call(lock)
         self.locked = True
         self.facts.update(acquired_at=time.time(), waited_s=round(time.monotonic() - t0, 1),
                           token=self.token)
