@@ -43,10 +43,10 @@ def outcome(values: dict) -> str | None:
     side = "above" if values.get("limit_crossed") == 1 else "below"
     if values.get("bounded") == 1 and values.get("settled_negative_pct_ram") is not None:
         return (f"negatives settled at {values['settled_negative_pct_ram']:.3g}% of RAM, "
-                f"{values['settled_nr_negative']:,.0f} dentries (bounded, {side} the {LIMIT_PCT_RAM:g}% limit)")
+                f"{values['settled_nr_negative']:,.0f} dentries: bounded, {side} the {LIMIT_PCT_RAM:g}% limit")
     if values.get("bounded") == 0 and values.get("end_negative_pct_ram") is not None:
         return (f"negatives still growing at {values['end_negative_pct_ram']:.3g}% of RAM, "
-                f"{values['end_nr_negative']:,.0f} dentries, when the flood stopped (unbounded)")
+                f"{values['end_nr_negative']:,.0f} dentries, when the flood stopped: unbounded")
     return None
 
 
