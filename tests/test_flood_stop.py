@@ -35,6 +35,7 @@ from krig.reproducer import load_reproducer
 REPRO = ROOT / "reproducers" / "neg-dentry-flood"
 NEGFLOOD = REPRO / "bin" / "negflood"
 CAP_KERNEL, PLAIN_KERNEL = "tiny-6.1-negative-dentry-cap", "tiny-6.1"
+CAP70_KERNEL = "tiny-6.1-negative-dentry-cap-70"     # the same build, its cap at 70/1000 at boot
 
 
 def negflood(tmp_path, *args, timeout=60):
@@ -270,7 +271,7 @@ def test_flood_without_stop_report_is_error(tmp_path, krig_cli):
 
 @pytest.fixture(scope="module")
 def tiny_built():
-    build_kernels(PLAIN_KERNEL, CAP_KERNEL)
+    build_kernels(PLAIN_KERNEL, CAP_KERNEL, CAP70_KERNEL)
 
 
 def _guest_flood(tmp_path_factory, name, *args):
@@ -290,6 +291,8 @@ def test_cap_kernel_passes_by_plateau(tiny_built, tmp_path_factory):
     p, v, m = _guest_flood(tmp_path_factory, "plateau", "--kernel", CAP_KERNEL)
     assert v["verdict"] == "PASS" and p.returncode == 0, v["reason"]
     assert m["stop_reason"] == 2 and m["time_cap_hit"] == 0
+    assert m["limit_crossed"] == 0 and m["bounded"] == 1 and m["settled_negative_pct_ram"] <= m["peak_negative_pct_ram"]
+    assert "bounded, below the 5% limit" in v["reason"]
     params = load_reproducer("neg-dentry-flood").resolve_params("smoke", {})
     assert params["min_duration"] <= m["flood_seconds"] < m["time_cap_s"]
     assert 0.3 <= m["peak_negative_pct_ram"] <= 1.5          # the cap: 1% of RAM (a jiffy's overshoot)
@@ -312,6 +315,7 @@ def test_plain_kernel_stops_at_time_cap(tiny_built, tmp_path_factory):
                            "--set", "max_duration=8", "--set", "lookup_per_cpu=0.5",
                            "--set", "tmpfile_per_cpu=0", "--set", "samename_per_cpu=0")
     assert m["stop_reason"] == 3 and m["time_cap_hit"] == 1 and m["time_cap_s"] == 8, v["reason"]
+    assert m["limit_crossed"] == 0 and m["bounded"] is None, "not told: the flood never reached the limit"
     assert 8 <= m["flood_seconds"] < 11 and m["generators"] == 1 and m["new_names_per_s"] > 1000
     assert 0.05 < m["peak_negative_pct_ram"] < 5
     growth = m["last_quarter_growth_pct_of_limit"]
@@ -320,3 +324,46 @@ def test_plain_kernel_stops_at_time_cap(tiny_built, tmp_path_factory):
     assert "the flood hit its time cap of 8 s" in v["reason"] and v["reason"].count("\n") == 0
     if growth > 5:
         assert v["reason"].startswith("last_quarter_growth_pct_of_limit")
+
+
+def _cap_allows(mem_total_bytes: int, permille: int) -> int:
+    """The cap patch's own bound on unused negatives: totalram_pages() / 1000 * permille *
+    (PAGE_SIZE / sizeof(struct dentry)), i.e. 21 dentries of 192 bytes per 4 KiB page."""
+    return mem_total_bytes // 4096 // 1000 * permille * (4096 // 192)
+
+
+@pytest.mark.kbuild
+def test_cap_at_7pct_fails_bounded_where_the_cap_holds(tiny_built, tmp_path_factory):
+    """The cap kernel booted with its cap at 70/1000 (sysctl.fs.negative-dentry-limit=70 on the
+    command line, kernels/tiny-6.1-negative-dentry-cap-70.toml) on a 1 GB guest: the negatives
+    cross the 5% limit and the flood goes on; they settle at the cap, ~6.9% of RAM, under the
+    10% bound: FAIL (the limit is the policy), bounded, settled within 3% of what the cap allows."""
+    rig = rig_with_memory(tmp_path_factory.mktemp("rig70"), "1G")
+    p, v, m = _guest_flood(tmp_path_factory, "cap70", "--kernel", CAP70_KERNEL, "--rig", str(rig))
+    assert v["verdict"] == "FAIL" and p.returncode == 1, v["reason"]
+    d = run_dir_of(p)
+    machine = json.loads((d / "manifest.json").read_text())["machine"]
+    assert "sysctl.fs.negative-dentry-limit=70" in machine["cmdline"]
+    assert m["stop_reason"] == 2 and m["limit_crossed"] == 1 and m["bounded"] == 1, v["reason"]
+    allowed = _cap_allows(machine["mem_total_bytes"], 70)
+    assert 0.97 * allowed <= m["settled_nr_negative"] <= 1.03 * allowed, (m["settled_nr_negative"], allowed)
+    assert 6.5 < m["settled_negative_pct_ram"] < m["settle_bound_pct_ram"] == pytest.approx(10.0)
+    assert v["reason"].startswith("peak_negative_pct_ram")
+    assert (f"negatives settled at {m['settled_negative_pct_ram']:.3g}% of RAM, "
+            f"{m['settled_nr_negative']:,.0f} dentries: bounded, above the 5% limit") in v["reason"]
+    assert m["oom_kill_lines"] == 0
+
+
+@pytest.mark.kbuild
+def test_plain_kernel_fails_unbounded(tiny_built, tmp_path_factory):
+    """tiny-6.1 (no cap) on a 1 GB guest: past the 5% limit the negatives keep growing until
+    they reach the flood's bound (10% of RAM): FAIL, unbounded, nothing settled."""
+    rig = rig_with_memory(tmp_path_factory.mktemp("rigplain"), "1G")
+    p, v, m = _guest_flood(tmp_path_factory, "unbounded", "--kernel", PLAIN_KERNEL, "--rig", str(rig))
+    assert v["verdict"] == "FAIL" and p.returncode == 1, v["reason"]
+    assert m["stop_reason"] == 4 and m["limit_crossed"] == 1 and m["bounded"] == 0, v["reason"]
+    assert m["settled_negative_pct_ram"] is None and m["settled_nr_negative"] is None
+    assert m["end_negative_pct_ram"] >= m["settle_bound_pct_ram"] == pytest.approx(10.0)
+    assert m["last_quarter_growth_pct_of_limit"] > 5
+    assert f"negatives still growing at {m['end_negative_pct_ram']:.3g}% of RAM" in v["reason"]
+    assert "when the flood stopped: unbounded" in v["reason"] and m["oom_kill_lines"] == 0
