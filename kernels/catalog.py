@@ -49,7 +49,7 @@ def load_kernel(name: str) -> Kernel:
         raise UsageError(f"--kernel {name!r}: unknown kernel; allowed: {', '.join(kernel_names()) or '(none)'}")
     data = load_toml(path)
     where = f"kernels/{name}.toml"
-    optional(data, "source", str, where, None)
+    optional(data, "source", str, where, None)          # a source that is not a string: one line
     if is_distro(data):             # (distro kernels cannot be extended)
         reject_unknown(data, {"source", "release", "description", "cmdline"}, where)
         rel, image, mods, cfg = distro_kernel(name, optional(data, "release", str, where))
