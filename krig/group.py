@@ -28,10 +28,9 @@ from .paths import owner_alive
 from .reproducer import load_reproducer
 from .results import now, write_json
 from .run import run
-from .verdict import VERDICTS, exit_code
+from .verdict import JUDGED, VERDICTS, exit_code
 
 GROUP_FILE = "group.json"
-JUDGED = ("PASS", "FAIL")
 NOT_COUNTED = ("INTERRUPTED", "INCOMPLETE")
 # mixed verdicts: the group's exit code is that of the first verdict in this order that occurred
 SEVERITY = ["CRASHED", "HUNG", "FAIL", "ERROR", "SKIP", "PASS"]
