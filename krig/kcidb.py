@@ -15,9 +15,9 @@ is written or sent). A report holds:
 
 krig's verdicts map onto KCIDB's statuses by STATUS; an ERROR run (or any run
 not judged) has no `number` anywhere: its numbers may come from a broken
-instrument. Ids are derived from what they name (the run's start, owner and rig;
-the kernel's identity), so exporting the same runs again gives the same ids and
-KCIDB updates instead of duplicating. See docs/kcidb.md.
+instrument. Ids are derived from what they name (the run's start, owner, rig and
+directory name; the kernel's identity), so exporting the same runs again gives
+the same ids and KCIDB updates instead of duplicating. See docs/kcidb.md.
 """
 import datetime
 import hashlib
@@ -250,7 +250,7 @@ def _tests(run: dict, origin: str, build_id: str) -> list:
     repro_name = man.get("reproducer") or "unknown"
     owner = man.get("owner") or {}
     run_id = _id(origin, "run", repro_name, (man.get("rig") or {}).get("name"), man.get("started"),
-                 owner.get("host"), owner.get("pid"), owner.get("start"))
+                 owner.get("host"), owner.get("pid"), owner.get("start"), run["dir"].name)
     base = {"build_id": build_id, "origin": origin, "environment": _environment(man)}
     start, duration = _times(man)
     if start:
