@@ -125,3 +125,19 @@ def submit_watching(server: dict, paths: list, token_file: pathlib.Path, origin:
         server["hold"].set()
         out, err = p.communicate(timeout=120)
     return subprocess.CompletedProcess(argv, p.returncode, out, err), seen
+
+
+def finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def all_numbers(obj):
+    """Every number anywhere in a JSON value (a leak check that does not trust the layout)."""
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from all_numbers(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from all_numbers(v)
+    elif finite(obj):
+        yield obj

@@ -217,6 +217,12 @@ def kcidb_server():
         def do_POST(self):
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             state["arrived"].set()
+            if self.path == "/moved":           # a redirect elsewhere: krig must not follow it
+                self.send_response(307)
+                self.send_header("Location", state["url"] + "/submit")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             state["hold"].wait(30)
             if self.headers.get("Authorization") != f"Bearer {state['token']}" or state["status"] == 401:
                 return self._answer(401, {"id": "0", "status": "error", "message": "Missing or invalid JWT"})
@@ -276,6 +282,11 @@ def test_submit_http_error_is_one_line(runs, tmp_path, kcidb_server, krig_cli):
                  kcidb_server["url"] + "/submit", "--token-file", str(tok), env=kcidb_checks.NO_PROXY)
     kcidb_checks.one_line(p, 3, "HTTP 401", "Missing or invalid JWT")
     assert kcidb_server["token"] not in p.stdout + p.stderr and not kcidb_server["got"]
+    kcidb_server["status"] = 200
+    p = krig_cli("export", "kcidb", str(runs["pass"]), "--origin", "lab_7", "--submit",
+                 kcidb_server["url"] + "/moved", "--token-file", str(tok), env=kcidb_checks.NO_PROXY)
+    kcidb_checks.one_line(p, 3, "HTTP 307", "not followed")
+    assert not kcidb_server["got"]
 
 
 def test_submit_refuses_before_sending(runs, tmp_path, kcidb_server, krig_cli):
@@ -294,3 +305,44 @@ def test_submit_refuses_before_sending(runs, tmp_path, kcidb_server, krig_cli):
     p = krig_cli(*base, "--submit", "http://db.example.org/", "--token-file", str(tok))
     kcidb_checks.one_line(p, 2, "--submit", "https://")
     assert not kcidb_server["arrived"].is_set()
+
+
+# -- the seed smokes (real guests: the runs tests/test_smoke.py checks) ---------------------
+
+@pytest.mark.smoke
+def test_smoke_run_exports(smoke_run, tmp_path, krig_cli):
+    name, _, d = smoke_run
+    report = kcidb_checks.export(krig_cli, tmp_path, d)
+    kcidb_checks.check_report(report, [d])
+    build = report["builds"][0]
+    assert build["architecture"] == "x86_64" and build["compiler"].startswith("gcc"), build
+    env = report["tests"][0]["environment"]["misc"]
+    man = json.loads((d / "manifest.json").read_text())
+    assert (env["cpus"], env["mem_total_bytes"]) == (man["machine"]["cpus"], man["machine"]["mem_total_bytes"])
+    assert env["accelerator"] == man["rig_facts"]["accel"] and env["rig"] == man["rig"]["name"]
+
+
+@pytest.mark.smoke
+def test_smoke_run_judged_error_has_no_measurement(smoke_run, tmp_path, krig_cli):
+    """The same real run made ERROR with its numbers still in metrics.json: by its instrument
+    (a kernel before 5.0 cannot report nr_negative) where the reproducer checks it, else by a
+    rig fault recorded in the manifest. The report has no number of it anywhere."""
+    name, _, d = smoke_run
+    err = tmp_path / "error-run"
+    shutil.copytree(d, err)
+    man = json.loads((err / "manifest.json").read_text())
+    values = json.loads((err / "metrics.json").read_text())
+    if "nr_negative_reported" in values:
+        man["machine"]["release"] = "3.0.0-rc1"
+    else:
+        man.update(outcome="error", reason="rig qemu-default: QEMU exited with status 1")
+    (err / "manifest.json").write_text(json.dumps(man))
+    p = krig_cli("check", str(err))
+    assert p.returncode == 3 and p.stdout.startswith("ERROR"), p.stdout + p.stderr
+    assert any(kcidb_checks.finite(m.get("value")) for m in json.loads((err / "metrics.json").read_text()).values())
+    report = kcidb_checks.export(krig_cli, tmp_path, err)
+    kcidb_checks.check_report(report, [err])
+    # no measured value in the report, but for those the manifest also holds (parameters, RAM...)
+    numbers = {m["value"] for m in values.values() if kcidb_checks.finite(m.get("value"))}
+    numbers -= set(kcidb_checks.all_numbers(man)) | {t.get("duration") for t in report["tests"]} | {0, 1}
+    assert numbers and not numbers & set(kcidb_checks.all_numbers(report)), "a number of the ERROR run was exported"
