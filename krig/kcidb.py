@@ -202,7 +202,7 @@ def _checkout(run: dict, origin: str) -> dict:
             c["comment"] = _text(series["subject"])[:1000]
     if "comment" not in c and kernel.get("description"):
         c["comment"] = _text(kernel["description"])[:1000]
-    c["misc"] = misc
+    c["misc"] = _pruned(misc)
     return c
 
 
@@ -222,7 +222,7 @@ def _build(run: dict, origin: str, checkout_id: str) -> dict:
     if kernel.get("description"):
         b["comment"] = _text(kernel["description"])[:1000]
     misc = {k: kernel[k] for k in ("release", "config_sha256_16", "debug_options", "extra_cmdline") if kernel.get(k)}
-    b["misc"] = misc
+    b["misc"] = _pruned(misc)
     return b
 
 
@@ -280,7 +280,7 @@ def _tests(run: dict, origin: str, build_id: str) -> list:
         misc["metrics"] = {n: {k: m.get(k) for k in ("value", "unit", "better")}
                            for n, m in metrics.items() if _finite(m.get("value"))}
         out += _threshold_tests(run, repro_name, base, run_id, path)
-    t["misc"] = {k: x for k, x in misc.items() if x is not None}
+    t["misc"] = _pruned(misc)
     return out
 
 
@@ -310,7 +310,7 @@ def _threshold_tests(run: dict, repro_name: str, base: dict, run_id: str, path: 
             misc["limit_max"] = thr.max
         if thr.host_sensitive:
             misc["host_sensitive"] = True
-        t["misc"] = misc
+        t["misc"] = _pruned(misc)
         out.append(t)
     return out
 
@@ -327,7 +327,7 @@ def _environment(man: dict) -> dict:
         text += f": {cpus} CPUs"
     if mem:
         text += f", {mem / (1 << 30):.2f} GiB RAM"
-    return {"comment": _text(text), "misc": {k: x for k, x in misc.items() if x is not None}}
+    return {"comment": _text(text), "misc": _pruned(misc)}
 
 
 def _times(man: dict) -> tuple[str | None, float | None]:
@@ -348,6 +348,15 @@ def _excerpt(run: dict) -> str:
     lines = ctx if ctx else run["console"].splitlines()[-EXCERPT_LINES:]
     text = _text("\n".join(lines)).strip()
     return text[-EXCERPT_MAX:] if text else ""
+
+
+def _pruned(x):
+    """KCIDB has no nulls: a field without a value is left out, in misc too."""
+    if isinstance(x, dict):
+        return {k: _pruned(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list):
+        return [_pruned(v) for v in x if v is not None]
+    return x
 
 
 def _num(v) -> str:
