@@ -66,10 +66,11 @@ def check_origin(origin: str) -> str:
 
 # -- which runs ----------------------------------------------------------------------
 
-def run_dirs(paths: list, note=print) -> list:
+def run_dirs(paths: list, note=None) -> list:
     """The run directories the arguments name: a run (manifest.json), a group (group.json: its
     run-* directories) or a qualification directory (suite.json: each case's run)."""
     out, seen = [], set()
+    note = note or _stderr
 
     def add(d: pathlib.Path):
         if d.resolve() not in seen:
@@ -114,7 +115,7 @@ def _suite_runs(qdir: pathlib.Path, note) -> list:
 
 # -- the report ----------------------------------------------------------------------
 
-def build_report(paths: list, origin: str, note=print) -> dict:
+def build_report(paths: list, origin: str, note=None) -> dict:
     """The KCIDB report of every run the paths name, validated (one line if it is not)."""
     check_origin(origin)
     checkouts, builds, tests = {}, {}, []
@@ -350,6 +351,10 @@ def _excerpt(run: dict) -> str:
     return text[-EXCERPT_MAX:] if text else ""
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def _pruned(x):
     """KCIDB has no nulls: a field without a value is left out, in misc too."""
     if isinstance(x, dict):
@@ -379,7 +384,7 @@ def export(paths: list, origin: str, output=None, submit_url=None, token_file=No
     if bool(submit_url) != bool(token_file):
         raise UsageError("--submit and --token-file go together: --submit URL --token-file FILE (a 0600 file)")
     token = read_token(token_file) if token_file else None      # bad input before any work
-    report = build_report(paths, origin, note=lambda m: print(m, file=sys.stderr))
+    report = build_report(paths, origin)
     text = json.dumps(report, indent=2) + "\n"
     if output:
         out = pathlib.Path(output)
