@@ -33,9 +33,9 @@ import kcidb_io
 from analysis.summary import threshold_measurements
 
 from .errors import KrigError, UsageError
-from .group import GROUP_FILE, run_dirs_of, run_state
 from .kcidb_submit import read_token, submit
 from .reproducer import load_reproducer
+from .results import GROUP_FILE, run_dirs_of, run_state
 from .verdict import JUDGED, VERDICTS
 
 SCHEMA = kcidb_io.schema.V5_3            # what the report says it is; validated with LATEST
