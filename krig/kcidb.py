@@ -300,7 +300,7 @@ def _threshold_tests(run: dict, repro_name: str, base: dict, run_id: str, path: 
         status = THRESHOLD_STATUS.get(outcome, "ERROR")
         t = {**base, "id": f"{run_id}.{thr.metric}{suffix}", "path": f"{path}.{_PATH_BAD.sub('_', thr.metric)}",
              "status": status, "comment": _text(f"{thr.metric} = {_num(m['value'])} {m['unit']}".rstrip()
-                                                + f", limit {thr.describe()}: {outcome}")}
+                                                + f", limit {thr.describe()} {m['unit']}".rstrip() + f": {outcome}")}
         if status in ("PASS", "FAIL") and m["value"] is not None:
             t["number"] = {"value": m["value"], **({"unit": m["unit"]} if m["unit"] else {})}
         misc = {"limit": thr.describe(), "better": m["better"], "rationale": thr.rationale, "kind": thr.kind,
