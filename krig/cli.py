@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run directories, group directories (krig run --repeat) or qualification "
                     "directories (krig qualify)")
     kc.add_argument("--origin", required=True, metavar="NAME",
-                    help="your lab's KCIDB origin, as KernelCI registered it (lower-case letters, digits, _)")
+                    help="required: your lab's KCIDB origin as KernelCI registered it "
+                    "(lower-case letters, digits, _; no default)")
     kc.add_argument("-o", "--output", metavar="FILE",
                     help="write the report to FILE (default: standard output, or nothing with --submit)")
     kc.add_argument("--submit", metavar="URL", help="POST the report to a KCIDB-ng server (its base URL or its "
