@@ -148,7 +148,8 @@ def test_group_and_suite_directories(runs, tmp_path, krig_cli):
         {"id": "a#1", "verdict": "PASS", "run_dir": str(runs["pass"])},
         {"id": "b#1", "verdict": "ERROR", "reason": "rig x: unknown", "run_dir": None},
         {"id": "c#1", "verdict": None}]}))
-    p = krig_cli("export", "kcidb", str(g), str(q), str(runs["pass"]), "--origin", "lab_7", "-o", str(tmp_path / "r.json"))
+    p = krig_cli("export", "kcidb", str(g), str(q), str(runs["pass"]), "--origin", "lab_7",
+                 "-o", str(tmp_path / "r.json"))
     assert p.returncode == 0, p.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     kcidb_io.schema.LATEST.validate(report)
@@ -190,7 +191,8 @@ def test_junit_properties_per_threshold(runs, tmp_path):
     suite = {"name": "s", "file": "s.toml"}
     cases = [{"id": f"{c}#1", "rig": "qemu-default", "reproducer": "selftest-pass", "preset": None,
               "kernel": "distro", "repeat": 1, "expect": "PASS", "verdict": v, "ok": v == "PASS", "reason": "",
-              "run_dir": str(runs[c])} for c, v in (("pass", "PASS"), ("fail", "FAIL"), ("error-with-numbers", "ERROR"))]
+              "run_dir": str(runs[c])}
+             for c, v in (("pass", "PASS"), ("fail", "FAIL"), ("error-with-numbers", "ERROR"))]
     write_junit(tmp_path / "junit.xml", suite, cases)
     props = {tc.get("name"): {p.get("name"): p.get("value") for p in tc.iter("property")}
              for tc in ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")}
