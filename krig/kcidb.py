@@ -155,6 +155,8 @@ def _read_run(d: pathlib.Path) -> dict:
         pid = (manifest.get("owner") or {}).get("pid")
         raise UsageError(f"{d}: still running (krig pid {pid}); export it when it ends")
     verdict = load("verdict.json", {})
+    if state not in STATUS:
+        raise UsageError(f"{d / 'verdict.json'}: verdict {state!r} is not one of {', '.join(STATUS)}")
     if verdict.get("verdict") != state:           # no verdict recorded: the run never ended
         verdict = {"verdict": state, "reason": verdict.get("reason") or "the krig process ended without "
                    "recording an end (killed?)"}

@@ -176,6 +176,15 @@ def test_bad_input_is_one_line(tmp_path, krig_cli, args, needle):
     kcidb_checks.one_line(krig_cli("export", "kcidb", str(tmp_path), *args), 2, needle)
 
 
+def test_unreadable_run_is_one_line(runs, tmp_path, krig_cli):
+    d = tmp_path / "odd"
+    shutil.copytree(runs["pass"], d)
+    (d / "verdict.json").write_text('{"verdict": "MAYBE"}')
+    kcidb_checks.one_line(krig_cli("export", "kcidb", str(d), "--origin", "lab"), 2, "verdict.json", "'MAYBE'")
+    (d / "manifest.json").write_text("{not json")
+    kcidb_checks.one_line(krig_cli("export", "kcidb", str(d), "--origin", "lab"), 2, "manifest.json", "not valid JSON")
+
+
 def test_junit_properties_per_threshold(runs, tmp_path):
     """The run's junit.xml (the judge's) and the qualification's carry value, unit, better and limit."""
     for case, answer in (("pass", 42.0), ("fail", 41.0)):
