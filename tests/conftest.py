@@ -54,11 +54,25 @@ def rig_with_memory(directory: pathlib.Path, memory: str) -> pathlib.Path:
     return path
 
 
+def judged_as(verdict: dict, expected: str) -> bool:
+    """The run got `expected`, or the judge said the host was too busy to blame the kernel.
+
+    A TCG guest runs as fast as the host lets it; on a busy (shared CI) host a timing
+    threshold marked host_sensitive can be crossed by the host alone, and krig then gives
+    ERROR naming host contention instead of FAIL (docs/verdicts.md). That is what the code
+    must decide given the load it saw, so a test expecting PASS accepts it; any other
+    ERROR, and any FAIL, still fails the test."""
+    if verdict["verdict"] == expected:
+        return True
+    return (expected == "PASS" and verdict["verdict"] == "ERROR"
+            and verdict["reason"].startswith("host contention: "))
+
+
 # The seed reproducers' smoke runs: the verdict (exit code, verdict) each gives on Debian's 6.1.
 EXPECTED = {"unlink-dentry-growth": (0, "PASS"), "neg-dentry-flood": (1, "FAIL"), "xfs-ail-storm": (0, "PASS")}
 
 # The smallest guest that shows the result: the flood runs until its negatives pass 5% of
-# RAM, which takes about twice as long at twice the RAM (README, "When the flood stops").
+# RAM, which takes about twice as long at twice the RAM (docs/reproducers.md, "When the flood stops").
 RIG_MEMORY = {"neg-dentry-flood": "1G"}
 
 
