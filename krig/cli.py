@@ -103,6 +103,11 @@ def cmd_compare(a) -> int:
     return compare_main((["--json"] if a.json else []) + (["--out", a.out] if a.out else []) + a.args)
 
 
+def cmd_export_kcidb(a) -> int:
+    from .kcidb import export
+    return export(a.paths, a.origin, a.output, a.submit, a.token_file)
+
+
 def cmd_trace_stats(a) -> int:
     from analysis.tracecli import stats_main
     from analysis.tracedat import TraceError
@@ -162,6 +167,24 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", metavar="DIR", help="where compare.html goes (default results/compare/<repro>-<time>)")
     cmp.add_argument("args", nargs=argparse.REMAINDER, help="run or group directories, BASE... -- NEW...")
     cmp.set_defaults(func=cmd_compare)
+    ex = sub.add_parser("export", help="runs in other systems' formats: krig export kcidb ...")
+    exsub = ex.add_subparsers(dest="ecmd", required=True, parser_class=_Parser)
+    kc = exsub.add_parser("kcidb", help="runs, groups or qualifications as a KCIDB v5.3 report for KernelCI "
+                          "(docs/kcidb.md)", usage="krig export kcidb RUN|GROUP|QUALIFY_DIR... --origin NAME "
+                          "[-o FILE] [--submit URL --token-file FILE]")
+    kc.add_argument("paths", nargs="+", metavar="RUN|GROUP|QUALIFY_DIR",
+                    help="run directories, group directories (krig run --repeat) or qualification "
+                    "directories (krig qualify)")
+    kc.add_argument("--origin", required=True, metavar="NAME",
+                    help="required: your lab's KCIDB origin as KernelCI registered it "
+                    "(lower-case letters, digits, _; no default)")
+    kc.add_argument("-o", "--output", metavar="FILE",
+                    help="write the report to FILE (default: standard output, or nothing with --submit)")
+    kc.add_argument("--submit", metavar="URL", help="POST the report to a KCIDB-ng server (its base URL or its "
+                    "/submit endpoint) and print the submission id; needs --token-file (default: not sent)")
+    kc.add_argument("--token-file", metavar="FILE",
+                    help="the origin's KCIDB-ng token on the first line of a file of mode 0600 (with --submit)")
+    kc.set_defaults(func=cmd_export_kcidb)
     t = sub.add_parser("trace", help="read trace.dat files")
     tsub = t.add_subparsers(dest="tcmd", required=True, parser_class=_Parser)
     ts = tsub.add_parser("stats", help="count an event, optionally grouped by a field")

@@ -27,8 +27,10 @@ from analysis.summary import threshold_id, threshold_results
 from . import RESULTS_DIR
 from .check import load_analyzer
 from .errors import UsageError
-from .group import GROUP_FILE, JUDGED, group_runs, metric_values, run_state, verdict_counts, verdict_text
+from .group import group_runs, metric_values, verdict_counts, verdict_text
 from .reproducer import MIN_CHANGE_PCT, load_reproducer
+from .results import GROUP_FILE, run_state
+from .verdict import JUDGED
 
 WIDTH = 100
 USAGE = "usage: krig compare [--json] [--out DIR] BASE... -- NEW... (run or group directories)"

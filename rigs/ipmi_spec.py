@@ -11,7 +11,7 @@ import pathlib
 import re
 import stat
 
-from krig.config import optional, parse_size, reject_unknown, require
+from krig.config import optional, parse_size, read_secret_file, reject_unknown, require
 from krig.errors import UsageError
 
 TOP = {"driver", "description", "scratch_dev", "remote_dir", "boot", "boot_timeout", "shutdown_timeout",
@@ -132,26 +132,7 @@ def _read_password(bmc: dict, where: str) -> str:
         if not value:
             raise UsageError(f"{where}.password_env: environment variable {var} is not set or empty")
         return value
-    p = pathlib.Path(bmc["password_file"])
-    try:
-        st = p.stat()
-    except OSError as e:
-        raise UsageError(f"{where}.password_file: cannot read {p}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{where}.password_file: {p} is not a regular file")
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & 0o077:
-        raise UsageError(f"{where}.password_file: {p} has mode {mode:04o}, readable by others; "
-                         f"run `chmod 600 {p}`")
-    if st.st_uid != os.geteuid():
-        raise UsageError(f"{where}.password_file: {p} is not owned by the user running krig (uid {os.geteuid()})")
-    try:
-        lines = p.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{where}.password_file: cannot read {p}: {type(e).__name__}") from None
-    if not lines or not lines[0]:
-        raise UsageError(f"{where}.password_file: {p} is empty; put the password on its first line")
-    return lines[0]
+    return read_secret_file(bmc["password_file"], f"{where}.password_file")
 
 
 def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict, str]:

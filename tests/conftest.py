@@ -68,6 +68,28 @@ def judged_as(verdict: dict, expected: str) -> bool:
             and verdict["reason"].startswith("host contention: "))
 
 
+# The seed reproducers' smoke runs: the verdict (exit code, verdict) each gives on Debian's 6.1.
+EXPECTED = {"unlink-dentry-growth": (0, "PASS"), "neg-dentry-flood": (1, "FAIL"), "xfs-ail-storm": (0, "PASS")}
+
+# The smallest guest that shows the result: the flood runs until its negatives reach twice
+# the 5%-of-RAM limit, which takes about twice as long at twice the RAM
+# (docs/negative-dentry-flood.md).
+RIG_MEMORY = {"neg-dentry-flood": "1G"}
+
+
+@pytest.fixture(scope="session", params=sorted(EXPECTED))
+def smoke_run(request, tmp_path_factory):
+    """One smoke run of each seed reproducer, shared by every test that takes it (one guest
+    each per session: tests/test_smoke.py checks them, tests/test_kcidb.py exports them).
+    Returns (reproducer, the `krig run` process, run directory)."""
+    name = request.param
+    tmp = tmp_path_factory.mktemp(name)
+    rig = ["--rig", str(rig_with_memory(tmp, RIG_MEMORY[name]))] if name in RIG_MEMORY else []
+    p = krig_run(tmp, name, "--preset", "smoke", *rig, timeout=1800)
+    assert not qemu_pids(str(tmp)), "qemu left behind"
+    return name, p, run_dir_of(p)
+
+
 @pytest.fixture(scope="session")
 def linux_source() -> pathlib.Path:
     """Debian's linux-source-6.1 extracted once into the real kernel cache (~20 s the first

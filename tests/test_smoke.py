@@ -4,7 +4,8 @@ Expected on Debian's 6.1 (both fixes in, no negative-dentry cap):
 unlink-dentry-growth PASS, neg-dentry-flood FAIL (on a 1 GB guest the negatives cross
 5% of RAM and the flood goes on to its bound of 10%, still growing: unbounded),
 xfs-ail-storm PASS.
-Each run is shared by the tests of its reproducer (module-scoped).
+Each run is shared by every test of its reproducer in the session (the smoke_run
+fixture in conftest.py; tests/test_kcidb.py exports the same runs).
 """
 import json
 import math
@@ -16,18 +17,11 @@ import pytest
 
 import report_checks
 import bundle_checks
-from conftest import KRIG, ROOT, judged_as, krig_run, qemu_pids, rig_with_memory, run_dir_of
+from conftest import EXPECTED, KRIG, ROOT, judged_as, qemu_pids
 from analysis.rundata import RunData
 from krig.reproducer import load_reproducer
 
 pytestmark = pytest.mark.smoke
-
-EXPECTED = {"unlink-dentry-growth": (0, "PASS"), "neg-dentry-flood": (1, "FAIL"), "xfs-ail-storm": (0, "PASS")}
-
-# The smallest guest that shows the result: the flood runs until its negatives reach twice
-# the 5%-of-RAM limit, which takes about twice as long at twice the RAM
-# (docs/negative-dentry-flood.md).
-RIG_MEMORY = {"neg-dentry-flood": "1G"}
 
 # Key metrics of each smoke preset: finite and in a plausible range, so a reproducer that
 # measures nothing (zeros, a missing source, an empty trace) fails here whatever its verdict.
@@ -65,16 +59,6 @@ PLAUSIBLE = {
 # xfs_log_quiesce) and unlink-dentry-growth unmounts twice; the AIL storm inserts about one
 # object per file. Fewer, and the trace measured nothing.
 MIN_EVENTS = {"unlink-dentry-growth": {"xfs:xfs_log_force": 2}, "xfs-ail-storm": {"xfs:xfs_ail_insert": 125_000}}
-
-
-@pytest.fixture(scope="module", params=sorted(EXPECTED))
-def smoke_run(request, tmp_path_factory):
-    name = request.param
-    tmp = tmp_path_factory.mktemp(name)
-    rig = ["--rig", str(rig_with_memory(tmp, RIG_MEMORY[name]))] if name in RIG_MEMORY else []
-    p = krig_run(tmp, name, "--preset", "smoke", *rig, timeout=1800)
-    assert not qemu_pids(str(tmp)), "qemu left behind"
-    return name, p, run_dir_of(p)
 
 
 def test_expected_verdict(smoke_run):
