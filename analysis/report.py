@@ -9,13 +9,14 @@ import pathlib
 
 from krig.errors import UsageError
 from krig.reproducer import load_reproducer
+from krig.verdict import KERNEL_STOPPED
 
 from .kshark import SESSION_FILE, write_session
 from .plots import plot_data, write_plot
 from .rundata import RunData
 from .summary import build_summary, fmt, threshold_id, threshold_results
 
-NO_PLOTS = ("HUNG", "CRASHED", "ERROR")
+NO_PLOTS = (*KERNEL_STOPPED, "ERROR")
 CONSOLE_TAIL = 40
 LINKS = ["summary.txt", SESSION_FILE, "trace.dat", "console.log", "metrics.json", "verdict.json", "manifest.json",
          "stdout", "stderr", "analysis.log"]
@@ -130,14 +131,16 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
             f"<style>{CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
 
 
-def write_report(run_dir) -> dict:
-    """Writes everything it can; returns {"files": [...], "notes": [problems, one line each]}."""
-    run_dir = pathlib.Path(run_dir)
-    if not (run_dir / "manifest.json").is_file():
-        raise UsageError(f"{run_dir}: not a krig run directory (no manifest.json)")
-    run = RunData(run_dir)
-    manifest = run.manifest
-    repro = load_reproducer(manifest.get("reproducer", "?"))
+def write_report(run, repro=None) -> dict:
+    """Writes everything it can; returns {"files": [...], "notes": [problems, one line each]}.
+
+    run: a run directory or its RunData; repro: its reproducer, if the caller has loaded it."""
+    if not isinstance(run, RunData):
+        if not (pathlib.Path(run) / "manifest.json").is_file():
+            raise UsageError(f"{run}: not a krig run directory (no manifest.json)")
+        run = RunData(run)
+    run_dir, manifest = run.dir, run.manifest
+    repro = repro or load_reproducer(manifest.get("reproducer", "?"))
     verdict = _load_json(run_dir / "verdict.json")
     metrics = _load_json(run_dir / "metrics.json")
     files, notes, plots, session = [], [], [], None

@@ -40,6 +40,7 @@ from krig import KERNEL_DIR, RESULTS_DIR, ROOT
 from krig.errors import KrigError, UsageError, guarded
 from krig.reproducer import load_reproducer
 from krig.results import now
+from krig.verdict import JUDGED, KERNEL_STOPPED
 from .build import build as build_kernel
 from .demo_repo import CULPRIT, existing_demo_repo, make_demo_repo
 from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
@@ -54,11 +55,9 @@ KRIG = pathlib.Path(sys.executable).with_name("krig")
 
 def classify(verdict: str, booted: bool) -> str:
     """One run's verdict -> good / bad / skip."""
-    if verdict == "PASS":
-        return "good"
-    if verdict == "FAIL":
-        return "bad"
-    if verdict in ("HUNG", "CRASHED") and booted:
+    if verdict in JUDGED:
+        return "good" if verdict == "PASS" else "bad"
+    if verdict in KERNEL_STOPPED and booted:
         return "bad"
     return "skip"
 
@@ -193,7 +192,7 @@ def measure_endpoints(state: dict, ends: dict, build, run_for) -> Zones:
         dirs = " ".join(a.run_dir or a.reason for a in attempts)
         append(logp, log_line(commit, subject, label.lower(), attempts, metric,
                               f"endpoint {label}; build {tb:.0f}s, run {time.monotonic() - t0 - tb:.0f}s; {dirs}"))
-        values[label] = [a.metric if a.verdict in ("PASS", "FAIL") else None for a in attempts]
+        values[label] = [a.metric if a.verdict in JUDGED else None for a in attempts]
     try:
         z = zones(metric, values["GOOD"], values["BAD"])
     except UsageError as e:

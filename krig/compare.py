@@ -26,8 +26,9 @@ from analysis.summary import threshold_id, threshold_results
 
 from . import RESULTS_DIR
 from .errors import UsageError
-from .group import GROUP_FILE, JUDGED, group_runs, metric_values, run_state, verdict_counts, verdict_text
+from .group import GROUP_FILE, group_runs, metric_values, run_state, verdict_counts, verdict_text
 from .reproducer import MIN_CHANGE_PCT, load_reproducer
+from .verdict import JUDGED
 
 WIDTH = 100
 USAGE = "usage: krig compare [--json] [--out DIR] BASE... -- NEW... (run or group directories)"

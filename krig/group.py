@@ -28,13 +28,9 @@ from .paths import owner_alive
 from .reproducer import load_reproducer
 from .results import now, write_json
 from .run import run
-from .verdict import VERDICTS, exit_code
+from .verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
 
 GROUP_FILE = "group.json"
-JUDGED = ("PASS", "FAIL")
-NOT_COUNTED = ("INTERRUPTED", "INCOMPLETE")
-# mixed verdicts: the group's exit code is that of the first verdict in this order that occurred
-SEVERITY = ["CRASHED", "HUNG", "FAIL", "ERROR", "SKIP", "PASS"]
 
 
 def _same(group: dict, asked: dict, gdir) -> None:
@@ -95,7 +91,7 @@ def metric_values(runs: list) -> tuple[dict, dict]:
 def verdict_counts(runs: list) -> dict:
     counts = {}
     for _, v, *_ in runs:
-        if v not in NOT_COUNTED:
+        if v not in UNFINISHED:
             counts[v] = counts.get(v, 0) + 1
     return counts
 
@@ -122,7 +118,7 @@ def group_exit(counts: dict) -> int:
 
 
 def _write(gdir, group, runs):
-    group["runs"] = [{"dir": d.name, "verdict": v, "counted": v not in NOT_COUNTED and v != "RUNNING"}
+    group["runs"] = [{"dir": d.name, "verdict": v, "counted": v not in UNFINISHED and v != "RUNNING"}
                      for d, v in runs]
     group.update(summarize(runs))
     group["complete"] = group["counted"] >= group["repeat"]

@@ -20,6 +20,7 @@ import time
 
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
 from krig.paths import cache_dir
+from krig.verdict import first_crash
 from . import ipmi_lock
 from .ipmi_bmc import Bmc, Sol
 from .ipmi_spec import validate_spec
@@ -165,7 +166,7 @@ class IpmiRig(Rig):
                 text = f.read().decode(errors="replace")
         except OSError:
             return None
-        return self.console_crash(text)
+        return first_crash(text)
 
     def _wait_up(self, timeout: float, what: str, old_boot_id=None):
         """Until SSH answers with a boot_id other than old_boot_id; crash/off/timeout raise."""

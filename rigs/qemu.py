@@ -200,6 +200,37 @@ def qemu_fault(proc: subprocess.Popen, qemu_log: pathlib.Path) -> str | None:
     return f"QEMU {how}" + (f": {said[-1]} ({qemu_log.name})" if said else f" without a message in {qemu_log.name}")
 
 
+def emulator_stopped(pid: int) -> str | None:
+    """Why the process pid is not running at all, if the host stopped it: a stop signal
+    (SIGSTOP, SIGTSTP: process state T) or a frozen cgroup (cgroup v2 cgroup.events)."""
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    if state in ("T", "t"):
+        return f"stopped by a signal (process state {state}: SIGSTOP or SIGTSTP)"
+    try:
+        cg = pathlib.Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        path = next(ln.split(":", 2)[2] for ln in cg if ln.startswith("0::"))
+        events = pathlib.Path("/sys/fs/cgroup", path.lstrip("/"), "cgroup.events").read_text()
+    except (OSError, StopIteration, IndexError):
+        return None
+    return f"frozen with its cgroup {path}" if "frozen 1" in events.splitlines() else None
+
+
+# what QEMU says when the filesystem under a disk image refuses a write
+HOST_DISK_ERRORS = re.compile(r"No space left on device|Disk quota exceeded")
+
+
+def host_disk_error(qemu_log: pathlib.Path) -> str | None:
+    """QEMU's first line saying a disk image could not be written (the host's disk full), or None."""
+    try:
+        text = qemu_log.read_text(errors="replace")
+    except OSError:
+        return None
+    return next((ln.strip() for ln in text.splitlines() if HOST_DISK_ERRORS.search(ln)), None)
+
+
 OWNER_FILE = "owner.json"
 
 
@@ -255,6 +286,7 @@ class QemuRig(Rig):
         self._disks: list = []
         self._root_args: list = []
         self._root_cmdline: list = []
+        self._stopped: str | None = None
         self.power = _Power(self)
         self.console = _Console(self)
         self.command = _Command(self)
@@ -347,6 +379,21 @@ class QemuRig(Rig):
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def timed_out(self) -> None:
+        """A wait for the guest ran out of time: note whether the host had stopped QEMU."""
+        why = emulator_stopped(self.proc.pid) if self.alive() else None
+        if why:
+            self._stopped = f"the emulator (QEMU pid {self.proc.pid}) was {why} when the timeout passed"
+
+    def host_fault(self):
+        if self._stopped:
+            return self._stopped
+        said = host_disk_error(self.run_dir / "qemu.log") if self.run_dir else None
+        if said:
+            return (f"the filesystem under the rig's work directory {self.work_dir()} refused the disk "
+                    f"images' writes: QEMU said \"{said}\" (qemu.log)")
+        return None
+
 
 class _Power(PowerProtocol):
     def __init__(self, rig: QemuRig):
@@ -433,6 +480,7 @@ class _Boot(BootProtocol):
             if not r.alive():
                 raise r.died("during boot")
             if time.monotonic() > deadline:
+                r.timed_out()
                 raise GuestHung(f"guest did not come up within {timeout or spec['boot_timeout']:.0f}s")
             time.sleep(0.1)
         r._facts["boot_seconds"] = round(time.monotonic() - t0, 2)
@@ -457,6 +505,7 @@ class _Command(CommandProtocol):
         if end == "died":
             raise r.died(f"while running {argv[0]}")
         if end == "timeout":
+            r.timed_out()
             if salvage:
                 r._facts["salvage"] = self._salvage(n, salvage)
             raise GuestHung(f"{' '.join(map(str, argv))} did not finish within {timeout:.0f}s")

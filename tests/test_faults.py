@@ -20,7 +20,7 @@ from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
 from kernels.catalog import load_kernel
 from rigs import initramfs, qemu
 from krig.paths import owner_record
-from krig.verdict import INCOMPLETE_REASON, exit_code, outcome_verdict
+from krig.verdict import INCOMPLETE_REASON, Evidence, decide, exit_code
 from rigs.qemu import OWNER_FILE, reap_stale
 
 pytestmark = pytest.mark.faults
@@ -118,7 +118,7 @@ def running_manifest(tmp_path, repro="selftest-hang"):
     (None, BANNER, None, True, "INCOMPLETE"),
 ])
 def test_rule(outcome, console, fault, answered, verdict):
-    v, reason = outcome_verdict(outcome, "why", console, fault, machine_answered=answered)
+    v, reason = decide(Evidence(outcome, "why", console, rig_fault=fault, machine_answered=answered))
     assert v == verdict, reason
     if v == "ERROR" and fault:
         assert fault in reason
