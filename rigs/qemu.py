@@ -19,7 +19,7 @@ from krig.config import optional, parse_size, reject_unknown, require
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError, os_fault
 from krig.paths import cache_dir, owner_alive, owner_record
 from . import guestroot, initramfs, kimage
-from .procs import dies_with_parent
+from .procs import dies_with_parent, stopped_by_host
 from .protocol import (SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
@@ -200,24 +200,6 @@ def qemu_fault(proc: subprocess.Popen, qemu_log: pathlib.Path) -> str | None:
     return f"QEMU {how}" + (f": {said[-1]} ({qemu_log.name})" if said else f" without a message in {qemu_log.name}")
 
 
-def emulator_stopped(pid: int) -> str | None:
-    """Why the process pid is not running at all, if the host stopped it: a stop signal
-    (SIGSTOP, SIGTSTP: process state T) or a frozen cgroup (cgroup v2 cgroup.events)."""
-    try:
-        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-    if state in ("T", "t"):
-        return f"stopped by a signal (process state {state}: SIGSTOP or SIGTSTP)"
-    try:
-        cg = pathlib.Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-        path = next(ln.split(":", 2)[2] for ln in cg if ln.startswith("0::"))
-        events = pathlib.Path("/sys/fs/cgroup", path.lstrip("/"), "cgroup.events").read_text()
-    except (OSError, StopIteration, IndexError):
-        return None
-    return f"frozen with its cgroup {path}" if "frozen 1" in events.splitlines() else None
-
-
 # what QEMU says when the filesystem under a disk image refuses a write
 HOST_DISK_ERRORS = re.compile(r"No space left on device|Disk quota exceeded")
 
@@ -381,7 +363,7 @@ class QemuRig(Rig):
 
     def timed_out(self) -> None:
         """A wait for the guest ran out of time: note whether the host had stopped QEMU."""
-        why = emulator_stopped(self.proc.pid) if self.alive() else None
+        why = stopped_by_host(self.proc.pid) if self.alive() else None
         if why:
             self._stopped = f"the emulator (QEMU pid {self.proc.pid}) was {why} when the timeout passed"
 
