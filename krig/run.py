@@ -183,5 +183,6 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
         return "skip", tail[-1] if tail else "the reproducer skipped"
     if res.returncode != 0:
         tail = res.stderr.decode(errors="replace").strip().splitlines()[-3:]
-        return "error", f"run.sh exited {res.returncode}: {' | '.join(tail)}"
+        said = f": {' | '.join(tail)}" if tail else " without a word on stderr"
+        return "error", f"run.sh exited {res.returncode}{said}"
     return "completed", "the workload finished"
