@@ -350,7 +350,7 @@ def load_built_kernel(name: str, data: dict, where: str, kernel_dir: pathlib.Pat
     out = kernel_cache(key)
     meta_path = out / "build.json"
     if not meta_path.exists():
-        raise KernelNotBuilt(f"kernel {name} is not built; run `make kernel KERNEL={name}` "
+        raise KernelNotBuilt(f"kernel {name} is not built; run `krig kernel build {name}` "
                              f"(cache key {key})", spec.description)
     meta = json.loads(meta_path.read_text())
     release = meta["release"]
