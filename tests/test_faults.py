@@ -178,6 +178,23 @@ def test_full_results_fs_preflight(krig_cli, tiny_fs):
     assert not list(tiny_fs.iterdir())
 
 
+def test_scratch_writes_counted_by_preflight(krig_cli, tmp_path):
+    """A preset that declares how much of the scratch disk it writes (xfs-ail-storm smoke:
+    requires.scratch_write) does not start on a work directory that cannot hold it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128m", "krig-test-scratch", str(work)], check=True)
+    try:
+        p = krig_cli("run", "xfs-ail-storm", "--preset", "smoke", "--rig", str(rig_file(tmp_path, work=work)),
+                     env={"KRIG_RESULTS": str(tmp_path / "results")})
+    finally:
+        subprocess.run(["umount", "-l", str(work)], check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    one_line(p.stderr, f"{work}: 128.0 MiB free for ", "work directory",
+             "+ scratch disk writes 256.0 MiB (requires.scratch_write)")
+    no_runs(tmp_path)
+
+
 def test_incomplete_run(krig_cli, tmp_path):
     """A run directory whose krig was killed: INCOMPLETE, exit 7; a live owner's run is not judged."""
     d = tmp_path / "run"
