@@ -23,10 +23,11 @@ from kernels.catalog import load_kernel
 from rigs import load_rig
 
 from . import RESULTS_DIR
-from .errors import UsageError
+from .errors import KrigError, UsageError
 from .paths import owner_alive
 from .reproducer import load_reproducer
 from .results import now, write_json
+from .rundir import RunDir
 from .run import run
 from .verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
 
@@ -43,14 +44,15 @@ def _same(group: dict, asked: dict, gdir) -> None:
 def run_state(d: pathlib.Path) -> str:
     """The verdict of a run directory, 'RUNNING' if its krig still runs, 'INCOMPLETE' without one."""
     try:
-        v = json.loads((d / "verdict.json").read_text())["verdict"]
-    except (OSError, ValueError, KeyError):
-        v = None
+        run = RunDir(d)
+        v = run.verdict().get("verdict")
+    except (KrigError, OSError):
+        return "INCOMPLETE"
     if v and v != "INCOMPLETE":
         return v
     try:
-        man = json.loads((d / "manifest.json").read_text())
-    except (OSError, ValueError):
+        man = run.manifest
+    except (KrigError, OSError):
         return "INCOMPLETE"
     if not man.get("ended") and owner_alive(man.get("owner")):
         return "RUNNING"
@@ -79,8 +81,8 @@ def metric_values(runs: list) -> tuple[dict, dict]:
         if v not in JUDGED:
             continue
         try:
-            metrics = json.loads((d / "metrics.json").read_text())
-        except (OSError, ValueError):
+            metrics = RunDir(d).metrics()
+        except (KrigError, OSError):
             continue
         for name, m in metrics.items():
             values.setdefault(name, []).append(m.get("value"))
