@@ -276,7 +276,7 @@ def test_kexec_boot_then_ctrl_c(sim, tmp_path):
     assert sim.power_status() == "off"
     assert not _wait_no_leftovers(sim)
     rig = load_rig("sim")                                    # the lock was released
-    rig._take_lock()
+    rig.server.take_lock()
     rig.close()
 
 
