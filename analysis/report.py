@@ -4,10 +4,9 @@ trace.kshark.json in the run directory. Also run at the end of every
 in the returned notes, and never changes the verdict or touches the results.
 """
 import html
-import json
 import pathlib
 
-from krig.errors import UsageError
+from krig.errors import KrigError, UsageError
 from krig.reproducer import load_reproducer
 from krig.verdict import KERNEL_STOPPED
 
@@ -37,10 +36,11 @@ def esc(x) -> str:
     return html.escape("" if x is None else str(x), quote=True)
 
 
-def _load_json(p: pathlib.Path) -> dict:
+def _load_json(run: RunData, which: str) -> dict:
+    """run.verdict() or run.metrics(); {} when missing or unreadable (the report says what it can)."""
     try:
-        return json.loads(p.read_text()) if p.exists() else {}
-    except ValueError:
+        return getattr(run, which)()
+    except (KrigError, OSError):
         return {}
 
 
@@ -141,8 +141,7 @@ def write_report(run, repro=None) -> dict:
         run = RunData(run)
     run_dir, manifest = run.dir, run.manifest
     repro = repro or load_reproducer(manifest.get("reproducer", "?"))
-    verdict = _load_json(run_dir / "verdict.json")
-    metrics = _load_json(run_dir / "metrics.json")
+    verdict, metrics = _load_json(run, "verdict"), _load_json(run, "metrics")
     files, notes, plots, session = [], [], [], None
     if verdict.get("verdict") not in NO_PLOTS:
         for spec in repro.plots:

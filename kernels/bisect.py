@@ -39,6 +39,7 @@ from krig import KERNEL_DIR, RESULTS_DIR, ROOT
 from krig.errors import KrigError, UsageError, guarded
 from krig.reproducer import load_reproducer
 from krig.results import now
+from krig.rundir import RunDir
 from krig.verdict import JUDGED, KERNEL_STOPPED
 from .build import build as build_kernel
 from .demo_repo import CULPRIT, existing_demo_repo, make_demo_repo
@@ -115,13 +116,10 @@ def first_bad_from_output(text: str) -> str | None:
 # -- the oracle (one bisect step) ----------------------------------------------
 
 def read_attempt(run_dir: pathlib.Path, metric_name: str | None) -> Attempt:
-    v = json.loads((run_dir / "verdict.json").read_text())
-    man = json.loads((run_dir / "manifest.json").read_text())
-    value = None
-    mpath = run_dir / "metrics.json"
-    if metric_name and mpath.exists():
-        value = json.loads(mpath.read_text()).get(metric_name, {}).get("value")
-    return Attempt(v["verdict"], v.get("reason", ""), str(run_dir), booted="machine" in man, metric=value)
+    run = RunDir(run_dir)
+    v = run.verdict()
+    value = run.metrics().get(metric_name, {}).get("value") if metric_name else None
+    return Attempt(v["verdict"], v.get("reason", ""), str(run_dir), booted="machine" in run.manifest, metric=value)
 
 
 def run_krig(state: dict) -> Attempt:

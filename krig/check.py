@@ -22,7 +22,6 @@ from .junit import write_single
 from .hostload import contended_pct
 from .paths import owner_alive
 from .reproducer import load_reproducer
-from .results import write_json
 from .rundir import MANIFEST, METRICS, VERDICT, RunDir
 from .stall import still_progressing
 from .verdict import JUDGED, Evidence, decide, scan_console
@@ -177,7 +176,7 @@ def check(run_dir) -> dict:
         except Exception as e:   # a bug in analyze.py is the reproducer breaking, not a kernel verdict
             ev.analysis_error = f"{type(e).__name__}: {e}"
         else:
-            write_json(data.path(METRICS), metrics)
+            data.write_json(METRICS, metrics)
             lost = metrics.get("trace_lost_events", {}).get("value")
             if lost:
                 verdict.setdefault("warnings", []).append(f"the trace lost {lost:.0f} events: metrics computed "
@@ -196,7 +195,7 @@ def check(run_dir) -> dict:
         props = {"kernel": manifest.get("kernel", {}).get("release"), "rig": manifest.get("rig", {}).get("name"),
                  "accel": manifest.get("rig_facts", {}).get("accel"), "krig_revision": manifest.get("krig_revision")}
         write_single(data.path("junit.xml"), repro.name, v, why, props)
-    write_json(data.path(VERDICT), verdict)
+    data.write_json(VERDICT, verdict)
     report(data, repro)
     return verdict
 

@@ -9,6 +9,7 @@ import pathlib
 import numpy as np
 
 from .errors import UsageError
+from .results import write_json
 
 MANIFEST, VERDICT, METRICS = "manifest.json", "verdict.json", "metrics.json"
 MISSING = -1            # krig-sampler writes -1 for a source it could not read
@@ -54,6 +55,11 @@ class RunDir:
     @property
     def manifest(self) -> dict:
         return self.json(MANIFEST)
+
+    def write_json(self, name: str, data) -> None:
+        """Write a JSON file of the run (atomically); later reads through this RunDir see it."""
+        write_json(self.path(name), data)
+        self._cache[("json", name)] = data
 
     def verdict(self) -> dict:
         """verdict.json ({} when the run was never judged)."""
