@@ -14,7 +14,7 @@ junit.xml (one test case per run), qualify.html (the matrix, each verdict
 linking its run's report) and signoff.txt (one line per rig); the run
 directories are under DIR/runs/.
 
-The suite file is described in README.md ("Qualification suites").
+The suite file is described in docs/qualify.md.
 """
 import argparse
 import hashlib
