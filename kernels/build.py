@@ -3,8 +3,8 @@
 A built kernel lives in a cache directory keyed by a hash of everything that
 goes into it (kernels/spec.py), so the same kernel is never built twice.
 
-    python -m kernels.build build NAME      (make kernel KERNEL=NAME)
-    python -m kernels.build status [NAME..]
+    krig kernel build NAME      (make kernel KERNEL=NAME; also python -m kernels.build build NAME)
+    krig kernel status [NAME..] (make kernel-status)
 """
 import argparse
 import json

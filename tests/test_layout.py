@@ -8,6 +8,7 @@ module imports itself back through a cycle (read with ast, nothing imported).
 """
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -161,3 +162,11 @@ def test_the_vocabulary_is_real_modules():
     """The declaration names modules that exist (a renamed module is not silently dropped)."""
     mods = modules()
     assert VOCABULARY and all(m in mods for m in VOCABULARY), sorted(VOCABULARY - set(mods))
+
+
+def test_the_design_page_names_the_declared_vocabulary():
+    """docs/design.md's layout paragraph lists exactly krig.VOCABULARY."""
+    text = " ".join((ROOT / "docs" / "design.md").read_text().split())
+    start = text.index("The vocabulary, declared once as `krig.VOCABULARY`")
+    listed = text[start:].split(" is: ", 1)[1].split("; it imports only itself", 1)[0]
+    assert set(re.findall(r"`(krig(?:\.\w+)?)`", listed)) == VOCABULARY, listed
