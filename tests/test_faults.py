@@ -373,14 +373,14 @@ def test_emulator_stopped_is_the_hosts_fault(tmp_path, krig_cli, no_leftover_qem
 
 @pytest.mark.guest
 def test_work_dir_fills_under_the_scratch_image(tmp_path, no_leftover_qemu):
-    """The filesystem under the rig's work directory (a 6 MiB tmpfs) fills while the sparse
+    """The filesystem under the rig's work directory (a 4 MiB tmpfs) fills while the sparse
     scratch image grows: ERROR quoting QEMU's own message, not `run.sh exited 255`."""
     work = tmp_path / "work"
     work.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "krig-test-work", str(work)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "krig-test-work", str(work)], check=True)
     try:
         p = krig_run(tmp_path, "selftest-pass", "--rig", str(rig_file(tmp_path, work=work)),
-                     "--set", "files=30000", "--set", "timeout=300")
+                     "--set", "files=15000", "--set", "timeout=300")
         assert not list(work.iterdir()), "the work directory was left behind"
     finally:
         subprocess.run(["umount", "-l", str(work)], check=False)
