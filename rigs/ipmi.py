@@ -6,8 +6,9 @@ and files = OpenSSH with the rig's own known_hosts (rigs/ipmi_ssh.py); boot =
 a power cycle into the installed kernel, or kexec into the kernel under test.
 A hang (workload timeout, or neither console output nor an SSH answer for
 hang_timeout) sends an NMI, waits for the console, power cycles the server and
-waits for it to come back. An fcntl lock keeps two krig processes off one
-server. The rig file format is in rigs/ipmi_spec.py and
+waits for it to come back. One krig process per server: an fcntl lock
+(rigs/ipmi_lock.py), or with KRIG_LAB_COORDINATOR a labgrid reservation, lock
+and lease (rigs/lab.py). The rig file format is in rigs/ipmi_spec.py and
 rigs/examples/lab-server.toml.
 """
 import os
@@ -21,7 +22,7 @@ import time
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
 from krig.paths import cache_dir
 from krig.verdict import first_crash
-from . import ipmi_lock
+from . import ipmi_lock, lab
 from .ipmi_bmc import Bmc, Sol
 from .ipmi_spec import validate_spec
 from .ipmi_ssh import Ssh, SshLost, remote_command
@@ -44,6 +45,7 @@ class IpmiServer:
         self.run_dir: pathlib.Path | None = None
         self.workdir: pathlib.Path | None = None
         self.lock_fd = None
+        self.hold: lab.Hold | None = None      # the server held through the lab coordinator
         self.sol: Sol | None = None
         self.facts: dict = {}
         self.boot_id = None
@@ -79,13 +81,24 @@ class IpmiServer:
         self.sol.start()
 
     def take_lock(self):
+        addr = lab.address()
+        if addr:
+            self.hold = lab.Coordinator(addr).hold(self.name, lab.priority(), ipmi_lock.lock_wait(),
+                                                   lab.lease_seconds())
+            self.facts["lab"] = self.hold.facts
+            return
         b = self.spec["bmc"]
         self.lock_fd, path = ipmi_lock.take(self.name, b["host"], b["port"])
         self.facts["lock"] = str(path)
 
+    @property
+    def holding(self) -> bool:
+        """This process holds the server (lock file or lab coordinator)."""
+        return self.lock_fd is not None or self.hold is not None
+
     def shutdown(self):
         """Pull the results, then an orderly power off; a hard one if it does not finish in time."""
-        if self.lock_fd is None:
+        if not self.holding:
             return
         self.prefetch_results()
         how = "soft"
@@ -114,7 +127,7 @@ class IpmiServer:
             self.sol.stop()
             self.facts["sol_restarts"] = self.sol.restarts
             self.sol = None
-        if self.lock_fd is not None and not self.bmc.failed:
+        if self.holding and not self.bmc.failed:
             try:
                 if self.powered and self.state != "off":
                     self.hard_off()        # interrupted run: never leave the server running it
@@ -128,6 +141,9 @@ class IpmiServer:
         if self.lock_fd is not None:
             os.close(self.lock_fd)
             self.lock_fd = None
+        if self.hold is not None:
+            self.hold.release()
+            self.hold = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
@@ -417,7 +433,7 @@ class _Power(PowerProtocol):
 
     def off(self):
         r = self.server
-        if r.lock_fd is None:          # never touch a server this process does not hold
+        if not r.holding:               # never touch a server this process does not hold
             return
         r.prefetch_results(probe=r.state != "up")
         r.hard_off()

@@ -111,6 +111,6 @@ def test_no_words_about_how_the_project_was_developed():
                 or not p.is_file():
             continue
         for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
-            if DEV_WORDS.search(line) and "DEV_WORDS" not in line:
+            if DEV_WORDS.search(line) and f != "tests/test_docs.py":
                 hits.append(f"{f}:{n}: {line.strip()[:80]}")
     assert not hits, "\n".join(hits[:20])
