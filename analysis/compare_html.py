@@ -5,12 +5,13 @@ with every run of both sides overlaid, drawn by the per-run plotting code
 BASE is drawn dashed in cool colours, NEW solid in warm ones. Self-contained:
 PNGs beside the page, everything taken from files HTML-escaped.
 """
-import json
 import pathlib
 
 import matplotlib.pyplot as plt
 
+from krig.errors import KrigError
 from krig.reproducer import load_reproducer
+from krig.rundir import RunDir
 
 from .plots import draw, plot_data
 from .report import CSS, esc, html_table
@@ -23,8 +24,8 @@ SIDES = {"base": {"label": "BASE", "linestyle": "--", "alpha": 0.75, "colors": [
 
 def _metrics_of(d: pathlib.Path) -> dict:
     try:
-        return json.loads((d / "metrics.json").read_text())
-    except (OSError, ValueError):
+        return RunDir(d).metrics()
+    except (KrigError, OSError):
         return {}
 
 

@@ -4,18 +4,18 @@ trace.kshark.json in the run directory. Also run at the end of every
 in the returned notes, and never changes the verdict or touches the results.
 """
 import html
-import json
 import pathlib
 
-from krig.errors import UsageError
+from krig.errors import KrigError, UsageError
 from krig.reproducer import load_reproducer
+from krig.verdict import KERNEL_STOPPED
 
 from .kshark import SESSION_FILE, write_session
 from .plots import plot_data, write_plot
 from .rundata import RunData
 from .summary import build_summary, fmt, threshold_id, threshold_results
 
-NO_PLOTS = ("HUNG", "CRASHED", "ERROR")
+NO_PLOTS = (*KERNEL_STOPPED, "ERROR")
 CONSOLE_TAIL = 40
 LINKS = ["summary.txt", SESSION_FILE, "trace.dat", "console.log", "metrics.json", "verdict.json", "manifest.json",
          "stdout", "stderr", "analysis.log"]
@@ -36,10 +36,11 @@ def esc(x) -> str:
     return html.escape("" if x is None else str(x), quote=True)
 
 
-def _load_json(p: pathlib.Path) -> dict:
+def _load_json(run: RunData, which: str) -> dict:
+    """run.verdict() or run.metrics(); {} when missing or unreadable (the report says what it can)."""
     try:
-        return json.loads(p.read_text()) if p.exists() else {}
-    except ValueError:
+        return getattr(run, which)()
+    except (KrigError, OSError):
         return {}
 
 
@@ -130,16 +131,17 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
             f"<style>{CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
 
 
-def write_report(run_dir) -> dict:
-    """Writes everything it can; returns {"files": [...], "notes": [problems, one line each]}."""
-    run_dir = pathlib.Path(run_dir)
-    if not (run_dir / "manifest.json").is_file():
-        raise UsageError(f"{run_dir}: not a krig run directory (no manifest.json)")
-    run = RunData(run_dir)
-    manifest = run.manifest
-    repro = load_reproducer(manifest.get("reproducer", "?"))
-    verdict = _load_json(run_dir / "verdict.json")
-    metrics = _load_json(run_dir / "metrics.json")
+def write_report(run, repro=None) -> dict:
+    """Writes everything it can; returns {"files": [...], "notes": [problems, one line each]}.
+
+    run: a run directory or its RunData; repro: its reproducer, if the caller has loaded it."""
+    if not isinstance(run, RunData):
+        if not (pathlib.Path(run) / "manifest.json").is_file():
+            raise UsageError(f"{run}: not a krig run directory (no manifest.json)")
+        run = RunData(run)
+    run_dir, manifest = run.dir, run.manifest
+    repro = repro or load_reproducer(manifest.get("reproducer", "?"))
+    verdict, metrics = _load_json(run, "verdict"), _load_json(run, "metrics")
     files, notes, plots, session = [], [], [], None
     if verdict.get("verdict") not in NO_PLOTS:
         for spec in repro.plots:

@@ -3,7 +3,6 @@
 Run by `krig check RUN_DIR` as
   pytest analysis/test_thresholds.py --krig-run-dir=RUN_DIR --junitxml=RUN_DIR/junit.xml
 """
-import json
 import math
 import pathlib
 
@@ -11,6 +10,7 @@ import pytest
 
 from analysis.summary import threshold_properties
 from krig.reproducer import load_reproducer
+from krig.rundir import RunDir
 
 
 def _run_dir(config) -> pathlib.Path:
@@ -27,15 +27,14 @@ def pytest_generate_tests(metafunc):
     if not d:
         metafunc.parametrize("threshold", [])
         return
-    manifest = json.loads((pathlib.Path(d) / "manifest.json").read_text())
-    repro = load_reproducer(manifest["reproducer"])
+    repro = load_reproducer(RunDir(d).manifest["reproducer"])
     metafunc.parametrize("threshold", repro.thresholds,
                          ids=[f"{t.metric} {t.describe()}" for t in repro.thresholds])
 
 
 @pytest.fixture(scope="module")
 def metrics(request):
-    return json.loads((_run_dir(request.config) / "metrics.json").read_text())
+    return RunDir(_run_dir(request.config)).metrics()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -43,7 +42,7 @@ def _properties(request, record_testsuite_property):
     d = request.config.getoption("krig_run_dir")
     if not d:
         return
-    m = json.loads((pathlib.Path(d) / "manifest.json").read_text())
+    m = RunDir(d).manifest
     facts = m.get("rig_facts", {})
     for k, v in {"reproducer": m.get("reproducer"), "preset": m.get("preset"),
                  "kernel": m.get("kernel", {}).get("release"), "kernel_config": m.get("kernel", {}).get("config_sha256_16"),

@@ -41,7 +41,6 @@ def boot_once(kernel, tcg_thread: str, cmdline: list, timeout: float, keep: path
     rig.spec["accel"] = "tcg"
     rig.spec["tcg_thread"] = tcg_thread
     rig.spec["kernel_entry"] = kernel_entry
-    rig.console_crash = first_crash
     with tempfile.TemporaryDirectory(prefix="krig-bootloop-") as td, rig:
         t0 = time.monotonic()
         outcome, detail = "ok", ""

@@ -1,9 +1,8 @@
-"""`make bisect`: `git bisect run` with krig's verdict as the oracle.
+"""`krig bisect`: `git bisect run` with krig's verdict as the oracle.
 
-    python -m kernels.bisect run --tree TREE --good REF --bad REF --repro NAME
-                                 [--preset P] [--repeat N] [--like KERNEL] [--rig RIG]
-    python -m kernels.bisect demo            (make bisect-demo; the history is made by
-                                              kernels/demo_repo.py)
+    krig bisect run --tree TREE --good REF --bad REF --repro NAME
+                    [--preset P] [--repeat N] [--like KERNEL] [--rig RIG]   (make bisect)
+    krig bisect demo            (make bisect-demo; the history is made by kernels/demo_repo.py)
 
 The bisection never touches TREE's working tree (`git bisect start
 --no-checkout`): each step reads BISECT_HEAD, builds it through a generated
@@ -40,6 +39,8 @@ from krig import KERNEL_DIR, RESULTS_DIR, ROOT
 from krig.errors import KrigError, UsageError, guarded
 from krig.reproducer import load_reproducer
 from krig.results import now
+from krig.rundir import RunDir
+from krig.verdict import JUDGED, KERNEL_STOPPED
 from .build import build as build_kernel
 from .demo_repo import CULPRIT, existing_demo_repo, make_demo_repo
 from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
@@ -54,11 +55,9 @@ KRIG = pathlib.Path(sys.executable).with_name("krig")
 
 def classify(verdict: str, booted: bool) -> str:
     """One run's verdict -> good / bad / skip."""
-    if verdict == "PASS":
-        return "good"
-    if verdict == "FAIL":
-        return "bad"
-    if verdict in ("HUNG", "CRASHED") and booted:
+    if verdict in JUDGED:
+        return "good" if verdict == "PASS" else "bad"
+    if verdict in KERNEL_STOPPED and booted:
         return "bad"
     return "skip"
 
@@ -117,13 +116,10 @@ def first_bad_from_output(text: str) -> str | None:
 # -- the oracle (one bisect step) ----------------------------------------------
 
 def read_attempt(run_dir: pathlib.Path, metric_name: str | None) -> Attempt:
-    v = json.loads((run_dir / "verdict.json").read_text())
-    man = json.loads((run_dir / "manifest.json").read_text())
-    value = None
-    mpath = run_dir / "metrics.json"
-    if metric_name and mpath.exists():
-        value = json.loads(mpath.read_text()).get(metric_name, {}).get("value")
-    return Attempt(v["verdict"], v.get("reason", ""), str(run_dir), booted="machine" in man, metric=value)
+    run = RunDir(run_dir)
+    v = run.verdict()
+    value = run.metrics().get(metric_name, {}).get("value") if metric_name else None
+    return Attempt(v["verdict"], v.get("reason", ""), str(run_dir), booted="machine" in run.manifest, metric=value)
 
 
 def run_krig(state: dict) -> Attempt:
@@ -193,7 +189,7 @@ def measure_endpoints(state: dict, ends: dict, build, run_for) -> Zones:
         dirs = " ".join(a.run_dir or a.reason for a in attempts)
         append(logp, log_line(commit, subject, label.lower(), attempts, metric,
                               f"endpoint {label}; build {tb:.0f}s, run {time.monotonic() - t0 - tb:.0f}s; {dirs}"))
-        values[label] = [a.metric if a.verdict in ("PASS", "FAIL") else None for a in attempts]
+        values[label] = [a.metric if a.verdict in JUDGED else None for a in attempts]
     try:
         z = zones(metric, values["GOOD"], values["BAD"])
     except UsageError as e:
@@ -340,55 +336,75 @@ def demo(repro: str = "unlink-dentry-growth", preset: str | None = "smoke", repe
 
 
 
+def cmd_run(a) -> int:
+    if not a.tree:
+        a.tree = existing_demo_repo()
+        if not a.tree:
+            raise UsageError("--tree is required (a git tree of the kernel); `krig bisect demo` makes one")
+    res = bisect(a.tree, a.good, a.bad, a.repro, a.preset, a.repeat, a.like, a.rig, a.set, metric=a.metric)
+    return 0 if res["first_bad"] else 1
+
+
+def cmd_demo(a) -> int:
+    return demo(a.repro, a.preset, a.repeat, a.like, a.metric)
+
+
+def cmd_oracle(a) -> int:
+    for k in [k for k in os.environ if k.startswith("GIT_")]:
+        del os.environ[k]             # set by `git bisect run`; they would redirect every git call
+    try:
+        return oracle(pathlib.Path(a.state))
+    except KeyboardInterrupt:
+        return ABORT
+    except KrigError:
+        raise
+    except Exception:                 # a bug must stop the bisection, not vote "bad"
+        import traceback
+        traceback.print_exc()
+        return ABORT
+
+
+def add_commands(sub, oracle_step: bool = False) -> None:
+    """`run` and `demo`, as `krig bisect ...` and `python -m kernels.bisect ...` (which also has
+    `oracle`, the one step `git bisect run` calls)."""
+    r = sub.add_parser("run", help="bisect a git tree between a good and a bad commit with a reproducer")
+    r.add_argument("--tree", metavar="DIR", help="git tree of the kernel (default: the demo repository, if made)")
+    r.add_argument("--good", required=True, metavar="REF", help="a commit the reproducer passes on (required)")
+    r.add_argument("--bad", required=True, metavar="REF", help="a commit the reproducer fails on (required)")
+    r.add_argument("--repro", required=True, metavar="NAME", help="the reproducer that judges each step (required)")
+    r.add_argument("--preset", metavar="NAME", help="the reproducer's preset (default: its defaults)")
+    r.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="runs per step; the step's answer is their strict majority (default 1)")
+    r.add_argument("--like", default="linux-6.1", metavar="KERNEL",
+                   help="kernel whose config and fragments each step uses (default linux-6.1)")
+    r.add_argument("--rig", default="qemu-default", metavar="RIG", help="rig name or rig file (default qemu-default)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a reproducer parameter (repeatable; default none)")
+    r.add_argument("--metric", metavar="NAME",
+                   help="bisect on this metric's value instead of the verdict (default: the verdict)")
+    r.set_defaults(func=cmd_run)
+    d = sub.add_parser("demo", help="make a small 6.1 history with one injected bad commit and bisect it")
+    d.add_argument("--repro", default="unlink-dentry-growth", metavar="NAME",
+                   help="the reproducer that judges each step (default unlink-dentry-growth)")
+    d.add_argument("--preset", default="smoke", metavar="NAME", help="the reproducer's preset (default smoke)")
+    d.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per step (default 1)")
+    d.add_argument("--like", default=DEMO_LIKE, metavar="KERNEL",
+                   help=f"kernel whose config and fragments each step uses (default {DEMO_LIKE})")
+    d.add_argument("--metric", metavar="NAME",
+                   help="bisect on this metric's value instead of the verdict (default: the verdict)")
+    d.set_defaults(func=cmd_demo)
+    if oracle_step:
+        o = sub.add_parser("oracle", help="one step (called by git bisect run)")
+        o.add_argument("state", help="the bisection's state.json")
+        o.set_defaults(func=cmd_oracle)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernels.bisect", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="bisect TREE between GOOD and BAD with a reproducer")
-    r.add_argument("--tree", help="git tree (default: the bisect-demo repository, if made)")
-    r.add_argument("--good", required=True)
-    r.add_argument("--bad", required=True)
-    r.add_argument("--repro", required=True)
-    r.add_argument("--preset")
-    r.add_argument("--repeat", type=int, default=1)
-    r.add_argument("--like", default="linux-6.1", help="kernel whose config/fragments each step uses")
-    r.add_argument("--rig", default="qemu-default")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    r.add_argument("--metric", help="bisect on this metric's value instead of the verdict (see metric_bisect.py)")
-    o = sub.add_parser("oracle", help="one step (called by git bisect run)")
-    o.add_argument("state")
-    d = sub.add_parser("demo", help="build a small 6.1 history with one bad commit and bisect it")
-    d.add_argument("--repro", default="unlink-dentry-growth")
-    d.add_argument("--preset", default="smoke")
-    d.add_argument("--repeat", type=int, default=1)
-    d.add_argument("--like", default=DEMO_LIKE, help="kernel whose config/fragments each step uses")
-    d.add_argument("--metric", help="bisect on this metric's value instead of the verdict")
+    add_commands(ap.add_subparsers(dest="cmd", required=True), oracle_step=True)
     a = ap.parse_args(argv)
-
-    def cmd() -> int:
-        if a.cmd == "oracle":
-            for k in [k for k in os.environ if k.startswith("GIT_")]:
-                del os.environ[k]             # set by `git bisect run`; they would redirect every git call
-            try:
-                return oracle(pathlib.Path(a.state))
-            except KeyboardInterrupt:
-                return ABORT
-            except KrigError:
-                raise
-            except Exception:                 # a bug must stop the bisection, not vote "bad"
-                import traceback
-                traceback.print_exc()
-                return ABORT
-        if a.cmd == "run":
-            if not a.tree:
-                a.tree = existing_demo_repo()
-                if not a.tree:
-                    raise UsageError("TREE= is required (a git tree of the kernel); `make bisect-demo` makes one")
-            res = bisect(a.tree, a.good, a.bad, a.repro, a.preset, a.repeat, a.like, a.rig, a.set, metric=a.metric)
-            return 0 if res["first_bad"] else 1
-        return demo(a.repro, a.preset, a.repeat, a.like, a.metric)
     # an oracle step that cannot be judged is a skip (125), not a failure
-    return guarded(cmd, error_code=SKIP if a.cmd == "oracle" else None)
-
+    return guarded(lambda: a.func(a), error_code=SKIP if a.cmd == "oracle" else None)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,8 +3,8 @@
 A built kernel lives in a cache directory keyed by a hash of everything that
 goes into it (kernels/spec.py), so the same kernel is never built twice.
 
-    python -m kernels.build build NAME      (make kernel KERNEL=NAME)
-    python -m kernels.build status [NAME..]
+    krig kernel build NAME      (make kernel KERNEL=NAME; also python -m kernels.build build NAME)
+    krig kernel status [NAME..] (make kernel-status)
 """
 import argparse
 import json
@@ -58,28 +58,37 @@ def build(name: str, force: bool = False, log=say) -> dict:
     return build_kernel(spec, force=force, log=log)
 
 
+def cmd_build(a) -> int:
+    for n in a.names:
+        meta = build(n, force=a.force)
+        print(f"kernel {n}: {meta['release']} in {meta['dir']}")
+    return 0
+
+
+def cmd_status(a) -> int:
+    for n in a.names or buildable_kernels():
+        st = status(n)
+        state = f"built {st['release']}" if st["built"] else f"not built (krig kernel build {n})"
+        print(f"{n:40s} {st['key']}  {state}")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """`build` and `status`, as `krig kernel ...` and `python -m kernels.build ...`."""
+    b = sub.add_parser("build", help="build kernels from kernels/<name>.toml (a no-op when the cache has them)")
+    b.add_argument("names", nargs="+", metavar="NAME", help="kernel names (kernels/<NAME>.toml; see `krig list`)")
+    b.add_argument("--force", action="store_true", help="rebuild even if the cache has it (default: use the cache)")
+    b.set_defaults(func=cmd_build)
+    s = sub.add_parser("status", help="cache key and build state of buildable kernels")
+    s.add_argument("names", nargs="*", metavar="NAME", help="kernel names (default: every buildable kernel)")
+    s.set_defaults(func=cmd_status)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernels.build", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="build a kernel (no-op when the cache has it)")
-    b.add_argument("names", nargs="+")
-    b.add_argument("--force", action="store_true", help="rebuild even if the cache has it")
-    s = sub.add_parser("status", help="cache key and build state of kernels")
-    s.add_argument("names", nargs="*")
+    add_commands(ap.add_subparsers(dest="cmd", required=True))
     a = ap.parse_args(argv)
-
-    def cmd() -> int:
-        if a.cmd == "build":
-            for n in a.names:
-                meta = build(n, force=a.force)
-                print(f"kernel {n}: {meta['release']} in {meta['dir']}")
-        else:
-            for n in a.names or buildable_kernels():
-                st = status(n)
-                state = f"built {st['release']}" if st["built"] else f"not built (make kernel KERNEL={n})"
-                print(f"{n:40s} {st['key']}  {state}")
-        return 0
-    return guarded(cmd)
+    return guarded(lambda: a.func(a))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ not from the metric's declared direction.
 import dataclasses
 
 from krig.errors import UsageError
+from krig.verdict import JUDGED
 
-JUDGED = ("PASS", "FAIL")
 
 
 @dataclasses.dataclass

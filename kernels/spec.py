@@ -344,13 +344,13 @@ def kernel_cache(key: str) -> pathlib.Path:
 
 def load_built_kernel(name: str, data: dict, where: str, kernel_dir: pathlib.Path = KERNEL_DIR,
                       repro_dir: pathlib.Path = REPRO_DIR):
-    """The Kernel record of a kernel built by `make kernel KERNEL=name`."""
+    """The Kernel record of a kernel built by `krig kernel build NAME` (make kernel KERNEL=NAME)."""
     spec = resolve_spec(name, data, where, kernel_dir, repro_dir)
     key = cache_key(build_inputs(spec))
     out = kernel_cache(key)
     meta_path = out / "build.json"
     if not meta_path.exists():
-        raise KernelNotBuilt(f"kernel {name} is not built; run `make kernel KERNEL={name}` "
+        raise KernelNotBuilt(f"kernel {name} is not built; run `krig kernel build {name}` "
                              f"(cache key {key})", spec.description)
     meta = json.loads(meta_path.read_text())
     release = meta["release"]

@@ -7,3 +7,9 @@ REPRO_DIR = ROOT / "reproducers"
 RIG_DIR = ROOT / "rigs"
 KERNEL_DIR = ROOT / "kernels"
 RESULTS_DIR = pathlib.Path(os.environ.get("KRIG_RESULTS") or ROOT / "results")
+
+# The layout: these modules are krig's vocabulary, which every part (the runner, rigs, kernels,
+# analysis) may import and which imports only itself; every other krig module is the runner.
+# tests/test_layout.py checks every import against this declaration.
+VOCABULARY = ("krig", "krig.errors", "krig.config", "krig.paths", "krig.results", "krig.rundir",
+              "krig.reproducer", "krig.verdict", "krig.junit")

@@ -31,6 +31,7 @@ from analysis.summary import reproduce_argv
 from rigs import rig_path
 from .errors import UsageError
 from .reproducer import load_reproducer
+from .rundir import MANIFEST, VERDICT, RunDir
 
 TRACE = "trace.dat"
 # Rig fields that identify a machine, a person or a secret: replaced by placeholders.
@@ -49,14 +50,14 @@ BINARY_SUFFIXES = {".png", ".dat", ".gz", ".zst", ".img"}
 
 
 def bundle(run_dir, output=None, with_trace: bool = False, log=print) -> pathlib.Path:
-    run_dir = pathlib.Path(run_dir)
+    run = RunDir(run_dir)
+    run_dir = run.dir
+    for name in (MANIFEST, VERDICT):
+        if not run.exists(name):
+            raise UsageError(f"{run_dir}: not a judged run directory (no {name}; run `krig check` on it first)")
     try:
-        manifest = json.loads((run_dir / "manifest.json").read_text())
-        verdict = json.loads((run_dir / "verdict.json").read_text())
-    except FileNotFoundError as e:
-        raise UsageError(f"{run_dir}: not a judged run directory (no {pathlib.Path(e.filename).name}; "
-                         "run `krig check` on it first)") from None
-    except ValueError as e:
+        manifest, verdict = run.manifest, run.verdict()
+    except UsageError as e:
         raise UsageError(f"{run_dir}: unreadable manifest.json or verdict.json: {e}") from None
     repro = load_reproducer(manifest["reproducer"])
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -1,11 +1,12 @@
 """`krig check RUN_DIR`: metrics and verdict of a run, without a rig.
 
-The workload outcome in manifest.json, the console and the reproducer's
-thresholds decide the verdict. Thresholds are judged by pytest (one test per
+evidence() reads what the run directory records about how the run ended
+(manifest.json, console.log, samples.tsv, phases.tsv, host.tsv) and
+krig.verdict.decide() rules on it; a completed workload's metrics are
+computed here and its thresholds judged. Thresholds are judged by pytest (one test per
 threshold, analysis/test_thresholds.py), which writes junit.xml.
 """
 import importlib.util
-import json
 import math
 import pathlib
 import subprocess
@@ -13,16 +14,17 @@ import sys
 import xml.etree.ElementTree as ET
 
 from analysis.report import write_report
+from analysis.rundata import RunData
 
 from . import ROOT
 from .errors import KrigError, UsageError
 from .junit import write_single
-from .hostload import CONTENDED_LIMIT_PCT, contended_pct
+from .hostload import contended_pct
 from .paths import owner_alive
 from .reproducer import load_reproducer
-from .results import write_json
-from .verdict import outcome_verdict, scan_console
-
+from .rundir import MANIFEST, METRICS, VERDICT, RunDir
+from .stall import still_progressing
+from .verdict import JUDGED, Evidence, decide, scan_console
 
 
 # metrics krig adds to every run that has the data, unless the reproducer declares them
@@ -43,43 +45,38 @@ def load_analyzer(repro):
     return mod
 
 
-def run_notes(repro, metrics: dict) -> list[str]:
+def run_notes(analyzer, metrics: dict) -> list[str]:
     """What the reproducer's analyze.py says about how its verdict was reached
     (optional `notes(metrics) -> [str]`, e.g. a flood that ran into its time cap)."""
-    analyzer = load_analyzer(repro)
     fn = getattr(analyzer, "notes", None)
     return [str(n) for n in fn(metrics)] if fn else []
 
 
-def workload_metrics(run_dir: pathlib.Path) -> dict:
+def workload_metrics(run: RunDir) -> dict:
     """Metrics run.sh reported itself with `krig_metric NAME VALUE`."""
     out = {}
-    p = run_dir / "workload-metrics.tsv"
-    if p.exists():
-        for line in p.read_text().splitlines():
-            name, _, value = line.partition("\t")
-            try:
-                out[name] = float(value)
-            except ValueError:
-                raise UsageError(f"{p}: metric {name!r} has a non-numeric value {value!r}") from None
+    for line in run.text("workload-metrics.tsv").splitlines():
+        name, _, value = line.partition("\t")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise UsageError(f"{run.path('workload-metrics.tsv')}: metric {name!r} has a non-numeric "
+                             f"value {value!r}") from None
     return out
 
 
-def compute_metrics(run_dir: pathlib.Path, repro) -> dict:
-    from analysis.rundata import RunData
-    data = RunData(run_dir)
-    values = workload_metrics(run_dir)
-    analyzer = load_analyzer(repro)
+def compute_metrics(data: RunData, repro, analyzer) -> dict:
+    values = workload_metrics(data)
     if analyzer is not None:
         values.update(analyzer.metrics(data))
-    if repro.trace_events and data.path("trace.dat").exists():
+    if repro.trace_events and data.exists("trace.dat"):
         # Every traced run says whether its trace is complete.
         values.setdefault("trace_lost_events", data.trace().lost_events()["total"])
-    if data.path("samples.tsv").exists():
+    if data.exists("samples.tsv"):
         # ... and every sampled run whether its sampler kept its interval.
         values.setdefault("sampler_max_gap_intervals", data.sampler_max_gap_intervals())
     host = data.manifest.get("host") or {}
-    if data.path("host.tsv").exists() and host.get("cpus"):
+    if data.exists("host.tsv") and host.get("cpus"):
         # ... and every emulated run how much the host's other load took from it.
         values.setdefault("host_contended_pct", contended_pct(data.path("host.tsv"), host["cpus"]))
     missing = [m for m in repro.metrics if m not in values]
@@ -138,49 +135,30 @@ def tally(root) -> dict:
     return res
 
 
-def verdict_of(res: dict, host_contended_pct: float | None = None) -> tuple[str, str]:
-    """The verdict rule: an instrument check that failed (or a judge that broke) makes the run
-    ERROR whatever else happened; so does a FAIL that rests only on host_sensitive thresholds
-    while the host was contended (host_contended_pct over krig/hostload.py's limit); otherwise
-    FAIL only if a measured regression threshold failed (metrics that could not be computed
-    are named alongside); otherwise a metric that could not be computed is ERROR naming it;
-    otherwise PASS."""
-    if res["broken"]:
-        return "ERROR", ("instrument: " if res["instrument"] else "judge error: ") + "; ".join(res["broken"])
-    if (res["failed"] and res.get("failed_host_sensitive", 0) == res["failed"]
-            and host_contended_pct is not None and host_contended_pct > CONTENDED_LIMIT_PCT):
-        return "ERROR", (f"host contention: other processes kept the host's CPUs saturated in "
-                         f"{host_contended_pct:.0f}% of the workload's seconds (limit "
-                         f"{CONTENDED_LIMIT_PCT:g}%, host.tsv), so these timing thresholds are not "
-                         f"blamed on the kernel: " + "; ".join(res["failures"]))
-    if res["failed"]:
-        extra = [f"not measured: {m}" for m in res["not_judged"]]
-        return "FAIL", "; ".join(res["failures"] + extra)
-    if res["unmeasured"]:
-        return "ERROR", "metric not measured: " + "; ".join(res["not_judged"])
-    return "PASS", f"{res['passed']} thresholds held"
+def evidence(run: RunDir) -> Evidence:
+    """What the run directory records about how the run ended (krig.verdict.Evidence)."""
+    m = run.manifest
+    ev = Evidence(m.get("outcome"), m.get("reason") or "", run.text("console.log"),
+                  rig_fault=m.get("rig_fault"), host_fault=m.get("host_fault"),
+                  machine_answered=bool(m.get("machine")), pull_error=m.get("pull_error"),
+                  timeout=(m.get("params") or {}).get("timeout"), host_load=m.get("host_load"),
+                  last_phase=run.last_phase())
+    if ev.outcome == "hung" and ev.timeout:
+        ev.progress = still_progressing(run, float(ev.timeout))
+    return ev
 
 
 def check(run_dir) -> dict:
-    run_dir = pathlib.Path(run_dir)
-    if not run_dir.is_dir():
-        raise UsageError(f"{run_dir}: not a run directory")
-    man_path = run_dir / "manifest.json"
-    if not man_path.exists():
-        raise UsageError(f"{run_dir}: missing manifest.json (not a krig run directory)")
-    try:
-        manifest = json.loads(man_path.read_text())
-    except ValueError as e:
-        raise UsageError(f"{man_path}: not valid JSON ({e})") from None
+    data = RunData(run_dir)
+    run_dir, manifest = data.dir, data.manifest
     if manifest.get("outcome") is None and owner_alive(manifest.get("owner")):
         raise UsageError(f"{run_dir}: still running (krig pid {manifest['owner']['pid']}); check it when it ends")
     try:
         repro = load_reproducer(manifest.get("reproducer"))
     except UsageError as e:
-        raise UsageError(f"{man_path}: field reproducer: {e}") from None
-    console = (run_dir / "console.log").read_text(errors="replace") if (run_dir / "console.log").exists() else ""
-    scan = scan_console(console)
-    outcome, reason = manifest.get("outcome"), manifest.get("reason") or ""
+        raise UsageError(f"{data.path(MANIFEST)}: field reproducer: {e}") from None
+    ev = evidence(data)
+    scan = scan_console(ev.console)
     verdict = {"reproducer": repro.name, "run_dir": str(run_dir), "complete": manifest.get("complete", False),
                "console": {k: v[:20] for k, v in scan.items()}}
     if scan["oom_kill"]:
@@ -188,48 +166,45 @@ def check(run_dir) -> dict:
     if manifest.get("power_off_error"):       # after the results were pulled: they stand, with a note
         verdict.setdefault("warnings", []).append(f"the rig failed to power off after the run: "
                                                   f"{manifest['power_off_error']}")
-
-    ruled, reason = outcome_verdict(outcome, reason, console, manifest.get("rig_fault"),
-                                    machine_answered=bool(manifest.get("machine")))
-    props = {"kernel": manifest.get("kernel", {}).get("release"), "rig": manifest.get("rig", {}).get("name"),
-             "accel": manifest.get("rig_facts", {}).get("accel"), "krig_revision": manifest.get("krig_revision")}
-    if ruled is None:        # the workload completed: the thresholds decide
+    v, why = decide(ev)
+    notes = []
+    if v is None:        # the workload completed: the thresholds decide
         try:
-            metrics = compute_metrics(run_dir, repro)
+            analyzer = load_analyzer(repro)
+            metrics = compute_metrics(data, repro, analyzer)
         except KrigError as e:
-            verdict.update(verdict="ERROR", reason=f"analysis failed: {e}")
+            ev.analysis_error = str(e)
         except Exception as e:   # a bug in analyze.py is the reproducer breaking, not a kernel verdict
-            verdict.update(verdict="ERROR", reason=f"analysis failed: {type(e).__name__}: {e}")
+            ev.analysis_error = f"{type(e).__name__}: {e}"
         else:
-            write_json(run_dir / "metrics.json", metrics)
+            data.write_json(METRICS, metrics)
             lost = metrics.get("trace_lost_events", {}).get("value")
             if lost:
-                verdict.setdefault("warnings", []).append(f"the trace lost {lost:.0f} events: metrics computed from it "
-                                       "are lower bounds; enlarge trace.buffer_kb")
-            res = judge(run_dir)
-            verdict["thresholds"] = res
-            v, why = verdict_of(res, metrics.get("host_contended_pct", {}).get("value"))
-            verdict.update(verdict=v, reason=why)
-            notes = run_notes(repro, metrics)
-            if notes and v in ("PASS", "FAIL"):     # how the verdict was reached, on its line
-                verdict.update(notes=notes, reason=f"{why} ({'; '.join(notes)})")
-        if verdict["verdict"] == "ERROR":
-            write_single(run_dir / "junit.xml", repro.name, "ERROR", verdict["reason"], props)
-    else:
-        v = ruled
-        verdict.update(verdict=v, reason=reason)
-        if v == "CRASHED" and scan.get("crash_context"):
-            verdict["crash_context"] = scan["crash_context"]
-        write_single(run_dir / "junit.xml", repro.name, v, verdict["reason"], props)
-    write_json(run_dir / "verdict.json", verdict)
-    report(run_dir)
+                verdict.setdefault("warnings", []).append(f"the trace lost {lost:.0f} events: metrics computed "
+                                                          "from it are lower bounds; enlarge trace.buffer_kb")
+            ev.thresholds = verdict["thresholds"] = judge(run_dir)
+            ev.host_contended_pct = metrics.get("host_contended_pct", {}).get("value")
+            notes = run_notes(analyzer, metrics)
+        v, why = decide(ev)
+    if notes and v in JUDGED:     # how the verdict was reached, on its line
+        verdict.update(notes=notes)
+        why = f"{why} ({'; '.join(notes)})"
+    verdict.update(verdict=v, reason=why)
+    if v == "CRASHED" and scan.get("crash_context"):
+        verdict["crash_context"] = scan["crash_context"]
+    if v not in JUDGED:          # the judge wrote junit.xml for PASS/FAIL: one case saying why otherwise
+        props = {"kernel": manifest.get("kernel", {}).get("release"), "rig": manifest.get("rig", {}).get("name"),
+                 "accel": manifest.get("rig_facts", {}).get("accel"), "krig_revision": manifest.get("krig_revision")}
+        write_single(data.path("junit.xml"), repro.name, v, why, props)
+    data.write_json(VERDICT, verdict)
+    report(data, repro)
     return verdict
 
 
-def report(run_dir: pathlib.Path) -> None:
+def report(run, repro=None) -> None:
     """The report never changes the verdict nor loses results: a failure is one line."""
     try:
-        for note in write_report(run_dir)["notes"]:
+        for note in write_report(run, repro)["notes"]:
             print(f"krig: report: {note}", file=sys.stderr)
     except Exception as e:
         print(f"krig: report not written: {type(e).__name__}: {e}", file=sys.stderr)

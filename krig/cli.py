@@ -78,7 +78,7 @@ def cmd_list(a) -> int:
             else:
                 print(f"  {n:32s} (not available: {e})")
     if not_built:
-        print("  (build one with `make kernel KERNEL=<name>`)")
+        print("  (build one with `krig kernel build <name>`)")
     return 0
 
 
@@ -124,29 +124,33 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog=f"exit codes of `krig run` and `krig check`:\n{codes}\n    2 (bad input: one line names the field)")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run a reproducer on a rig")
-    r.add_argument("reproducer")
-    r.add_argument("--rig", default="qemu-default")
-    r.add_argument("--kernel", default="distro")
-    r.add_argument("--preset", default=None)
-    r.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a parameter (repeatable)")
-    r.add_argument("--repeat", type=int, metavar="N", help="N runs as one group (group.json); see README")
-    r.add_argument("--group", metavar="DIR", help="the group directory to make or continue (with --repeat)")
+    r.add_argument("reproducer", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
+    r.add_argument("--rig", default="qemu-default", help="rig name (rigs/<RIG>.toml) or a rig file's path "
+                   "(default qemu-default)")
+    r.add_argument("--kernel", default="distro", help="kernel name (kernels/<KERNEL>.toml; default distro)")
+    r.add_argument("--preset", default=None, help="one of the reproducer's presets (default: its defaults)")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a parameter (repeatable; default none)")
+    r.add_argument("--repeat", type=int, metavar="N", help="N runs as one group (group.json; default one run)")
+    r.add_argument("--group", metavar="DIR", help="the group directory to make or continue "
+                   "(default results/<repro>/<kernel>/<rig>/group-<time>)")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("check", help="re-run the analysis of an existing run directory")
-    c.add_argument("run_dir")
+    c.add_argument("run_dir", help="a run directory (any copy of one)")
     c.set_defaults(func=cmd_check)
     rp = sub.add_parser("report", help="write report.html, plots, summary.txt and trace.kshark.json of a run")
-    rp.add_argument("run_dir")
+    rp.add_argument("run_dir", help="a run directory")
     rp.set_defaults(func=cmd_report)
     b = sub.add_parser("bundle", help="one tarball of a run that a stranger reruns with its reproduce.sh")
-    b.add_argument("run_dir")
+    b.add_argument("run_dir", help="a run directory")
     b.add_argument("--with-trace", action="store_true", help="include trace.dat (left out by default)")
     b.add_argument("-o", "--output", metavar="FILE", help="default: ./krig-bundle-<repro>-<time>.tar.gz")
     b.set_defaults(func=cmd_bundle)
     q = sub.add_parser("qualify", help="run a qualification suite: reproducers x kernels x rigs x repeats")
-    q.add_argument("suite", metavar="SUITE.toml")
+    q.add_argument("suite", metavar="SUITE.toml", help="a qualification suite file (e.g. qualify/smoke.toml)")
     q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
-    q.add_argument("--fresh", action="store_true", help="forget the finished runs recorded in DIR and start over")
+    q.add_argument("--fresh", action="store_true", help="forget the finished runs recorded in DIR and start over "
+                   "(default: resume)")
     q.add_argument("--prio", type=float, metavar="N",
                    help="priority of this suite's lab reservations with KRIG_LAB_COORDINATOR; higher goes first "
                         "(default KRIG_LAB_PRIO or 0)")
@@ -163,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_list)
     cmp = sub.add_parser("compare", help="compare runs or groups of two kernels: krig compare BASE... -- NEW...",
                          usage="krig compare [--json] [--out DIR] BASE... -- NEW...")
-    cmp.add_argument("--json", action="store_true", help="the comparison as JSON")
+    cmp.add_argument("--json", action="store_true", help="the comparison as JSON (default: text)")
     cmp.add_argument("--out", metavar="DIR", help="where compare.html goes (default results/compare/<repro>-<time>)")
     cmp.add_argument("args", nargs=argparse.REMAINDER, help="run or group directories, BASE... -- NEW...")
     cmp.set_defaults(func=cmd_compare)
@@ -188,11 +192,16 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("trace", help="read trace.dat files")
     tsub = t.add_subparsers(dest="tcmd", required=True, parser_class=_Parser)
     ts = tsub.add_parser("stats", help="count an event, optionally grouped by a field")
-    ts.add_argument("trace")
-    ts.add_argument("--event", required=True, metavar="SYSTEM:EVENT")
-    ts.add_argument("--group-by", metavar="FIELD")
-    ts.add_argument("--json", action="store_true")
+    ts.add_argument("trace", help="a trace.dat file")
+    ts.add_argument("--event", required=True, metavar="SYSTEM:EVENT", help="the event to count (required)")
+    ts.add_argument("--group-by", metavar="FIELD", help="count per value of this field (default: one total)")
+    ts.add_argument("--json", action="store_true", help="the counts as JSON (default: text)")
     ts.set_defaults(func=cmd_trace_stats)
+    from kernels import bisect, build
+    k = sub.add_parser("kernel", help="build kernels from kernels/<name>.toml (cached) and show the cache")
+    build.add_commands(k.add_subparsers(dest="kcmd", required=True, parser_class=_Parser))
+    bs = sub.add_parser("bisect", help="git bisect a kernel tree with a reproducer's verdict (or a metric)")
+    bisect.add_commands(bs.add_subparsers(dest="bcmd", required=True, parser_class=_Parser))
     return p
 
 

@@ -30,6 +30,7 @@ from .errors import UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
 from .reproducer import MIN_CHANGE_PCT, load_reproducer
 from .results import GROUP_FILE, run_state
+from .rundir import MANIFEST, RunDir
 from .verdict import JUDGED
 
 WIDTH = 100
@@ -69,14 +70,14 @@ def load_side(label: str, paths: list) -> list:
             found = group_runs(p)
             if not found:
                 raise UsageError(f"{label} {p}: the group has no runs")
-        elif (p / "manifest.json").is_file():
+        elif (p / MANIFEST).is_file():
             found = [(p, run_state(p))]
         else:
             raise UsageError(f"{label} {p}: not a run or group directory (no manifest.json or {GROUP_FILE})")
         for d, v in found:
             try:
-                man = json.loads((d / "manifest.json").read_text())
-            except (OSError, ValueError) as e:
+                man = RunDir(d).manifest
+            except (UsageError, OSError) as e:
                 raise UsageError(f"{label} {d}: manifest.json unreadable ({e})") from None
             runs.append((d, v, man))
     return runs

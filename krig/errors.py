@@ -32,7 +32,7 @@ class GuestCrashed(KrigError):
 
     rig_fault is one line when the rig saw its own side fail as the machine
     went away (QEMU exited with an error status and said why in qemu.log, ...);
-    krig.verdict.outcome_verdict decides from it and the console who is to blame."""
+    krig.verdict.decide rules from it and the console who is to blame."""
 
     def __init__(self, message: str, rig_fault: str | None = None):
         super().__init__(message)

@@ -23,15 +23,12 @@ from kernels.catalog import load_kernel
 from rigs import load_rig
 
 from . import RESULTS_DIR
-from .errors import UsageError
+from .errors import KrigError, UsageError
 from .reproducer import load_reproducer
 from .results import GROUP_FILE, now, run_dirs_of, run_state, write_json
+from .rundir import RunDir
 from .run import run
-from .verdict import JUDGED, VERDICTS, exit_code
-
-NOT_COUNTED = ("INTERRUPTED", "INCOMPLETE")
-# mixed verdicts: the group's exit code is that of the first verdict in this order that occurred
-SEVERITY = ["CRASHED", "HUNG", "FAIL", "ERROR", "SKIP", "PASS"]
+from .verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
 
 
 def _same(group: dict, asked: dict, gdir) -> None:
@@ -59,8 +56,8 @@ def metric_values(runs: list) -> tuple[dict, dict]:
         if v not in JUDGED:
             continue
         try:
-            metrics = json.loads((d / "metrics.json").read_text())
-        except (OSError, ValueError):
+            metrics = RunDir(d).metrics()
+        except (KrigError, OSError):
             continue
         for name, m in metrics.items():
             values.setdefault(name, []).append(m.get("value"))
@@ -71,7 +68,7 @@ def metric_values(runs: list) -> tuple[dict, dict]:
 def verdict_counts(runs: list) -> dict:
     counts = {}
     for _, v, *_ in runs:
-        if v not in NOT_COUNTED:
+        if v not in UNFINISHED:
             counts[v] = counts.get(v, 0) + 1
     return counts
 
@@ -98,7 +95,7 @@ def group_exit(counts: dict) -> int:
 
 
 def _write(gdir, group, runs):
-    group["runs"] = [{"dir": d.name, "verdict": v, "counted": v not in NOT_COUNTED and v != "RUNNING"}
+    group["runs"] = [{"dir": d.name, "verdict": v, "counted": v not in UNFINISHED and v != "RUNNING"}
                      for d, v in runs]
     group.update(summarize(runs))
     group["complete"] = group["counted"] >= group["repeat"]

@@ -14,7 +14,7 @@ A sample is *contended* when the host was at least SATURATED of its CPUs busy an
 processes used at least OTHERS_CPUS of them. `host_contended_pct` (the share of the
 workload's samples that were contended) is every QEMU run's metric; krig check turns a
 FAIL that rests only on thresholds marked `host_sensitive` into ERROR when it exceeds
-CONTENDED_LIMIT_PCT (docs/verdicts.md, "The verdict rule").
+krig.verdict.CONTENDED_LIMIT_PCT (docs/verdicts.md, "The verdict rule").
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ import time
 
 SATURATED = 0.9        # of the host's CPUs busy
 OTHERS_CPUS = 0.5      # CPUs used by processes other than the emulator
-CONTENDED_LIMIT_PCT = 10.0
 HEADER = "mono\tbusy_cpus\temulator_cpus\tothers_cpus\n"
 _TICK = os.sysconf("SC_CLK_TCK")
 

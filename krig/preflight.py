@@ -2,8 +2,9 @@
 
 Guest memory and CPUs against what the host can give, free space of the
 results filesystem and of the rig's work directory (scratch images, the
-results share) against what the reproducer will write, and the programs the
-rig runs. A shortfall is bad input (exit 2): one line, nothing started.
+results share) against what the reproducer will write (its output, and what
+its preset declares it writes to the scratch disk: requires.scratch_write, as
+a sparse scratch image grows by that much), and the programs the rig runs. A shortfall is bad input (exit 2): one line, nothing started.
 """
 import os
 import pathlib
@@ -43,9 +44,9 @@ def _mib(n: int) -> str:
         else f"{n >> 10} KiB"
 
 
-def output_estimate(repro, cpus: int, collect: bool = True) -> tuple[int, str]:
-    """Bytes a run writes at least, and how that figure is made up."""
-    parts = [(repro.requires.get("output_size", 0), "declared output (requires.output_size)"),
+def output_estimate(repro, cpus: int, collect: bool = True, preset: str | None = None) -> tuple[int, str]:
+    """Bytes a run writes at least into its results, and how that figure is made up."""
+    parts = [(repro.requires_for(preset).get("output_size", 0), "declared output (requires.output_size)"),
              (LOG_ALLOWANCE, "logs")]
     if repro.trace_events and collect:
         parts.insert(0, (repro.trace_buffer_kb * 1024 * cpus,
@@ -53,7 +54,7 @@ def output_estimate(repro, cpus: int, collect: bool = True) -> tuple[int, str]:
     return sum(n for n, _ in parts), " + ".join(f"{what} {_mib(n)}" for n, what in parts)
 
 
-def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True) -> dict:
+def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True, preset: str | None = None) -> dict:
     """Raise UsageError naming the first thing this host cannot give; return what was checked."""
     needs = rig.host_needs()
     where = getattr(rig, "where", f"rig {rig.name}")
@@ -69,17 +70,20 @@ def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True) -> d
     ncpu = os.cpu_count() or 1
     if cpus and cpus > ncpu:
         raise UsageError(f"{where}.cpus: {cpus} is more than this host's {ncpu} CPUs")
-    need, how = output_estimate(repro, cpus or 1, collect)
-    places = [(pathlib.Path(results_root), "the results directory (KRIG_RESULTS)")]
-    if needs.get("work_dir"):
-        places.append((pathlib.Path(needs["work_dir"]), f"{where} work directory (scratch images, results share)"))
-    seen = set()
-    for path, what in places:
+    need, how = output_estimate(repro, cpus or 1, collect, preset)
+    places = [(pathlib.Path(results_root), "the results directory (KRIG_RESULTS)", need, how)]
+    scratch = repro.requires_for(preset).get("scratch_write", 0)
+    if needs.get("work_dir"):       # the results share, and the scratch image as it grows
+        places.append((pathlib.Path(needs["work_dir"]), f"{where} work directory (scratch images, results share)",
+                       need + scratch, how + (f" + scratch disk writes {_mib(scratch)} (requires.scratch_write)"
+                                              if scratch else "")))
+    seen = {}
+    for path, what, want, how in places:
         dev, free = _free(path)
-        if dev in seen:             # same filesystem: the results are moved, not copied
+        if seen.get(dev, -1) >= want:   # same filesystem: the results are moved, not copied
             continue
-        seen.add(dev)
-        if free < need:
-            raise UsageError(f"{path}: {_mib(free)} free for {what}, the run needs at least {_mib(need)} "
+        seen[dev] = want
+        if free < want:
+            raise UsageError(f"{path}: {_mib(free)} free for {what}, the run needs at least {_mib(want)} "
                              f"({how})")
-    return {"mem_available": avail, "host_cpus": ncpu, "output_estimate": need}
+    return {"mem_available": avail, "host_cpus": ncpu, "output_estimate": need, "scratch_write": scratch}

@@ -40,7 +40,7 @@ from .qualify_report import write_outputs
 from .reproducer import load_reproducer
 from .results import now, write_json
 from .run import run
-from .verdict import VERDICTS
+from .verdict import UNFINISHED, VERDICTS
 from kernels.catalog import load_kernel
 from rigs import load_rig
 from rigs.ipmi_spec import SECRETS_FILE_ENV, write_secrets_file
@@ -49,7 +49,6 @@ from rigs.procs import dies_with_parent
 SPEC_ENV = "KRIG_QUALIFY_SPEC"
 TOP = {"description", "kernels", "rigs", "lab", "repeats", "runs"}
 RUN = {"reproducer", "preset", "set", "expect", "kernels", "rigs", "repeats"}
-UNFINISHED = ("INTERRUPTED", "INCOMPLETE")
 MAX_REPEATS = 100
 
 

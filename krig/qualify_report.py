@@ -1,6 +1,5 @@
 """What `krig qualify` leaves in its directory: suite.json, junit.xml, qualify.html, signoff.txt."""
 import html
-import json
 import os
 import pathlib
 import xml.etree.ElementTree as ET
@@ -10,6 +9,7 @@ from analysis.summary import threshold_measurements, threshold_properties
 from .errors import KrigError
 from .reproducer import load_reproducer
 from .results import git_revision, now, write_json
+from .rundir import RunDir
 from .verdict import JUDGED
 
 
@@ -104,8 +104,8 @@ def key_metric(case: dict) -> str:
     """The reproducer's key metric (its first threshold's) as measured in the run, or ''."""
     try:
         metric = load_reproducer(case["reproducer"]).thresholds[0].metric
-        m = json.loads((pathlib.Path(case["run_dir"]) / "metrics.json").read_text())[metric]
-    except (KrigError, OSError, ValueError, KeyError, IndexError, TypeError):
+        m = RunDir(case["run_dir"]).metrics()[metric]
+    except (KrigError, OSError, KeyError, IndexError, TypeError):
         return ""
     if m.get("value") is None:
         return f"{metric} not measured"

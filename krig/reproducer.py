@@ -33,7 +33,7 @@ THRESHOLD_KINDS = ("regression", "instrument")
 # reader disturbs the workload; a run whose events do not fit is ERROR with what fit kept);
 # record: trace-cmd record streams them out while the workload runs (longer than memory).
 TRACE_MODES = ("ring", "record")
-REQUIRES_KEYS = {"scratch_size", "min_memory", "min_cpus", "programs", "output_size"}
+REQUIRES_KEYS = {"scratch_size", "scratch_write", "min_memory", "min_cpus", "programs", "output_size"}
 
 
 @dataclasses.dataclass
@@ -314,10 +314,12 @@ def parse_metrics(tables: dict, w: str) -> dict:
 
 
 def parse_requires(requires: dict, where: str) -> dict:
-    """[requires] or [presets.X.requires]: scratch_size, min_memory, output_size (sizes), min_cpus, programs."""
+    """[requires] or [presets.X.requires]: scratch_size, scratch_write, min_memory, output_size (sizes),
+    min_cpus, programs. scratch_write: how much of the scratch disk the workload writes (a sparse
+    disk image grows by as much on the rig's work directory; the preflight counts it)."""
     reject_unknown(requires, REQUIRES_KEYS, where)
     req = {}
-    for key in ("scratch_size", "min_memory"):
+    for key in ("scratch_size", "scratch_write", "min_memory"):
         if key in requires:
             req[key] = parse_size(requires[key], f"{where}.{key}")
     if "min_cpus" in requires:

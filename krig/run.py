@@ -16,8 +16,6 @@ from .paths import owner_record
 from .preflight import preflight
 from .reproducer import load_reproducer
 from .results import claim_run_dir, git_revision, new_run_dir, now, write_json
-from .stall import slow_not_hung
-from .verdict import first_crash, scan_console
 from rigs import load_rig
 
 FACTS_TIMEOUT = 60
@@ -35,8 +33,7 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
     rig = load_rig(rig_name)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
     kernel = load_kernel(kernel_name)
-    host = preflight(rig, repro, results_root, collect)
-    rig.console_crash = first_crash
+    host = preflight(rig, repro, results_root, collect, preset)
 
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
@@ -71,10 +68,9 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
             finally:
                 # Results first: pulled before anything is powered off or removed; a
                 # power-off that fails is recorded and never costs the results.
-                outcome, reason = _pull(rig, run_dir, outcome, reason, manifest)
-                if outcome == "hung":
-                    outcome, reason = _hung_or_slow(run_dir, params["timeout"], outcome, reason)
+                _pull(rig, run_dir, manifest)
                 manifest["rig_facts"] = rig.facts()
+                manifest["host_fault"] = rig.host_fault()
                 _power_down(rig, outcome == "completed", manifest)
     except KeyboardInterrupt:
         outcome, reason = "interrupted", "interrupted by a signal (SIGINT/SIGTERM)"
@@ -84,7 +80,9 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
         finally:
             signal.signal(signal.SIGINT, signal.default_int_handler)
     finally:
+        # what the verdict rule (krig.verdict.decide) is given: how the run ended, as recorded
         manifest.update({"ended": now(), "outcome": outcome, "reason": reason,
+                         "host_load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
                          "status": "complete" if outcome not in ("interrupted",) else "incomplete",
                          "complete": outcome != "interrupted"})
         _final_write(run_dir, manifest)
@@ -111,29 +109,13 @@ def _power_down(rig, orderly: bool, manifest: dict):
         manifest["power_off_error"] = str(e)
 
 
-def _pull(rig, run_dir, outcome, reason, manifest):
-    """Bring the results back; a pull that fails makes a finished run an ERROR saying where they are."""
+def _pull(rig, run_dir, manifest):
+    """Bring the results back; a pull that fails is recorded (the verdict rule makes a finished
+    run an ERROR saying where the results are)."""
     try:
         rig.files.pull(rig.files.results_dir(), run_dir)
     except KrigError as e:
         manifest["pull_error"] = str(e)
-        if outcome in ("completed", "skip"):
-            return "error", str(e)
-        if outcome == "error":
-            return outcome, f"{reason}; {e}"
-    return outcome, reason
-
-
-def _hung_or_slow(run_dir, timeout, outcome, reason):
-    """A timeout whose samples show the workload still moving is the host's slowness (ERROR)."""
-    try:
-        console = (run_dir / "console.log").read_text(errors="replace")
-    except OSError:
-        console = ""
-    seen = scan_console(console)
-    lockups = seen["soft_lockup"] + seen["hung_task"] + seen["rcu_stall"] + seen["crash"]
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    return slow_not_hung(run_dir, timeout, reason, lockups, load) or (outcome, reason)
 
 
 def _save_partial(rig, run_dir):
@@ -201,5 +183,6 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
         return "skip", tail[-1] if tail else "the reproducer skipped"
     if res.returncode != 0:
         tail = res.stderr.decode(errors="replace").strip().splitlines()[-3:]
-        return "error", f"run.sh exited {res.returncode}: {' | '.join(tail)}"
+        said = f": {' | '.join(tail)}" if tail else " without a word on stderr"
+        return "error", f"run.sh exited {res.returncode}{said}"
     return "completed", "the workload finished"

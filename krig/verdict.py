@@ -1,4 +1,5 @@
-"""Verdicts, their exit codes, and what the console says about the kernel."""
+"""Verdicts, their exit codes, the sets of them that count, and the verdict rule (decide)."""
+import dataclasses
 import re
 
 VERDICTS = {
@@ -13,9 +14,14 @@ VERDICTS = {
     "INTERRUPTED": (130, "stopped by SIGINT/SIGTERM; what was collected is kept, run incomplete"),
 }
 USAGE_EXIT = 2
-# the verdicts whose numbers are measurements of the kernel: the thresholds judged them (an
-# ERROR run's numbers may come from a broken instrument; the others have none)
-JUDGED = ("PASS", "FAIL")
+JUDGED = ("PASS", "FAIL")                    # the thresholds judged the kernel
+UNFINISHED = ("INTERRUPTED", "INCOMPLETE")   # nothing judged: a group or suite does not count them
+KERNEL_STOPPED = ("HUNG", "CRASHED")         # the kernel under test stopped or died (no thresholds judged)
+# mixed verdicts (a group, a suite): the exit code is that of the first of these that occurred
+SEVERITY = ("CRASHED", "HUNG", "FAIL", "ERROR", "SKIP", "PASS")
+# a FAIL resting only on host_sensitive thresholds is ERROR when the host was contended in more
+# than this % of the workload's seconds (host.tsv, krig/hostload.py)
+CONTENDED_LIMIT_PCT = 10.0
 
 CRASH_PATTERNS = [
     r"Kernel panic - not syncing", r"\bOops: ", r"kernel BUG at ", r"BUG: unable to handle",
@@ -69,37 +75,107 @@ def kernel_ran(console: str) -> bool:
     return bool(_KERNEL_RAN_RE.search(console))
 
 
-def outcome_verdict(outcome: str | None, reason: str, console: str, rig_fault: str | None = None,
-                    machine_answered: bool = False) -> tuple[str | None, str]:
+@dataclasses.dataclass
+class Evidence:
+    """What a run directory records about how the run ended: everything the rule looks at.
+
+    krig.check.evidence() reads it from the run directory (manifest.json, console.log,
+    samples.tsv, phases.tsv, host.tsv, the thresholds' junit.xml), so `krig check` on a
+    copy of a run directory decides exactly what `krig run` decided."""
+    outcome: str | None                   # how the rig saw the run end: completed, hung, crashed, ...
+    reason: str = ""
+    console: str = ""
+    rig_fault: str | None = None          # the rig's own side failed as the machine went away
+    host_fault: str | None = None         # the host failed the run: the emulator stopped, a disk filled
+    machine_answered: bool = False        # the kernel under test answered the runner's commands
+    pull_error: str | None = None         # the results could not be brought back
+    progress: str | None = None           # what still moved before a timeout (krig/stall.py)
+    last_phase: str | None = None
+    timeout: float | None = None
+    host_load: str | None = None          # the host's load average when the run ended
+    thresholds: dict | None = None        # the judge's tally (krig.check.tally), once judged
+    analysis_error: str | None = None     # metrics could not be computed
+    host_contended_pct: float | None = None
+
+
+def decide(ev: Evidence) -> tuple[str | None, str]:
     """The verdict rule, in one place: who is to blame for how a run ended.
 
-    - PASS/FAIL come only from thresholds: "completed" returns (None, reason) and the
-      caller judges the metrics (a crash in the console still wins: CRASHED).
-    - CRASHED/HUNG only when the kernel under test crashed or hung after it started
-      running: its console shows a crash, or it ran (console banner, or it answered
-      the runner's commands) and the machine then died or stopped answering.
-    - Everything the rig, emulator, host or krig did wrong is ERROR: a rig fault seen
-      as the machine went away (QEMU's own error and exit status, ...), or a machine
-      that went away before the kernel printed anything.
-    - No recorded end at all (the krig process was killed) is INCOMPLETE.
+    - Nothing recorded as the end (the krig process was killed): INCOMPLETE.
+    - A crash in the console (panic, oops, BUG) is CRASHED whatever else happened, except
+      the panic krig's own NMI asked for to get a trace of a hang.
+    - The host's fault (the emulator stopped by a signal or a frozen cgroup, the work
+      directory's filesystem full under a growing disk image), the rig's fault as the
+      machine went away (QEMU's own error), results that could not be pulled, or a machine
+      that went away before the kernel printed anything: ERROR, one line saying what.
+    - A timeout while the samples show the workload still moving and the console shows no
+      lockup is the host's slowness: ERROR. Otherwise the kernel stopped: HUNG.
+    - A completed workload is judged by its thresholds: returns (None, reason) until
+      ev.thresholds is given, then judged(): PASS or FAIL, or ERROR when the
+      measurement broke or the host's contention explains a timing failure.
     """
-    crash = first_crash(console)
+    crash = first_crash(ev.console)
+    outcome, reason = ev.outcome, ev.reason
     if outcome in (None, "running"):
         return "INCOMPLETE", INCOMPLETE_REASON
     if outcome == "interrupted":
         return "INTERRUPTED", reason
+    if outcome == "hung" and crash and "not syncing: NMI" in crash:
+        crash = None            # the panic krig's own NMI caused to get a trace of the hang
+    if ev.pull_error and outcome in ("completed", "skip"):
+        return "ERROR", ev.pull_error
+    if ev.pull_error and outcome == "error":
+        reason = f"{reason}; {ev.pull_error}"
+    if crash and outcome in ("completed", "crashed", "hung"):
+        return "CRASHED", (f"kernel crash in the console: {crash}" if outcome == "completed"
+                           else f"{reason}; console: {crash}")
+    if ev.host_fault and outcome != "skip":
+        return "ERROR", f"host: {ev.host_fault} ({reason}); the kernel was not judged"
     if outcome == "skip":
         return "SKIP", reason
     if outcome == "completed":
-        return ("CRASHED", f"kernel crash in the console: {crash}") if crash else (None, reason)
-    if outcome == "hung" and crash and "not syncing: NMI" in crash:
-        crash = None            # the panic krig's own NMI caused to get a trace of the hang
+        if ev.analysis_error:
+            return "ERROR", f"analysis failed: {ev.analysis_error}"
+        return judged(ev.thresholds, ev.host_contended_pct) if ev.thresholds is not None else (None, reason)
     if outcome in ("crashed", "hung"):
-        if crash:
-            return "CRASHED", f"{reason}; console: {crash}"
-        if rig_fault:
-            return "ERROR", f"{rig_fault} ({reason})"
-        if not (machine_answered or kernel_ran(console)):
+        if ev.rig_fault:
+            return "ERROR", f"{ev.rig_fault} ({reason})"
+        if not (ev.machine_answered or kernel_ran(ev.console)):
             return "ERROR", f"{reason}, before the kernel under test printed anything (the rig did not start it)"
+        if outcome == "hung" and ev.progress and not lockups(ev.console):
+            where = f" in phase {ev.last_phase}" if ev.last_phase else ""
+            host = f"; host load {ev.host_load}" if ev.host_load else ""
+            return "ERROR", (f"timeout, not a hang: the workload was still making progress{where} at "
+                             f"{ev.timeout:.0f}s ({ev.progress}{host}); the machine ran too slowly for "
+                             f"this timeout: rerun with --set timeout=<more seconds> ({reason})")
         return ("CRASHED" if outcome == "crashed" else "HUNG"), reason
     return "ERROR", reason or f"run outcome {outcome!r}"
+
+
+def lockups(console: str) -> list[str]:
+    """Console lines saying the kernel was stuck or crashed (a timeout with these is HUNG)."""
+    seen = scan_console(console)
+    return seen["soft_lockup"] + seen["hung_task"] + seen["rcu_stall"] + seen["crash"]
+
+
+def judged(res: dict, host_contended_pct: float | None = None) -> tuple[str, str]:
+    """The thresholds' verdict: an instrument check that failed (or a judge that broke) makes the
+    run ERROR whatever else happened; so does a FAIL that rests only on host_sensitive thresholds
+    while the host was contended (host_contended_pct over CONTENDED_LIMIT_PCT); otherwise
+    FAIL only if a measured regression threshold failed (metrics that could not be computed
+    are named alongside); otherwise a metric that could not be computed is ERROR naming it;
+    otherwise PASS."""
+    if res["broken"]:
+        return "ERROR", ("instrument: " if res["instrument"] else "judge error: ") + "; ".join(res["broken"])
+    if (res["failed"] and res.get("failed_host_sensitive", 0) == res["failed"]
+            and host_contended_pct is not None and host_contended_pct > CONTENDED_LIMIT_PCT):
+        return "ERROR", (f"host contention: other processes kept the host's CPUs saturated in "
+                         f"{host_contended_pct:.0f}% of the workload's seconds (limit "
+                         f"{CONTENDED_LIMIT_PCT:g}%, host.tsv), so these timing thresholds are not "
+                         f"blamed on the kernel: " + "; ".join(res["failures"]))
+    if res["failed"]:
+        extra = [f"not measured: {m}" for m in res["not_judged"]]
+        return "FAIL", "; ".join(res["failures"] + extra)
+    if res["unmeasured"]:
+        return "ERROR", "metric not measured: " + "; ".join(res["not_judged"])
+    return "PASS", f"{res['passed']} thresholds held"

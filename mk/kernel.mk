@@ -22,23 +22,24 @@ CI_KERNELS := tiny-6.1 tiny-6.1-rmdir-keeps-children tiny-6.1-negative-dentry-ca
 
 .PHONY: kernel kernels kernel-status ci-kernels bisect bisect-demo
 
+# thin aliases of `krig kernel ...` and `krig bisect ...`
 kernel: python
-	$(PY) -m kernels.build build $(KERNEL)
+	$(KRIG) kernel build $(KERNEL)
 
 kernels: python
-	$(PY) -m kernels.build build $$($(PY) -c 'from kernels.build import buildable_kernels as b; print(*[n for n in b() if not n.startswith("bisect-")])')
+	$(KRIG) kernel build $$($(PY) -c 'from kernels.build import buildable_kernels as b; print(*[n for n in b() if not n.startswith("bisect-")])')
 
 ci-kernels: python
-	@$(PY) -m kernels.build build $(CI_KERNELS)
+	@$(KRIG) kernel build $(CI_KERNELS)
 
 kernel-status: python
-	$(PY) -m kernels.build status
+	$(KRIG) kernel status
 
 bisect: helpers python
 	@if [ -z "$(GOOD)" ] || [ -z "$(BAD)" ]; then \
 		echo "usage: make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=<kernel>] [METRIC=<name>]"; exit 2; fi
-	$(PY) -m kernels.bisect run --good "$(GOOD)" --bad "$(BAD)" --repro "$(REPRO)" --repeat "$(REPEAT)" \
+	$(KRIG) bisect run --good "$(GOOD)" --bad "$(BAD)" --repro "$(REPRO)" --repeat "$(REPEAT)" \
 		$(if $(LIKE),--like "$(LIKE)") $(if $(TREE),--tree "$(TREE)") $(if $(PRESET),--preset "$(PRESET)") $(if $(METRIC),--metric "$(METRIC)")
 
 bisect-demo: helpers python
-	$(PY) -m kernels.bisect demo --repeat "$(REPEAT)" $(if $(LIKE),--like "$(LIKE)") $(if $(METRIC),--metric "$(METRIC)")
+	$(KRIG) bisect demo --repeat "$(REPEAT)" $(if $(LIKE),--like "$(LIKE)") $(if $(METRIC),--metric "$(METRIC)")

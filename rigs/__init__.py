@@ -16,6 +16,7 @@ from krig.errors import UsageError
 DRIVERS = {
     "qemu": "rigs.qemu:QemuRig",
     "ipmi": "rigs.ipmi:IpmiRig",
+    "fake": "rigs.fake:FakeRig",      # no machine: fast tests of the runner (rigs/fake.py)
 }
 
 

@@ -21,6 +21,7 @@ import time
 
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
 from krig.paths import cache_dir
+from krig.verdict import first_crash
 from . import ipmi_lock, lab
 from .ipmi_bmc import Bmc, Sol
 from .ipmi_spec import validate_spec
@@ -31,92 +32,79 @@ from .protocol import (SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandRe
 POLL = 2.0
 
 
-class IpmiRig(Rig):
-    kind = "ipmi"
-    takes_path = True       # rigs.load_rig passes the rig file's path for messages
+class IpmiServer:
+    """The lab server of one IPMI rig as its protocols share it, handed to each of them
+    explicitly: the BMC, the SSH link, the rig file, the console log, and the run's state
+    (up/hung/crashed/off, boot id, work directories, results, what was learnt)."""
 
-    def __init__(self, name: str, spec: dict, path=None):
-        self.where = str(path) if path else f"rigs/{name}.toml"
-        norm, password = validate_spec(name, spec, self.where)
-        super().__init__(name, norm)
-        self.bmc = Bmc(name, norm["bmc"], password)
-        self.ssh = Ssh(name, norm["ssh"])
-        self.rd = norm["remote_dir"]
+    def __init__(self, name: str, spec: dict, where: str, bmc: Bmc, ssh: Ssh, console: "_Console"):
+        self.name, self.spec, self.where = name, spec, where
+        self.bmc, self.ssh, self.console = bmc, ssh, console
+        self.rd = spec["remote_dir"]
         self.wd: str | None = None     # this boot's work directory: <remote_dir>/run.XXXXXX
         self.run_dir: pathlib.Path | None = None
         self.workdir: pathlib.Path | None = None
-        self._lock_fd = None
-        self._hold: lab.Hold | None = None     # the server held through the lab coordinator
-        self._sol: Sol | None = None
-        self._facts: dict = {}
-        self._boot_id = None
-        self._results = None           # remote results dir of this boot
-        self._prefetched = None        # (remote, local dir) pulled before a power off
-        self._salvaged = False
-        self._state = "unknown"        # up | hung | crashed | off | unknown
-        self._powered = False          # this run powered the server on
-        self._in_hang = False
-        self._on_timeout = None         # (argv, env): the salvage of the running command
-        self._needs: dict = {}
-        self.power = _Power(self)
-        self.console = _Console()
-        self.command = _Command(self)
-        self.files = _Files(self)
-        self.boot = _Boot(self)
+        self.lock_fd = None
+        self.hold: lab.Hold | None = None      # the server held through the lab coordinator
+        self.sol: Sol | None = None
+        self.facts: dict = {}
+        self.boot_id = None
+        self.results = None            # remote results dir of this boot
+        self.prefetched = None         # (remote, local dir) pulled before a power off
+        self.salvaged = False
+        self.state = "unknown"         # up | hung | crashed | off | unknown
+        self.powered = False           # this run powered the server on
+        self.in_hang = False
+        self.on_timeout = None         # (argv, env): the salvage of the running command
+        self.needs: dict = {}
 
     # -- per-run state ------------------------------------------------------
-    def prepare(self, run_dir, kernel, needs):
+    def prepare(self, run_dir, needs):
         self.run_dir = pathlib.Path(run_dir)
         self.console.log_path = self.run_dir / "console.log"
-        self._take_lock()
+        self.take_lock()
         self.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=cache_dir("work")))
         self.bmc.log_path = self.run_dir / "bmc.log"
         self.ssh.log_path = self.run_dir / "ssh.log"
-        self._needs = dict(needs)
+        self.needs = dict(needs)
         if needs.get("scratch_size") and not self.spec["scratch_dev"]:
             raise UsageError(f"{self.where}: the reproducer needs a scratch disk; set scratch_dev")
         b = self.spec["bmc"]
-        self._facts.update({"bmc": f"{b['host']}:{b['port']}", "ssh": self.ssh.target,
+        self.facts.update({"bmc": f"{b['host']}:{b['port']}", "ssh": self.ssh.target,
                             "boot_mode": self.spec["boot"], "scratch_dev": self.spec["scratch_dev"]})
-        self._facts["power_at_start"] = self.bmc.power_status()   # also proves the login works
+        self.facts["power_at_start"] = self.bmc.power_status()   # also proves the login works
         (self.run_dir / "sel-before.txt").write_text(self.bmc.sel_text())
         if b["clear_sel"]:
             self.bmc.sel_clear()
         self.console.log_path.touch()
-        self._sol = Sol(self.bmc, self.console.log_path, self.run_dir / "sol.log")
-        self._sol.start()
+        self.sol = Sol(self.bmc, self.console.log_path, self.run_dir / "sol.log")
+        self.sol.start()
 
-    def _take_lock(self):
+    def take_lock(self):
         addr = lab.address()
         if addr:
-            self._hold = lab.Coordinator(addr).hold(self.name, lab.priority(), ipmi_lock.lock_wait(),
-                                                    lab.lease_seconds())
-            self._facts["lab"] = self._hold.facts
+            self.hold = lab.Coordinator(addr).hold(self.name, lab.priority(), ipmi_lock.lock_wait(),
+                                                   lab.lease_seconds())
+            self.facts["lab"] = self.hold.facts
             return
         b = self.spec["bmc"]
-        self._lock_fd, path = ipmi_lock.take(self.name, b["host"], b["port"])
-        self._facts["lock"] = str(path)
+        self.lock_fd, path = ipmi_lock.take(self.name, b["host"], b["port"])
+        self.facts["lock"] = str(path)
 
     @property
     def holding(self) -> bool:
         """This process holds the server (lock file or lab coordinator)."""
-        return self._lock_fd is not None or self._hold is not None
-
-    def scratch_env(self):
-        return {"KRIG_SCRATCH_DEV": self.spec["scratch_dev"]} if self.spec["scratch_dev"] else {}
-
-    def facts(self):
-        return self._facts      # the live dict: facts learnt while shutting down still reach the manifest
+        return self.lock_fd is not None or self.hold is not None
 
     def shutdown(self):
         """Pull the results, then an orderly power off; a hard one if it does not finish in time."""
         if not self.holding:
             return
-        self._salvage()
+        self.prefetch_results()
         how = "soft"
         try:
             rc = None
-            if self._state == "up" and self.spec["shutdown_command"]:
+            if self.state == "up" and self.spec["shutdown_command"]:
                 try:
                     rc, _, _ = self.ssh.run(remote_command(self.spec["shutdown_command"], None), timeout=30)
                 except (SshLost, subprocess.TimeoutExpired):
@@ -129,84 +117,84 @@ class IpmiRig(Rig):
         except KrigError as e:
             how = f"hard ({e})"
         if how != "soft":
-            self._hard_off()
-        self._state = "off"
-        self._facts["shutdown"] = how
+            self.hard_off()
+        self.state = "off"
+        self.facts["shutdown"] = how
 
     def close(self):
         self.ssh.stop_master()
-        if self._sol is not None:
-            self._sol.stop()
-            self._facts["sol_restarts"] = self._sol.restarts
-            self._sol = None
+        if self.sol is not None:
+            self.sol.stop()
+            self.facts["sol_restarts"] = self.sol.restarts
+            self.sol = None
         if self.holding and not self.bmc.failed:
             try:
-                if self._powered and self._state != "off":
-                    self._hard_off()        # interrupted run: never leave the server running it
+                if self.powered and self.state != "off":
+                    self.hard_off()        # interrupted run: never leave the server running it
             except KrigError as e:
-                self._facts["close_error"] = str(e)
+                self.facts["close_error"] = str(e)
             try:
                 if self.run_dir is not None:
                     (self.run_dir / "sel.txt").write_text(self.bmc.sel_text())
             except (KrigError, OSError) as e:
-                self._facts["sel_error"] = str(e)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-        if self._hold is not None:
-            self._hold.release()
-            self._hold = None
+                self.facts["sel_error"] = str(e)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+        if self.hold is not None:
+            self.hold.release()
+            self.hold = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
 
     # -- helpers ------------------------------------------------------------
-    def _hard_off(self):
+    def hard_off(self):
         self.ssh.stop_master()
         self.bmc.power("off")
         if not self.bmc.wait_power("off", 60, POLL):
             raise RigError(f"rig {self.name}: the server is still on 60s after `chassis power off`")
-        self._state = "off"
+        self.state = "off"
 
-    def _console_size(self) -> int:
+    def console_size(self) -> int:
         try:
             return self.console.log_path.stat().st_size
         except OSError:
             return 0
 
-    def _console_crash(self, since: int) -> str | None:
+    def console_crash(self, since: int) -> str | None:
         try:
             with open(self.console.log_path, "rb") as f:
                 f.seek(since)
                 text = f.read().decode(errors="replace")
         except OSError:
             return None
-        return self.console_crash(text)
+        return first_crash(text)
 
-    def _wait_up(self, timeout: float, what: str, old_boot_id=None):
+    def wait_up(self, timeout: float, what: str, old_boot_id=None):
         """Until SSH answers with a boot_id other than old_boot_id; crash/off/timeout raise."""
-        mark, t0 = self._console_size(), time.monotonic()
+        mark, t0 = self.console_size(), time.monotonic()
         for n in range(int(timeout / POLL) + 2):
             left = timeout - (time.monotonic() - t0)
             bid = self.ssh.probe(max(1.0, min(self.spec["ssh"]["connect_timeout"], left)))
             if bid and bid != old_boot_id:
-                self._boot_id, self._state = bid, "up"
-                self._facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir)
+                self.boot_id, self.state = bid, "up"
+                self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir)
                 return
-            crash = self._console_crash(mark)
+            crash = self.console_crash(mark)
             if crash:
-                self._state = "crashed"
+                self.state = "crashed"
                 raise GuestCrashed(f"the kernel crashed {what}: {crash}")
             if n % 5 == 4 and self.bmc.power_status() == "off":
-                self._state = "crashed"
+                self.state = "crashed"
                 raise GuestCrashed(f"the server powered off {what}")
             if time.monotonic() - t0 > timeout:
                 break
             time.sleep(POLL)
-        self._state = "hung"
+        self.state = "hung"
         raise GuestHung(f"the server did not answer SSH within {timeout:.0f}s {what}")
 
-    def _after_boot(self):
+    def after_boot(self):
         """One round trip: boot_id, NMI panic sysctls, a fresh work dir, scratch disk checks."""
         dev = shlex.quote(self.spec["scratch_dev"])
         script = [workdir_script(self.rd), "echo boot_id=$(cat /proc/sys/kernel/random/boot_id)",
@@ -219,12 +207,12 @@ class IpmiRig(Rig):
             script.append(f"if [ -b {dev} ]; then echo scratch_size=$(blockdev --getsize64 {dev}); "
                           f"awk -v d={dev} 'index($1, d) == 1 {{print \"scratch_busy=\" $1 \" on \" $2}}' "
                           f"/proc/mounts /proc/swaps; else echo scratch_size=missing; fi")
-        rc, out, err = self._ssh("setting up the work directory", "set -e; " + "; ".join(script), 120)
+        rc, out, err = self.ssh_call("setting up the work directory", "set -e; " + "; ".join(script), 120)
         kv = dict(ln.split("=", 1) for ln in out.decode(errors="replace").splitlines() if "=" in ln)
-        self._take_workdir(rc, kv, err)
-        self._boot_id = kv.get("boot_id", "").strip()
-        self._facts.update({k: kv[k] for k in ("cmdline", "nmi_panic", "scratch_size") if k in kv})
-        need, size = self._needs.get("scratch_size"), kv.get("scratch_size", "")
+        self.take_workdir(rc, kv, err)
+        self.boot_id = kv.get("boot_id", "").strip()
+        self.facts.update({k: kv[k] for k in ("cmdline", "nmi_panic", "scratch_size") if k in kv})
+        need, size = self.needs.get("scratch_size"), kv.get("scratch_size", "")
         if need and size == "missing":
             raise RigError(f"rig {self.name}: scratch_dev {self.spec['scratch_dev']} is not a block device on the server")
         if need and size.isdigit() and int(size) < need:
@@ -236,11 +224,11 @@ class IpmiRig(Rig):
 
     def make_workdir(self) -> str:
         """A fresh work directory under remote_dir, checked safe (also for the kexec files)."""
-        rc, out, err = self._ssh("making the work directory", workdir_script(self.rd), 60)
-        return self._take_workdir(rc, dict(ln.split("=", 1) for ln in out.decode(errors="replace").splitlines()
+        rc, out, err = self.ssh_call("making the work directory", workdir_script(self.rd), 60)
+        return self.take_workdir(rc, dict(ln.split("=", 1) for ln in out.decode(errors="replace").splitlines()
                                            if "=" in ln), err)
 
-    def _take_workdir(self, rc: int, kv: dict, err: bytes) -> str:
+    def take_workdir(self, rc: int, kv: dict, err: bytes) -> str:
         if "unsafe" in kv:
             raise RigError(f"rig {self.name}: remote_dir {self.rd} is not safe to use as "
                            f"{self.spec['ssh']['user']}: {kv['unsafe']}")
@@ -251,58 +239,58 @@ class IpmiRig(Rig):
         self.wd = wd
         return wd
 
-    def _ssh(self, what: str, remote: str, timeout: float, **kw):
+    def ssh_call(self, what: str, remote: str, timeout: float, **kw):
         """ssh.run with the rig's handling of a lost connection and of a timeout."""
-        mark = self._console_size()
+        mark = self.console_size()
         try:
             return self.ssh.run(remote, timeout=timeout, **kw)
         except subprocess.TimeoutExpired:
-            self._on_hang(f"{what} did not finish within {timeout:.0f}s")
+            self.on_hang(f"{what} did not finish within {timeout:.0f}s")
         except SshLost as e:
-            self._diagnose_lost(what, e, mark)
+            self.diagnose_lost(what, e, mark)
 
-    def _diagnose_lost(self, what: str, err: SshLost, mark: int):
+    def diagnose_lost(self, what: str, err: SshLost, mark: int):
         """The SSH connection failed: crashed, rebooted, hung, or only the network?"""
         t0 = time.monotonic()
-        size, quiet_since = self._console_size(), time.monotonic()
+        size, quiet_since = self.console_size(), time.monotonic()
         limit = self.spec["hang_timeout"]
         for n in range(int(3 * limit / POLL) + 2):
-            crash = self._console_crash(mark)
+            crash = self.console_crash(mark)
             if crash:
-                self._state = "crashed"
+                self.state = "crashed"
                 raise GuestCrashed(f"the kernel crashed while {what}: {crash}")
             bid = self.ssh.probe(min(10.0, self.spec["ssh"]["connect_timeout"]))
-            if bid and bid != self._boot_id:
-                self._state = "crashed"
+            if bid and bid != self.boot_id:
+                self.state = "crashed"
                 raise GuestCrashed(f"the server rebooted while {what} (SSH: {err})")
             if bid:
                 raise RigError(f"rig {self.name}: the SSH connection to {self.ssh.target} failed while {what} "
                                f"({err}), but the server still answers")
             if n % 5 == 4 and self.bmc.power_status() == "off":
-                self._state = "crashed"
+                self.state = "crashed"
                 raise GuestCrashed(f"the server powered off while {what}")
             now = time.monotonic()
-            if self._console_size() != size:
-                size, quiet_since = self._console_size(), now
+            if self.console_size() != size:
+                size, quiet_since = self.console_size(), now
             if now - quiet_since > limit:
-                self._on_hang(f"no SSH answer and no console output for {limit:.0f}s while {what}")
+                self.on_hang(f"no SSH answer and no console output for {limit:.0f}s while {what}")
             if now - t0 > 3 * limit:
                 break
             time.sleep(POLL)
-        self._on_hang(f"no SSH answer for {3 * limit:.0f}s while {what} (the console kept printing)")
+        self.on_hang(f"no SSH answer for {3 * limit:.0f}s while {what} (the console kept printing)")
 
-    def _on_hang(self, reason: str):
+    def on_hang(self, reason: str):
         """Save what can be saved, NMI, let the console show it, power cycle, wait; raise GuestHung."""
-        if self._in_hang:
+        if self.in_hang:
             raise GuestHung(reason)
-        self._in_hang = True
-        self._state = "hung"
-        hang = self._facts.setdefault("hang", {})
+        self.in_hang = True
+        self.state = "hung"
+        hang = self.facts.setdefault("hang", {})
         hang["reason"] = reason
         try:
-            self._run_salvage()
-            self._salvage(probe=True)
-            mark = self._console_size()
+            self.run_salvage()
+            self.prefetch_results(probe=True)
+            mark = self.console_size()
             try:
                 if self.bmc.power_status() == "on":
                     self.bmc.power("diag")
@@ -312,75 +300,109 @@ class IpmiRig(Rig):
             except RigError as e:
                 hang["nmi"] = f"failed: {e}"
             t0 = time.monotonic()
-            size, quiet = self._console_size(), time.monotonic()
+            size, quiet = self.console_size(), time.monotonic()
             for _ in range(int(self.spec["nmi_wait"] / 0.5) + 2):     # until the console settles
                 if time.monotonic() - t0 >= self.spec["nmi_wait"]:
                     break
                 time.sleep(0.5)
-                if self._console_size() != size:
-                    size, quiet = self._console_size(), time.monotonic()
+                if self.console_size() != size:
+                    size, quiet = self.console_size(), time.monotonic()
                 elif size > mark and time.monotonic() - quiet > 3:
                     break
-            hang["console_bytes_after_nmi"] = self._console_size() - mark
+            hang["console_bytes_after_nmi"] = self.console_size() - mark
             if self.spec["recover_after_hang"]:
                 try:
-                    old = self._boot_id
-                    self._power_cycle()
-                    self._wait_up(self.spec["boot_timeout"], "after the power cycle", old_boot_id=old)
+                    old = self.boot_id
+                    self.power_cycle()
+                    self.wait_up(self.spec["boot_timeout"], "after the power cycle", old_boot_id=old)
                     hang["recovered"] = "yes: power cycled and answering SSH again"
                 except KrigError as e:
                     hang["recovered"] = f"no: {e}"
         finally:
-            self._in_hang = False
+            self.in_hang = False
         raise GuestHung(reason)
 
-    def _power_cycle(self):
-        self._powered = True
+    def power_cycle(self):
+        self.powered = True
         self.ssh.stop_master()
         try:
             self.bmc.power("cycle")
         except RigError:
-            self._hard_off()
+            self.hard_off()
             self.bmc.power("on")
 
-    def _run_salvage(self):
+    def run_salvage(self):
         """The overrunning command's salvage argv, over a second SSH connection (bounded)."""
-        if self._on_timeout is None:
+        if self.on_timeout is None:
             return
-        argv, env = self._on_timeout
-        self._on_timeout = None
+        argv, env = self.on_timeout
+        self.on_timeout = None
         t0 = time.monotonic()
         try:
             rc, _, _ = self.ssh.run(remote_command(argv, env, cwd=f"{self.wd}/home"), timeout=SALVAGE_TIMEOUT,
                                     connect_timeout=10)
-            self._facts["salvage"] = f"ran in {time.monotonic() - t0:.1f}s, exit {rc}"
+            self.facts["salvage"] = f"ran in {time.monotonic() - t0:.1f}s, exit {rc}"
         except subprocess.TimeoutExpired:
-            self._facts["salvage"] = f"no answer within {SALVAGE_TIMEOUT}s (the server is stuck too)"
+            self.facts["salvage"] = f"no answer within {SALVAGE_TIMEOUT}s (the server is stuck too)"
         except (SshLost, KrigError) as e:
-            self._facts["salvage"] = f"not possible: {e}"
+            self.facts["salvage"] = f"not possible: {e}"
 
-    def _salvage(self, probe: bool = False):
+    def prefetch_results(self, probe: bool = False):
         """Pull this run's remote results before the server goes off (best effort, bounded)."""
-        if self._salvaged or self._results is None or self._state not in ("up", "hung"):
+        if self.salvaged or self.results is None or self.state not in ("up", "hung"):
             return
-        self._salvaged = True
-        if probe and self.ssh.probe(10) != self._boot_id:
-            self._facts["results_pull"] = "not possible: the server does not answer SSH"
+        self.salvaged = True
+        if probe and self.ssh.probe(10) != self.boot_id:
+            self.facts["results_pull"] = "not possible: the server does not answer SSH"
             return
         dest = self.workdir / "prefetch"
         dest.mkdir(parents=True, exist_ok=True)
         try:
-            self._pull_over_ssh(self._results, dest, 60 if probe else self.spec["pull_timeout"])
-            self._prefetched = (self._results, dest)
-            self._facts["results_pull"] = "pulled before the power off"
+            self.pull_over_ssh(self.results, dest, 60 if probe else self.spec["pull_timeout"])
+            self.prefetched = (self.results, dest)
+            self.facts["results_pull"] = "pulled before the power off"
         except (KrigError, SshLost, subprocess.TimeoutExpired) as e:
-            self._facts["results_pull"] = f"failed: {e or type(e).__name__}"
+            self.facts["results_pull"] = f"failed: {e or type(e).__name__}"
 
-    def _pull_over_ssh(self, remote: str, local: pathlib.Path, timeout: float):
+    def pull_over_ssh(self, remote: str, local: pathlib.Path, timeout: float):
         local.mkdir(parents=True, exist_ok=True)
         self.ssh.pipe_from(f"tar -C {shlex.quote(remote)} -cf - .",
                            ["tar", "-C", str(local), "--no-same-owner", "--no-same-permissions", "-xf", "-"],
                            timeout)
+
+
+class IpmiRig(Rig):
+    kind = "ipmi"
+    takes_path = True       # rigs.load_rig passes the rig file's path for messages
+
+    def __init__(self, name: str, spec: dict, path=None):
+        self.where = str(path) if path else f"rigs/{name}.toml"
+        norm, password = validate_spec(name, spec, self.where)
+        super().__init__(name, norm)
+        self.console = _Console()
+        self.server = s = IpmiServer(name, norm, self.where, Bmc(name, norm["bmc"], password),
+                                     Ssh(name, norm["ssh"]), self.console)
+        self.bmc, self.ssh = s.bmc, s.ssh
+        self.power = _Power(s)
+        self.command = _Command(s)
+        self.files = _Files(s)
+        self.boot = _Boot(s, self.power)
+
+    def prepare(self, run_dir, kernel, needs):
+        self.server.prepare(run_dir, needs)
+
+    def scratch_env(self):
+        return {"KRIG_SCRATCH_DEV": self.spec["scratch_dev"]} if self.spec["scratch_dev"] else {}
+
+    def facts(self):
+        return self.server.facts    # the live dict: facts learnt while shutting down still reach the manifest
+
+    def shutdown(self):
+        """Pull the results, then an orderly power off; a hard one if it does not finish in time."""
+        self.server.shutdown()
+
+    def close(self):
+        self.server.close()
 
 
 def workdir_script(remote_dir: str) -> str:
@@ -402,25 +424,25 @@ def workdir_script(remote_dir: str) -> str:
 
 
 class _Power(PowerProtocol):
-    def __init__(self, rig: IpmiRig):
-        self.rig = rig
+    def __init__(self, server: IpmiServer):
+        self.server = server
 
     def on(self):
-        self.rig._powered = True
-        self.rig.bmc.power("on")
+        self.server.powered = True
+        self.server.bmc.power("on")
 
     def off(self):
-        r = self.rig
+        r = self.server
         if not r.holding:               # never touch a server this process does not hold
             return
-        r._salvage(probe=r._state != "up")
-        r._hard_off()
+        r.prefetch_results(probe=r.state != "up")
+        r.hard_off()
 
     def cycle(self):
-        self.rig._power_cycle()
+        self.server.power_cycle()
 
     def status(self):
-        return self.rig.bmc.power_status()
+        return self.server.bmc.power_status()
 
 
 class _Console(ConsoleProtocol):
@@ -429,43 +451,43 @@ class _Console(ConsoleProtocol):
 
 
 class _Boot(BootProtocol):
-    def __init__(self, rig: IpmiRig):
-        self.rig = rig
+    def __init__(self, server: IpmiServer, power: _Power):
+        self.server, self.power = server, power
 
     def boot(self, kernel, cmdline, timeout=None):
-        r = self.rig
+        r = self.server
         timeout = timeout or r.spec["boot_timeout"]
-        r._results, r._prefetched, r._salvaged = None, None, False
+        r.results, r.prefetched, r.salvaged = None, None, False
         t0 = time.monotonic()
         try:
             if r.spec["boot"] == "kexec":
                 from .ipmi_kexec import kexec_boot
-                kexec_boot(r, kernel, cmdline, timeout)
+                kexec_boot(r, self.power, kernel, cmdline, timeout)
             else:
                 if r.spec["bmc"]["boot_device"]:
                     r.bmc.bootdev(r.spec["bmc"]["boot_device"])
                 if r.bmc.power_status() == "on":
-                    r._power_cycle()
+                    r.power_cycle()
                 else:
-                    r.power.on()
-                r._wait_up(timeout, "after power on")
-            r._after_boot()
+                    self.power.on()
+                r.wait_up(timeout, "after power on")
+            r.after_boot()
         except GuestHung as e:
-            if r._in_hang or "hang" in r._facts:
+            if r.in_hang or "hang" in r.facts:
                 raise
-            r._on_hang(str(e))
-        r._facts["boot_seconds"] = round(time.monotonic() - t0, 1)
+            r.on_hang(str(e))
+        r.facts["boot_seconds"] = round(time.monotonic() - t0, 1)
 
 
 class _Command(CommandProtocol):
-    def __init__(self, rig: IpmiRig):
-        self.rig = rig
+    def __init__(self, server: IpmiServer):
+        self.server = server
         self.n = 0
 
     def run(self, argv, env=None, timeout=60, salvage=None):
-        r = self.rig
-        if r._state != "up":
-            raise GuestCrashed(f"the server is not up ({r._state})")
+        r = self.server
+        if r.state != "up":
+            raise GuestCrashed(f"the server is not up ({r.state})")
         n = self.n
         self.n += 1
         home = f"{r.wd}/home"
@@ -473,18 +495,18 @@ class _Command(CommandProtocol):
         remote = remote_command(argv, env, cwd=home, rc_file=f"{r.wd}/rc.{n}")
         out_p, err_p = r.workdir / f"{n}.out", r.workdir / f"{n}.err"
         t0 = time.monotonic()
-        r._on_timeout = (salvage, env) if salvage else None
+        r.on_timeout = (salvage, env) if salvage else None
         try:
             with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
-                rc, _, _ = r._ssh(f"running {' '.join(map(str, argv))}", remote, timeout, stdout=fo, stderr=fe,
+                rc, _, _ = r.ssh_call(f"running {' '.join(map(str, argv))}", remote, timeout, stdout=fo, stderr=fe,
                                   rc_file=f"{r.wd}/rc.{n}")
         finally:
-            r._on_timeout = None
+            r.on_timeout = None
         return CommandResult(list(argv), rc, out_p.read_bytes(), err_p.read_bytes(), time.monotonic() - t0)
 
     def partial_output(self) -> tuple[bytes, bytes]:
         """stdout/stderr of the last command so far (kept when it hangs)."""
-        d = self.rig.workdir
+        d = self.server.workdir
         read = lambda p: p.read_bytes() if d is not None and p.exists() else b""  # noqa: E731
         if d is None:
             return b"", b""
@@ -492,54 +514,54 @@ class _Command(CommandProtocol):
 
 
 class _Files(FilesProtocol):
-    def __init__(self, rig: IpmiRig):
-        self.rig = rig
+    def __init__(self, server: IpmiServer):
+        self.server = server
 
     def stage(self, local):
         """Copy reproducers/ (scripts and their static bin/ helpers) to <remote_dir>/tree."""
-        r = self.rig
+        r = self.server
         dest = shlex.quote(f"{r.wd}/tree")
         producer = ["tar", "-C", str(pathlib.Path(local).resolve()), "--exclude=__pycache__",
                     "--exclude=*.pyc", "-czf", "-", "reproducers"]
-        mark = r._console_size()
+        mark = r.console_size()
         try:
             r.ssh.pipe_to(f"rm -rf {dest} && mkdir -p {dest} && tar -xzf - -C {dest}", producer,
                           r.spec["pull_timeout"])
         except subprocess.TimeoutExpired:
-            r._on_hang(f"copying reproducers/ did not finish within {r.spec['pull_timeout']:.0f}s")
+            r.on_hang(f"copying reproducers/ did not finish within {r.spec['pull_timeout']:.0f}s")
         except SshLost as e:
-            r._diagnose_lost("copying reproducers/", e, mark)
+            r.diagnose_lost("copying reproducers/", e, mark)
         return f"{r.wd}/tree"
 
     def results_dir(self):
-        r = self.rig
-        if r._results is None:
-            if r._state != "up":
+        r = self.server
+        if r.results is None:
+            if r.state != "up":
                 raise RigError(f"rig {r.name}: the server is not up; no results directory")
-            rc, out, err = r._ssh("making the results directory",
+            rc, out, err = r.ssh_call("making the results directory",
                                   f"mktemp -d {shlex.quote(r.wd)}/out.XXXXXX", 60)
             path = out.decode(errors="replace").strip()
             if rc != 0 or not path.startswith(r.wd + "/out."):
                 raise RigError(f"rig {r.name}: cannot make a results directory in {r.wd}: "
                                f"{err.decode(errors='replace').strip()[-200:]}")
-            r._results = path
-        return r._results
+            r.results = path
+        return r.results
 
     def pull(self, remote, local):
-        r = self.rig
+        r = self.server
         local = pathlib.Path(local)
         local.mkdir(parents=True, exist_ok=True)
-        if r._prefetched and r._prefetched[0] == remote:
-            for p in r._prefetched[1].iterdir():
+        if r.prefetched and r.prefetched[0] == remote:
+            for p in r.prefetched[1].iterdir():
                 shutil.move(str(p), str(local / p.name))
-            r._prefetched = None
+            r.prefetched = None
             return
-        if r._state != "up":
-            raise RigError(f"rig {r.name}: the server is {r._state}; {remote} was not pulled")
+        if r.state != "up":
+            raise RigError(f"rig {r.name}: the server is {r.state}; {remote} was not pulled")
         try:
-            r._pull_over_ssh(remote, local, r.spec["pull_timeout"])
+            r.pull_over_ssh(remote, local, r.spec["pull_timeout"])
         except (SshLost, subprocess.TimeoutExpired) as e:
             raise RigError(f"rig {r.name}: pulling {remote} failed: {e or type(e).__name__}") from None
-        if remote == r._results:
-            r._salvaged = True          # shutdown() need not pull them again
-            r._facts["results_pull"] = "pulled before the power off"
+        if remote == r.results:
+            r.salvaged = True          # shutdown() need not pull them again
+            r.facts["results_pull"] = "pulled before the power off"

@@ -42,18 +42,19 @@ def kexec_args(rig, kernel, cmdline: list, image: str, initrd: str | None) -> li
     return argv
 
 
-def kexec_boot(rig, kernel, cmdline: list, timeout: float) -> None:
+def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
+    """rig: the IpmiServer (rigs/ipmi.py) being booted; power: its power protocol."""
     if rig.bmc.power_status() == "off":
-        rig.power.on()
-        rig._wait_up(timeout, "into its installed system (before kexec)")
+        power.on()
+        rig.wait_up(timeout, "into its installed system (before kexec)")
     else:
         bid = rig.ssh.probe(rig.spec["ssh"]["connect_timeout"])
         if bid is None:
-            rig._power_cycle()
-            rig._wait_up(timeout, "into its installed system (before kexec)")
+            rig.power_cycle()
+            rig.wait_up(timeout, "into its installed system (before kexec)")
         else:
-            rig._boot_id, rig._state = bid, "up"
-    old = rig._boot_id
+            rig.boot_id, rig.state = bid, "up"
+    old = rig.boot_id
     image = pathlib.Path(kernel.image)
     initrd = initrd_for(rig, kernel)
     bootdir = f"{rig.make_workdir()}/boot"
@@ -67,8 +68,8 @@ def kexec_boot(rig, kernel, cmdline: list, timeout: float) -> None:
         raise RigError(f"rig {rig.name}: copying the kernel to the server failed: {e or 'timeout'}") from None
     argv = kexec_args(rig, kernel, cmdline, f"{bootdir}/{image.name}",
                       f"{bootdir}/{initrd.name}" if initrd else None)
-    rig._facts["kexec"] = argv
-    rc, _, err = rig._ssh("loading the kernel with kexec", remote_command(argv, None), 120)
+    rig.facts["kexec"] = argv
+    rc, _, err = rig.ssh_call("loading the kernel with kexec", remote_command(argv, None), 120)
     if rc != 0:
         raise RigError(f"rig {rig.name}: `kexec -l` failed on the server (exit {rc}): "
                        f"{err.decode(errors='replace').strip()[-300:]}")
@@ -79,5 +80,5 @@ def kexec_boot(rig, kernel, cmdline: list, timeout: float) -> None:
     except (SshLost, subprocess.TimeoutExpired):
         pass                # the connection may die with the old kernel
     rig.ssh.stop_master()
-    rig._state = "unknown"
-    rig._wait_up(timeout, "after kexec", old_boot_id=old)
+    rig.state = "unknown"
+    rig.wait_up(timeout, "after kexec", old_boot_id=old)

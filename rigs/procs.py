@@ -8,6 +8,7 @@ krig still takes every rig child with it. As with PR_SET_PDEATHSIG itself,
 "parent" is the thread that started the child: start children from threads
 that live as long as the children should.
 """
+import pathlib
 import shutil
 
 SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
@@ -16,3 +17,21 @@ SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 def dies_with_parent(argv: list) -> list:
     """argv prefixed so the process gets SIGKILL when krig (the starting thread) dies."""
     return [SETPRIV, "--pdeathsig", "KILL", "--", *[str(a) for a in argv]]
+
+
+def stopped_by_host(pid: int) -> str | None:
+    """Why the process pid is not running at all, if the host stopped it: a stop signal
+    (SIGSTOP, SIGTSTP: process state T) or a frozen cgroup (cgroup v2 cgroup.events)."""
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    if state in ("T", "t"):
+        return f"stopped (process state {state}: a stop signal such as SIGSTOP, or a tracer)"
+    try:
+        cg = pathlib.Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        path = next(ln.split(":", 2)[2] for ln in cg if ln.startswith("0::"))
+        events = pathlib.Path("/sys/fs/cgroup", path.lstrip("/"), "cgroup.events").read_text()
+    except (OSError, StopIteration, IndexError):
+        return None
+    return f"frozen with its cgroup {path}" if "frozen 1" in events.splitlines() else None

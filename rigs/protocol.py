@@ -98,16 +98,6 @@ class Rig(abc.ABC):
         self.name = name
         self.spec = spec
 
-    @staticmethod
-    def console_crash(text: str) -> str | None:
-        """The first line of `text` (console output) showing a kernel crash, or None.
-
-        Rigs that watch their console while waiting (IPMI) call this; what a
-        crash looks like is decided where verdicts are judged, and the runner
-        installs that judgement (krig.verdict.first_crash) on every rig it drives.
-        Until then a rig recognises no crash from console text."""
-        return None
-
     @abc.abstractmethod
     def prepare(self, run_dir: pathlib.Path, kernel, needs: dict) -> None:
         """Set up per-run state (work dirs, disks, console log in run_dir)."""
@@ -122,6 +112,12 @@ class Rig(abc.ABC):
     def facts(self) -> dict:
         """Facts learnt while running (accel used and why, versions...)."""
         return {}
+
+    def host_fault(self) -> str | None:
+        """One line when the host failed the run underneath the machine (the emulator stopped by
+        a signal or a frozen cgroup, the filesystem under its disk images full), else None.
+        Asked once the run has ended; recorded in manifest.json for the verdict rule."""
+        return None
 
     def emulator_pid(self) -> int | None:
         """The local process that runs the machine (QEMU), whose speed the host's other load

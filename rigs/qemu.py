@@ -19,7 +19,7 @@ from krig.config import optional, parse_size, reject_unknown, require
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError, os_fault
 from krig.paths import cache_dir, owner_alive, owner_record
 from . import guestroot, initramfs, kimage
-from .procs import dies_with_parent
+from .procs import dies_with_parent, stopped_by_host
 from .protocol import (SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
@@ -200,6 +200,19 @@ def qemu_fault(proc: subprocess.Popen, qemu_log: pathlib.Path) -> str | None:
     return f"QEMU {how}" + (f": {said[-1]} ({qemu_log.name})" if said else f" without a message in {qemu_log.name}")
 
 
+# what QEMU says when the filesystem under a disk image refuses a write
+HOST_DISK_ERRORS = re.compile(r"No space left on device|Disk quota exceeded")
+
+
+def host_disk_error(qemu_log: pathlib.Path) -> str | None:
+    """QEMU's first line saying a disk image could not be written (the host's disk full), or None."""
+    try:
+        text = qemu_log.read_text(errors="replace")
+    except OSError:
+        return None
+    return next((ln.strip() for ln in text.splitlines() if HOST_DISK_ERRORS.search(ln)), None)
+
+
 OWNER_FILE = "owner.json"
 
 
@@ -238,6 +251,39 @@ def reap_stale(work_dir: pathlib.Path) -> list[str]:
     return reaped
 
 
+class QemuMachine:
+    """One run's guest as the QEMU protocols share it, handed to each of them explicitly:
+    the QEMU process, the run directory, the work directory with the 9p share and the disk
+    images, QEMU's argv, and the facts learnt on the way."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.proc: subprocess.Popen | None = None
+        self.run_dir: pathlib.Path | None = None
+        self.workdir: pathlib.Path | None = None
+        self.share: pathlib.Path | None = None
+        self.argv: list = []
+        self.disks: list = []
+        self.facts: dict = {}
+        self.keep_share = False     # results that could not be moved stay in the share
+        self.stopped: str | None = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def died(self, what: str) -> GuestCrashed:
+        """The guest went away while `what`: QEMU's own fault, if it had one, goes along."""
+        fault = qemu_fault(self.proc, self.run_dir / "qemu.log")
+        return GuestCrashed(f"guest died {what} (qemu exit {self.proc.returncode}); see console.log",
+                            rig_fault=f"rig {self.name}: {fault}" if fault else None)
+
+    def timed_out(self) -> None:
+        """A wait for the guest ran out of time: note whether the host had stopped QEMU."""
+        why = stopped_by_host(self.proc.pid) if self.alive() else None
+        if why:
+            self.stopped = f"the emulator (QEMU pid {self.proc.pid}) was {why} when the timeout passed"
+
+
 class QemuRig(Rig):
     kind = "qemu"
     takes_path = True       # rigs.load_rig passes the rig file's path, as the user gave it, for messages
@@ -245,21 +291,17 @@ class QemuRig(Rig):
     def __init__(self, name: str, spec: dict, path=None):
         self.where = str(path) if path else f"rigs/{name}.toml"
         super().__init__(name, validate_spec(name, spec, self.where))
-        self.keep_share = False
-        self.proc: subprocess.Popen | None = None
-        self.workdir: pathlib.Path | None = None
-        self.share: pathlib.Path | None = None
-        self.run_dir: pathlib.Path | None = None
-        self.argv: list = []
-        self._facts: dict = {}
-        self._disks: list = []
-        self._root_args: list = []
-        self._root_cmdline: list = []
-        self.power = _Power(self)
-        self.console = _Console(self)
-        self.command = _Command(self)
-        self.files = _Files(self)
-        self.boot = _Boot(self)
+        self.m = QemuMachine(name)
+        self.power = _Power(self.m)
+        self.console = _Console()
+        self.command = _Command(self.m)
+        self.files = _Files(self.m)
+        self.boot = _Boot(self.m, self.spec, self.console, self.power)
+
+    # what tests and benchmarks read of the current run
+    share = property(lambda self: self.m.share)
+    workdir = property(lambda self: self.m.workdir)
+    proc = property(lambda self: self.m.proc)
 
     def work_dir(self) -> pathlib.Path:
         """Where per-run work directories (scratch disk images, the 9p share) go."""
@@ -273,7 +315,7 @@ class QemuRig(Rig):
         return d
 
     def emulator_pid(self):
-        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+        return self.m.proc.pid if self.m.alive() else None
 
     def host_needs(self):
         return {"memory": self.spec["memory_bytes"], "cpus": self.spec["cpus"], "programs": [QEMU],
@@ -281,79 +323,76 @@ class QemuRig(Rig):
 
     # -- per-run state ------------------------------------------------------
     def prepare(self, run_dir, kernel, needs):
-        self.run_dir = pathlib.Path(run_dir)
-        self.console.log_path = self.run_dir / "console.log"
+        self.m.run_dir = pathlib.Path(run_dir)
+        self.console.log_path = self.m.run_dir / "console.log"
         if needs.get("scratch_size") and not any(d["role"] == "scratch" for d in self.spec["disks"]):
             raise UsageError(f"{self.where}: the reproducer needs a scratch disk; add a [[disks]] entry")
         base = self.work_dir()
-        self._facts["reaped_work_dirs"] = reap_stale(base)
+        self.m.facts["reaped_work_dirs"] = reap_stale(base)
         try:
-            self.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=base))
-            (self.workdir / OWNER_FILE).write_text(json.dumps({**owner_record(), "run_dir": str(self.run_dir)}))
-            self.share = self.workdir / "share"
-            (self.share / "ctl").mkdir(parents=True)
-            (self.share / "out").mkdir()
+            self.m.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=base))
+            (self.m.workdir / OWNER_FILE).write_text(json.dumps({**owner_record(), "run_dir": str(self.m.run_dir)}))
+            self.m.share = self.m.workdir / "share"
+            (self.m.share / "ctl").mkdir(parents=True)
+            (self.m.share / "out").mkdir()
             want = needs.get("scratch_size", 0)
-            self._disks = []
+            self.m.disks = []
             for i, d in enumerate(self.spec["disks"]):
                 size = max(d["size"], want) if d["role"] == "scratch" else d["size"]
-                img = self.workdir / f"nvme{i}.img"
+                img = self.m.workdir / f"nvme{i}.img"
                 with open(img, "wb") as f:
                     f.truncate(size)    # sparse
-                self._disks.append({**d, "size": size, "path": img})
+                self.m.disks.append({**d, "size": size, "path": img})
         except OSError as e:
             raise RigError(f"rig {self.name}: cannot set up the work directory and scratch images in "
                            f"{base}: {os_fault(e)}") from None
-        self._facts["disks"] = [{"serial": d["serial"], "role": d["role"], "size": d["size"]} for d in self._disks]
+        self.m.facts["disks"] = [{"serial": d["serial"], "role": d["role"], "size": d["size"]} for d in self.m.disks]
 
     def scratch_env(self):
-        for d in self._disks:
+        for d in self.m.disks:
             if d["role"] == "scratch":
                 return {"KRIG_SCRATCH_SERIAL": d["serial"]}
         return {}
 
     def facts(self):
-        return dict(self._facts)
+        return dict(self.m.facts)
 
     def shutdown(self, grace: float = 20.0):
         """Ask the agent to power the guest off, then make sure it is."""
-        if self.alive() and self.share is not None:
-            (self.share / "ctl" / "poweroff").touch()
+        if self.m.alive() and self.m.share is not None:
+            (self.m.share / "ctl" / "poweroff").touch()
             try:
-                self.proc.wait(grace)
+                self.m.proc.wait(grace)
             except subprocess.TimeoutExpired:
                 pass
         self.power.off()
 
     def close(self):
-        if self.proc is not None:
-            _kill(self.proc)
-        if self.workdir and self.workdir.exists() and not self.spec["keep_disks"]:
-            if self.keep_share:     # results that could not be moved stay; the images go
-                for d in self._disks:
+        if self.m.proc is not None:
+            _kill(self.m.proc)
+        if self.m.workdir and self.m.workdir.exists() and not self.spec["keep_disks"]:
+            if self.m.keep_share:     # results that could not be moved stay; the images go
+                for d in self.m.disks:
                     pathlib.Path(d["path"]).unlink(missing_ok=True)
             else:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+                shutil.rmtree(self.m.workdir, ignore_errors=True)
 
-    def died(self, what: str) -> GuestCrashed:
-        """The guest went away while `what`: QEMU's own fault, if it had one, goes along."""
-        return GuestCrashed(f"guest died {what} (qemu exit {self.proc.returncode}); see console.log",
-                            rig_fault=self._rig_fault())
-
-    def _rig_fault(self) -> str | None:
-        fault = qemu_fault(self.proc, self.run_dir / "qemu.log")
-        return f"rig {self.name}: {fault}" if fault else None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+    def host_fault(self):
+        if self.m.stopped:
+            return self.m.stopped
+        said = host_disk_error(self.m.run_dir / "qemu.log") if self.m.run_dir else None
+        if said:
+            return (f"the filesystem under the rig's work directory {self.work_dir()} refused the disk "
+                    f"images' writes: QEMU said \"{said}\" (qemu.log)")
+        return None
 
 
 class _Power(PowerProtocol):
-    def __init__(self, rig: QemuRig):
-        self.rig = rig
+    def __init__(self, machine: QemuMachine):
+        self.m = machine
 
     def on(self):
-        r = self.rig
+        r = self.m
         if r.alive():
             return
         if not r.argv:
@@ -368,64 +407,62 @@ class _Power(PowerProtocol):
             qlog.close()
 
     def off(self):
-        if self.rig.proc is not None:
-            _kill(self.rig.proc)
+        if self.m.proc is not None:
+            _kill(self.m.proc)
 
     def status(self):
-        return "on" if self.rig.alive() else "off"
+        return "on" if self.m.alive() else "off"
 
 
 class _Console(ConsoleProtocol):
-    def __init__(self, rig):
-        self.rig = rig
+    def __init__(self):
         self.log_path = pathlib.Path("/nonexistent")
 
 
 class _Boot(BootProtocol):
-    def __init__(self, rig: QemuRig):
-        self.rig = rig
+    def __init__(self, machine: QemuMachine, spec: dict, console: _Console, power: _Power):
+        self.m, self.spec, self.console, self.power = machine, spec, console, power
 
     def boot(self, kernel, cmdline, timeout=None):
-        r = self.rig
-        spec = r.spec
+        r, spec = self.m, self.spec
         initrd = initramfs.build(kernel.release, kernel.modules_dir, BASE_MODULES + spec["modules"])
         accel, reason = spec["accel"], "set in the rig file"
         if accel == "auto":
             accel, reason = probe_accel(kernel, initrd)
-        r._facts.update({"accel": accel, "accel_reason": reason, "qemu_version": qemu_version(),
+        r.facts.update({"accel": accel, "accel_reason": reason, "qemu_version": qemu_version(),
                          "initramfs": str(initrd)})
         if any(c.isspace() for c in str(ROOT)):
             raise RigError(f"the krig tree {ROOT} has whitespace in its path; the guest cannot be told it")
         accel_arg = f"tcg,thread={spec['tcg_thread']}" if accel == "tcg" else accel
-        r._facts["accel_arg"] = accel_arg
-        r._root_args, r._root_cmdline = guestroot.cached(ROOT)
+        r.facts["accel_arg"] = accel_arg
+        root_args, root_cmdline = guestroot.cached(ROOT)
         image, entry = kernel.image, "bzimage"
         if spec["kernel_entry"] == "auto":  # the same kernel, not decompressed under emulation
             elf = kimage.pvh_image(pathlib.Path(kernel.image))
             image, entry = (elf, "pvh") if elf else (image, entry)
-        r._facts.update({"kernel_entry": entry, "boot_image": str(image)})
+        r.facts.update({"kernel_entry": entry, "boot_image": str(image)})
         shutil.copy(AGENT, r.share / "agent.sh")
         # the kernel's and the caller's command line come last: theirs win
         clock = TCG_TSC_CMDLINE if accel == "tcg" and spec["tcg_clocksource"] == "tsc" else []
-        r._facts["tcg_clocksource"] = spec["tcg_clocksource"] if accel == "tcg" else None
+        r.facts["tcg_clocksource"] = spec["tcg_clocksource"] if accel == "tcg" else None
         append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6", *clock,
-                  f"krig.agent={GUEST_SHARE}/agent.sh", *r._root_cmdline, *kernel.cmdline, *cmdline]
+                  f"krig.agent={GUEST_SHARE}/agent.sh", *root_cmdline, *kernel.cmdline, *cmdline]
         argv = [QEMU, "-name", f"krig-{r.name}", "-machine", "q35", "-accel", accel_arg,
                 "-cpu", "host" if accel == "kvm" else "max",
                 "-smp", str(spec["cpus"]), "-m", str(spec["memory_bytes"] // (1 << 20)),
                 "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot",
-                "-chardev", f"file,id=con,path={r.console.log_path}", "-serial", "chardev:con",
+                "-chardev", f"file,id=con,path={self.console.log_path}", "-serial", "chardev:con",
                 "-kernel", str(image), "-initrd", str(initrd), "-append", " ".join(append),
-                *r._root_args,
+                *root_args,
                 "-virtfs", f"local,path={r.share},mount_tag=krig,security_model=none,multidevs=remap"]
-        for i, d in enumerate(r._disks):
+        for i, d in enumerate(r.disks):
             argv += ["-drive", f"file={d['path']},if=none,id=nvme{i},format=raw,cache=unsafe",
                      "-device", f"nvme,drive=nvme{i},serial={d['serial']}"]
         argv += spec["extra_args"]
         r.argv = argv
-        r._facts["qemu_argv"] = argv
-        r._facts["kernel_cmdline"] = " ".join(append)
-        r.power.on()
+        r.facts["qemu_argv"] = argv
+        r.facts["kernel_cmdline"] = " ".join(append)
+        self.power.on()
         deadline = time.monotonic() + (timeout or spec["boot_timeout"])
         ready = r.share / "ctl" / "ready"
         t0 = time.monotonic()
@@ -433,18 +470,19 @@ class _Boot(BootProtocol):
             if not r.alive():
                 raise r.died("during boot")
             if time.monotonic() > deadline:
+                r.timed_out()
                 raise GuestHung(f"guest did not come up within {timeout or spec['boot_timeout']:.0f}s")
             time.sleep(0.1)
-        r._facts["boot_seconds"] = round(time.monotonic() - t0, 2)
+        r.facts["boot_seconds"] = round(time.monotonic() - t0, 2)
 
 
 class _Command(CommandProtocol):
-    def __init__(self, rig: QemuRig):
-        self.rig = rig
+    def __init__(self, machine: QemuMachine):
+        self.m = machine
         self.n = 0
 
     def run(self, argv, env=None, timeout=60, salvage=None):
-        r = self.rig
+        r = self.m
         if not r.alive():
             raise r.died(f"before running {argv[0]}")
         ctl = r.share / "ctl"
@@ -457,8 +495,9 @@ class _Command(CommandProtocol):
         if end == "died":
             raise r.died(f"while running {argv[0]}")
         if end == "timeout":
-            if salvage:
-                r._facts["salvage"] = self._salvage(n, salvage)
+            r.timed_out()
+            if salvage and not r.stopped:   # a stopped emulator runs no salvage either
+                r.facts["salvage"] = self._salvage(n, salvage)
             raise GuestHung(f"{' '.join(map(str, argv))} did not finish within {timeout:.0f}s")
         rc = int((ctl / f"{n}.rc").read_text().strip() or 255)
         return CommandResult(list(argv), rc, (ctl / f"{n}.out").read_bytes(),
@@ -467,7 +506,7 @@ class _Command(CommandProtocol):
     def _post(self, name: str, argv, env: dict | None = None) -> pathlib.Path:
         """A request in the agent's mailbox: NAME.argv (and NAME.env), then NAME.req.
         Returns the NAME.rc the agent writes last."""
-        ctl = self.rig.share / "ctl"
+        ctl = self.m.share / "ctl"
         (ctl / f"{name}.argv").write_bytes(b"".join(str(a).encode() + b"\0" for a in argv))
         if env is not None:
             (ctl / f"{name}.env").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
@@ -478,7 +517,7 @@ class _Command(CommandProtocol):
         """None once rc_file is there; "died" if the machine died first, "timeout" after timeout."""
         t0 = time.monotonic()
         while not rc_file.exists():
-            if not self.rig.alive():
+            if not self.m.alive():
                 return "died"
             if time.monotonic() - t0 > timeout:
                 return "timeout"
@@ -499,32 +538,32 @@ class _Command(CommandProtocol):
 
     def partial_output(self) -> tuple[bytes, bytes]:
         """stdout/stderr of the last command so far (kept when it hangs)."""
-        ctl = self.rig.share / "ctl"
+        ctl = self.m.share / "ctl"
         n = self.n - 1
         read = lambda p: p.read_bytes() if p.exists() else b""  # noqa: E731
         return read(ctl / f"{n}.out"), read(ctl / f"{n}.err")
 
 
 class _Files(FilesProtocol):
-    def __init__(self, rig: QemuRig):
-        self.rig = rig
+    def __init__(self, machine: QemuMachine):
+        self.m = machine
 
     def stage(self, local):
         """The krig tree's reproducers/ is shared at its own path (rigs/guestroot.py)."""
         local = pathlib.Path(local).resolve()
         if local != ROOT.resolve():
-            raise RigError(f"rig {self.rig.name}: only the krig tree {ROOT} is shared with the guest, not {local}")
+            raise RigError(f"rig {self.m.name}: only the krig tree {ROOT} is shared with the guest, not {local}")
         return str(local)
 
     def results_dir(self):
         return f"{GUEST_SHARE}/out"
 
     def pull(self, remote, local):
-        if self.rig.share is None:
+        if self.m.share is None:
             return                  # the run never got a share: nothing to pull
         if not remote.startswith(GUEST_SHARE + "/"):
-            raise RigError(f"rig {self.rig.name}: can only pull from {GUEST_SHARE}, not {remote}")
-        src = self.rig.share / remote[len(GUEST_SHARE) + 1:]
+            raise RigError(f"rig {self.m.name}: can only pull from {GUEST_SHARE}, not {remote}")
+        src = self.m.share / remote[len(GUEST_SHARE) + 1:]
         local = pathlib.Path(local)
         local.mkdir(parents=True, exist_ok=True)
         if src.exists():
@@ -532,7 +571,7 @@ class _Files(FilesProtocol):
                 try:
                     shutil.move(str(p), str(local / p.name))
                 except OSError as e:
-                    self.rig.keep_share = True
+                    self.m.keep_share = True
                     if p.exists():
                         (local / p.name).unlink(missing_ok=True)     # a partial copy; the original stays
                     raise RigError(f"cannot move {p.name} into {local}: {os_fault(e)}; the collected files "

@@ -1,4 +1,5 @@
 """Fixtures for krig's self-tests."""
+import json
 import os
 import pathlib
 import re
@@ -36,6 +37,17 @@ def krig_run(tmp_path, *args, timeout=600):
     env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
     return subprocess.run(KRIG + ["run", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=timeout, env=env)
+
+
+def check_a_copy(run_dir: pathlib.Path, where: pathlib.Path) -> tuple[int, str, dict]:
+    """`krig check` on a copy of run_dir (its verdict.json removed): exit code, the verdict line,
+    and the original's verdict.json, so a test can assert the copy is judged as the run was."""
+    import shutil
+    copy = where / "copy-of-run"
+    shutil.copytree(run_dir, copy)
+    (copy / "verdict.json").unlink()
+    p = subprocess.run(KRIG + ["check", str(copy)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    return p.returncode, p.stdout.strip(), json.loads((run_dir / "verdict.json").read_text())
 
 
 def build_kernels(*names: str) -> None:

@@ -30,7 +30,6 @@ def test_boot_panic_is_crashed_every_time(tmp_path, no_leftover_qemu, i):
     kernel = load_kernel("distro")
     rig = load_rig("qemu-default")
     rig.spec["accel"] = "tcg"
-    rig.console_crash = first_crash
     with rig:
         rig.prepare(pathlib.Path(tmp_path), kernel, {})
         with pytest.raises(GuestCrashed):

@@ -8,6 +8,7 @@ selftest-hang on a QEMU rig whose work directory is the test's own.
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import threading
@@ -20,7 +21,7 @@ from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
 from kernels.catalog import load_kernel
 from rigs import initramfs, qemu
 from krig.paths import owner_record
-from krig.verdict import INCOMPLETE_REASON, exit_code, outcome_verdict
+from krig.verdict import INCOMPLETE_REASON, Evidence, decide, exit_code
 from rigs.qemu import OWNER_FILE, reap_stale
 
 pytestmark = pytest.mark.faults
@@ -118,7 +119,7 @@ def running_manifest(tmp_path, repro="selftest-hang"):
     (None, BANNER, None, True, "INCOMPLETE"),
 ])
 def test_rule(outcome, console, fault, answered, verdict):
-    v, reason = outcome_verdict(outcome, "why", console, fault, machine_answered=answered)
+    v, reason = decide(Evidence(outcome, "why", console, rig_fault=fault, machine_answered=answered))
     assert v == verdict, reason
     if v == "ERROR" and fault:
         assert fault in reason
@@ -175,6 +176,23 @@ def test_full_results_fs_preflight(krig_cli, tiny_fs):
     assert p.returncode == 2, p.stdout + p.stderr
     one_line(p.stderr, str(tiny_fs / "results"), "free", "needs at least")
     assert not list(tiny_fs.iterdir())
+
+
+def test_scratch_writes_counted_by_preflight(krig_cli, tmp_path):
+    """A preset that declares how much of the scratch disk it writes (xfs-ail-storm smoke:
+    requires.scratch_write) does not start on a work directory that cannot hold it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128m", "krig-test-scratch", str(work)], check=True)
+    try:
+        p = krig_cli("run", "xfs-ail-storm", "--preset", "smoke", "--rig", str(rig_file(tmp_path, work=work)),
+                     env={"KRIG_RESULTS": str(tmp_path / "results")})
+    finally:
+        subprocess.run(["umount", "-l", str(work)], check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    one_line(p.stderr, f"{work}: 128.0 MiB free for ", "work directory",
+             "+ scratch disk writes 256.0 MiB (requires.scratch_write)")
+    no_runs(tmp_path)
 
 
 def test_incomplete_run(krig_cli, tmp_path):
@@ -325,6 +343,52 @@ def test_results_fs_fills_mid_run(tmp_path, no_leftover_qemu):
         assert kept.is_dir() and any(kept.iterdir()), f"nothing kept in {kept}"
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.guest
+def test_emulator_stopped_is_the_hosts_fault(tmp_path, krig_cli, no_leftover_qemu):
+    """QEMU stopped (SIGSTOP) past the run's timeout: ERROR naming the stopped emulator, not
+    HUNG; krig check on a copy of the run directory says the same."""
+    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
+    p = subprocess.Popen(KRIG + ["run", "selftest-hang", "--rig", str(rig_file(tmp_path)), "--set", "timeout=20"],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: running_manifest(tmp_path), "the guest to answer")
+        pids = wait_for(lambda: qemu_pids(str(tmp_path)), "qemu", 30)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 3, out + err
+    line = verdict_line(out)
+    assert line.startswith("ERROR: host: the emulator (QEMU pid ") and "stopped (process state T" in line, line
+    d = run_dir_of(finished(p, out, err))
+    copy = tmp_path / "copy"
+    shutil.copytree(d, copy)
+    c = krig_cli("check", str(copy))
+    assert c.returncode == 3 and one_line(c.stdout) == line
+
+
+@pytest.mark.guest
+def test_work_dir_fills_under_the_scratch_image(tmp_path, no_leftover_qemu):
+    """The filesystem under the rig's work directory (a 4 MiB tmpfs) fills while the sparse
+    scratch image grows: ERROR quoting QEMU's own message, not `run.sh exited 255`."""
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "krig-test-work", str(work)], check=True)
+    try:
+        p = krig_run(tmp_path, "selftest-pass", "--rig", str(rig_file(tmp_path, work=work)),
+                     "--set", "files=15000", "--set", "timeout=300")
+        assert not list(work.iterdir()), "the work directory was left behind"
+    finally:
+        subprocess.run(["umount", "-l", str(work)], check=False)
+    assert p.returncode == 3, p.stdout + p.stderr
+    line = verdict_line(p.stdout)
+    assert line.startswith(f"ERROR: host: the filesystem under the rig's work directory {work} refused the "
+                           "disk images' writes: QEMU said \"qemu-system-x86_64: aio failed: No space left on "
+                           "device\" (qemu.log)"), line
 
 
 @pytest.mark.guest

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import KRIG, ROOT, krig_run, qemu_pids, run_dir_of
+from conftest import KRIG, ROOT, check_a_copy, krig_run, qemu_pids, run_dir_of
 
 pytestmark = pytest.mark.guest
 
@@ -63,6 +63,7 @@ def test_hang_verdict(tmp_path, no_leftover_qemu):
     d = run_dir_of(p)
     v = json.loads((d / "verdict.json").read_text())
     assert v["verdict"] == "HUNG"
+    assert check_a_copy(d, tmp_path) == (5, f"HUNG: {v['reason']}", v)     # judged the same from the directory
     assert "hanging now" in (d / "stdout").read_text()
     assert "krig-agent: ready" in (d / "console.log").read_text()
     # the trace still in the guest's ring buffer came back (salvaged before the power-off)
@@ -85,6 +86,7 @@ def test_slow_workload_is_error_not_hung(tmp_path, no_leftover_qemu):
     assert v["verdict"] == "ERROR"
     assert v["reason"].startswith("timeout, not a hang: the workload was still making progress in phase create")
     assert "scratch used inodes +" in v["reason"] and "\n" not in v["reason"]
+    assert check_a_copy(run_dir_of(p), tmp_path) == (3, f"ERROR: {v['reason']}", v)
 
 
 def test_panic_verdict(tmp_path, no_leftover_qemu):

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from krig import hostload
-from krig.check import judge, verdict_of
+from krig.check import judge
+from krig.verdict import judged as verdict_of
 from krig.errors import UsageError
 from krig.reproducer import load_reproducer, parse_reproducer
 

@@ -120,6 +120,9 @@ class PasswordWatch(threading.Thread):
                     continue
                 try:
                     env = pathlib.Path(f"/proc/{pid}/environ").read_bytes()
+                    # argv again, after the environment: a child that exec'd (ipmitool) since the
+                    # first pass would otherwise be named by the argv it had before the exec
+                    argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
                 except OSError:
                     continue
                 self.children_seen.add(pid)
@@ -276,7 +279,7 @@ def test_kexec_boot_then_ctrl_c(sim, tmp_path):
     assert sim.power_status() == "off"
     assert not _wait_no_leftovers(sim)
     rig = load_rig("sim")                                    # the lock was released
-    rig._take_lock()
+    rig.server.take_lock()
     rig.close()
 
 

@@ -161,20 +161,20 @@ def test_remote_command_refuses_bad_env_names():
 
 def test_lock_keeps_a_second_rig_off_the_server(files):
     a, b = IpmiRig("a", spec(files)), IpmiRig("b", spec(files))
-    a._take_lock()
+    a.server.take_lock()
     try:
         with pytest.raises(RigError, match=r"server 10\.0\.0\.5:623 is in use by another krig process "
                                            rf"\(pid {os.getpid()}, rig a\)"):
-            b._take_lock()
+            b.server.take_lock()
         b.close()                   # the refused rig touches nothing and releases nothing
         with pytest.raises(RigError):
-            b._take_lock()
+            b.server.take_lock()
     finally:
         a.close()
-    b._take_lock()                  # released by close()
+    b.server.take_lock()                  # released by close()
     b.close()
     c = IpmiRig("c", spec(files, bmc={"port": 624}))
-    c._take_lock()                  # another BMC, another server
+    c.server.take_lock()                  # another BMC, another server
     c.close()
 
 

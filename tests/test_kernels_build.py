@@ -181,7 +181,7 @@ def test_not_built_is_a_clear_error(layout):
     kd, rd, _ = layout
     with pytest.raises(kspec.KernelNotBuilt) as e:
         kspec.load_built_kernel("var", {"extends": "base"}, "kernels/var.toml", kd, rd)
-    assert str(e.value).startswith("kernel var is not built; run `make kernel KERNEL=var`")
+    assert str(e.value).startswith("kernel var is not built; run `krig kernel build var`")
 
 
 def test_built_kernel_loads(layout):

@@ -77,14 +77,14 @@ def test_remote_dir_refused_unless_safe(sshd, tmp_path):
     os.chown(planted, 65534, 65534)                 # made first by someone else (nobody)
     with pytest.raises(Exception, match=rf"remote_dir {planted} is not safe to use as root: "
                                         rf"{planted} is owned by uid 65534, not 0"):
-        _rig(sshd, str(planted)).make_workdir()
+        _rig(sshd, str(planted)).server.make_workdir()
     open_dir = tmp_path / "open"
     open_dir.mkdir()
     open_dir.chmod(0o777)                           # world-writable, no sticky bit
     with pytest.raises(Exception, match=rf"{open_dir} is writable by others"):
-        _rig(sshd, str(open_dir / "krig")).make_workdir()
+        _rig(sshd, str(open_dir / "krig")).server.make_workdir()
     rig = _rig(sshd, str(tmp_path / "safe" / "krig"))
-    first, second = rig.make_workdir(), rig.make_workdir()
+    first, second = rig.server.make_workdir(), rig.server.make_workdir()
     assert first != second and first.startswith(f"{tmp_path}/safe/krig/run.")
     assert not os.path.exists(first)                # the older run.* was removed
     assert oct(os.stat(tmp_path / "safe" / "krig").st_mode & 0o777) == "0o700"
@@ -95,14 +95,14 @@ def test_exit_255_is_not_a_lost_connection(sshd, tmp_path):
     """Case 7: the workload's own exit 255 (even with ssh-like words on its stderr)
     comes back as 255; a connection that dies is SshLost."""
     rig = _rig(sshd, str(tmp_path / "rd"))
-    rig.workdir, rig._state = tmp_path, "up"
-    rig.make_workdir()
+    rig.server.workdir, rig.server.state = tmp_path, "up"
+    rig.server.make_workdir()
     res = rig.command.run(["sh", "-c", "echo 'Connection reset by peer' >&2; echo out; exit 255"], timeout=60)
     assert res.returncode == 255 and res.stdout == b"out\n"
     assert b"Connection reset" in res.stderr
     assert "255 is the command's own exit code" in (sshd["dir"] / "ssh.log").read_text()
     # Now a real loss: the server side of the connection is killed under a running command.
-    rc_file = f"{rig.wd}/rc.lost"
+    rc_file = f"{rig.server.wd}/rc.lost"
     marker = f"sleep 61.{os.getpid()}"
     remote = remote_command(["sh", "-c", marker], None, rc_file=rc_file)
     killer = subprocess.Popen([sys.executable, "-c", f"""

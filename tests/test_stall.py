@@ -5,7 +5,23 @@ Unit cases on written samples.tsv files; the real guests are in test_guest.py
 """
 import pytest
 
-from krig.stall import slow_not_hung, still_progressing, window_for
+from krig.rundir import RunDir
+from krig.stall import still_progressing as _progressing, window_for
+from krig.verdict import Evidence, decide
+
+BANNER = "[    0.000000] Linux version 6.1.0\n"
+
+
+def still_progressing(d, timeout):
+    return _progressing(RunDir(d), timeout)
+
+
+def slow_not_hung(d, timeout, reason, console, load):
+    """The rule's verdict on a timeout of `timeout` s with these samples, console and host load."""
+    run = RunDir(d)
+    ev = Evidence("hung", reason, BANNER + console, machine_answered=True, timeout=timeout,
+                  progress=_progressing(run, timeout), last_phase=run.last_phase(), host_load=load)
+    return decide(ev)
 
 HEADER = ["time", "nr_dentry", "nr_negative", "xfs_log_writes", "xfs_log_blocks",
           "scratch_files", "scratch_ffree", "mono"]
@@ -29,7 +45,7 @@ def test_window():
 def test_static_counters_are_a_hang(tmp_path):
     write_samples(tmp_path, rows(200, dentry=lambda t: 5000 + t % 7))
     assert still_progressing(tmp_path, 200) is None
-    assert slow_not_hung(tmp_path, 200, "r", [], "1.0") is None
+    assert slow_not_hung(tmp_path, 200, "r", "", "1.0") == ("HUNG", "r")
 
 
 def test_files_still_created_is_not_a_hang(tmp_path):
@@ -37,8 +53,8 @@ def test_files_still_created_is_not_a_hang(tmp_path):
     moved = still_progressing(tmp_path, 900)
     assert moved.startswith("scratch used inodes +2,700") and "last 90 s" in moved
     (tmp_path / "phases.tsv").write_text("1.0\tstart\n2.0\tcreate\n")
-    outcome, reason = slow_not_hung(tmp_path, 900, "harness did not finish within 900s", [], "9.5 9.0 8.1")
-    assert outcome == "error" and "\n" not in reason
+    verdict, reason = slow_not_hung(tmp_path, 900, "harness did not finish within 900s", "", "9.5 9.0 8.1")
+    assert verdict == "ERROR" and "\n" not in reason
     assert reason.startswith("timeout, not a hang: the workload was still making progress in phase create at 900s")
     assert "host load 9.5 9.0 8.1" in reason and "--set timeout=" in reason
 
@@ -71,5 +87,5 @@ def test_no_usable_samples_stays_hung(tmp_path, content):
 
 def test_console_lockup_keeps_hung(tmp_path):
     write_samples(tmp_path, rows(900, used=lambda t: 30 * t))
-    assert slow_not_hung(tmp_path, 900, "r", ["INFO: task rm:123 blocked for more than 120 seconds."],
-                         None) is None
+    assert slow_not_hung(tmp_path, 900, "r", "INFO: task rm:123 blocked for more than 120 seconds.\n",
+                         None) == ("HUNG", "r")

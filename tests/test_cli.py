@@ -1,0 +1,52 @@
+"""The command is the interface: every workflow is a `krig` subcommand, and every option of
+every subcommand says what it takes and its default."""
+import argparse
+import subprocess
+
+from conftest import KRIG, ROOT
+from krig.cli import build_parser
+
+
+def subcommands(parser, path=()):
+    """(path, parser) of every subcommand, nested ones included."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield path + (name,), sub
+                yield from subcommands(sub, path + (name,))
+
+
+def test_workflows_are_subcommands():
+    names = {" ".join(p) for p, _ in subcommands(build_parser())}
+    for want in ("run", "check", "kernel build", "kernel status", "bisect run", "bisect demo"):
+        assert want in names, f"`krig {want}` is missing"
+    assert "bisect oracle" not in names         # git bisect's step stays internal
+
+
+def test_every_option_says_what_it_takes_and_its_default():
+    bad = []
+    for path, sub in subcommands(build_parser()):
+        for a in sub._actions:
+            if isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            what = f"krig {' '.join(path)} {'/'.join(a.option_strings) or a.dest}"
+            if not a.help or a.help == argparse.SUPPRESS:
+                bad.append(f"{what}: no help line")
+            elif a.option_strings and not a.required and "default" not in a.help:
+                bad.append(f"{what}: the help does not say its default ({a.help!r})")
+    assert not bad, "\n".join(bad)
+
+
+def test_make_targets_are_thin_aliases():
+    """make kernel-status and `krig kernel status` print the same."""
+    k = subprocess.run(KRIG + ["kernel", "status", "tiny-6.1"], capture_output=True, text=True, cwd=ROOT)
+    m = subprocess.run(["make", "-s", "kernel-status"], capture_output=True, text=True, cwd=ROOT)
+    assert k.returncode == 0 and m.returncode == 0, k.stderr + m.stderr
+    line = k.stdout.strip()
+    assert line.startswith("tiny-6.1 ") and line in m.stdout.splitlines()
+
+
+def test_bad_subcommand_input_is_one_line():
+    p = subprocess.run(KRIG + ["kernel", "build", "no-such-kernel"], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "no-such-kernel" in p.stderr and "Traceback" not in p.stderr
