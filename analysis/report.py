@@ -85,19 +85,19 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
     parts += ["<h2>Thresholds</h2>",
               html_table(["metric", "measured", "limit", "unit", "held", "rationale"], rows, (1,)) if rows
               else "<p>none</p>"]
-    if v in NO_PLOTS:
-        parts += ["<h2>Console</h2>", f"<pre>{esc(chr(10).join(console_lines(run_dir, verdict)))}</pre>"]
-        err = run_dir / "stderr"
-        if err.exists() and err.stat().st_size:
-            tail = err.read_text(errors="replace").splitlines()[-CONSOLE_TAIL:]
-            parts += ["<h2>Workload stderr (last lines)</h2>", f"<pre>{esc(chr(10).join(tail))}</pre>"]
-    else:
+    if plots or v not in NO_PLOTS:
         parts.append("<h2>Plots</h2>")
         for png, csv_path, title in plots:
             parts.append(f"<figure><img src=\"{esc(png.name)}\" alt=\"{esc(title)}\">"
                          f"<figcaption>{esc(title)} (<a href=\"{esc(csv_path.name)}\">data</a>)</figcaption></figure>")
         if not plots:
             parts.append("<p>no plots declared for this reproducer</p>")
+    if v in NO_PLOTS:
+        parts += ["<h2>Console</h2>", f"<pre>{esc(chr(10).join(console_lines(run_dir, verdict)))}</pre>"]
+        err = run_dir / "stderr"
+        if err.exists() and err.stat().st_size:
+            tail = err.read_text(errors="replace").splitlines()[-CONSOLE_TAIL:]
+            parts += ["<h2>Workload stderr (last lines)</h2>", f"<pre>{esc(chr(10).join(tail))}</pre>"]
     if session:
         parts += ["<h2>KernelShark</h2>",
                   f"<p><code>kernelshark -s {esc(session['file'])}</code> opens trace.dat on "
@@ -143,7 +143,9 @@ def write_report(run, repro=None) -> dict:
     repro = repro or load_reproducer(manifest.get("reproducer", "?"))
     verdict, metrics = _load_json(run, "verdict"), _load_json(run, "metrics")
     files, notes, plots, session = [], [], [], None
-    if verdict.get("verdict") not in NO_PLOTS:
+    # plots whenever the thresholds judged the run's numbers: also an ERROR that only moved
+    # the blame (a contended host) or flagged the instrument, whose numbers are still drawn
+    if verdict.get("verdict") not in NO_PLOTS or verdict.get("thresholds"):
         for spec in repro.plots:
             try:
                 png, csv_path = write_plot(plot_data(spec, run, repro, metrics), run_dir)

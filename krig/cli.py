@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     kc.add_argument("--submit", metavar="URL", help="POST the report to a KCIDB-ng server (its base URL or its "
                     "/submit endpoint) and print the submission id; needs --token-file (default: not sent)")
     kc.add_argument("--token-file", metavar="FILE",
-                    help="the origin's KCIDB-ng token on the first line of a file of mode 0600 (with --submit)")
+                    help="the origin's KCIDB-ng token on the first line of a file of mode 0600 (with --submit; no default)")
     kc.set_defaults(func=cmd_export_kcidb)
     t = sub.add_parser("trace", help="read trace.dat files")
     tsub = t.add_subparsers(dest="tcmd", required=True, parser_class=_Parser)

@@ -138,6 +138,25 @@ def test_error_run_shows_console_not_plots(flood_run):
     assert "negflood: &lt;stopped&gt;" in page
 
 
+def test_judged_error_run_shows_plots_and_console(flood_run):
+    """An ERROR whose thresholds were judged (the host was contended, or an instrument check
+    failed) still has its numbers drawn, next to the console; an ERROR that judged nothing
+    has only the console."""
+    (flood_run / "verdict.json").write_text(json.dumps({
+        "verdict": "ERROR", "reason": "host contention: other processes kept the host's CPUs saturated",
+        "thresholds": {"passed": 5, "failed": 1}}))
+    write_report(flood_run)
+    page = (flood_run / "report.html").read_text()
+    assert page.count("<img") == len(load_reproducer("neg-dentry-flood").plots) >= 1
+    assert "<h2>Console</h2>" in page and "host contention" in page
+    for png in flood_run.glob("plot-*.png"):
+        png.unlink()
+    (flood_run / "verdict.json").write_text(json.dumps({"verdict": "ERROR", "reason": "run.sh exited 1"}))
+    write_report(flood_run)
+    page = (flood_run / "report.html").read_text()
+    assert "<img" not in page and not list(flood_run.glob("plot-*.png")) and "<h2>Console</h2>" in page
+
+
 def test_report_failure_never_changes_the_verdict(flood_run, capsys):
     before = (flood_run / "verdict.json").read_text()
     (flood_run / "samples.tsv").write_text("time\tnr_negative\n")   # a broken sample file

@@ -90,7 +90,11 @@ def test_key_metrics_plausible(smoke_run):
 def test_junit_one_case_per_threshold(smoke_run):
     name, _, d = smoke_run
     junit = (d / "junit.xml").read_text()
-    assert junit.count("<testcase") == len(load_reproducer(name).thresholds)
+    v = json.loads((d / "verdict.json").read_text())
+    if v["verdict"] == "ERROR" and judged_as(v, "PASS"):    # a contended host: one case says so
+        assert junit.count("<testcase") == 1 and "host contention" in junit
+    else:
+        assert junit.count("<testcase") == len(load_reproducer(name).thresholds)
     assert 'name="kernel"' in junit and 'name="accel"' in junit
 
 
