@@ -55,9 +55,7 @@ def test_fail_verdict(tmp_path, no_leftover_qemu):
 
 
 def test_hang_verdict(tmp_path, no_leftover_qemu):
-    t0 = time.monotonic()
     p = krig_run(tmp_path, "selftest-hang", "--set", "timeout=40")
-    took = time.monotonic() - t0
     assert p.returncode == 5, p.stdout + p.stderr
     assert "HUNG" in p.stdout
     d = run_dir_of(p)
@@ -72,9 +70,8 @@ def test_hang_verdict(tmp_path, no_leftover_qemu):
     assert "ring buffer extracted to trace.dat" in (d / "salvage.log").read_text()
     from analysis.tracedat import TraceFile
     assert TraceFile(d / "trace.dat").counts().get("sched:sched_process_exec", 0) >= 1
-    # the workload's 40 s timeout + 30 s, plus the boot (under TCG up to ~60 s with the KVM probe)
-    boot = json.loads((d / "manifest.json").read_text())["rig_facts"]["boot_seconds"]
-    assert took < 40 + 30 + boot + 30
+    # the rig stopped the workload at its timeout (not at the run's own limit): what it recorded
+    assert manifest["params"]["timeout"] == 40 and "did not finish within 40s" in v["reason"], v["reason"]
 
 
 def test_slow_workload_is_error_not_hung(tmp_path, no_leftover_qemu):
