@@ -21,7 +21,6 @@ say whether the negatives settled (where) or were still growing. Here:
   test_smoke.py (1 GB guest).
 """
 import json
-import math
 import re
 import subprocess
 

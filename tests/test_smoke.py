@@ -17,7 +17,7 @@ import pytest
 
 import report_checks
 import bundle_checks
-from conftest import EXPECTED, KRIG, ROOT, judged_as, qemu_pids
+from conftest import EXPECTED, KRIG, RIG_MEMORY, ROOT, judged_as, qemu_pids, rig_with_memory
 from analysis.rundata import RunData
 from krig.reproducer import load_reproducer
 
