@@ -11,6 +11,7 @@ import re
 from krig import KERNEL_DIR
 from krig.config import load_toml, optional, reject_unknown
 from krig.errors import UsageError
+from .given import is_given, load_given
 from .kernel import Kernel
 from .spec import load_built_kernel
 
@@ -37,7 +38,11 @@ def distro_kernel(name: str, release: str | None, boot_dir=pathlib.Path("/boot")
     return rel, image, modules_root / rel, boot_dir / f"config-{rel}"
 
 
-def load_kernel(name: str) -> Kernel:
+def load_kernel(name: str, build: bool = False, log=print) -> Kernel:
+    """A kernel by toml name, or any form kernels/given.py reads (a path, TREE@REF, ...,series=).
+    build: build a given git kernel or series that is not built yet (krig run, krig validate)."""
+    if is_given(name):
+        return load_given(name, build, log)
     path = KERNEL_DIR / f"{name}.toml"
     if not path.exists():
         raise UsageError(f"--kernel {name!r}: unknown kernel; allowed: {', '.join(kernel_names()) or '(none)'}")
