@@ -77,7 +77,7 @@ def decide(res: dict, judged_metrics: list) -> tuple[str, str]:
         if rows and not any(r["reachable"] for r in rows):
             return "fixed", (f"every base run FAILed and every patched run PASSed ({nb} vs {nn} runs: too few "
                              "for any change to be significant, so this rests on the verdicts)")
-        weak = [r for r in rows if not (r["significant"] and r["direction"] == "better")]
+        weak = [r for r in rows if not (r["significant"] and _better(r))]
         if weak:
             r = weak[0]
             p = "-" if r["p"] is None else f"{r['p']:.3f}"
@@ -88,6 +88,14 @@ def decide(res: dict, judged_metrics: list) -> tuple[str, str]:
     if n.get("FAIL") == nn:
         return "not fixed", f"the patched kernel FAILs like the base ({nn} of {nn} runs)"
     return "inconclusive", f"mixed verdicts with the series (FAIL {n.get('FAIL', 0)}/{nn}, PASS {n.get('PASS', 0)}/{nn})"
+
+
+def _better(row: dict) -> bool:
+    """The median moved in the metric's better direction (also from a base median of 0)."""
+    b, n = row["base"]["median"], row["new"]["median"]
+    if b is None or n is None or b == n or row["better"] not in ("lower", "higher"):
+        return False
+    return (n < b) == (row["better"] == "lower")
 
 
 def judged_metrics(res: dict) -> list:
