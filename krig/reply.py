@@ -112,15 +112,18 @@ def body(state: dict, res: dict, who: tuple) -> str:
             f"  machine CPU     {_cpu_line((base.get('machine') or {}).get('cpu'))}",
             f"  host CPU        {_cpu_line(base.get('host_cpu'))}",
             f"  reproducer      {state['reproducer']}, preset {state['preset'] or 'defaults'}",
-            f"  runs            base {res['base']['verdict_text']}, patched {res['new']['verdict_text']}",
-            f"                  ({state['repeat']} a side, alternating)",
+            f"  runs            base {res['base']['verdict_text']}, patched {res['new']['verdict_text']}"
+            if res else "  runs            the base's first run PASSed; nothing more ran",
+            f"                  ({state['repeat']} a side, alternating)" if res else None,
             f"  krig            {git_revision()}"]
     if state["differences"]:
         out += ["", "Not comparable, the two sides differ in:"]
         out += [f"  {d}" for d in state["differences"]]
-    out += ["", "Judged metrics (means of the judged runs; p: Mann-Whitney U,",
-            f"two-sided, * = significant at p < {res['alpha']} with >= {res['min_n_per_side']} runs a side):", ""]
-    out += table_lines(res, state["judged_metrics"])
+    if res:
+        out += ["", "Judged metrics (means of the judged runs; p: Mann-Whitney U,",
+                f"two-sided, * = significant at p < {res['alpha']} with >= {res['min_n_per_side']} runs a "
+                "side):", ""]
+        out += table_lines(res, state["judged_metrics"])
     out += ["", "To reproduce (krig, with the series saved as an mbox):"]
     cmd = list(state["command"])
     if "--series" in cmd:
@@ -128,7 +131,7 @@ def body(state: dict, res: dict, who: tuple) -> str:
         cmd[i] = pathlib.Path(cmd[i]).name
     out += wrap_shell(cmd)
     out += ["", "-- ", "krig validate (automated test; the numbers come from the runs above)"]
-    return "\n".join(_ascii(line).rstrip() if line != "-- " else line for line in out) + "\n"
+    return "\n".join(_ascii(line).rstrip() if line != "-- " else line for line in out if line is not None) + "\n"
 
 
 def message(state: dict, text: str, who: tuple) -> str:

@@ -156,21 +156,31 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     # the patched kernel first: a series that does not apply stops here, before any long build
     for text in (new_text, base_text):
         load_kernel(text, build=True, log=log)
+    stopped = None
     for i in range(1, repeat + 1):
         _, bgroup, _ = run_group(repro.name, rig.name, base_text, preset, sets_dict(sets), i, vdir / "base",
                                  log=log)
-        if i == 1 and bgroup["verdicts"].get("PASS") and not bgroup["verdicts"].get("FAIL"):
+        if bgroup["verdicts"].get("PASS") and not bgroup["verdicts"].get("FAIL") \
+                and not (vdir / "new" / "group.json").exists():
+            stopped = bgroup
             log("krig: the base kernel PASSed: it does not reproduce the regression; stopping")
             break
         run_group(repro.name, rig.name, new_text, preset, sets_dict(sets), i, vdir / "new", log=log)
-    res = compare([str(vdir / "base")], [str(vdir / "new")])
-    judged = judged_metrics(res)
-    answer, reason = decide(res, judged)
+    if stopped:
+        res = None
+        answer, reason = "base does not reproduce", (f"the base kernel PASSed its first run: there is nothing "
+                                                     "for the series to fix (the base must FAIL first)")
+        judged, differences = [], []
+    else:
+        res = compare([str(vdir / "base")], [str(vdir / "new")])
+        judged = judged_metrics(res)
+        answer, reason = decide(res, judged)
+        differences = res["differences"]
     state.update(answer=answer, reason=reason, judged_metrics=judged, finished=now(),
                  base_kernel=_kernel_of(vdir / "base"), new_kernel=_kernel_of(vdir / "new"),
-                 differences=res["differences"], command=command(repro.name, base, series_path, repeat, rig.name,
-                                                                 preset, sets))
-    state["comparison"] = {k: v for k, v in res.items() if not k.startswith("_")}
+                 differences=differences, command=command(repro.name, base, series_path, repeat, rig.name,
+                                                          preset, sets),
+                 comparison={k: v for k, v in res.items() if not k.startswith("_")} if res else None)
     write_json(vfile, state)
     write_reply(vdir, state, res, who)
     return vdir, state, ANSWERS[answer]
@@ -210,9 +220,10 @@ def command(repro, base, series, repeat, rig, preset, sets) -> list:
 
 def format_answer(vdir: pathlib.Path, state: dict) -> str:
     res = state["comparison"]
-    lines = [f"{state['answer']}: {state['reason']}",
-             f"base:    {res['base']['verdict_text']} ({', '.join(res['base']['releases'])})",
-             f"patched: {res['new']['verdict_text']} ({', '.join(res['new']['releases'])})"]
+    lines = [f"{state['answer']}: {state['reason']}"]
+    if res:
+        lines += [f"base:    {res['base']['verdict_text']} ({', '.join(res['base']['releases'])})",
+                  f"patched: {res['new']['verdict_text']} ({', '.join(res['new']['releases'])})"]
     lines += [f"differs (numbers may not be comparable): {d}" for d in state["differences"]]
     lines += [f"reply: {vdir / 'reply.mbox'} (and reply.txt)", f"validation: {vdir}"]
     return "\n".join(lines)
