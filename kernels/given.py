@@ -157,7 +157,7 @@ def _tree_kernel(g: Given, log) -> Kernel:
     release = need[3].read_text().strip()
     key = cache_key({"image": _sha256_file(need[0]), "config": _sha256_file(need[1])})
     out = cache_dir("given") / key
-    mod = None
+    mod = _no_modules(key, release)
     order = t / "modules.order"
     if read_dotconfig(need[1]).get("CONFIG_MODULES") == "y" and order.is_file() and order.read_text().strip():
         mod = out / "mod" / "lib" / "modules" / release
@@ -178,6 +178,13 @@ def _tree_kernel(g: Given, log) -> Kernel:
                   cmdline=[], description=f"built tree {t}", arg=g.text, git=_git_origin(t))
 
 
+def _no_modules(key: str, release: str) -> pathlib.Path:
+    """An empty lib/modules/<release> for a kernel without modules (the rig's initramfs wants one)."""
+    d = cache_dir("given") / key / "empty" / "lib" / "modules" / release
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def _image_kernel(g: Given) -> Kernel:
     img = g.path
     release = image_release(img)
@@ -194,7 +201,7 @@ def _image_kernel(g: Given) -> Kernel:
         if cfg is None:
             raise UsageError(f"--kernel {g.text}: no config next to the image ({', '.join(names)}); give it "
                              "as ,config=FILE (the reproducer's options are checked before booting)")
-    mods = None
+    mods = _no_modules(cache_key({"image": _sha256_file(img)}), release)
     if "modules" in g.opts:
         mods = pathlib.Path(g.opts["modules"]).expanduser().resolve()
         if not mods.is_dir():

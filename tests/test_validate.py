@@ -285,3 +285,59 @@ def test_reproduce_refuses_foreign_arguments():
                         (["selftest-pass", "--kernel"], "not an argument")):
         with pytest.raises(UsageError, match=want):
             parse_run_args(lines, "b")
+
+
+# -- the orchestration, with the groups faked (the real ones: tests/test_validate_e2e.py) ---
+
+def _fake_groups(monkeypatch, verdicts: dict):
+    """run_group/load_kernel of krig.validate replaced: each call adds fake runs up to `repeat`."""
+    from krig import validate as kv
+    from krig.group import group_runs, summarize
+    from test_compare import fake_run
+    calls = []
+
+    def run_group(repro, rig, kernel, preset, sets, repeat, gdir, log=print):
+        side = "new" if ",series=" in kernel else "base"
+        calls.append((side, repeat))
+        verdict, value = verdicts[side]
+        while len(list(gdir.glob("run-*"))) < repeat:
+            i = len(list(gdir.glob("run-*"))) + 1
+            fake_run(gdir / f"run-{i:02d}", value + i, verdict)
+        group = summarize(group_runs(gdir))
+        (gdir / "group.json").write_text(json.dumps(group))
+        return gdir, group, 0
+    monkeypatch.setattr(kv, "run_group", run_group)
+    monkeypatch.setattr(kv, "load_kernel", lambda text, build, log: None)
+    return calls
+
+
+def test_validate_alternates_the_kernels(series_repo, tmp_path, monkeypatch):
+    from krig.validate import validate
+    calls = _fake_groups(monkeypatch, {"base": ("FAIL", -100), "new": ("PASS", 10)})
+    vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
+                                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert calls == [("base", 1), ("new", 1), ("base", 2), ("new", 2), ("base", 3), ("new", 3), ("base", 4),
+                     ("new", 4)]
+    assert (state["answer"], code) == ("fixed", 0) and "files_seen p = 0.0" in state["reason"]
+    assert "Tested-by: Krig Tester <tester@example.org>" in (vdir / "reply.txt").read_text()
+    saved = json.loads((vdir / "validate.json").read_text())
+    assert saved["series_provenance"]["base_commit"] == series_repo["base"] and saved["answer"] == "fixed"
+    # the same command on the finished directory: nothing new runs, the same answer
+    calls.clear()
+    _, again, _ = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
+                           sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert again["answer"] == "fixed" and len(list((vdir / "base").glob("run-*"))) == 4
+    with pytest.raises(UsageError, match="made for base 'tiny-6.1', not 'linux-6.1'"):
+        validate("selftest-pass", "linux-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
+                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+
+
+def test_validate_stops_when_the_base_does_not_reproduce(series_repo, tmp_path, monkeypatch):
+    from krig.validate import validate
+    calls = _fake_groups(monkeypatch, {"base": ("PASS", 10), "new": ("PASS", 10)})
+    vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
+                                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert calls == [("base", 1)] and (state["answer"], code) == ("base does not reproduce", 4)
+    text = (vdir / "reply.txt").read_text()
+    assert "Tested-by" not in text and "base does not reproduce" in text
+    assert all(len(ln) <= 72 for ln in text.splitlines())
