@@ -69,7 +69,7 @@ def parse(text: str) -> Given:
             raise UsageError(f"--kernel {text}: {item!r} is not an option; allowed: "
                              f"{', '.join(o + '=' for o in OPTIONS)} (syntax: {SYNTAX})")
         opts[key] = value
-    m = re.match(r"^(.+?)@([^@/]*)$", head)
+    m = re.match(r"^(.+)@([^@]*)$", head)
     if m and not os.path.exists(head):
         tree = pathlib.Path(m.group(1)).expanduser().resolve()
         g = Given(text, "git", path=tree, ref=m.group(2) or None, opts=opts)

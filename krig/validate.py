@@ -129,7 +129,8 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
         raise UsageError(f"--repeat: {repeat} is below the minimum 1")
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name)
-    params = repro.resolve_params(preset, parse_set(list(sets)), cpus=rig.host_needs().get("cpus"))
+    set_values = parse_set(list(sets))
+    params = repro.resolve_params(preset, set_values, cpus=rig.host_needs().get("cpus"))
     who = identity(sender)
     mbox = pathlib.Path(series_path).expanduser().resolve()
     series = load_series(mbox, "--series", log)
@@ -158,14 +159,14 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
         load_kernel(text, build=True, log=log)
     stopped = None
     for i in range(1, repeat + 1):
-        _, bgroup, _ = run_group(repro.name, rig.name, base_text, preset, sets_dict(sets), i, vdir / "base",
+        _, bgroup, _ = run_group(repro.name, rig.name, base_text, preset, set_values, i, vdir / "base",
                                  log=log)
         if bgroup["verdicts"].get("PASS") and not bgroup["verdicts"].get("FAIL") \
                 and not (vdir / "new" / "group.json").exists():
             stopped = bgroup
             log("krig: the base kernel PASSed: it does not reproduce the regression; stopping")
             break
-        run_group(repro.name, rig.name, new_text, preset, sets_dict(sets), i, vdir / "new", log=log)
+        run_group(repro.name, rig.name, new_text, preset, set_values, i, vdir / "new", log=log)
     if stopped:
         res = None
         answer, reason = "base does not reproduce", (f"the base kernel PASSed its first run: there is nothing "
@@ -184,10 +185,6 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     write_json(vfile, state)
     write_reply(vdir, state, res, who)
     return vdir, state, ANSWERS[answer]
-
-
-def sets_dict(sets) -> dict:
-    return parse_set(list(sets))
 
 
 def _kernel_of(gdir: pathlib.Path) -> dict:
