@@ -157,23 +157,39 @@ def _tree_kernel(g: Given, log) -> Kernel:
     release = need[3].read_text().strip()
     key = cache_key({"image": _sha256_file(need[0]), "config": _sha256_file(need[1])})
     out = cache_dir("given") / key
-    mod = _no_modules(key, release)
+    modular = read_dotconfig(need[1]).get("CONFIG_MODULES") == "y"
     order = t / "modules.order"
-    if read_dotconfig(need[1]).get("CONFIG_MODULES") == "y" and order.is_file() and order.read_text().strip():
-        mod = out / "mod" / "lib" / "modules" / release
-        if not mod.is_dir():
-            tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
+    mod = out / "mod" / "lib" / "modules" / release
+    if not modular:
+        mod = _no_modules(key, release)
+    elif not mod.is_dir():
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        tmod = tmp / "mod" / "lib" / "modules" / release
+        if order.is_file() and order.read_text().strip():
             logf = tmp / "modules_install.log"
             log(f"krig: installing {t}'s modules into {out}")
             argv = ["make", "-s", "modules_install", f"INSTALL_MOD_PATH={tmp / 'mod'}", "INSTALL_MOD_STRIP=1"]
             if run_logged(argv, t, logf, env=clean_env()) != 0:
                 raise KrigError(f"--kernel {g.text}: `make modules_install` failed: {first_error(logf)}; log: {logf}")
             for link in ("build", "source"):
-                (tmp / "mod" / "lib" / "modules" / release / link).unlink(missing_ok=True)
-            shutil.rmtree(out, ignore_errors=True)
-            tmp.rename(out)
+                (tmod / link).unlink(missing_ok=True)
+        else:
+            # no module built: what is built in is all modprobe needs (nvme, xfs, 9p seen as built in)
+            if not (t / "modules.builtin").is_file():
+                raise UsageError(f"--kernel {g.text}: CONFIG_MODULES=y but no modules.builtin in the tree "
+                                 "(build it with `make bzImage modules`)")
+            tmod.mkdir(parents=True)
+            for f in ("modules.builtin", "modules.builtin.modinfo", "modules.order"):
+                if (t / f).is_file():
+                    shutil.copyfile(t / f, tmod / f)
+            dep = subprocess.run(["depmod", "-b", str(tmp / "mod"), release], capture_output=True, text=True,
+                                 env=clean_env())
+            if dep.returncode != 0:
+                raise KrigError(f"--kernel {g.text}: depmod failed: {dep.stderr.strip()[:200]}")
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
     return Kernel(name=f"tree-{t.name}", release=release, image=need[0], modules_dir=mod, config=need[1],
                   cmdline=[], description=f"built tree {t}", arg=g.text, git=_git_origin(t))
 
@@ -204,8 +220,12 @@ def _image_kernel(g: Given) -> Kernel:
     mods = _no_modules(cache_key({"image": _sha256_file(img)}), release)
     if "modules" in g.opts:
         mods = pathlib.Path(g.opts["modules"]).expanduser().resolve()
-        if not mods.is_dir():
-            raise UsageError(f"--kernel {g.text}: modules={mods}: not a directory")
+        if not (mods / "modules.builtin").is_file():
+            raise UsageError(f"--kernel {g.text}: modules={mods}: not a lib/modules/<release> directory "
+                             "(no modules.builtin)")
+    elif read_dotconfig(cfg).get("CONFIG_MODULES") == "y":
+        raise UsageError(f"--kernel {g.text}: the kernel has CONFIG_MODULES=y: give its modules as "
+                         ",modules=DIR (a lib/modules/<release> directory, from `make modules_install`)")
     return Kernel(name=f"image-{img.name}", release=release, image=img, modules_dir=mods, config=cfg,
                   cmdline=[], description=f"image {img}", arg=g.text)
 

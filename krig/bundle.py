@@ -97,6 +97,12 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
             cfg = (manifest.get("kernel") or {}).get("config")
             sums = [(image, "image")] + ([(pathlib.Path(cfg), "config")] if cfg and pathlib.Path(cfg).is_file() else [])
             tar.add(image, f"{top}/kernel/image", recursive=False)
+            mods = pathlib.Path((manifest.get("kernel") or {}).get("modules_dir") or "/nonexistent")
+            for f in sorted(mods.rglob("*")) if mods.is_dir() else []:
+                if f.is_file() and not f.is_symlink():
+                    rel = f"modules/{f.relative_to(mods)}"
+                    tar.add(f, f"{top}/kernel/{rel}", recursive=False)
+                    sums.append((f, rel))
             add_bytes("kernel/SHA256SUMS", "".join(f"{_sha256(f)}  {name}\n" for f, name in sums).encode())
         for f in sorted(run_dir.iterdir()):
             if not f.is_file() or (f.name == TRACE and not with_trace):

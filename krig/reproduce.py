@@ -28,6 +28,7 @@ from .reproducer import reproducer_names
 from .run import run
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_NAME_RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 MAX_MEMBER = 64 << 20      # bundle.json, run-args and sources are small; an image is read in chunks
 
 
@@ -91,22 +92,35 @@ def _bundled_kernel(tar, members, bundle: str, meta: dict) -> str:
     for line in _read(tar, members, "kernel/SHA256SUMS", bundle).decode(errors="replace").splitlines():
         digest, _, name = line.partition("  ")
         sums[name.strip()] = digest.strip()
+    release = (meta.get("kernel") or {}).get("release") or ""
+    if not _NAME_RELEASE.match(release):
+        raise UsageError(f"--kernel bundled: bundle.json's kernel release {release!r} is not a release")
     dest = cache_dir("reproduce") / sums.get("image", "unknown")[:16]
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("image", "config"):
-        if f"kernel/{name}" not in members:
-            continue
-        h, tmp = hashlib.sha256(), dest / f".{name}.tmp"
+    moddir = dest / "mod" / "lib" / "modules" / release
+    for name, digest in sums.items():
+        parts = pathlib.PurePosixPath(name).parts
+        if f"kernel/{name}" not in members or not parts or ".." in parts or name.startswith("/") or \
+                not (name in ("image", "config") or (parts[0] == "modules" and len(parts) > 1)):
+            raise UsageError(f"--kernel bundled: kernel/SHA256SUMS names {name!r}, not a file of the bundle's kernel")
+        target = dest / ("bzImage" if name == "image" else "config" if name == "config" else
+                         moddir.joinpath(*parts[1:]))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        h, tmp = hashlib.sha256(), target.with_name(f".{target.name}.tmp")
         with tar.extractfile(members[f"kernel/{name}"]) as src, open(tmp, "wb") as f:
             for chunk in iter(lambda: src.read(1 << 20), b""):
                 h.update(chunk)
                 f.write(chunk)
-        if h.hexdigest() != sums.get(name):
+        if h.hexdigest() != digest:
             tmp.unlink()
             raise UsageError(f"--kernel bundled: kernel/{name}'s sha256 does not match kernel/SHA256SUMS")
         tmp.chmod(0o644)
-        tmp.rename(dest / ("bzImage" if name == "image" else "config"))
-    return str(dest / "bzImage") + (f",config={dest / 'config'}" if (dest / "config").exists() else "")
+        tmp.rename(target)
+    arg = str(dest / "bzImage")
+    if (dest / "config").exists():
+        arg += f",config={dest / 'config'}"
+    if (moddir / "modules.builtin").exists():
+        arg += f",modules={moddir}"
+    return arg
 
 
 def reproduce(bundle: str, kernel: str | None = None, rig: str = "qemu-default", log=print) -> int:

@@ -37,7 +37,7 @@ from . import RESULTS_DIR
 from .compare import compare
 from .config import parse_set
 from .errors import UsageError
-from .group import run_group
+from .group import GROUP_FILE, NOT_COUNTED, group_runs, run_group
 from .reply import identity, write_reply
 from .reproducer import load_reproducer
 from .results import git_revision, now, write_json
@@ -45,11 +45,48 @@ from .results import git_revision, now, write_json
 ANSWERS = {"fixed": 0, "not fixed": 1, "inconclusive": 3, "base does not reproduce": 4, "regressed": 5}
 DEFAULT_REPEAT = 4
 NOT_JUDGED = ("ERROR", "SKIP", "INCOMPLETE", "HUNG", "CRASHED")
+CONTENTION = "host contention:"         # krig/check.py's reason for a run the host's load moved
 
 
-def decide(res: dict, judged_metrics: list) -> tuple[str, str]:
-    """A comparison (krig.compare.compare) -> (answer, the reason in one sentence)."""
-    b, n = res["base"]["verdicts"], res["new"]["verdicts"]
+def contended(gdir: pathlib.Path) -> list:
+    """The group's runs that ended ERROR on host contention (the host, not the kernel, moved them)."""
+    out = []
+    for d, v in group_runs(gdir) if gdir.is_dir() else []:
+        if v == "ERROR":
+            try:
+                reason = json.loads((d / "verdict.json").read_text()).get("reason", "")
+            except (OSError, ValueError):
+                continue
+            if reason.startswith(CONTENTION):
+                out.append(d)
+    return out
+
+
+def _run_side(repro, rig, kernel, preset, sets, want: int, repeat: int, gdir: pathlib.Path, log) -> dict:
+    """Runs until the side has `want` runs besides those lost to host contention, which are
+    replaced up to `repeat` times (a shared host under TCG; the verdict rule calls them ERROR)."""
+    while True:
+        runs = [(d, v) for d, v in group_runs(gdir) if v not in NOT_COUNTED] if gdir.is_dir() else []
+        lost = len(contended(gdir))
+        if len(runs) - lost >= want or lost > repeat:
+            return json.loads((gdir / GROUP_FILE).read_text())
+        if lost:
+            log(f"krig: {lost} run(s) in {gdir.name} lost to host contention; running another")
+        run_group(repro, rig, kernel, preset, sets, len(runs) + 1, gdir, log=log)
+
+
+def decide(res: dict, judged_metrics: list, replaced: dict | None = None) -> tuple[str, str]:
+    """A comparison (krig.compare.compare) -> (answer, the reason in one sentence).
+
+    replaced: {"base": k, "new": k}: ERROR runs lost to host contention that were run again;
+    they are left out of the counts (the rest of the side was judged without them)."""
+    b, n = dict(res["base"]["verdicts"]), dict(res["new"]["verdicts"])
+    for side, counts in (("base", b), ("new", n)):
+        k = min((replaced or {}).get(side, 0), counts.get("ERROR", 0))
+        if k:
+            counts["ERROR"] -= k
+            if not counts["ERROR"]:
+                del counts["ERROR"]
     nb, nn = sum(b.values()), sum(n.values())
     broke = {v: n.get(v, 0) for v in ("CRASHED", "HUNG") if n.get(v) and not b.get(v)}
     if broke:
@@ -159,14 +196,13 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
         load_kernel(text, build=True, log=log)
     stopped = None
     for i in range(1, repeat + 1):
-        _, bgroup, _ = run_group(repro.name, rig.name, base_text, preset, set_values, i, vdir / "base",
-                                 log=log)
+        bgroup = _run_side(repro.name, rig.name, base_text, preset, set_values, i, repeat, vdir / "base", log)
         if bgroup["verdicts"].get("PASS") and not bgroup["verdicts"].get("FAIL") \
                 and not (vdir / "new" / "group.json").exists():
             stopped = bgroup
             log("krig: the base kernel PASSed: it does not reproduce the regression; stopping")
             break
-        run_group(repro.name, rig.name, new_text, preset, set_values, i, vdir / "new", log=log)
+        _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat, vdir / "new", log)
     if stopped:
         res = None
         answer, reason = "base does not reproduce", (f"the base kernel PASSed its first run: there is nothing "
@@ -175,7 +211,8 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     else:
         res = compare([str(vdir / "base")], [str(vdir / "new")])
         judged = judged_metrics(res)
-        answer, reason = decide(res, judged)
+        lost = {side: len(contended(vdir / side)) for side in ("base", "new")}
+        answer, reason = decide(res, judged, {k: v if v <= repeat else 0 for k, v in lost.items()})
         differences = res["differences"]
     state.update(answer=answer, reason=reason, judged_metrics=judged, finished=now(),
                  base_kernel=_kernel_of(vdir / "base"), new_kernel=_kernel_of(vdir / "new"),

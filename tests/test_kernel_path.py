@@ -27,10 +27,13 @@ def test_kernel_tree_and_image_file_boot_and_judge(tmp_path):
     shutil.copyfile(built / "config", tree / ".config")
     shutil.copyfile(built / "System.map", tree / "System.map")
     (tree / "include/config/kernel.release").write_text(st["release"] + "\n")
+    mods = built / "mod" / "lib" / "modules" / st["release"]
+    for f in ("modules.builtin", "modules.builtin.modinfo", "modules.order"):     # as `make` leaves them
+        shutil.copyfile(mods / f, tree / f)
     img = tmp_path / "images" / "bzImage-test"
     img.parent.mkdir()
     shutil.copyfile(built / "bzImage", img)
-    for arg in (str(tree), f"{img},config={built / 'config'}"):
+    for arg in (str(tree), f"{img},config={built / 'config'},modules={mods}"):
         p = krig_run(tmp_path, "selftest-pass", "--kernel", arg)
         assert p.returncode == 0, p.stdout + p.stderr
         man = json.loads((run_dir_of(p) / "manifest.json").read_text())

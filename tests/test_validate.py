@@ -341,3 +341,24 @@ def test_validate_stops_when_the_base_does_not_reproduce(series_repo, tmp_path, 
     text = (vdir / "reply.txt").read_text()
     assert "Tested-by" not in text and "base does not reproduce" in text
     assert all(len(ln) <= 72 for ln in text.splitlines())
+
+
+def test_runs_lost_to_host_contention_are_run_again(series_repo, tmp_path, monkeypatch):
+    """A patched run that ended ERROR on host contention is replaced; the answer rests on the others."""
+    from krig.validate import validate
+    calls = _fake_groups(monkeypatch, {"base": ("FAIL", -100), "new": ("PASS", 10)})
+    from krig import validate as kv
+    plain = kv.run_group
+
+    def contended_once(repro, rig, kernel, preset, sets, repeat, gdir, log=print):
+        out = plain(repro, rig, kernel, preset, sets, repeat, gdir, log)
+        first = gdir / "run-01"
+        if ",series=" in kernel and repeat == 1:
+            (first / "verdict.json").write_text(json.dumps({"verdict": "ERROR", "reason": "host contention: x"}))
+        return out
+    monkeypatch.setattr(kv, "run_group", contended_once)
+    vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 2, out=tmp_path / "v",
+                                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert calls == [("base", 1), ("new", 1), ("new", 2), ("base", 2), ("new", 3)]
+    assert (state["answer"], code) == ("fixed", 0), state["reason"]
+    assert state["comparison"]["new"]["verdicts"] == {"PASS": 2, "ERROR": 1}
