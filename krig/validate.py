@@ -205,7 +205,7 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
         _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat, vdir / "new", log)
     if stopped:
         res = None
-        answer, reason = "base does not reproduce", (f"the base kernel PASSed its first run: there is nothing "
+        answer, reason = "base does not reproduce", ("the base kernel PASSed its first run: there is nothing "
                                                      "for the series to fix (the base must FAIL first)")
         judged, differences = [], []
     else:
