@@ -68,7 +68,8 @@ def _side_rows(res: dict) -> list:
     for side in ("base", "new"):
         s = res[side]
         rows.append([SIDES[side]["label"], esc(", ".join(s["kernels"])), esc(", ".join(s["releases"])),
-                     esc(", ".join(s["rigs"])), esc(s["verdict_text"]),
+                     esc(", ".join(s["rigs"])),
+                     esc(s["verdict_text"]) + (f"<br>{esc(s['outcome'])}" if s.get("outcome") else ""),
                      "<br>".join(esc(r) for r in s["runs"])])
     return rows
 

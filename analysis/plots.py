@@ -102,6 +102,8 @@ def samples_series(spec: dict, samples: dict, mem_total_bytes: int | None, phase
     y = _column(samples, spec["column"]).astype(float)
     if spec.get("minus"):
         y = y - _column(samples, spec["minus"])
+    if spec.get("times"):
+        y = y * _column(samples, spec["times"])
     if spec.get("during"):
         a, b = spec["during"]
         if a not in phases or b not in phases:
@@ -165,6 +167,11 @@ def line_value(spec: dict, thresholds: list, metrics: dict, params: dict) -> flo
     return float(v)
 
 
+def line_missing(spec: dict, metrics: dict) -> bool:
+    """A metric line whose metric has no value in this run (an optional line is then left out)."""
+    return spec["kind"] == "metric" and (metrics.get(spec["metric"]) or {}).get("value") is None
+
+
 def plot_data(spec: dict, run, repro, metrics: dict) -> PlotData:
     """run: analysis.rundata.RunData; repro: krig.reproducer.Reproducer."""
     samples = run.samples() if run.path("samples.tsv").exists() else None
@@ -187,7 +194,7 @@ def plot_data(spec: dict, run, repro, metrics: dict) -> PlotData:
         else:
             series.append(group_series(s, trace, tl, metrics))
     lines = [HLine(ln["label"] or ln["metric"], ln["axis"], line_value(ln, repro.thresholds, metrics, run.params))
-             for ln in spec["lines"]]
+             for ln in spec["lines"] if not (ln.get("optional") and line_missing(ln, metrics))]
     phases, shades = [], []
     ph = run.phases()
     if tl.t0 is not None:

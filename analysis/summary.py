@@ -1,6 +1,7 @@
 """summary.txt: a run for a mailing list. ASCII, at most 72 columns, numbers
 as in metrics.json (6 significant digits), and the one command that
 reproduces the run."""
+import json
 import math
 import pathlib
 import textwrap
@@ -23,8 +24,10 @@ def gib(n) -> str:
     return f"{n / (1 << 30):.2f} GiB" if n else "?"
 
 
-def threshold_results(run_dir: pathlib.Path, repro) -> dict:
-    """threshold id -> True (held) / False (crossed), as the judge's junit.xml says; {} if not judged."""
+def threshold_outcomes(run_dir: pathlib.Path, repro) -> dict:
+    """threshold id -> the judge's outcome as its junit.xml records it: "pass", or for a case
+    with a failure or an error its krig_outcome ("fail", "unmeasured", "instrument"), "error"
+    when it has none (the judge itself broke); {} if not judged."""
     p = run_dir / "junit.xml"
     out = {}
     if not p.exists():
@@ -37,8 +40,56 @@ def threshold_results(run_dir: pathlib.Path, repro) -> dict:
         name = f"test_threshold[{t.metric} {t.describe()}]"
         for tc in cases:
             if tc.get("name") == name:
-                out[threshold_id(t)] = tc.find("failure") is None and tc.find("error") is None
+                if tc.find("failure") is None and tc.find("error") is None:
+                    out[threshold_id(t)] = "pass"
+                    continue
+                said = {pr.get("name"): pr.get("value") for pr in tc.iter("property")}.get("krig_outcome")
+                out[threshold_id(t)] = said if said not in (None, "pass") else "error"
     return out
+
+
+def threshold_results(run_dir: pathlib.Path, repro) -> dict:
+    """threshold id -> True (held) / False (crossed or not judged), as the judge's junit.xml says;
+    {} if not judged."""
+    return {k: o == "pass" for k, o in threshold_outcomes(run_dir, repro).items()}
+
+
+def threshold_measurements(run_dir: pathlib.Path, repro) -> list[dict]:
+    """Per threshold of the reproducer: the threshold, its metric's value, unit and better
+    direction (metrics.json) and the judge's outcome (junit.xml; None if not judged). Only a
+    judged run's (PASS or FAIL) numbers are measurements; the caller checks the verdict."""
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        metrics = {}
+    outcomes = threshold_outcomes(run_dir, repro)
+    out = []
+    for t in repro.thresholds:
+        m = metrics.get(t.metric) or {}
+        value = m.get("value")
+        out.append({"threshold": t, "value": None if not _finite(value) else float(value),
+                    "unit": m.get("unit", ""), "better": m.get("better", "info"),
+                    "outcome": outcomes.get(threshold_id(t))})
+    return out
+
+
+def threshold_properties(t, value, unit: str, better: str) -> dict:
+    """A threshold's measurement as JUnit <properties> (what a CI dashboard plots): the value
+    (left out when it was not measured), unit, better direction and the limit, as text
+    (">= 0.5") and as numbers (limit_min, limit_max)."""
+    props = {"metric": t.metric}
+    if _finite(value):
+        props["value"] = repr(float(value))
+    props.update(unit=unit, better=better, limit=t.describe())
+    if t.min is not None:
+        props["limit_min"] = repr(float(t.min))
+    if t.max is not None:
+        props["limit_max"] = repr(float(t.max))
+    return props
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def threshold_id(t) -> str:

@@ -9,6 +9,7 @@ import pathlib
 
 import pytest
 
+from analysis.summary import threshold_properties
 from krig.reproducer import load_reproducer
 
 
@@ -78,6 +79,9 @@ def measured(threshold, metrics, record_property):
     record_property("krig_outcome", outcome)
     record_property("krig_message", line)
     record_property("krig_host_sensitive", "1" if threshold.host_sensitive else "0")
+    # value, unit, better direction and limit, for CI dashboards that plot JUnit properties
+    for name, v in threshold_properties(threshold, value, unit, (m or {}).get("better", "info")).items():
+        record_property(name, v)
     if outcome in ("unmeasured", "instrument"):
         raise NotJudged(line)
     return outcome, line

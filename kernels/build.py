@@ -14,6 +14,7 @@ import sys
 from krig import KERNEL_DIR
 from krig.config import load_toml
 from krig.errors import UsageError, guarded
+from .catalog import is_distro
 from .incremental import build_kernel
 from .spec import build_inputs, cache_key, kernel_cache, resolve_spec
 
@@ -36,7 +37,7 @@ def buildable_kernels(kernel_dir: pathlib.Path = KERNEL_DIR) -> list:
             data = load_toml(p)
         except UsageError:
             continue
-        if data.get("source", "distro") != "distro":
+        if not is_distro(data):
             out.append(p.stem)
     return out
 
@@ -50,7 +51,7 @@ def build(name: str, force: bool = False, log=say) -> dict:
     if not path.exists():
         raise UsageError(f"KERNEL={name!r}: unknown kernel; buildable: {', '.join(buildable_kernels()) or '(none)'}")
     data = load_toml(path)
-    if data.get("source", "distro") == "distro":
+    if is_distro(data):
         raise UsageError(f"KERNEL={name}: kernels/{name}.toml is the distro's packaged kernel, nothing to "
                          f"build; buildable: {', '.join(buildable_kernels()) or '(none)'}")
     spec = resolve_spec(name)

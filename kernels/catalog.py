@@ -38,6 +38,12 @@ def distro_kernel(name: str, release: str | None, boot_dir=pathlib.Path("/boot")
     return rel, image, modules_root / rel, boot_dir / f"config-{rel}"
 
 
+def is_distro(data: dict) -> bool:
+    """A kernel toml of Debian's packaged kernel: source "distro", or no source and no
+    `extends` (a toml that extends another takes its source from it)."""
+    return data.get("source", None if "extends" in data else "distro") == "distro"
+
+
 def load_kernel(name: str, build: bool = False, log=print) -> Kernel:
     """A kernel by toml name, or any form kernels/given.py reads (a path, TREE@REF, ...,series=).
     build: build a given git kernel or series that is not built yet (krig run, krig validate)."""
@@ -48,9 +54,8 @@ def load_kernel(name: str, build: bool = False, log=print) -> Kernel:
         raise UsageError(f"--kernel {name!r}: unknown kernel; allowed: {', '.join(kernel_names()) or '(none)'}")
     data = load_toml(path)
     where = f"kernels/{name}.toml"
-    # a toml that `extends` another takes its source from it (distro kernels cannot be extended)
-    source = optional(data, "source", str, where, None if "extends" in data else "distro")
-    if source == "distro":
+    optional(data, "source", str, where, None)          # a source that is not a string: one line
+    if is_distro(data):             # (distro kernels cannot be extended)
         reject_unknown(data, {"source", "release", "description", "cmdline"}, where)
         rel, image, mods, cfg = distro_kernel(name, optional(data, "release", str, where))
         return Kernel(name=name, release=rel, image=image, modules_dir=mods, config=cfg,

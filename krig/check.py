@@ -100,6 +100,7 @@ def judge(run_dir: pathlib.Path) -> dict:
 
     Each test case records krig_outcome (pass, fail, unmeasured, instrument) and krig_message;
     a case without them is pytest itself erring (a bug), reported as an error."""
+    run_dir = run_dir.resolve()        # pytest runs in ROOT: a relative path would judge another directory
     junit = run_dir / "junit.xml"
     argv = [sys.executable, "-m", "pytest", str(ROOT / "analysis" / "test_thresholds.py"),
             f"--krig-run-dir={run_dir}", f"--junitxml={junit}", "-q", "-p", "no:cacheprovider",

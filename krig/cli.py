@@ -103,13 +103,23 @@ def cmd_validate(a) -> int:
 
 def cmd_qualify(a) -> int:
     from .qualify import qualify
-    return qualify(a.suite, a.output, a.fresh)
+    return qualify(a.suite, a.output, a.fresh, prio=a.prio)
+
+
+def cmd_lab(a) -> int:
+    from . import lab
+    return lab.sync(a.rigs or None) if a.lcmd == "sync" else lab.status()
 
 
 def cmd_compare(a) -> int:
     from .compare import main as compare_main
     return compare_main((["--json"] if a.json else []) + (["--out", a.out] if a.out else [])
                         + ["--format", a.format] + a.args)
+
+
+def cmd_export_kcidb(a) -> int:
+    from .kcidb import export
+    return export(a.paths, a.origin, a.output, a.submit, a.token_file)
 
 
 def cmd_trace_stats(a) -> int:
@@ -199,7 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("suite", metavar="SUITE.toml")
     q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
     q.add_argument("--fresh", action="store_true", help="forget the finished runs recorded in DIR and start over")
+    q.add_argument("--prio", type=float, metavar="N",
+                   help="priority of this suite's lab reservations with KRIG_LAB_COORDINATOR; higher goes first "
+                        "(default KRIG_LAB_PRIO or 0)")
     q.set_defaults(func=cmd_qualify)
+    lb = sub.add_parser("lab", help="the lab's labgrid coordinator (KRIG_LAB_COORDINATOR=HOST:PORT)")
+    lsub = lb.add_subparsers(dest="lcmd", required=True, parser_class=_Parser)
+    sy = lsub.add_parser("sync", help="create or update a place per IPMI rig, tags from its [lab] table")
+    sy.add_argument("rigs", nargs="*", metavar="RIG", help="rig names (default: every IPMI rig found)")
+    sy.set_defaults(func=cmd_lab)
+    st = lsub.add_parser("status", help="each place: free, allocated or locked (by whom, since, lease); "
+                                        "waiting reservations in priority order")
+    st.set_defaults(func=cmd_lab)
     ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
     ls.set_defaults(func=cmd_list)
     cmp = sub.add_parser("compare", help="compare runs or groups of two kernels: krig compare BASE... -- NEW...",
@@ -210,6 +231,24 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", metavar="DIR", help="where compare.html goes (default results/compare/<repro>-<time>)")
     cmp.add_argument("args", nargs=argparse.REMAINDER, help="run or group directories, BASE... -- NEW...")
     cmp.set_defaults(func=cmd_compare)
+    ex = sub.add_parser("export", help="runs in other systems' formats: krig export kcidb ...")
+    exsub = ex.add_subparsers(dest="ecmd", required=True, parser_class=_Parser)
+    kc = exsub.add_parser("kcidb", help="runs, groups or qualifications as a KCIDB v5.3 report for KernelCI "
+                          "(docs/kcidb.md)", usage="krig export kcidb RUN|GROUP|QUALIFY_DIR... --origin NAME "
+                          "[-o FILE] [--submit URL --token-file FILE]")
+    kc.add_argument("paths", nargs="+", metavar="RUN|GROUP|QUALIFY_DIR",
+                    help="run directories, group directories (krig run --repeat) or qualification "
+                    "directories (krig qualify)")
+    kc.add_argument("--origin", required=True, metavar="NAME",
+                    help="required: your lab's KCIDB origin as KernelCI registered it "
+                    "(lower-case letters, digits, _; no default)")
+    kc.add_argument("-o", "--output", metavar="FILE",
+                    help="write the report to FILE (default: standard output, or nothing with --submit)")
+    kc.add_argument("--submit", metavar="URL", help="POST the report to a KCIDB-ng server (its base URL or its "
+                    "/submit endpoint) and print the submission id; needs --token-file (default: not sent)")
+    kc.add_argument("--token-file", metavar="FILE",
+                    help="the origin's KCIDB-ng token on the first line of a file of mode 0600 (with --submit)")
+    kc.set_defaults(func=cmd_export_kcidb)
     t = sub.add_parser("trace", help="read trace.dat files")
     tsub = t.add_subparsers(dest="tcmd", required=True, parser_class=_Parser)
     ts = tsub.add_parser("stats", help="count an event, optionally grouped by a field")

@@ -26,9 +26,12 @@ from analysis.summary import threshold_id, threshold_results
 from analysis.lkp import format_lkp
 
 from . import RESULTS_DIR
+from .check import load_analyzer
 from .errors import UsageError
-from .group import GROUP_FILE, JUDGED, group_runs, metric_values, run_state, verdict_counts, verdict_text
+from .group import group_runs, metric_values, verdict_counts, verdict_text
 from .reproducer import MIN_CHANGE_PCT, load_reproducer
+from .results import GROUP_FILE, run_state
+from .verdict import JUDGED
 
 WIDTH = 100
 USAGE = ("usage: krig compare [--json | --format text|lkp] [--out DIR] BASE... -- NEW... "
@@ -113,6 +116,22 @@ def _side_info(runs: list) -> dict:
             "rigs": sorted({(m.get("rig") or {}).get("name", "?") for _, _, m in runs})}
 
 
+def side_outcome(repro, runs: list) -> str | None:
+    """The reproducer's own one line about a side (analyze.py `side_summary(runs)`, each judged
+    run's metric values; e.g. where the flood's negatives settled), or None."""
+    fn = getattr(load_analyzer(repro), "side_summary", None)
+    if fn is None:
+        return None
+    values = []
+    for d, v, _ in runs:
+        if v in JUDGED:
+            try:
+                values.append({k: m.get("value") for k, m in json.loads((d / "metrics.json").read_text()).items()})
+            except (OSError, ValueError):
+                continue
+    return fn(values) if values else None
+
+
 def _thresholds(repro, base: list, new: list) -> list:
     rows = []
     for t in repro.thresholds:
@@ -183,7 +202,8 @@ def compare(base_paths: list, new_paths: list) -> dict:
                      way in ("better", "worse") else ""})
     return {"reproducer": repro.name, "preset": man.get("preset"), "params": man.get("params"),
             "test": TEST, "alpha": ALPHA, "min_n_per_side": min_n_per_side(),
-            "base": _side_info(base), "new": _side_info(new), "warnings": warnings,
+            "base": {**_side_info(base), "outcome": side_outcome(repro, base)},
+            "new": {**_side_info(new), "outcome": side_outcome(repro, new)}, "warnings": warnings,
             "differences": differences(base, new),
             "metrics": rows, "thresholds": _thresholds(repro, base, new),
             "_runs": {"base": [d for d, v, _ in base if v in JUDGED], "new": [d for d, v, _ in new if v in JUDGED]}}
@@ -221,6 +241,9 @@ def format_text(res: dict) -> str:
     out = [f"krig compare: {res['reproducer']}, preset {res['preset'] or '(defaults)'}",
            f"BASE: {', '.join(b['kernels'])} ({', '.join(b['releases'])}): {b['verdict_text']}",
            f"NEW:  {', '.join(n['kernels'])} ({', '.join(n['releases'])}): {n['verdict_text']}"]
+    for label, side in (("BASE", b), ("NEW", n)):
+        if side.get("outcome"):
+            out.append(f"{label + ':':5s} {side['outcome']}")
     out += [f"warning: {w}" for w in res["warnings"]]
     out += [f"differs (numbers may not be comparable): {d}" for d in res["differences"]]
     out += ["", f"{'':26s} {'BASE, n=' + str(b['judged']):^24s} {'NEW, n=' + str(n['judged']):^24s}",

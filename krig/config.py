@@ -4,8 +4,10 @@ Every check raises UsageError with one line naming the file, the field and
 what is allowed.
 """
 import json
+import os
 import pathlib
 import re
+import stat
 import tomllib
 
 from .errors import UsageError
@@ -22,6 +24,31 @@ def load_toml(path: pathlib.Path) -> dict:
         raise UsageError(f"{path}: file not found") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{path}: malformed TOML: {e}") from None
+
+
+def read_secret_file(path, field: str) -> str:
+    """A secret (a password, a token) from the first line of a file only its owner can
+    read (mode 0600 or stricter, owned by the user running krig). Errors name the field
+    and the file, never what is in it."""
+    p = pathlib.Path(path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise UsageError(f"{field}: cannot read {p}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{field}: {p} is not a regular file")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise UsageError(f"{field}: {p} has mode {mode:04o}, readable by others; run `chmod 600 {p}`")
+    if st.st_uid != os.geteuid():
+        raise UsageError(f"{field}: {p} is not owned by the user running krig (uid {os.geteuid()})")
+    try:
+        lines = p.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{field}: cannot read {p}: {type(e).__name__}") from None
+    if not lines or not lines[0]:
+        raise UsageError(f"{field}: {p} is empty; put the secret on its first line")
+    return lines[0]
 
 
 def parse_size(value, field: str) -> int:

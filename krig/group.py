@@ -24,14 +24,11 @@ from rigs import load_rig
 
 from . import RESULTS_DIR
 from .errors import UsageError
-from .paths import owner_alive
 from .reproducer import load_reproducer
-from .results import now, write_json
+from .results import GROUP_FILE, now, run_dirs_of, run_state, write_json
 from .run import run
-from .verdict import VERDICTS, exit_code
+from .verdict import JUDGED, VERDICTS, exit_code
 
-GROUP_FILE = "group.json"
-JUDGED = ("PASS", "FAIL")
 NOT_COUNTED = ("INTERRUPTED", "INCOMPLETE")
 # mixed verdicts: the group's exit code is that of the first verdict in this order that occurred
 SEVERITY = ["CRASHED", "HUNG", "FAIL", "ERROR", "SKIP", "PASS"]
@@ -42,27 +39,6 @@ def _same(group: dict, asked: dict, gdir) -> None:
         if group.get(field) != asked[field]:
             have = group.get(field)
             raise UsageError(f"--group {gdir}: the group was made for {field} {have!r}, not {asked[field]!r}")
-
-
-def run_state(d: pathlib.Path) -> str:
-    """The verdict of a run directory, 'RUNNING' if its krig still runs, 'INCOMPLETE' without one."""
-    try:
-        v = json.loads((d / "verdict.json").read_text())["verdict"]
-    except (OSError, ValueError, KeyError):
-        v = None
-    if v and v != "INCOMPLETE":
-        return v
-    try:
-        man = json.loads((d / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return "INCOMPLETE"
-    if not man.get("ended") and owner_alive(man.get("owner")):
-        return "RUNNING"
-    return "INCOMPLETE"
-
-
-def run_dirs_of(gdir: pathlib.Path) -> list:
-    return sorted(p for p in gdir.glob("run-*") if p.is_dir())
 
 
 def group_runs(gdir: pathlib.Path, judged_only: bool = False) -> list:

@@ -5,9 +5,12 @@ import os
 import pathlib
 import xml.etree.ElementTree as ET
 
+from analysis.summary import threshold_measurements, threshold_properties
+
 from .errors import KrigError
 from .reproducer import load_reproducer
 from .results import git_revision, now, write_json
+from .verdict import JUDGED
 
 
 def write_outputs(qdir: pathlib.Path, suite: dict, done: dict, started: str, complete: bool) -> dict:
@@ -63,6 +66,8 @@ def write_junit(path: pathlib.Path, suite: dict, cases: list) -> None:
         p = ET.SubElement(tc, "properties")
         for k in ("reproducer", "preset", "kernel", "rig", "repeat", "expect", "verdict", "run_dir"):
             ET.SubElement(p, "property", name=k, value=str(c.get(k)))
+        for k, v in threshold_property_items(c):
+            ET.SubElement(p, "property", name=k, value=v)
         if c["verdict"] is None:
             ET.SubElement(tc, "skipped", message="not run yet (interrupted); run the same command again")
         elif not c.get("ok"):
@@ -70,6 +75,29 @@ def write_junit(path: pathlib.Path, suite: dict, cases: list) -> None:
     suites = ET.Element("testsuites")
     suites.append(ts)
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def threshold_property_items(case: dict) -> list[tuple[str, str]]:
+    """A judged run's thresholds as properties of its test case, the run's own junit.xml's
+    per-threshold properties prefixed with the metric: <metric>.value, .unit, .better, .limit,
+    .limit_min, .limit_max, .outcome. None for a run that was not judged (its numbers, if any,
+    are not measurements)."""
+    if case.get("verdict") not in JUDGED or not case.get("run_dir"):
+        return []
+    try:
+        repro = load_reproducer(case["reproducer"])
+    except KrigError:
+        return []
+    items, seen = [], {}
+    for m in threshold_measurements(pathlib.Path(case["run_dir"]), repro):
+        t = m["threshold"]
+        seen[t.metric] = seen.get(t.metric, 0) + 1
+        prefix = t.metric if seen[t.metric] == 1 else f"{t.metric}#{seen[t.metric]}"
+        props = threshold_properties(t, m["value"], m["unit"], m["better"])
+        props.pop("metric")
+        items += [(f"{prefix}.{k}", v) for k, v in props.items()]
+        items.append((f"{prefix}.outcome", str(m["outcome"])))
+    return items
 
 
 def key_metric(case: dict) -> str:

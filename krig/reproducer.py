@@ -349,6 +349,7 @@ field, like the rest of repro.toml.
     [[plots.series]]
     column = "nr_negative"             # or: event = "sys:ev", group_by = "field"
     minus = "..."                      # optional: column - minus
+    times = "..."                      # optional: (column - minus) x another column
     during = ["unlink", "unlinked"]    # optional: only the samples between two phases
     transform = "value"                # value | rate | -rate | pct_ram
     scale = 1.0
@@ -360,6 +361,7 @@ field, like the rest of repro.toml.
     threshold = "metric"               # its min/max; or metric = "name" (value from metrics.json)
     times_params = ["p1", "p2"]        # multiply by parameters
     times_metric = "name"              # multiply by a metric's value
+    optional = true                    # metric lines: drawn only when the metric has a value
     label = "..."
     axis = "left"
     [[plots.shade]]
@@ -400,7 +402,7 @@ def _table_list(data: dict, key: str, where: str) -> list:
 
 
 def _series(s: dict, where: str, events: list, metrics: dict) -> dict:
-    reject_unknown(s, {"column", "minus", "transform", "scale", "label", "axis", "event", "group_by",
+    reject_unknown(s, {"column", "minus", "times", "transform", "scale", "label", "axis", "event", "group_by",
                        "mark_max", "mark_max_metric", "during"}, where)
     if ("column" in s) == ("event" in s):
         raise UsageError(f"{where}: needs exactly one of 'column' (samples.tsv) or 'event' (trace)")
@@ -413,15 +415,17 @@ def _series(s: dict, where: str, events: list, metrics: dict) -> dict:
         if during is not None and (len(during) != 2 or not all(isinstance(x, str) for x in during)):
             raise UsageError(f"{where}.during: expected two phase names")
         out.update(kind="samples", column=require(s, "column", str, where),
-                   minus=optional(s, "minus", str, where), during=during)
+                   minus=optional(s, "minus", str, where), times=optional(s, "times", str, where),
+                   during=during)
         transform = optional(s, "transform", str, where, "value")
         if transform not in TRANSFORMS:
             raise UsageError(f"{where}.transform: {transform!r} is not one of {', '.join(TRANSFORMS)}")
         out["transform"] = transform
         out["label"] = out["label"] or out["column"]
     else:
-        if "minus" in s or "transform" in s or "scale" in s:
-            raise UsageError(f"{where}: 'minus', 'transform' and 'scale' apply to a column, not to an event")
+        if "minus" in s or "times" in s or "transform" in s or "scale" in s:
+            raise UsageError(f"{where}: 'minus', 'times', 'transform' and 'scale' apply to a column, "
+                             "not to an event")
         ev = require(s, "event", str, where)
         if not EVENT_RE.match(ev):
             raise UsageError(f"{where}.event: {ev!r} is not SYSTEM:EVENT")
@@ -437,7 +441,7 @@ def _series(s: dict, where: str, events: list, metrics: dict) -> dict:
 
 
 def _line(t: dict, where: str, metrics: dict, thresholds: list, params: dict) -> dict:
-    reject_unknown(t, {"threshold", "metric", "times_params", "times_metric", "label", "axis"}, where)
+    reject_unknown(t, {"threshold", "metric", "times_params", "times_metric", "label", "axis", "optional"}, where)
     if ("threshold" in t) == ("metric" in t):
         raise UsageError(f"{where}: needs exactly one of 'threshold' or 'metric'")
     name = t.get("threshold") or t.get("metric")
@@ -452,8 +456,12 @@ def _line(t: dict, where: str, metrics: dict, thresholds: list, params: dict) ->
     tm = optional(t, "times_metric", str, where)
     if tm is not None and tm not in metrics:
         raise UsageError(f"{where}.times_metric: {tm!r} is not a declared metric")
+    if_measured = optional(t, "optional", bool, where, False)
+    if if_measured and "threshold" in t:
+        raise UsageError(f"{where}.optional: only for a metric line (a threshold always has its limit)")
     return {"kind": "threshold" if "threshold" in t else "metric", "metric": name, "times_params": times,
-            "times_metric": tm, "label": optional(t, "label", str, where, ""), "axis": _axis(t, where)}
+            "times_metric": tm, "label": optional(t, "label", str, where, ""), "axis": _axis(t, where),
+            "optional": if_measured}
 
 
 def _shade(t: dict, where: str) -> dict:

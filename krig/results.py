@@ -6,6 +6,9 @@ import pathlib
 import subprocess
 
 from . import ROOT
+from .paths import owner_alive
+
+GROUP_FILE = "group.json"      # a group directory's record (krig run --repeat, krig/group.py)
 
 
 def new_run_dir(root: pathlib.Path, repro: str, kernel_id: str, rig: str) -> pathlib.Path:
@@ -60,3 +63,24 @@ def git_revision() -> str:
 
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def run_state(d: pathlib.Path) -> str:
+    """The verdict of a run directory, 'RUNNING' if its krig still runs, 'INCOMPLETE' without one."""
+    try:
+        v = json.loads((d / "verdict.json").read_text())["verdict"]
+    except (OSError, ValueError, KeyError):
+        v = None
+    if v and v != "INCOMPLETE":
+        return v
+    try:
+        man = json.loads((d / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return "INCOMPLETE"
+    if not man.get("ended") and owner_alive(man.get("owner")):
+        return "RUNNING"
+    return "INCOMPLETE"
+
+
+def run_dirs_of(gdir: pathlib.Path) -> list:
+    return sorted(p for p in gdir.glob("run-*") if p.is_dir())

@@ -13,6 +13,9 @@ VERDICTS = {
     "INTERRUPTED": (130, "stopped by SIGINT/SIGTERM; what was collected is kept, run incomplete"),
 }
 USAGE_EXIT = 2
+# the verdicts whose numbers are measurements of the kernel: the thresholds judged them (an
+# ERROR run's numbers may come from a broken instrument; the others have none)
+JUDGED = ("PASS", "FAIL")
 
 CRASH_PATTERNS = [
     r"Kernel panic - not syncing", r"\bOops: ", r"kernel BUG at ", r"BUG: unable to handle",

@@ -6,8 +6,9 @@ and files = OpenSSH with the rig's own known_hosts (rigs/ipmi_ssh.py); boot =
 a power cycle into the installed kernel, or kexec into the kernel under test.
 A hang (workload timeout, or neither console output nor an SSH answer for
 hang_timeout) sends an NMI, waits for the console, power cycles the server and
-waits for it to come back. An fcntl lock keeps two krig processes off one
-server. The rig file format is in rigs/ipmi_spec.py and
+waits for it to come back. One krig process per server: an fcntl lock
+(rigs/ipmi_lock.py), or with KRIG_LAB_COORDINATOR a labgrid reservation, lock
+and lease (rigs/lab.py). The rig file format is in rigs/ipmi_spec.py and
 rigs/examples/lab-server.toml.
 """
 import os
@@ -20,7 +21,7 @@ import time
 
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
 from krig.paths import cache_dir
-from . import ipmi_lock
+from . import ipmi_lock, lab
 from .ipmi_bmc import Bmc, Sol
 from .ipmi_spec import validate_spec
 from .ipmi_ssh import Ssh, SshLost, remote_command
@@ -45,6 +46,7 @@ class IpmiRig(Rig):
         self.run_dir: pathlib.Path | None = None
         self.workdir: pathlib.Path | None = None
         self._lock_fd = None
+        self._hold: lab.Hold | None = None     # the server held through the lab coordinator
         self._sol: Sol | None = None
         self._facts: dict = {}
         self._boot_id = None
@@ -85,9 +87,20 @@ class IpmiRig(Rig):
         self._sol.start()
 
     def _take_lock(self):
+        addr = lab.address()
+        if addr:
+            self._hold = lab.Coordinator(addr).hold(self.name, lab.priority(), ipmi_lock.lock_wait(),
+                                                    lab.lease_seconds())
+            self._facts["lab"] = self._hold.facts
+            return
         b = self.spec["bmc"]
         self._lock_fd, path = ipmi_lock.take(self.name, b["host"], b["port"])
         self._facts["lock"] = str(path)
+
+    @property
+    def holding(self) -> bool:
+        """This process holds the server (lock file or lab coordinator)."""
+        return self._lock_fd is not None or self._hold is not None
 
     def scratch_env(self):
         return {"KRIG_SCRATCH_DEV": self.spec["scratch_dev"]} if self.spec["scratch_dev"] else {}
@@ -97,7 +110,7 @@ class IpmiRig(Rig):
 
     def shutdown(self):
         """Pull the results, then an orderly power off; a hard one if it does not finish in time."""
-        if self._lock_fd is None:
+        if not self.holding:
             return
         self._salvage()
         how = "soft"
@@ -126,7 +139,7 @@ class IpmiRig(Rig):
             self._sol.stop()
             self._facts["sol_restarts"] = self._sol.restarts
             self._sol = None
-        if self._lock_fd is not None and not self.bmc.failed:
+        if self.holding and not self.bmc.failed:
             try:
                 if self._powered and self._state != "off":
                     self._hard_off()        # interrupted run: never leave the server running it
@@ -140,6 +153,9 @@ class IpmiRig(Rig):
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._hold is not None:
+            self._hold.release()
+            self._hold = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
@@ -395,7 +411,7 @@ class _Power(PowerProtocol):
 
     def off(self):
         r = self.rig
-        if r._lock_fd is None:          # never touch a server this process does not hold
+        if not r.holding:               # never touch a server this process does not hold
             return
         r._salvage(probe=r._state != "up")
         r._hard_off()

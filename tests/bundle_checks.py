@@ -16,8 +16,9 @@ def unpack(tarball: pathlib.Path, where: pathlib.Path) -> pathlib.Path:
     return top
 
 
-def bundle_and_rerun(run_dir: pathlib.Path, tmp_path: pathlib.Path, timeout=1500):
-    """krig bundle RUN_DIR -o x.tar.gz, unpacked in an empty directory, reproduce.sh run there.
+def bundle_and_rerun(run_dir: pathlib.Path, tmp_path: pathlib.Path, timeout=1500, rig_file=None):
+    """krig bundle RUN_DIR -o x.tar.gz, unpacked in an empty directory, reproduce.sh run there
+    (on rig_file, found through KRIG_RIG_PATH, if given; else on reproduce.sh's default rig).
     Returns (unpacked bundle, the bundle command, reproduce.sh's CompletedProcess)."""
     out = tmp_path / "bundle.tar.gz"
     b = subprocess.run(KRIG + ["bundle", str(run_dir), "-o", str(out)], capture_output=True, text=True,
@@ -26,13 +27,17 @@ def bundle_and_rerun(run_dir: pathlib.Path, tmp_path: pathlib.Path, timeout=1500
     top = unpack(out, tmp_path / "elsewhere")
     env = {k: v for k, v in os.environ.items() if k != "KRIG_RESULTS"}
     env["KRIG"] = str(ROOT)
-    p = subprocess.run(["./reproduce.sh"], cwd=top, capture_output=True, text=True, timeout=timeout, env=env)
+    argv = ["./reproduce.sh"]
+    if rig_file is not None:
+        env["KRIG_RIG_PATH"] = str(rig_file.parent)
+        argv += ["--rig", rig_file.stem]
+    p = subprocess.run(argv, cwd=top, capture_output=True, text=True, timeout=timeout, env=env)
     return top, b, p
 
 
-def check_rerun(top: pathlib.Path, p, verdict: str):
-    assert f"bundled: {verdict}" in p.stdout and f"rerun:   {verdict} (rig qemu-default)" in p.stdout, \
+def check_rerun(top: pathlib.Path, p, verdict: str, rig: str = "qemu-default"):
+    assert f"bundled: {verdict}" in p.stdout and f"rerun:   {verdict} (rig {rig})" in p.stdout, \
         p.stdout + p.stderr
     assert p.returncode == 0, p.stdout + p.stderr
-    reruns = list((top / "rerun").glob("*/*/qemu-default/*/verdict.json"))
+    reruns = list((top / "rerun").glob(f"*/*/{rig}/*/verdict.json"))
     assert len(reruns) == 1 and json.loads(reruns[0].read_text())["verdict"] == verdict

@@ -1,4 +1,4 @@
-"""`krig run --repeat` and `krig compare` on real guest runs (selftest-pass, 3 boots)."""
+"""`krig run --repeat`, `krig compare` and `krig export kcidb` on real guest runs (selftest-pass, 3 boots)."""
 import json
 import os
 import statistics
@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+import kcidb_checks
 from conftest import KRIG, ROOT
 
 pytestmark = pytest.mark.guest
@@ -64,3 +65,8 @@ def test_group_resumes_and_compare_matches_metrics_json(tmp_path, no_leftover_qe
     assert "*" not in "".join(ln for ln in p.stdout.splitlines() if ln.startswith(("answer", "files_seen", "sampler")))
     assert "FLIPS" not in p.stdout
     assert max(len(ln) for ln in p.stdout.splitlines()) <= 100
+
+    # the group as a KCIDB report: its three runs, each threshold with its number
+    report = kcidb_checks.export(lambda *a: krig(tmp_path, *a), tmp_path / "kcidb", g)
+    kcidb_checks.check_report(report, runs)
+    assert len(report["builds"]) == 1 and len({t["id"] for t in report["tests"]}) == len(report["tests"])

@@ -224,3 +224,5 @@ def test_rig_path_and_example(files, monkeypatch):
     monkeypatch.setenv("KRIG_BMC_PASSWORD", PW)
     r = load_rig("example")
     assert r.kind == "ipmi" and r.spec["scratch_dev"].startswith("/dev/")
+    assert r.spec["lab"] == {"driver": "ipmi", "scratch": "yes", "model": "r760", "memory_gib": "256",
+                             "scratch_gib": "3276", "cpus": "32", "numa": "2", "rack": "b3"}

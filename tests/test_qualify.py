@@ -16,13 +16,14 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+import kcidb_checks
 from conftest import KRIG, ROOT, qemu_pids
 from krig.errors import UsageError
 from krig.qualify import case_id, load_suite
 from krig.qualify_report import signoff_lines
 
 # Two of the seed smokes, the smallest that still give their verdicts on Debian's 6.1 with
-# two TCG guests sharing the 2 cores (README, "Qualification suites"): the flood's own
+# two TCG guests sharing the 2 cores (docs/qualify.md): the flood's own
 # smoke preset (a 20 s flood PASSed on the 2 GiB rig of a loaded host: growth 4% of a
 # doubled limit), the AIL storm with 30,000 files and 2 writers. unlink-dentry-growth is
 # left out: with two guests at once its trough/peak ratio measured 0.45 on both rigs
@@ -84,7 +85,7 @@ def check_outputs(out: pathlib.Path, n_cases: int, rigs: list):
 
 
 @pytest.mark.smoke
-def test_qualify_two_qemu_rigs_resumes_after_sigint(tmp_path):
+def test_qualify_two_qemu_rigs_resumes_after_sigint(tmp_path, krig_cli):
     rig_dir = qemu_rigs(tmp_path / "rigs")
     suite_file = tmp_path / "scaled.toml"
     suite_file.write_text(SCALED_SMOKES)
@@ -138,6 +139,19 @@ def test_qualify_two_qemu_rigs_resumes_after_sigint(tmp_path):
     assert mems["q1g"] < mems["q2g"]
     assert not qemu_pids(str(tmp_path))
     print(f"first invocation {t1 - t0:.0f}s ({len(before)} runs finished), second {t2 - t1:.0f}s")
+
+    # the qualification as a KCIDB report: its four runs (not what the SIGINT cut short), and
+    # the suite's junit.xml carries each judged run's thresholds with their numbers
+    report = kcidb_checks.export(krig_cli, tmp_path / "kcidb", out)
+    kcidb_checks.check_report(report, [c["run_dir"] for c in suite["cases"]])
+    assert {b["misc"]["release"] for b in report["builds"]} == {m["kernel"]["release"] for m in (
+        json.loads((pathlib.Path(c["run_dir"]) / "manifest.json").read_text()) for c in suite["cases"])}
+    for tc in ET.parse(out / "junit.xml").getroot().iter("testcase"):
+        props = {p.get("name"): p.get("value") for p in tc.iter("property")}
+        metrics = json.loads((pathlib.Path(props["run_dir"]) / "metrics.json").read_text())
+        metric = {"neg-dentry-flood": "peak_negative_pct_ram", "xfs-ail-storm": "ail_inserts"}[props["reproducer"]]
+        assert float(props[f"{metric}.value"]) == metrics[metric]["value"]
+        assert props[f"{metric}.unit"] == metrics[metric]["unit"] and props[f"{metric}.limit"]
 
 
 # -- no guest ------------------------------------------------------------------

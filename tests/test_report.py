@@ -55,15 +55,18 @@ def flood_run(tmp_path):
     t = np.arange(100.0)
     neg = np.minimum(t * 9000.0, 700_000.0)
     slab = 2e6 + neg * 192.0
-    lines = ["time\tnr_negative\tdentry_slab_bytes\tmem_total_kb\tmono"]
-    lines += [f"{t0 + x:.6f}\t{int(n)}\t{int(s)}\t{MEM // 1024}\t{mono0 + x:.9f}" for x, n, s in zip(t, neg, slab)]
+    lines = ["time\tnr_negative\tdentry_slab_bytes\tdentry_objsize\tmem_total_kb\tmono"]
+    lines += [f"{t0 + x:.6f}\t{int(n)}\t{int(s)}\t192\t{MEM // 1024}\t{mono0 + x:.9f}" for x, n, s in zip(t, neg, slab)]
     (d / "samples.tsv").write_text("\n".join(lines) + "\n")
     (d / "phases.tsv").write_text(f"{t0}\tstart\n{t0 + 5}\tflood\n{t0 + 95}\tflooded\n{t0 + 99}\tend\n")
     (d / "manifest.json").write_text(json.dumps(_manifest("neg-dentry-flood")))
     repro = load_reproducer("neg-dentry-flood")
     (d / "metrics.json").write_text(json.dumps(_metrics("neg-dentry-flood", {
         "peak_dentry_pct_ram": 100.0 * slab.max() / MEM, "time_to_10pct_ram_s": None,
-        "peak_nr_negative": 700000.0, "inotify_add_watch_ms": 12.345678})))
+        "peak_nr_negative": 700000.0, "inotify_add_watch_ms": 12.345678,
+        # still growing at its bound of 10% of RAM: unbounded, nothing settled
+        "settle_bound_pct_ram": 10.0, "bounded": 0.0, "settled_negative_pct_ram": None,
+        "settled_nr_negative": None})))
     (d / "verdict.json").write_text(json.dumps({"verdict": "FAIL", "reason": "growth <script>alert(1)</script>"}))
     (d / "junit.xml").write_text(_junit(repro, failed={"last_quarter_growth_pct_of_limit"}))
     (d / "time.txt").write_text("0.50user 9.00system 1:40.00elapsed 9%CPU (0avgtext+0avgdata 2000maxresident)k\n"
@@ -92,12 +95,27 @@ def test_flood_plot_csv_png_and_summary(flood_run):
     repro = load_reproducer("neg-dentry-flood")
     assert report_checks.check_plots(flood_run, repro, MEM) == 1
     rows = report_checks.read_csv(flood_run / "plot-flood.csv")
-    assert [float(r["y"]) for r in rows if r["kind"] == "hline"] == [5.0]          # the threshold's own limit
+    # the threshold's own limit and the flood's bound; no settled level (unbounded)
+    assert [float(r["y"]) for r in rows if r["kind"] == "hline"] == [5.0, 10.0]
+    # the negatives' own series: nr_negative x the dentry size, in % of RAM
+    neg = [(float(r["x"]), float(r["y"])) for r in rows if r["label"].startswith("negative dentries")]
+    assert neg[-1][1] == pytest.approx(100.0 * 700_000 * 192 / MEM)
     shade = [r for r in rows if r["kind"] == "shade"][0]
     assert float(shade["x"]) == pytest.approx(5 + 0.75 * 90) and float(shade["x2"]) == pytest.approx(95)
     lines = report_checks.check_summary(flood_run)
     assert any("CROSSED: last_quarter_growth_pct" in line for line in lines)
     assert lines[-1].strip().startswith("--preset smoke") or "--preset smoke" in "\n".join(lines[-3:])
+
+
+def test_flood_plot_shows_where_negatives_settled(flood_run):
+    """A bounded run: the settled level is a line of its own (drawn only when measured)."""
+    metrics = json.loads((flood_run / "metrics.json").read_text())
+    metrics["bounded"]["value"], metrics["settled_negative_pct_ram"]["value"] = 1.0, 3.2
+    (flood_run / "metrics.json").write_text(json.dumps(metrics))
+    assert write_report(flood_run)["notes"] == []
+    assert report_checks.check_plots(flood_run, load_reproducer("neg-dentry-flood"), MEM) == 1
+    rows = report_checks.read_csv(flood_run / "plot-flood.csv")
+    assert {r["label"]: float(r["y"]) for r in rows if r["kind"] == "hline"}["negatives settled (bounded)"] == 3.2
 
 
 def test_html_escapes_and_lists_thresholds(flood_run):
@@ -181,6 +199,10 @@ BAD_PLOTS = [
     ({"plots": [{"name": "x", "series": [{"column": "a"}], "shade": [{"between": ["a"]}]}]}, "shade[0].between"),
     ({"plots": [{"name": "x", "colour": 1, "series": [{"column": "a"}]}]}, "unknown field 'colour'"),
     ({"session": {"window": "worst"}}, "session.window"),
+    ({"plots": [{"name": "x", "series": [{"event": "xfs:xfs_ail_insert", "group_by": "f", "times": "a"}]}]},
+     "'times'"),
+    ({"plots": [{"name": "x", "series": [{"column": "a"}],
+                 "lines": [{"threshold": "max_checkpoint_vs_fixed_limit", "optional": True}]}]}, "lines[0].optional"),
 ]
 
 

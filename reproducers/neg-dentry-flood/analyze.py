@@ -3,16 +3,22 @@
 Memory is negatives only, as in the report (10.6 GB / 55.3M = 192 bytes each): the
 increase of nr_negative over its pre-flood level x the dentry object size from
 /proc/slabinfo (names under 32 bytes, as the generators' are, live inside the dentry).
-Why and when the flood stopped (RAM limit, plateau, time cap) comes from negflood's
-own report, flood.txt.
+Why and when the flood stopped (RAM limit, plateau, time cap, the bound past the limit)
+comes from negflood's own report, flood.txt. Whether the negatives are bounded, and where
+they settled, follows from it: a plateau is bounded (settled at the level it held), the
+bound reached still growing is unbounded, and so is a time cap past the limit (no plateau).
 """
 import math
 import re
+import statistics
 
 import numpy as np
 
+from krig.verdict import WARN_PATTERNS
+
 LIMIT_PCT_RAM = 5.0   # the peak_negative_pct_ram threshold; growth is judged against it
-STOP_REASONS = {"ram_limit": 1.0, "plateau": 2.0, "time_cap": 3.0}   # metric stop_reason
+# metric stop_reason
+STOP_REASONS = {"ram_limit": 1.0, "plateau": 2.0, "time_cap": 3.0, "bound": 4.0}
 
 
 def flood_report(run) -> dict:
@@ -27,13 +33,60 @@ def flood_report(run) -> dict:
     return out
 
 
+def _value(metrics: dict, name: str):
+    return (metrics.get(name) or {}).get("value")
+
+
+def outcome(values: dict) -> str | None:
+    """Where the negatives went, in words (values: metric name -> value), or None when the
+    flood did not tell (it stopped at the limit, or at its time cap before the limit)."""
+    side = "above" if values.get("limit_crossed") == 1 else "below"
+    if values.get("bounded") == 1 and values.get("settled_negative_pct_ram") is not None:
+        return (f"negatives settled at {values['settled_negative_pct_ram']:.3g}% of RAM, "
+                f"{values['settled_nr_negative']:,.0f} dentries: bounded, {side} the {LIMIT_PCT_RAM:g}% limit")
+    if values.get("bounded") == 0 and values.get("end_negative_pct_ram") is not None:
+        return (f"negatives still growing at {values['end_negative_pct_ram']:.3g}% of RAM, "
+                f"{values['end_nr_negative']:,.0f} dentries, when the flood stopped: unbounded")
+    return None
+
+
 def notes(metrics: dict) -> list[str]:
-    """Said next to the verdict: a flood ended by its time cap was judged by growth only."""
-    cap = metrics.get("time_cap_s", {}).get("value")
-    if metrics.get("time_cap_hit", {}).get("value") == 1 and cap is not None:
-        return [f"the flood hit its time cap of {cap:.0f} s before the RAM limit or a plateau: "
-                "judged by growth"]
-    return []
+    """Said next to the verdict: where the negatives settled or that they were still growing,
+    and a flood ended by its time cap."""
+    values = {k: _value(metrics, k) for k in metrics}
+    out = []
+    cap = values.get("time_cap_s")
+    if values.get("time_cap_hit") == 1 and cap is not None:
+        out.append(f"the flood hit its time cap of {cap:.0f} s past the RAM limit, before its bound or a plateau"
+                   if values.get("limit_crossed") == 1 else
+                   f"the flood hit its time cap of {cap:.0f} s before the RAM limit or a plateau: judged by growth")
+    said = outcome(values)
+    return out + ([said] if said else [])
+
+
+def side_summary(runs: list[dict]) -> str | None:
+    """One line for `krig compare` about one side (runs: each judged run's metric values):
+    where the negatives settled, or how far they had grown still growing, in how many runs."""
+    def spread(rows, name, what):
+        v = [r[name] for r in rows if r.get(name) is not None]
+        if not v:
+            return what
+        lo, hi = min(v), max(v)
+        return (f"{what} at {statistics.median(v):.3g}% of RAM" +
+                (f" ({lo:.3g}-{hi:.3g})" if len(v) > 1 and f"{lo:.3g}" != f"{hi:.3g}" else ""))
+    bounded = [r for r in runs if r.get("bounded") == 1]
+    growing = [r for r in runs if r.get("bounded") == 0]
+    parts = []
+    if bounded:
+        parts.append(f"{spread(bounded, 'settled_negative_pct_ram', 'settled')}: bounded in "
+                     f"{len(bounded)}/{len(runs)} runs")
+    if growing:
+        parts.append(f"{spread(growing, 'end_negative_pct_ram', 'still growing')} when the flood stopped: "
+                     f"unbounded in {len(growing)}/{len(runs)} runs")
+    rest = len(runs) - len(bounded) - len(growing)
+    if parts and rest:
+        parts.append(f"not told in {rest}/{len(runs)}")
+    return "negatives " + "; ".join(parts) if parts else None
 
 
 def first_crossing(t, y, level):
@@ -82,10 +135,19 @@ def metrics(run) -> dict:
         "mem_available_min_pct": float(100.0 * np.nanmin(s["mem_available_kb"][during]) * 1024 / ram),
         "inotify_add_watch_ms": inotify_us / 1000.0 if not math.isnan(inotify_us) else math.nan,
         "soft_lockups": float(len(re.findall(r"BUG: soft lockup", console))),
+        "oom_kill_lines": float(len(re.findall(WARN_PATTERNS["oom_kill"], console))),
+        "limit_crossed": fl.get("limit_crossed", math.nan),
+        "settle_bound_pct_ram": 100.0 * fl["bound_bytes"] / ram if "bound_bytes" in fl else math.nan,
     }
+    # bounded: a plateau; unbounded: the bound reached, or the time cap past the limit (no
+    # plateau); not told: stopped at the limit itself, or by the time cap before the limit
+    stop = fl["stop_reason"]
+    out["bounded"] = (1.0 if stop == STOP_REASONS["plateau"] else 0.0 if stop == STOP_REASONS["bound"]
+                      or (stop == STOP_REASONS["time_cap"] and out["limit_crossed"] == 1) else math.nan)
     names = ("peak_nr_negative", "end_nr_negative", "peak_negative_bytes", "peak_negative_pct_ram",
              "end_negative_pct_ram", "last_quarter_growth_pct", "last_quarter_growth_pct_of_limit",
-             "time_to_1pct_ram_s", "time_to_5pct_ram_s", "time_to_10pct_ram_s")
+             "time_to_1pct_ram_s", "time_to_5pct_ram_s", "time_to_10pct_ram_s",
+             "settled_nr_negative", "settled_negative_pct_ram")
     if not out["nr_negative_reported"]:
         return {**out, **{n: math.nan for n in names}}
     base_neg = last_finite(s["nr_negative"][before], float(np.nanmin(s["nr_negative"])))
@@ -103,4 +165,7 @@ def metrics(run) -> dict:
         # that has levelled off; an unbounded one that levelled off under memory pressure
         # has passed the limit itself
         100.0 * (100.0 * growth_q * objsize / ram) / LIMIT_PCT_RAM,
-        first_crossing(t, neg_pct, 1.0), first_crossing(t, neg_pct, 5.0), first_crossing(t, neg_pct, 10.0))))}
+        first_crossing(t, neg_pct, 1.0), first_crossing(t, neg_pct, 5.0), first_crossing(t, neg_pct, 10.0),
+        # where a bounded flood settled: the level it held at the end
+        float(neg[-1]) if out["bounded"] == 1 else math.nan,
+        float(neg_pct[-1]) if out["bounded"] == 1 else math.nan)))}

@@ -6,13 +6,19 @@
  *       one generator for SECONDS; prints "ops=N seconds=S rate=R"
  *
  *   negflood -d DIR -g LOOKUP,TMPFILE,SAMENAME -t MAX_SECONDS [-k NAMES]
- *            [-l LIMIT_PCT] [-n MIN_SECONDS] [-w WINDOW] [-b PLATEAU_PCT]
- *            [-r RATE_SECONDS] [-s SAFETY] [-i INTERVAL]
+ *            [-l LIMIT_PCT] [-x SETTLE_X] [-a AVAIL_PCT] [-n MIN_SECONDS]
+ *            [-w WINDOW] [-b PLATEAU_PCT] [-r RATE_SECONDS] [-s SAFETY] [-i INTERVAL]
  *       the flood: forks that many generators of each mode and watches
  *       /proc/sys/fs/dentry-state every INTERVAL seconds (default 0.25) until
  *         ram_limit  the negatives made since the start (nr_negative above its
  *                    start value x the dentry object size) reach LIMIT_PCT %
- *                    of MemTotal (default 5): an unbounded dcache, stop early;
+ *                    of MemTotal (default 5) and the bound is the limit
+ *                    itself (SETTLE_X 1, the default): stop at the limit;
+ *         bound      after the limit, the flood goes on to tell a bounded
+ *                    dcache from an unbounded one: the negatives reached the
+ *                    bound, SETTLE_X x the limit but at most AVAIL_PCT %
+ *                    (default 50) of MemAvailable at the start, still
+ *                    growing: unbounded;
  *         plateau    after MIN_SECONDS, nr_negative grew by less than
  *                    PLATEAU_PCT % (default 2) of its current value (above the
  *                    start; at least 1% of the limit's count) over the last
@@ -22,7 +28,10 @@
  *                    unbounded dcache needs to reach the limit at the rate the
  *                    lookup and tmpfile generators (each op one new name) ran in
  *                    the first RATE_SECONDS (default 5), at least MIN_SECONDS,
- *                    at most MAX_SECONDS.
+ *                    at most MAX_SECONDS; once the limit is crossed, the time
+ *                    of the crossing plus SAFETY x the time from the limit to
+ *                    the bound at that rate (at least twice the time of the
+ *                    crossing, so a plateau just above the limit is seen).
  *       Prints key=value lines (generators, per-mode ops, stop_reason, ...).
  *
  *   lookup    stat() names that never exist (each name once)
@@ -124,14 +133,15 @@ static long nr_negative(void)
 	return n >= 5 ? f[4] : -1;
 }
 
-static long mem_total_bytes(void)
+/* a line of /proc/meminfo in bytes ("MemTotal: %ld kB"; -1: unreadable) */
+static long meminfo_bytes(const char *format)
 {
 	char line[256];
 	long kb = -1;
 	FILE *fp = fopen("/proc/meminfo", "r");
 	if (!fp) return -1;
 	while (fgets(line, sizeof line, fp))
-		if (sscanf(line, "MemTotal: %ld kB", &kb) == 1) break;
+		if (sscanf(line, format, &kb) == 1) break;
 	fclose(fp);
 	return kb > 0 ? kb * 1024 : -1;
 }
@@ -151,7 +161,7 @@ static long dentry_objsize(void)
 
 struct flood {
 	int counts[3];
-	double max_s, min_s, window, plateau_pct, limit_pct, rate_s, safety, interval;
+	double max_s, min_s, window, plateau_pct, limit_pct, settle_x, avail_pct, rate_s, safety, interval;
 	unsigned long names;
 };
 
@@ -166,9 +176,11 @@ static double new_names(const struct shared *sh, const int *mode, int total)
 
 static int flood(const struct flood *f)
 {
-	long ram = mem_total_bytes(), objsize = dentry_objsize(), base = nr_negative();
-	if (ram <= 0 || objsize <= 0 || base < 0) {
+	long ram = meminfo_bytes("MemTotal: %ld kB"), avail = meminfo_bytes("MemAvailable: %ld kB");
+	long objsize = dentry_objsize(), base = nr_negative();
+	if (ram <= 0 || avail <= 0 || objsize <= 0 || base < 0) {
 		fprintf(stderr, "negflood: cannot read %s\n", ram <= 0 ? "MemTotal from /proc/meminfo" :
+			avail <= 0 ? "MemAvailable from /proc/meminfo" :
 			objsize <= 0 ? "the dentry line of /proc/slabinfo" : "/proc/sys/fs/dentry-state");
 		return 1;
 	}
@@ -199,7 +211,11 @@ static int flood(const struct flood *f)
 	}
 
 	double limit_bytes = f->limit_pct / 100.0 * ram, limit_n = limit_bytes / objsize;
-	double cap = f->max_s, rate = -1, t = 0;
+	/* how far the flood goes after the limit: never past a share of what was available */
+	double bound_bytes = f->settle_x * limit_bytes;
+	if (bound_bytes > f->avail_pct / 100.0 * avail) bound_bytes = f->avail_pct / 100.0 * avail;
+	if (bound_bytes < limit_bytes) bound_bytes = limit_bytes;
+	double cap = f->max_s, rate = -1, rate_s = f->rate_s, t = 0, crossed = -1;
 	long neg = 0, peak = 0;
 	const char *reason = NULL;
 	static double ht[HIST];
@@ -220,15 +236,29 @@ static int flood(const struct flood *f)
 			}
 			ht[hn] = t; hv[hn] = neg; hn++;
 		}
-		if (rate < 0 && t >= f->rate_s) {
+		int over = neg * (double)objsize >= limit_bytes;
+		if (rate < 0 && (t >= f->rate_s || over)) {
+			/* the rate of new names; a flood over the limit sooner: over the seconds it had */
 			rate = new_names(sh, mode, total) / t;
+			rate_s = t < f->rate_s ? t : f->rate_s;
 			double unbounded_s = rate > 0 ? limit_bytes / (rate * objsize) : f->max_s;
 			double c = f->safety * unbounded_s;
 			cap = c < f->min_s ? f->min_s : c;
 			if (cap > f->max_s) cap = f->max_s;
 		}
-		if (neg * (double)objsize >= limit_bytes)
+		if (over && crossed < 0) {
+			crossed = t;
+			/* the time from the limit to the bound at the measured rate, x safety */
+			double to_bound = rate > 0 ? (bound_bytes - limit_bytes) / (rate * objsize) : f->max_s;
+			double c = crossed + f->safety * to_bound;
+			if (c < 2 * crossed) c = 2 * crossed;
+			if (c < f->min_s) c = f->min_s;
+			cap = c > f->max_s ? f->max_s : c;
+		}
+		if (over && bound_bytes <= limit_bytes)
 			reason = "ram_limit";
+		else if (neg * (double)objsize >= bound_bytes)
+			reason = "bound";
 		else if (t >= f->min_s) {
 			double w = t / 4 > f->window ? t / 4 : f->window;
 			long then = hv[0];
@@ -243,8 +273,7 @@ static int flood(const struct flood *f)
 			reason = "time_cap";
 	}
 	sh->stop = 1;
-	double rate_s = f->rate_s;
-	if (rate < 0 && t > 0) {        /* stopped (RAM limit) before rate_s: the rate so far */
+	if (rate < 0 && t > 0) {        /* stopped before rate_s: the rate so far */
 		rate = new_names(sh, mode, total) / t;
 		rate_s = t;
 	}
@@ -265,6 +294,9 @@ static int flood(const struct flood *f)
 	printf("limit_pct_ram=%g\nlimit_bytes=%.0f\nmem_total_bytes=%ld\ndentry_objsize=%ld\n",
 	       f->limit_pct, limit_bytes, ram, objsize);
 	printf("nr_negative_start=%ld\nnegatives_at_stop=%ld\npeak_negatives=%ld\n", base, neg, peak);
+	printf("limit_crossed=%d\nlimit_seconds=%.3f\n", crossed >= 0, crossed);
+	printf("settle_x=%g\nsettle_avail_pct=%g\nmem_available_bytes=%ld\nbound_bytes=%.0f\nbound_pct_ram=%.4f\n",
+	       f->settle_x, f->avail_pct, avail, bound_bytes, 100.0 * bound_bytes / ram);
 	return 0;
 }
 
@@ -272,10 +304,10 @@ int main(int argc, char **argv)
 {
 	const char *dir = NULL, *mode = NULL, *gens = NULL, *prefix = "neg-";
 	double seconds = -1;
-	struct flood f = {.min_s = 0, .window = 5, .plateau_pct = 2, .limit_pct = 5,
-			  .rate_s = 5, .safety = 4, .interval = 0.25, .names = 100000};
+	struct flood f = {.min_s = 0, .window = 5, .plateau_pct = 2, .limit_pct = 5, .settle_x = 1,
+			  .avail_pct = 50, .rate_s = 5, .safety = 4, .interval = 0.25, .names = 100000};
 	int c;
-	while ((c = getopt(argc, argv, "d:m:g:t:p:k:l:n:w:b:r:s:i:")) != -1) {
+	while ((c = getopt(argc, argv, "d:m:g:t:p:k:l:x:a:n:w:b:r:s:i:")) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 'm': mode = optarg; break;
@@ -284,6 +316,8 @@ int main(int argc, char **argv)
 		case 'p': prefix = optarg; break;
 		case 'k': f.names = strtoul(optarg, NULL, 10); break;
 		case 'l': f.limit_pct = atof(optarg); break;
+		case 'x': f.settle_x = atof(optarg); break;
+		case 'a': f.avail_pct = atof(optarg); break;
 		case 'n': f.min_s = atof(optarg); break;
 		case 'w': f.window = atof(optarg); break;
 		case 'b': f.plateau_pct = atof(optarg); break;
@@ -297,11 +331,12 @@ int main(int argc, char **argv)
 	int gn = gens ? sscanf(gens, "%d,%d,%d", &f.counts[0], &f.counts[1], &f.counts[2]) : 0;
 	if (!dir || (m < 0) == (gn != 3) || seconds <= 0 || f.names == 0 || strlen(prefix) > 200 ||
 	    f.counts[0] < 0 || f.counts[1] < 0 || f.counts[2] < 0 || f.limit_pct <= 0 || f.interval <= 0 ||
+	    f.settle_x < 1 || f.avail_pct <= 0 || f.avail_pct > 100 ||
 	    f.safety <= 0 || f.rate_s <= 0 || f.window <= 0 || f.plateau_pct < 0 || f.min_s < 0) {
 usage:
 		fprintf(stderr, "usage: negflood -d DIR -m lookup|tmpfile|samename -t SECONDS [-p PREFIX] [-k NAMES]\n"
 			"       negflood -d DIR -g LOOKUP,TMPFILE,SAMENAME -t MAX_SECONDS [-k NAMES] [-l LIMIT_PCT]\n"
-			"                [-n MIN_SECONDS] [-w WINDOW] [-b PLATEAU_PCT] [-r RATE_SECONDS] [-s SAFETY] [-i INTERVAL]\n");
+			"                [-x SETTLE_X] [-a AVAIL_PCT] [-n MIN_SECONDS] [-w WINDOW] [-b PLATEAU_PCT] [-r RATE_SECONDS] [-s SAFETY] [-i INTERVAL]\n");
 		return 2;
 	}
 	if (chdir(dir)) { perror(dir); return 1; }

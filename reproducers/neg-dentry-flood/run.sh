@@ -18,10 +18,13 @@ ncpu=$(nproc)
 per_cpu() { awk -v p="$1" -v n="$ncpu" 'BEGIN { c = p * n; printf "%d", (c > int(c)) ? int(c) + 1 : c }'; }
 gens=$(per_cpu "$LOOKUP_PER_CPU"),$(per_cpu "$TMPFILE_PER_CPU"),$(per_cpu "$SAMENAME_PER_CPU")
 
-# negflood stops the flood itself (RAM limit, plateau or time cap; see repro.toml).
-# -l 5: the RAM limit, the peak_negative_pct_ram threshold (tests/test_flood_stop.py checks).
+# negflood stops the flood itself (bound, plateau or time cap; see repro.toml).
+# -l 5: the RAM limit, the peak_negative_pct_ram threshold (tests/test_flood_stop.py checks);
+# past it the flood goes on to SETTLE_LIMIT_X x the limit (at most SETTLE_MEM_AVAILABLE_PCT %
+# of MemAvailable) unless the negatives settle first.
 krig_phase flood
-"$bin/negflood" -d "$mnt/flood" -g "$gens" -t "$MAX_DURATION" -l 5 -n "$MIN_DURATION" \
+"$bin/negflood" -d "$mnt/flood" -g "$gens" -t "$MAX_DURATION" -l 5 -x "$SETTLE_LIMIT_X" \
+    -a "$SETTLE_MEM_AVAILABLE_PCT" -n "$MIN_DURATION" \
     -w "$PLATEAU_WINDOW" -b "$PLATEAU_PCT" -r "$RATE_SECONDS" -s "$CAP_SAFETY" -k "$SHARED_NAMES" \
     > "$KRIG_OUT/flood.txt"
 krig_phase flooded
