@@ -136,10 +136,14 @@ def _better(row: dict) -> bool:
 
 
 def judged_metrics(res: dict) -> list:
-    """The metrics of the regression thresholds the base crossed (else all regression thresholds')."""
+    """The metrics that must move for "fixed": those of the regression thresholds the base
+    crossed (else of every regression threshold), without the timing ones a busy host moves
+    (host_sensitive in repro.toml) when a threshold the host cannot move was crossed too."""
+    timing = {t.metric for t in load_reproducer(res["reproducer"]).thresholds if t.host_sensitive}
     rows = [t for t in res["thresholds"] if t["kind"] == "regression"]
     crossed = [t["metric"] for t in rows if t["base"]["state"] in ("crossed", "mixed")]
-    return list(dict.fromkeys(crossed or [t["metric"] for t in rows]))
+    solid = [m for m in crossed if m not in timing]
+    return list(dict.fromkeys(solid or crossed or [t["metric"] for t in rows]))
 
 
 def _base_text(base: str, series: dict) -> str:

@@ -362,3 +362,16 @@ def test_runs_lost_to_host_contention_are_run_again(series_repo, tmp_path, monke
     assert calls == [("base", 1), ("new", 1), ("new", 2), ("base", 2), ("new", 3)]
     assert (state["answer"], code) == ("fixed", 0), state["reason"]
     assert state["comparison"]["new"]["verdicts"] == {"PASS": 2, "ERROR": 1}
+
+
+def test_timing_thresholds_a_busy_host_moves_are_not_required():
+    """unlink-dentry-growth's base crossed its dentry thresholds and, on a busy host, the timing
+    one (host_sensitive): "fixed" rests on the dentry metrics."""
+    def row(metric, state):
+        return {"metric": metric, "kind": "regression", "base": {"state": state}}
+    res = {"reproducer": "unlink-dentry-growth",
+           "thresholds": [row("peak_negative_vs_inflight", "crossed"), row("end_nr_negative", "crossed"),
+                          row("trough_peak_ratio", "crossed")]}
+    assert judged_metrics(res) == ["peak_negative_vs_inflight", "end_nr_negative"]
+    res["thresholds"] = [row("peak_negative_vs_inflight", "held"), row("trough_peak_ratio", "crossed")]
+    assert judged_metrics(res) == ["trough_peak_ratio"]
