@@ -100,7 +100,7 @@ def reproduce_argv(manifest: dict, repro) -> list[str]:
     """`krig run ...` with the rig, kernel, preset and every parameter the preset does not give."""
     preset = manifest.get("preset")
     argv = ["krig", "run", repro.name, "--rig", manifest.get("rig", {}).get("name", "qemu-default"),
-            "--kernel", manifest.get("kernel", {}).get("name", "distro")]
+            "--kernel", manifest.get("kernel", {}).get("arg") or manifest.get("kernel", {}).get("name", "distro")]
     base = {k: p["default"] for k, p in repro.params.items()}
     if preset and preset in repro.presets:
         argv += ["--preset", preset]

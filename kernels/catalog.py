@@ -11,6 +11,7 @@ import re
 from krig import KERNEL_DIR
 from krig.config import load_toml, optional, reject_unknown
 from krig.errors import UsageError
+from .given import is_given, load_given
 from .kernel import Kernel
 from .spec import load_built_kernel
 
@@ -43,7 +44,11 @@ def is_distro(data: dict) -> bool:
     return data.get("source", None if "extends" in data else "distro") == "distro"
 
 
-def load_kernel(name: str) -> Kernel:
+def load_kernel(name: str, build: bool = False, log=print) -> Kernel:
+    """A kernel by toml name, or any form kernels/given.py reads (a path, TREE@REF, ...,series=).
+    build: build a given git kernel or series that is not built yet (krig run, krig validate)."""
+    if is_given(name):
+        return load_given(name, build, log)
     path = KERNEL_DIR / f"{name}.toml"
     if not path.exists():
         raise UsageError(f"--kernel {name!r}: unknown kernel; allowed: {', '.join(kernel_names()) or '(none)'}")

@@ -20,13 +20,12 @@ import os
 import pathlib
 import shutil
 import subprocess
-import tempfile
 import time
 
 from krig import KERNEL_DIR
 from krig.errors import KrigError
 from krig.paths import cache_dir
-from .incremental import apply_patch, ensure_pristine, patch_targets
+from .incremental import apply_to_copies, ensure_pristine
 from .spec import DEFAULT_TARBALL, tarball_sha256
 
 CULPRIT = "vfs: do not prune a removed directory's children in vfs_rmdir() (demo regression)"
@@ -92,17 +91,9 @@ def make_demo_repo(log=print) -> tuple[pathlib.Path, dict]:
                                  capture_output=True, check=True).stdout
             _put(tmp, what, old + text.encode())
         else:
-            patch = sorted((KERNEL_DIR / "patches" / what).glob("*.patch"))
-            with tempfile.TemporaryDirectory() as td:
-                files = [f for p in patch for f in patch_targets(p)]
-                for f in files:
-                    dst = pathlib.Path(td, f)
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(pristine / f, dst)
-                for p in patch:
-                    apply_patch(pathlib.Path(td), p, f"kernels/patches/{what}/{p.name}", {})
-                for f in files:
-                    _put(tmp, f, pathlib.Path(td, f).read_bytes())
+            patches = [(what, p) for p in sorted((KERNEL_DIR / "patches" / what).glob("*.patch"))]
+            for f, data in apply_to_copies(lambda rel: (pristine / rel).read_bytes(), patches).items():
+                _put(tmp, f, data)
         commits.append(_commit(tmp, msg, commits[-1], i))
         if msg == CULPRIT:
             culprit = commits[-1]

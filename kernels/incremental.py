@@ -27,8 +27,10 @@ import pathlib
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 
+from krig import KERNEL_DIR
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
@@ -285,6 +287,15 @@ def patch_error(label: str, output: str) -> str:
     return f"{label} does not apply: {failed[0]}{more}"
 
 
+def patch_label(series: str, patch: pathlib.Path) -> str:
+    """How a patch is named in a one-line error: kernels/patches/<series>/<file> for a kernel
+    toml's series, `<mbox>: patch <file>` for a series given on the command line."""
+    try:
+        return f"kernels/{patch.resolve().relative_to(KERNEL_DIR.resolve())}"
+    except ValueError:
+        return f"{series}: patch {patch.name}"
+
+
 def apply_patch(tree: pathlib.Path, patch: pathlib.Path, label: str, state: dict) -> None:
     """Dry-run, then apply; files touched are recorded in state (modified/created)."""
     argv = ["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-d", str(tree), "-i", str(patch)]
@@ -298,6 +309,28 @@ def apply_patch(tree: pathlib.Path, patch: pathlib.Path, label: str, state: dict
     p = subprocess.run(argv, capture_output=True, text=True)
     if p.returncode != 0:
         raise UsageError(patch_error(label, p.stdout + p.stderr))
+
+
+def apply_to_copies(read, patches: list) -> dict:
+    """Apply [(series, patch)] in order to copies of the files they touch, read from
+    read(rel) -> bytes or None (no such file), in a temporary directory: no tree is
+    touched. Returns {rel: the patched bytes, or None if the series removed it}.
+    A patch that does not apply is one line naming it and the file or hunk."""
+    with tempfile.TemporaryDirectory(prefix="krig-apply-") as td:
+        td = pathlib.Path(td)
+        rels = []
+        for _, p in patches:
+            for rel in patch_targets(p):
+                if rel in rels:
+                    continue
+                rels.append(rel)
+                data = read(rel)
+                if data is not None:
+                    (td / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (td / rel).write_bytes(data)
+        for series, p in patches:
+            apply_patch(td, p, patch_label(series, p), {})
+        return {rel: (td / rel).read_bytes() if (td / rel).is_file() else None for rel in rels}
 
 
 def restore(tree: pathlib.Path, state: dict) -> None:
@@ -337,7 +370,7 @@ def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dic
     save_state(tree, state)
     for (series, patch), entry in zip(spec.patches, want):
         try:
-            apply_patch(tree, patch, f"kernels/patches/{series}/{patch.name}", state)
+            apply_patch(tree, patch, patch_label(series, patch), state)
         finally:
             save_state(tree, state)
         state["applied"].append(entry)

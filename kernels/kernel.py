@@ -4,6 +4,33 @@ import hashlib
 import pathlib
 import re
 
+# Kernel options that change how fast a kernel runs or how much memory it takes: numbers of
+# two kernels that differ in one of them are not comparable (the 0-day robot's XFS_DEBUG
+# episode). Recorded with every run (manifest.json kernel.debug_options), shown by
+# `krig compare` and `krig validate` when the two sides differ.
+DEBUG_OPTIONS = ("CONFIG_XFS_DEBUG", "CONFIG_XFS_WARN", "CONFIG_KASAN", "CONFIG_KCSAN", "CONFIG_KMSAN",
+                 "CONFIG_UBSAN", "CONFIG_KFENCE", "CONFIG_LOCKDEP", "CONFIG_PROVE_LOCKING",
+                 "CONFIG_DEBUG_LOCK_ALLOC", "CONFIG_LOCK_STAT", "CONFIG_DEBUG_PAGEALLOC",
+                 "CONFIG_SLUB_DEBUG_ON", "CONFIG_DEBUG_KMEMLEAK", "CONFIG_DEBUG_OBJECTS", "CONFIG_DEBUG_VM",
+                 "CONFIG_DEBUG_LIST", "CONFIG_DEBUG_ATOMIC_SLEEP", "CONFIG_PAGE_POISONING",
+                 "CONFIG_DEBUG_SPINLOCK", "CONFIG_DEBUG_MUTEXES", "CONFIG_PREEMPT", "CONFIG_HZ")
+
+
+def debug_options(config: pathlib.Path | None) -> dict | None:
+    """{option: value} of DEBUG_OPTIONS in a .config ('n' when not set); None without a config."""
+    try:
+        text = config.read_text(errors="replace") if config else None
+    except OSError:
+        text = None
+    if text is None:
+        return None
+    found = {}
+    for line in text.splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key in DEBUG_OPTIONS:
+            found[key] = value.strip('"')
+    return {k: found.get(k, "n") for k in DEBUG_OPTIONS}
+
 
 @dataclasses.dataclass
 class Kernel:
@@ -14,6 +41,9 @@ class Kernel:
     config: pathlib.Path | None
     cmdline: list[str]
     description: str = ""
+    arg: str | None = None             # what was given to --kernel, when not a kernels/<name>.toml name
+    git: dict | None = None            # {"repository", "commit", "branch"} when it came from a git tree
+    series: dict | None = None         # the provenance of a patch series applied on top (kernels/series.py)
 
     @property
     def kernel_id(self) -> str:
@@ -32,5 +62,7 @@ class Kernel:
             "modules_dir": str(self.modules_dir) if self.modules_dir else None,
             "config": str(self.config) if self.config else None,
             "config_sha256_16": self.config_hash(), "extra_cmdline": self.cmdline,
-            "description": self.description,
+            "description": self.description, "arg": self.arg,
+            "debug_options": debug_options(self.config),
+            **({"git": self.git} if self.git else {}),
         }

@@ -16,6 +16,7 @@ user names, key and known_hosts paths, this machine's name and home) never
 enter the bundle: the password is never in a run directory (rigs/ipmi_spec.py),
 and every other value is replaced by a placeholder in every text file of run/.
 """
+import hashlib
 import io
 import json
 import os
@@ -30,6 +31,7 @@ from .config import load_toml, toml_value
 from analysis.summary import reproduce_argv
 from rigs import rig_path
 from .errors import UsageError
+from .paths import cache_dir
 from .reproducer import load_reproducer
 from .rundir import MANIFEST, VERDICT, RunDir
 
@@ -49,7 +51,7 @@ GENERIC_USERS = {"root", "admin", "user"}
 BINARY_SUFFIXES = {".png", ".dat", ".gz", ".zst", ".img"}
 
 
-def bundle(run_dir, output=None, with_trace: bool = False, log=print) -> pathlib.Path:
+def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kernel: bool = False) -> pathlib.Path:
     run = RunDir(run_dir)
     run_dir = run.dir
     for name in (MANIFEST, VERDICT):
@@ -70,7 +72,9 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print) -> pathlib
         "rig": {"name": manifest.get("rig", {}).get("name"), "kind": manifest.get("rig", {}).get("kind")},
         "verdict": verdict.get("verdict"), "reason": verdict.get("reason"),
         "krig_revision": manifest.get("krig_revision"), "bundled": stamp, "with_trace": with_trace,
+        "series": manifest.get("series"), "with_kernel": with_kernel,
     }
+    image = _kernel_image(manifest.get("kernel") or {}) if with_kernel else None
     trace = run_dir / TRACE
     with tarfile.open(out, "w:gz") as tar:
         def add_bytes(name, data: bytes, mode=0o644):
@@ -88,8 +92,19 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print) -> pathlib
         add_text("rig.toml", rig_toml(_rig_spec(manifest.get("rig") or {}), manifest.get("rig") or {}))
         for src in sorted(_sources(REPRO_DIR / repro.name)) + sorted(_sources(REPRO_DIR / "lib")):
             tar.add(src, f"{top}/reproducer/{src.relative_to(REPRO_DIR)}", recursive=False)
-        for name, path in kernel_files(manifest.get("kernel") or {}):
+        for name, path in kernel_files(manifest.get("kernel") or {}, manifest.get("series")):
             tar.add(path, f"{top}/kernel/{name}", recursive=False)
+        if image is not None:
+            cfg = (manifest.get("kernel") or {}).get("config")
+            sums = [(image, "image")] + ([(pathlib.Path(cfg), "config")] if cfg and pathlib.Path(cfg).is_file() else [])
+            tar.add(image, f"{top}/kernel/image", recursive=False)
+            mods = pathlib.Path((manifest.get("kernel") or {}).get("modules_dir") or "/nonexistent")
+            for f in sorted(mods.rglob("*")) if mods.is_dir() else []:
+                if f.is_file() and not f.is_symlink():
+                    rel = f"modules/{f.relative_to(mods)}"
+                    tar.add(f, f"{top}/kernel/{rel}", recursive=False)
+                    sums.append((f, rel))
+            add_bytes("kernel/SHA256SUMS", "".join(f"{_sha256(f)}  {name}\n" for f, name in sums).encode())
         for f in sorted(run_dir.iterdir()):
             if not f.is_file() or (f.name == TRACE and not with_trace):
                 continue
@@ -98,11 +113,28 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print) -> pathlib
             else:
                 add_text(f"run/{f.name}", f.read_text(errors="replace"))
     size = out.stat().st_size
-    msg = f"bundle: {out} ({_human(size)})"
+    msg = f"bundle: {out} ({_human(size)})" + (f", with the kernel image ({_human(image.stat().st_size)})"
+                                                if image is not None else "")
     if trace.exists() and not with_trace:
         msg += f"; trace.dat ({_human(trace.stat().st_size)}) left out (--with-trace adds it)"
     log(msg)
     return out
+
+
+def _kernel_image(k: dict) -> pathlib.Path:
+    image = pathlib.Path(k.get("image") or "")
+    if not image.is_file():
+        raise UsageError(f"--with-kernel: the run's kernel image {image} is gone (rebuild the kernel, or "
+                         "bundle without --with-kernel)")
+    return image
+
+
+def _sha256(path: pathlib.Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _sources(d: pathlib.Path):
@@ -221,7 +253,8 @@ def rig_toml(rig: dict, described: dict) -> str:
 
 def kernel_identity(k: dict) -> dict:
     """What the kernel was: its name and release, and the distro package or the toml it was built from."""
-    out = {key: k.get(key) for key in ("name", "release", "config_sha256_16", "extra_cmdline", "description")}
+    out = {key: k.get(key) for key in ("name", "release", "config_sha256_16", "extra_cmdline", "description",
+                                       "arg", "git", "debug_options")}
     image = k.get("image")
     if image and image.startswith("/boot/"):
         pkg = _dpkg(["dpkg-query", "-S", image])
@@ -243,9 +276,13 @@ def _dpkg(argv) -> str | None:
     return p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else None
 
 
-def kernel_files(k: dict) -> list[tuple[str, pathlib.Path]]:
-    """(name in kernel/, path): the .config, the toml and those it extends, patches, fragments."""
+def kernel_files(k: dict, series: dict | None = None) -> list[tuple[str, pathlib.Path]]:
+    """(name in kernel/, path): the .config, the toml and those it extends, patches, fragments,
+    and a series given on the command line (kernel/series/, from krig's series cache)."""
     out = []
+    if series and series.get("patchset_hash"):
+        store = cache_dir("series") / series["patchset_hash"][:16]
+        out += [(f"series/{p.name}", p) for p in sorted(store.glob("*.patch"))]
     cfg = k.get("config")
     if cfg and pathlib.Path(cfg).is_file():
         out.append(("config", pathlib.Path(cfg)))

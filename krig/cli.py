@@ -84,8 +84,21 @@ def cmd_list(a) -> int:
 
 def cmd_bundle(a) -> int:
     from .bundle import bundle
-    bundle(a.run_dir, a.output, a.with_trace)
+    bundle(a.run_dir, a.output, a.with_trace, with_kernel=a.with_kernel)
     return 0
+
+
+def cmd_reproduce(a) -> int:
+    from .reproduce import reproduce
+    return reproduce(a.bundle, a.kernel, a.rig)
+
+
+def cmd_validate(a) -> int:
+    from .validate import format_answer, validate
+    vdir, state, code = validate(a.reproducer, a.base, a.series, a.repeat, a.rig, a.preset, a.set or [],
+                                 a.output, a.sender)
+    print(format_answer(vdir, state))
+    return code
 
 
 def cmd_qualify(a) -> int:
@@ -100,7 +113,8 @@ def cmd_lab(a) -> int:
 
 def cmd_compare(a) -> int:
     from .compare import main as compare_main
-    return compare_main((["--json"] if a.json else []) + (["--out", a.out] if a.out else []) + a.args)
+    return compare_main((["--json"] if a.json else []) + (["--out", a.out] if a.out else [])
+                        + ["--format", a.format] + a.args)
 
 
 def cmd_export_kcidb(a) -> int:
@@ -117,6 +131,25 @@ def cmd_trace_stats(a) -> int:
         raise KrigError(str(e)) from None
 
 
+KERNEL_HELP = ("the kernel (default distro): NAME of kernels/NAME.toml; PATH of a built kernel tree "
+               "(arch/x86/boot/bzImage, .config, System.map; its modules installed into krig's cache); PATH "
+               "of an image file, with ,config=FILE (else config-<release>, .config or config next to it) "
+               "and ,modules=DIR; TREE@REF, a git tree at a commit-ish that krig builds with the config of "
+               ",like=KERNEL (default linux-6.1) and caches; any buildable one with ,series=MBOX (a patch "
+               "series on top). A tree's or image's config is checked against the reproducer's config "
+               "fragment before booting. Example: ~/linux@v6.1,like=tiny-6.1")
+VALIDATE_EPILOG = """answers and exit codes:
+    0 fixed                    base FAILs, base+series PASSes, judged metrics significantly better
+                               (with under 4 runs a side: on the verdicts alone, and says so)
+    1 not fixed                base+series FAILs like the base
+    2 (bad input)              one line naming the field; nothing ran
+    3 inconclusive             runs not judged (ERROR, SKIP, ...), mixed verdicts, or no significant change
+    4 base does not reproduce  the base must FAIL first
+    5 regressed                a threshold crossed only with the series, or it crashed/hung only with it
+  130 (interrupted)            the same command finishes it
+writes validate.json, reply.mbox and reply.txt in the validation directory (see docs/validate.md)"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     codes = "\n".join(f"  {c:3d} {v:12s} {m}" for v, (c, m) in VERDICTS.items())
     p = _Parser(prog="krig", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -127,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("reproducer", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
     r.add_argument("--rig", default="qemu-default", help="rig name (rigs/<RIG>.toml) or a rig file's path "
                    "(default qemu-default)")
-    r.add_argument("--kernel", default="distro", help="kernel name (kernels/<KERNEL>.toml; default distro)")
+    r.add_argument("--kernel", default="distro", metavar="KERNEL", help=KERNEL_HELP)
     r.add_argument("--preset", default=None, help="one of the reproducer's presets (default: its defaults)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a parameter (repeatable; default none)")
@@ -144,8 +177,38 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bundle", help="one tarball of a run that a stranger reruns with its reproduce.sh")
     b.add_argument("run_dir", help="a run directory")
     b.add_argument("--with-trace", action="store_true", help="include trace.dat (left out by default)")
+    b.add_argument("--with-kernel", action="store_true",
+                   help="include the kernel image, its config and their sha256 sums (left out by default)")
     b.add_argument("-o", "--output", metavar="FILE", help="default: ./krig-bundle-<repro>-<time>.tar.gz")
     b.set_defaults(func=cmd_bundle)
+    rr = sub.add_parser("reproduce", help="rerun a bundle from its data (bundle.json, run-args); runs no file "
+                        "from the bundle")
+    rr.add_argument("bundle", metavar="BUNDLE.tar.gz", help="a bundle written by krig bundle")
+    rr.add_argument("--kernel", metavar="KERNEL", help="the kernel to run (default: the bundle's kernel argument "
+                    "or name; a bundled image with --with-kernel is used only when given as bundled)")
+    rr.add_argument("--rig", default="qemu-default", metavar="RIG", help="the rig (default qemu-default)")
+    rr.set_defaults(func=cmd_reproduce)
+    v = sub.add_parser("validate", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       help="does a patch series fix a reproducer's regression? base vs base+series, a reply",
+                       epilog=VALIDATE_EPILOG)
+    v.add_argument("reproducer", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
+    v.add_argument("--base", required=True, metavar="KERNEL",
+                   help="the kernel the series applies to: a built kernel toml (tiny-6.1) or TREE@REF "
+                   "(TREE@ = the series' base-commit), with ,like=KERNEL for a git tree's config")
+    v.add_argument("--series", required=True, metavar="MBOX",
+                   help="the series: an mbox (git format-patch --cover-letter, b4 am, a list thread; .gz too) "
+                   "or a directory of patches")
+    v.add_argument("--repeat", type=int, default=4, metavar="N",
+                   help="runs a side, alternating (default 4, the fewest that can be significant)")
+    v.add_argument("--rig", default="qemu-default", metavar="RIG", help="default qemu-default")
+    v.add_argument("--preset", default=None, help="the reproducer's preset (default: its defaults)")
+    v.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a parameter on both sides (repeatable; default none)")
+    v.add_argument("-o", "--output", metavar="DIR",
+                   help="the validation directory (default results/validate/<repro>-<patchset>-<key>)")
+    v.add_argument("--from", dest="sender", metavar="'NAME <ADDR>'",
+                   help="the reply's sender and Tested-by (default: git config user.name/user.email)")
+    v.set_defaults(func=cmd_validate)
     q = sub.add_parser("qualify", help="run a qualification suite: reproducers x kernels x rigs x repeats")
     q.add_argument("suite", metavar="SUITE.toml", help="a qualification suite file (e.g. qualify/smoke.toml)")
     q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
@@ -166,8 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
     ls.set_defaults(func=cmd_list)
     cmp = sub.add_parser("compare", help="compare runs or groups of two kernels: krig compare BASE... -- NEW...",
-                         usage="krig compare [--json] [--out DIR] BASE... -- NEW...")
+                         usage="krig compare [--json | --format text|lkp] [--out DIR] BASE... -- NEW...")
     cmp.add_argument("--json", action="store_true", help="the comparison as JSON (default: text)")
+    cmp.add_argument("--format", choices=("text", "lkp"), default="text",
+                     help="text (default), or lkp: the 0-day robot's %%stddev %%change table, 72 columns")
     cmp.add_argument("--out", metavar="DIR", help="where compare.html goes (default results/compare/<repro>-<time>)")
     cmp.add_argument("args", nargs=argparse.REMAINDER, help="run or group directories, BASE... -- NEW...")
     cmp.set_defaults(func=cmd_compare)

@@ -23,6 +23,7 @@ import sys
 from analysis.compare_html import write_compare_html
 from analysis.stats import ALPHA, TEST, change_pct, compare_samples, describe, direction, min_n_per_side, min_p
 from analysis.summary import threshold_id, threshold_results
+from analysis.lkp import format_lkp
 
 from . import RESULTS_DIR
 from .check import load_analyzer
@@ -34,12 +35,14 @@ from .rundir import MANIFEST, RunDir
 from .verdict import JUDGED
 
 WIDTH = 100
-USAGE = "usage: krig compare [--json] [--out DIR] BASE... -- NEW... (run or group directories)"
+USAGE = ("usage: krig compare [--json | --format text|lkp] [--out DIR] BASE... -- NEW... "
+         "(run or group directories)")
+FORMATS = ("text", "lkp")
 
 
 def parse_args(tokens: list) -> dict:
     """The compare command's own argv: options, BASE dirs, `--`, NEW dirs."""
-    opts, sides, i = {"json": False, "out": None}, [[], []], 0
+    opts, sides, i = {"json": False, "out": None, "format": "text"}, [[], []], 0
     side = 0
     while i < len(tokens):
         t = tokens[i]
@@ -47,6 +50,11 @@ def parse_args(tokens: list) -> dict:
             side = 1
         elif t == "--json":
             opts["json"] = True
+        elif t == "--format":
+            if i + 1 >= len(tokens) or tokens[i + 1] not in FORMATS:
+                raise UsageError(f"--format: one of {', '.join(FORMATS)}")
+            opts["format"] = tokens[i + 1]
+            i += 1
         elif t == "--out":
             if i + 1 >= len(tokens):
                 raise UsageError("--out: needs a directory")
@@ -141,6 +149,35 @@ def _thresholds(repro, base: list, new: list) -> list:
     return rows
 
 
+def _facts(man: dict) -> dict:
+    """The facts of one run that make its numbers incomparable with another's when they differ."""
+    out = {}
+    for k, v in ((man.get("kernel") or {}).get("debug_options") or {}).items():
+        out[k] = v
+    for where, cpu in (("machine", (man.get("machine") or {}).get("cpu")), ("host", man.get("host_cpu"))):
+        for k, v in (cpu or {}).items():
+            if k != "mhz":          # the current clock moves with load; governor and turbo decide it
+                out[f"{where} cpu {k}"] = v
+    return out
+
+
+def differences(base: list, new: list) -> list:
+    """'CONFIG_XFS_DEBUG: BASE n, NEW y' for every recorded fact the two sides do not share."""
+    sides = []
+    for runs in (base, new):
+        vals = {}
+        for _, _, m in runs:
+            for k, v in _facts(m).items():
+                vals.setdefault(k, set()).add("-" if v is None else str(v))
+        sides.append(vals)
+    out = []
+    for k in sorted(set(sides[0]) & set(sides[1])):
+        b, n = sorted(sides[0][k]), sorted(sides[1][k])
+        if b != n:
+            out.append(f"{k}: BASE {'/'.join(b)}, NEW {'/'.join(n)}")
+    return out
+
+
 def compare(base_paths: list, new_paths: list) -> dict:
     base, new = load_side("BASE", base_paths), load_side("NEW", new_paths)
     warnings = check_same(base, new)
@@ -160,6 +197,7 @@ def compare(base_paths: list, new_paths: list) -> dict:
         rows.append({"metric": name, "unit": meta["unit"], "better": meta["better"], "base": b, "new": n,
                      "change_pct": ch, "direction": way, **test, "min_change_pct": floor,
                      "material": material,
+                     "values": {"base": bvals.get(name, []), "new": nvals.get(name, [])},
                      # what the change is called: better/worse only when significant and material
                      "verdict": (way if material else "small") if test["significant"] and
                      way in ("better", "worse") else ""})
@@ -167,6 +205,7 @@ def compare(base_paths: list, new_paths: list) -> dict:
             "test": TEST, "alpha": ALPHA, "min_n_per_side": min_n_per_side(),
             "base": {**_side_info(base), "outcome": side_outcome(repro, base)},
             "new": {**_side_info(new), "outcome": side_outcome(repro, new)}, "warnings": warnings,
+            "differences": differences(base, new),
             "metrics": rows, "thresholds": _thresholds(repro, base, new),
             "_runs": {"base": [d for d, v, _ in base if v in JUDGED], "new": [d for d, v, _ in new if v in JUDGED]}}
 
@@ -207,6 +246,7 @@ def format_text(res: dict) -> str:
         if side.get("outcome"):
             out.append(f"{label + ':':5s} {side['outcome']}")
     out += [f"warning: {w}" for w in res["warnings"]]
+    out += [f"differs (numbers may not be comparable): {d}" for d in res["differences"]]
     out += ["", f"{'':26s} {'BASE, n=' + str(b['judged']):^24s} {'NEW, n=' + str(n['judged']):^24s}",
             f"{'metric':26s} {'median':>8s} {'min-max':>15s} {'median':>8s} {'min-max':>15s} "
             f"{'change':>8s} {'p':>6s} {'':7s}"]
@@ -260,6 +300,8 @@ def main(tokens: list) -> int:
         print(f"krig: compare: {note}", file=sys.stderr)
     if opts["json"]:
         print(json.dumps(public, indent=1))
+    elif opts["format"] == "lkp":
+        print(format_lkp(res))
     else:
         print(format_text(res))
         print(f"\ncompare.html: {out / 'compare.html'}")

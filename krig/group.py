@@ -111,7 +111,7 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
-    kernel = load_kernel(kernel_name)
+    kernel = load_kernel(kernel_name, build=True, log=log)
     asked = {"reproducer": repro.name, "rig": rig.name, "kernel": kernel_name, "kernel_id": kernel.kernel_id,
              "preset": preset, "params": json.loads(json.dumps(params, default=str))}
     if group_dir is None:
@@ -130,7 +130,7 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
         raise UsageError(f"--group {gdir}: not empty and has no {GROUP_FILE}")
     else:
         gdir.mkdir(parents=True, exist_ok=True)
-        group = {"kind": "krig-group", **asked, "created": now()}
+        group = {"kind": "krig-group", **asked, "series": kernel.series, "created": now()}
     group["repeat"] = repeat
     runs = group_runs(gdir)
     busy = [d.name for d, v in runs if v == "RUNNING"]

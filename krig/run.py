@@ -5,6 +5,7 @@ Never branches on the kind of rig: only the protocols of rigs/protocol.py.
 import os
 import pathlib
 import signal
+import subprocess
 import time
 
 from . import RESULTS_DIR, ROOT
@@ -12,6 +13,7 @@ from .check import check
 from .errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
 from .hostload import HostSampler
 from kernels.catalog import load_kernel
+from kernels.given import check_config
 from .paths import owner_record
 from .preflight import preflight
 from .reproducer import load_reproducer
@@ -32,17 +34,18 @@ def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "dis
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
-    kernel = load_kernel(kernel_name)
+    kernel = load_kernel(kernel_name, build=True, log=log)
+    check_config(kernel, repro.name)
     host = preflight(rig, repro, results_root, collect, preset)
 
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
     manifest = {
         "reproducer": repro.name, "preset": preset, "params": params,
-        "kernel": kernel.describe(), "rig": rig.describe(),
+        "kernel": kernel.describe(), "series": kernel.series, "rig": rig.describe(),
         "krig_revision": git_revision(), "started": now(), "ended": None,
         "status": "running", "complete": False, "outcome": None, "reason": None, "collect": collect,
-        "owner": owner_record(), "preflight": host,
+        "owner": owner_record(), "preflight": host, "host_cpu": host_cpu(),
     }
     write_json(run_dir / "manifest.json", manifest)
     log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
@@ -127,6 +130,33 @@ def _save_partial(rig, run_dir):
 
 
 CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
+# What makes a machine's numbers incomparable with another's (a lab server's clock policy):
+# model, cpufreq governor, turbo (intel_pstate no_turbo, or cpufreq boost), current MHz.
+CPU_FACTS = ("sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1; "
+             "cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null || echo -; "
+             "if [ -r /sys/devices/system/cpu/intel_pstate/no_turbo ]; then "
+             "[ \"$(cat /sys/devices/system/cpu/intel_pstate/no_turbo)\" = 0 ] && echo on || echo off; "
+             "elif [ -r /sys/devices/system/cpu/cpufreq/boost ]; then "
+             "[ \"$(cat /sys/devices/system/cpu/cpufreq/boost)\" = 1 ] && echo on || echo off; else echo -; fi; "
+             "awk -F: '/^cpu MHz/ {s += $2; n++} END {if (n) printf \"%.0f\\n\", s / n; else print \"-\"}' "
+             "/proc/cpuinfo")
+
+
+def host_cpu() -> dict:
+    """CPU_FACTS of the host krig runs on (what an emulated machine's speed rests on)."""
+    try:
+        p = subprocess.run(["bash", "-c", CPU_FACTS], capture_output=True, text=True, timeout=FACTS_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return cpu_facts([])
+    return cpu_facts(p.stdout.splitlines())
+
+
+def cpu_facts(lines: list) -> dict:
+    """CPU_FACTS' four lines -> {model, governor, turbo, mhz} (None for what the machine does not say)."""
+    vals = [(ln.strip() if ln.strip() not in ("", "-") else None) for ln in (lines + [""] * 4)[:4]]
+    mhz = vals[3]
+    return {"model": vals[0], "governor": vals[1], "turbo": vals[2],
+            "mhz": int(mhz) if mhz and mhz.isdigit() else None}
 
 
 def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
@@ -137,7 +167,8 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     log(f"krig: booted in {time.monotonic() - t0:.1f}s ({rig.facts().get('accel', rig.kind)})")
     facts = rig.command.run(["bash", "-c", 'uname -r; cat /proc/cmdline; nproc; '
                              'awk "/^MemTotal:/ {print \\$2}" /proc/meminfo; '
-                             f'cat {CLOCKSOURCE} 2>/dev/null || echo unknown'], timeout=FACTS_TIMEOUT)
+                             f'cat {CLOCKSOURCE} 2>/dev/null || echo unknown; {CPU_FACTS}'],
+                            timeout=FACTS_TIMEOUT)
     lines = facts.stdout.decode(errors="replace").splitlines()
     if facts.returncode != 0 or len(lines) < 4:
         return "error", f"could not read the machine's facts: {facts.stderr.decode(errors='replace').strip()}"
@@ -145,7 +176,8 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     # the clock every trace event and sample reads (HPET under TCG unless the rig says tsc)
     manifest["machine"] = {"release": release, "cmdline": cmdline, "cpus": int(ncpu),
                            "mem_total_bytes": int(memkb) * 1024,
-                           "clocksource": lines[4] if len(lines) > 4 else "unknown"}
+                           "clocksource": lines[4] if len(lines) > 4 else "unknown",
+                           "cpu": cpu_facts(lines[5:])}
     write_json(run_dir / "manifest.json", manifest)
     if release != kernel.release:
         return "error", f"machine runs kernel {release}, not the {kernel.release} asked for"

@@ -5,12 +5,17 @@ directory and reruns it there with reproduce.sh (two selftest-pass boots). A see
 smoke run is bundled and rerun in tests/test_smoke.py (test_bundle_reproduces);
 an IPMI run's bundle is grepped for the rig's secrets in tests/test_qualify_ipmi.py.
 """
+import hashlib
 import json
+import os
+import pathlib
+import subprocess
+import tarfile
 
 import pytest
 
-from bundle_checks import bundle_and_rerun, check_rerun
-from conftest import krig_run, qemu_pids, run_dir_of
+from bundle_checks import bundle_and_rerun, check_rerun, unpack
+from conftest import KRIG, ROOT, build_kernels, krig_run, qemu_pids, run_dir_of
 from krig.bundle import identity_substitutions, rig_toml, scrub
 
 
@@ -71,3 +76,38 @@ def test_bundle_bad_input_is_one_line(tmp_path, krig_cli):
     p = krig_cli("bundle", str(tmp_path))
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip().count("\n") == 0 and "not a judged run directory" in p.stderr
+
+
+@pytest.mark.guest
+@pytest.mark.kbuild
+def test_reproduce_runs_nothing_from_the_bundle(tmp_path):
+    """A bundle of a tiny-6.1 run with the kernel in it, its reproduce.sh replaced by a script that
+    writes a marker file: `krig reproduce --kernel bundled` reruns it and the marker never appears."""
+    build_kernels("tiny-6.1")
+    p = krig_run(tmp_path, "selftest-pass", "--kernel", "tiny-6.1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    run_dir = run_dir_of(p)
+    out = tmp_path / "b.tar.gz"
+    b = subprocess.run(KRIG + ["bundle", str(run_dir), "--with-kernel", "-o", str(out)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120)
+    assert b.returncode == 0 and "with the kernel image" in b.stdout, b.stdout + b.stderr
+    man = json.loads((run_dir / "manifest.json").read_text())
+    top = unpack(out, tmp_path / "unpacked")
+    sums = dict(reversed(ln.split("  ")) for ln in (top / "kernel/SHA256SUMS").read_text().splitlines())
+    assert sums["image"] == hashlib.sha256(pathlib.Path(man["kernel"]["image"]).read_bytes()).hexdigest()
+    assert sums["config"] == hashlib.sha256(pathlib.Path(man["kernel"]["config"]).read_bytes()).hexdigest()
+    assert json.loads((top / "bundle.json").read_text())["kernel"]["debug_options"]["CONFIG_KASAN"] == "n"
+    marker = tmp_path / "MARKER"
+    (top / "reproduce.sh").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as t:
+        t.add(top, top.name)
+    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "rerun")}
+    r = subprocess.run(KRIG + ["reproduce", str(evil), "--kernel", "bundled"], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=900, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "bundled: PASS" in r.stdout and "rerun:   PASS (rig qemu-default)" in r.stdout
+    assert not marker.exists()
+    (rerun,) = list((tmp_path / "rerun").glob("selftest-pass/*/qemu-default/*/manifest.json"))
+    assert json.loads(rerun.read_text())["machine"]["release"] == man["machine"]["release"]
+    assert not qemu_pids(str(tmp_path))

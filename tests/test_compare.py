@@ -200,8 +200,12 @@ def test_different_rig_is_a_warning_and_json_and_html(tmp_path):
 
 
 def test_parse_args():
-    assert parse_args(["a", "b", "--", "c"]) == {"json": False, "out": None, "base": ["a", "b"], "new": ["c"]}
+    assert parse_args(["a", "b", "--", "c"]) == {"json": False, "out": None, "format": "text", "base": ["a", "b"],
+                                                 "new": ["c"]}
     assert parse_args(["a", "--", "c", "--json"])["json"]
+    assert parse_args(["--format", "lkp", "a", "--", "c"])["format"] == "lkp"
+    with pytest.raises(UsageError, match="--format: one of text, lkp"):
+        parse_args(["--format", "html", "a", "--", "c"])
     with pytest.raises(UsageError):
         parse_args(["a", "--", "c", "--what"])
 

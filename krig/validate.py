@@ -1,0 +1,269 @@
+"""`krig validate REPRO --base KERNEL --series MBOX`: does this series fix it, on this machine?
+
+Builds the base kernel and base + series (kernels/given.py, kernels/series.py; cached
+like every built kernel), runs the reproducer on them alternately, N runs each (two
+groups, krig/group.py: base/ and new/ in the validation directory), compares them
+(krig/compare.py) and answers one of:
+
+    fixed                   0  every base run FAILs, every patched run PASSes, and each metric
+                               of a threshold the base crossed changes significantly in the
+                               better direction (with fewer than 4 runs a side no test can be
+                               significant: the answer then rests on the verdicts and says so)
+    not fixed               1  the base FAILs and so does every patched run
+    (bad input)             2  one line naming the field; nothing ran
+    inconclusive            3  runs that were not judged (ERROR, SKIP, ...), mixed verdicts, or
+                               verdicts that flip with metrics that do not move significantly
+    base does not reproduce 4  the base must FAIL first; it PASSed (the validation stops after
+                               the first base run that PASSes while none FAILed)
+    regressed               5  a threshold the base held is crossed with the series, or the
+                               patched kernel crashed or hung where the base did not
+    (interrupted)         130  Ctrl-C: the same command finishes it
+
+Resumable: the validation directory (default results/validate/<repro>-<patchset>-<key>/,
+the key a hash of everything asked) keeps both groups; the same command keeps every
+finished run and runs what is missing. validate.json holds the answer, reply.mbox and
+reply.txt the mail (krig/reply.py).
+"""
+import hashlib
+import json
+import pathlib
+
+from kernels.catalog import load_kernel
+from kernels.given import parse as parse_kernel
+from kernels.series import load_series
+from rigs import load_rig
+
+from . import RESULTS_DIR
+from .compare import compare
+from .config import parse_set
+from .errors import UsageError
+from .group import group_runs, run_group
+from .results import GROUP_FILE
+from .verdict import UNFINISHED as NOT_COUNTED
+from .reply import identity, write_reply
+from .reproducer import load_reproducer
+from .results import git_revision, now, write_json
+
+ANSWERS = {"fixed": 0, "not fixed": 1, "inconclusive": 3, "base does not reproduce": 4, "regressed": 5}
+DEFAULT_REPEAT = 4
+NOT_JUDGED = ("ERROR", "SKIP", "INCOMPLETE", "HUNG", "CRASHED")
+CONTENTION = "host contention:"         # krig/check.py's reason for a run the host's load moved
+
+
+def contended(gdir: pathlib.Path) -> list:
+    """The group's runs that ended ERROR on host contention (the host, not the kernel, moved them)."""
+    out = []
+    for d, v in group_runs(gdir) if gdir.is_dir() else []:
+        if v == "ERROR":
+            try:
+                reason = json.loads((d / "verdict.json").read_text()).get("reason", "")
+            except (OSError, ValueError):
+                continue
+            if reason.startswith(CONTENTION):
+                out.append(d)
+    return out
+
+
+def _run_side(repro, rig, kernel, preset, sets, want: int, repeat: int, gdir: pathlib.Path, log) -> dict:
+    """Runs until the side has `want` runs besides those lost to host contention, which are
+    replaced up to `repeat` times (a shared host under TCG; the verdict rule calls them ERROR)."""
+    while True:
+        runs = [(d, v) for d, v in group_runs(gdir) if v not in NOT_COUNTED] if gdir.is_dir() else []
+        lost = len(contended(gdir))
+        if len(runs) - lost >= want or lost > repeat:
+            return json.loads((gdir / GROUP_FILE).read_text())
+        if lost:
+            log(f"krig: {lost} run(s) in {gdir.name} lost to host contention; running another")
+        run_group(repro, rig, kernel, preset, sets, len(runs) + 1, gdir, log=log)
+
+
+def decide(res: dict, judged_metrics: list, replaced: dict | None = None) -> tuple[str, str]:
+    """A comparison (krig.compare.compare) -> (answer, the reason in one sentence).
+
+    replaced: {"base": k, "new": k}: ERROR runs lost to host contention that were run again;
+    they are left out of the counts (the rest of the side was judged without them)."""
+    b, n = dict(res["base"]["verdicts"]), dict(res["new"]["verdicts"])
+    for side, counts in (("base", b), ("new", n)):
+        k = min((replaced or {}).get(side, 0), counts.get("ERROR", 0))
+        if k:
+            counts["ERROR"] -= k
+            if not counts["ERROR"]:
+                del counts["ERROR"]
+    nb, nn = sum(b.values()), sum(n.values())
+    broke = {v: n.get(v, 0) for v in ("CRASHED", "HUNG") if n.get(v) and not b.get(v)}
+    if broke:
+        what = " and ".join(f"{v} in {k} of {nn}" for v, k in broke.items())
+        return "regressed", f"the patched kernel {what} runs, the base in none"
+    unjudged = [f"{side} {v} {counts[v]}/{total}" for side, counts, total in (("base", b, nb), ("patched", n, nn))
+                for v in NOT_JUDGED if counts.get(v)]
+    if unjudged:
+        return "inconclusive", f"runs that were not judged: {', '.join(unjudged)}"
+    if not nb or not nn:
+        return "inconclusive", "too few judged runs (none on one side)"
+    if not b.get("FAIL"):
+        return "base does not reproduce", (f"the base kernel PASSed {b.get('PASS', 0)} of {nb} runs: there is "
+                                           "nothing for the series to fix")
+    if b.get("PASS"):
+        return "inconclusive", f"mixed verdicts on the base (FAIL {b['FAIL']}/{nb}, PASS {b['PASS']}/{nb})"
+    only_new = [t for t in res["thresholds"] if t["kind"] == "regression" and t["base"]["state"] == "held"
+                and t["new"]["judged"] and t["new"]["held"] < t["new"]["judged"]]
+    if only_new:
+        t = only_new[0]
+        return "regressed", (f"{t['threshold']} is crossed with the series in {t['new']['judged'] - t['new']['held']}"
+                             f" of {t['new']['judged']} runs and held in every base run")
+    if n.get("PASS") == nn:
+        rows = [r for r in res["metrics"] if r["metric"] in judged_metrics]
+        if rows and not any(r["reachable"] for r in rows):
+            return "fixed", (f"every base run FAILed and every patched run PASSed ({nb} vs {nn} runs: too few "
+                             "for any change to be significant, so this rests on the verdicts)")
+        weak = [r for r in rows if not (r["significant"] and _better(r))]
+        if weak:
+            r = weak[0]
+            p = "-" if r["p"] is None else f"{r['p']:.3f}"
+            return "inconclusive", (f"the verdicts flip, but {r['metric']} does not change significantly "
+                                    f"for the better (p = {p})")
+        ps = ", ".join(f"{r['metric']} p = {r['p']:.3f}" for r in rows)
+        return "fixed", f"every base run FAILed, every patched run PASSed, and {ps}"
+    if n.get("FAIL") == nn:
+        return "not fixed", f"the patched kernel FAILs like the base ({nn} of {nn} runs)"
+    return "inconclusive", f"mixed verdicts with the series (FAIL {n.get('FAIL', 0)}/{nn}, PASS {n.get('PASS', 0)}/{nn})"
+
+
+def _better(row: dict) -> bool:
+    """The median moved in the metric's better direction (also from a base median of 0)."""
+    b, n = row["base"]["median"], row["new"]["median"]
+    if b is None or n is None or b == n or row["better"] not in ("lower", "higher"):
+        return False
+    return (n < b) == (row["better"] == "lower")
+
+
+def judged_metrics(res: dict) -> list:
+    """The metrics that must move for "fixed": those of the regression thresholds the base
+    crossed (else of every regression threshold), without the timing ones a busy host moves
+    (host_sensitive in repro.toml) when a threshold the host cannot move was crossed too."""
+    timing = {t.metric for t in load_reproducer(res["reproducer"]).thresholds if t.host_sensitive}
+    rows = [t for t in res["thresholds"] if t["kind"] == "regression"]
+    crossed = [t["metric"] for t in rows if t["base"]["state"] in ("crossed", "mixed")]
+    solid = [m for m in crossed if m not in timing]
+    return list(dict.fromkeys(solid or crossed or [t["metric"] for t in rows]))
+
+
+def _base_text(base: str, series: dict) -> str:
+    """TREE@ (no ref) is the series' base-commit: spelled out, so both sides name one commit."""
+    g = parse_kernel(base)
+    if "series" in g.opts:
+        raise UsageError(f"--base {base}: series= goes in --series, not in the base")
+    if g.kind == "git" and not g.ref:
+        commit = series["provenance"]["base_commit"]
+        if not commit:
+            raise UsageError(f"--base {base}: TREE@ takes the series' base-commit, and the series has no "
+                             "base-commit: line (give TREE@REF)")
+        head, _, rest = base.partition(",")
+        return f"{head}{commit}" + (f",{rest}" if rest else "")
+    if g.kind in ("tree", "image"):
+        raise UsageError(f"--base {base}: a series needs a base krig can build: a built kernel toml "
+                         "(e.g. tiny-6.1) or TREE@REF")
+    return base
+
+
+def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT_REPEAT, rig_name="qemu-default",
+             preset=None, sets=(), out=None, sender=None, log=print) -> tuple[pathlib.Path, dict, int]:
+    if repeat < 1:
+        raise UsageError(f"--repeat: {repeat} is below the minimum 1")
+    repro = load_reproducer(repro_name)
+    rig = load_rig(rig_name)
+    set_values = parse_set(list(sets))
+    params = repro.resolve_params(preset, set_values, cpus=rig.host_needs().get("cpus"))
+    who = identity(sender)
+    mbox = pathlib.Path(series_path).expanduser().resolve()
+    series = load_series(mbox, "--series", log)
+    base_text = _base_text(base, series)
+    new_text = f"{base_text},series={mbox}"
+    asked = {"reproducer": repro.name, "base": base_text, "series": str(mbox), "rig": rig.name,
+             "preset": preset, "params": json.loads(json.dumps(params, default=str))}
+    phash = series["provenance"]["patchset_hash"]
+    key = hashlib.sha256(json.dumps({**asked, "patchset": phash}, sort_keys=True).encode()).hexdigest()[:8]
+    vdir = pathlib.Path(out) if out else RESULTS_DIR / "validate" / f"{repro.name}-{phash[:12]}-{key}"
+    vfile = vdir / "validate.json"
+    state = json.loads(vfile.read_text()) if vfile.exists() else {}
+    for field, value in asked.items():
+        if state and state.get(field) != value:
+            raise UsageError(f"-o {vdir}: the validation was made for {field} {state.get(field)!r}, not {value!r}")
+    vdir.mkdir(parents=True, exist_ok=True)
+    state = {"kind": "krig-validate", **asked, **state, "repeat": repeat, "series_provenance": series["provenance"],
+             "reply_subject": series["reply_subject"], "patches": series["patch_subjects"],
+             "krig_revision": git_revision(), "updated": now()}
+    state.setdefault("created", now())
+    write_json(vfile, state)
+    log(f"krig: validating {len(series['patches'])} patch(es) {series['provenance']['subject']!r} on {base_text}"
+        f" with {repro.name}, {repeat} run(s) a side -> {vdir}")
+    # the patched kernel first: a series that does not apply stops here, before any long build
+    for text in (new_text, base_text):
+        load_kernel(text, build=True, log=log)
+    stopped = None
+    for i in range(1, repeat + 1):
+        bgroup = _run_side(repro.name, rig.name, base_text, preset, set_values, i, repeat, vdir / "base", log)
+        if bgroup["verdicts"].get("PASS") and not bgroup["verdicts"].get("FAIL") \
+                and not (vdir / "new" / "group.json").exists():
+            stopped = bgroup
+            log("krig: the base kernel PASSed: it does not reproduce the regression; stopping")
+            break
+        _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat, vdir / "new", log)
+    if stopped:
+        res = None
+        answer, reason = "base does not reproduce", ("the base kernel PASSed its first run: there is nothing "
+                                                     "for the series to fix (the base must FAIL first)")
+        judged, differences = [], []
+    else:
+        res = compare([str(vdir / "base")], [str(vdir / "new")])
+        judged = judged_metrics(res)
+        lost = {side: len(contended(vdir / side)) for side in ("base", "new")}
+        answer, reason = decide(res, judged, {k: v if v <= repeat else 0 for k, v in lost.items()})
+        differences = res["differences"]
+    state.update(answer=answer, reason=reason, judged_metrics=judged, finished=now(),
+                 base_kernel=_kernel_of(vdir / "base"), new_kernel=_kernel_of(vdir / "new"),
+                 differences=differences, command=command(repro.name, base, series_path, repeat, rig.name,
+                                                          preset, sets),
+                 comparison={k: v for k, v in res.items() if not k.startswith("_")} if res else None)
+    write_json(vfile, state)
+    write_reply(vdir, state, res, who)
+    return vdir, state, ANSWERS[answer]
+
+
+def _kernel_of(gdir: pathlib.Path) -> dict:
+    """The kernel the group's first run booted (manifest.json: release, git origin, debug options)."""
+    for d in sorted(gdir.glob("run-*")):
+        try:
+            man = json.loads((d / "manifest.json").read_text())
+        except (OSError, ValueError):
+            continue
+        k = man.get("kernel") or {}
+        return {"name": k.get("name"), "release": (man.get("machine") or {}).get("release") or k.get("release"),
+                "git": k.get("git"), "machine": man.get("machine"), "rig": man.get("rig"),
+                "rig_facts": man.get("rig_facts"),
+                "host_cpu": man.get("host_cpu")}
+    return {}
+
+
+def command(repro, base, series, repeat, rig, preset, sets) -> list:
+    argv = ["krig", "validate", repro, "--base", base, "--series", str(series)]
+    if repeat != DEFAULT_REPEAT:
+        argv += ["--repeat", str(repeat)]
+    if rig != "qemu-default":
+        argv += ["--rig", rig]
+    if preset:
+        argv += ["--preset", preset]
+    for s in sets:
+        argv += ["--set", s]
+    return argv
+
+
+def format_answer(vdir: pathlib.Path, state: dict) -> str:
+    res = state["comparison"]
+    lines = [f"{state['answer']}: {state['reason']}"]
+    if res:
+        lines += [f"base:    {res['base']['verdict_text']} ({', '.join(res['base']['releases'])})",
+                  f"patched: {res['new']['verdict_text']} ({', '.join(res['new']['releases'])})"]
+    lines += [f"differs (numbers may not be comparable): {d}" for d in state["differences"]]
+    lines += [f"reply: {vdir / 'reply.mbox'} (and reply.txt)", f"validation: {vdir}"]
+    return "\n".join(lines)

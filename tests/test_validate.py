@@ -1,0 +1,377 @@
+"""krig validate without a guest: series read by the real b4 and git, the answer rule on
+fake groups, the reply (parsed with Python's mailbox, then fed back to the real
+`b4 am -m` and `git am`), `krig compare --format lkp` against the statistics module,
+and the one-line errors (a series that does not apply, a kernel missing an option).
+The end to end run on real kernels is tests/test_validate_e2e.py."""
+import gzip
+import hashlib
+import json
+import mailbox
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from conftest import KRIG, ROOT
+from kernels.given import image_release, parse
+from kernels.series import load_series
+from krig.compare import compare
+from krig.errors import UsageError
+from krig.reply import wrap_shell, write_reply
+from krig.reproduce import parse_run_args
+from krig.validate import decide, judged_metrics
+from test_compare import fake_group
+
+B4 = str(pathlib.Path(sys.executable).with_name("b4"))      # pyproject.toml's b4, in krig's environment
+ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+       "GIT_AUTHOR_NAME": "Pat Developer", "GIT_AUTHOR_EMAIL": "pat@example.org",
+       "GIT_COMMITTER_NAME": "Pat Developer", "GIT_COMMITTER_EMAIL": "pat@example.org"}
+TESTER = ("Krig Tester", "tester@example.org")
+
+
+def git(repo, *args):
+    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=ENV)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip()
+
+
+@pytest.fixture
+def series_repo(tmp_path):
+    """A small git tree: base commit, then a two-patch series on a branch, as an mbox with a cover letter."""
+    r = tmp_path / "tree"
+    r.mkdir()
+    git(r, "init", "-q", "-b", "master")
+    (r / "fs").mkdir()
+    (r / "fs" / "namei.c").write_text("".join(f"line {i}\n" for i in range(1, 40)))
+    git(r, "add", "-A")
+    git(r, "commit", "-qm", "base")
+    base = git(r, "rev-parse", "HEAD")
+    git(r, "checkout", "-qb", "fix")
+    (r / "fs" / "namei.c").write_text((r / "fs" / "namei.c").read_text().replace("line 10\n", "line ten\n"))
+    git(r, "commit", "-qam", "vfs: spell ten")
+    (r / "fs" / "namei.c").write_text((r / "fs" / "namei.c").read_text().replace("line 30\n", "line thirty\n"))
+    git(r, "commit", "-qam", "vfs: spell thirty")
+    out = tmp_path / "patches"
+    git(r, "format-patch", "-q", "--cover-letter", "--thread", f"--base={base}", "-o", str(out), "master")
+    cover = out / "0000-cover-letter.patch"
+    cover.write_text(cover.read_text().replace("*** SUBJECT HERE ***", "vfs: spell two numbers"))
+    mbox = tmp_path / "series.mbox"
+    mbox.write_bytes(b"".join(p.read_bytes() for p in sorted(out.iterdir())))
+    return {"repo": r, "base": base, "mbox": mbox, "dir": out}
+
+
+def test_series_provenance_and_patchset_hash(series_repo, tmp_path):
+    s = load_series(series_repo["mbox"], log=lambda *a: None)
+    prov = s["provenance"]
+    cover = (series_repo["dir"] / "0000-cover-letter.patch").read_text()
+    msgid = next(ln.split(":", 1)[1].strip() for ln in cover.splitlines() if ln.lower().startswith("message-id:"))
+    assert prov["message_id"] == msgid.strip("<>")
+    assert prov["subject"] == "vfs: spell two numbers"
+    assert prov["author"] == "Pat Developer <pat@example.org>"
+    assert prov["base_commit"] == series_repo["base"]
+    assert [p.name[5:] for p in s["patches"]] == ["vfs-spell-ten.patch", "vfs-spell-thirty.patch"]
+    # KCIDB: sha256 over the newline-terminated sha256 hex of each patch, in order
+    inner = "".join(hashlib.sha256(p.read_bytes()).hexdigest() + "\n" for p in s["patches"])
+    assert prov["patchset_hash"] == hashlib.sha256(inner.encode()).hexdigest()
+    # the same series as .mbox.gz and as the directory format-patch wrote: the same patches
+    gz = tmp_path / "series.mbox.gz"
+    gz.write_bytes(gzip.compress(series_repo["mbox"].read_bytes()))
+    for other in (gz, series_repo["dir"]):
+        assert load_series(other, log=lambda *a: None)["provenance"] == prov
+
+
+def test_series_errors(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("From: a@b.c\nSubject: hello\n\nno patch here\n")
+    for path, want in ((tmp_path / "missing.mbox", "no such file"), (tmp_path / "empty", r"no \*\.patch"),
+                       (tmp_path / "notes.txt", "no patch in it")):
+        with pytest.raises(UsageError, match=want):
+            load_series(path, log=lambda *a: None)
+
+
+def test_series_that_does_not_apply_is_one_line(series_repo, tmp_path):
+    """The series on a base where its hunk's context is gone: exit 2, the patch and the hunk named."""
+    r = series_repo["repo"]
+    git(r, "checkout", "-q", "master")
+    (r / "fs" / "namei.c").write_text("".join(f"other {i}\n" for i in range(1, 40)))
+    git(r, "commit", "-qam", "rewrite namei")
+    p = subprocess.run(KRIG + ["validate", "selftest-pass", "--base", f"{r}@master,like=tiny-6.1",
+                               "--series", str(series_repo["mbox"]), "--from", "Krig Tester <tester@example.org>",
+                               "-o", str(tmp_path / "v")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 2, p.stdout + p.stderr
+    err = p.stderr.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "series.mbox: patch 0001-vfs-spell-ten.patch does not apply: fs/namei.c: hunk #1 FAILED" in err[0]
+
+
+def fake_built_tree(d, config: str, release="6.1.0-test"):
+    (d / "arch/x86/boot").mkdir(parents=True)
+    (d / "include/config").mkdir(parents=True)
+    (d / "arch/x86/boot/bzImage").write_bytes(b"\0" * 1024)
+    (d / ".config").write_text(config)
+    (d / "System.map").write_text("")
+    (d / "include/config/kernel.release").write_text(release + "\n")
+    return d
+
+
+def test_kernel_tree_missing_an_option_is_one_line(tmp_path):
+    frag = (ROOT / "reproducers/unlink-dentry-growth/config").read_text()
+    cfg = frag.replace("CONFIG_XFS_FS=y\n", "# CONFIG_XFS_FS is not set\n")
+    tree = fake_built_tree(tmp_path / "linux", cfg)
+    p = subprocess.run(KRIG + ["run", "unlink-dentry-growth", "--kernel", str(tree)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120, env={**os.environ, "KRIG_RESULTS": str(tmp_path / "r")})
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.strip() == (f"krig: error: --kernel {tree}: CONFIG_XFS_FS=y is not set in {tree}/.config, "
+                                "and reproducers/unlink-dentry-growth/config needs it")
+    assert not (tmp_path / "r").exists()          # nothing ran
+
+
+def test_kernel_argument_errors(tmp_path):
+    img = tmp_path / "bzImage"
+    img.write_bytes(b"not a kernel")
+    for text, want in ((f"{img},like=tiny-6.1", "like= does not go with a image kernel"),
+                       (f"{img}", "not an x86 bzImage"), ("tiny-6.1,colour=blue", "'colour=blue' is not an option"),
+                       (f"{tmp_path}/nothing-here", "neither a kernel name")):
+        p = subprocess.run(KRIG + ["run", "selftest-pass", "--kernel", text], capture_output=True, text=True,
+                           cwd=ROOT, timeout=120)
+        assert p.returncode == 2 and want in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_image_release_from_the_setup_header():
+    """Debian's installed kernel: the release in its header is the one in its file name."""
+    images = sorted(pathlib.Path("/boot").glob("vmlinuz-*"))
+    assert images, "make setup installs linux-image-amd64"
+    assert image_release(images[-1]) == images[-1].name[len("vmlinuz-"):]
+    assert parse(str(images[-1])).kind == "image"
+
+
+# -- the answer ----------------------------------------------------------------
+
+def _sides(tmp_path, base, new, base_verdict="FAIL", new_verdicts=None):
+    b = fake_group(tmp_path, "base", base, base_verdict)
+    n = tmp_path / "new"
+    for i, (v, verdict) in enumerate(zip(new, new_verdicts or ["PASS"] * len(new)), 1):
+        fake_group(n, f"x{i}", [v], verdict)
+        (n / f"x{i}" / "run-01").rename(n / f"run-{i:02d}")
+    (n / "group.json").write_text("{}")
+    return compare([str(b)], [str(n)])
+
+
+@pytest.mark.parametrize("base, new, base_verdict, new_verdicts, answer", [
+    ([0, 0, 0, 0], [5, 6, 7, 8], "FAIL", None, "fixed"),
+    ([0, 0], [5, 6], "FAIL", None, "fixed"),                                  # too few: the verdicts alone
+    ([0, 0, 0, 0], [0, 0, 0, 0], "FAIL", ["FAIL"] * 4, "not fixed"),
+    ([5, 5, 5, 5], [6, 6, 6, 6], "PASS", None, "base does not reproduce"),
+    ([0, 0, 0, 0], [5, 0, 6, 7], "FAIL", ["PASS", "FAIL", "PASS", "PASS"], "inconclusive"),
+    ([0, 0, 0, 0], [5, 6, 7, 8], "FAIL", ["PASS", "PASS", "ERROR", "PASS"], "inconclusive"),
+    ([0, 0, 0, 0], [5, 6, 7, 8], "FAIL", ["PASS", "PASS", "CRASHED", "PASS"], "regressed"),
+])
+def test_answers(tmp_path, base, new, base_verdict, new_verdicts, answer):
+    res = _sides(tmp_path, base, new, base_verdict, new_verdicts)
+    got, reason = decide(res, judged_metrics(res))
+    assert got == answer, reason
+    if answer == "fixed" and len(base) < 4:
+        assert "too few" in reason
+    if answer == "fixed" and len(base) >= 4:
+        assert "files_seen p = 0.0" in reason
+
+
+def test_regressed_when_a_held_threshold_is_crossed_only_with_the_series(tmp_path):
+    res = _sides(tmp_path, [0, 0, 0, 0], [0, 0, 0, 0], "FAIL", ["FAIL"] * 4)
+    for t in res["thresholds"]:
+        if t["metric"] == "answer":
+            t["base"].update(state="held", held=4, judged=4)
+            t["new"].update(state="crossed", held=0, judged=4)
+    got, reason = decide(res, judged_metrics(res))
+    assert got == "regressed" and "answer" in reason
+
+
+# -- the lkp table and the reply ----------------------------------------------------
+
+def test_compare_lkp_numbers_equal_the_runs(tmp_path):
+    b = fake_group(tmp_path, "b", [3, 5, 4, 9], "PASS")
+    n = fake_group(tmp_path, "n", [30, 50, 41, 42], "PASS")
+    p = subprocess.run(KRIG + ["compare", "--format", "lkp", "--out", str(tmp_path / "o"), str(b), "--", str(n)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    row = next(ln for ln in lines if ln.rstrip().endswith("files_seen")).split()
+    bvals, nvals = [3, 5, 4, 9], [30, 50, 41, 42]
+    assert float(row[0]) == statistics.mean(bvals) and float(row[3]) == statistics.mean(nvals)
+    assert row[1] == f"{100 * statistics.stdev(bvals) / statistics.mean(bvals):.1f}%"
+    assert row[2] == f"{100 * (statistics.mean(nvals) - statistics.mean(bvals)) / statistics.mean(bvals):+.1f}%"
+    assert row[5].startswith("0.02")                     # 4 vs 4 separated: 2/70 = 0.029
+    assert all(len(ln) <= 72 and ln.isascii() for ln in p.stdout.split("\ncompare.html")[0].splitlines())
+
+
+def _state(series, answer, reason, res, tmp_path):
+    return {"reproducer": "selftest-pass", "preset": None, "repeat": 4, "answer": answer, "reason": reason,
+            "series_provenance": series["provenance"], "reply_subject": series["reply_subject"],
+            "judged_metrics": judged_metrics(res), "differences": ["CONFIG_KASAN: BASE n, NEW y"],
+            "base_kernel": {"release": "6.1.192-krig-gabc", "git": {"repository": str(tmp_path / ("x" * 80)),
+                                                                   "commit": "a" * 40, "branch": "master"},
+                            "machine": {"cpus": 2, "mem_total_bytes": 4 << 30, "cpu": {"model": "QEMU"}},
+                            "rig": {"name": "qemu-default"}, "rig_facts": {"accel": "tcg"}},
+            "new_kernel": {"release": "6.1.192-krig-gabc-s1234"},
+            "command": ["krig", "validate", "selftest-pass", "--base", f"{tmp_path / ('y' * 90)}@master,like=tiny-6.1",
+                        "--series", str(series["source"])]}
+
+
+def test_reply_threads_parses_and_b4_takes_the_trailer(series_repo, tmp_path):
+    series = load_series(series_repo["mbox"], log=lambda *a: None)
+    res = _sides(tmp_path, [0, 0, 0, 0], [5, 6, 7, 8])
+    answer, reason = decide(res, judged_metrics(res))
+    vdir = tmp_path / "v"
+    vdir.mkdir()
+    write_reply(vdir, _state(series, answer, reason, res, tmp_path), res, TESTER)
+    msgs = list(mailbox.mbox(str(vdir / "reply.mbox")))
+    assert len(msgs) == 1
+    m = msgs[0]
+    mid = "<" + series["provenance"]["message_id"] + ">"
+    assert m["In-Reply-To"] == mid and m["References"] == mid
+    assert m["Subject"] == "Re: [PATCH 0/2] vfs: spell two numbers"
+    assert m["From"] == "Krig Tester <tester@example.org>" and "pat@example.org" in m["To"]
+    text = m.get_payload()
+    assert text == (vdir / "reply.txt").read_text()
+    assert text.isascii() and all(len(ln) <= 72 for ln in text.splitlines()), max(text.splitlines(), key=len)
+    assert "Tested-by: Krig Tester <tester@example.org>" in text.splitlines()
+    assert series["provenance"]["patchset_hash"] in text and "CONFIG_KASAN: BASE n, NEW y" in text
+    assert "files_seen" in text
+    # the developer's side: b4 am -m of the series plus the reply, then git am: commits with the trailer
+    both = tmp_path / "thread.mbox"
+    both.write_bytes(series_repo["mbox"].read_bytes() + (vdir / "reply.mbox").read_bytes())
+    p = subprocess.run([B4, "--offline-mode", "am", "-m", str(both), "-o", str(tmp_path / "am"), "-n", "s"],
+                       capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = series_repo["repo"]
+    git(r, "checkout", "-q", "-b", "applied", series_repo["base"])
+    git(r, "am", "-q", str(tmp_path / "am" / "s.mbx"))
+    bodies = git(r, "log", "--format=%B%x00", f"{series_repo['base']}..HEAD").split("\0")
+    bodies = [b for b in bodies if b.strip()]
+    assert len(bodies) == 2
+    assert all("Tested-by: Krig Tester <tester@example.org>" in b for b in bodies), bodies
+
+
+def test_reply_without_fix_has_no_tested_by(series_repo, tmp_path):
+    series = load_series(series_repo["mbox"], log=lambda *a: None)
+    res = _sides(tmp_path, [0, 0, 0, 0], [0, 0, 0, 0], "FAIL", ["FAIL"] * 4)
+    answer, reason = decide(res, judged_metrics(res))
+    assert answer == "not fixed"
+    vdir = tmp_path / "v"
+    vdir.mkdir()
+    write_reply(vdir, _state(series, answer, reason, res, tmp_path), res, TESTER)
+    text = (vdir / "reply.txt").read_text()
+    assert "Tested-by" not in text and "not fixed" in text
+
+
+def test_long_words_continue_with_a_backslash():
+    word = "/very/" + "long/" * 20 + "path@master,like=tiny-6.1"
+    lines = wrap_shell(["krig", "validate", "--base", word])
+    assert all(len(ln) <= 72 for ln in lines)
+    joined = "\n".join(lines)
+    p = subprocess.run(["bash", "-c", f"printf '%s\\n' {joined.replace('krig', 'echo', 1)}"], capture_output=True,
+                       text=True)
+    assert p.stdout.split() == ["echo", "validate", "--base", word]
+
+
+def test_reproduce_refuses_foreign_arguments():
+    assert parse_run_args(["selftest-pass", "--kernel", "distro", "--set", "timeout=60"], "b")["sets"] == \
+        ["timeout=60"]
+    for lines, want in ((["../../bin/sh"], "not one of krig's reproducers"),
+                        (["selftest-pass", "--rig", "x"], "not an argument"),
+                        (["selftest-pass", "--kernel"], "not an argument")):
+        with pytest.raises(UsageError, match=want):
+            parse_run_args(lines, "b")
+
+
+# -- the orchestration, with the groups faked (the real ones: tests/test_validate_e2e.py) ---
+
+def _fake_groups(monkeypatch, verdicts: dict):
+    """run_group/load_kernel of krig.validate replaced: each call adds fake runs up to `repeat`."""
+    from krig import validate as kv
+    from krig.group import group_runs, summarize
+    from test_compare import fake_run
+    calls = []
+
+    def run_group(repro, rig, kernel, preset, sets, repeat, gdir, log=print):
+        side = "new" if ",series=" in kernel else "base"
+        calls.append((side, repeat))
+        verdict, value = verdicts[side]
+        while len(list(gdir.glob("run-*"))) < repeat:
+            i = len(list(gdir.glob("run-*"))) + 1
+            fake_run(gdir / f"run-{i:02d}", value + i, verdict)
+        group = summarize(group_runs(gdir))
+        (gdir / "group.json").write_text(json.dumps(group))
+        return gdir, group, 0
+    monkeypatch.setattr(kv, "run_group", run_group)
+    monkeypatch.setattr(kv, "load_kernel", lambda text, build, log: None)
+    return calls
+
+
+def test_validate_alternates_the_kernels(series_repo, tmp_path, monkeypatch):
+    from krig.validate import validate
+    calls = _fake_groups(monkeypatch, {"base": ("FAIL", -100), "new": ("PASS", 10)})
+    vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
+                                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert calls == [("base", 1), ("new", 1), ("base", 2), ("new", 2), ("base", 3), ("new", 3), ("base", 4),
+                     ("new", 4)]
+    assert (state["answer"], code) == ("fixed", 0) and "files_seen p = 0.0" in state["reason"]
+    assert "Tested-by: Krig Tester <tester@example.org>" in (vdir / "reply.txt").read_text()
+    saved = json.loads((vdir / "validate.json").read_text())
+    assert saved["series_provenance"]["base_commit"] == series_repo["base"] and saved["answer"] == "fixed"
+    # the same command on the finished directory: nothing new runs, the same answer
+    calls.clear()
+    _, again, _ = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
+                           sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert again["answer"] == "fixed" and len(list((vdir / "base").glob("run-*"))) == 4
+    with pytest.raises(UsageError, match="made for base 'tiny-6.1', not 'linux-6.1'"):
+        validate("selftest-pass", "linux-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
+                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+
+
+def test_validate_stops_when_the_base_does_not_reproduce(series_repo, tmp_path, monkeypatch):
+    from krig.validate import validate
+    calls = _fake_groups(monkeypatch, {"base": ("PASS", 10), "new": ("PASS", 10)})
+    vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
+                                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert calls == [("base", 1)] and (state["answer"], code) == ("base does not reproduce", 4)
+    text = (vdir / "reply.txt").read_text()
+    assert "Tested-by" not in text and "base does not reproduce" in text
+    assert all(len(ln) <= 72 for ln in text.splitlines())
+
+
+def test_runs_lost_to_host_contention_are_run_again(series_repo, tmp_path, monkeypatch):
+    """A patched run that ended ERROR on host contention is replaced; the answer rests on the others."""
+    from krig.validate import validate
+    calls = _fake_groups(monkeypatch, {"base": ("FAIL", -100), "new": ("PASS", 10)})
+    from krig import validate as kv
+    plain = kv.run_group
+
+    def contended_once(repro, rig, kernel, preset, sets, repeat, gdir, log=print):
+        out = plain(repro, rig, kernel, preset, sets, repeat, gdir, log)
+        first = gdir / "run-01"
+        if ",series=" in kernel and repeat == 1:
+            (first / "verdict.json").write_text(json.dumps({"verdict": "ERROR", "reason": "host contention: x"}))
+        return out
+    monkeypatch.setattr(kv, "run_group", contended_once)
+    vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 2, out=tmp_path / "v",
+                                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert calls == [("base", 1), ("new", 1), ("new", 2), ("base", 2), ("new", 3)]
+    assert (state["answer"], code) == ("fixed", 0), state["reason"]
+    assert state["comparison"]["new"]["verdicts"] == {"PASS": 2, "ERROR": 1}
+
+
+def test_timing_thresholds_a_busy_host_moves_are_not_required():
+    """unlink-dentry-growth's base crossed its dentry thresholds and, on a busy host, the timing
+    one (host_sensitive): "fixed" rests on the dentry metrics."""
+    def row(metric, state):
+        return {"metric": metric, "kind": "regression", "base": {"state": state}}
+    res = {"reproducer": "unlink-dentry-growth",
+           "thresholds": [row("peak_negative_vs_inflight", "crossed"), row("end_nr_negative", "crossed"),
+                          row("trough_peak_ratio", "crossed")]}
+    assert judged_metrics(res) == ["peak_negative_vs_inflight", "end_nr_negative"]
+    res["thresholds"] = [row("peak_negative_vs_inflight", "held"), row("trough_peak_ratio", "crossed")]
+    assert judged_metrics(res) == ["trough_peak_ratio"]
