@@ -544,8 +544,9 @@ class _Files(FilesProtocol):
     def results_dir(self):
         r = self.rig
         if r._results is None:
-            if r._state != "up":
-                raise RigError(f"rig {r.name}: the server is not up; no results directory")
+            if r._state != "up" or r.wd is None:
+                why = "is not up" if r._state != "up" else "has no work directory (nothing was started)"
+                raise RigError(f"rig {r.name}: the server {why}; no results directory")
             rc, out, err = r._ssh("making the results directory",
                                   f"mktemp -d {shlex.quote(r.wd)}/out.XXXXXX", 60)
             path = out.decode(errors="replace").strip()
