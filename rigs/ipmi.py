@@ -36,8 +36,9 @@ class BootTimeout(RigError):
 
 # Programs krig itself runs on a server (the harness, the setup round trip), and the
 # Debian package of each program a server may lack (docs/lab-server.md).
-SERVER_PROGRAMS = ["bash", "tar", "awk", "sysctl", "blockdev", "mktemp"]
+SERVER_PROGRAMS = ["bash", "tar", "awk", "sysctl", "blockdev", "mktemp", "timeout", "/usr/bin/time"]
 PACKAGES = {"bash": "bash", "tar": "tar", "awk": "mawk", "sysctl": "procps", "blockdev": "util-linux",
+            "timeout": "coreutils", "/usr/bin/time": "time",
             "mktemp": "coreutils", "mkfs.xfs": "xfsprogs", "xfs_info": "xfsprogs", "xfs_io": "xfsprogs",
             "mkfs.ext4": "e2fsprogs", "trace-cmd": "trace-cmd", "fio": "fio", "kexec": "kexec-tools",
             "systemctl": "systemd", "modprobe": "kmod", "insmod": "kmod", "sudo": "sudo"}

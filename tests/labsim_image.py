@@ -36,7 +36,7 @@ from krig.paths import cache_dir  # noqa: E402
 SUITE = "bookworm"
 # What a lab server needs for krig (docs/lab-server.md), plus what boots it.
 PACKAGES = ["systemd-sysv", "udev", "openssh-server", "sudo", "kexec-tools", "xfsprogs", "trace-cmd", "fio",
-            "linux-image-amd64", "initramfs-tools", "iproute2", "procps", "kmod", "mawk", "e2fsprogs"]
+            "time", "linux-image-amd64", "initramfs-tools", "iproute2", "procps", "kmod", "mawk", "e2fsprogs"]
 INITRD_MODULES = ["virtio_pci", "virtio_blk", "nvme", "ext4", "crc32c_generic"]
 USER = "krig"
 ROOT_SIZE = "3G"

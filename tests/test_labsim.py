@@ -13,7 +13,7 @@ boot it as few times as possible, in this order:
      and nothing is started, so the server is left on as found;
   2. a wedged kexec'd kernel: NMI, stacks on the SOL console, HUNG, power
      cycle back into the installed system;
-  3. the next run works: a seed smoke run after kexec into tiny-6.1-labsim;
+  3. the next run works: a seed smoke run after kexec -s into tiny-6.1-labsim;
   4. a server that never answers SSH: ERROR, one line.
 """
 import json
@@ -135,12 +135,14 @@ def test_wedged_kexec_kernel_gets_nmi_then_next_run_works(lab, tmp_path):
     assert "NMI/Diag Interrupt" in (run_dir / "sel.txt").read_text()
 
     repro, preset, expected = SMOKE
-    run_dir, verdict = run(repro, rig_name="lab", preset=preset, results_root=tmp_path / "smoke", log=print,
+    lab.rig_file("lab-s", boot="kexec", kexec={"syscall": "kexec_file_load"})    # kexec -s, as under lockdown
+    run_dir, verdict = run(repro, rig_name="lab-s", preset=preset, results_root=tmp_path / "smoke", log=print,
                            kernel_name=KEXEC_KERNEL)
     assert verdict["verdict"] == expected, verdict
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["machine"]["release"] == kernel.release != image["release"]
     assert m["rig_facts"]["shutdown"] == "soft", m["rig_facts"]
+    assert m["rig_facts"]["kexec"][:2] == ["kexec", "-s"], m["rig_facts"]
     assert lab.power_status() == "off"
     assert not _wait_no_leftovers(lab)
 
