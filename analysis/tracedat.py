@@ -123,7 +123,7 @@ class TraceFile:
     section_table (v7: [(id, offset, flags, size)]).
     """
 
-    BATCH_BYTES = 2 << 20  # pages walked at once (2 MB: measured, see README "Benchmarks")
+    BATCH_BYTES = 2 << 20  # pages walked at once (2 MB: measured, see docs/measurements.md "Benchmarks")
     FAST_RUNS = True  # vectorised same-size-run fast path (False: step walker only)
     NATIVE = True  # walk pages and decompress zstd with analysis/kwalk.c when it is built
     #                (False: numpy and python-zstandard)

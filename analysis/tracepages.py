@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover
     zstandard = None
 
 PAD = 16
-DECOMPRESS_THREADS = 2  # measured on 2 cores: see README, "Benchmarks"
+DECOMPRESS_THREADS = 2  # measured on 2 cores: see docs/measurements.md, "Benchmarks"
 _END = object()
 
 

@@ -90,7 +90,12 @@ def cmd_bundle(a) -> int:
 
 def cmd_qualify(a) -> int:
     from .qualify import qualify
-    return qualify(a.suite, a.output, a.fresh)
+    return qualify(a.suite, a.output, a.fresh, prio=a.prio)
+
+
+def cmd_lab(a) -> int:
+    from . import lab
+    return lab.sync(a.rigs or None) if a.lcmd == "sync" else lab.status()
 
 
 def cmd_compare(a) -> int:
@@ -137,7 +142,18 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("suite", metavar="SUITE.toml")
     q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
     q.add_argument("--fresh", action="store_true", help="forget the finished runs recorded in DIR and start over")
+    q.add_argument("--prio", type=float, metavar="N",
+                   help="priority of this suite's lab reservations with KRIG_LAB_COORDINATOR; higher goes first "
+                        "(default KRIG_LAB_PRIO or 0)")
     q.set_defaults(func=cmd_qualify)
+    lb = sub.add_parser("lab", help="the lab's labgrid coordinator (KRIG_LAB_COORDINATOR=HOST:PORT)")
+    lsub = lb.add_subparsers(dest="lcmd", required=True, parser_class=_Parser)
+    sy = lsub.add_parser("sync", help="create or update a place per IPMI rig, tags from its [lab] table")
+    sy.add_argument("rigs", nargs="*", metavar="RIG", help="rig names (default: every IPMI rig found)")
+    sy.set_defaults(func=cmd_lab)
+    st = lsub.add_parser("status", help="each place: free, allocated or locked (by whom, since, lease); "
+                                        "waiting reservations in priority order")
+    st.set_defaults(func=cmd_lab)
     ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
     ls.set_defaults(func=cmd_list)
     cmp = sub.add_parser("compare", help="compare runs or groups of two kernels: krig compare BASE... -- NEW...",

@@ -14,7 +14,7 @@ A sample is *contended* when the host was at least SATURATED of its CPUs busy an
 processes used at least OTHERS_CPUS of them. `host_contended_pct` (the share of the
 workload's samples that were contended) is every QEMU run's metric; krig check turns a
 FAIL that rests only on thresholds marked `host_sensitive` into ERROR when it exceeds
-CONTENDED_LIMIT_PCT (README, "The verdict rule").
+CONTENDED_LIMIT_PCT (docs/verdicts.md, "The verdict rule").
 """
 from __future__ import annotations
 

@@ -5,22 +5,26 @@
 The engine is pytest-xdist: one worker per rig (xdist group = rig, `--dist
 loadgroup`, as many workers as rigs), so a rig never runs two reproducers at
 once while every rig works at the same time. An IPMI rig's server lock lives
-in KRIG_LOCK_DIR (shared by a lab's users), so two qualifications never share
-a server; here a run waits for it (KRIG_LOCK_WAIT, default 3600 s) instead of
-failing. Each finished run is recorded at once in DIR/cases/<id>.json; the same
+in KRIG_LOCK_DIR (shared by a lab's users), or with KRIG_LAB_COORDINATOR held
+through a labgrid coordinator (reservation in priority order, lock, lease;
+rigs/lab.py), so two qualifications never share a server; here a run waits for
+it (KRIG_LOCK_WAIT, default 3600 s) instead of failing. A suite may choose its
+servers by tags instead of names ([lab], krig/lab.py). Each finished run is
+recorded at once in DIR/cases/<id>.json; the same
 command again (after Ctrl-C, a crash, a reboot) runs only the cases without a
 finished record. DIR (default results/qualify/<suite name>) gets suite.json,
 junit.xml (one test case per run), qualify.html (the matrix, each verdict
 linking its run's report) and signoff.txt (one line per rig); the run
 directories are under DIR/runs/.
 
-The suite file is described in README.md ("Qualification suites").
+The suite file is described in docs/qualify.md.
 """
 import argparse
 import hashlib
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import sys
 import tempfile
@@ -31,6 +35,7 @@ import pytest
 from . import RESULTS_DIR, ROOT
 from .config import load_toml, optional, reject_unknown, require
 from .errors import KrigError, UsageError, guarded
+from .lab import select_rigs
 from .qualify_report import write_outputs
 from .reproducer import load_reproducer
 from .results import now, write_json
@@ -39,9 +44,10 @@ from .verdict import VERDICTS
 from kernels.catalog import load_kernel
 from rigs import load_rig
 from rigs.ipmi_spec import SECRETS_FILE_ENV, write_secrets_file
+from rigs.procs import dies_with_parent
 
 SPEC_ENV = "KRIG_QUALIFY_SPEC"
-TOP = {"description", "kernels", "rigs", "repeats", "runs"}
+TOP = {"description", "kernels", "rigs", "lab", "repeats", "runs"}
 RUN = {"reproducer", "preset", "set", "expect", "kernels", "rigs", "repeats"}
 UNFINISHED = ("INTERRUPTED", "INCOMPLETE")
 MAX_REPEATS = 100
@@ -55,7 +61,12 @@ def load_suite(path: pathlib.Path) -> dict:
     data = load_toml(path)
     reject_unknown(data, TOP, where)
     top_kernels = _names(data, "kernels", where, ["distro"])
-    top_rigs = _names(data, "rigs", where, ["qemu-default"])
+    if "lab" in data:           # servers chosen by tags among the lab coordinator's places
+        if "rigs" in data:
+            raise UsageError(f"{where}: set rigs (names) or [lab] (tags), not both")
+        top_rigs = select_rigs(require(data, "lab", dict, where), f"{where}.lab")
+    else:
+        top_rigs = _names(data, "rigs", where, ["qemu-default"])
     top_repeats = _repeats(data, where, 1)
     runs = require(data, "runs", list, where)
     if not runs:
@@ -175,8 +186,10 @@ def finished(qdir: pathlib.Path, cases: list) -> dict:
 
 # -- the command ----------------------------------------------------------------
 
-def qualify(suite_file, out_dir=None, fresh: bool = False, log=print) -> int:
+def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: float | None = None) -> int:
     path = pathlib.Path(suite_file)
+    if prio is not None:        # the workers' runs reserve lab servers with it
+        os.environ["KRIG_LAB_PRIO"] = repr(float(prio))
     suite = load_suite(path)
     qdir = pathlib.Path(out_dir or RESULTS_DIR / "qualify" / suite["name"]).resolve()
     if fresh:       # forget the records only; earlier run directories stay in runs/
@@ -211,7 +224,10 @@ def _run_pytest(todo: list, rigs: list, qdir: pathlib.Path, log) -> bool:
     secrets = write_secrets_file(pathlib.Path(secrets_dir))
     if secrets:
         os.environ[SECRETS_FILE_ENV] = str(secrets)
-    args = [str(pathlib.Path(__file__).resolve()), "-p", "xdist", "-n", str(len(rigs)), "--dist", "loadgroup",
+    # workers die with this process (a kill -9 of it must not leave a worker holding a server)
+    worker = shlex.join(dies_with_parent([sys.executable]))
+    args = [str(pathlib.Path(__file__).resolve()), "-p", "xdist", "-p", "no:labgrid",
+            "--tx", f"{len(rigs)}*popen//python={worker}", "--dist", "loadgroup",
             "-q", "-rN", "-p", "no:cacheprovider", "--rootdir", str(ROOT), "-o", "console_output_style=classic"]
     try:
         rc = pytest.main(args)
@@ -256,8 +272,9 @@ def main(argv=None) -> int:
     p.add_argument("suite")
     p.add_argument("-o", "--output")
     p.add_argument("--fresh", action="store_true")
+    p.add_argument("--prio", type=float)
     a = p.parse_args(argv)
-    return guarded(lambda: qualify(a.suite, a.output, a.fresh))
+    return guarded(lambda: qualify(a.suite, a.output, a.fresh, prio=a.prio))
 
 
 if __name__ == "__main__":

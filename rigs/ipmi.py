@@ -6,8 +6,9 @@ and files = OpenSSH with the rig's own known_hosts (rigs/ipmi_ssh.py); boot =
 a power cycle into the installed kernel, or kexec into the kernel under test.
 A hang (workload timeout, or neither console output nor an SSH answer for
 hang_timeout) sends an NMI, waits for the console, power cycles the server and
-waits for it to come back. An fcntl lock keeps two krig processes off one
-server. The rig file format is in rigs/ipmi_spec.py and
+waits for it to come back. One krig process per server: an fcntl lock
+(rigs/ipmi_lock.py), or with KRIG_LAB_COORDINATOR a labgrid reservation, lock
+and lease (rigs/lab.py). The rig file format is in rigs/ipmi_spec.py and
 rigs/examples/lab-server.toml.
 """
 import os
@@ -20,7 +21,7 @@ import time
 
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
 from krig.paths import cache_dir
-from . import ipmi_lock
+from . import ipmi_lock, lab
 from .ipmi_bmc import Bmc, Sol
 from .ipmi_spec import validate_spec
 from .ipmi_ssh import BASE_PATH, Ssh, SshLost, remote_command
@@ -59,6 +60,7 @@ class IpmiRig(Rig):
         self.run_dir: pathlib.Path | None = None
         self.workdir: pathlib.Path | None = None
         self._lock_fd = None
+        self._hold: lab.Hold | None = None     # the server held through the lab coordinator
         self._sol: Sol | None = None
         self._facts: dict = {}
         self._boot_id = None
@@ -99,9 +101,20 @@ class IpmiRig(Rig):
         self._sol.start()
 
     def _take_lock(self):
+        addr = lab.address()
+        if addr:
+            self._hold = lab.Coordinator(addr).hold(self.name, lab.priority(), ipmi_lock.lock_wait(),
+                                                    lab.lease_seconds())
+            self._facts["lab"] = self._hold.facts
+            return
         b = self.spec["bmc"]
         self._lock_fd, path = ipmi_lock.take(self.name, b["host"], b["port"])
         self._facts["lock"] = str(path)
+
+    @property
+    def holding(self) -> bool:
+        """This process holds the server (lock file or lab coordinator)."""
+        return self._lock_fd is not None or self._hold is not None
 
     def scratch_env(self):
         return {"KRIG_SCRATCH_DEV": self.spec["scratch_dev"]} if self.spec["scratch_dev"] else {}
@@ -111,7 +124,7 @@ class IpmiRig(Rig):
 
     def shutdown(self):
         """Pull the results, then an orderly power off; a hard one if it does not finish in time."""
-        if self._lock_fd is None:
+        if not self.holding:
             return
         self._salvage()
         how = "soft"
@@ -140,7 +153,7 @@ class IpmiRig(Rig):
             self._sol.stop()
             self._facts["sol_restarts"] = self._sol.restarts
             self._sol = None
-        if self._lock_fd is not None and not self.bmc.failed:
+        if self.holding and not self.bmc.failed:
             try:
                 if self._powered and self._state != "off":
                     self._hard_off()        # interrupted run: never leave the server running it
@@ -154,6 +167,9 @@ class IpmiRig(Rig):
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._hold is not None:
+            self._hold.release()
+            self._hold = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
@@ -438,7 +454,7 @@ class _Power(PowerProtocol):
 
     def off(self):
         r = self.rig
-        if r._lock_fd is None:          # never touch a server this process does not hold
+        if not r.holding:               # never touch a server this process does not hold
             return
         if not r._powered and r.wd is None and r._facts.get("power_at_start") == "on":
             # Found running, and nothing was started on it (a preflight or the host key

@@ -1,5 +1,8 @@
 """One krig process per server: an fcntl lock file per BMC (host:port).
 
+This is the reservation backend without a lab coordinator (KRIG_LAB_COORDINATOR
+unset); with one, rigs/lab.py holds the server instead.
+
 The lock lives as long as its file descriptor (released by close() or by the
 process dying). KRIG_LOCK_DIR puts the files elsewhere (a directory shared by
 the users of a lab); KRIG_LOCK_WAIT makes a run wait up to that many seconds
@@ -24,12 +27,17 @@ def lock_dir() -> pathlib.Path:
     return cache_dir("locks")
 
 
-def take(rig_name: str, host: str, port: int) -> tuple[int, pathlib.Path]:
-    path = lock_dir() / f"ipmi-{re.sub(r'[^A-Za-z0-9._-]', '_', host)}-{port}.lock"
+def lock_wait() -> float:
+    """KRIG_LOCK_WAIT: how long a run waits for a busy server (seconds; 0 = not at all)."""
     try:
-        wait = float(os.environ.get("KRIG_LOCK_WAIT") or 0)
+        return float(os.environ.get("KRIG_LOCK_WAIT") or 0)
     except ValueError:
         raise UsageError(f"KRIG_LOCK_WAIT: expected seconds, got {os.environ['KRIG_LOCK_WAIT']!r}") from None
+
+
+def take(rig_name: str, host: str, port: int) -> tuple[int, pathlib.Path]:
+    path = lock_dir() / f"ipmi-{re.sub(r'[^A-Za-z0-9._-]', '_', host)}-{port}.lock"
+    wait = lock_wait()
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + wait
     for _ in range(int(wait) + 2):

@@ -11,17 +11,21 @@ import pathlib
 import re
 import stat
 
-from krig.config import optional, reject_unknown, require
+from krig.config import optional, parse_size, reject_unknown, require
 from krig.errors import UsageError
 
 TOP = {"driver", "description", "scratch_dev", "remote_dir", "boot", "boot_timeout", "shutdown_timeout",
        "shutdown_command", "hang_timeout", "nmi_wait", "nmi_panic", "recover_after_hang",
-       "pull_timeout", "bmc", "ssh", "kexec"}
+       "pull_timeout", "bmc", "ssh", "kexec", "lab"}
 BMC = {"host", "port", "user", "password_env", "password_file", "cipher_suite", "privilege", "timeout",
        "retries", "boot_device", "clear_sel"}
 SSH = {"host", "port", "user", "key", "known_hosts", "host_key_alias", "connect_timeout",
        "alive_interval", "alive_count", "options"}
 KEXEC = {"cmdline", "append", "initrd", "exec_command", "syscall"}
+LAB = {"model", "memory", "cpus", "numa", "scratch_size", "tags"}
+TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]+$")
+TAG_VAL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+RESERVED_TAGS = ("name", "krig_holder", "krig_since", "krig_lease")
 PRIVILEGES = ("USER", "OPERATOR", "ADMINISTRATOR")
 BOOT_DEVICES = ("none", "pxe", "disk", "safe", "diag", "cdrom", "bios")
 # The only -o options a rig file may set: how to connect and which algorithms,
@@ -249,4 +253,37 @@ def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict
     ini = out["kexec"]["initrd"]
     if ini not in ("auto", "none") and not ini.startswith(("/", "~/")):
         raise UsageError(f"{kw}.initrd: {ini!r}: use auto, none or an absolute path on this machine")
+    out["lab"] = lab_tags(spec, where)
     return out, password
+
+
+def lab_tags(spec: dict, where: str) -> dict[str, str]:
+    """The labgrid place tags of a rig, from its [lab] table and scratch_dev (nothing secret:
+    no BMC or SSH address, user or path). Sizes become whole GiB."""
+    lw = f"{where}.lab"
+    lab = optional(spec, "lab", dict, where, {})
+    reject_unknown(lab, LAB, lw)
+    tags = {"driver": "ipmi", "scratch": "yes" if spec.get("scratch_dev") else "no"}
+    if "model" in lab:
+        tags["model"] = require(lab, "model", str, lw).lower()
+    for key, tag in (("memory", "memory_gib"), ("scratch_size", "scratch_gib")):
+        if key in lab:
+            tags[tag] = str(max(1, parse_size(lab[key], f"{lw}.{key}") >> 30))
+    for key in ("cpus", "numa"):
+        if key in lab:
+            n = require(lab, key, int, lw)
+            if n < 1:
+                raise UsageError(f"{lw}.{key}: must be at least 1, got {n}")
+            tags[key] = str(n)
+    extra = optional(lab, "tags", dict, lw, {})
+    for k, v in extra.items():
+        if not TAG_KEY_RE.match(k) or k in RESERVED_TAGS or k in tags:
+            raise UsageError(f"{lw}.tags.{k}: a tag name is lowercase letters, digits and '_' (2+ characters), "
+                             f"not one krig sets ({', '.join(sorted(set(tags) | set(RESERVED_TAGS)))})")
+        tags[k] = str(v).lower() if isinstance(v, (str, int)) and not isinstance(v, bool) else ""
+        if not TAG_VAL_RE.match(tags[k]):
+            raise UsageError(f"{lw}.tags.{k}: {v!r}: a tag value is a number or a word "
+                             "(letters, digits, '.', '_', '-')")
+    if "model" in tags and not TAG_VAL_RE.match(tags["model"]):
+        raise UsageError(f"{lw}.model: {lab['model']!r}: use letters, digits, '.', '_', '-'")
+    return tags

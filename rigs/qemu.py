@@ -27,13 +27,13 @@ QEMU = "qemu-system-x86_64"
 BASE_MODULES = ["virtio_pci", "9pnet_virtio", "9p", "nvme", "xfs", "ext4"]
 AGENT = pathlib.Path(__file__).resolve().parent / "guest" / "agent.sh"
 # How TCG runs the vCPUs: "multi" (one host thread per vCPU, QEMU's default) or
-# "single" (all vCPUs round-robin on one thread). See README, "TCG boot flake".
+# "single" (all vCPUs round-robin on one thread). See docs/rigs.md, "The TCG boot flake".
 TCG_THREAD = "single"
 # The guest clocksource under TCG: "kernel" (default) leaves the kernel's choice, which under
 # TCG is the HPET, an emulated MMIO device read on every clock read (one per trace event,
 # -C mono); "tsc" boots with clocksource=tsc tsc=reliable. Measured side by side, the two
 # cost the traced workload the same within the noise, so the default stays the kernel's.
-# See README, "The clock under TCG".
+# See docs/rigs.md, "The clock under TCG".
 TCG_CLOCKSOURCE = "kernel"
 TCG_TSC_CMDLINE = ["clocksource=tsc", "tsc=reliable"]
 PROBE_TIMEOUT = 25.0

@@ -54,6 +54,20 @@ def rig_with_memory(directory: pathlib.Path, memory: str) -> pathlib.Path:
     return path
 
 
+def judged_as(verdict: dict, expected: str) -> bool:
+    """The run got `expected`, or the judge said the host was too busy to blame the kernel.
+
+    A TCG guest runs as fast as the host lets it; on a busy (shared CI) host a timing
+    threshold marked host_sensitive can be crossed by the host alone, and krig then gives
+    ERROR naming host contention instead of FAIL (docs/verdicts.md). That is what the code
+    must decide given the load it saw, so a test expecting PASS accepts it; any other
+    ERROR, and any FAIL, still fails the test."""
+    if verdict["verdict"] == expected:
+        return True
+    return (expected == "PASS" and verdict["verdict"] == "ERROR"
+            and verdict["reason"].startswith("host contention: "))
+
+
 @pytest.fixture(scope="session")
 def linux_source() -> pathlib.Path:
     """Debian's linux-source-6.1 extracted once into the real kernel cache (~20 s the first

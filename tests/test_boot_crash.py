@@ -1,7 +1,7 @@
 """Boot crashes on the QEMU rig: the emulator's own flake is gone, a kernel's real panic is not hidden.
 
 Under multi-threaded TCG about one boot in twelve of Debian's 6.12 kernel died
-with `Oops: int3` in early boot (README, "The TCG boot flake"); the rig now
+with `Oops: int3` in early boot (docs/rigs.md, "The TCG boot flake"); the rig now
 runs TCG single-threaded. Whatever fixes the emulator must still let a kernel
 that really panics at boot be reported as crashed, every time.
 """

@@ -1,4 +1,4 @@
-"""The fault suite: what each rig, host or krig fault gives (README: "Faults and what they give").
+"""The fault suite: what each rig, host or krig fault gives (docs/verdicts.md: "Faults and what they give").
 
 Every case asserts the verdict or exit code, the one-line message, that nothing
 already collected was lost, and that no qemu (or ipmi_sim) process is left.

@@ -1,7 +1,7 @@
 """The guest's clock under TCG (rig field tcg_clocksource).
 
 By default a TCG guest keeps the kernel's own clocksource (the HPET, an emulated MMIO
-device); tcg_clocksource = "tsc" boots it with clocksource=tsc tsc=reliable (README,
+device); tcg_clocksource = "tsc" boots it with clocksource=tsc tsc=reliable (docs/rigs.md,
 "The clock under TCG"). With the watchdog off (tsc=reliable), nothing in the guest
 would notice a TSC that runs at the wrong rate, so the test holds the guest's clock
 against the host's, for both settings.

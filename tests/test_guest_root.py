@@ -1,4 +1,4 @@
-"""What the guest can see (issue 10, case 1): a root made for it, no host secrets.
+"""What the guest can see: a root made for it, no host secrets.
 
 Plants secret files where a host keeps them (/root, a home directory, krig's
 config directory, an SSH key) and boots a real guest that tries to read them.

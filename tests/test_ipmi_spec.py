@@ -219,6 +219,7 @@ def test_rig_path_and_example(files, monkeypatch):
     with pytest.raises(UsageError, match=rf"{d}/mylab\.toml: unknown field 'bogus'"):
         load_rig(str(d / "mylab.toml"))
 
+
 EXAMPLES = sorted((pathlib.Path(__file__).resolve().parent.parent / "rigs" / "examples").glob("*.toml"))
 
 
@@ -241,6 +242,9 @@ def test_every_shipped_example_loads(files, monkeypatch, example):
         monkeypatch.setenv(var, PW)
     r = load_rig("example")
     assert r.kind == "ipmi" and r.spec["scratch_dev"].startswith("/dev/")
+    if example.name == "lab-server.toml":
+        assert r.spec["lab"] == {"driver": "ipmi", "scratch": "yes", "model": "r760", "memory_gib": "256",
+                                 "scratch_gib": "3276", "cpus": "32", "numa": "2", "rack": "b3"}
     suggested = re.findall(r'#.*?"([A-Za-z]+=[^"]+)"', text)
     assert suggested, "the example suggests no ssh option to check"
     for opt in suggested:

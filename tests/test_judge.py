@@ -32,7 +32,7 @@ REPORT_BAD = {
     },
 }
 
-# The fixed kernel's numbers measured here (Debian 6.1, smoke presets; README tables).
+# The fixed kernel's numbers measured here (Debian 6.1, smoke presets; docs/reproducers.md tables).
 FIXED = {
     "unlink-dentry-growth": {"peak_negative_vs_inflight": 1.13, "end_nr_negative": 8,
                              "trough_peak_ratio": 0.77, "nr_negative_reported": 1,

@@ -22,7 +22,7 @@ from krig.qualify import case_id, load_suite
 from krig.qualify_report import signoff_lines
 
 # Two of the seed smokes, the smallest that still give their verdicts on Debian's 6.1 with
-# two TCG guests sharing the 2 cores (README, "Qualification suites"): the flood's own
+# two TCG guests sharing the 2 cores (docs/qualify.md): the flood's own
 # smoke preset (a 20 s flood PASSed on the 2 GiB rig of a loaded host: growth 4% of a
 # doubled limit), the AIL storm with 30,000 files and 2 writers. unlink-dentry-growth is
 # left out: with two guests at once its trough/peak ratio measured 0.45 on both rigs

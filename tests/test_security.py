@@ -1,4 +1,4 @@
-"""Issue 10's cases that need no guest: real sshd on 127.0.0.1, the real CLI, real setpriv.
+"""Security cases that need no guest: real sshd on 127.0.0.1, the real CLI, real setpriv.
 
 (Case 1, the guest's root, is tests/test_guest_root.py; cases 2 and 6, the BMC
 password in children's environments and a BMC that fails the power off, run

@@ -1,0 +1,127 @@
+"""`krig lab sync` and `krig lab status`: the IPMI rigs as places of a labgrid coordinator,
+and a qualification suite's servers chosen by tags ([lab] in the suite).
+
+The coordinator is KRIG_LAB_COORDINATOR=HOST:PORT; docs/lab-coordinator.md says
+how to run one, which tags a rig gets and what happens when a controller or the
+coordinator goes away. Holding a server during a run is rigs/lab.py.
+"""
+import time
+
+from .config import load_toml, optional, reject_unknown
+from .errors import UsageError
+from rigs import lab, load_rig, rig_names, rig_path
+from rigs.ipmi_spec import lab_tags
+
+SELECT = {"tags", "min", "count"}
+
+
+def _coordinator() -> lab.Coordinator:
+    addr = lab.address()
+    if not addr:
+        raise UsageError(f"{lab.ENV}: not set; set it to the lab coordinator's HOST:PORT "
+                         "(see docs/lab-coordinator.md)")
+    return lab.Coordinator(addr)
+
+
+def ipmi_rigs(names: list[str] | None = None) -> dict[str, dict]:
+    """rig name -> its place tags, for the IPMI rigs named (default: every IPMI rig found).
+    Reads only the rig file's [lab] table and scratch_dev: no password is needed or read."""
+    out = {}
+    for n in names or rig_names():
+        path = rig_path(n)
+        if path is None:
+            load_rig(n)         # the usual one-line error for an unknown rig
+        spec = load_toml(path)
+        if spec.get("driver") != "ipmi":
+            if names:
+                raise UsageError(f"--rig {n}: a {spec.get('driver')!r} rig is not a lab server (driver = \"ipmi\")")
+            continue
+        out[path.stem] = lab_tags(spec, str(path))
+    return out
+
+
+def sync(names: list[str] | None = None, log=print) -> int:
+    coord = _coordinator()
+    rigs = ipmi_rigs(names)
+    if not rigs:
+        raise UsageError("krig lab sync: no IPMI rig files found (rigs/ or KRIG_RIG_PATH)")
+    for name, tags in rigs.items():
+        how = coord.sync_place(name, tags)
+        log(f"lab: place {name}: {how}: " + " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
+    return 0
+
+
+def _clock(t) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(t)))
+    except (TypeError, ValueError):
+        return "?"
+
+
+def status(log=print) -> int:
+    coord = _coordinator()
+    places, reservations = coord.places(), coord.reservations()
+    now = time.time()
+    log(f"lab coordinator {coord.addr}: {len(places)} places, {len(reservations)} reservations")
+    for name, p in sorted(places.items()):
+        t = p["tags"]
+        tags = " ".join(f"{k}={v}" for k, v in sorted(t.items()) if k not in lab.LEASE_TAGS)
+        if p["acquired"]:
+            state = f"locked by {p['acquired']}"
+            if lab.HOLDER in t:
+                ends = float(t.get(lab.LEASE, 0) or 0)
+                state += (f" (krig {t[lab.HOLDER]} since {_clock(t.get(lab.SINCE))}, lease "
+                          + (f"until {_clock(ends)})" if ends >= now else f"ENDED {_clock(ends)}: stale, "
+                             "the next krig that waits releases it)"))
+            else:
+                state += f" since {_clock(p['changed'])}"
+        elif p["reservation"]:
+            state = "allocated to a reservation"
+        else:
+            state = "free"
+        log(f"  {name}: {state}; {tags}")
+    waiting = [r for r in reservations if r["state"] == "waiting"]
+    for r in sorted(waiting, key=lambda r: (-r["prio"], r["created"])):
+        want = " ".join(f"{k}={v}" for k, v in r["filters"].get("main", {}).items())
+        log(f"  waiting: {r['owner']} prio {r['prio']:g} for {want or 'any place'} since {_clock(r['created'])} "
+            f"(reservation {r['token']})")
+    return 0
+
+
+# -- a suite's servers by tags -------------------------------------------------
+
+def select_rigs(sel: dict, where: str) -> list[str]:
+    """[lab] tags = {model = "r760"}, min = {memory_gib = 256}, count = N (default: all that match):
+    the names of matching places that have a rig file here, free ones first."""
+    reject_unknown(sel, SELECT, where)
+    want = optional(sel, "tags", dict, where, {})
+    mins = optional(sel, "min", dict, where, {})
+    for k, v in mins.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise UsageError(f"{where}.min.{k}: expected a number, got {v!r}")
+    count = optional(sel, "count", int, where, 0)
+    if "count" in sel and count < 1:
+        raise UsageError(f"{where}.count: must be at least 1, got {count}")
+    want = {k: str(v).lower() for k, v in want.items()}
+    places = _coordinator().places()
+
+    def fits(p):
+        t = p["tags"]
+        if any(t.get(k) != v for k, v in want.items()):
+            return False
+        for k, v in mins.items():
+            try:
+                if float(t.get(k, "")) < v:
+                    return False
+            except ValueError:
+                return False
+        return True
+    match = [n for n, p in places.items() if fits(p) and rig_path(n) is not None]
+    if not match:
+        asked = " ".join([f"{k}={v}" for k, v in want.items()] + [f"{k}>={v:g}" for k, v in mins.items()])
+        raise UsageError(f"{where}: no lab server matches {asked or 'anything'} among the coordinator's "
+                         f"{len(places)} places with a rig file here (krig lab status shows them)")
+    match.sort(key=lambda n: (bool(places[n]["acquired"] or places[n]["reservation"]), n))
+    if count and len(match) < count:
+        raise UsageError(f"{where}.count: {count} servers asked, {len(match)} match: {', '.join(match)}")
+    return match[:count] if count else match
