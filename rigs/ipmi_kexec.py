@@ -52,6 +52,16 @@ def syscall_for(setting: str, lockdown: str) -> str:
     return "kexec_load" if mode == "none" else "kexec_file_load"
 
 
+def relocatable(kernel) -> bool:
+    """False only when the kernel's .config says CONFIG_RELOCATABLE is not set: the kernel's
+    kexec_file_load refuses such a bzImage (kexec_load can still place it at its fixed address)."""
+    cfg = pathlib.Path(kernel.config) if getattr(kernel, "config", None) else None
+    try:
+        return "# CONFIG_RELOCATABLE is not set" not in cfg.read_text().splitlines() if cfg else True
+    except OSError:
+        return True
+
+
 def kexec_args(rig, kernel, cmdline: list, image: str, initrd: str | None, syscall: str = "kexec_load") -> list:
     k = rig.spec["kexec"]
     extra = [*kernel.cmdline, *cmdline, *k["append"]]
@@ -128,6 +138,10 @@ def kexec_boot(rig, kernel, cmdline: list, timeout: float) -> None:
     lockdown = next((ln for ln in text.splitlines() if "[" in ln), "")
     syscall = syscall_for(rig.spec["kexec"]["syscall"], lockdown)
     rig._facts["kexec_syscall"] = syscall + (f" (lockdown: {lockdown.strip()})" if lockdown else "")
+    if syscall == "kexec_file_load" and not relocatable(kernel):
+        raise RigError(f"rig {rig.name}: kernel {kernel.release} is not relocatable (CONFIG_RELOCATABLE is not "
+                       f"set): kexec_file_load (`kexec -s`) cannot load it; build it with CONFIG_RELOCATABLE=y "
+                       f"or use kexec.syscall = \"kexec_load\" (docs/lab-server.md)")
     argv = kexec_args(rig, kernel, [*cmdline, *initrd_words], f"{bootdir}/{image.name}",
                       f"{bootdir}/{initrd.name}" if initrd else None, syscall)
     rig._facts["kexec"] = argv

@@ -10,7 +10,7 @@ from krig.errors import RigError, UsageError
 from rigs import load_rig
 from rigs.ipmi import IpmiRig
 from rigs.ipmi_bmc import Bmc
-from rigs.ipmi_kexec import kexec_args, syscall_for
+from rigs.ipmi_kexec import kexec_args, relocatable, syscall_for
 from rigs.ipmi_ssh import Ssh, remote_command
 
 PW = "s3cret-Pw"
@@ -257,6 +257,17 @@ def test_sudo_for_a_user_other_than_root(files):
     assert a[-1] == "sudo -n -- sh -c 'echo '\"'\"'a b'\"'\"''"
     assert subprocess.run(["sh", "-c", a[-1].replace("sudo -n -- ", "")], capture_output=True,
                           text=True).stdout == "a b\n"
+
+
+def test_kexec_file_load_needs_a_relocatable_kernel(tmp_path):
+    class K:
+        config = tmp_path / "config"
+    K.config.write_text("CONFIG_64BIT=y\n# CONFIG_RELOCATABLE is not set\n")
+    assert not relocatable(K)
+    K.config.write_text("CONFIG_64BIT=y\nCONFIG_RELOCATABLE=y\n")
+    assert relocatable(K)
+    K.config = None
+    assert relocatable(K)          # a packaged kernel without a config: let the server decide
 
 
 def test_kexec_syscall_follows_lockdown():
