@@ -19,7 +19,8 @@ APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelsha
 	python3 python3-venv python3-pip openssh-client openssh-server procps iproute2 git \
 	bc bison flex libelf-dev libssl-dev dwarves linux-source-6.1 xz-utils patch rsync \
 	libopenipmi-dev libzstd-dev kexec-tools debconf \
-	chromium xvfb xdotool
+	chromium xvfb xdotool \
+	mmdebstrap ovmf grub-efi-amd64-bin mtools dosfstools fdisk e2fsprogs
 
 CFLAGS := -O2 -Wall -static
 HELPER_SRCS := $(wildcard reproducers/*/*.c)
@@ -84,7 +85,7 @@ test: helpers python ci-kernels
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 test-fast: helpers python
-	$(PY) -m pytest -m "not guest and not smoke and not ipmi and not kbuild" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not guest and not smoke and not ipmi and not kbuild and not labsim" $(PYTEST_ARGS)
 
 run: helpers python
 	$(KRIG) run $(REPRO) --rig $(RIG) --kernel $(KERNEL) $(if $(PRESET),--preset $(PRESET)) $(foreach s,$(SET),--set $(s))

@@ -30,8 +30,10 @@ def find_busybox() -> pathlib.Path:
     raise RigError("no static busybox found (apt-get install busybox-static, or run `make setup`)")
 
 
-def module_load_order(release: str, modules_dir: pathlib.Path | None, names: list) -> list[pathlib.Path]:
-    """Module files to insmod, dependencies first, each once. Built-in modules are skipped."""
+def module_load_order(release: str, modules_dir: pathlib.Path | None, names: list,
+                      optional: bool = False) -> list[pathlib.Path]:
+    """Module files to insmod, dependencies first, each once. Built-in modules are skipped,
+    and so are modules the kernel does not have when optional."""
     if not names:
         return []
     if modules_dir is None or not modules_dir.exists():
@@ -44,6 +46,8 @@ def module_load_order(release: str, modules_dir: pathlib.Path | None, names: lis
         if str(base) != "/":
             argv[1:1] = ["-d", str(base)]
         p = subprocess.run(argv, capture_output=True, text=True)
+        if p.returncode != 0 and optional:
+            continue
         if p.returncode != 0:
             raise RigError(f"kernel {release}: module {name!r} not available: {p.stderr.strip()}")
         for line in p.stdout.splitlines():
@@ -91,10 +95,10 @@ class _Cpio:
         return self.buf.getvalue()
 
 
-def build(release: str, modules_dir: pathlib.Path | None, modules: list) -> pathlib.Path:
+def build(release: str, modules_dir: pathlib.Path | None, modules: list, optional: bool = False) -> pathlib.Path:
     busybox = find_busybox()
     init = (GUEST_DIR / "init.sh").read_bytes()
-    mods = module_load_order(release, modules_dir, modules)
+    mods = module_load_order(release, modules_dir, modules, optional)
     h = hashlib.sha256()
     h.update(release.encode())
     h.update(init)
@@ -107,7 +111,7 @@ def build(release: str, modules_dir: pathlib.Path | None, modules: list) -> path
     if out.exists():
         return out
     c = _Cpio()
-    for d in ("bin", "sbin", "dev", "proc", "sys", "host", "tmp", "run", "modules"):
+    for d in ("bin", "sbin", "dev", "proc", "sys", "host", "tmp", "run", "modules", "newroot"):
         c.dir(d)
     c.chardev("dev/console", 5, 1)
     c.chardev("dev/null", 1, 3)

@@ -25,11 +25,25 @@ from krig.verdict import first_crash
 from . import ipmi_lock, lab
 from .ipmi_bmc import Bmc, Sol
 from .ipmi_spec import validate_spec
-from .ipmi_ssh import Ssh, SshLost, remote_command
+from .ipmi_ssh import BASE_PATH, Ssh, SshLost, remote_command
 from .protocol import (SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
 POLL = 2.0
+
+
+class BootTimeout(RigError):
+    """The server did not come back: the rig's (or the lab's) problem, never the kernel's verdict."""
+
+
+# Programs krig itself runs on a server (the harness, the setup round trip), and the
+# Debian package of each program a server may lack (docs/lab-server.md).
+SERVER_PROGRAMS = ["bash", "tar", "awk", "sysctl", "blockdev", "mktemp", "timeout", "/usr/bin/time"]
+PACKAGES = {"bash": "bash", "tar": "tar", "awk": "mawk", "sysctl": "procps", "blockdev": "util-linux",
+            "timeout": "coreutils", "/usr/bin/time": "time",
+            "mktemp": "coreutils", "mkfs.xfs": "xfsprogs", "xfs_info": "xfsprogs", "xfs_io": "xfsprogs",
+            "mkfs.ext4": "e2fsprogs", "trace-cmd": "trace-cmd", "fio": "fio", "kexec": "kexec-tools",
+            "systemctl": "systemd", "modprobe": "kmod", "insmod": "kmod", "sudo": "sudo"}
 
 
 class IpmiServer:
@@ -192,7 +206,9 @@ class IpmiServer:
                 break
             time.sleep(POLL)
         self.state = "hung"
-        raise GuestHung(f"the server did not answer SSH within {timeout:.0f}s {what}")
+        raise BootTimeout(f"rig {self.name}: the server did not answer SSH within {timeout:.0f}s {what}; "
+                          f"krig powers it off: see console.log, then power it on by hand (ipmitool ... "
+                          f"chassis power on) and log in (docs/lab-server.md: a server that does not come back)")
 
     def after_boot(self):
         """One round trip: boot_id, NMI panic sysctls, a fresh work dir, scratch disk checks."""
@@ -207,7 +223,9 @@ class IpmiServer:
             script.append(f"if [ -b {dev} ]; then echo scratch_size=$(blockdev --getsize64 {dev}); "
                           f"awk -v d={dev} 'index($1, d) == 1 {{print \"scratch_busy=\" $1 \" on \" $2}}' "
                           f"/proc/mounts /proc/swaps; else echo scratch_size=missing; fi")
+        self.check_programs()
         rc, out, err = self.ssh_call("setting up the work directory", "set -e; " + "; ".join(script), 120)
+        self.sudo_refused(err)
         kv = dict(ln.split("=", 1) for ln in out.decode(errors="replace").splitlines() if "=" in ln)
         self.take_workdir(rc, kv, err)
         self.boot_id = kv.get("boot_id", "").strip()
@@ -221,6 +239,31 @@ class IpmiServer:
         if "scratch_busy" in kv:
             raise RigError(f"rig {self.name}: scratch_dev {self.spec['scratch_dev']} is in use on the server "
                            f"({kv['scratch_busy']}); refusing to use it as a scratch disk")
+
+    def check_programs(self, extra: list | None = None):
+        """Preflight on the server: every program krig and the reproducer will run is there.
+        A missing one is one line naming its package; nothing has been started yet."""
+        progs = list(dict.fromkeys([*SERVER_PROGRAMS, *self.needs.get("programs", []), *(extra or [])]))
+        script = (f"PATH={BASE_PATH}; m=; for p in {' '.join(shlex.quote(p) for p in progs)}; do "
+                  "command -v \"$p\" >/dev/null 2>&1 || m=\"$m $p\"; done; echo \"missing=$m\"")
+        rc, out, err = self.ssh_call("checking the programs on the server", script, 60)
+        self.sudo_refused(err)
+        missing = out.decode(errors="replace").partition("missing=")[2].split()
+        if rc != 0 or not out.strip():
+            raise RigError(f"rig {self.name}: cannot check the programs on the server (exit {rc}): "
+                           f"{err.decode(errors='replace').strip()[-200:]}")
+        if missing:
+            what = ", ".join(f"{p} (package {PACKAGES.get(p, '?')})" for p in missing)
+            raise RigError(f"rig {self.name}: the server lacks {what}; install it there "
+                           f"(docs/lab-server.md lists what a server needs); nothing was run")
+        self.facts["programs_checked"] = progs
+
+    def sudo_refused(self, err: bytes):
+        line = next((ln for ln in err.decode(errors="replace").splitlines() if ln.startswith("sudo:")), None)
+        if line:
+            u = self.spec["ssh"]["user"]
+            raise RigError(f"rig {self.name}: `sudo -n` as {u} failed on the server ({line}); krig runs "
+                           f"everything as root: give {u} sudo without a password (docs/lab-server.md)")
 
     def make_workdir(self) -> str:
         """A fresh work directory under remote_dir, checked safe (also for the kexec files)."""
@@ -435,6 +478,11 @@ class _Power(PowerProtocol):
         r = self.server
         if not r.holding:               # never touch a server this process does not hold
             return
+        if not r.powered and r.wd is None and r.facts.get("power_at_start") == "on":
+            # Found running, and nothing was started on it (a preflight or the host key
+            # stopped the run): left as it was found, up and ready for the next run.
+            r.facts["power"] = "left on as found: this run neither powered it on nor started anything"
+            return
         r.prefetch_results(probe=r.state != "up")
         r.hard_off()
 
@@ -472,6 +520,9 @@ class _Boot(BootProtocol):
                     self.power.on()
                 r.wait_up(timeout, "after power on")
             r.after_boot()
+        except BootTimeout as e:
+            r.facts["boot_timeout"] = str(e)
+            raise
         except GuestHung as e:
             if r.in_hang or "hang" in r.facts:
                 raise
@@ -536,8 +587,9 @@ class _Files(FilesProtocol):
     def results_dir(self):
         r = self.server
         if r.results is None:
-            if r.state != "up":
-                raise RigError(f"rig {r.name}: the server is not up; no results directory")
+            if r.state != "up" or r.wd is None:
+                why = "is not up" if r.state != "up" else "has no work directory (nothing was started)"
+                raise RigError(f"rig {r.name}: the server {why}; no results directory")
             rc, out, err = r.ssh_call("making the results directory",
                                   f"mktemp -d {shlex.quote(r.wd)}/out.XXXXXX", 60)
             path = out.decode(errors="replace").strip()

@@ -21,7 +21,7 @@ BMC = {"host", "port", "user", "password_env", "password_file", "cipher_suite", 
        "retries", "boot_device", "clear_sel"}
 SSH = {"host", "port", "user", "key", "known_hosts", "host_key_alias", "connect_timeout",
        "alive_interval", "alive_count", "options"}
-KEXEC = {"cmdline", "append", "initrd", "exec_command"}
+KEXEC = {"cmdline", "append", "initrd", "exec_command", "syscall"}
 LAB = {"model", "memory", "cpus", "numa", "scratch_size", "tags"}
 TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]+$")
 TAG_VAL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -226,7 +226,11 @@ def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict
     out["kexec"] = {"cmdline": optional(k, "cmdline", str, kw, "reuse"),
                     "append": _strings(k, "append", kw, []),
                     "initrd": optional(k, "initrd", str, kw, "auto"),
-                    "exec_command": _strings(k, "exec_command", kw, ["systemctl", "kexec"])}
+                    "exec_command": _strings(k, "exec_command", kw, []),
+                    "syscall": optional(k, "syscall", str, kw, "auto")}
+    if out["kexec"]["syscall"] not in ("auto", "kexec_load", "kexec_file_load"):
+        raise UsageError(f"{kw}.syscall: {out['kexec']['syscall']!r} is not one of auto, kexec_load, "
+                         "kexec_file_load")
     ini = out["kexec"]["initrd"]
     if ini not in ("auto", "none") and not ini.startswith(("/", "~/")):
         raise UsageError(f"{kw}.initrd: {ini!r}: use auto, none or an absolute path on this machine")

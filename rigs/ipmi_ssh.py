@@ -92,7 +92,14 @@ class Ssh:
         return a
 
     def argv(self, remote: str, connect_timeout: float | None = None, mux: bool = True) -> list:
-        return ["ssh", *self._options(connect_timeout, mux), "--", self.cfg["host"], remote]
+        return ["ssh", *self._options(connect_timeout, mux), "--", self.cfg["host"], self.as_root(remote)]
+
+    def as_root(self, remote: str) -> str:
+        """Everything krig runs on a server runs as root: a user other than root goes through
+        `sudo -n` (never a password prompt; sudo fails at once if it would ask)."""
+        if self.cfg["user"] == "root":
+            return remote
+        return "sudo -n -- sh -c " + shlex.quote(remote)
 
     def start_master(self, sock_dir: pathlib.Path) -> bool:
         """One connection that later commands share (ControlMaster): a TCG guest or a

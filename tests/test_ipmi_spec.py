@@ -1,6 +1,7 @@
 """The IPMI rig without a BMC or a guest: rig file validation, quoting, lock, secrets."""
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -9,7 +10,7 @@ from krig.errors import RigError, UsageError
 from rigs import load_rig
 from rigs.ipmi import IpmiRig
 from rigs.ipmi_bmc import Bmc
-from rigs.ipmi_kexec import kexec_args
+from rigs.ipmi_kexec import kexec_args, relocatable, syscall_for
 from rigs.ipmi_ssh import Ssh, remote_command
 
 PW = "s3cret-Pw"
@@ -196,6 +197,7 @@ def test_kexec_command_line(files):
     assert kexec_args(r, K, [], "/r/boot/bzImage", "/r/boot/initrd.img") == \
         ["kexec", "-l", "/r/boot/bzImage", "--initrd=/r/boot/initrd.img",
          "--command-line=root=/dev/sda2 ro mitigations=off quiet"]
+    assert kexec_args(r, K, [], "/r/boot/bzImage", None, "kexec_file_load")[:3] == ["kexec", "-s", "/r/boot/bzImage"]
 
 
 def test_bmc_error_classification(files):
@@ -216,13 +218,61 @@ def test_rig_path_and_example(files, monkeypatch):
         load_rig("mylab")
     with pytest.raises(UsageError, match=rf"{d}/mylab\.toml: unknown field 'bogus'"):
         load_rig(str(d / "mylab.toml"))
-    example = pathlib.Path(__file__).resolve().parent.parent / "rigs" / "examples" / "lab-server.toml"
+
+
+EXAMPLES = sorted((pathlib.Path(__file__).resolve().parent.parent / "rigs" / "examples").glob("*.toml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_shipped_example_loads(files, monkeypatch, example):
+    """Each example loads once its files exist here, and every ssh option its comments
+    suggest passes the allow-list (a user following the example is not stopped by it)."""
+    d = files / "rigs"
+    d.mkdir()
     text = example.read_text()
-    text = text.replace("~/.ssh/krig_lab", str(files / "key")).replace("~/.ssh/krig_known_hosts",
-                                                                       str(files / "known_hosts"))
+    paths = set(re.findall(r'"(~/[^"]+)"', text))
+    for i, p in enumerate(sorted(paths)):
+        f = files / f"file{i}"
+        f.write_text(PW + "\n")
+        f.chmod(0o600)
+        text = text.replace(f'"{p}"', f'"{f}"')
     (d / "example.toml").write_text(text)
-    monkeypatch.setenv("KRIG_BMC_PASSWORD", PW)
+    monkeypatch.setenv("KRIG_RIG_PATH", str(d))
+    for var in re.findall(r'password_env = "([A-Z_]+)"', text):
+        monkeypatch.setenv(var, PW)
     r = load_rig("example")
     assert r.kind == "ipmi" and r.spec["scratch_dev"].startswith("/dev/")
-    assert r.spec["lab"] == {"driver": "ipmi", "scratch": "yes", "model": "r760", "memory_gib": "256",
-                             "scratch_gib": "3276", "cpus": "32", "numa": "2", "rack": "b3"}
+    if example.name == "lab-server.toml":
+        assert r.spec["lab"] == {"driver": "ipmi", "scratch": "yes", "model": "r760", "memory_gib": "256",
+                                 "scratch_gib": "3276", "cpus": "32", "numa": "2", "rack": "b3"}
+    suggested = re.findall(r'#.*?"([A-Za-z]+=[^"]+)"', text)
+    assert suggested, "the example suggests no ssh option to check"
+    for opt in suggested:
+        (d / "opt.toml").write_text(text.replace("options = []", f"options = [{opt!r}]".replace("'", '"')))
+        assert load_rig("opt").spec["ssh"]["options"] == [opt]
+
+
+def test_sudo_for_a_user_other_than_root(files):
+    a = Ssh("lab", IpmiRig("lab", spec(files, ssh={"user": "krig"})).spec["ssh"]).argv("echo 'a b'")
+    assert a[-1] == "sudo -n -- sh -c 'echo '\"'\"'a b'\"'\"''"
+    assert subprocess.run(["sh", "-c", a[-1].replace("sudo -n -- ", "")], capture_output=True,
+                          text=True).stdout == "a b\n"
+
+
+def test_kexec_file_load_needs_a_relocatable_kernel(tmp_path):
+    class K:
+        config = tmp_path / "config"
+    K.config.write_text("CONFIG_64BIT=y\n# CONFIG_RELOCATABLE is not set\n")
+    assert not relocatable(K)
+    K.config.write_text("CONFIG_64BIT=y\nCONFIG_RELOCATABLE=y\n")
+    assert relocatable(K)
+    K.config = None
+    assert relocatable(K)          # a packaged kernel without a config: let the server decide
+
+
+def test_kexec_syscall_follows_lockdown():
+    assert syscall_for("auto", "") == "kexec_load"
+    assert syscall_for("auto", "[none] integrity confidentiality") == "kexec_load"
+    assert syscall_for("auto", "none [integrity] confidentiality") == "kexec_file_load"
+    assert syscall_for("auto", "none integrity [confidentiality]") == "kexec_file_load"
+    assert syscall_for("kexec_load", "none [integrity] confidentiality") == "kexec_load"

@@ -18,6 +18,11 @@
 #                       share tagged `krigcfg` (mounted on /run/krig/cfg, file
 #                       sshd_config); the network from krig.ip=ADDR/LEN and
 #                       krig.gw=ADDR (eth0, static)
+#   krig.mode=root      boot a server's own system instead (the initrd krig
+#                       gives a kernel it kexecs into, rigs/ipmi_kexec.py):
+#                       mount root= (UUID=, LABEL=, PARTUUID= or a device;
+#                       rootfstype=, rootflags=, ro/rw as the kernel has them)
+#                       and switch_root to init= (default /sbin/init)
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc
@@ -25,6 +30,7 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 
 mode=run agent= tree= hostname=krig-guest ip= gw= sysdirs=
+root= rootfstype= rootflags= rootmode=ro init=/sbin/init
 for opt in $(cat /proc/cmdline); do
     case "$opt" in
         krig.mode=*) mode=${opt#krig.mode=} ;;
@@ -34,6 +40,12 @@ for opt in $(cat /proc/cmdline); do
         krig.hostname=*) hostname=${opt#krig.hostname=} ;;
         krig.ip=*) ip=${opt#krig.ip=} ;;
         krig.gw=*) gw=${opt#krig.gw=} ;;
+        root=*) root=${opt#root=} ;;
+        rootfstype=*) rootfstype=${opt#rootfstype=} ;;
+        rootflags=*) rootflags=${opt#rootflags=} ;;
+        rw) rootmode=rw ;;
+        ro) rootmode=ro ;;
+        init=*) init=${opt#init=} ;;
     esac
 done
 
@@ -55,6 +67,29 @@ while read -r m; do
         echo "krig-init: insmod $m failed: $(cat /tmp/insmod.err)"
 done < /modules/order
 echo "krig-init: modules loaded"
+
+if [ "$mode" = root ]; then
+    [ -n "$root" ] || die "krig.mode=root without root= on the kernel command line"
+    dev=
+    n=0
+    while [ "$n" -lt 120 ]; do            # up to 60 s for the disk to appear
+        case "$root" in
+            /dev/*) [ -b "$root" ] && dev=$root ;;
+            *=*) dev=$(findfs "$root" 2>/dev/null) ;;
+        esac
+        [ -n "$dev" ] && break
+        n=$((n + 1))
+        sleep 0.5
+    done
+    [ -n "$dev" ] || die "root device $root not found"
+    mkdir -p /newroot
+    mount -o "$rootmode${rootflags:+,$rootflags}" ${rootfstype:+-t "$rootfstype"} "$dev" /newroot ||
+        die "cannot mount $root ($dev)"
+    echo "krig-init: root $root ($dev) mounted $rootmode, switching to $init"
+    umount /proc /sys 2>/dev/null
+    mount --move /dev /newroot/dev 2>/dev/null || umount /dev 2>/dev/null
+    exec switch_root /newroot "$init"
+fi
 
 hostname "$hostname"
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 host /host || die "cannot mount the guest root"
