@@ -35,7 +35,7 @@ from .incremental import (apply_to_copies, build_kernel, clean_env, ensure_prist
                           run_logged)
 from .kernel import Kernel
 from .series import load_series
-from .spec import (KernelSpec, _raw, _sha256_file, build_inputs, cache_key, git, kernel_cache, parse_fragment,
+from .spec import (KernelSpec, _raw, sha256_file, build_inputs, cache_key, git, kernel_cache, parse_fragment,
                    read_dotconfig, resolve_commit, resolve_spec, source_identity)
 
 OPTIONS = ("config", "modules", "like", "series")
@@ -155,7 +155,7 @@ def _tree_kernel(g: Given, log) -> Kernel:
         raise UsageError(f"--kernel {g.text}: not a built kernel tree (no {', '.join(missing)}; "
                          "build it with `make bzImage`, or give an image file or TREE@REF)")
     release = need[3].read_text().strip()
-    key = cache_key({"image": _sha256_file(need[0]), "config": _sha256_file(need[1])})
+    key = cache_key({"image": sha256_file(need[0]), "config": sha256_file(need[1])})
     out = cache_dir("given") / key
     modular = read_dotconfig(need[1]).get("CONFIG_MODULES") == "y"
     order = t / "modules.order"
@@ -217,7 +217,7 @@ def _image_kernel(g: Given) -> Kernel:
         if cfg is None:
             raise UsageError(f"--kernel {g.text}: no config next to the image ({', '.join(names)}); give it "
                              "as ,config=FILE (the reproducer's options are checked before booting)")
-    mods = _no_modules(cache_key({"image": _sha256_file(img)}), release)
+    mods = _no_modules(cache_key({"image": sha256_file(img)}), release)
     if "modules" in g.opts:
         mods = pathlib.Path(g.opts["modules"]).expanduser().resolve()
         if not (mods / "modules.builtin").is_file():

@@ -34,7 +34,7 @@ from krig import KERNEL_DIR
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
-from .spec import (ARCH, DEFAULT_BASE_CONFIG, KernelSpec, _sha256_file, build_inputs, cache_key, config_mismatches, git, git_env,
+from .spec import (ARCH, DEFAULT_BASE_CONFIG, KernelSpec, sha256_file, build_inputs, cache_key, config_mismatches, git, git_env,
                      kernel_cache,
                      localversion_fragment, read_dotconfig, source_identity, wanted_config)
 
@@ -350,7 +350,7 @@ def restore(tree: pathlib.Path, state: dict) -> None:
 
 def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dict, log=print) -> None:
     """Bring the tree to spec's source + patch series, touching as few files as possible."""
-    want = [[s, p.name, _sha256_file(p)] for s, p in spec.patches]
+    want = [[s, p.name, sha256_file(p)] for s, p in spec.patches]
     same_source = state.get("source") == identity
     if same_source and state.get("applied") == want and not state.get("adopt"):
         return

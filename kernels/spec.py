@@ -240,7 +240,7 @@ def _missing(where, key):
 
 # -- identity and cache key --------------------------------------------------
 
-def _sha256_file(path: pathlib.Path) -> str:
+def sha256_file(path: pathlib.Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -262,7 +262,7 @@ def tarball_sha256(path: pathlib.Path) -> str:
         known = {}
     tag = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
     if tag not in known:
-        known[tag] = _sha256_file(path)
+        known[tag] = sha256_file(path)
         tmp = memo.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(known, indent=1))
         tmp.replace(memo)
@@ -328,7 +328,7 @@ def build_inputs(spec: KernelSpec, identity: dict | None = None) -> dict:
         "source": identity or source_identity(spec),
         "base_config": list(spec.base_config),
         "config": dict(sorted(values.items())),
-        "patches": [{"series": s, "name": p.name, "sha256": _sha256_file(p)} for s, p in spec.patches],
+        "patches": [{"series": s, "name": p.name, "sha256": sha256_file(p)} for s, p in spec.patches],
     }
 
 

@@ -16,7 +16,6 @@ user names, key and known_hosts paths, this machine's name and home) never
 enter the bundle: the password is never in a run directory (rigs/ipmi_spec.py),
 and every other value is replaced by a placeholder in every text file of run/.
 """
-import hashlib
 import io
 import json
 import os
@@ -32,6 +31,7 @@ from analysis.summary import reproduce_argv
 from rigs import rig_path
 from .errors import UsageError
 from .paths import cache_dir
+from kernels.spec import sha256_file
 from .reproducer import load_reproducer
 from .rundir import MANIFEST, VERDICT, RunDir
 
@@ -104,7 +104,7 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
                     rel = f"modules/{f.relative_to(mods)}"
                     tar.add(f, f"{top}/kernel/{rel}", recursive=False)
                     sums.append((f, rel))
-            add_bytes("kernel/SHA256SUMS", "".join(f"{_sha256(f)}  {name}\n" for f, name in sums).encode())
+            add_bytes("kernel/SHA256SUMS", "".join(f"{sha256_file(f)}  {name}\n" for f, name in sums).encode())
         for f in sorted(run_dir.iterdir()):
             if not f.is_file() or (f.name == TRACE and not with_trace):
                 continue
@@ -127,14 +127,6 @@ def _kernel_image(k: dict) -> pathlib.Path:
         raise UsageError(f"--with-kernel: the run's kernel image {image} is gone (rebuild the kernel, or "
                          "bundle without --with-kernel)")
     return image
-
-
-def _sha256(path: pathlib.Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _sources(d: pathlib.Path):
