@@ -85,7 +85,7 @@ test: helpers python ci-kernels
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 test-fast: helpers python
-	$(PY) -m pytest -m "not guest and not smoke and not ipmi and not kbuild and not labsim" $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto -m "not guest and not smoke and not ipmi and not kbuild and not labsim" $(PYTEST_ARGS)
 
 run: helpers python
 	$(KRIG) run $(REPRO) --rig $(RIG) --kernel $(KERNEL) $(if $(PRESET),--preset $(PRESET)) $(foreach s,$(SET),--set $(s))
