@@ -101,8 +101,9 @@ def _final_write(run_dir, manifest):
     try:
         write_json(run_dir / "manifest.json", manifest)
     except OSError as e:
+        pulled = f"; {manifest['pull_error']}" if manifest.get("pull_error") else ""
         raise RigError(f"cannot record the end of the run in {run_dir}: {os_fault(e)} "
-                       f"(run ended: {manifest['outcome']}: {manifest['reason']})") from None
+                       f"(run ended: {manifest['outcome']}: {manifest['reason']}{pulled})") from None
 
 
 def _power_down(rig, orderly: bool, manifest: dict):
