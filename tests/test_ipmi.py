@@ -127,7 +127,10 @@ class PasswordWatch(threading.Thread):
                     continue
                 self.children_seen.add(pid)
                 if self.needle in env:
-                    if argv.startswith(b"ipmitool\0"):
+                    words = argv.split(b"\0")
+                    # ipmitool itself, or setpriv handing it the environment as it execs it
+                    # (rigs/procs.py dies_with_parent: setpriv --pdeathsig KILL -- ipmitool ...)
+                    if words[0] == b"ipmitool" or (words[0].endswith(b"setpriv") and words[4:5] == [b"ipmitool"]):
                         self.ipmitool_env += 1
                     else:
                         self.env_hits.append(argv.replace(b"\0", b" ").decode(errors="replace"))
