@@ -82,8 +82,9 @@ def test_every_make_target_is_documented():
     assert not missing, f"make targets in `make help` but not in README.md or docs/: {missing}"
 
 
-DEV_WORDS = re.compile(r"\b(stop|issue)s? [0-9]+\b|other helpers|helpers' (builds|guests)"
-                       r"|this session|other sessions|\bthe lead\b", re.I)
+# (the phrases are split so that this file does not spell them itself)
+DEV_WORDS = re.compile(r"\b(stop|issue)s? [0-9]+\b|" + "other" + r" helpers|helpers' (builds|guests)"
+                       r"|" + "this" + r" session|other sessions|\bthe lead\b", re.I)
 
 
 def test_no_words_about_how_the_project_was_developed():
