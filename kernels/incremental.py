@@ -438,21 +438,32 @@ def install(tree: pathlib.Path, out: pathlib.Path, logf) -> str:
     return release
 
 
+def _cached(out: pathlib.Path, spec: KernelSpec, key: str, log) -> dict | None:
+    if not (out / "build.json").exists():
+        return None
+    meta = json.loads((out / "build.json").read_text())
+    log(f"kbuild: {spec.name} is built ({meta['release']}, key {key}); nothing to do")
+    return {**meta, "dir": str(out)}
+
+
 def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
     identity = source_identity(spec)
     inputs = build_inputs(spec, identity)
     key = cache_key(inputs)
     out = kernel_cache(key)
-    if (out / "build.json").exists() and not force:
-        meta = json.loads((out / "build.json").read_text())
-        log(f"kbuild: {spec.name} is built ({meta['release']}, key {key}); nothing to do")
-        return {**meta, "dir": str(out)}
+    done = None if force else _cached(out, spec, key, log)
+    if done:
+        return done
     tree_id, origin = origin_of(spec, identity)
     tree = cache_dir("kbuild", "trees") / tree_id
     logf = cache_dir("kbuild", "logs") / f"{spec.name}-{key}.log"
-    logf.write_text(f"krig kbuild {spec.name} key {key} {now()}\n{json.dumps(inputs, indent=1)}\n")
-    t0 = time.monotonic()
     with locked(tree.with_name(tree.name + ".lock"), log, f"build tree {tree_id}"):
+        # a build of the same key that held the lock while this one waited has made it already
+        done = None if force else _cached(out, spec, key, log)
+        if done:
+            return done
+        t0 = time.monotonic()
+        logf.write_text(f"krig kbuild {spec.name} key {key} {now()}\n{json.dumps(inputs, indent=1)}\n")
         state = load_state(tree)
         if tree.is_dir() and state.get("origin") != origin:
             log(f"kbuild: {tree} was left half-made; making it again")
@@ -475,15 +486,15 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
         release = install(tree, tmp, logf)
         state.update(built=True, last_used=time.time(), last_kernel=spec.name)
         save_state(tree, state)
-    took = time.monotonic() - t0
-    meta = {"name": spec.name, "key": key, "release": release, "finished": now(),
-            "incremental": incremental, "tree": str(tree), "seeded_from": state.get("seeded_from"),
-            "seconds": {"total": round(took, 1), "prepare": round(t_cfg - t0, 1),
-                        "configure": round(t_make - t_cfg, 1), "make": round(t_inst - t_make, 1)},
-            "inputs": inputs, "log": str(logf)}
-    shutil.copyfile(logf, tmp / "build.log")
-    (tmp / "build.json").write_text(json.dumps(meta, indent=1) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+        took = time.monotonic() - t0
+        meta = {"name": spec.name, "key": key, "release": release, "finished": now(),
+                "incremental": incremental, "tree": str(tree), "seeded_from": state.get("seeded_from"),
+                "seconds": {"total": round(took, 1), "prepare": round(t_cfg - t0, 1),
+                            "configure": round(t_make - t_cfg, 1), "make": round(t_inst - t_make, 1)},
+                "inputs": inputs, "log": str(logf)}
+        shutil.copyfile(logf, tmp / "build.log")
+        (tmp / "build.json").write_text(json.dumps(meta, indent=1) + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)                 # published under the lock: a waiter finds it whole
     log(f"kbuild: {spec.name}: built {release} in {took / 60:.1f} min (make {meta['seconds']['make']:.0f}s) -> {out}")
     return {**meta, "dir": str(out)}

@@ -102,7 +102,7 @@ class IpmiServer:
             self.facts["lab"] = self.hold.facts
             return
         b = self.spec["bmc"]
-        self.lock_fd, path = ipmi_lock.take(self.name, b["host"], b["port"])
+        self.lock_fd, path = ipmi_lock.take(self.name, b["host"], b["port"], log=lab.say)
         self.facts["lock"] = str(path)
 
     @property

@@ -35,23 +35,31 @@ def lock_wait() -> float:
         raise UsageError(f"KRIG_LOCK_WAIT: expected seconds, got {os.environ['KRIG_LOCK_WAIT']!r}") from None
 
 
-def take(rig_name: str, host: str, port: int) -> tuple[int, pathlib.Path]:
+def _holder(fd: int) -> str:
+    return os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown process"
+
+
+def take(rig_name: str, host: str, port: int, log=None) -> tuple[int, pathlib.Path]:
+    """Lock the server; a wait (KRIG_LOCK_WAIT) is said once to `log`, naming the holder."""
     path = lock_dir() / f"ipmi-{re.sub(r'[^A-Za-z0-9._-]', '_', host)}-{port}.lock"
     wait = lock_wait()
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + wait
-    for _ in range(int(wait) + 2):
+    for i in range(int(wait) + 2):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 break
+            if i == 0 and log:
+                log(f"krig: rig {rig_name}: waiting up to {wait:.0f}s for server {host}:{port} "
+                    f"(in use by {_holder(fd)})")
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)     # no-op when held; raises when not
     except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown process"
+        holder = _holder(fd)
         os.close(fd)
         raise RigError(f"rig {rig_name}: server {host}:{port} is in use by another krig process "
                        f"({holder}); lock {path}") from None

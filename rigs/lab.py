@@ -30,6 +30,7 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 
@@ -106,6 +107,10 @@ logging.getLogger().addHandler(_LAST)
 
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 def _loop() -> asyncio.AbstractEventLoop:
@@ -185,7 +190,9 @@ class Coordinator:
 
     # -- holding a server ---------------------------------------------------
     def hold(self, place: str, prio: float, wait: float, lease: float, log=None) -> "Hold":
-        """Reserve `place`, wait (priority order, up to `wait` s), lock it; the Hold refreshes the lease."""
+        """Reserve `place`, wait (priority order, up to `wait` s), lock it; the Hold refreshes the lease.
+        A wait is said once on stderr (or to `log`), naming the holder."""
+        log = log or say
         h = Hold(self, place, prio, lease)
         try:
             h.acquire(wait, log)

@@ -179,6 +179,20 @@ def test_lock_keeps_a_second_rig_off_the_server(files):
     c.close()
 
 
+def test_a_run_waiting_for_a_busy_server_says_so_once(files, monkeypatch, capsys):
+    a, b = IpmiRig("a", spec(files)), IpmiRig("b", spec(files))
+    a.server.take_lock()
+    monkeypatch.setenv("KRIG_LOCK_WAIT", "2")
+    try:
+        with pytest.raises(RigError, match="in use by another krig process"):
+            b.server.take_lock()
+    finally:
+        b.close()
+        a.close()
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"krig: rig b: waiting up to 2s for server 10.0.0.5:623 (in use by pid {os.getpid()}, rig a)"]
+
+
 def test_close_and_off_without_lock_touch_nothing(files, monkeypatch):
     r = IpmiRig("lab", spec(files))
     monkeypatch.setattr(Bmc, "run", lambda *a, **k: pytest.fail("BMC used without the lock"))

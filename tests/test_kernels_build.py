@@ -344,3 +344,32 @@ def test_git_tree_moves_between_commits_and_unpatches(tmp_path, layout, monkeypa
     assert (t / "f.c").read_text() == "a\n" and (t / "g.c").exists()
     assert g("status", "--porcelain") == "", "the user's repository is not touched"
     assert not list((decoy / "refs" / "heads").iterdir()), "GIT_DIR from the environment is ignored"
+
+
+def test_build_that_waited_for_the_same_kernel_does_not_rebuild(layout, monkeypatch):
+    """Two `krig kernel build` of one kernel at once: the one that waited for the build tree's lock
+    finds what the other published and builds nothing."""
+    import threading
+    kd, rd, _ = layout
+    spec = kspec.resolve_spec("var", kernel_dir=kd, repro_dir=rd)
+    tree_id, _ = kt.origin_of(spec, kt.source_identity(spec))
+    lock = kspec.cache_dir("kbuild", "trees") / f"{tree_id}.lock"
+    made = []
+    monkeypatch.setattr(kt, "create_tree", lambda *a, **k: made.append("tree") or {})
+    monkeypatch.setattr(kt, "make_kernel", lambda *a, **k: made.append("make"))
+    waiting, result = threading.Event(), {}
+
+    def log(msg):
+        if "waiting for" in msg:
+            waiting.set()
+
+    with kt.locked(lock):                       # the other build holds the tree
+        t = threading.Thread(target=lambda: result.update(meta=kt.build_kernel(spec, log=log)), daemon=True)
+        t.start()
+        assert waiting.wait(60), "the second build did not wait for the lock"
+        out = kspec.kernel_cache(key("var", layout))
+        out.mkdir(parents=True)
+        (out / "build.json").write_text('{"release": "6.1.192-krig-var"}')   # ... and publishes it
+    t.join(60)
+    assert not t.is_alive() and made == []
+    assert result["meta"]["release"] == "6.1.192-krig-var" and result["meta"]["dir"] == str(out)

@@ -96,6 +96,9 @@ def test_waiting_controllers_go_by_priority_after_a_kill9_lease_runs_out(tmp_pat
         p.wait(120)
     hi, lo = facts_of(tmp_path / "high.out"), facts_of(tmp_path / "low.out")
     assert hi and lo, (tmp_path / "high.out").read_text() + (tmp_path / "low.out").read_text()
+    for name in ("high", "low"):         # each waiter said once that it waits, and for whom
+        said = [ln for ln in (tmp_path / f"{name}.out").read_text().splitlines() if "waiting for" in ln]
+        assert len(said) == 1 and said[0].startswith("krig: rig lab1: waiting for the lab server (held by "), said
     # the higher priority went first, though it asked later; the two never held lab1 together
     assert hi["acquired_at"] < lo["acquired_at"] and hi["released_at"] <= lo["acquired_at"]
     kicked = hi.get("stale_released", []) + lo.get("stale_released", [])
