@@ -75,7 +75,8 @@ def cmd_status(a) -> int:
 
 def add_commands(sub) -> None:
     """`build` and `status`, as `krig kernel ...` and `python -m kernels.build ...`."""
-    b = sub.add_parser("build", help="build kernels from kernels/<name>.toml (a no-op when the cache has them)")
+    b = sub.add_parser("build", help="build kernels from kernels/<name>.toml (a no-op when the cache has them; "
+                       "make runs in a bubblewrap sandbox, KRIG_BUILD_SANDBOX=off to build without it)")
     b.add_argument("names", nargs="+", metavar="NAME", help="kernel names (kernels/<NAME>.toml; see `krig list`)")
     b.add_argument("--force", action="store_true", help="rebuild even if the cache has it (default: use the cache)")
     b.set_defaults(func=cmd_build)

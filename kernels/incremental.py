@@ -34,6 +34,7 @@ from krig import KERNEL_DIR
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
+from . import sandbox
 from .spec import (ARCH, DEFAULT_BASE_CONFIG, KernelSpec, sha256_file, build_inputs, cache_key, config_mismatches, git, git_env,
                      kernel_cache,
                      localversion_fragment, read_dotconfig, source_identity, wanted_config)
@@ -296,9 +297,15 @@ def patch_label(series: str, patch: pathlib.Path) -> str:
         return f"{series}: patch {patch.name}"
 
 
-def apply_patch(tree: pathlib.Path, patch: pathlib.Path, label: str, state: dict) -> None:
+def boxed(argv: list, tree: pathlib.Path, box: bool, writable: tuple = (), readable: tuple = ()) -> list:
+    """argv as it runs on `tree`: in the build sandbox (kernels/sandbox.py) when `box`."""
+    return sandbox.argv(argv, tree, writable, readable, clean_env()) if box else argv
+
+
+def apply_patch(tree: pathlib.Path, patch: pathlib.Path, label: str, state: dict, box: bool = False) -> None:
     """Dry-run, then apply; files touched are recorded in state (modified/created)."""
-    argv = ["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-d", str(tree), "-i", str(patch)]
+    argv = boxed(["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-d", str(tree.resolve()),
+                  "-i", str(patch.resolve())], tree, box, readable=(patch,))
     p = subprocess.run(argv + ["--dry-run"], capture_output=True, text=True)
     if p.returncode != 0:
         raise UsageError(patch_error(label, p.stdout + p.stderr))
@@ -328,8 +335,9 @@ def apply_to_copies(read, patches: list) -> dict:
                 if data is not None:
                     (td / rel).parent.mkdir(parents=True, exist_ok=True)
                     (td / rel).write_bytes(data)
+        box = sandbox.usable()
         for series, p in patches:
-            apply_patch(td, p, patch_label(series, p), {})
+            apply_patch(td, p, patch_label(series, p), {}, box)
         return {rel: (td / rel).read_bytes() if (td / rel).is_file() else None for rel in rels}
 
 
@@ -348,7 +356,8 @@ def restore(tree: pathlib.Path, state: dict) -> None:
     state.update(applied=[], modified=[], created=[])
 
 
-def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dict, log=print) -> None:
+def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dict, log=print,
+                box: bool = False) -> None:
     """Bring the tree to spec's source + patch series, touching as few files as possible."""
     want = [[s, p.name, sha256_file(p)] for s, p in spec.patches]
     same_source = state.get("source") == identity
@@ -370,7 +379,7 @@ def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dic
     save_state(tree, state)
     for (series, patch), entry in zip(spec.patches, want):
         try:
-            apply_patch(tree, patch, patch_label(series, patch), state)
+            apply_patch(tree, patch, patch_label(series, patch), state, box)
         finally:
             save_state(tree, state)
         state["applied"].append(entry)
@@ -379,16 +388,17 @@ def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dic
 
 # -- configure, make, install --------------------------------------------------
 
-def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print) -> None:
+def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool = False) -> None:
     for target in spec.base_config:
-        if run_logged(["make", f"ARCH={ARCH}", target], tree, logf) != 0:
+        if run_logged(boxed(["make", f"ARCH={ARCH}", target], tree, box), tree, logf) != 0:
             raise KrigError(f"{spec.where}.base_config: `make {target}` failed: {first_error(logf)}; log: {logf}")
     lv = tree / ".krig-localversion.config"
     lv.write_text(localversion_fragment(spec.localversion))
-    argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config"] + [str(p) for _, p in spec.fragments] + [str(lv)]
-    if run_logged(argv, tree, logf) != 0:
+    frags = [p.resolve() for _, p in spec.fragments]
+    argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config"] + [str(p) for p in frags] + [str(lv)]
+    if run_logged(boxed(argv, tree, box, readable=tuple(frags)), tree, logf) != 0:
         raise KrigError(f"{spec.where}: merge_config.sh failed: {first_error(logf)}; log: {logf}")
-    if run_logged(["make", f"ARCH={ARCH}", "olddefconfig"], tree, logf) != 0:
+    if run_logged(boxed(["make", f"ARCH={ARCH}", "olddefconfig"], tree, box), tree, logf) != 0:
         raise KrigError(f"{spec.where}: `make olddefconfig` failed: {first_error(logf)}; log: {logf}")
     wanted, origin, redefined = wanted_config(spec)
     with open(logf, "a") as f:
@@ -406,19 +416,19 @@ def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print) -> None:
                          f"or the option does not exist in this source{more}")
 
 
-def make_kernel(tree: pathlib.Path, spec: KernelSpec, logf, log=print) -> None:
+def make_kernel(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool = False) -> None:
     jobs = os.environ.get("KRIG_JOBS") or str(os.cpu_count() or 1)
     targets = ["bzImage"] + (["modules"] if read_dotconfig(tree / ".config").get("CONFIG_MODULES") == "y" else [])
     start = os.path.getsize(logf)
     argv = ["nice", "-n", "10", "make", f"ARCH={ARCH}", f"-j{jobs}", *targets]
-    if run_logged(argv, tree, logf, log, what=f"building {spec.name}") != 0:
+    if run_logged(boxed(argv, tree, box), tree, logf, log, what=f"building {spec.name}") != 0:
         raise KrigError(f"kernel {spec.name}: build failed: {first_error(logf, start)}; log: {logf}")
 
 
-def install(tree: pathlib.Path, out: pathlib.Path, logf) -> str:
+def install(tree: pathlib.Path, out: pathlib.Path, logf, box: bool = False) -> str:
     env = clean_env()
-    p = subprocess.run(["make", "-s", f"ARCH={ARCH}", "kernelrelease"], cwd=tree, capture_output=True,
-                       text=True, env=env)
+    p = subprocess.run(boxed(["make", "-s", f"ARCH={ARCH}", "kernelrelease"], tree, box), cwd=tree,
+                       capture_output=True, text=True, env=env)
     release = p.stdout.strip()
     if p.returncode != 0 or not release:
         raise KrigError(f"`make -s kernelrelease` failed in {tree}: {p.stderr.strip()[:200]}")
@@ -427,8 +437,9 @@ def install(tree: pathlib.Path, out: pathlib.Path, logf) -> str:
     shutil.copyfile(tree / ".config", out / "config")
     shutil.copyfile(tree / "System.map", out / "System.map")
     if read_dotconfig(tree / ".config").get("CONFIG_MODULES") == "y":
-        argv = ["make", f"ARCH={ARCH}", "modules_install", f"INSTALL_MOD_PATH={out / 'mod'}", "INSTALL_MOD_STRIP=1"]
-        if run_logged(argv, tree, logf) != 0:
+        argv = ["make", f"ARCH={ARCH}", "modules_install", f"INSTALL_MOD_PATH={out.resolve() / 'mod'}",
+                "INSTALL_MOD_STRIP=1"]
+        if run_logged(boxed(argv, tree, box, writable=(out,)), tree, logf) != 0:
             raise KrigError(f"`make modules_install` failed: {first_error(logf)}; log: {logf}")
         moddir = out / "mod" / "lib" / "modules" / release
         for link in ("build", "source"):
@@ -436,6 +447,16 @@ def install(tree: pathlib.Path, out: pathlib.Path, logf) -> str:
     else:
         (out / "mod" / "lib" / "modules" / release).mkdir(parents=True)
     return release
+
+
+def outside_series(spec: KernelSpec) -> str | None:
+    """The first patch of the spec that is not krig's own (kernels/patches/): a series from a mail."""
+    for _, p in spec.patches:
+        try:
+            p.resolve().relative_to(KERNEL_DIR.resolve())
+        except ValueError:
+            return str(p)
+    return None
 
 
 def _cached(out: pathlib.Path, spec: KernelSpec, key: str, log) -> dict | None:
@@ -464,9 +485,16 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
             return done
         t0 = time.monotonic()
         logf.write_text(f"krig kbuild {spec.name} key {key} {now()}\n{json.dumps(inputs, indent=1)}\n")
+        box, outside = sandbox.usable(), outside_series(spec)
+        if outside and not box:
+            sandbox.refuse_outside_series(f"kernel {spec.name}: {outside}")
         state = load_state(tree)
         if tree.is_dir() and state.get("origin") != origin:
             log(f"kbuild: {tree} was left half-made; making it again")
+            shutil.rmtree(tree)
+        elif tree.is_dir() and state.get("tainted") and not box:
+            log(f"kbuild: {tree} has built a series from outside krig's tree ({state['tainted']}) and the "
+                f"sandbox is off: making the tree again")
             shutil.rmtree(tree)
         if not tree.is_dir():
             state = create_tree(tree, origin, spec.base_config, log)
@@ -475,15 +503,18 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
         incremental = bool(state.get("built")) or bool(state.get("seeded_from"))
         log(f"kbuild: {spec.name}: key {key}, tree {tree} "
             f"({'incremental' if incremental else 'full build'}), log {logf}")
-        sync_source(tree, spec, identity, state, log)
+        if outside and not state.get("tainted"):
+            state["tainted"] = outside
+            save_state(tree, state)
+        sync_source(tree, spec, identity, state, log, box)
         t_cfg = time.monotonic()
-        configure(tree, spec, logf, log)
+        configure(tree, spec, logf, log, box)
         t_make = time.monotonic()
-        make_kernel(tree, spec, logf, log)
+        make_kernel(tree, spec, logf, log, box)
         t_inst = time.monotonic()
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        release = install(tree, tmp, logf)
+        release = install(tree, tmp, logf, box)
         state.update(built=True, last_used=time.time(), last_kernel=spec.name)
         save_state(tree, state)
         took = time.monotonic() - t0
@@ -491,7 +522,7 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
                 "incremental": incremental, "tree": str(tree), "seeded_from": state.get("seeded_from"),
                 "seconds": {"total": round(took, 1), "prepare": round(t_cfg - t0, 1),
                             "configure": round(t_make - t_cfg, 1), "make": round(t_inst - t_make, 1)},
-                "inputs": inputs, "log": str(logf)}
+                "inputs": inputs, "log": str(logf), "sandbox": box}
         shutil.copyfile(logf, tmp / "build.log")
         (tmp / "build.json").write_text(json.dumps(meta, indent=1) + "\n")
         shutil.rmtree(out, ignore_errors=True)
