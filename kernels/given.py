@@ -13,8 +13,8 @@ the names of kernels/<name>.toml:
                          built kernel; the tree's checkout and refs are never touched.
                          TREE@ (no REF) is the series' base-commit
     BASE,series=MBOX     a buildable kernel (NAME of a built toml, or TREE@REF) with a patch
-                         series applied on top (an mbox, .mbox.gz, or a directory of patches;
-                         kernels/series.py)
+                         series applied on top (an mbox, .mbox.gz, a directory of patches, or
+                         the Message-ID of its posting, fetched with b4; kernels/series.py)
 
 Options follow the kernel after commas: config=, modules=, like=, series=.
 A tree or image kernel's config is checked against the reproducer's `config`

@@ -11,6 +11,13 @@ a git tree at a commit or onto Debian's linux-source alike, without checking out
 touching the developer's tree. A series without any Message-ID (format-patch
 without --thread) is split in file order with `git mailsplit` alone.
 
+A series may also be named by its Message-ID (`<id@host>`, `id@host`, or a list
+archive URL ending in one, as lore's https://lore.kernel.org/r/<id>/): the thread is
+fetched once with `b4 mbox` from the archive b4 is configured for (`b4.midmask` in
+git config, lore.kernel.org by default), kept under $KRIG_CACHE/series/threads/, and
+read like a file. The Message-ID, not a local path, is then what validate.json and the
+reply's command name, so the command works on anyone's machine.
+
 Provenance (recorded in manifest.json "series", group.json and bundles): the
 Message-ID of the cover letter (else of the first patch), its subject without the
 [PATCH x/y] prefix, its author, the base commit (`base-commit:`), and KCIDB's
@@ -29,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
@@ -37,6 +45,46 @@ B4 = pathlib.Path(sys.executable).with_name("b4")
 _PREFIX = re.compile(r"^\s*(?:re:\s*)?(?:\[[^\]]*\]\s*)+", re.I)
 _BASE = re.compile(r"^base-commit:\s*([0-9a-f]{7,40})\s*$", re.M)
 _DIFF = re.compile(rb"^(?:diff --git |--- a/|\+\+\+ b/)", re.M)
+_MSGID_URL = re.compile(r"^https?://[^/\s]+/(?:\S+/)?(?P<id>[^/\s]+@[^/\s]+?)(?:/(?:t\.mbox\.gz|raw|t|T)?)?/?(?:[?#]\S*)?$")
+_MSGID = re.compile(r"^<?(?P<id>[^<>\s@/]+@[^<>\s/]+?)>?$")
+
+
+def message_id_of(text: str) -> str | None:
+    """The Message-ID `text` names when it is not a file or directory here: `<id@host>`,
+    `id@host`, or a list archive URL ending in one (lore's .../r/<id>/, .../<list>/<id>/t.mbox.gz)."""
+    t = str(text).strip()
+    if pathlib.Path(t).expanduser().exists():
+        return None
+    m = _MSGID_URL.match(t) or _MSGID.match(t)
+    return urllib.parse.unquote(m.group("id")) if m else None
+
+
+def series_source(text) -> str:
+    """What a --series argument names, as recorded: its Message-ID, else the resolved path."""
+    return message_id_of(str(text)) or str(pathlib.Path(text).expanduser().resolve())
+
+
+def fetch_thread(msgid: str, what: str = "--series", log=print) -> pathlib.Path:
+    """The thread of `msgid` as an mbox, fetched with `b4 mbox` once and kept (a validation
+    resumed or repeated reads the same thread)."""
+    store = cache_dir("series", "threads")
+    kept = store / f"{hashlib.sha256(msgid.encode()).hexdigest()[:16]}.mbox"
+    if kept.exists():
+        log(f"krig: series {msgid}: the thread fetched before ({kept})")
+        return kept
+    with tempfile.TemporaryDirectory(prefix="krig-thread-") as td:
+        p = _run([_b4(), "--no-stdin", "mbox", "-o", td, "-n", "thread.mbox", msgid], cwd=td)
+        got = [f for f in pathlib.Path(td).iterdir() if f.is_file() and f.stat().st_size]
+        if p.returncode != 0 or not got:
+            out = (p.stdout + p.stderr).decode(errors="replace").strip().splitlines()
+            last = [ln.strip() for ln in out if ln.strip() and not ln.startswith(("Looking up", "Grabbing"))][-1:]
+            raise UsageError(f"{what} {msgid}: b4 could not fetch the thread ({(last or ['no output'])[0][:200]}); "
+                             f"b4 fetches from its b4.midmask (git config; lore.kernel.org by default)")
+        tmp = kept.with_name(kept.name + f".tmp{os.getpid()}")
+        shutil.copyfile(got[0], tmp)
+        tmp.rename(kept)
+    log(f"krig: series {msgid}: thread fetched with b4 mbox -> {kept}")
+    return kept
 
 
 def read_input(path: pathlib.Path, what: str = "--series") -> bytes:
@@ -79,7 +127,8 @@ def subject_of(msg) -> str:
 
 
 def _run(argv, cwd=None, input=None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    # no GIT_DIR & co. (git bisect run exports them), but the user's git config settings (b4's too)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k.startswith("GIT_CONFIG")}
     env.setdefault("HOME", str(pathlib.Path.home()))
     return subprocess.run(argv, cwd=cwd, input=input, capture_output=True, env=env, timeout=300)
 
@@ -92,12 +141,15 @@ def _split(mbx: pathlib.Path, outdir: pathlib.Path) -> list:
     return sorted(outdir.iterdir())
 
 
-def _b4_am(mbox: pathlib.Path, work: pathlib.Path, label: str) -> tuple[pathlib.Path, pathlib.Path | None]:
-    """b4 am -m in offline mode -> (the am-ready mbox, the cover letter or None)."""
+def _b4() -> str:
     if not B4.exists() and not shutil.which("b4"):
         raise KrigError("b4 is not installed in krig's environment (run `make setup`)")
-    b4 = str(B4) if B4.exists() else "b4"
-    p = _run([b4, "--offline-mode", "--no-stdin", "am", "-m", str(mbox), "-o", str(work), "-n", "series"],
+    return str(B4) if B4.exists() else "b4"
+
+
+def _b4_am(mbox: pathlib.Path, work: pathlib.Path, label: str) -> tuple[pathlib.Path, pathlib.Path | None]:
+    """b4 am -m in offline mode -> (the am-ready mbox, the cover letter or None)."""
+    p = _run([_b4(), "--offline-mode", "--no-stdin", "am", "-m", str(mbox), "-o", str(work), "-n", "series"],
              cwd=work)
     mbx = work / "series.mbx"
     if p.returncode != 0 or not mbx.exists():
@@ -117,17 +169,21 @@ def patchset_hash(patches: list) -> str:
 def load_series(path, what: str = "--series", log=print) -> dict:
     """Read a series -> {"provenance": {...}, "patches": [paths in apply order], "source": path}.
 
-    The patches are stored in $KRIG_CACHE/series/<patchset hash[:16]>/ (stable, by content)."""
-    path = pathlib.Path(path).expanduser().resolve()
+    `path` may be a Message-ID (fetch_thread). The patches are stored in
+    $KRIG_CACHE/series/<patchset hash[:16]>/ (stable, by content)."""
+    named = message_id_of(str(path))
+    source = named or str(pathlib.Path(path).expanduser().resolve())
+    path = fetch_thread(named, what, log) if named else pathlib.Path(source)
+    label = named or path.name
     data = read_input(path, what)
     msgs = _messages(data)
     if not any(_DIFF.search(m.as_bytes()) for m in msgs):
-        raise UsageError(f"{what} {path}: no patch in it (no 'diff --git' or '--- a/' lines)")
+        raise UsageError(f"{what} {named or path}: no patch in it (no 'diff --git' or '--- a/' lines)")
     with tempfile.TemporaryDirectory(prefix="krig-series-") as td:
         td = pathlib.Path(td)
         (td / "in.mbox").write_bytes(data)
         if any(m.get("Message-ID") for m in msgs):
-            mbx, cover_path = _b4_am(td / "in.mbox", td, str(path))
+            mbx, cover_path = _b4_am(td / "in.mbox", td, named or str(path))
             applied_by = "b4 am -m (offline)"
         else:
             mbx, cover_path = td / "in.mbox", None
@@ -165,9 +221,9 @@ def load_series(path, what: str = "--series", log=print) -> dict:
     subject = subject_of(cover if cover is not None else first)
     prov = {"message_id": msgid, "subject": subject, "author": str(head.get("From", "")).strip() or None,
             "base_commit": base, "patchset_hash": phash}
-    log(f"krig: series {path.name}: {len(patches)} patch(es) via {applied_by}: {subject!r} "
+    log(f"krig: series {label}: {len(patches)} patch(es) via {applied_by}: {subject!r} "
         f"(patchset {phash[:12]})")
-    return {"provenance": prov, "patches": patches, "source": str(path), "applied_by": applied_by,
+    return {"provenance": prov, "patches": patches, "source": source, "applied_by": applied_by,
             "reply_subject": " ".join(str((cover if cover is not None else first).get("Subject", "")).split()),
             "patch_subjects": [subject_of(email.message_from_bytes(p.read_bytes(), policy=email.policy.compat32))
                                for p in patches]}

@@ -195,9 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--base", required=True, metavar="KERNEL",
                    help="the kernel the series applies to: a built kernel toml (tiny-6.1) or TREE@REF "
                    "(TREE@ = the series' base-commit), with ,like=KERNEL for a git tree's config")
-    v.add_argument("--series", required=True, metavar="MBOX",
-                   help="the series: an mbox (git format-patch --cover-letter, b4 am, a list thread; .gz too) "
-                   "or a directory of patches")
+    v.add_argument("--series", required=True, metavar="MBOX|MSGID",
+                   help="the series: an mbox (git format-patch --cover-letter, b4 am, a list thread; .gz too), "
+                   "a directory of patches, or the Message-ID of its posting (<id@host>, or a lore URL; "
+                   "fetched once with b4 mbox from b4.midmask, lore.kernel.org by default)")
     v.add_argument("--repeat", type=int, default=4, metavar="N",
                    help="runs a side, alternating (default 4, the fewest that can be significant)")
     v.add_argument("--rig", default="qemu-default", metavar="RIG", help="default qemu-default")

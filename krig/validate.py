@@ -30,7 +30,7 @@ import pathlib
 
 from kernels.catalog import load_kernel
 from kernels.given import parse as parse_kernel
-from kernels.series import load_series
+from kernels.series import load_series, series_source
 from rigs import load_rig
 
 from . import RESULTS_DIR
@@ -175,11 +175,11 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     set_values = parse_set(list(sets))
     params = repro.resolve_params(preset, set_values, cpus=rig.host_needs().get("cpus"))
     who = identity(sender)
-    mbox = pathlib.Path(series_path).expanduser().resolve()
-    series = load_series(mbox, "--series", log)
+    source = series_source(series_path)          # a Message-ID, or the mbox's full path
+    series = load_series(source, "--series", log)
     base_text = _base_text(base, series)
-    new_text = f"{base_text},series={mbox}"
-    asked = {"reproducer": repro.name, "base": base_text, "series": str(mbox), "rig": rig.name,
+    new_text = f"{base_text},series={source}"
+    asked = {"reproducer": repro.name, "base": base_text, "series": source, "rig": rig.name,
              "preset": preset, "params": json.loads(json.dumps(params, default=str))}
     phash = series["provenance"]["patchset_hash"]
     key = hashlib.sha256(json.dumps({**asked, "patchset": phash}, sort_keys=True).encode()).hexdigest()[:8]

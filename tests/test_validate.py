@@ -83,6 +83,73 @@ def test_series_provenance_and_patchset_hash(series_repo, tmp_path):
         assert load_series(other, log=lambda *a: None)["provenance"] == prov
 
 
+class _Archive:
+    """A list archive on 127.0.0.1 answering as lore does: GET /all/<msgid>/t.mbox.gz."""
+
+    def __init__(self, threads: dict):
+        import http.server
+        import threading
+        import urllib.parse
+        self.requests = []
+        archive = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                archive.requests.append(self.path)
+                parts = self.path.strip("/").split("/")
+                mbox = threads.get(urllib.parse.unquote_plus(parts[1])) if len(parts) == 3 and \
+                    parts[0] == "all" and parts[2] == "t.mbox.gz" else None
+                body = gzip.compress(mbox) if mbox else b"not found\n"
+                self.send_response(200 if mbox else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_HEAD = do_GET
+
+            def log_message(self, *a):
+                pass
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/all"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(10)
+
+
+def test_series_by_message_id_is_fetched_with_b4_once(series_repo, tmp_path, monkeypatch):
+    """A Message-ID (bare, in <>, or a list archive URL) is fetched by the real b4 from the archive
+    its git config names, kept, and read like the mbox file."""
+    prov = load_series(series_repo["mbox"], log=lambda *a: None)["provenance"]
+    msgid = prov["message_id"]
+    archive = _Archive({msgid: series_repo["mbox"].read_bytes()})
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_text(f"[b4]\n\tmidmask = {archive.url}/%s\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))      # b4's own cache
+    monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "krig-cache"))
+    try:
+        said = []
+        s = load_series(f"<{msgid}>", log=said.append)
+        assert s["provenance"] == prov and s["source"] == msgid
+        assert len([r for r in archive.requests if r.endswith("/t.mbox.gz")]) == 1, archive.requests
+        # again, as bare id and as the archive's URL: the kept thread, no second fetch
+        for text in (msgid, f"{archive.url}/{msgid}/", f"https://lore.kernel.org/r/{msgid}",
+                     f"https://lore.kernel.org/linux-xfs/{msgid}/T/#u"):
+            assert load_series(text, log=said.append)["provenance"] == prov
+        assert len([r for r in archive.requests if r.endswith("/t.mbox.gz")]) == 1, archive.requests
+        assert any("thread fetched with b4 mbox" in m for m in said), said
+        with pytest.raises(UsageError) as e:
+            load_series("<nobody-posted-this@example.org>", log=lambda *a: None)
+        assert str(e.value).startswith("--series nobody-posted-this@example.org: b4 could not fetch the thread (")
+        assert "\n" not in str(e.value)
+    finally:
+        archive.close()
+
+
 def test_series_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "notes.txt").write_text("From: a@b.c\nSubject: hello\n\nno patch here\n")
