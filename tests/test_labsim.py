@@ -13,7 +13,9 @@ boot it as few times as possible, in this order:
      and nothing is started, so the server is left on as found;
   2. a wedged kexec'd kernel: NMI, stacks on the SOL console, HUNG, power
      cycle back into the installed system;
-  3. the next run works: a seed smoke run after kexec into tiny-6.1-labsim;
+  3. the next run works: a seed smoke run after kexec into tiny-6.1-labsim,
+     loaded this time with kexec_file_load (`kexec -s`, what a locked-down
+     server needs);
   4. a server that never answers SSH: ERROR, one line.
 """
 import json
@@ -137,18 +139,21 @@ def test_wedged_kexec_kernel_gets_nmi(lab, tmp_path):
 
 
 def test_next_run_after_the_wedge_is_a_seed_smoke_run(lab, tmp_path):
-    """The next run on the same server works: installed system, kexec into tiny-6.1-labsim,
-    a seed reproducer's smoke preset, its verdict on that release, an orderly poweroff."""
+    """The next run on the same server works: installed system, kexec into tiny-6.1-labsim
+    loaded with kexec_file_load, a seed reproducer's smoke preset, its verdict on that
+    release, an orderly poweroff."""
     kernel = load_kernel(KEXEC_KERNEL)
     image = json.loads((lab.image_dir / "image.json").read_text())
     repro, preset, expected = SMOKE
-    run_dir, verdict = run(repro, rig_name="lab", preset=preset, results_root=tmp_path / "smoke", log=print,
+    lab.rig_file("lab-s", boot="kexec", kexec={"append": ["loglevel=6"], "syscall": "kexec_file_load"})
+    run_dir, verdict = run(repro, rig_name="lab-s", preset=preset, results_root=tmp_path / "smoke", log=print,
                            kernel_name=KEXEC_KERNEL)
     assert verdict["verdict"] == expected, verdict
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["machine"]["release"] == kernel.release != image["release"]
     assert m["rig_facts"]["shutdown"] == "soft", m["rig_facts"]
-    assert m["rig_facts"]["kexec"][:2] == ["kexec", "-l"], m["rig_facts"]
+    assert m["rig_facts"]["kexec"][:2] == ["kexec", "-s"], m["rig_facts"]
+    assert m["rig_facts"]["kexec_syscall"].startswith("kexec_file_load"), m["rig_facts"]
     assert lab.power_status() == "off"
     assert not _wait_no_leftovers(lab)
 
