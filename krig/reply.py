@@ -48,11 +48,21 @@ def _ascii(s: str) -> str:
     return s.encode("ascii", "replace").decode()
 
 
-def wrap_shell(argv: list, width: int = WIDTH, indent: str = "  ") -> list:
-    """A command as lines of at most `width` columns; a word too long for a line is continued
-    with a backslash-newline inside the word (the shell joins it back)."""
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+def shell_word(a: str) -> str:
+    """A word as the shell reads it back: as is when safe, else in double quotes (where a
+    backslash-newline still joins lines, unlike in single quotes)."""
+    return a if _SAFE_WORD.match(a) else '"' + re.sub(r'([\\"$`])', r"\\\1", a) + '"'
+
+
+def wrap_shell(argv: list, width: int = WIDTH, indent: str = "  ", quote: bool = True) -> list:
+    """A command as lines of at most `width` columns, each word quoted as the shell needs; a
+    word too long for a line is continued with a backslash-newline inside the word (the shell
+    joins it back)."""
     lines, cur = [], indent
-    for a in argv:
+    for a in (map(shell_word, argv) if quote else argv):
         add = a if cur.strip() == "" else " " + a
         if len(cur) + len(add) + 2 <= width:
             cur += add
@@ -62,6 +72,8 @@ def wrap_shell(argv: list, width: int = WIDTH, indent: str = "  ") -> list:
             cur = indent + "    "
         while len(cur) + len(a) + 2 > width:
             cut = width - len(cur) - 1
+            while cut > 1 and a[cut - 1] == "\\":      # never between an escape and what it escapes
+                cut -= 1
             lines.append(cur + a[:cut] + "\\")
             a, cur = a[cut:], ""
         cur += a
@@ -106,7 +118,7 @@ def body(state: dict, res: dict, who: tuple) -> str:
             f"  base commit     {git.get('commit') or prov.get('base_commit') or '-'}"]
     if git.get("repository"):
         out += wrap_shell([f"  tree            {git['repository']}"
-                           + (f" ({git['branch']})" if git.get("branch") else "")], indent="")
+                           + (f" ({git['branch']})" if git.get("branch") else "")], indent="", quote=False)
     out += ["  patchset hash (sha256 of each patch's sha256, KCIDB)", f"    {prov['patchset_hash']}",
             f"  rig             {_rig_line(base)}",
             f"  machine CPU     {_cpu_line((base.get('machine') or {}).get('cpu'))}",
@@ -124,11 +136,14 @@ def body(state: dict, res: dict, who: tuple) -> str:
                 f"two-sided, * = significant at p < {res['alpha']} with >= {res['min_n_per_side']} runs a "
                 "side):", ""]
         out += table_lines(res, state["judged_metrics"])
-    out += ["", "To reproduce (krig, with the series saved as an mbox):"]
+    # a series named by its Message-ID is fetched the same way anywhere; a file is named by its name
+    by_id = bool(state.get("series")) and not str(state["series"]).startswith("/")
+    out += ["", "To reproduce (krig; b4 fetches the series by its Message-ID):" if by_id else
+            "To reproduce (krig, with the series saved as an mbox):"]
     cmd = list(state["command"])
     if "--series" in cmd:
         i = cmd.index("--series") + 1
-        cmd[i] = pathlib.Path(cmd[i]).name
+        cmd[i] = f"<{state['series']}>" if by_id else pathlib.Path(cmd[i]).name
     out += wrap_shell(cmd)
     out += ["", "-- ", "krig validate (automated test; the numbers come from the runs above)"]
     return "\n".join(_ascii(line).rstrip() if line != "-- " else line for line in out if line is not None) + "\n"

@@ -146,6 +146,15 @@ def test_series_by_message_id_is_fetched_with_b4_once(series_repo, tmp_path, mon
             load_series("<nobody-posted-this@example.org>", log=lambda *a: None)
         assert str(e.value).startswith("--series nobody-posted-this@example.org: b4 could not fetch the thread (")
         assert "\n" not in str(e.value)
+        # the reply names the Message-ID in its command (as typed: a lore URL), not a path of this machine
+        res = _sides(tmp_path, [0, 0, 0, 0], [5, 6, 7, 8])
+        answer, reason = decide(res, judged_metrics(res))
+        state = _state(s, answer, reason, res, tmp_path)
+        state["command"][-1] = f"https://lore.kernel.org/linux-xfs/{msgid}/T/#u"
+        (tmp_path / "reply").mkdir()
+        write_reply(tmp_path / "reply", state, res, TESTER)
+        text = (tmp_path / "reply" / "reply.txt").read_text()
+        assert "b4 fetches the series by its Message-ID" in text and f'"<{msgid}>"' in text, text
     finally:
         archive.close()
 
@@ -284,7 +293,7 @@ def _state(series, answer, reason, res, tmp_path):
                             "rig": {"name": "qemu-default"}, "rig_facts": {"accel": "tcg"}},
             "new_kernel": {"release": "6.1.192-krig-gabc-s1234"},
             "command": ["krig", "validate", "selftest-pass", "--base", f"{tmp_path / ('y' * 90)}@master,like=tiny-6.1",
-                        "--series", str(series["source"])]}
+                        "--series", str(series["source"])], "series": series["source"]}
 
 
 def test_reply_threads_parses_and_b4_takes_the_trailer(series_repo, tmp_path):
@@ -307,6 +316,7 @@ def test_reply_threads_parses_and_b4_takes_the_trailer(series_repo, tmp_path):
     assert "Tested-by: Krig Tester <tester@example.org>" in text.splitlines()
     assert series["provenance"]["patchset_hash"] in text and "CONFIG_KASAN: BASE n, NEW y" in text
     assert "files_seen" in text
+    assert "\n  tree            /" in text and '"  tree' not in text       # prose, not a shell word
     # the developer's side: b4 am -m of the series plus the reply, then git am: commits with the trailer
     both = tmp_path / "thread.mbox"
     both.write_bytes(series_repo["mbox"].read_bytes() + (vdir / "reply.mbox").read_bytes())
@@ -334,14 +344,17 @@ def test_reply_without_fix_has_no_tested_by(series_repo, tmp_path):
     assert "Tested-by" not in text and "not fixed" in text
 
 
-def test_long_words_continue_with_a_backslash():
-    word = "/very/" + "long/" * 20 + "path@master,like=tiny-6.1"
-    lines = wrap_shell(["krig", "validate", "--base", word])
-    assert all(len(ln) <= 72 for ln in lines)
-    joined = "\n".join(lines)
-    p = subprocess.run(["bash", "-c", f"printf '%s\\n' {joined.replace('krig', 'echo', 1)}"], capture_output=True,
-                       text=True)
-    assert p.stdout.split() == ["echo", "validate", "--base", word]
+@pytest.mark.parametrize("words", [
+    ["--base", "/very/" + "long/" * 20 + "path@master,like=tiny-6.1"],
+    ["--series", "<20261120-dcache-v2-0-1@example.org>", "--from", "Pat O'Dev <pat@example.org>"],
+    ["--set", "x=a b $HOME `id` \\ \"q\" *", "--series", "/a path/with spaces/" + "and-more-" * 12 + "$x\\.mbox"]])
+def test_shell_command_reads_back_as_typed(words):
+    """The reply's command: every line within 72 columns, and sh reads back exactly the words."""
+    lines = wrap_shell(["krig", "validate", *words])
+    assert all(len(ln) <= 72 for ln in lines), lines
+    joined = "\n".join(lines).replace("krig", "printf '%s\\0'", 1)
+    p = subprocess.run(["sh", "-c", joined], capture_output=True, text=True)
+    assert p.stdout.split("\0")[:-1] == ["validate", *words], lines
 
 
 def test_reproduce_refuses_foreign_arguments():
