@@ -8,6 +8,7 @@ BENCHES = [
     ("trace reader vs trace-cmd report | grep | wc -l", ["bench_trace.py"]),
     ("rig overhead vs virtme-ng; flood generator vs bare stat loop", ["bench_rig.py"]),
     ("xfs-ail-storm smoke with and without tracing and sampling", ["bench_collect.py"]),
+    ("a kernel rebuild step in the build sandbox vs without it", ["bench_sandbox.py"]),
 ]
 
 
