@@ -288,13 +288,19 @@ def patch_error(label: str, output: str) -> str:
     return f"{label} does not apply: {failed[0]}{more}"
 
 
+def in_krig(patch: pathlib.Path) -> pathlib.Path | None:
+    """The patch's path under kernels/ when it is one of krig's own, else None (from outside)."""
+    try:
+        return patch.resolve().relative_to(KERNEL_DIR.resolve())
+    except ValueError:
+        return None
+
+
 def patch_label(series: str, patch: pathlib.Path) -> str:
     """How a patch is named in a one-line error: kernels/patches/<series>/<file> for a kernel
     toml's series, `<mbox>: patch <file>` for a series given on the command line."""
-    try:
-        return f"kernels/{patch.resolve().relative_to(KERNEL_DIR.resolve())}"
-    except ValueError:
-        return f"{series}: patch {patch.name}"
+    rel = in_krig(patch)
+    return f"kernels/{rel}" if rel else f"{series}: patch {patch.name}"
 
 
 def boxed(argv: list, tree: pathlib.Path, box: bool, writable: tuple = (), readable: tuple = ()) -> list:
@@ -451,12 +457,7 @@ def install(tree: pathlib.Path, out: pathlib.Path, logf, box: bool = False) -> s
 
 def outside_series(spec: KernelSpec) -> str | None:
     """The first patch of the spec that is not krig's own (kernels/patches/): a series from a mail."""
-    for _, p in spec.patches:
-        try:
-            p.resolve().relative_to(KERNEL_DIR.resolve())
-        except ValueError:
-            return str(p)
-    return None
+    return next((str(p) for _, p in spec.patches if in_krig(p) is None), None)
 
 
 def _cached(out: pathlib.Path, spec: KernelSpec, key: str, log) -> dict | None:
