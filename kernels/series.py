@@ -171,8 +171,8 @@ def load_series(path, what: str = "--series", log=print) -> dict:
 
     `path` may be a Message-ID (fetch_thread). The patches are stored in
     $KRIG_CACHE/series/<patchset hash[:16]>/ (stable, by content)."""
-    named = message_id_of(str(path))
-    source = named or str(pathlib.Path(path).expanduser().resolve())
+    source = series_source(path)
+    named = None if source.startswith("/") else source      # a resolved path is absolute; a Message-ID is not
     path = fetch_thread(named, what, log) if named else pathlib.Path(source)
     label = named or path.name
     data = read_input(path, what)
