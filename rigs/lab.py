@@ -189,10 +189,9 @@ class Coordinator:
         return self._call(fn)
 
     # -- holding a server ---------------------------------------------------
-    def hold(self, place: str, prio: float, wait: float, lease: float, log=None) -> "Hold":
+    def hold(self, place: str, prio: float, wait: float, lease: float, log=say) -> "Hold":
         """Reserve `place`, wait (priority order, up to `wait` s), lock it; the Hold refreshes the lease.
-        A wait is said once on stderr (or to `log`), naming the holder."""
-        log = log or say
+        A wait is said once to `log` (stderr), naming the holder."""
         h = Hold(self, place, prio, lease)
         try:
             h.acquire(wait, log)
