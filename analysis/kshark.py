@@ -13,6 +13,8 @@ import pathlib
 
 import numpy as np
 
+from krig import safeio
+
 from .plots import PlotError, Timeline
 from .tracedat import TraceError
 
@@ -116,5 +118,5 @@ def write_session(run, repro) -> dict | None:
     cpus = int(run.manifest.get("machine", {}).get("cpus") or len(trace.cpustats) or 1)
     doc = session_doc(path, a, b, repro.trace_events, cpus, rows_before(trace, a))
     out = run.path(SESSION_FILE)
-    out.write_text(json.dumps(doc, indent=2) + "\n")
+    safeio.write_text(out.parent, out.name, json.dumps(doc, indent=2) + "\n")
     return {"file": out, "start_ns": a, "end_ns": b, "why": why}

@@ -8,6 +8,7 @@ of exactly what was drawn.
 """
 import csv
 import dataclasses
+import io
 import math
 import pathlib
 
@@ -15,6 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 (the backend is chosen first)
 import numpy as np  # noqa: E402
+
+from krig import safeio  # noqa: E402
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 LINE_COLORS = ["#d62728", "#7f7f7f", "#9467bd", "#2ca02c"]
@@ -300,22 +303,23 @@ def _min_width(data: PlotData) -> float:
 
 def write_csv(path: pathlib.Path, data: PlotData):
     """Exactly what draw() puts on the Axes, one row per point/line/mark/span."""
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["kind", "label", "axis", "x", "y", "x2"])
-        for s in data.series:
-            for i in range(len(s.x)):
-                x2 = repr(float(s.x[i] + s.width[i])) if s.width is not None else ""
-                w.writerow(["bar" if s.kind == "bars" else "point", s.label, s.axis, repr(float(s.x[i])),
-                            repr(float(s.y[i])), x2])
-            if s.mark and s.mark.get("y2") is not None:
-                w.writerow(["mark", s.mark["y2_label"], "right", repr(s.mark["x"]), repr(float(s.mark["y2"])), ""])
-        for ln in data.lines:
-            w.writerow(["hline", ln.label, ln.axis, "", repr(ln.y), ""])
-        for name, x in data.phases:
-            w.writerow(["phase", name, "left", repr(x), "", ""])
-        for label, x0, x1 in data.shades:
-            w.writerow(["shade", label, "left", repr(x0), "", repr(x1)])
+    f = io.StringIO(newline="")
+    w = csv.writer(f)
+    w.writerow(["kind", "label", "axis", "x", "y", "x2"])
+    for s in data.series:
+        for i in range(len(s.x)):
+            x2 = repr(float(s.x[i] + s.width[i])) if s.width is not None else ""
+            w.writerow(["bar" if s.kind == "bars" else "point", s.label, s.axis, repr(float(s.x[i])),
+                        repr(float(s.y[i])), x2])
+        if s.mark and s.mark.get("y2") is not None:
+            w.writerow(["mark", s.mark["y2_label"], "right", repr(s.mark["x"]), repr(float(s.mark["y2"])), ""])
+    for ln in data.lines:
+        w.writerow(["hline", ln.label, ln.axis, "", repr(ln.y), ""])
+    for name, x in data.phases:
+        w.writerow(["phase", name, "left", repr(x), "", ""])
+    for label, x0, x1 in data.shades:
+        w.writerow(["shade", label, "left", repr(x0), "", repr(x1)])
+    safeio.write_text(*safeio.split(path), f.getvalue())
 
 
 def write_plot(data: PlotData, out_dir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
@@ -328,7 +332,9 @@ def write_plot(data: PlotData, out_dir: pathlib.Path) -> tuple[pathlib.Path, pat
             ax.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2,
                       frameon=False)
         fig.tight_layout()
-        fig.savefig(png)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        safeio.write_bytes(*safeio.split(png), buf.getvalue())
     finally:
         plt.close(fig)
     write_csv(csv_path, data)

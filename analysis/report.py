@@ -6,6 +6,7 @@ in the returned notes, and never changes the verdict or touches the results.
 import html
 import pathlib
 
+from krig import safeio
 from krig.errors import KrigError, UsageError
 from krig.reproducer import load_reproducer
 from krig.verdict import KERNEL_STOPPED
@@ -53,9 +54,18 @@ def console_lines(run_dir: pathlib.Path, verdict: dict) -> list[str]:
     if isinstance(ctx, str) and ctx:
         return ctx.splitlines()
     found = [line for lines in (verdict.get("console") or {}).values() for line in lines]
-    p = run_dir / "console.log"
-    tail = p.read_text(errors="replace").splitlines()[-CONSOLE_TAIL:] if p.exists() else []
+    tail = _text(run_dir, "console.log").splitlines()[-CONSOLE_TAIL:]
     return found + (["..."] if found and tail else []) + tail
+
+
+def _text(run_dir, name: str) -> str:
+    """A text file of the run for the report ("" when missing; a refusal's line when unsafe)."""
+    try:
+        return safeio.read_text(run_dir, name)
+    except safeio.MissingFile:
+        return ""
+    except safeio.UsageError as e:
+        return f"krig: {e}"
 
 
 def html_table(header: list, rows: list, num_cols=()) -> str:
@@ -94,9 +104,8 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
             parts.append("<p>no plots declared for this reproducer</p>")
     if v in NO_PLOTS:
         parts += ["<h2>Console</h2>", f"<pre>{esc(chr(10).join(console_lines(run_dir, verdict)))}</pre>"]
-        err = run_dir / "stderr"
-        if err.exists() and err.stat().st_size:
-            tail = err.read_text(errors="replace").splitlines()[-CONSOLE_TAIL:]
+        tail = _text(run_dir, "stderr").splitlines()[-CONSOLE_TAIL:]
+        if tail:
             parts += ["<h2>Workload stderr (last lines)</h2>", f"<pre>{esc(chr(10).join(tail))}</pre>"]
     if session:
         parts += ["<h2>KernelShark</h2>",
@@ -160,10 +169,11 @@ def write_report(run, repro=None) -> dict:
     except Exception as e:
         notes.append(f"{SESSION_FILE}: {type(e).__name__}: {e}")
     try:
-        (run_dir / "summary.txt").write_text(build_summary(run_dir, manifest, verdict, metrics, repro))
+        safeio.write_text(run_dir, "summary.txt", build_summary(run_dir, manifest, verdict, metrics, repro))
         files.append(run_dir / "summary.txt")
     except Exception as e:
         notes.append(f"summary.txt: {type(e).__name__}: {e}")
-    (run_dir / "report.html").write_text(build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes))
+    safeio.write_text(run_dir, "report.html", build_html(run_dir, manifest, verdict, metrics, repro, plots, session,
+                                                         notes))
     files.append(run_dir / "report.html")
     return {"files": files, "notes": notes}

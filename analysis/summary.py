@@ -1,11 +1,12 @@
 """summary.txt: a run for a mailing list. ASCII, at most 72 columns, numbers
 as in metrics.json (6 significant digits), and the one command that
 reproduces the run."""
-import json
 import math
 import pathlib
 import textwrap
 import xml.etree.ElementTree as ET
+
+from krig import safeio
 
 WIDTH = 72
 
@@ -28,13 +29,10 @@ def threshold_outcomes(run_dir: pathlib.Path, repro) -> dict:
     """threshold id -> the judge's outcome as its junit.xml records it: "pass", or for a case
     with a failure or an error its krig_outcome ("fail", "unmeasured", "instrument"), "error"
     when it has none (the judge itself broke); {} if not judged."""
-    p = run_dir / "junit.xml"
     out = {}
-    if not p.exists():
-        return out
     try:
-        cases = list(ET.parse(p).getroot().iter("testcase"))
-    except ET.ParseError:
+        cases = list(ET.fromstring(safeio.read_bytes(run_dir, "junit.xml")).iter("testcase"))
+    except (safeio.UsageError, ET.ParseError):
         return out
     for t in repro.thresholds:
         name = f"test_threshold[{t.metric} {t.describe()}]"
@@ -59,9 +57,10 @@ def threshold_measurements(run_dir: pathlib.Path, repro) -> list[dict]:
     direction (metrics.json) and the judge's outcome (junit.xml; None if not judged). Only a
     judged run's (PASS or FAIL) numbers are measurements; the caller checks the verdict."""
     try:
-        metrics = json.loads((run_dir / "metrics.json").read_text())
-    except (OSError, ValueError):
+        metrics = safeio.read_json(run_dir, "metrics.json")
+    except safeio.UsageError:
         metrics = {}
+    metrics = metrics if isinstance(metrics, dict) else {}
     outcomes = threshold_outcomes(run_dir, repro)
     out = []
     for t in repro.thresholds:
@@ -164,14 +163,17 @@ def build_summary(run_dir: pathlib.Path, manifest: dict, verdict: dict, metrics:
                          "  ")
             if held is False:
                 out += _wrap(t.rationale, "    ")
-    times = sorted(run_dir.glob("*.time"))
+    times = sorted(p.name for p in run_dir.glob("*.time"))
     if (run_dir / "time.txt").exists():
-        times.insert(0, run_dir / "time.txt")
+        times.insert(0, "time.txt")
     if times:
         out += ["", "/usr/bin/time:"]
-        for p in times:
-            body = " ".join(p.read_text(errors="replace").split())
-            out += _wrap(f"{p.name}: {body}", "  ")
+        for name in times:
+            try:
+                body = " ".join(safeio.read_text(run_dir, name, cap=1 << 20).split())
+            except safeio.UsageError as e:
+                body = str(e)
+            out += _wrap(f"{name}: {body}", "  ")
     out += ["", "reproduce (from a krig checkout, after `make setup`):"]
     out += wrap_command(reproduce_argv(m, repro))
     return "\n".join(ascii_only(line)[:WIDTH] for line in out) + "\n"

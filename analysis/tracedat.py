@@ -18,6 +18,7 @@ import zlib
 import numpy as np
 
 from analysis.kbuffer import PageDecoder
+from krig import safeio
 from analysis.tracepages import PageSource, decompressor
 
 try:
@@ -130,8 +131,10 @@ class TraceFile:
 
     def __init__(self, path, buffer: str = ""):
         self.path = os.fspath(path)
-        try:
-            self._f = open(self.path, "rb")
+        try:     # a trace may come from a guest: a regular file only, no link followed (krig/safeio.py)
+            self._f = safeio.open_file(*safeio.split(self.path), cap=1 << 50)
+        except safeio.UsageError as e:
+            raise TraceError(str(e)) from None
         except OSError as e:
             raise TraceError(f"{self.path}: cannot open: {e.strerror or e}") from None
         self._fsize = os.fstat(self._f.fileno()).st_size

@@ -25,12 +25,12 @@ import subprocess
 import tarfile
 import time
 
-from . import KERNEL_DIR, REPRO_DIR
+from . import KERNEL_DIR, REPRO_DIR, safeio
 from .config import load_toml, toml_value
 from analysis.summary import reproduce_argv
 from rigs import rig_path
 from .errors import UsageError
-from .paths import cache_dir
+from .paths import cache_dir, krig_owned
 from kernels.spec import sha256_file
 from .reproducer import load_reproducer
 from .rundir import MANIFEST, VERDICT, RunDir
@@ -96,9 +96,10 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
             tar.add(path, f"{top}/kernel/{name}", recursive=False)
         if image is not None:
             cfg = (manifest.get("kernel") or {}).get("config")
-            sums = [(image, "image")] + ([(pathlib.Path(cfg), "config")] if cfg and pathlib.Path(cfg).is_file() else [])
+            cfg = krig_owned(cfg)
+            sums = [(image, "image")] + ([(cfg, "config")] if cfg and cfg.is_file() else [])
             tar.add(image, f"{top}/kernel/image", recursive=False)
-            mods = pathlib.Path((manifest.get("kernel") or {}).get("modules_dir") or "/nonexistent")
+            mods = krig_owned((manifest.get("kernel") or {}).get("modules_dir")) or pathlib.Path("/nonexistent")
             for f in sorted(mods.rglob("*")) if mods.is_dir() else []:
                 if f.is_file() and not f.is_symlink():
                     rel = f"modules/{f.relative_to(mods)}"
@@ -106,12 +107,17 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
                     sums.append((f, rel))
             add_bytes("kernel/SHA256SUMS", "".join(f"{sha256_file(f)}  {name}\n" for f, name in sums).encode())
         for f in sorted(run_dir.iterdir()):
-            if not f.is_file() or (f.name == TRACE and not with_trace):
+            # a run's files may come from a guest: regular files only, no link followed (krig/safeio.py)
+            if not safeio.is_file(run_dir, f.name) or (f.name == TRACE and not with_trace):
                 continue
             if f.suffix in BINARY_SUFFIXES:
-                tar.add(f, f"{top}/run/{f.name}", recursive=False)
+                with safeio.open_file(run_dir, f.name, cap=1 << 50) as src:
+                    ti = tar.gettarinfo(fileobj=src, arcname=f"{top}/run/{f.name}")
+                    ti.uid = ti.gid = 0
+                    ti.uname = ti.gname = ""
+                    tar.addfile(ti, src)
             else:
-                add_text(f"run/{f.name}", f.read_text(errors="replace"))
+                add_text(f"run/{f.name}", safeio.read_text(run_dir, f.name))
     size = out.stat().st_size
     msg = f"bundle: {out} ({_human(size)})" + (f", with the kernel image ({_human(image.stat().st_size)})"
                                                 if image is not None else "")
@@ -122,8 +128,11 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
 
 
 def _kernel_image(k: dict) -> pathlib.Path:
-    image = pathlib.Path(k.get("image") or "")
-    if not image.is_file():
+    image = krig_owned(k.get("image"))
+    if image is None or not image.is_file():
+        if k.get("image") and pathlib.Path(k["image"]).is_file():
+            raise UsageError(f"--with-kernel: the run's kernel image {k['image']} is not a kernel krig keeps "
+                             "(below its cache or /boot): not bundled")
         raise UsageError(f"--with-kernel: the run's kernel image {image} is gone (rebuild the kernel, or "
                          "bundle without --with-kernel)")
     return image
@@ -272,14 +281,14 @@ def kernel_files(k: dict, series: dict | None = None) -> list[tuple[str, pathlib
     """(name in kernel/, path): the .config, the toml and those it extends, patches, fragments,
     and a series given on the command line (kernel/series/, from krig's series cache)."""
     out = []
-    if series and series.get("patchset_hash"):
+    if series and re.fullmatch(r"[0-9a-f]{16,64}", str(series.get("patchset_hash") or "")):
         store = cache_dir("series") / series["patchset_hash"][:16]
         out += [(f"series/{p.name}", p) for p in sorted(store.glob("*.patch"))]
-    cfg = k.get("config")
-    if cfg and pathlib.Path(cfg).is_file():
-        out.append(("config", pathlib.Path(cfg)))
+    cfg = krig_owned(k.get("config"))
+    if cfg and cfg.is_file():
+        out.append(("config", cfg))
     name, seen = k.get("name"), set()
-    while name and name not in seen:
+    while name and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", str(name)) and name not in seen:
         seen.add(name)
         toml = KERNEL_DIR / f"{name}.toml"
         if not toml.exists():

@@ -11,12 +11,13 @@ import math
 import pathlib
 import subprocess
 import sys
+import tempfile
 import xml.etree.ElementTree as ET
 
 from analysis.report import write_report
 from analysis.rundata import RunData
 
-from . import ROOT
+from . import ROOT, safeio
 from .errors import KrigError, UsageError
 from .junit import write_single
 from .hostload import contended_pct
@@ -98,15 +99,19 @@ def judge(run_dir: pathlib.Path) -> dict:
     Each test case records krig_outcome (pass, fail, unmeasured, instrument) and krig_message;
     a case without them is pytest itself erring (a bug), reported as an error."""
     run_dir = run_dir.resolve()        # pytest runs in ROOT: a relative path would judge another directory
-    junit = run_dir / "junit.xml"
-    argv = [sys.executable, "-m", "pytest", str(ROOT / "analysis" / "test_thresholds.py"),
-            f"--krig-run-dir={run_dir}", f"--junitxml={junit}", "-q", "-p", "no:cacheprovider",
-            "--rootdir", str(ROOT), "-o", "junit_family=xunit1", "-o", "junit_suite_name=krig"]
-    p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
-    (run_dir / "analysis.log").write_text(p.stdout + p.stderr)
-    if not junit.exists():
-        raise KrigError(f"analysis did not produce junit.xml (pytest exit {p.returncode}); see analysis.log")
-    return tally(ET.parse(junit).getroot())
+    with tempfile.TemporaryDirectory(prefix="krig-judge-") as tmp:
+        # pytest writes junit.xml where krig chose, never through a name in the run directory
+        junit = pathlib.Path(tmp) / "junit.xml"
+        argv = [sys.executable, "-m", "pytest", str(ROOT / "analysis" / "test_thresholds.py"),
+                f"--krig-run-dir={run_dir}", f"--junitxml={junit}", "-q", "-p", "no:cacheprovider",
+                "--rootdir", str(ROOT), "-o", "junit_family=xunit1", "-o", "junit_suite_name=krig"]
+        p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+        safeio.write_text(run_dir, "analysis.log", p.stdout + p.stderr)
+        if not junit.exists():
+            raise KrigError(f"analysis did not produce junit.xml (pytest exit {p.returncode}); see analysis.log")
+        raw = junit.read_bytes()
+    safeio.write_bytes(run_dir, "junit.xml", raw)
+    return tally(ET.fromstring(raw))
 
 
 def tally(root) -> dict:

@@ -27,7 +27,7 @@ from analysis.lkp import format_lkp
 
 from . import RESULTS_DIR
 from .check import load_analyzer
-from .errors import UsageError
+from .errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
 from .reproducer import MIN_CHANGE_PCT, load_reproducer
 from .results import GROUP_FILE, run_state
@@ -127,8 +127,8 @@ def side_outcome(repro, runs: list) -> str | None:
     for d, v, _ in runs:
         if v in JUDGED:
             try:
-                values.append({k: m.get("value") for k, m in json.loads((d / "metrics.json").read_text()).items()})
-            except (OSError, ValueError):
+                values.append({k: m.get("value") for k, m in RunDir(d).metrics().items()})
+            except (OSError, KrigError, AttributeError):
                 continue
     return fn(values) if values else None
 

@@ -25,7 +25,7 @@ from rigs import load_rig
 from . import RESULTS_DIR
 from .errors import KrigError, UsageError
 from .reproducer import load_reproducer
-from .results import GROUP_FILE, now, run_dirs_of, run_state, write_json
+from .results import GROUP_FILE, now, read_json, run_dirs_of, run_state, write_json
 from .rundir import RunDir
 from .run import run
 from .verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
@@ -122,9 +122,11 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
     gfile = gdir / GROUP_FILE
     if gfile.exists():
         try:
-            group = json.loads(gfile.read_text())
-        except ValueError as e:
-            raise UsageError(f"--group {gdir}: {GROUP_FILE} is not JSON ({e})") from None
+            group = read_json(gfile)
+        except UsageError as e:
+            raise UsageError(f"--group {gdir}: {GROUP_FILE}: {str(e).rsplit(': ', 1)[-1]}") from None
+        if not isinstance(group, dict):
+            raise UsageError(f"--group {gdir}: {GROUP_FILE} is not a JSON object")
         _same(group, asked, gdir)
     elif gdir.exists() and any(gdir.iterdir()):
         raise UsageError(f"--group {gdir}: not empty and has no {GROUP_FILE}")

@@ -23,6 +23,8 @@ import pathlib
 import threading
 import time
 
+from . import safeio
+
 SATURATED = 0.9        # of the host's CPUs busy
 OTHERS_CPUS = 0.5      # CPUs used by processes other than the emulator
 HEADER = "mono\tbusy_cpus\temulator_cpus\tothers_cpus\n"
@@ -92,7 +94,11 @@ class HostSampler:
 def contended_pct(path: pathlib.Path, ncpus: int) -> float | None:
     """% of host.tsv's samples in which the host was contended (None: no samples)."""
     rows = []
-    for line in pathlib.Path(path).read_text().splitlines()[1:]:
+    try:
+        text = safeio.read_text(*safeio.split(path))
+    except safeio.MissingFile:
+        return None
+    for line in text.splitlines()[1:]:
         f = line.split("\t")
         try:
             rows.append((float(f[1]), float(f[3])))

@@ -1,6 +1,8 @@
 """A JUnit file for runs that never reached analysis (HUNG, CRASHED, ERROR...)."""
 import xml.etree.ElementTree as ET
 
+from . import safeio
+
 
 def write_single(path, suite: str, verdict: str, reason: str, properties: dict):
     ts = ET.Element("testsuite", name=suite, tests="1", failures="0",
@@ -15,4 +17,5 @@ def write_single(path, suite: str, verdict: str, reason: str, properties: dict):
         ET.SubElement(tc, "error", message=f"{verdict}: {reason}").text = reason
     suites = ET.Element("testsuites")
     suites.append(ts)
-    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+    raw = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+    safeio.write_bytes(*safeio.split(path), raw)

@@ -35,7 +35,8 @@ from analysis.summary import threshold_measurements
 from .errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
 from .reproducer import load_reproducer
-from .results import GROUP_FILE, run_dirs_of, run_state
+from .results import GROUP_FILE, read_json, run_dirs_of, run_state
+from .rundir import MANIFEST, RunDir
 from .verdict import JUDGED, VERDICTS
 
 SCHEMA = kcidb_io.schema.V5_3            # what the report says it is; validated with LATEST
@@ -94,10 +95,9 @@ def run_dirs(paths: list, note=None) -> list:
 
 
 def _suite_runs(qdir: pathlib.Path, note) -> list:
-    try:
-        suite = json.loads((qdir / SUITE_FILE).read_text())
-    except ValueError as e:
-        raise UsageError(f"{qdir / SUITE_FILE}: not valid JSON ({e})") from None
+    suite = read_json(qdir / SUITE_FILE)
+    if not isinstance(suite, dict):
+        raise UsageError(f"{qdir / SUITE_FILE}: not a JSON object")
     found = []
     for c in suite.get("cases", []):
         if not c.get("run_dir"):
@@ -142,29 +142,20 @@ def validate(report: dict) -> None:
 
 
 def _read_run(d: pathlib.Path) -> dict:
-    def load(name, default):
-        try:
-            return json.loads((d / name).read_text())
-        except FileNotFoundError:
-            return default
-        except ValueError as e:
-            raise UsageError(f"{d / name}: not valid JSON ({e})") from None
-    manifest = load("manifest.json", {})
+    run = RunDir(d)         # a run directory is read only through RunDir (docs/security.md)
+    manifest = run.manifest if run.exists(MANIFEST) else {}
     state = run_state(d)
     if state == "RUNNING":
         pid = (manifest.get("owner") or {}).get("pid")
         raise UsageError(f"{d}: still running (krig pid {pid}); export it when it ends")
-    verdict = load("verdict.json", {})
+    verdict = run.verdict()
     if state not in STATUS:
         raise UsageError(f"{d / 'verdict.json'}: verdict {state!r} is not one of {', '.join(STATUS)}")
     if verdict.get("verdict") != state:           # no verdict recorded: the run never ended
         verdict = {"verdict": state, "reason": verdict.get("reason") or "the krig process ended without "
                    "recording an end (killed?)"}
-    try:
-        console = (d / "console.log").read_text(errors="replace")
-    except OSError:
-        console = ""
-    return {"dir": d, "manifest": manifest, "verdict": verdict, "console": console}
+    return {"dir": d, "manifest": manifest, "verdict": verdict, "console": run.text("console.log"),
+            "metrics": run.metrics}
 
 
 def _id(origin: str, *parts) -> str:
@@ -277,8 +268,8 @@ def _tests(run: dict, origin: str, build_id: str) -> list:
     out = [t]
     if v in JUDGED:                # only a judged run's numbers are measurements
         try:
-            metrics = json.loads((run["dir"] / "metrics.json").read_text())
-        except (OSError, ValueError):
+            metrics = run["metrics"]()
+        except (OSError, KrigError):
             metrics = {}
         misc["metrics"] = {n: {k: m.get(k) for k in ("value", "unit", "better")}
                            for n, m in metrics.items() if _finite(m.get("value"))}

@@ -32,3 +32,21 @@ def owner_alive(rec: dict | None) -> bool:
     if rec.get("host") not in (None, os.uname().nodename):
         return True
     return _start_ticks(int(rec["pid"])) == rec.get("start")
+
+
+def krig_owned(path) -> pathlib.Path | None:
+    """path, if it names a file krig itself keeps: below krig's cache (kernels it built or took
+    in) or /boot (the distro's kernels). A path a run's manifest names is data from whoever made
+    the run directory; a bundle reads a host file through it only when this says so."""
+    if not path:
+        return None
+    p = pathlib.Path(path)
+    if not p.is_absolute() or ".." in p.parts:
+        return None
+    try:
+        real = p.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    roots = [cache_dir().resolve(), pathlib.Path("/boot").resolve(), pathlib.Path("/usr/lib/modules").resolve(),
+             pathlib.Path("/lib/modules").resolve()]
+    return real if any(r == real or r in real.parents for r in roots) else None

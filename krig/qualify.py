@@ -38,7 +38,7 @@ from .errors import KrigError, UsageError, guarded
 from .lab import select_rigs
 from .qualify_report import write_outputs
 from .reproducer import load_reproducer
-from .results import now, write_json
+from .results import now, read_json, write_json
 from .run import run
 from .verdict import UNFINISHED, VERDICTS
 from kernels.catalog import load_kernel
@@ -175,8 +175,10 @@ def finished(qdir: pathlib.Path, cases: list) -> dict:
     out = {}
     for c in cases:
         try:
-            rec = json.loads(_case_file(qdir, c["id"]).read_text())
-        except (OSError, ValueError):
+            rec = read_json(_case_file(qdir, c["id"]))
+        except (OSError, KrigError):
+            continue
+        if not isinstance(rec, dict):
             continue
         if rec.get("verdict") not in UNFINISHED:
             out[c["id"]] = rec

@@ -1,11 +1,11 @@
 """Result directories: results/<reproducer>/<kernel-id>/<rig>/<UTC timestamp>/."""
 import datetime
-import json
 import os
 import pathlib
 import subprocess
 
-from . import ROOT
+from . import ROOT, safeio
+from .errors import KrigError
 from .paths import owner_alive
 
 GROUP_FILE = "group.json"      # a group directory's record (krig run --repeat, krig/group.py)
@@ -45,9 +45,13 @@ def _point_latest(root: pathlib.Path, d: pathlib.Path):
 
 
 def write_json(path: pathlib.Path, data) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-    tmp.replace(path)
+    """Write path atomically: its directory is krig's, the name is never written through (krig/safeio.py)."""
+    safeio.write_json(*safeio.split(path), data)
+
+
+def read_json(path: pathlib.Path):
+    """A JSON file of krig's own records (group.json, validate.json, ...) read safely."""
+    return safeio.read_json(*safeio.split(path))
 
 
 def git_revision() -> str:
@@ -68,14 +72,16 @@ def now() -> str:
 def run_state(d: pathlib.Path) -> str:
     """The verdict of a run directory, 'RUNNING' if its krig still runs, 'INCOMPLETE' without one."""
     try:
-        v = json.loads((d / "verdict.json").read_text())["verdict"]
-    except (OSError, ValueError, KeyError):
+        v = read_json(d / "verdict.json")["verdict"]
+    except (OSError, KrigError, KeyError, TypeError):
         v = None
-    if v and v != "INCOMPLETE":
+    if v and isinstance(v, str) and v != "INCOMPLETE":
         return v
     try:
-        man = json.loads((d / "manifest.json").read_text())
-    except (OSError, ValueError):
+        man = read_json(d / "manifest.json")
+    except (OSError, KrigError):
+        return "INCOMPLETE"
+    if not isinstance(man, dict):
         return "INCOMPLETE"
     if not man.get("ended") and owner_alive(man.get("owner")):
         return "RUNNING"

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from . import RESULTS_DIR, ROOT
+from . import RESULTS_DIR, ROOT, safeio
 from .check import check
 from .errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
 from .hostload import HostSampler
@@ -126,8 +126,8 @@ def _save_partial(rig, run_dir):
     partial = getattr(rig.command, "partial_output", None)
     if partial:
         out, err = partial()
-        (run_dir / "stdout").write_bytes(out)
-        (run_dir / "stderr").write_bytes(err)
+        safeio.write_bytes(run_dir, "stdout", out)
+        safeio.write_bytes(run_dir, "stderr", err)
 
 
 CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
@@ -207,9 +207,9 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
         if host is not None:
             host.stop()
             manifest["host"] = {"cpus": host.ncpus, "interval": host.interval}
-    (run_dir / "stdout").write_bytes(res.stdout)
-    (run_dir / "stderr").write_bytes(res.stderr)
-    (run_dir / "exit_code").write_text(f"{res.returncode}\n")
+    safeio.write_bytes(run_dir, "stdout", res.stdout)
+    safeio.write_bytes(run_dir, "stderr", res.stderr)
+    safeio.write_text(run_dir, "exit_code", f"{res.returncode}\n")
     manifest["workload"] = {"argv": argv, "exit_code": res.returncode, "seconds": round(res.duration, 2)}
     if res.returncode == 4:
         tail = res.stderr.decode(errors="replace").strip().splitlines()

@@ -2,17 +2,24 @@
 
 Each file is read at most once per RunDir; a file that is missing or unreadable is one
 UsageError line naming it (or the caller's default, for the optional ones).
+
+A run directory may come from someone else, and its files from the guest: every read and
+write goes through krig/safeio.py (no link followed, regular files only, size-capped,
+nothing that blocks), so nothing here opens a run file by path.
 """
-import json
 import pathlib
 
 import numpy as np
 
+from . import safeio
 from .errors import UsageError
-from .results import write_json
 
 MANIFEST, VERDICT, METRICS = "manifest.json", "verdict.json", "metrics.json"
 MISSING = -1            # krig-sampler writes -1 for a source it could not read
+# Files krig itself writes into a run directory: the guest's results never take these names.
+KRIG_FILES = frozenset({MANIFEST, VERDICT, METRICS, "console.log", "qemu.log", "host.tsv", "stdout", "stderr",
+                        "exit_code", "analysis.log", "junit.xml", "report.html", "summary.txt", "sel.txt",
+                        "sel-before.txt", "sol-notes.log", "ssh.log", "plots"})
 
 
 class RunDir:
@@ -26,14 +33,24 @@ class RunDir:
         return self.dir / name
 
     def exists(self, name: str) -> bool:
-        return (self.dir / name).exists()
+        """Whether the run has `name` at all (a link or a FIFO counts: reading it is refused)."""
+        return safeio.lstat(self.dir, name) is not None
+
+    def size(self, name: str) -> int:
+        st = safeio.lstat(self.dir, name)
+        return st.st_size if st is not None else 0
 
     def require(self, name: str) -> pathlib.Path:
         p = self.dir / name
-        if not p.exists():
+        if not self.exists(name):
             what = " (not a krig run directory)" if name == MANIFEST else ""
             raise UsageError(f"{self.dir}: missing {name}{what}")
         return p
+
+    def read_bytes(self, name: str, cap: int = safeio.DEFAULT_CAP) -> bytes:
+        """A file of the run, read safely (krig/safeio.py); a missing one is one line."""
+        self.require(name)
+        return safeio.read_bytes(self.dir, name, cap)
 
     def _once(self, key, load):
         if key not in self._cache:
@@ -45,21 +62,31 @@ class RunDir:
         def load():
             if default is not None and not self.exists(name):
                 return default
-            p = self.require(name)
-            try:
-                return json.loads(p.read_text())
-            except (ValueError, UnicodeDecodeError) as e:
-                raise UsageError(f"{p}: not valid JSON ({e})") from None
+            self.require(name)
+            got = safeio.read_json(self.dir, name)
+            if default is not None and not isinstance(got, type(default)):
+                raise UsageError(f"{self.path(name)}: not a JSON {type(default).__name__.replace('dict', 'object')}")
+            return got
         return self._once(("json", name), load)
 
     @property
     def manifest(self) -> dict:
-        return self.json(MANIFEST)
+        man = self.json(MANIFEST)
+        if not isinstance(man, dict):
+            raise UsageError(f"{self.path(MANIFEST)}: not a JSON object (not a krig run directory)")
+        return man
 
     def write_json(self, name: str, data) -> None:
         """Write a JSON file of the run (atomically); later reads through this RunDir see it."""
-        write_json(self.path(name), data)
+        safeio.write_json(self.dir, name, data)
         self._cache[("json", name)] = data
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        safeio.write_bytes(self.dir, name, data)
+        self._cache.pop(("text", name), None)
+
+    def write_text(self, name: str, text: str) -> None:
+        self.write_bytes(name, text.encode())
 
     def verdict(self) -> dict:
         """verdict.json ({} when the run was never judged)."""
@@ -74,19 +101,19 @@ class RunDir:
         def load():
             if default is not None and not self.exists(name):
                 return default
-            return self.require(name).read_text(errors="replace")
+            return self.read_bytes(name).decode(errors="replace")
         return self._once(("text", name), load)
 
     def samples(self) -> dict:
         """samples.tsv as numpy columns; 't' is seconds since the first sample."""
-        return self._once("samples", lambda: load_samples(self.require("samples.tsv")))
+        return self._once("samples", lambda: parse_samples(self.text("samples.tsv", None), self.path("samples.tsv")))
 
     def phase_rows(self) -> list[tuple[float, str]]:
         """phases.tsv in order: (wall time, name); see krig_phase."""
         def load():
             out = []
             if self.exists("phases.tsv"):
-                for line in self.path("phases.tsv").read_text(errors="replace").splitlines():
+                for line in self.text("phases.tsv").splitlines():
                     parts = line.split("\t")
                     try:
                         out.append((float(parts[0]), parts[1])) if len(parts) == 2 else None
@@ -108,8 +135,13 @@ class RunDir:
 
 
 def load_samples(path) -> dict:
+    """samples.tsv given by path (its directory trusted, the file read safely)."""
     path = pathlib.Path(path)
-    lines = path.read_text().splitlines()
+    return parse_samples(safeio.read_text(*safeio.split(path)), path)
+
+
+def parse_samples(text: str, path) -> dict:
+    lines = text.splitlines()
     if not lines:
         raise UsageError(f"{path}: empty sample file")
     header = lines[0].split("\t")

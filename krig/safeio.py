@@ -33,7 +33,7 @@ class UnsafeFile(UsageError):
     """A file that is not a regular file below its directory (a link, a FIFO, a device) or too large."""
 
 
-def _kind(mode: int) -> str:
+def kind(mode: int) -> str:
     for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
         if test(mode):
@@ -48,15 +48,20 @@ def _parts(rel) -> list:
     return list(rel.parts) or ["."]
 
 
+def _path(base, rel=".") -> pathlib.Path:
+    """base/rel for messages (base may be a directory's file descriptor)."""
+    return pathlib.Path(f"(dir fd {base})" if isinstance(base, int) else base) / rel
+
+
 @contextlib.contextmanager
 def open_dir(base, rel=".", create: bool = False):
     """A file descriptor of base/rel, every component below base opened without following a link.
+    base is a trusted directory: a path, or a directory's file descriptor (not closed here).
     `create` makes missing directories (mode 0755)."""
-    base = pathlib.Path(base)
     try:
-        fd = os.open(base, _DIR_FLAGS)
+        fd = os.dup(base) if isinstance(base, int) else os.open(pathlib.Path(base), _DIR_FLAGS)
     except OSError as e:
-        raise _refusal(base, e) from None
+        raise _refusal(_path(base), e) from None
     try:
         for name in ([] if str(rel) in (".", "") else _parts(rel)):
             if create:
@@ -65,7 +70,7 @@ def open_dir(base, rel=".", create: bool = False):
             try:
                 nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as e:
-                raise _refusal(base / rel, e, dir_fd=fd, name=name) from None
+                raise _refusal(_path(base, rel), e, dir_fd=fd, name=name) from None
             os.close(fd)
             fd = nfd
         yield fd
@@ -77,7 +82,7 @@ def _refusal(path, e: OSError, dir_fd=None, name=None) -> UsageError:
     if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENXIO) and name is not None:
         try:
             st = os.lstat(name, dir_fd=dir_fd)
-            return UnsafeFile(f"{path}: refused: {name} is {_kind(st.st_mode)}, not a "
+            return UnsafeFile(f"{path}: refused: {name} is {kind(st.st_mode)}, not a "
                               f"{'directory' if e.errno == errno.ENOTDIR else 'regular file'}")
         except OSError:
             pass
@@ -110,19 +115,9 @@ def is_file(base, rel) -> bool:
 def read_bytes(base, rel, cap: int = DEFAULT_CAP) -> bytes:
     """The bytes of base/rel: a regular file, no link followed, at most `cap` bytes."""
     rel = pathlib.PurePosixPath(rel)
-    path = pathlib.Path(base) / rel
-    with open_dir(base, rel.parent) as d:
-        try:
-            fd = os.open(rel.name, _FILE_FLAGS, dir_fd=d)
-        except OSError as e:
-            raise _refusal(path, e, dir_fd=d, name=rel.name) from None
+    path = _path(base, rel)
+    fd = _open_regular(base, rel, cap, "read")
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(f"{path}: refused: {_kind(st.st_mode)}, not a regular file")
-        if st.st_size > cap:
-            raise UnsafeFile(f"{path}: refused: {st.st_size} bytes, more than the {cap} read")
-        os.set_blocking(fd, True)
         chunks, left = [], cap + 1
         while left > 0:
             b = os.read(fd, min(left, 1 << 20))
@@ -138,12 +133,39 @@ def read_bytes(base, rel, cap: int = DEFAULT_CAP) -> bytes:
         os.close(fd)
 
 
+def _open_regular(base, rel: pathlib.PurePosixPath, cap: int, what: str) -> int:
+    """An fd of the regular file base/rel (blocking mode), no link followed, at most cap bytes."""
+    path = _path(base, rel)
+    with open_dir(base, rel.parent) as d:
+        try:
+            fd = os.open(rel.name, _FILE_FLAGS, dir_fd=d)
+        except OSError as e:
+            raise _refusal(path, e, dir_fd=d, name=rel.name) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeFile(f"{path}: refused: {kind(st.st_mode)}, not a regular file")
+        if st.st_size > cap:
+            raise UnsafeFile(f"{path}: refused: {st.st_size} bytes, more than the {cap} {what}")
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_file(base, rel, cap: int = DEFAULT_CAP):
+    """A binary file object of the regular file base/rel (no link followed, at most cap bytes),
+    for reading a large file in pieces (a trace, an image)."""
+    return os.fdopen(_open_regular(base, pathlib.PurePosixPath(rel), cap, "read"), "rb")
+
+
 def read_text(base, rel, cap: int = DEFAULT_CAP) -> str:
     return read_bytes(base, rel, cap).decode(errors="replace")
 
 
 def read_json(base, rel, cap: int = DEFAULT_CAP):
-    path = pathlib.Path(base) / rel
+    path = _path(base, rel)
     try:
         return json.loads(read_bytes(base, rel, cap))
     except (ValueError, RecursionError) as e:
@@ -180,24 +202,15 @@ def write_json(base, rel, data) -> None:
     write_text(base, rel, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def copy_out(base, rel, dest, cap: int = 8 << 30) -> None:
-    """Copy the regular file base/rel (no link followed, at most `cap` bytes) to a new file dest,
-    created with O_EXCL|O_NOFOLLOW (dest must not exist)."""
+def copy_out(base, rel, dest, cap: int = 8 << 30, dest_dir_fd: int | None = None) -> None:
+    """Copy the regular file base/rel (no link followed, at most `cap` bytes) to a new file dest
+    (a name in dest_dir_fd if given), created with O_EXCL|O_NOFOLLOW: dest must not exist."""
     rel = pathlib.PurePosixPath(rel)
-    path = pathlib.Path(base) / rel
-    with open_dir(base, rel.parent) as d:
-        try:
-            fd = os.open(rel.name, _FILE_FLAGS, dir_fd=d)
-        except OSError as e:
-            raise _refusal(path, e, dir_fd=d, name=rel.name) from None
+    path = _path(base, rel)
+    fd = _open_regular(base, rel, cap, "copied")
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsafeFile(f"{path}: refused: {_kind(st.st_mode)}, not a regular file")
-        if st.st_size > cap:
-            raise UnsafeFile(f"{path}: refused: {st.st_size} bytes, more than the {cap} copied")
-        os.set_blocking(fd, True)
-        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                      dir_fd=dest_dir_fd)
         try:
             n = 0
             while True:

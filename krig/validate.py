@@ -36,13 +36,14 @@ from rigs import load_rig
 from . import RESULTS_DIR
 from .compare import compare
 from .config import parse_set
-from .errors import UsageError
+from .errors import KrigError, UsageError
 from .group import group_runs, run_group
 from .results import GROUP_FILE
 from .verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, write_reply
 from .reproducer import load_reproducer
-from .results import git_revision, now, write_json
+from .results import git_revision, now, read_json, write_json
+from .rundir import RunDir
 
 ANSWERS = {"fixed": 0, "not fixed": 1, "inconclusive": 3, "base does not reproduce": 4, "regressed": 5}
 DEFAULT_REPEAT = 4
@@ -56,8 +57,8 @@ def contended(gdir: pathlib.Path) -> list:
     for d, v in group_runs(gdir) if gdir.is_dir() else []:
         if v == "ERROR":
             try:
-                reason = json.loads((d / "verdict.json").read_text()).get("reason", "")
-            except (OSError, ValueError):
+                reason = RunDir(d).verdict().get("reason", "")
+            except (OSError, KrigError):
                 continue
             if reason.startswith(CONTENTION):
                 out.append(d)
@@ -71,7 +72,7 @@ def _run_side(repro, rig, kernel, preset, sets, want: int, repeat: int, gdir: pa
         runs = [(d, v) for d, v in group_runs(gdir) if v not in NOT_COUNTED] if gdir.is_dir() else []
         lost = len(contended(gdir))
         if len(runs) - lost >= want or lost > repeat:
-            return json.loads((gdir / GROUP_FILE).read_text())
+            return read_json(gdir / GROUP_FILE)
         if lost:
             log(f"krig: {lost} run(s) in {gdir.name} lost to host contention; running another")
         run_group(repro, rig, kernel, preset, sets, len(runs) + 1, gdir, log=log)
@@ -234,8 +235,8 @@ def _kernel_of(gdir: pathlib.Path) -> dict:
     """The kernel the group's first run booted (manifest.json: release, git origin, debug options)."""
     for d in sorted(gdir.glob("run-*")):
         try:
-            man = json.loads((d / "manifest.json").read_text())
-        except (OSError, ValueError):
+            man = RunDir(d).manifest
+        except (OSError, KrigError):
             continue
         k = man.get("kernel") or {}
         return {"name": k.get("name"), "release": (man.get("machine") or {}).get("release") or k.get("release"),

@@ -14,11 +14,11 @@ import subprocess
 import tempfile
 import time
 
-from krig import ROOT
+from krig import ROOT, safeio
 from krig.config import optional, parse_size, reject_unknown, require
-from krig.errors import GuestCrashed, GuestHung, RigError, UsageError, os_fault
+from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError, os_fault
 from krig.paths import cache_dir, owner_alive, owner_record
-from . import guestroot, initramfs, kimage
+from . import guestroot, initramfs, kimage, qemu_share
 from .procs import dies_with_parent, stopped_by_host
 from .protocol import (SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
@@ -39,6 +39,10 @@ TCG_TSC_CMDLINE = ["clocksource=tsc", "tsc=reliable"]
 PROBE_TIMEOUT = 25.0
 PROBE_CACHE_SECONDS = 24 * 3600
 GUEST_SHARE = "/run/krig/share"
+# QEMU's own seccomp filter: a guest that escapes into QEMU cannot exec, fork, raise its
+# privileges, or change scheduling and resource limits (docs/security.md)
+SANDBOX = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+OUTPUT_CAP = 256 << 20      # a command's stdout or stderr read back from the guest's mailbox
 # extra_args a rig file may add: each takes one value. Nothing that reaches host
 # files, sockets, the network, the monitor or host devices (-drive, -virtfs,
 # -chardev, -netdev, -monitor, -object, -plugin, ... are refused).
@@ -143,7 +147,7 @@ def probe_accel(kernel, initrd: pathlib.Path) -> tuple[str, str]:
     with tempfile.TemporaryDirectory(prefix="krig-probe-") as td:
         log = pathlib.Path(td, "console.log")
         argv = [QEMU, "-accel", "kvm", "-cpu", "host", "-m", "512M", "-smp", "1",
-                "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot",
+                "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot", "-sandbox", SANDBOX,
                 "-chardev", f"file,id=con,path={log}", "-serial", "chardev:con",
                 "-kernel", str(kernel.image), "-initrd", str(initrd),
                 "-append", "console=ttyS0 panic=-1 krig.mode=probe"]
@@ -266,6 +270,7 @@ class QemuMachine:
         self.disks: list = []
         self.facts: dict = {}
         self.keep_share = False     # results that could not be moved stay in the share
+        self.share_model = "mapped-xattr"   # rigs/qemu_share.py: the guest's links arrive as regular files
         self.stopped: str | None = None
 
     def alive(self) -> bool:
@@ -335,6 +340,8 @@ class QemuRig(Rig):
             self.m.share = self.m.workdir / "share"
             (self.m.share / "ctl").mkdir(parents=True)
             (self.m.share / "out").mkdir()
+            self.m.share_model = qemu_share.security_model(self.m.workdir)
+            self.m.facts["share_security_model"] = self.m.share_model
             want = needs.get("scratch_size", 0)
             self.m.disks = []
             for i, d in enumerate(self.spec["disks"]):
@@ -360,7 +367,10 @@ class QemuRig(Rig):
     def shutdown(self, grace: float = 20.0):
         """Ask the agent to power the guest off, then make sure it is."""
         if self.m.alive() and self.m.share is not None:
-            (self.m.share / "ctl" / "poweroff").touch()
+            try:
+                safeio.write_bytes(self.m.share, "ctl/poweroff", b"")
+            except (OSError, KrigError):
+                pass        # the guest spoilt its mailbox: power.off() below ends it
             try:
                 self.m.proc.wait(grace)
             except subprocess.TimeoutExpired:
@@ -450,11 +460,11 @@ class _Boot(BootProtocol):
         argv = [QEMU, "-name", f"krig-{r.name}", "-machine", "q35", "-accel", accel_arg,
                 "-cpu", "host" if accel == "kvm" else "max",
                 "-smp", str(spec["cpus"]), "-m", str(spec["memory_bytes"] // (1 << 20)),
-                "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot",
+                "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot", "-sandbox", SANDBOX,
                 "-chardev", f"file,id=con,path={self.console.log_path}", "-serial", "chardev:con",
                 "-kernel", str(image), "-initrd", str(initrd), "-append", " ".join(append),
                 *root_args,
-                "-virtfs", f"local,path={r.share},mount_tag=krig,security_model=none,multidevs=remap"]
+                "-virtfs", f"local,path={r.share},mount_tag=krig,security_model={r.share_model},multidevs=remap"]
         for i, d in enumerate(r.disks):
             argv += ["-drive", f"file={d['path']},if=none,id=nvme{i},format=raw,cache=unsafe",
                      "-device", f"nvme,drive=nvme{i},serial={d['serial']}"]
@@ -485,7 +495,6 @@ class _Command(CommandProtocol):
         r = self.m
         if not r.alive():
             raise r.died(f"before running {argv[0]}")
-        ctl = r.share / "ctl"
         n = self.n
         self.n += 1
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -499,18 +508,38 @@ class _Command(CommandProtocol):
             if salvage and not r.stopped:   # a stopped emulator runs no salvage either
                 r.facts["salvage"] = self._salvage(n, salvage)
             raise GuestHung(f"{' '.join(map(str, argv))} did not finish within {timeout:.0f}s")
-        rc = int((ctl / f"{n}.rc").read_text().strip() or 255)
-        return CommandResult(list(argv), rc, (ctl / f"{n}.out").read_bytes(),
-                             (ctl / f"{n}.err").read_bytes(), time.monotonic() - t0)
+        rc = self._rc(f"{n}.rc")
+        return CommandResult(list(argv), rc, self._read(f"{n}.out"), self._read(f"{n}.err"),
+                             time.monotonic() - t0)
+
+    def _read(self, name: str, cap: int = OUTPUT_CAP) -> bytes:
+        """A file of the agent's mailbox: a regular file, no link followed, capped (rigs/qemu_share.py)."""
+        try:
+            return safeio.read_bytes(self.m.share, f"ctl/{name}", cap)
+        except KrigError as e:
+            raise RigError(f"rig {self.m.name}: the guest's ctl/{name}: {str(e).rsplit(': ', 1)[-1]}") from None
+
+    def _rc(self, name: str) -> int:
+        text = self._read(name, 64).decode(errors="replace").strip()
+        if not text:
+            return 255
+        if not text.isdigit() or int(text) > 255:
+            raise RigError(f"rig {self.m.name}: the guest's ctl/{name} holds {text[:20]!r}, not an exit status")
+        return int(text)
 
     def _post(self, name: str, argv, env: dict | None = None) -> pathlib.Path:
         """A request in the agent's mailbox: NAME.argv (and NAME.env), then NAME.req.
-        Returns the NAME.rc the agent writes last."""
+        Returns the NAME.rc the agent writes last. Each is written as a new file renamed into
+        place (krig/safeio.py): a link the guest left under that name is replaced, never followed."""
         ctl = self.m.share / "ctl"
-        (ctl / f"{name}.argv").write_bytes(b"".join(str(a).encode() + b"\0" for a in argv))
-        if env is not None:
-            (ctl / f"{name}.env").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
-        (ctl / f"{name}.req").touch()
+        try:
+            safeio.write_bytes(self.m.share, f"ctl/{name}.argv", b"".join(str(a).encode() + b"\0" for a in argv))
+            if env is not None:
+                safeio.write_bytes(self.m.share, f"ctl/{name}.env",
+                                   b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+            safeio.write_bytes(self.m.share, f"ctl/{name}.req", b"")
+        except (OSError, KrigError) as e:
+            raise RigError(f"rig {self.m.name}: cannot post {name} to the guest's mailbox: {e}") from None
         return ctl / f"{name}.rc"
 
     def _wait(self, rc_file: pathlib.Path, timeout: float) -> str | None:
@@ -534,14 +563,21 @@ class _Command(CommandProtocol):
             return "the machine died during the salvage"
         if end == "timeout":
             return f"no answer within {SALVAGE_TIMEOUT}s (the agent is stuck too)"
-        return f"ran in {time.monotonic() - t0:.1f}s, exit {rc_file.read_text().strip()}"
+        try:
+            return f"ran in {time.monotonic() - t0:.1f}s, exit {self._rc(rc_file.name)}"
+        except RigError as e:
+            return str(e)
 
     def partial_output(self) -> tuple[bytes, bytes]:
         """stdout/stderr of the last command so far (kept when it hangs)."""
         ctl = self.m.share / "ctl"
         n = self.n - 1
-        read = lambda p: p.read_bytes() if p.exists() else b""  # noqa: E731
-        return read(ctl / f"{n}.out"), read(ctl / f"{n}.err")
+        def read(name):
+            try:
+                return self._read(name) if (ctl / name).exists() else b""
+            except RigError as e:
+                return f"krig: {e}\n".encode()
+        return read(f"{n}.out"), read(f"{n}.err")
 
 
 class _Files(FilesProtocol):
@@ -563,16 +599,21 @@ class _Files(FilesProtocol):
             return                  # the run never got a share: nothing to pull
         if not remote.startswith(GUEST_SHARE + "/"):
             raise RigError(f"rig {self.m.name}: can only pull from {GUEST_SHARE}, not {remote}")
-        src = self.m.share / remote[len(GUEST_SHARE) + 1:]
+        rel = remote[len(GUEST_SHARE) + 1:]
+        src = self.m.share / rel
         local = pathlib.Path(local)
         local.mkdir(parents=True, exist_ok=True)
-        if src.exists():
-            for p in sorted(src.iterdir()):
-                try:
-                    shutil.move(str(p), str(local / p.name))
-                except OSError as e:
-                    self.m.keep_share = True
-                    if p.exists():
-                        (local / p.name).unlink(missing_ok=True)     # a partial copy; the original stays
-                    raise RigError(f"cannot move {p.name} into {local}: {os_fault(e)}; the collected files "
-                                   f"are kept in {src}") from None
+        if not src.is_dir() or src.is_symlink():
+            return
+        try:
+            refused = qemu_share.pull_tree(src, local, label=rel)
+        except (OSError, KrigError) as e:
+            self.m.keep_share = True
+            why = os_fault(e) if isinstance(e, OSError) else str(e)
+            raise RigError(f"cannot move the results into {local}: {why}; the collected files "
+                           f"are kept in {src}") from None
+        if refused:
+            self.m.facts["refused_from_guest"] = refused[:50]
+            more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+            raise RigError(f"the guest's results were refused in part: {refused[0]}{more}; "
+                           "krig takes only regular files and directories from a guest")

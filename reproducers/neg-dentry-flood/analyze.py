@@ -118,7 +118,7 @@ def metrics(run) -> dict:
     fl = flood_report(run)
     ncpu = run.manifest.get("machine", {}).get("cpus") or math.nan
     inotify_us = float(run.text("inotify-us.txt").strip() or "nan")
-    console = run.path("console.log").read_text(errors="replace") if run.path("console.log").exists() else ""
+    console = run.text("console.log")
     out = {
         "nr_negative_reported": 1.0 if run.nr_negative_available() else 0.0,
         "dentry_objsize_bytes": objsize,

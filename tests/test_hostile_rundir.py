@@ -1,0 +1,148 @@
+"""A run directory from someone else (a bug report, a copy) is data: every command that reads
+one (check, report, bundle, compare, export kcidb) gives a verdict or one line, never a
+traceback or a hang, and never reads or writes a host file through a link planted in it.
+
+A real run directory is made with the fake rig (no guest), then each file is mutated in
+turn: a symlink to a host file holding a secret, a FIFO, a symlink krig would write
+through, garbage, JSON of the wrong shape. No mutation may leak the secret into
+anything krig writes, change the host file, or leave a command running past its timeout.
+"""
+import json
+import os
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from conftest import ROOT
+from test_fake_rig import fake_run
+
+# Each command runs over every mutated directory in one process (krig.cli.main per directory):
+# a read that blocks on a FIFO would hold it until this runs out, and that fails the test.
+PER_DIR_TIMEOUT = 20
+DRIVER = """
+import contextlib, io, json, sys, traceback
+from krig.cli import main
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except BaseException:
+            traceback.print_exc(file=err)
+            code = -1
+    print(json.dumps({"argv": argv, "code": code, "stderr": err.getvalue()}), flush=True)
+"""
+
+# (name, how): what a stranger's run directory may hold in place of a run file
+MUTATIONS = [
+    ("manifest.json", "link"), ("manifest.json", "fifo"), ("manifest.json", b"[]"), ("manifest.json", b"1e400"),
+    ("manifest.json", b"[" * 100000), ("manifest.json", b"\xff\xfe garbage"),
+    ("manifest.json", b'{"reproducer": "../../etc"}'),
+    ("verdict.json", "link"), ("verdict.json", "fifo"), ("verdict.json", b"[1, 2]"),
+    ("metrics.json", "link"), ("metrics.json", b'"a string"'), ("metrics.json", b'{"answer": 5}'),
+    ("samples.tsv", "link"), ("samples.tsv", "fifo"), ("samples.tsv", b"time\tx\nnan\tinf\n"),
+    ("stdout", "link"), ("stderr", "fifo"), ("console.log", "link"), ("console.log", "fifo"),
+    ("workload-metrics.tsv", "link"), ("workload-metrics.tsv", b"answer\tnot-a-number\n"),
+    ("phases.tsv", "fifo"), ("host.tsv", "link"), ("junit.xml", "link"), ("junit.xml", "fifo"),
+    # names krig writes: a link there must be replaced, never written through
+    ("analysis.log", "target"), ("report.html", "target"), ("summary.txt", "target"),
+    ("plot-files.png", "target"), ("trace.kshark.json", "target"),
+]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """{mutation index: run directory}, plus the host files the links point at."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    (tmp / "made").mkdir()
+    d, v = fake_run(tmp / "made")
+    assert v["verdict"] == "PASS", v["reason"]
+    token = "krig-secret-" + secrets.token_hex(8)
+    secret_file, target_file = tmp / "host-secret", tmp / "host-target"
+    secret_file.write_text(token + "\n")
+    target_file.write_text("untouched\n")
+    runs = {}
+    for i, (name, how) in enumerate(MUTATIONS):
+        run = tmp / f"run-{i:02d}"
+        shutil.copytree(d, run)
+        (run / "verdict.json").unlink()
+        _mutate(run, name, how, secret_file, target_file)
+        runs[i] = run
+    return {"tmp": tmp, "pristine": d, "runs": runs, "token": token, "secret": secret_file,
+            "target": target_file}
+
+
+def _mutate(run, name: str, how, secret_file, target_file) -> None:
+    p = run / name
+    if p.exists() or p.is_symlink():
+        p.unlink()
+    if how == "link":
+        p.symlink_to(secret_file)
+    elif how == "target":
+        p.symlink_to(target_file)
+    elif how == "fifo":
+        os.mkfifo(p)
+    else:
+        p.write_bytes(how)
+
+
+def _each(argvs: list) -> list:
+    p = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(argvs)], capture_output=True, text=True,
+                       cwd=ROOT, timeout=60 + PER_DIR_TIMEOUT * len(argvs))
+    assert p.returncode == 0, p.stderr[-2000:]
+    return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def answers(hostile):
+    """Every command over every mutated run directory: {command: [answer per mutation]}."""
+    h, out = hostile, {}
+    runs = [h["runs"][i] for i in range(len(MUTATIONS))]
+    out["check"] = _each([["check", str(r)] for r in runs])
+    out["report"] = _each([["report", str(r)] for r in runs])
+    out["bundle"] = _each([["bundle", str(r), "-o", str(r.parent / f"{r.name}.tar.gz")] for r in runs])
+    out["compare"] = _each([["compare", str(h["pristine"]), "--", str(r), "--out", str(r.parent / f"{r.name}.cmp")]
+                            for r in runs])
+    out["export"] = _each([["export", "kcidb", str(r), "--origin", "krigtest", "-o",
+                            str(r.parent / f"{r.name}.kcidb.json")] for r in runs])
+    return out
+
+
+@pytest.mark.parametrize("i", range(len(MUTATIONS)), ids=[f"{n}-{h if isinstance(h, str) else 'bytes'}-{i}"
+                                                         for i, (n, h) in enumerate(MUTATIONS)])
+def test_every_reader_of_a_hostile_run_directory(hostile, answers, i):
+    for command, got in answers.items():
+        a = got[i]
+        assert "Traceback" not in a["stderr"] and a["code"] != -1, (command, a)
+        if a["code"] not in (0, 1):
+            lines = [ln for ln in a["stderr"].splitlines() if ln.strip()]
+            assert len(lines) == 1, (command, a)
+    assert hostile["secret"].read_text() == hostile["token"] + "\n"
+    assert hostile["target"].read_text() == "untouched\n"
+    run = hostile["runs"][i]
+    made = [p for p in run.parent.glob(f"{run.name}*") if p != run] + [p for p in run.rglob("*")]
+    for p in made:
+        for f in ([p] if p.is_file() else p.rglob("*")):
+            if f.is_file() and not f.is_symlink() and stat.S_ISREG(f.lstat().st_mode):
+                assert hostile["token"].encode() not in f.read_bytes(), f
+    bundle = run.parent / f"{run.name}.tar.gz"
+    if answers["bundle"][i]["code"] == 0:
+        with tarfile.open(bundle) as tar:
+            for m in tar.getmembers():
+                assert m.isfile() or m.isdir(), m.name
+                assert hostile["token"].encode() not in (tar.extractfile(m).read() if m.isfile() else b""), m.name
+
+
+def test_a_pristine_copy_still_reads(tmp_path, hostile):
+    """The control: the same commands on an untouched copy succeed."""
+    run = tmp_path / "run"
+    shutil.copytree(hostile["pristine"], run)
+    (run / "verdict.json").unlink()
+    got = _each([["check", str(run)], ["report", str(run)], ["bundle", str(run), "-o", str(tmp_path / "b.tar.gz")]])
+    assert [a["code"] for a in got] == [0, 0, 0], got
+    assert json.loads((run / "verdict.json").read_text())["verdict"] == "PASS"
