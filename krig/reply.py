@@ -22,7 +22,7 @@ import time
 
 from analysis.lkp import WIDTH, table_lines
 from .errors import UsageError
-from .results import git_revision
+from .results import git_revision, public_url
 
 _ADDR = re.compile(r"^[^<>@\s]+@[^<>@\s]+\.[^<>@\s]+$")
 
@@ -117,7 +117,7 @@ def body(state: dict, res: dict, who: tuple) -> str:
             f"  patched kernel  {new.get('release', '?')}",
             f"  base commit     {git.get('commit') or prov.get('base_commit') or '-'}"]
     if git.get("repository"):
-        out += wrap_shell([f"  tree            {git['repository']}"
+        out += wrap_shell([f"  tree            {public_url(git['repository'])}"
                            + (f" ({git['branch']})" if git.get("branch") else "")], indent="", quote=False)
     out += ["  patchset hash (sha256 of each patch's sha256, KCIDB)", f"    {prov['patchset_hash']}",
             f"  rig             {_rig_line(base)}",
