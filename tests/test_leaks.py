@@ -2,7 +2,11 @@
 without them (and taken out of an older manifest's) in the manifest, the bundle, the reply
 and the KCIDB report; the report names a run directory without this host's path. No guest."""
 import json
+import os
+import pathlib
+import signal
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -80,3 +84,68 @@ def test_an_older_manifests_token_reaches_no_bundle_reply_or_report(tmp_path, kr
 
     text = body(_state(git), None, ("Krig Tester", "tester@example.org"))
     assert TOKEN not in text and "krig-bot" not in text and f"tree            {PUBLIC}" in text
+
+
+# -- a qualify run's BMC passwords, handed to its workers ----------------------------------
+
+SECRET = "qualpw-" + TOKEN[-8:]
+PROBE = '''
+import os, subprocess
+from rigs.ipmi_spec import SECRETS_FILE_ENV, take_env_secret, take_handed_secrets
+
+def test_worker_gets_the_secret_and_its_children_nothing():
+    assert os.environ[SECRETS_FILE_ENV].startswith("/proc/")
+    take_handed_secrets()
+    assert take_env_secret("KRIG_TEST_QUAL_PW") == "{secret}"
+    child = subprocess.run(["sh", "-c", "env; ls -l /proc/self/fd"], capture_output=True, text=True).stdout
+    assert SECRETS_FILE_ENV not in child and "{secret}" not in child and "krig-secrets" not in child
+'''
+HOLDER = '''
+import os, sys
+import pytest
+from krig.qualify import worker_spec
+from rigs.ipmi_spec import SECRETS_FILE_ENV, hand_over_secrets, take_env_secret
+take_env_secret("KRIG_TEST_QUAL_PW")
+fd, path = hand_over_secrets()
+assert SECRETS_FILE_ENV not in os.environ
+print(path, flush=True)
+if sys.argv[1] == "wait":
+    sys.stdin.read()
+sys.exit(pytest.main([sys.argv[1], "-p", "xdist", "-p", "no:labgrid", "-p", "no:cacheprovider", "-q",
+                      "--tx", worker_spec(1, path), "--dist", "load", "--rootdir", os.getcwd()]))
+'''
+
+
+def _files_holding_the_secret(tmp: pathlib.Path) -> list:
+    """Files under the holder's TMPDIR (where the secrets file used to be made) that hold the secret."""
+    return [f for f in tmp.rglob("*") if f.is_file() and SECRET in f.read_text(errors="replace")]
+
+
+def _holder(tmp_path, what: str) -> subprocess.Popen:
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "KRIG_TEST_QUAL_PW": SECRET, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", HOLDER, what], cwd=ROOT, env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_qualify_workers_get_the_secrets_and_no_child_of_theirs_does(tmp_path):
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(PROBE.replace("{secret}", SECRET))
+    p = _holder(tmp_path, str(probe))
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 0, out
+    assert out.startswith(f"/proc/{p.pid}/fd/") and "1 passed" in out, out
+    assert not _files_holding_the_secret(tmp_path / "tmp")
+
+
+def test_a_killed_holder_leaves_no_secret_behind(tmp_path):
+    p = _holder(tmp_path, "wait")
+    path = p.stdout.readline().strip()
+    assert path.startswith(f"/proc/{p.pid}/fd/")
+    assert json.loads(pathlib.Path(path).read_text()) == {"KRIG_TEST_QUAL_PW": SECRET}
+    assert not _files_holding_the_secret(tmp_path / "tmp")
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=60)
+    p.stdout.close()
+    p.stdin.close()
+    assert not os.path.exists(path) and not _files_holding_the_secret(tmp_path / "tmp")
