@@ -61,22 +61,24 @@ def wrap_shell(argv: list, width: int = WIDTH, indent: str = "  ", quote: bool =
     """A command as lines of at most `width` columns, each word quoted as the shell needs; a
     word too long for a line is continued with a backslash-newline inside the word (the shell
     joins it back)."""
-    lines, cur = [], indent
+    lines, cur, words = [], indent, False      # words: cur holds a word (the next needs a space)
     for a in (map(shell_word, argv) if quote else argv):
-        add = a if cur.strip() == "" else " " + a
+        add = " " + a if words else a
         if len(cur) + len(add) + 2 <= width:
-            cur += add
+            cur, words = cur + add, True
             continue
-        if cur.strip():
+        if words:
             lines.append(cur + " \\")
             cur = indent + "    "
         while len(cur) + len(a) + 2 > width:
-            cut = width - len(cur) - 1
+            # a piece of the word stays for the next line: a word never ends in a backslash-newline,
+            # which would join the next word onto it
+            cut = min(width - len(cur) - 1, len(a) - 1)
             while cut > 1 and a[cut - 1] == "\\":      # never between an escape and what it escapes
                 cut -= 1
             lines.append(cur + a[:cut] + "\\")
             a, cur = a[cut:], ""
-        cur += a
+        cur, words = cur + a, True
     lines.append(cur)
     return lines
 
