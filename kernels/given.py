@@ -31,6 +31,7 @@ import subprocess
 from krig import KERNEL_DIR, REPRO_DIR
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
+from krig.results import public_url
 from .incremental import (apply_to_copies, build_kernel, clean_env, ensure_pristine, first_error,
                           run_logged)
 from .kernel import Kernel
@@ -130,7 +131,7 @@ def _git_origin(tree: pathlib.Path, ref: str = "HEAD") -> dict | None:
     full = git(tree, "rev-parse", "--symbolic-full-name", ref, check=False)
     branch = full[len("refs/heads/"):] if full.startswith("refs/heads/") else None
     remote = git(tree, "config", "--get", "remote.origin.url", check=False) or str(tree)
-    return {"repository": remote, "commit": commit, "branch": branch}
+    return {"repository": public_url(remote), "commit": commit, "branch": branch}
 
 
 def image_release(image: pathlib.Path) -> str | None:

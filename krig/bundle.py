@@ -12,8 +12,8 @@ The tarball holds one directory:
     run/                  the run directory (no trace.dat unless --with-trace), identities scrubbed
 
 Secrets and identities (BMC password, password file, host names, addresses,
-user names, key and known_hosts paths, this machine's name and home) never
-enter the bundle: the password is never in a run directory (rigs/ipmi_spec.py),
+user names, key and known_hosts paths, this machine's name and home, a URL's
+user:password) never enter the bundle: the password is never in a run directory (rigs/ipmi_spec.py),
 and every other value is replaced by a placeholder in every text file of run/.
 """
 import io
@@ -33,6 +33,7 @@ from .errors import UsageError
 from .paths import cache_dir, krig_owned
 from kernels.spec import sha256_file
 from .reproducer import load_reproducer
+from .results import public_url
 from .rundir import MANIFEST, VERDICT, RunDir
 
 TRACE = "trace.dat"
@@ -208,6 +209,9 @@ def identity_substitutions(manifest: dict) -> list[tuple[re.Pattern, str]]:
 
 
 def scrub(text: str, subs) -> str:
+    """Identities replaced by placeholders, and the user name and password taken out of every URL
+    (an origin URL an older manifest recorded with its token)."""
+    text = public_url(text)
     for pat, ph in subs:
         text = pat.sub(ph, text)
     return text

@@ -4,6 +4,7 @@ Every check raises UsageError with one line naming the file, the field and
 what is allowed.
 """
 import json
+import math
 import os
 import pathlib
 import re
@@ -63,6 +64,8 @@ def parse_size(value, field: str) -> int:
     if not m:
         raise UsageError(f"{field}: expected a size like 512M, 16G or 1T, got {value!r}")
     n = float(m.group(1)) * _SIZE_MULT[m.group(2).lower()]
+    if not math.isfinite(n):
+        raise UsageError(f"{field}: {value!r} is not a finite size")
     if n <= 0:
         raise UsageError(f"{field}: size must be positive, got {value!r}")
     return int(n)
@@ -84,6 +87,8 @@ def coerce(value, ptype: str, field: str, choices=None):
             if isinstance(value, bool):
                 raise ValueError
             v = float(value)
+            if not math.isfinite(v):
+                raise UsageError(f"{field}: expected a finite float, got {value!r}")
         elif ptype == "bool":
             if isinstance(value, bool):
                 v = value
@@ -101,7 +106,7 @@ def coerce(value, ptype: str, field: str, choices=None):
             v = str(value)
         else:
             raise UsageError(f"{field}: unknown type {ptype!r}; allowed: {', '.join(PARAM_TYPES)}")
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):     # int(inf) overflows, int(nan) is a ValueError
         raise UsageError(f"{field}: expected {ptype}, got {value!r}") from None
     if choices is not None and v not in choices:
         raise UsageError(f"{field}: {v!r} is not one of {', '.join(map(str, choices))}")
@@ -114,6 +119,8 @@ def require(table: dict, key: str, types, where: str):
     v = table[key]
     if not isinstance(v, types) or (isinstance(v, bool) and bool not in _as_tuple(types)):
         raise UsageError(f"{where}.{key}: expected {_type_names(types)}, got {v!r}")
+    if isinstance(v, float) and not math.isfinite(v):       # TOML's nan, inf and 1e400
+        raise UsageError(f"{where}.{key}: expected a finite number, got {v!r}")
     return v
 
 

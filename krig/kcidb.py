@@ -32,10 +32,11 @@ import kcidb_io
 
 from analysis.summary import threshold_measurements
 
+from . import RESULTS_DIR
 from .errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
 from .reproducer import load_reproducer
-from .results import GROUP_FILE, read_json, run_dirs_of, run_state
+from .results import GROUP_FILE, public_url, read_json, run_dirs_of, run_state
 from .rundir import MANIFEST, RunDir
 from .verdict import JUDGED, VERDICTS
 
@@ -68,30 +69,42 @@ def check_origin(origin: str) -> str:
 # -- which runs ----------------------------------------------------------------------
 
 def run_dirs(paths: list, note=None) -> list:
-    """The run directories the arguments name: a run (manifest.json), a group (group.json: its
-    run-* directories) or a qualification directory (suite.json: each case's run)."""
+    """(run directory, its public name) of every run the arguments name: a run (manifest.json), a
+    group (group.json: its run-* directories) or a qualification directory (suite.json: each case's run)."""
     out, seen = [], set()
     note = note or _stderr
 
-    def add(d: pathlib.Path):
+    def add(d: pathlib.Path, named: pathlib.Path):
         if d.resolve() not in seen:
             seen.add(d.resolve())
-            out.append(d)
+            out.append((d, public_name(d, named)))
     for p in map(pathlib.Path, paths):
         if (p / "manifest.json").is_file():
-            add(p)
+            add(p, p)
         elif (p / GROUP_FILE).is_file():
             for d in run_dirs_of(p):
-                add(d)
+                add(d, p)
         elif (p / SUITE_FILE).is_file():
             for d in _suite_runs(p, note):
-                add(d)
+                add(d, p)
         else:
             raise UsageError(f"{p}: not a run, group or qualification directory "
                              f"(no manifest.json, {GROUP_FILE} or {SUITE_FILE})")
     if not out:
         raise UsageError(f"{' '.join(map(str, paths))}: no runs to export")
     return out
+
+
+def public_name(d: pathlib.Path, named: pathlib.Path) -> str:
+    """What the report calls a run directory (misc.run_dir): its path below the results root, else
+    below the directory holding the one named on the command line, else its name; never a path of
+    this host."""
+    d, named, results = d.resolve(), named.resolve(), RESULTS_DIR.resolve()
+    if results in d.parents:
+        return str(d.relative_to(results))
+    if d == named or named in d.parents:
+        return str(d.relative_to(named.parent))
+    return d.name
 
 
 def _suite_runs(qdir: pathlib.Path, note) -> list:
@@ -119,8 +132,8 @@ def build_report(paths: list, origin: str, note=None) -> dict:
     """The KCIDB report of every run the paths name, validated (one line if it is not)."""
     check_origin(origin)
     checkouts, builds, tests = {}, {}, []
-    for d in run_dirs(paths, note):
-        run = _read_run(d)
+    for d, name in run_dirs(paths, note):
+        run = {**_read_run(d), "name": name}
         checkout = _checkout(run, origin)
         build = _build(run, origin, checkout["id"])
         checkouts.setdefault(checkout["id"], checkout)
@@ -165,7 +178,9 @@ def _id(origin: str, *parts) -> str:
 def _checkout(run: dict, origin: str) -> dict:
     """The source: git and patch series where the manifest has them (keys kernel.git and series)."""
     kernel = run["manifest"].get("kernel") or {}
-    git, series = kernel.get("git") or {}, run["manifest"].get("series") or {}
+    git, series = dict(kernel.get("git") or {}), run["manifest"].get("series") or {}
+    if "repository" in git:             # an older manifest's origin URL may carry user:token@
+        git["repository"] = public_url(git["repository"])
     identity = {"git": git, "patchset_hash": series.get("patchset_hash"), "message_id": series.get("message_id")}
     if not git:         # a kernel without a recorded source (a distro package) is its release
         identity.update(kernel=kernel.get("name"), release=kernel.get("release"))
@@ -257,7 +272,7 @@ def _tests(run: dict, origin: str, build_id: str) -> list:
     misc = {"krig_verdict": v, "reason": _text(verdict.get("reason", "")), "reproducer": repro_name,
             "preset": man.get("preset"), "params": man.get("params"),
             "kernel_release": (man.get("machine") or {}).get("release") or (man.get("kernel") or {}).get("release"),
-            "krig_revision": man.get("krig_revision"), "run_dir": str(run["dir"])}
+            "krig_revision": man.get("krig_revision"), "run_dir": run["name"]}
     for k in ("warnings", "notes"):
         if verdict.get(k):
             misc[k] = verdict[k]

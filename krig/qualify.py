@@ -27,7 +27,6 @@ import pathlib
 import shlex
 import shutil
 import sys
-import tempfile
 import time
 
 import pytest
@@ -43,7 +42,7 @@ from .run import run
 from .verdict import UNFINISHED, VERDICTS
 from kernels.catalog import load_kernel
 from rigs import load_rig
-from rigs.ipmi_spec import SECRETS_FILE_ENV, write_secrets_file
+from rigs.ipmi_spec import SECRETS_FILE_ENV, hand_over_secrets, take_handed_secrets
 from rigs.procs import dies_with_parent
 
 SPEC_ENV = "KRIG_QUALIFY_SPEC"
@@ -220,23 +219,26 @@ def _run_pytest(todo: list, rigs: list, qdir: pathlib.Path, log) -> bool:
     """Runs the cases in pytest-xdist workers, one per rig; True if interrupted."""
     os.environ[SPEC_ENV] = json.dumps({"cases": todo, "qdir": str(qdir)})
     os.environ.setdefault("KRIG_LOCK_WAIT", "3600")
-    # load_suite took BMC passwords out of the environment; the workers read them from a 0600 file.
-    secrets_dir = tempfile.mkdtemp(prefix="krig-qualify-")
-    secrets = write_secrets_file(pathlib.Path(secrets_dir))
-    if secrets:
-        os.environ[SECRETS_FILE_ENV] = str(secrets)
-    # workers die with this process (a kill -9 of it must not leave a worker holding a server)
-    worker = shlex.join(dies_with_parent([sys.executable]))
+    # load_suite took BMC passwords out of the environment; the workers read them from a file in
+    # memory this process holds (gone with it, however it ends), named in their environment only
+    secrets = hand_over_secrets()
     args = [str(pathlib.Path(__file__).resolve()), "-p", "xdist", "-p", "no:labgrid",
-            "--tx", f"{len(rigs)}*popen//python={worker}", "--dist", "loadgroup",
+            "--tx", worker_spec(len(rigs), secrets[1] if secrets else None), "--dist", "loadgroup",
             "-q", "-rN", "-p", "no:cacheprovider", "--rootdir", str(ROOT), "-o", "console_output_style=classic"]
     try:
         rc = pytest.main(args)
     finally:
-        shutil.rmtree(secrets_dir, ignore_errors=True)
-        os.environ.pop(SECRETS_FILE_ENV, None)
+        if secrets:
+            os.close(secrets[0])
         os.environ.pop(SPEC_ENV, None)
     return rc == pytest.ExitCode.INTERRUPTED
+
+
+def worker_spec(n: int, secrets_path: str | None) -> str:
+    """xdist's --tx for n workers that die with this process (a kill -9 of it must not leave a
+    worker holding a server), the secrets' path in their environment only, never in this one's."""
+    worker = shlex.join(dies_with_parent([sys.executable]))
+    return f"{n}*popen//python={worker}" + (f"//env:{SECRETS_FILE_ENV}={secrets_path}" if secrets_path else "")
 
 
 # -- the pytest side: one test per case, run in the worker of its rig --------------
@@ -249,6 +251,7 @@ def pytest_generate_tests(metafunc):
 
 
 def test_qualify_case(qualify_case):
+    take_handed_secrets()           # before any child: none of them inherits KRIG_SECRETS_FILE
     c = qualify_case
     qdir = pathlib.Path(json.loads(os.environ[SPEC_ENV])["qdir"])
     t0 = time.monotonic()

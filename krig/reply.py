@@ -22,7 +22,7 @@ import time
 
 from analysis.lkp import WIDTH, table_lines
 from .errors import UsageError
-from .results import git_revision
+from .results import git_revision, public_url
 
 _ADDR = re.compile(r"^[^<>@\s]+@[^<>@\s]+\.[^<>@\s]+$")
 
@@ -61,22 +61,24 @@ def wrap_shell(argv: list, width: int = WIDTH, indent: str = "  ", quote: bool =
     """A command as lines of at most `width` columns, each word quoted as the shell needs; a
     word too long for a line is continued with a backslash-newline inside the word (the shell
     joins it back)."""
-    lines, cur = [], indent
+    lines, cur, words = [], indent, False      # words: cur holds a word (the next needs a space)
     for a in (map(shell_word, argv) if quote else argv):
-        add = a if cur.strip() == "" else " " + a
+        add = " " + a if words else a
         if len(cur) + len(add) + 2 <= width:
-            cur += add
+            cur, words = cur + add, True
             continue
-        if cur.strip():
+        if words:
             lines.append(cur + " \\")
             cur = indent + "    "
         while len(cur) + len(a) + 2 > width:
-            cut = width - len(cur) - 1
+            # a piece of the word stays for the next line: a word never ends in a backslash-newline,
+            # which would join the next word onto it
+            cut = min(width - len(cur) - 1, len(a) - 1)
             while cut > 1 and a[cut - 1] == "\\":      # never between an escape and what it escapes
                 cut -= 1
             lines.append(cur + a[:cut] + "\\")
             a, cur = a[cut:], ""
-        cur += a
+        cur, words = cur + a, True
     lines.append(cur)
     return lines
 
@@ -117,7 +119,7 @@ def body(state: dict, res: dict, who: tuple) -> str:
             f"  patched kernel  {new.get('release', '?')}",
             f"  base commit     {git.get('commit') or prov.get('base_commit') or '-'}"]
     if git.get("repository"):
-        out += wrap_shell([f"  tree            {git['repository']}"
+        out += wrap_shell([f"  tree            {public_url(git['repository'])}"
                            + (f" ({git['branch']})" if git.get("branch") else "")], indent="", quote=False)
     out += ["  patchset hash (sha256 of each patch's sha256, KCIDB)", f"    {prov['patchset_hash']}",
             f"  rig             {_rig_line(base)}",

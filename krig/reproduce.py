@@ -8,28 +8,45 @@ reproducers/, then only --kernel, --preset and --set), runs krig's own reproduce
 of that name through krig's own code, says when the bundled sources differ from
 krig's, and prints the new verdict next to the bundled one.
 
-The kernel is --kernel if given, else the bundle's (its --kernel argument, or name).
-`--kernel bundled` boots the image a `krig bundle --with-kernel` carries, inside the
-guest only, after its sha256 matched kernel/SHA256SUMS.
+The kernel is --kernel if given, else the bundle's --kernel argument, which must be a
+kernel name of krig's own kernels/ (or `distro`, or `bundled`): never a path, a git tree,
+a series to fetch, or ,config=/,modules= options. `--kernel bundled` boots the image a
+`krig bundle --with-kernel` carries, inside the guest only: every file SHA256SUMS lists
+(each digest 64 lower-case hex digits) is copied into a new directory of krig's cache and
+checked there, all of them before any is moved into place, in a directory named after
+the SHA256SUMS it came with (never after a value the bundle chooses).
 
 Exit: 0 the same verdict, 1 a different one, 2 bad input.
 """
+import contextlib
+import gzip
 import hashlib
 import json
+import lzma
+import os
 import pathlib
 import re
+import shutil
 import tarfile
+import tempfile
+import zlib
 
 from . import REPRO_DIR, RESULTS_DIR
+from . import safeio
 from .config import parse_set
 from .errors import UsageError
 from .paths import cache_dir
 from .reproducer import reproducer_names
 from .run import run
+from kernels.catalog import kernel_names
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _NAME_RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 MAX_MEMBER = 64 << 20      # bundle.json, run-args and sources are small; an image is read in chunks
+MAX_KERNEL = 4 << 30       # the bundled kernel's files together (image, config, modules)
+# what a truncated or corrupt compressed tarball raises while it is read
+_CORRUPT = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError)
 
 
 def _members(tar: tarfile.TarFile, bundle: str) -> tuple[str, dict]:
@@ -78,72 +95,149 @@ def _sources_differ(tar, members, name: str) -> list:
     for rel, m in members.items():
         if not rel.startswith(prefix):
             continue
-        mine = REPRO_DIR / name / rel[len(prefix):]
-        if not mine.is_file() or (m.size <= MAX_MEMBER and mine.read_bytes() != tar.extractfile(m).read()):
+        try:
+            mine = safeio.read_bytes(REPRO_DIR / name, rel[len(prefix):], MAX_MEMBER)
+        except UsageError:          # missing, or a name that is no file of krig's reproducer
+            mine = None
+        if mine is None or m.size > MAX_MEMBER or mine != tar.extractfile(m).read():
             differ.append(rel[len(prefix):])
     return sorted(differ)
 
 
+def _sums(tar, members, bundle: str) -> tuple[bytes, dict]:
+    """kernel/SHA256SUMS: its bytes and {name: digest}, every line checked (one line if not)."""
+    raw = _read(tar, members, "kernel/SHA256SUMS", bundle)
+    sums = {}
+    for line in raw.decode(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        digest, _, name = line.partition("  ")
+        digest, name = digest.strip(), name.strip()
+        if not _DIGEST.match(digest):
+            raise UsageError(f"--kernel bundled: kernel/SHA256SUMS: {digest[:80]!r} is not a sha256 "
+                             "(64 lower-case hex digits); bundle refused")
+        parts = pathlib.PurePosixPath(name).parts
+        if f"kernel/{name}" not in members or not parts or any(ord(c) < 32 for c in name) or ".." in parts or name.startswith("/") or \
+                not (name in ("image", "config") or (parts[0] == "modules" and len(parts) > 1)) or name in sums:
+            raise UsageError(f"--kernel bundled: kernel/SHA256SUMS names {name[:80]!r}, not a file of the "
+                             "bundle's kernel (image, config, modules/...), or twice")
+        sums[name] = digest
+    if "image" not in sums:
+        raise UsageError("--kernel bundled: kernel/SHA256SUMS has no line for the image")
+    return raw, sums
+
+
 def _bundled_kernel(tar, members, bundle: str, meta: dict) -> str:
-    """Copy the bundled image (and config) out, checked against SHA256SUMS; an image kernel argument."""
+    """The bundled image (and config, modules) in krig's cache, every file checked against
+    SHA256SUMS before any is moved into place; an image kernel argument."""
     if "kernel/image" not in members or "kernel/SHA256SUMS" not in members:
         raise UsageError(f"--kernel bundled: {bundle} carries no kernel image (made without --with-kernel)")
-    sums = {}
-    for line in _read(tar, members, "kernel/SHA256SUMS", bundle).decode(errors="replace").splitlines():
-        digest, _, name = line.partition("  ")
-        sums[name.strip()] = digest.strip()
-    release = (meta.get("kernel") or {}).get("release") or ""
-    if not _NAME_RELEASE.match(release):
-        raise UsageError(f"--kernel bundled: bundle.json's kernel release {release!r} is not a release")
-    dest = cache_dir("reproduce") / sums.get("image", "unknown")[:16]
-    moddir = dest / "mod" / "lib" / "modules" / release
-    for name, digest in sums.items():
-        parts = pathlib.PurePosixPath(name).parts
-        if f"kernel/{name}" not in members or not parts or ".." in parts or name.startswith("/") or \
-                not (name in ("image", "config") or (parts[0] == "modules" and len(parts) > 1)):
-            raise UsageError(f"--kernel bundled: kernel/SHA256SUMS names {name!r}, not a file of the bundle's kernel")
-        target = dest / ("bzImage" if name == "image" else "config" if name == "config" else
-                         moddir.joinpath(*parts[1:]))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        h, tmp = hashlib.sha256(), target.with_name(f".{target.name}.tmp")
-        with tar.extractfile(members[f"kernel/{name}"]) as src, open(tmp, "wb") as f:
-            for chunk in iter(lambda: src.read(1 << 20), b""):
-                h.update(chunk)
-                f.write(chunk)
-        if h.hexdigest() != digest:
-            tmp.unlink()
-            raise UsageError(f"--kernel bundled: kernel/{name}'s sha256 does not match kernel/SHA256SUMS")
-        tmp.chmod(0o644)
-        tmp.rename(target)
+    release = meta["kernel"].get("release") or ""
+    if not isinstance(release, str) or not _NAME_RELEASE.match(release):
+        raise UsageError(f"--kernel bundled: bundle.json's kernel release {str(release)[:80]!r} is not a release")
+    raw, sums = _sums(tar, members, bundle)
+    size = sum(members[f"kernel/{n}"].size for n in sums)
+    if size > MAX_KERNEL:
+        raise UsageError(f"--kernel bundled: the kernel's files are {size} bytes, more than the {MAX_KERNEL} "
+                         "krig unpacks")
+    # krig names the directory: the SHA256SUMS (and the release the modules go under) it holds
+    key = hashlib.sha256(raw + b"\0" + release.encode()).hexdigest()[:32]
+    cache = cache_dir("reproduce")
+    dest = cache / f"kernel-{key}"
+    moddir = pathlib.PurePosixPath("mod", "lib", "modules", release)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=".unpack-", dir=cache))
+    try:
+        for name, digest in sums.items():
+            parts = pathlib.PurePosixPath(name).parts
+            rel = "bzImage" if name == "image" else "config" if name == "config" else moddir.joinpath(*parts[1:])
+            target = tmp / rel
+            h = hashlib.sha256()
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with tar.extractfile(members[f"kernel/{name}"]) as src, open(target, "xb") as f:
+                    for chunk in iter(lambda: src.read(1 << 20), b""):
+                        h.update(chunk)
+                        f.write(chunk)
+            except (FileExistsError, NotADirectoryError, IsADirectoryError):
+                raise UsageError(f"--kernel bundled: kernel/{name[:80]} clashes with another file of "
+                                 "kernel/SHA256SUMS") from None
+            if h.hexdigest() != digest:
+                raise UsageError(f"--kernel bundled: kernel/{name[:80]}'s sha256 does not match kernel/SHA256SUMS")
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, dest)
+        except OSError:             # unpacked before (the same SHA256SUMS and release): that copy stands
+            if not dest.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     arg = str(dest / "bzImage")
-    if (dest / "config").exists():
+    if "config" in sums:
         arg += f",config={dest / 'config'}"
-    if (moddir / "modules.builtin").exists():
-        arg += f",modules={moddir}"
+    if (dest / moddir / "modules.builtin").exists():
+        arg += f",modules={dest / moddir}"
     return arg
+
+
+def _kernel_arg(given: str | None, bundled: str | None, bundle: str) -> str:
+    """The kernel to run: the one given on the command line, else run-args' if it is a kernel name
+    of krig's own (a path, a tree, a series or ,config= from a bundle is refused), else distro."""
+    if given:
+        return given
+    if bundled is None:
+        return "distro"
+    names = kernel_names()
+    if bundled != "bundled" and bundled not in names:
+        raise UsageError(f"{bundle}: run-args: --kernel {bundled[:120]!r} refused: a bundle may name only a kernel "
+                         f"of krig's kernels/ ({', '.join(names)}) or bundled, no path, tree, series= or "
+                         "config=/modules= (give --kernel yourself to run another)")
+    return bundled
+
+
+@contextlib.contextmanager
+def _readable(bundle: str):
+    """A truncated or corrupt tarball read midway is one line, not the compressor's traceback."""
+    try:
+        yield
+    except _CORRUPT as e:
+        why = " ".join(str(e).split())[:120] or type(e).__name__
+        raise UsageError(f"{bundle}: a truncated or corrupt tarball ({why})") from None
+
+
+def _meta(tar, members, bundle: str) -> dict:
+    try:
+        meta = json.loads(_read(tar, members, "bundle.json", bundle))
+    except (ValueError, RecursionError) as e:
+        raise UsageError(f"{bundle}: bundle.json is not JSON ({' '.join(str(e).split())[:120]})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{bundle}: bundle.json is a JSON {type(meta).__name__}, not an object")
+    meta["kernel"] = meta.get("kernel") or {}
+    if not isinstance(meta["kernel"], dict):
+        raise UsageError(f"{bundle}: bundle.json's kernel is not an object")
+    return meta
 
 
 def reproduce(bundle: str, kernel: str | None = None, rig: str = "qemu-default", log=print) -> int:
     path = pathlib.Path(bundle)
-    try:
-        tar = tarfile.open(path, "r:*")
-    except (OSError, tarfile.TarError) as e:
-        raise UsageError(f"{bundle}: not a readable tarball ({e})") from None
-    with tar:
-        _, members = _members(tar, bundle)
+    with _readable(bundle):
         try:
-            meta = json.loads(_read(tar, members, "bundle.json", bundle))
-        except ValueError as e:
-            raise UsageError(f"{bundle}: bundle.json is not JSON ({e})") from None
+            tar = tarfile.open(path, "r:*")
+        except tarfile.ReadError:
+            raise UsageError(f"{bundle}: not a tarball (gzip, bzip2, xz or plain tar)") from None
+        except OSError as e:
+            raise UsageError(f"{bundle}: not a readable tarball ({' '.join(str(e).split())[:120]})") from None
+    with tar, _readable(bundle):
+        _, members = _members(tar, bundle)
+        meta = _meta(tar, members, bundle)
         lines = _read(tar, members, "run-args", bundle).decode(errors="replace").splitlines()
         args = parse_run_args([ln for ln in lines if ln != ""], bundle)
+        kernel = _kernel_arg(kernel, args["kernel"], bundle)
         differ = _sources_differ(tar, members, args["reproducer"])
         if kernel == "bundled":
             kernel = _bundled_kernel(tar, members, bundle, meta)
     if differ:
         log(f"krig: note: krig's reproducers/{args['reproducer']} differs from the bundled sources "
             f"({', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''}); krig's own runs")
-    kernel = kernel or args["kernel"] or "distro"
     log(f"krig: rerunning {args['reproducer']} from {path.name} with krig's own code (nothing from the bundle "
         f"is executed) on rig {rig}, kernel {kernel}")
     run_dir, verdict = run(args["reproducer"], rig, kernel, args["preset"], parse_set(args["sets"]),

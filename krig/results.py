@@ -2,6 +2,7 @@
 import datetime
 import os
 import pathlib
+import re
 import subprocess
 
 from . import ROOT, safeio
@@ -9,6 +10,15 @@ from .errors import KrigError
 from .paths import owner_alive
 
 GROUP_FILE = "group.json"      # a group directory's record (krig run --repeat, krig/group.py)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
+
+
+def public_url(text):
+    """`text` with the user name and password taken out of every URL in it
+    (https://user:TOKEN@host/linux.git -> https://host/linux.git). A tree's origin URL is
+    recorded through this, and read through it again from older manifests, before it goes
+    into a manifest, a bundle, a reply or a KCIDB report. Anything but a string is returned as is."""
+    return _USERINFO.sub(r"\1", text) if isinstance(text, str) else text
 
 
 def new_run_dir(root: pathlib.Path, repro: str, kernel_id: str, rig: str) -> pathlib.Path:

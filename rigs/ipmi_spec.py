@@ -102,27 +102,37 @@ def read_password(bmc: dict, where: str) -> str:
 def take_env_secret(var: str) -> str | None:
     """A secret from the environment, read once: the variable is removed from
     os.environ (so no child inherits it) and kept in this process only. A
-    qualify run's workers get it through a 0600 file named by KRIG_SECRETS_FILE."""
+    qualify run's workers get it from their parent (hand_over_secrets)."""
     value = os.environ.pop(var, None)
-    if not value and var not in _ENV_SECRETS and os.environ.get(SECRETS_FILE_ENV):
-        try:
-            value = json.loads(pathlib.Path(os.environ[SECRETS_FILE_ENV]).read_text()).get(var)
-        except (OSError, ValueError):
-            value = None
     if value:
         _ENV_SECRETS[var] = value
     return _ENV_SECRETS.get(var)
 
 
-def write_secrets_file(directory: pathlib.Path) -> pathlib.Path | None:
-    """The secrets taken so far, in a 0600 file for worker processes (None if there are none)."""
+def hand_over_secrets() -> tuple[int, str] | None:
+    """The secrets taken so far, for worker processes: (fd, path) of a file in memory only
+    (memfd) that this process holds and that /proc/<this pid>/fd/<fd> reaches. It has no name
+    on any file system, so nothing of it outlives this process however it ends (SIGKILL too).
+    The caller closes fd after the workers; None when there is no secret."""
     if not _ENV_SECRETS:
         return None
-    path = pathlib.Path(directory) / "secrets.json"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
+    fd = os.memfd_create("krig-secrets", os.MFD_CLOEXEC)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(os.dup(fd), "w") as f:
         json.dump(_ENV_SECRETS, f)
-    return path
+    return fd, f"/proc/{os.getpid()}/fd/{fd}"
+
+
+def take_handed_secrets() -> None:
+    """In a worker: the secrets its parent handed over (KRIG_SECRETS_FILE names them), read
+    once; the variable leaves the environment, so no child of the worker (ssh, tar, the pytest
+    judge) inherits it."""
+    path = os.environ.pop(SECRETS_FILE_ENV, None)
+    if path:
+        try:
+            _ENV_SECRETS.update(json.loads(pathlib.Path(path).read_text()))
+        except (OSError, ValueError):
+            pass
 
 
 def _read_password(bmc: dict, where: str) -> str:

@@ -122,3 +122,34 @@ def test_repro_toml_validation(data, needle):
         parse_reproducer("t", pathlib.Path("."), data)
     assert needle in str(e.value)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e400"])
+def test_set_a_number_that_is_not_finite(krig_cli, value):
+    """nan passes every range comparison and inf every maximum: refused like any bad value."""
+    assert_one_line(krig_cli("run", "selftest-pass", "--set", f"sample_interval={value}"),
+                    "--set sample_interval", "finite")
+    assert_one_line(krig_cli("run", "selftest-pass", "--set", f"timeout={value}"), "--set timeout", "int")
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[params.n]\ntype = 'int'\ndefault = 1e400\n", "params.n.default: expected int, got inf"),
+    ("[params.n]\ntype = 'int'\ndefault = nan\n", "params.n.default: expected int"),
+    ("[params.x]\ntype = 'float'\ndefault = inf\n", "params.x.default: expected a finite float"),
+    ("[params.x]\ntype = 'float'\ndefault = 1.0\nmax = nan\n", "params.x.max: expected a finite float"),
+    ("[params.s]\ntype = 'size'\ndefault = '" + "9" * 400 + "G'\n", "params.s.default: '999"),
+    ("[metrics.m]\nunit = 's'\nbetter = 'lower'\n[[thresholds]]\nmetric = 'm'\nmax = nan\nrationale = 'r'\n",
+     "thresholds[0].max: expected a finite number"),
+    ("[metrics.m]\nunit = 's'\nbetter = 'lower'\nmin_change_pct = nan\n", "min_change_pct: expected a finite number"),
+])
+def test_repro_toml_numbers_must_be_finite(text, needle):
+    import tomllib
+    with pytest.raises(UsageError) as e:
+        parse_reproducer("t", pathlib.Path("."), tomllib.loads("description = 'x'\n" + text))
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("value,ptype", [(float("nan"), "float"), ("inf", "float"), (1e400, "int"), ("nan", "int")])
+def test_coerce_refuses_what_is_not_finite(value, ptype):
+    with pytest.raises(UsageError):
+        coerce(value, ptype, "f")

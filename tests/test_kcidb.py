@@ -83,11 +83,12 @@ def runs(tmp_path_factory):
 def test_every_verdict_maps_to_its_status(runs, tmp_path, krig_cli):
     report = kcidb_checks.export(krig_cli, tmp_path, *[runs[c] for c in CASES])
     by_dir = {t["misc"]["run_dir"]: t for t in report["tests"] if t["path"] == "krig.selftest-pass"}
+    assert sorted(by_dir) == sorted(CASES)         # each run by its name, never the path of this host
     for case, (_, verdict, status) in CASES.items():
-        t = by_dir[str(runs[case])]
+        t = by_dir[case]
         assert (t["status"], t["misc"]["krig_verdict"]) == (status, verdict), case
         assert ("log_excerpt" in t) == (verdict != "PASS"), case
-    assert "Kernel panic - not syncing" in by_dir[str(runs["crashed"])]["log_excerpt"]
+    assert "Kernel panic - not syncing" in by_dir["crashed"]["log_excerpt"]
     assert len(report["checkouts"]) == len(report["builds"]) == 1        # one kernel
     build = report["builds"][0]
     assert build["compiler"] == "gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0"
@@ -99,7 +100,7 @@ def test_thresholds_of_judged_runs_only(runs, tmp_path, krig_cli):
     thresholds = [t for t in report["tests"] if t["path"] != "krig.selftest-pass"]
     judged = {t["id"].rsplit(".", 1)[0] for t in thresholds}
     run_ids = {t["misc"]["run_dir"]: t["id"] for t in report["tests"] if t["path"] == "krig.selftest-pass"}
-    assert judged == {run_ids[str(runs["pass"])], run_ids[str(runs["fail"])]}
+    assert judged == {run_ids["pass"], run_ids["fail"]}
     want = {(th["metric"], th.get("min"), th.get("max")) for th in SELFTEST["thresholds"]}
     for t in thresholds:
         metric = t["path"].rsplit(".", 1)[1]
@@ -108,7 +109,7 @@ def test_thresholds_of_judged_runs_only(runs, tmp_path, krig_cli):
         assert t["number"]["unit"] == SELFTEST["metrics"][metric]["unit"]
         assert t["misc"]["better"] == SELFTEST["metrics"][metric]["better"]
         assert t["misc"]["rationale"]
-    fail_answer = next(t for t in thresholds if t["id"] == run_ids[str(runs["fail"])] + ".answer")
+    fail_answer = next(t for t in thresholds if t["id"] == run_ids["fail"] + ".answer")
     assert (fail_answer["status"], fail_answer["number"]["value"]) == ("FAIL", 41)
     kcidb_checks.no_measurement(report, [runs[c] for c in CASES if c not in ("pass", "fail")]
                                 + [runs["error-with-numbers"]])
@@ -155,6 +156,7 @@ def test_group_and_suite_directories(runs, tmp_path, krig_cli):
     kcidb_io.schema.LATEST.validate(report)
     dirs = [t["misc"]["run_dir"] for t in report["tests"] if t["path"] == "krig.selftest-pass"]
     assert len(dirs) == 4       # three group runs; the suite's run and the same run given again, once
+    assert sorted(dirs) == ["group/run-01", "group/run-02", "group/run-03", "pass"]
     assert "case b#1 left out" in p.stderr and "case c#1 left out: not run yet" in p.stderr
 
 

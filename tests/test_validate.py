@@ -357,6 +357,19 @@ def test_shell_command_reads_back_as_typed(words):
     assert p.stdout.split("\0")[:-1] == ["validate", *words], lines
 
 
+def test_a_long_word_never_merges_with_the_next():
+    """A Message-ID of any length (134 characters ended its line with its last character) followed by
+    another word: sh reads back the words as typed, and each line stays within 72 columns."""
+    for n in range(40, 160):
+        words = ["--series", "<" + "m" * (n - 14) + "@example.org>", "--rig", "qemu-default"]
+        for before in ([], ["--base", "tiny-6.1"]):
+            lines = wrap_shell(["krig", "validate", *before, *words])
+            assert all(len(ln) <= 72 for ln in lines), lines
+            joined = "\n".join(lines).replace("krig", "printf '%s\\0'", 1)
+            p = subprocess.run(["sh", "-c", joined], capture_output=True, text=True)
+            assert p.stdout.split("\0")[:-1] == ["validate", *before, *words], lines
+
+
 def test_reproduce_refuses_foreign_arguments():
     assert parse_run_args(["selftest-pass", "--kernel", "distro", "--set", "timeout=60"], "b")["sets"] == \
         ["timeout=60"]

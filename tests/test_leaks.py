@@ -1,0 +1,151 @@
+"""Nothing secret or local leaves the host: a tree's origin URL with user:token@ is recorded
+without them (and taken out of an older manifest's) in the manifest, the bundle, the reply
+and the KCIDB report; the report names a run directory without this host's path. No guest."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from conftest import KRIG, ROOT
+from kernels.given import _git_origin
+from krig.reply import body
+from krig.results import public_url
+from test_kcidb import made_run
+
+TOKEN = "ghp_k1rgS3cretT0ken"
+ORIGIN = f"https://krig-bot:{TOKEN}@git.example.org/linux.git"
+PUBLIC = "https://git.example.org/linux.git"
+
+
+@pytest.mark.parametrize("text,public", [
+    (ORIGIN, PUBLIC),
+    (f"https://{TOKEN}@git.example.org/linux.git", PUBLIC),
+    (f"https://user:p@ss{TOKEN}@git.example.org/a@b", "https://git.example.org/a@b"),     # a raw @ in the password
+    ("ssh://git@git.example.org:2222/linux.git", "ssh://git.example.org:2222/linux.git"),
+    (f'{{"repository": "{ORIGIN}"}} and http://u:{TOKEN}@h/x', f'{{"repository": "{PUBLIC}"}} and http://h/x'),
+    ("https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git",
+     "https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git"),
+    ("/srv/linux", "/srv/linux"), ("git@github.com:torvalds/linux.git", "git@github.com:torvalds/linux.git"),
+    (None, None),
+])
+def test_public_url(text, public):
+    assert public_url(text) == public
+
+
+def test_origin_is_recorded_without_its_token(tmp_path):
+    tree = tmp_path / "linux"
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "-q", "-b", "master", str(tree)], check=True)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    subprocess.run(git + ["remote", "add", "origin", ORIGIN], check=True)
+    rec = _git_origin(tree)
+    assert rec["repository"] == PUBLIC and rec["branch"] == "master"
+
+
+def _state(git: dict) -> dict:
+    kernel = {"release": "6.1.0-test", "git": git, "rig": {"name": "qemu-default"}}
+    return {"series_provenance": {"patchset_hash": "b" * 64}, "reproducer": "selftest-pass", "answer": "fixed",
+            "reason": "the base fails, the series passes", "base_kernel": kernel, "new_kernel": kernel,
+            "preset": None, "repeat": 4, "differences": [], "series": "20261120.1-1-dev@example.org",
+            "command": ["krig", "validate", "selftest-pass", "--base", "tiny-6.1", "--series", "x"]}
+
+
+def test_an_older_manifests_token_reaches_no_bundle_reply_or_report(tmp_path, krig_cli):
+    """A run whose manifest recorded the origin with its token (before krig took it out)."""
+    git = {"repository": ORIGIN, "commit": "c" * 40, "branch": "master"}
+    run = made_run(tmp_path / "runs" / "a-run", "pass", git=git)
+    assert TOKEN in (run / "manifest.json").read_text()
+
+    out = tmp_path / "r.json"
+    p = krig_cli("export", "kcidb", str(run), "--origin", "lab_7", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    report = out.read_text()
+    assert TOKEN not in report and "krig-bot" not in report and str(tmp_path) not in report
+    (checkout,) = json.loads(report)["checkouts"]
+    assert checkout["git_repository_url"] == PUBLIC
+    assert [t["misc"]["run_dir"] for t in json.loads(report)["tests"] if "run_dir" in t["misc"]] == ["a-run"]
+
+    b = tmp_path / "b.tar.gz"
+    p = subprocess.run(KRIG + ["bundle", str(run), "-o", str(b)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with tarfile.open(b) as t:
+        for m in t.getmembers():
+            if m.isfile():
+                data = t.extractfile(m).read()
+                assert TOKEN.encode() not in data and b"krig-bot" not in data, m.name
+        meta = json.loads(t.extractfile(next(m for m in t.getmembers() if m.name.endswith("/bundle.json"))).read())
+    assert meta["kernel"]["git"]["repository"] == PUBLIC
+
+    text = body(_state(git), None, ("Krig Tester", "tester@example.org"))
+    assert TOKEN not in text and "krig-bot" not in text and f"tree            {PUBLIC}" in text
+
+
+# -- a qualify run's BMC passwords, handed to its workers ----------------------------------
+
+SECRET = "qualpw-" + TOKEN[-8:]
+PROBE = '''
+import os, subprocess
+from rigs.ipmi_spec import SECRETS_FILE_ENV, take_env_secret, take_handed_secrets
+
+def test_worker_gets_the_secret_and_its_children_nothing():
+    assert os.environ[SECRETS_FILE_ENV].startswith("/proc/")
+    take_handed_secrets()
+    assert take_env_secret("KRIG_TEST_QUAL_PW") == "{secret}"
+    child = subprocess.run(["sh", "-c", "env; ls -l /proc/self/fd"], capture_output=True, text=True).stdout
+    assert SECRETS_FILE_ENV not in child and "{secret}" not in child and "krig-secrets" not in child
+'''
+HOLDER = '''
+import os, sys
+import pytest
+from krig.qualify import worker_spec
+from rigs.ipmi_spec import SECRETS_FILE_ENV, hand_over_secrets, take_env_secret
+take_env_secret("KRIG_TEST_QUAL_PW")
+fd, path = hand_over_secrets()
+assert SECRETS_FILE_ENV not in os.environ
+print(path, flush=True)
+if sys.argv[1] == "wait":
+    sys.stdin.read()
+sys.exit(pytest.main([sys.argv[1], "-p", "xdist", "-p", "no:labgrid", "-p", "no:cacheprovider", "-q",
+                      "--tx", worker_spec(1, path), "--dist", "load", "--rootdir", os.getcwd()]))
+'''
+
+
+def _files_holding_the_secret(tmp: pathlib.Path) -> list:
+    """Files under the holder's TMPDIR (where the secrets file used to be made) that hold the secret."""
+    return [f for f in tmp.rglob("*") if f.is_file() and SECRET in f.read_text(errors="replace")]
+
+
+def _holder(tmp_path, what: str) -> subprocess.Popen:
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "KRIG_TEST_QUAL_PW": SECRET, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", HOLDER, what], cwd=ROOT, env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_qualify_workers_get_the_secrets_and_no_child_of_theirs_does(tmp_path):
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(PROBE.replace("{secret}", SECRET))
+    p = _holder(tmp_path, str(probe))
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 0, out
+    assert out.startswith(f"/proc/{p.pid}/fd/") and "1 passed" in out, out
+    assert not _files_holding_the_secret(tmp_path / "tmp")
+
+
+def test_a_killed_holder_leaves_no_secret_behind(tmp_path):
+    p = _holder(tmp_path, "wait")
+    path = p.stdout.readline().strip()
+    assert path.startswith(f"/proc/{p.pid}/fd/")
+    assert json.loads(pathlib.Path(path).read_text()) == {"KRIG_TEST_QUAL_PW": SECRET}
+    assert not _files_holding_the_secret(tmp_path / "tmp")
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=60)
+    p.stdout.close()
+    p.stdin.close()
+    assert not os.path.exists(path) and not _files_holding_the_secret(tmp_path / "tmp")
