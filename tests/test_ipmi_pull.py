@@ -4,18 +4,24 @@ Crafted tar streams (made here with tarfile) go through the extraction: regular 
 and directories are taken with krig's own modes; a symlink, a hard link, a device, a
 FIFO, a name walking out, an absolute name, a member over a cap are refused with one
 line, the host file each one aims at is untouched, and the good files around it are
-kept. Then the real pipe (stream_from) reading a child's stdout and stderr.
+kept. Then the real pipe (stream_from, Ssh.pipe_from) with a real `tar -c` in place of
+ssh, and one real run on the simulated IPMI server whose results hold hostile entries.
 """
 import io
+import json
 import os
 import pathlib
 import re
+import secrets
 import stat
+import subprocess
 import tarfile
 
 import pytest
 
-from rigs.ipmi_pull import Refused, extract, move_into, stream_from
+from krig.errors import RigError
+from rigs.ipmi_pull import Refused, extract, move_into, pull_results, stream_from
+from rigs.ipmi_ssh import Ssh
 
 WHAT = "the server's results"
 SECRET = b"the host's own file\n"
@@ -218,9 +224,184 @@ def test_move_into_never_replaces(host, tmp_path):
     assert (dest / "sub" / "f").read_text() == "f"
 
 
+# -- the real pipe: a local `tar -c` producer in place of ssh -------------------------------
+
+@pytest.fixture
+def hostile_dir(tmp_path, host):
+    """A directory as a hostile server's results would be: data plus a symlink to the
+    host's file, a hard link, a FIFO, a character device, a symlinked directory."""
+    _, secret = host
+    src = tmp_path / "server-results"
+    (src / "trace").mkdir(parents=True)
+    (src / "facts.txt").write_text("facts\n")
+    (src / "trace" / "cpu0").write_bytes(os.urandom(300000))
+    (src / "evil").symlink_to(secret)
+    (src / "up").symlink_to(secret.parent)
+    os.link(src / "facts.txt", src / "facts-again.txt")
+    os.mkfifo(src / "fifo")
+    try:
+        os.mknod(src / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pass                         # not root: the other entries still stand
+    (src / "facts.txt").chmod(0o4755)
+    return src
+
+
+def ssh_to(monkeypatch, argv) -> Ssh:
+    """The rig's Ssh, with `argv` run in place of ssh: the real pipe_from and check_exit."""
+    ssh = Ssh("t", {"user": "root", "host": "127.0.0.1", "port": 22})
+    monkeypatch.setattr(ssh, "argv", lambda remote, *a, **k: list(argv))
+    return ssh
+
+
+def test_real_tar_through_the_pipe(host, hostile_dir, monkeypatch):
+    dest, secret = host
+    ssh = ssh_to(monkeypatch, ["tar", "-C", str(hostile_dir), "-cf", "-", "."])
+    with pytest.raises(Refused) as e:
+        pull_results(ssh, "/results", dest, 60)
+    line = str(e.value)
+    assert line.startswith("rig t: the server's results hold ") and "\n" not in line, line
+    named = [f"a symlink evil -> {secret}", f"a symlink up -> {secret.parent}", "a FIFO fifo", "a hard link facts",
+             "a character device null (1,3)"]
+    assert ": refused (and 4 more: " in line and sum(p in line for p in named) == 4, line   # the fifth is "..."
+    got = only_data(dest)
+    assert {"trace/", "trace/cpu0"} <= set(got) and got["trace/cpu0"] == (hostile_dir / "trace" / "cpu0").read_bytes()
+    assert [got.get("facts.txt"), got.get("facts-again.txt")].count(b"facts\n") == 1     # the other is the link
+    assert not any(k in got for k in ("evil", "up", "fifo", "null"))
+    assert secret.read_bytes() == SECRET
+
+
+def test_clean_results_through_the_pipe(host, tmp_path, monkeypatch):
+    dest, _ = host
+    src = tmp_path / "clean"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "f").write_bytes(b"f" * 70000)
+    (src / "g").write_text("g")
+    got = pull_results(ssh_to(monkeypatch, ["tar", "-C", str(src), "-cf", "-", "."]), "/results", dest, 60)
+    assert (got.files, got.dirs) == (2, 1)
+    assert only_data(dest) == {"d/": None, "d/f": b"f" * 70000, "g": b"g"}
+
+
+def test_pipe_failures_are_one_line(host, monkeypatch):
+    dest, _ = host
+    ssh = ssh_to(monkeypatch, ["tar", "-C", str(dest / "missing"), "-cf", "-", "."])
+    with pytest.raises(RigError, match=r"^rig t: remote `tar -C /results -cf - \.` failed \(exit 2\): tar: "):
+        pull_results(ssh, "/results", dest, 60)
+    ssh = ssh_to(monkeypatch, ["sh", "-c", "echo not tar; head -c 3000000 /dev/zero"])
+    with pytest.raises(RigError, match=r"^rig t: the server's results are not a tar stream krig can read: "):
+        pull_results(ssh, "/results", dest, 60)
+    clean = dest.parent / "clean"
+    clean.mkdir()
+    ssh = ssh_to(monkeypatch, ["sh", "-c", f"tar -C {clean} -cf - .; head -c 3000000 /dev/zero | tr '\\0' x"])
+    with pytest.raises(RigError, match=r"^rig t: the server's results go on past the end of their tar stream$"):
+        pull_results(ssh, "/results", dest, 60)
+    assert os.listdir(dest) == []
+
+
+def test_timeout_kills_the_producer(host, monkeypatch):
+    dest, _ = host
+    mark = secrets.token_hex(6)
+    ssh = ssh_to(monkeypatch, ["sh", "-c", f"sleep 300; : {mark}"])
+    with pytest.raises(subprocess.TimeoutExpired):
+        pull_results(ssh, "/results", dest, 1)
+    left = [p for p in pathlib.Path("/proc").iterdir() if p.name.isdigit() and mark.encode() in _cmdline(p)]
+    assert not left, "the producer outlived the pull"
+
+
+def _cmdline(p: pathlib.Path) -> bytes:
+    try:
+        return (p / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_stream_from_reads_stderr_alongside(host):
     """A producer that writes much to stderr before its stdout neither blocks nor fills memory."""
     dest, _ = host
     rc, err, data = stream_from(["sh", "-c", "head -c 500000 /dev/zero | tr '\\0' e >&2; echo out"],
                                 lambda f: f.read(100), 60, "t")
     assert (rc, data) == (0, b"out\n") and len(err) == 4096 and set(err) == {"e"}
+
+
+def test_rig_file_caps(tmp_path):
+    from rigs.ipmi_spec import validate_spec
+    from krig.errors import UsageError
+    for name in ("key", "pw"):
+        (tmp_path / name).write_text("k\n")
+        (tmp_path / name).chmod(0o600)
+    (tmp_path / "known_hosts").write_text("")
+    base = {"driver": "ipmi", "bmc": {"host": "10.0.0.5", "user": "krig", "password_file": str(tmp_path / "pw")},
+            "ssh": {"host": "10.0.0.6", "key": str(tmp_path / "key"), "known_hosts": str(tmp_path / "known_hosts")}}
+    spec, _ = validate_spec("t", base)
+    assert (spec["pull_max_size"], spec["pull_max_file_size"]) == (16 << 30, 8 << 30)
+    spec, _ = validate_spec("t", {**base, "pull_max_size": "64G", "pull_max_file_size": "32G"})
+    assert (spec["pull_max_size"], spec["pull_max_file_size"]) == (64 << 30, 32 << 30)
+    with pytest.raises(UsageError, match=r"rigs/t\.toml\.pull_max_size: expected a size"):
+        validate_spec("t", {**base, "pull_max_size": "lots"})
+
+
+# -- a real run on the simulated IPMI server whose results hold hostile entries ---------------
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
+    from kernels.catalog import load_kernel
+    from rigs import initramfs, qemu
+    miss = missing_tools()
+    if miss:
+        pytest.skip(f"IPMI rig tests need: {', '.join(miss)} (make setup)")
+    kernel = load_kernel("distro")
+    initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)
+    base = tmp_path_factory.mktemp("ipmi-pull")
+    server = SimServer(base, kernel, initrd)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KRIG_RIG_PATH", str(server.rigs))
+        mp.setenv("KRIG_LOCK_DIR", str(base / "locks"))
+        try:
+            server.start()
+            server.rig_file("sim")
+            yield server
+        finally:
+            server.stop()
+    assert not server.processes(), f"left running: {server.processes()}"
+
+
+@pytest.mark.ipmi
+def test_run_whose_results_hold_hostile_entries_is_error(sim, tmp_path, monkeypatch):
+    """selftest-pass on the server; before the pull, its results get a symlink to a host file,
+    a symlinked directory, a hard link, a FIFO and a character device (the server is root).
+    The verdict is ERROR naming the refusal; the host file is untouched; the data is kept."""
+    from krig.run import run
+    from rigs import ipmi
+    from rigs.ipmi_ssh import remote_command
+    secret = tmp_path / "host-secret"
+    secret.write_bytes(SECRET)
+    orig = ipmi._Files.pull
+    planted = []
+
+    def planting_pull(files, remote, local):
+        plant = (f"cd {remote} && ln -s {secret} evil && ln -s {tmp_path} up && echo data > a.txt && "
+                 f"ln a.txt b.txt && mkfifo fifo && mknod null c 1 3 && echo after > zz-after.txt")
+        rc, _, err = files.server.ssh.run(remote_command(["sh", "-c", plant], None), timeout=120)
+        planted.append((rc, err))
+        return orig(files, remote, local)
+
+    monkeypatch.setattr(ipmi._Files, "pull", planting_pull)
+    run_dir, verdict = run("selftest-pass", rig_name="sim", results_root=tmp_path / "results", log=print)
+    assert planted and planted[0][0] == 0, planted
+    assert verdict["verdict"] == "ERROR", verdict
+    reason = verdict["reason"]
+    assert reason.startswith("rig sim: the server's results hold ") and "\n" not in reason, reason
+    assert ": refused (and 4 more: " in reason, reason
+    assert f"a symlink evil -> {secret}" in reason or "; ..." in reason, reason
+    assert secret.read_bytes() == SECRET
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["pull_error"] == reason and m["outcome"] == "completed"
+    assert m["rig_facts"]["results_pull"] == "refused entries (pull_error)"
+    for name in ("facts.txt", "samples.tsv", "phases.tsv", "workload.rc", "zz-after.txt", "console.log"):
+        assert (run_dir / name).is_file() and not (run_dir / name).is_symlink(), name
+    assert [(run_dir / n).exists() for n in ("a.txt", "b.txt")].count(True) == 1
+    for p in run_dir.rglob("*"):
+        st = os.lstat(p)
+        assert stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode), p
+    assert sim.power_status() == "off"
