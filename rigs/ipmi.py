@@ -25,6 +25,7 @@ from krig.paths import cache_dir
 from krig.verdict import first_crash
 from . import ipmi_lock, lab
 from .ipmi_bmc import Bmc, Sol
+from .ipmi_pull import Refused, move_into, pull_results
 from .ipmi_server_setup import ServerSetup
 from .ipmi_spec import validate_spec
 from .ipmi_ssh import Ssh, SshLost, remote_command
@@ -56,7 +57,7 @@ class IpmiServer(ServerSetup):
         self.facts: dict = {}
         self.boot_id = None
         self.results = None            # remote results dir of this boot
-        self.prefetched = None         # (remote, local dir) pulled before a power off
+        self.prefetched = None         # (remote, local dir, Refused or None) pulled before a power off
         self.salvaged = False
         self.state = "unknown"         # up | hung | crashed | off | unknown
         self.powered = False           # this run powered the server on
@@ -318,20 +319,21 @@ class IpmiServer(ServerSetup):
         if probe and self.ssh.probe(10) != self.boot_id:
             self.facts["results_pull"] = "not possible: the server does not answer SSH"
             return
-        dest = self.workdir / "prefetch"
-        dest.mkdir(parents=True, exist_ok=True)
+        dest = pathlib.Path(tempfile.mkdtemp(prefix="prefetch.", dir=self.workdir))
         try:
             self.pull_over_ssh(self.results, dest, 60 if probe else self.spec["pull_timeout"])
-            self.prefetched = (self.results, dest)
+            self.prefetched = (self.results, dest, None)
             self.facts["results_pull"] = "pulled before the power off"
+        except Refused as e:
+            self.prefetched = (self.results, dest, e)       # the files it took are kept; pull() says why
+            self.facts["results_pull"] = "refused entries (pull_error)"
         except (KrigError, SshLost, subprocess.TimeoutExpired) as e:
             self.facts["results_pull"] = f"failed: {e or type(e).__name__}"
 
     def pull_over_ssh(self, remote: str, local: pathlib.Path, timeout: float):
+        """The directory remote into local: only regular files and directories (rigs/ipmi_pull.py)."""
         local.mkdir(parents=True, exist_ok=True)
-        self.ssh.pipe_from(f"tar -C {shlex.quote(remote)} -cf - .",
-                           ["tar", "-C", str(local), "--no-same-owner", "--no-same-permissions", "-xf", "-"],
-                           timeout)
+        pull_results(self.ssh, remote, local, timeout, self.spec["pull_max_size"], self.spec["pull_max_file_size"])
 
 
 class IpmiRig(Rig):
@@ -506,14 +508,25 @@ class _Files(FilesProtocol):
         local = pathlib.Path(local)
         local.mkdir(parents=True, exist_ok=True)
         if r.prefetched and r.prefetched[0] == remote:
-            for p in r.prefetched[1].iterdir():
-                shutil.move(str(p), str(local / p.name))
+            _, src, refused = r.prefetched
             r.prefetched = None
+            try:
+                move_into(src, local, f"rig {r.name}: the server's results")
+            except Refused:
+                if refused is None:
+                    raise
+            if refused is not None:
+                raise refused
             return
         if r.state != "up":
             raise RigError(f"rig {r.name}: the server is {r.state}; {remote} was not pulled")
         try:
             r.pull_over_ssh(remote, local, r.spec["pull_timeout"])
+        except Refused:
+            if remote == r.results:
+                r.salvaged = True      # what it holds was taken; shutdown() does not pull it again
+                r.facts["results_pull"] = "refused entries (pull_error)"
+            raise
         except (SshLost, subprocess.TimeoutExpired) as e:
             raise RigError(f"rig {r.name}: pulling {remote} failed: {e or type(e).__name__}") from None
         if remote == r.results:

@@ -13,10 +13,11 @@ import stat
 
 from krig.config import optional, parse_size, read_secret_file, reject_unknown, require
 from krig.errors import UsageError
+from .ipmi_pull import FILE_CAP, TOTAL_CAP
 
 TOP = {"driver", "description", "scratch_dev", "remote_dir", "boot", "boot_timeout", "shutdown_timeout",
        "shutdown_command", "hang_timeout", "nmi_wait", "nmi_panic", "recover_after_hang",
-       "pull_timeout", "bmc", "ssh", "kexec", "lab"}
+       "pull_timeout", "pull_max_size", "pull_max_file_size", "bmc", "ssh", "kexec", "lab"}
 BMC = {"host", "port", "user", "password_env", "password_file", "cipher_suite", "privilege", "timeout",
        "retries", "boot_device", "clear_sel"}
 SSH = {"host", "port", "user", "key", "known_hosts", "host_key_alias", "connect_timeout",
@@ -170,6 +171,8 @@ def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict
     out["nmi_panic"] = optional(spec, "nmi_panic", bool, where, True)
     out["recover_after_hang"] = optional(spec, "recover_after_hang", bool, where, True)
     out["pull_timeout"] = _number(spec, "pull_timeout", where, 300, 1)
+    for key, default in (("pull_max_size", TOTAL_CAP), ("pull_max_file_size", FILE_CAP)):
+        out[key] = parse_size(optional(spec, key, (str, int), where, default), f"{where}.{key}")
 
     bw = f"{where}.bmc"
     bmc = require(spec, "bmc", dict, where)

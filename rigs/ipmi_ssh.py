@@ -13,6 +13,7 @@ import time
 
 from krig.errors import RigError
 from .ipmi_bmc import kill_group
+from .ipmi_pull import stream_from
 from .procs import dies_with_parent
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -218,23 +219,25 @@ class Ssh:
             raise RigError(f"rig {self.rig}: remote `{remote[:60]}` failed (exit {rc}): "
                            f"{_last_line(err.decode(errors='replace'))}")
 
-    def pipe_from(self, remote: str, consumer: list, timeout: float) -> None:
-        """`ssh remote | consumer`, e.g. ssh 'tar c' | tar x."""
-        cons = subprocess.Popen(dies_with_parent(consumer), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True)
+    def pipe_from(self, remote: str, consume, timeout: float) -> tuple[int | None, str, object]:
+        """`ssh remote | consume(stream)`: the remote command's stdout read in this process
+        (rigs/ipmi_pull.py stream_from), all of it within timeout (subprocess.TimeoutExpired,
+        ssh killed). Returns (exit code or None, the end of ssh's stderr, what consume
+        returned); check_exit() tells what the exit code means."""
+        t0 = time.monotonic()
         try:
-            rc, _, err = self.run(remote, timeout=timeout, stdout=cons.stdin)
-        finally:
-            cons.stdin.close()
-            try:
-                cons.wait(60)
-            except subprocess.TimeoutExpired:
-                kill_group(cons)
+            rc, err, result = stream_from(self.argv(remote), consume, timeout, f"ssh {remote[:60]}")
+        except subprocess.TimeoutExpired:
+            self._log(f"ssh {remote[:100]!r}: killed after {timeout:.0f}s")
+            raise
+        self._log(f"ssh {remote[:100]!r} | krig -> rc {rc} in {time.monotonic() - t0:.1f}s")
+        return rc, err, result
+
+    def check_exit(self, remote: str, rc: int, err: str) -> None:
+        """Raise for a failure of ssh itself (SshLost, HostKeyError) or of the remote command."""
+        self._check_ssh_error(rc, err)
         if rc != 0:
-            raise RigError(f"rig {self.rig}: remote `{remote[:60]}` failed (exit {rc}): "
-                           f"{_last_line(err.decode(errors='replace'))}")
-        if cons.returncode != 0:
-            raise RigError(f"rig {self.rig}: {consumer[0]} failed: {_last_line(cons.stderr.read().decode(errors='replace'))}")
+            raise RigError(f"rig {self.rig}: remote `{remote[:60]}` failed (exit {rc}): {_last_line(err)}")
 
 
 def _last_line(text: str) -> str:
