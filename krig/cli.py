@@ -101,6 +101,11 @@ def cmd_validate(a) -> int:
     return code
 
 
+def cmd_b4_check(a) -> int:
+    from .b4check import main
+    return main(a.dir)
+
+
 def cmd_qualify(a) -> int:
     from .qualify import qualify
     return qualify(a.suite, a.output, a.fresh, prio=a.prio)
@@ -148,6 +153,20 @@ VALIDATE_EPILOG = """answers and exit codes:
     5 regressed                a threshold crossed only with the series, or it crashed/hung only with it
   130 (interrupted)            the same command finishes it
 writes validate.json, reply.mbox and reply.txt in the validation directory (see docs/validate.md)"""
+
+B4_CHECK_EPILOG = """reads one message (a cover letter or a patch) on standard input, as b4 review gives it, and
+prints b4's JSON list: pass = fixed; fail = not fixed or regressed; warn = inconclusive, base does
+not reproduce, not finished, or no validation of this series yet.
+
+wire it into b4 review (run in krig's checkout: git stores the command with its full path):
+  git config --global b4.review-series-check-cmd "$PWD/.venv/bin/krig b4-check"
+  git config --global b4.review-perpatch-check-cmd "$PWD/.venv/bin/krig b4-check"
+
+example:
+  krig b4-check < series.mbox
+
+exit codes: 0 answered (whatever the answer), 2 bad input (empty standard input, no such --dir)
+see docs/b4-review.md"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--from", dest="sender", metavar="'NAME <ADDR>'",
                    help="the reply's sender and Tested-by (default: git config user.name/user.email)")
     v.set_defaults(func=cmd_validate)
+    b4c = sub.add_parser("b4-check", help="krig's validations of a series as a `b4 review` check (JSON on stdout)",
+                         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=B4_CHECK_EPILOG)
+    b4c.add_argument("--dir", action="append", metavar="DIR",
+                     help="a validation directory (krig validate -o DIR) or a directory of them (repeatable; "
+                     "default results/validate)")
+    b4c.set_defaults(func=cmd_b4_check)
     q = sub.add_parser("qualify", help="run a qualification suite: reproducers x kernels x rigs x repeats")
     q.add_argument("suite", metavar="SUITE.toml", help="a qualification suite file (e.g. qualify/smoke.toml)")
     q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
