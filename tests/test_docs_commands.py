@@ -6,7 +6,8 @@ A command is a line of a ```sh block (or a `$ ` line of any block) that starts w
 with krig's own argparse parser; the reproducer, preset, kernel, rig and metric it names
 must exist; a path into the repository (qualify/..., rigs/...) must exist, and a .toml
 file a guide has the reader write must be introduced on the same page. A make line's
-targets must exist in the Makefile or mk/*.mk, its variables be used there."""
+targets must exist in the Makefile or mk/*.mk, its variables be used there. A toml
+block labelled with a file of the repository shows that file."""
 import argparse
 import contextlib
 import io
@@ -186,6 +187,22 @@ def test_commands_in_running_text_name_real_subcommands_and_flags(page):
     bad = [f"{page.relative_to(ROOT)}: `{m.group(1)}`: {p}" for m in re.finditer(r"`(krig [a-z][^`]*)`", text)
            for p in inline_problems(m.group(1))]
     assert not bad, "\n".join(bad)
+
+
+def _content(text: str) -> list:
+    return [ln.split("#")[0].rstrip() for ln in text.splitlines() if ln.split("#")[0].strip()]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_block_labelled_with_a_file_of_the_repo_is_that_file(page):
+    """A ```toml block whose first line is `# qualify/smoke.toml` shows that file as it is."""
+    bad = []
+    for m in FENCE.finditer(page.read_text()):
+        label = re.match(r"#\s*(\S+)\s*$", m.group(2).splitlines()[0] if m.group(2) else "")
+        if m.group(1) == "toml" and label and (ROOT / label.group(1)).is_file():
+            if _content(m.group(2)) != _content((ROOT / label.group(1)).read_text()):
+                bad.append(f"the block labelled {label.group(1)} is not that file")
+    assert not bad, f"{page.relative_to(ROOT)}: " + "; ".join(bad)
 
 
 # -- docs/command.md: the synopsis is complete ---------------------------------------
