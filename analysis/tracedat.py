@@ -430,10 +430,17 @@ class TraceFile:
             ev = hits[0] if len(hits) == 1 else None
         if ev is None:
             names = sorted(self._events)
-            known = difflib.get_close_matches(name, names, n=6, cutoff=0.6) or \
-                (sorted(self._counts) if self._counts else names)
-            raise self._err(f"unknown event {name!r}; known events include: "
-                            + ", ".join(known[:6]) + (" ..." if len(known) > 6 else ""))
+            system = name.partition(":")[0] if ":" in name else None
+            close = difflib.get_close_matches(name, names, n=6, cutoff=0.6)
+            same = [n for n in names if system and n.startswith(system + ":")]
+            if close or same:
+                known = close or same
+                what = "did you mean" if close else f"events of {system} in this trace"
+                raise self._err(f"unknown event {name!r}; {what}: " + ", ".join(known[:6])
+                                + (f" ... ({len(known)} in all)" if len(known) > 6 else ""))
+            systems = sorted({n.partition(":")[0] for n in names})
+            raise self._err(f"unknown event {name!r}; the trace has no such event, nor a close one "
+                            f"(give SYSTEM:EVENT; its systems: {', '.join(systems)})")
         return ev
 
     def event_names(self) -> list[str]:

@@ -222,27 +222,27 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     t_start = time.monotonic()
     tree_p = pathlib.Path(os.path.expanduser(tree)).resolve()
     if not tree_p.is_dir():
-        raise UsageError(f"TREE={tree}: not a directory")
+        raise UsageError(f"--tree {tree}: not a directory")
     if git(tree_p, "rev-parse", "--git-dir", check=False) == "":
-        raise UsageError(f"TREE={tree}: not a git repository")
+        raise UsageError(f"--tree {tree}: not a git repository")
     ends = {}
     for label, ref in (("GOOD", good), ("BAD", bad)):
         p = subprocess.run(["git", "-C", str(tree_p), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
                            capture_output=True, text=True)
         if p.returncode != 0:
-            raise UsageError(f"{label}={ref}: not a commit in {tree_p}")
+            raise UsageError(f"--{label.lower()} {ref}: not a commit in {tree_p}")
         ends[label] = p.stdout.strip()
     if repeat < 1:
-        raise UsageError(f"REPEAT={repeat}: must be at least 1")
+        raise UsageError(f"--repeat {repeat}: must be at least 1")
     r = load_reproducer(repro)
     r.resolve_params(preset, {})
     known = sorted(set(r.metrics) | {"trace_lost_events", "sampler_max_gap_intervals"})
     if metric is not None and metric not in known:
-        raise UsageError(f"METRIC={metric}: not a metric of {repro} (one of: {', '.join(known)})")
+        raise UsageError(f"--metric {metric}: not a metric of {repro} (one of: {', '.join(known)})")
     mode = "metric" if metric else "verdict"
     resolve_spec(like)                                # the template must be a buildable kernel
     if _bisect_in_progress(tree_p):
-        raise UsageError(f"TREE={tree_p}: a git bisect is already in progress (`git -C {tree_p} bisect reset`)")
+        raise UsageError(f"--tree {tree_p}: a git bisect is already in progress (`git -C {tree_p} bisect reset`)")
 
     tag = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
     name = f"bisect-{tag}"

@@ -49,10 +49,10 @@ def say(msg: str) -> None:
 def build(name: str, force: bool = False, log=say) -> dict:
     path = KERNEL_DIR / f"{name}.toml"
     if not path.exists():
-        raise UsageError(f"KERNEL={name!r}: unknown kernel; buildable: {', '.join(buildable_kernels()) or '(none)'}")
+        raise UsageError(f"{name}: unknown kernel (no kernels/{name}.toml); buildable: {', '.join(buildable_kernels()) or '(none)'}")
     data = load_toml(path)
     if is_distro(data):
-        raise UsageError(f"KERNEL={name}: kernels/{name}.toml is the distro's packaged kernel, nothing to "
+        raise UsageError(f"{name}: kernels/{name}.toml is the distro's packaged kernel, nothing to "
                          f"build; buildable: {', '.join(buildable_kernels()) or '(none)'}")
     spec = resolve_spec(name)
     return build_kernel(spec, force=force, log=log)

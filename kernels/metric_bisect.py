@@ -55,7 +55,7 @@ def zones(metric: str, good: list, bad: list) -> Zones:
     b = [v for v in bad if v is not None]
     if not g or not b:
         side = "GOOD" if not g else "BAD"
-        raise UsageError(f"METRIC={metric}: {side} gave no judged value of {metric} "
+        raise UsageError(f"--metric {metric}: {side} gave no judged value of {metric} "
                          f"(GOOD {_vals(g)}, BAD {_vals(b)}); nothing to bisect on")
     if max(g) < min(b):
         gap = min(b) - max(g)
@@ -63,8 +63,8 @@ def zones(metric: str, good: list, bad: list) -> Zones:
     if max(b) < min(g):
         gap = min(g) - max(b)
         return Zones(metric, g, b, False, min(g) - gap / 3, max(b) + gap / 3)
-    raise UsageError(f"METRIC={metric}: GOOD ({min(g):g} to {max(g):g}) and BAD ({min(b):g} to {max(b):g}) "
-                     f"overlap: no bisection can tell them apart (try more REPEAT or another metric)")
+    raise UsageError(f"--metric {metric}: GOOD ({min(g):g} to {max(g):g}) and BAD ({min(b):g} to {max(b):g}) "
+                     f"overlap: no bisection can tell them apart (try a larger --repeat or another --metric)")
 
 
 def attempt_vote(z: Zones, verdict: str, value) -> str:

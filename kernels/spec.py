@@ -130,8 +130,11 @@ def _raw(name: str, kernel_dir: pathlib.Path, seen=()) -> tuple[dict, str]:
     """The toml's table with `extends` resolved (the child's keys win)."""
     where = f"kernels/{name}.toml"
     path = kernel_dir / f"{name}.toml"
+    if not path.exists() and not seen:
+        known = ", ".join(sorted(p.stem for p in kernel_dir.glob("*.toml")))
+        raise UsageError(f"{name}: unknown kernel (no {where}); known: {known}")
     if not path.exists():
-        raise UsageError(f"{seen[-1] if seen else where}.extends: unknown kernel {name!r}")
+        raise UsageError(f"{seen[-1]}.extends: unknown kernel {name!r}")
     data = load_toml(path)
     reject_unknown(data, FIELDS, where)
     parent = optional(data, "extends", str, where)

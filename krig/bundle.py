@@ -2,7 +2,7 @@
 
 The tarball holds one directory:
 
-    README                three lines: what it is, how to rerun, what to fill in
+    README                three lines: what it is, how to rerun (krig reproduce), what to fill in
     reproduce.sh          reruns the reproducer with the same parameters (krig checkout: $KRIG or PATH)
     bundle.json           reproducer, preset, parameters, kernel identity, bundled verdict
     run-args              the `krig run` arguments, one a line (read by reproduce.sh)
@@ -55,9 +55,11 @@ BINARY_SUFFIXES = {".png", ".dat", ".gz", ".zst", ".img"}
 def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kernel: bool = False) -> pathlib.Path:
     run = RunDir(run_dir)
     run_dir = run.dir
-    for name in (MANIFEST, VERDICT):
-        if not run.exists(name):
-            raise UsageError(f"{run_dir}: not a judged run directory (no {name}; run `krig check` on it first)")
+    if not run.exists(MANIFEST):
+        raise UsageError(f"{run_dir}: not a run directory (no {MANIFEST}); give the directory `krig run` printed "
+                         "after `results:` (results/latest is the newest run)")
+    if not run.exists(VERDICT):
+        raise UsageError(f"{run_dir}: the run has no {VERDICT}; judge it first with `krig check {run_dir}`")
     try:
         manifest, verdict = run.manifest, run.verdict()
     except UsageError as e:
@@ -86,7 +88,7 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
         def add_text(name, text: str, mode=0o644):
             add_bytes(name, scrub(text, subs).encode(), mode)
 
-        add_text("README", readme(meta))
+        add_text("README", readme(meta, out.name))
         add_text("reproduce.sh", (pathlib.Path(__file__).with_name("reproduce.sh")).read_text(), 0o755)
         add_text("bundle.json", json.dumps(meta, indent=2, default=str) + "\n")
         add_text("run-args", "".join(a + "\n" for a in run_args(manifest, repro)))
@@ -154,10 +156,11 @@ def _human(n: int) -> str:
         n /= 1024
 
 
-def readme(meta: dict) -> str:
+def readme(meta: dict, tarball: str) -> str:
     return (f"krig bundle: {meta['reproducer']} (preset {meta['preset'] or 'none'}) on kernel "
             f"{meta['kernel'].get('release')} gave {meta['verdict']}: {meta['reason']}\n"
-            "Rerun: KRIG=/path/to/krig ./reproduce.sh [--rig NAME] [--kernel NAME] (default rig qemu-default)\n"
+            f"Rerun: krig reproduce {tarball} [--rig NAME] [--kernel NAME] (default rig qemu-default; krig runs "
+            "its own code, nothing from the bundle; ./reproduce.sh is the bundle's own script: read it first)\n"
             "rig.toml is the rig it ran on, with <PLACEHOLDERS> for its secrets and identities: fill them in.\n")
 
 

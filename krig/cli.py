@@ -1,6 +1,7 @@
 """krig command line. Exit codes: see krig.verdict.VERDICTS (2 = bad input)."""
 import argparse
 import os
+import re
 import sys
 
 # numpy's OpenBLAS starts a thread per core at import that spins for a while: on 2 cores
@@ -8,13 +9,30 @@ import sys
 # krig does no linear algebra worth a thread; a user's own setting wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from .errors import KrigError, guarded
-from .verdict import USAGE_EXIT, VERDICTS, exit_code
+from . import clihelp
+from .clihelp import KERNEL_HELP
+from .errors import KrigError, UsageError, guarded
+from .verdict import USAGE_EXIT, exit_code
 
 
 class _Parser(argparse.ArgumentParser):
+    """Errors as one line naming what was typed; a missing subcommand prints the usage and the
+    subcommands (exit 2 either way)."""
+
+    def _subcommands(self):
+        return next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+
     def error(self, message):
-        self.exit(USAGE_EXIT, f"krig: {message}\n")
+        sub = self._subcommands()
+        if sub is not None and message == f"the following arguments are required: {sub.metavar}":
+            lines = [f"  {c.dest:12s} {c.help}" for c in sub._choices_actions]
+            self.exit(USAGE_EXIT, f"{self.format_usage()}{self.prog}: a subcommand is needed, one of:\n"
+                      + "\n".join(lines) + f"\n`{self.prog} SUBCOMMAND --help` has examples\n")
+        m = re.match(r"argument (\S+): invalid choice: '(.*)' \(choose from .*\)$", message)
+        if sub is not None and m and m.group(1) == sub.metavar:
+            self.exit(USAGE_EXIT, f"{self.prog}: {m.group(2)!r} is not a subcommand; one of: "
+                      f"{', '.join(sub.choices)} (`{self.prog} --help` says what each does)\n")
+        self.exit(USAGE_EXIT, f"{self.prog}: {message} (`{self.prog} --help` has the usage and examples)\n")
 
 
 def cmd_run(a) -> int:
@@ -101,6 +119,11 @@ def cmd_validate(a) -> int:
     return code
 
 
+def cmd_b4_check(a) -> int:
+    from .b4check import main
+    return main(a.dir)
+
+
 def cmd_qualify(a) -> int:
     from .qualify import qualify
     return qualify(a.suite, a.output, a.fresh, prio=a.prio)
@@ -114,7 +137,7 @@ def cmd_lab(a) -> int:
 def cmd_compare(a) -> int:
     from .compare import main as compare_main
     return compare_main((["--json"] if a.json else []) + (["--out", a.out] if a.out else [])
-                        + ["--format", a.format] + a.args)
+                        + ["--format", a.format] + a.dirs)
 
 
 def cmd_export_kcidb(a) -> int:
@@ -127,37 +150,17 @@ def cmd_trace_stats(a) -> int:
     from analysis.tracedat import TraceError
     try:
         return stats_main(a.trace, a.event, a.group_by, a.json)
-    except TraceError as e:
-        raise KrigError(str(e)) from None
-
-
-KERNEL_HELP = ("the kernel (default distro): NAME of kernels/NAME.toml; PATH of a built kernel tree "
-               "(arch/x86/boot/bzImage, .config, System.map; its modules installed into krig's cache); PATH "
-               "of an image file, with ,config=FILE (else config-<release>, .config or config next to it) "
-               "and ,modules=DIR; TREE@REF, a git tree at a commit-ish that krig builds with the config of "
-               ",like=KERNEL (default linux-6.1) and caches; any buildable one with ,series=MBOX (a patch "
-               "series on top). A tree's or image's config is checked against the reproducer's config "
-               "fragment before booting. Example: ~/linux@v6.1,like=tiny-6.1")
-VALIDATE_EPILOG = """answers and exit codes:
-    0 fixed                    base FAILs, base+series PASSes, judged metrics significantly better
-                               (with under 4 runs a side: on the verdicts alone, and says so)
-    1 not fixed                base+series FAILs like the base
-    2 (bad input)              one line naming the field; nothing ran
-    3 inconclusive             runs not judged (ERROR, SKIP, ...), mixed verdicts, or no significant change
-    4 base does not reproduce  the base must FAIL first
-    5 regressed                a threshold crossed only with the series, or it crashed/hung only with it
-  130 (interrupted)            the same command finishes it
-writes validate.json, reply.mbox and reply.txt in the validation directory (see docs/validate.md)"""
+    except TraceError as e:          # the file or the event named: bad input
+        raise UsageError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    codes = "\n".join(f"  {c:3d} {v:12s} {m}" for v, (c, m) in VERDICTS.items())
     p = _Parser(prog="krig", formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Kernel reproducer rig: boot a kernel on a rig, run a reproducer, judge it.",
-                epilog=f"exit codes of `krig run` and `krig check`:\n{codes}\n    2 (bad input: one line names the field)")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+                epilog=clihelp.MAIN_EPILOG)
+    sub = p.add_subparsers(dest="cmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run a reproducer on a rig")
-    r.add_argument("reproducer", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
+    r.add_argument("reproducer", metavar="REPRODUCER", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
     r.add_argument("--rig", default="qemu-default", help="rig name (rigs/<RIG>.toml) or a rig file's path "
                    "(default qemu-default)")
     r.add_argument("--kernel", default="distro", metavar="KERNEL", help=KERNEL_HELP)
@@ -169,17 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default results/<repro>/<kernel>/<rig>/group-<time>)")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("check", help="re-run the analysis of an existing run directory")
-    c.add_argument("run_dir", help="a run directory (any copy of one)")
+    c.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (any copy of one; results/latest is the newest run)")
     c.set_defaults(func=cmd_check)
     rp = sub.add_parser("report", help="write report.html, plots, summary.txt and trace.kshark.json of a run")
-    rp.add_argument("run_dir", help="a run directory")
+    rp.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (results/latest is the newest run)")
     rp.set_defaults(func=cmd_report)
-    b = sub.add_parser("bundle", help="one tarball of a run that a stranger reruns with its reproduce.sh")
-    b.add_argument("run_dir", help="a run directory")
+    b = sub.add_parser("bundle", help="one tarball of a run that anyone reruns with `krig reproduce`")
+    b.add_argument("run_dir", metavar="RUN_DIR", help="a judged run directory (results/latest is the newest run)")
     b.add_argument("--with-trace", action="store_true", help="include trace.dat (left out by default)")
     b.add_argument("--with-kernel", action="store_true",
                    help="include the kernel image, its config and their sha256 sums (left out by default)")
-    b.add_argument("-o", "--output", metavar="FILE", help="default: ./krig-bundle-<repro>-<time>.tar.gz")
+    b.add_argument("-o", "--output", metavar="FILE", help="where the tarball goes "
+                   "(default ./krig-bundle-<repro>-<time>.tar.gz in the current directory)")
     b.set_defaults(func=cmd_bundle)
     rr = sub.add_parser("reproduce", help="rerun a bundle from its data (bundle.json, run-args); runs no file "
                         "from the bundle")
@@ -188,10 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "or name; a bundled image with --with-kernel is used only when given as bundled)")
     rr.add_argument("--rig", default="qemu-default", metavar="RIG", help="the rig (default qemu-default)")
     rr.set_defaults(func=cmd_reproduce)
-    v = sub.add_parser("validate", formatter_class=argparse.RawDescriptionHelpFormatter,
-                       help="does a patch series fix a reproducer's regression? base vs base+series, a reply",
-                       epilog=VALIDATE_EPILOG)
-    v.add_argument("reproducer", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
+    v = sub.add_parser("validate",
+                       help="does a patch series fix a reproducer's regression? base vs base+series, a reply")
+    v.add_argument("reproducer", metavar="REPRODUCER", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
     v.add_argument("--base", required=True, metavar="KERNEL",
                    help="the kernel the series applies to: a built kernel toml (tiny-6.1) or TREE@REF "
                    "(TREE@ = the series' base-commit), with ,like=KERNEL for a git tree's config")
@@ -201,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "fetched once with b4 mbox from b4.midmask, lore.kernel.org by default)")
     v.add_argument("--repeat", type=int, default=4, metavar="N",
                    help="runs a side, alternating (default 4, the fewest that can be significant)")
-    v.add_argument("--rig", default="qemu-default", metavar="RIG", help="default qemu-default")
+    v.add_argument("--rig", default="qemu-default", metavar="RIG", help="the rig both kernels run on: a name of "
+                   "rigs/<RIG>.toml or a rig file's path (default qemu-default)")
     v.add_argument("--preset", default=None, help="the reproducer's preset (default: its defaults)")
     v.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a parameter on both sides (repeatable; default none)")
@@ -210,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--from", dest="sender", metavar="'NAME <ADDR>'",
                    help="the reply's sender and Tested-by (default: git config user.name/user.email)")
     v.set_defaults(func=cmd_validate)
+    b4c = sub.add_parser("b4-check", help="krig's validations of a series as a `b4 review` check (JSON on stdout)")
+    b4c.add_argument("--dir", action="append", metavar="DIR",
+                     help="a validation directory (krig validate -o DIR) or a directory of them (repeatable; "
+                     "default results/validate)")
+    b4c.set_defaults(func=cmd_b4_check)
     q = sub.add_parser("qualify", help="run a qualification suite: reproducers x kernels x rigs x repeats")
     q.add_argument("suite", metavar="SUITE.toml", help="a qualification suite file (e.g. qualify/smoke.toml)")
     q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
@@ -220,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default KRIG_LAB_PRIO or 0)")
     q.set_defaults(func=cmd_qualify)
     lb = sub.add_parser("lab", help="the lab's labgrid coordinator (KRIG_LAB_COORDINATOR=HOST:PORT)")
-    lsub = lb.add_subparsers(dest="lcmd", required=True, parser_class=_Parser)
+    lsub = lb.add_subparsers(dest="lcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     sy = lsub.add_parser("sync", help="create or update a place per IPMI rig, tags from its [lab] table")
     sy.add_argument("rigs", nargs="*", metavar="RIG", help="rig names (default: every IPMI rig found)")
     sy.set_defaults(func=cmd_lab)
@@ -235,10 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--format", choices=("text", "lkp"), default="text",
                      help="text (default), or lkp: the 0-day robot's %%stddev %%change table, 72 columns")
     cmp.add_argument("--out", metavar="DIR", help="where compare.html goes (default results/compare/<repro>-<time>)")
-    cmp.add_argument("args", nargs=argparse.REMAINDER, help="run or group directories, BASE... -- NEW...")
+    cmp.add_argument("dirs", nargs=argparse.REMAINDER, metavar="BASE... -- NEW...",
+                     help="run or group directories of the base kernel, `--`, then those of the new one")
     cmp.set_defaults(func=cmd_compare)
     ex = sub.add_parser("export", help="runs in other systems' formats: krig export kcidb ...")
-    exsub = ex.add_subparsers(dest="ecmd", required=True, parser_class=_Parser)
+    exsub = ex.add_subparsers(dest="ecmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     kc = exsub.add_parser("kcidb", help="runs, groups or qualifications as a KCIDB v5.3 report for KernelCI "
                           "(docs/kcidb.md)", usage="krig export kcidb RUN|GROUP|QUALIFY_DIR... --origin NAME "
                           "[-o FILE] [--submit URL --token-file FILE]")
@@ -256,18 +266,19 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the origin's KCIDB-ng token on the first line of a file of mode 0600 (with --submit; no default)")
     kc.set_defaults(func=cmd_export_kcidb)
     t = sub.add_parser("trace", help="read trace.dat files")
-    tsub = t.add_subparsers(dest="tcmd", required=True, parser_class=_Parser)
+    tsub = t.add_subparsers(dest="tcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     ts = tsub.add_parser("stats", help="count an event, optionally grouped by a field")
-    ts.add_argument("trace", help="a trace.dat file")
+    ts.add_argument("trace", metavar="TRACE.DAT", help="a trace.dat file (a run directory has one when its reproducer traces)")
     ts.add_argument("--event", required=True, metavar="SYSTEM:EVENT", help="the event to count (required)")
     ts.add_argument("--group-by", metavar="FIELD", help="count per value of this field (default: one total)")
     ts.add_argument("--json", action="store_true", help="the counts as JSON (default: text)")
     ts.set_defaults(func=cmd_trace_stats)
     from kernels import bisect, build
     k = sub.add_parser("kernel", help="build kernels from kernels/<name>.toml (cached) and show the cache")
-    build.add_commands(k.add_subparsers(dest="kcmd", required=True, parser_class=_Parser))
+    build.add_commands(k.add_subparsers(dest="kcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
     bs = sub.add_parser("bisect", help="git bisect a kernel tree with a reproducer's verdict (or a metric)")
-    bisect.add_commands(bs.add_subparsers(dest="bcmd", required=True, parser_class=_Parser))
+    bisect.add_commands(bs.add_subparsers(dest="bcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
+    clihelp.apply(p)
     return p
 
 

@@ -180,6 +180,10 @@ def differences(base: list, new: list) -> list:
 
 def compare(base_paths: list, new_paths: list) -> dict:
     base, new = load_side("BASE", base_paths), load_side("NEW", new_paths)
+    both = {d.resolve() for d, _, _ in base} & {d.resolve() for d, _, _ in new}
+    if both:
+        raise UsageError(f"NEW {new_paths[0]}: {len(both)} of its runs are BASE's too ({sorted(both)[0]}); "
+                         "compare the runs of one kernel with those of another: BASE... -- NEW...")
     warnings = check_same(base, new)
     man = base[0][2]
     repro = load_reproducer(man.get("reproducer", "?"))

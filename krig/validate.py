@@ -28,12 +28,13 @@ import hashlib
 import json
 import pathlib
 
+from kernels.build import buildable_kernels
 from kernels.catalog import load_kernel
 from kernels.given import parse as parse_kernel
 from kernels.series import load_series, series_source
 from rigs import load_rig
 
-from . import RESULTS_DIR
+from . import KERNEL_DIR, RESULTS_DIR
 from .compare import compare
 from .config import parse_set
 from .errors import KrigError, UsageError
@@ -151,7 +152,18 @@ def judged_metrics(res: dict) -> list:
 
 def _base_text(base: str, series: dict) -> str:
     """TREE@ (no ref) is the series' base-commit: spelled out, so both sides name one commit."""
-    g = parse_kernel(base)
+    try:
+        g = parse_kernel(base)
+    except UsageError as e:         # kernels/given.py names the flag of `krig run`
+        raise UsageError(str(e).replace(f"--kernel {base}", f"--base {base}", 1)) from None
+    if g.kind == "toml" and not (KERNEL_DIR / f"{g.name}.toml").is_file():
+        raise UsageError(f"--base {base}: unknown kernel (no kernels/{g.name}.toml); allowed: a built kernel "
+                         f"toml ({', '.join(buildable_kernels())}) or TREE@REF")
+    if g.kind == "toml" and g.name not in buildable_kernels():
+        raise UsageError(f"--base {base}: the distro's packaged kernel takes no series; give a built kernel toml "
+                         f"({', '.join(buildable_kernels())}) or TREE@REF")
+    if g.kind == "git" and not g.path.is_dir():
+        raise UsageError(f"--base {base}: {g.path}: no such directory (TREE@REF: a git tree of the kernel)")
     if "series" in g.opts:
         raise UsageError(f"--base {base}: series= goes in --series, not in the base")
     if g.kind == "git" and not g.ref:
@@ -177,7 +189,8 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     params = repro.resolve_params(preset, set_values, cpus=rig.host_needs().get("cpus"))
     who = identity(sender)
     source = series_source(series_path)          # a Message-ID, or the mbox's full path
-    series = load_series(source, "--series", log)
+    said = []                                     # the series' line, said once (the build reads it again)
+    series = load_series(source, "--series", lambda m, *a, **k: (said.append(m), log(m, *a, **k)))
     base_text = _base_text(base, series)
     new_text = f"{base_text},series={source}"
     asked = {"reproducer": repro.name, "base": base_text, "series": source, "rig": rig.name,
@@ -190,17 +203,17 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     for field, value in asked.items():
         if state and state.get(field) != value:
             raise UsageError(f"-o {vdir}: the validation was made for {field} {state.get(field)!r}, not {value!r}")
-    vdir.mkdir(parents=True, exist_ok=True)
+    log(f"krig: validating {len(series['patches'])} patch(es) {series['provenance']['subject']!r} on {base_text}"
+        f" with {repro.name}, {repeat} run(s) a side -> {vdir}")
+    # the patched kernel first: a series that does not apply stops here, before any long build
+    for text in (new_text, base_text):
+        load_kernel(text, build=True, log=lambda m, *a, **k: None if m in said else log(m, *a, **k))
+    vdir.mkdir(parents=True, exist_ok=True)      # the kernels exist: the validation starts
     state = {"kind": "krig-validate", **asked, **state, "repeat": repeat, "series_provenance": series["provenance"],
              "reply_subject": series["reply_subject"], "patches": series["patch_subjects"],
              "krig_revision": git_revision(), "updated": now()}
     state.setdefault("created", now())
     write_json(vfile, state)
-    log(f"krig: validating {len(series['patches'])} patch(es) {series['provenance']['subject']!r} on {base_text}"
-        f" with {repro.name}, {repeat} run(s) a side -> {vdir}")
-    # the patched kernel first: a series that does not apply stops here, before any long build
-    for text in (new_text, base_text):
-        load_kernel(text, build=True, log=log)
     stopped = None
     for i in range(1, repeat + 1):
         bgroup = _run_side(repro.name, rig.name, base_text, preset, set_values, i, repeat, vdir / "base", log)

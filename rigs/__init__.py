@@ -42,6 +42,9 @@ def rig_path(name: str) -> pathlib.Path | None:
 
 def load_rig(name: str):
     path = rig_path(name)
+    if path is None and (name.endswith(".toml") or "/" in name):
+        raise UsageError(f"--rig {name}: no such file (a rig file's path, or a name of rigs/: "
+                         f"{', '.join(rig_names())})")
     if path is None:
         raise UsageError(f"--rig {name!r}: unknown rig; allowed: {', '.join(rig_names())}")
     if name.endswith(".toml") or "/" in name:

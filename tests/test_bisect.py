@@ -234,7 +234,7 @@ def test_measure_endpoints_refuses_overlap_and_logs_it(tmp_path, repo):
     with pytest.raises(UsageError, match="overlap"):
         kb.measure_endpoints(st, ends, build, run_for)
     log = (tmp_path / "bisect.log").read_text()
-    assert "good [PASS,PASS] m=1/5" in log and "bad  [PASS,PASS] m=4/9" in log and "refused: METRIC=m" in log
+    assert "good [PASS,PASS] m=1/5" in log and "bad  [PASS,PASS] m=4/9" in log and "refused: --metric m" in log
     vals = {"k-good": iter([1.0, 1.5]), "k-bad": iter([40.0, 42.0])}
     z = kb.measure_endpoints(st, ends, build, run_for)
     assert z.good == [1.0, 1.5] and z.bad == [40.0, 42.0] and "# zones: m: GOOD 1/1.5" in \
@@ -260,7 +260,7 @@ def test_git_bisect_run_on_a_metric_finds_the_first_bad_commit(tmp_path, repo):
 
 def test_unknown_metric_is_one_line(tmp_path, repo):
     r, shas = repo
-    with pytest.raises(UsageError, match="METRIC=nope: not a metric of unlink-dentry-growth"):
+    with pytest.raises(UsageError, match="--metric nope: not a metric of unlink-dentry-growth"):
         kb.bisect(str(r), shas[0], shas[5], "unlink-dentry-growth", "smoke", 1, like="tiny-6.1",
                   log_dir=tmp_path / "b", metric="nope")
 
@@ -284,6 +284,6 @@ def test_bisect_on_a_metric_refuses_overlapping_endpoints_and_cleans_up(tmp_path
     log = (tmp_path / "b" / "bisect.log").read_text()
     assert "bisecting on the metric: peak_negative_vs_inflight" in log
     assert "peak_negative_vs_inflight=1(skip)" not in log and "=1/3" in log and "=2/4" in log
-    assert "refused: METRIC=peak_negative_vs_inflight: GOOD (1 to 3) and BAD (2 to 4) overlap" in log
+    assert "refused: --metric peak_negative_vs_inflight: GOOD (1 to 3) and BAD (2 to 4) overlap" in log
     assert set(kb.KERNEL_DIR.glob("bisect-*.toml")) == before
     assert not kb._bisect_in_progress(r)

@@ -75,7 +75,7 @@ def test_identities_become_placeholders():
 def test_bundle_bad_input_is_one_line(tmp_path, krig_cli):
     p = krig_cli("bundle", str(tmp_path))
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert p.stderr.strip().count("\n") == 0 and "not a judged run directory" in p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "not a run directory" in p.stderr
 
 
 @pytest.mark.guest

@@ -1,6 +1,7 @@
 """The command is the interface: every workflow is a `krig` subcommand, and every option of
 every subcommand says what it takes and its default."""
 import argparse
+import re
 import subprocess
 
 from conftest import KRIG, ROOT
@@ -35,6 +36,30 @@ def test_every_option_says_what_it_takes_and_its_default():
             elif a.option_strings and not a.required and "default" not in a.help:
                 bad.append(f"{what}: the help does not say its default ({a.help!r})")
     assert not bad, "\n".join(bad)
+
+
+def test_every_subcommand_help_has_examples_exit_codes_and_its_page():
+    bad = []
+    for path, sub in subcommands(build_parser()):
+        text = sub.format_help()
+        what = f"krig {' '.join(path)} --help"
+        if "example" not in text or "exit code" not in text:
+            bad.append(f"{what}: no example or no exit codes")
+        pages = re.findall(r"\b(docs/[\w.-]+\.md|README\.md)", text)
+        if not pages:
+            bad.append(f"{what}: no docs page")
+        bad += [f"{what}: {p} does not exist" for p in pages if not (ROOT / p).is_file()]
+        for line in text.split("example", 1)[-1].splitlines():
+            if line.startswith("  krig ") and line.split()[1] not in {p[0] for p, _ in subcommands(build_parser())}:
+                bad.append(f"{what}: example of no subcommand: {line.strip()}")
+    assert not bad, "\n".join(bad)
+
+
+def test_krig_alone_prints_the_usage_and_the_subcommands():
+    p = subprocess.run(KRIG, capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and p.stderr.startswith("usage: krig ")
+    for name in ("run", "check", "validate", "b4-check", "bisect"):
+        assert f"\n  {name} " in p.stderr, p.stderr
 
 
 def test_make_targets_are_thin_aliases():

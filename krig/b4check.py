@@ -1,0 +1,146 @@
+"""`krig b4-check`: krig's answer on a series, as a check of `b4 review`.
+
+b4 review runs the commands of `b4.review-series-check-cmd` (on the cover letter, else
+the first patch) and `b4.review-perpatch-check-cmd` (on each patch) with the message on
+standard input and the reviewer's kernel tree as the working directory, and reads a JSON
+list of {tool, status: pass|warn|fail, summary, url, details} from standard output.
+
+This command looks for the validations `krig validate` made of that series (their
+validate.json under results/validate/, or under the directories given with --dir) and
+answers one entry per reproducer, from the newest validation:
+
+    fixed                              pass
+    not fixed, regressed               fail
+    inconclusive, base does not reproduce, a validation not finished, none yet   warn
+
+A validation is of the series when the message's Message-ID, In-Reply-To or References
+name the Message-ID validate.json records (the cover letter's, else the first patch's),
+or when the patches on standard input have the patchset hash it records (read the way
+`krig validate` reads a series; a patch's headers count, so this finds the very mbox that
+was validated, as one from `git format-patch` without --thread, which has no Message-ID).
+The summary is the answer and its sentence, the details the judged metrics in the 0-day
+layout, the url the reply's text (reply.txt) as a file:// URL.
+"""
+import email
+import email.policy
+import email.utils
+import json
+import pathlib
+import sys
+import tempfile
+
+from . import RESULTS_DIR
+from .errors import KrigError, UsageError
+
+STATUS = {"fixed": "pass", "not fixed": "fail", "regressed": "fail",
+          "inconclusive": "warn", "base does not reproduce": "warn"}
+MAX_INPUT = 64 << 20          # a whole series, with room; b4 gives one message
+
+
+def _ids(msg) -> set:
+    """The Message-IDs a message names: its own, In-Reply-To and References, without <>."""
+    out = set()
+    for field in ("Message-ID", "In-Reply-To", "References"):
+        for value in msg.get_all(field) or []:
+            out.update(i.strip("<> \t") for i in str(value).replace(">", "> ").split() if "@" in i)
+    return out
+
+
+def validations(dirs: list) -> list:
+    """(directory, validate.json as a dict) of every validation under `dirs`."""
+    out = []
+    for d in dirs:
+        for vfile in [pathlib.Path(d) / "validate.json", *sorted(pathlib.Path(d).glob("*/validate.json"))]:
+            try:
+                state = json.loads(vfile.read_text())
+            except (OSError, ValueError):         # none here, or one being written
+                continue
+            if isinstance(state, dict) and state.get("kind") == "krig-validate":
+                out.append((vfile.parent, state))
+    return out
+
+
+def _patchset_hash(data: bytes) -> str | None:
+    """The patchset hash of the patches in `data` as `krig validate` computes it, or None (no patch)."""
+    from kernels.series import load_series
+    with tempfile.TemporaryDirectory(prefix="krig-b4-check-") as td:
+        f = pathlib.Path(td) / "stdin.mbox"
+        f.write_bytes(data)
+        try:
+            return load_series(str(f), "standard input", log=lambda *a: None)["provenance"]["patchset_hash"]
+        except KrigError:
+            return None
+
+
+def matching(data: bytes, found: list) -> list:
+    msg = email.message_from_bytes(data, policy=email.policy.compat32)
+    ids = _ids(msg)
+    hits = [(d, s) for d, s in found if (s.get("series_provenance") or {}).get("message_id") in ids]
+    if not hits and found and b"\n---" in data:
+        phash = _patchset_hash(data)
+        hits = [(d, s) for d, s in found if phash and (s.get("series_provenance") or {}).get("patchset_hash") == phash]
+    return hits
+
+
+def entry(vdir: pathlib.Path, state: dict, others: int) -> dict:
+    repro, answer = state.get("reproducer", "?"), state.get("answer")
+    reply = vdir / "reply.txt"
+    url = reply.resolve().as_uri() if reply.exists() else vdir.resolve().as_uri()
+    if not answer:
+        return {"tool": f"krig/{repro}", "status": "warn", "url": url, "details": "",
+                "summary": f"validation not finished (started {state.get('created', '?')}): run the same "
+                           f"`krig validate` again to finish it ({vdir})"}
+    summary = f"{answer}: {state.get('reason', '')}"
+    if others:
+        summary += f" (the newest of {others + 1} validations with {repro})"
+    return {"tool": f"krig/{repro}", "status": STATUS.get(answer, "warn"), "summary": summary,
+            "url": url, "details": details(state)}
+
+
+def details(state: dict) -> str:
+    from analysis.lkp import table_lines
+    res = state.get("comparison")
+    rel = {side: (state.get(f"{side}_kernel") or {}).get("release") for side in ("base", "new")}
+    lines = [f"base:    {state.get('base', '?')}" + (f" ({rel['base']})" if rel["base"] else ""),
+             "patched: the base + the series" + (f" ({rel['new']})" if rel["new"] else ""),
+             f"rig:     {state.get('rig', '?')}, preset {state.get('preset') or 'defaults'}"]
+    if res:
+        lines += [f"runs:    base {res['base']['verdict_text']}, patched {res['new']['verdict_text']}", ""]
+        lines += table_lines(res, state.get("judged_metrics") or None)
+    lines += [f"differs: {d}" for d in state.get("differences") or []]
+    return "\n".join(lines)
+
+
+def check(data: bytes, dirs: list) -> list:
+    """b4's JSON list for the message (or messages) in `data`."""
+    if not data.strip():
+        raise UsageError("standard input: empty; b4 review gives the message to check on standard input")
+    hits = matching(data, validations(dirs))
+    if not hits:
+        msg = email.message_from_bytes(data, policy=email.policy.compat32)
+        mid = str(msg.get("Message-ID") or "").strip() or "<MESSAGE-ID>"
+        return [{"tool": "krig", "status": "warn", "url": "", "details": "",
+                 "summary": "no krig validation of this series yet: krig validate REPRODUCER --base KERNEL "
+                            f"--series '{mid}'"}]
+    newest = {}
+    for vdir, state in hits:
+        newest.setdefault(state.get("reproducer"), []).append((state.get("finished") or state.get("updated") or "",
+                                                               vdir, state))
+    out = []
+    for repro in sorted(newest, key=str):
+        runs = sorted(newest[repro], key=lambda t: t[0])
+        _, vdir, state = runs[-1]
+        out.append(entry(vdir, state, len(runs) - 1))
+    return out
+
+
+def main(dirs: list | None) -> int:
+    dirs = dirs or [RESULTS_DIR / "validate"]
+    for d in dirs:
+        if not pathlib.Path(d).is_dir() and pathlib.Path(d) != RESULTS_DIR / "validate":
+            raise UsageError(f"--dir {d}: no such directory (a directory of validations, as results/validate)")
+    data = sys.stdin.buffer.read(MAX_INPUT + 1)
+    if len(data) > MAX_INPUT:
+        raise UsageError(f"standard input: more than {MAX_INPUT >> 20} MiB; b4 review gives one message")
+    print(json.dumps(check(data, dirs), indent=1))
+    return 0
