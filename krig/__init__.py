@@ -12,4 +12,4 @@ RESULTS_DIR = pathlib.Path(os.environ.get("KRIG_RESULTS") or ROOT / "results")
 # analysis) may import and which imports only itself; every other krig module is the runner.
 # tests/test_layout.py checks every import against this declaration.
 VOCABULARY = ("krig", "krig.errors", "krig.config", "krig.paths", "krig.results", "krig.rundir",
-              "krig.reproducer", "krig.verdict", "krig.junit")
+              "krig.reproducer", "krig.verdict", "krig.junit", "krig.safeio")
