@@ -212,3 +212,12 @@ def copy_out(base, rel, dest, cap: int = 8 << 30) -> None:
             os.close(out)
     finally:
         os.close(fd)
+
+
+def name_below(rel) -> pathlib.PurePosixPath:
+    """rel checked as the name of something below a directory, before anything is looked up:
+    relative, no `..` component, not empty (UnsafeFile otherwise)."""
+    parts = _parts(rel)
+    if parts == ["."]:
+        raise UnsafeFile(f"{rel!r}: not a name below its directory")
+    return pathlib.PurePosixPath(*parts)
