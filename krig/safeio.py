@@ -221,3 +221,8 @@ def name_below(rel) -> pathlib.PurePosixPath:
     if parts == ["."]:
         raise UnsafeFile(f"{rel!r}: not a name below its directory")
     return pathlib.PurePosixPath(*parts)
+
+
+def kind(mode: int) -> str:
+    """What a file of this st_mode is, for a caller's message: "a symlink", "a FIFO", ..."""
+    return _kind(mode)
