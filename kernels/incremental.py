@@ -66,7 +66,8 @@ def run_logged(argv, cwd, logf, log=print, what="", env=None) -> int:
         t0 = last = time.monotonic()
         try:
             while p.poll() is None:
-                time.sleep(1)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=1)       # back as soon as it ends: a short step takes no whole second
                 if what and time.monotonic() - last >= HEARTBEAT:
                     last = time.monotonic()
                     log(f"kbuild: {what}: {(last - t0) / 60:.0f} min, at {_last_step(logf)}")
