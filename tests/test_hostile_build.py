@@ -47,7 +47,11 @@ modules_install:
 \t@d='$(INSTALL_MOD_PATH)/lib/modules/$(KR)' && mkdir -p "$$d/kernel/fs" && echo module > "$$d/kernel/fs/ok.ko"
 \t@{install}
 """
-MERGE_CONFIG = "# merge_config.sh -m .config FRAGMENT...: the fragments appended, the last wins\nshift 2\ncat \"$@\" >> .config\n"
+MERGE_CONFIG = """\
+# merge_config.sh -m .config FRAGMENT...: the fragments appended, the last wins
+shift 2
+cat "$@" >> .config
+"""
 
 
 @pytest.fixture
@@ -84,8 +88,8 @@ def source(host, plant=":", install=":", extraversion="", modules=False):
                        kd / "patches" / "evil" / "0001-out.patch":
                            "--- a/../../../../home/.ssh/id_ed25519\n+++ b/../../../../home/.ssh/id_ed25519\n"
                            "@@ -1 +1 @@\n-x\n+y\n",
-                       kd / "base.toml": f'source = "linux-source"\ntarball = "{tarball}"\nbase_config = ["defconfig"]\n'
-                                         'fragments = ["fragments/guest.config"]\n',
+                       kd / "base.toml": f'source = "linux-source"\ntarball = "{tarball}"\n'
+                                         'base_config = ["defconfig"]\nfragments = ["fragments/guest.config"]\n',
                        kd / "mailed.toml": 'source = "linux-source"\nextends = "base"\npatches = ["mail"]\n',
                        kd / "evil.toml": 'source = "linux-source"\nextends = "base"\npatches = ["evil"]\n'}.items():
         path.parent.mkdir(parents=True, exist_ok=True)
