@@ -13,16 +13,18 @@ the key is copied nowhere, nothing outside the tree and krig's cache is touched.
 import hashlib
 import os
 import pathlib
+import subprocess
 import tarfile
 import tempfile
 
 import pytest
 
-from krig.errors import KrigError, UsageError, guarded
+from krig.errors import KrigError, RigError, UsageError, guarded
 from kernels import given
 from kernels import incremental as kt
 from kernels import sandbox
 from kernels import spec as kspec
+from rigs import initramfs
 
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- hostile-build-test-secret\n"
 PATCH = "--- a/fs/f.c\n+++ b/fs/f.c\n@@ -1 +1 @@\n-a\n+b\n"
@@ -268,3 +270,27 @@ def test_trial_apply_of_a_series_out_of_the_tree_reads_nothing_outside(host):
     with pytest.raises(UsageError, match=r"^evil: patch 0001-out.patch touches '\.\./"):
         given.trial_apply(layout("evil"))
     assert secret_in_cache(host) == [] and snapshot(host) == before
+
+
+def test_the_initramfs_takes_module_files_only_from_below_the_modules_directory(host, monkeypatch):
+    """modprobe names the files of a module from the kernel's modules.dep, which its own build
+    wrote: a path out of the modules directory, or a link or FIFO in it, is refused."""
+    mods = host / "cache" / "kernels" / "k" / "mod" / "lib" / "modules" / "6.1.0-krig"
+    (mods / "kernel").mkdir(parents=True)
+    (mods / "kernel" / "ok.ko").write_bytes(b"module")
+    os.symlink(host / "home/.ssh/id_ed25519", mods / "kernel" / "link.ko")
+    os.mkfifo(mods / "kernel" / "fifo.ko")
+    named = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(
+        argv, 0, f"insmod {named[-1]}\n", ""))
+    named.append(mods / "kernel" / "ok.ko")
+    assert initramfs.module_load_order("6.1.0-krig", mods, ["ok"]) == [mods / "kernel" / "ok.ko"]
+    for path, why in ((host / "home/.ssh/id_ed25519", "not a name below its directory"),
+                      (mods / "kernel/../../../../../../../home/.ssh/id_ed25519", "not a name below its directory"),
+                      (mods / "kernel" / "link.ko", "a symlink, not a regular file"),
+                      (mods / "kernel" / "fifo.ko", "a FIFO, not a regular file")):
+        named.append(path)
+        with pytest.raises(RigError) as e:
+            initramfs.module_load_order("6.1.0-krig", mods, ["evil"])
+        assert str(e.value).startswith(f"kernel 6.1.0-krig: module 'evil': modprobe names {path}: refused")
+        assert why in str(e.value) and "\n" not in str(e.value), str(e.value)
