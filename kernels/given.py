@@ -32,6 +32,7 @@ from krig import KERNEL_DIR, REPRO_DIR
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import public_url
+from . import fromtree
 from .incremental import (apply_to_copies, build_kernel, clean_env, ensure_pristine, first_error,
                           run_logged)
 from .kernel import Kernel
@@ -155,7 +156,7 @@ def _tree_kernel(g: Given, log) -> Kernel:
     if missing:
         raise UsageError(f"--kernel {g.text}: not a built kernel tree (no {', '.join(missing)}; "
                          "build it with `make bzImage`, or give an image file or TREE@REF)")
-    release = need[3].read_text().strip()
+    release = fromtree.check_release(need[3].read_text().strip(), f"--kernel {g.text}: {need[3]}", UsageError)
     key = cache_key({"image": sha256_file(need[0]), "config": sha256_file(need[1])})
     out = cache_dir("given") / key
     modular = read_dotconfig(need[1]).get("CONFIG_MODULES") == "y"
@@ -174,8 +175,7 @@ def _tree_kernel(g: Given, log) -> Kernel:
             argv = ["make", "-s", "modules_install", f"INSTALL_MOD_PATH={tmp / 'mod'}", "INSTALL_MOD_STRIP=1"]
             if run_logged(argv, t, logf, env=clean_env()) != 0:
                 raise KrigError(f"--kernel {g.text}: `make modules_install` failed: {first_error(logf)}; log: {logf}")
-            for link in ("build", "source"):
-                (tmod / link).unlink(missing_ok=True)
+            fromtree.keep_plain(tmp / "mod", logf)
         else:
             # no module built: what is built in is all modprobe needs (nvme, xfs, 9p seen as built in)
             if not (t / "modules.builtin").is_file():
@@ -184,7 +184,7 @@ def _tree_kernel(g: Given, log) -> Kernel:
             tmod.mkdir(parents=True)
             for f in ("modules.builtin", "modules.builtin.modinfo", "modules.order"):
                 if (t / f).is_file():
-                    shutil.copyfile(t / f, tmod / f)
+                    fromtree.copy(t, f, tmod / f)
             dep = subprocess.run(["depmod", "-b", str(tmp / "mod"), release], capture_output=True, text=True,
                                  env=clean_env())
             if dep.returncode != 0:
@@ -207,6 +207,7 @@ def _image_kernel(g: Given) -> Kernel:
     release = image_release(img)
     if not release:
         raise UsageError(f"--kernel {g.text}: {img} is not an x86 bzImage (no setup header with a version)")
+    fromtree.check_release(release, f"--kernel {g.text}: {img}", UsageError)
     if "config" in g.opts:
         cfg = pathlib.Path(g.opts["config"]).expanduser().resolve()
         if not cfg.is_file():

@@ -17,7 +17,8 @@ kernels of one origin are built in that one tree, one after the other:
   the commit keep their old mtime, so their objects are reused.
 
 The final kernel (bzImage, .config, System.map, modules) is copied out to
-$KRIG_CACHE/kernels/<key>/; the tree stays for the next build.
+$KRIG_CACHE/kernels/<key>/ as data, no link in the tree followed (kernels/fromtree.py);
+the tree stays for the next build.
 """
 import contextlib
 import fcntl
@@ -26,18 +27,18 @@ import os
 import pathlib
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
 
-from krig import KERNEL_DIR
+from krig import KERNEL_DIR, safeio
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
-from . import sandbox
+from . import fromtree, sandbox
 from .spec import (ARCH, DEFAULT_BASE_CONFIG, KernelSpec, sha256_file, build_inputs, cache_key, config_mismatches, git, git_env,
-                     kernel_cache,
-                     localversion_fragment, read_dotconfig, source_identity, wanted_config)
+                     kernel_cache, localversion_fragment, read_dotconfig, source_identity, wanted_config)
 
 STRIP_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "GNUMAKEFLAGS", "O", "KBUILD_OUTPUT",
              "ARCH", "SRCARCH", "CROSS_COMPILE", "LOCALVERSION", "KERNELRELEASE", "KCONFIG_CONFIG", "CC")
@@ -66,7 +67,8 @@ def run_logged(argv, cwd, logf, log=print, what="", env=None) -> int:
         t0 = last = time.monotonic()
         try:
             while p.poll() is None:
-                time.sleep(1)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=1)       # back as soon as it ends: a short step takes no whole second
                 if what and time.monotonic() - last >= HEARTBEAT:
                     last = time.monotonic()
                     log(f"kbuild: {what}: {(last - t0) / 60:.0f} min, at {_last_step(logf)}")
@@ -208,10 +210,10 @@ def rebase_paths(tree: pathlib.Path, old: pathlib.Path, new: pathlib.Path) -> in
     absolute ones in its .cmd/.d files: a changed path changes its command lines, objtool is
     rebuilt, and every object that depends on objtool with it. Rewrite the old tree's path
     to the new one in those text files, keeping their mtimes."""
-    p = subprocess.run(["grep", "-rlF", "--binary-files=without-match", str(old), str(tree)],
+    p = subprocess.run(["grep", "-rlZF", "--binary-files=without-match", str(old), str(tree)],
                        capture_output=True, text=True)
     old_b, new_b, n = str(old).encode(), str(new).encode(), 0
-    for name in p.stdout.splitlines():
+    for name in filter(None, p.stdout.split("\0")):     # a name may hold a newline
         f = pathlib.Path(name)
         if f.is_symlink() or not f.is_file():
             continue
@@ -263,6 +265,24 @@ def patch_targets(patch: pathlib.Path) -> list:
     return out
 
 
+def checked_targets(patch: pathlib.Path, label: str, tree: pathlib.Path) -> dict:
+    """{path the patch touches: its lstat in the tree, or None}, each a name below the tree
+    (relative, no `..`) reached without following a link: otherwise one line, before
+    anything reads, copies or patches a file."""
+    out = {}
+    for rel in patch_targets(patch):
+        try:
+            name = safeio.name_below(rel)
+        except safeio.UnsafeFile:
+            raise UsageError(f"{label} touches {rel!r}: not a path below the tree (absolute or with '..'); "
+                             "refused") from None
+        try:
+            out[str(name)] = safeio.lstat(tree, name)
+        except UsageError as e:
+            raise UsageError(f"{label} touches {rel}: {e}") from None
+    return out
+
+
 def patch_error(label: str, output: str) -> str:
     """GNU patch's output of a failed (dry) run -> one line naming the file and hunk."""
     current, failed = None, []
@@ -310,13 +330,14 @@ def boxed(argv: list, tree: pathlib.Path, box: bool, writable: tuple = (), reada
 
 def apply_patch(tree: pathlib.Path, patch: pathlib.Path, label: str, state: dict, box: bool = False) -> None:
     """Dry-run, then apply; files touched are recorded in state (modified/created)."""
+    targets = checked_targets(patch, label, tree)
     argv = boxed(["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-d", str(tree.resolve()),
                   "-i", str(patch.resolve())], tree, box, readable=(patch,))
     p = subprocess.run(argv + ["--dry-run"], capture_output=True, text=True)
     if p.returncode != 0:
         raise UsageError(patch_error(label, p.stdout + p.stderr))
-    for rel in patch_targets(patch):
-        key = "modified" if (tree / rel).exists() else "created"
+    for rel, st in targets.items():
+        key = "modified" if st is not None else "created"
         if rel not in state.setdefault(key, []):
             state[key].append(rel)
     p = subprocess.run(argv, capture_output=True, text=True)
@@ -331,35 +352,50 @@ def apply_to_copies(read, patches: list) -> dict:
     A patch that does not apply is one line naming it and the file or hunk."""
     with tempfile.TemporaryDirectory(prefix="krig-apply-") as td:
         td = pathlib.Path(td)
-        rels = []
-        for _, p in patches:
-            for rel in patch_targets(p):
-                if rel in rels:
-                    continue
-                rels.append(rel)
-                data = read(rel)
-                if data is not None:
-                    (td / rel).parent.mkdir(parents=True, exist_ok=True)
-                    (td / rel).write_bytes(data)
+        rels = list(dict.fromkeys(rel for series, p in patches
+                                  for rel in checked_targets(p, patch_label(series, p), td)))
+        for rel in rels:
+            data = read(rel)
+            if data is not None:
+                safeio.write_bytes(td, rel, data)
         box = sandbox.usable()
         for series, p in patches:
             apply_patch(td, p, patch_label(series, p), {}, box)
-        return {rel: (td / rel).read_bytes() if (td / rel).is_file() else None for rel in rels}
+        return {rel: safeio.read_bytes(td, rel) if safeio.is_file(td, rel) else None for rel in rels}
 
 
 def restore(tree: pathlib.Path, state: dict) -> None:
-    """Undo the previous patch series. Files get a fresh mtime so make rebuilds them."""
+    """Undo the previous patch series: remove the files it created, copy back from the pristine
+    source those it modified (a git tree has none: `git reset` does it). Files get a fresh mtime
+    so make rebuilds them. The tree is the build's, so no link in it is followed and nothing
+    outside it is touched: a path through a symlinked directory is refused in one line."""
     pristine = state.get("pristine")
-    for rel in state.get("created", []):
-        (tree / rel).unlink(missing_ok=True)
-    if pristine:
-        for rel in state.get("modified", []):
-            src, dst = pathlib.Path(pristine, rel), tree / rel
-            if src.exists():
-                dst.unlink(missing_ok=True)
-                shutil.copyfile(src, dst)
-                shutil.copymode(src, dst)
+    try:
+        for rel in state.get("created", []):
+            _put_back(tree, safeio.name_below(rel))
+        for rel in state.get("modified", []) if pristine else []:
+            name = safeio.name_below(rel)
+            src = safeio.lstat(pristine, name)
+            if src is not None:
+                _put_back(tree, name, pathlib.Path(pristine), src)
+    except safeio.UnsafeFile as e:
+        raise KrigError(f"{e} (an earlier build left the tree so; remove {tree} to make it again)") from None
     state.update(applied=[], modified=[], created=[])
+
+
+def _put_back(tree: pathlib.Path, name: pathlib.PurePosixPath, pristine=None, src=None) -> None:
+    """Remove tree/name (no link followed on the way) and put back the pristine one, if any."""
+    if src is not None and stat.S_ISREG(src.st_mode):
+        safeio.write_bytes(tree, name, safeio.read_bytes(pristine, name, src.st_size), stat.S_IMODE(src.st_mode))
+        return
+    try:
+        with safeio.open_dir(tree, name.parent) as d:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name.name, dir_fd=d)
+            if src is not None and stat.S_ISLNK(src.st_mode):
+                os.symlink(os.readlink(pristine / name), name.name, dir_fd=d)
+    except safeio.MissingFile:
+        pass
 
 
 def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dict, log=print,
@@ -369,18 +405,14 @@ def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dic
     same_source = state.get("source") == identity
     if same_source and state.get("applied") == want and not state.get("adopt"):
         return
+    restore(tree, state)
     if spec.source == "git":
-        for rel in state.get("created", []):
-            (tree / rel).unlink(missing_ok=True)
         if state.pop("adopt", False):
             log("kbuild: adopting the seeded tree into git (hashing its files once)")
             git(tree, "read-tree", identity["commit"])
             subprocess.run(["git", "-C", str(tree), "update-index", "-q", "--refresh"], capture_output=True,
                            env=git_env())
         git(tree, "reset", "-q", "--hard", identity["commit"])
-        state.update(applied=[], modified=[], created=[])
-    else:
-        restore(tree, state)
     state["source"] = identity
     save_state(tree, state)
     for (series, patch), entry in zip(spec.patches, want):
@@ -399,7 +431,7 @@ def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool =
         if run_logged(boxed(["make", f"ARCH={ARCH}", target], tree, box), tree, logf) != 0:
             raise KrigError(f"{spec.where}.base_config: `make {target}` failed: {first_error(logf)}; log: {logf}")
     lv = tree / ".krig-localversion.config"
-    lv.write_text(localversion_fragment(spec.localversion))
+    safeio.write_text(tree, lv.name, localversion_fragment(spec.localversion))
     frags = [p.resolve() for _, p in spec.fragments]
     argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config"] + [str(p) for p in frags] + [str(lv)]
     if run_logged(boxed(argv, tree, box, readable=tuple(frags)), tree, logf) != 0:
@@ -410,7 +442,7 @@ def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool =
     with open(logf, "a") as f:
         for label, k, old, new in redefined:
             f.write(f"krig: {label} redefines {k}: {old} -> {new}\n")
-    bad = config_mismatches(wanted, read_dotconfig(tree / ".config"))
+    bad = config_mismatches(wanted, fromtree.dotconfig(tree))
     if bad:
         with open(logf, "a") as f:
             for k, v, got in bad:
@@ -424,35 +456,44 @@ def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool =
 
 def make_kernel(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool = False) -> None:
     jobs = os.environ.get("KRIG_JOBS") or str(os.cpu_count() or 1)
-    targets = ["bzImage"] + (["modules"] if read_dotconfig(tree / ".config").get("CONFIG_MODULES") == "y" else [])
+    targets = ["bzImage"] + (["modules"] if fromtree.dotconfig(tree).get("CONFIG_MODULES") == "y" else [])
     start = os.path.getsize(logf)
     argv = ["nice", "-n", "10", "make", f"ARCH={ARCH}", f"-j{jobs}", *targets]
     if run_logged(boxed(argv, tree, box), tree, logf, log, what=f"building {spec.name}") != 0:
         raise KrigError(f"kernel {spec.name}: build failed: {first_error(logf, start)}; log: {logf}")
 
 
+INSTALLED = (("arch/x86/boot/bzImage", "bzImage"), (".config", "config"), ("System.map", "System.map"))
+
+
 def install(tree: pathlib.Path, out: pathlib.Path, logf, box: bool = False) -> str:
-    env = clean_env()
+    """Copy the kernel out of the tree into out (new): what the build left is taken as data
+    (kernels/fromtree.py); out/mod is all modules_install may write. Returns the release."""
     p = subprocess.run(boxed(["make", "-s", f"ARCH={ARCH}", "kernelrelease"], tree, box), cwd=tree,
-                       capture_output=True, text=True, env=env)
+                       capture_output=True, text=True, env=clean_env())
     release = p.stdout.strip()
     if p.returncode != 0 or not release:
         raise KrigError(f"`make -s kernelrelease` failed in {tree}: {p.stderr.strip()[:200]}")
-    out.mkdir(parents=True)
-    shutil.copyfile(tree / "arch/x86/boot/bzImage", out / "bzImage")
-    shutil.copyfile(tree / ".config", out / "config")
-    shutil.copyfile(tree / "System.map", out / "System.map")
-    if read_dotconfig(tree / ".config").get("CONFIG_MODULES") == "y":
+    fromtree.check_release(release, f"`make -s kernelrelease` in {tree}")
+    (out / "mod").mkdir(parents=True)
+    try:
+        for rel, name in INSTALLED:
+            fromtree.copy(tree, rel, out / name)
+        mods = out / "mod" / "lib" / "modules" / release
+        if read_dotconfig(out / "config").get("CONFIG_MODULES") != "y":
+            mods.mkdir(parents=True)
+            return release
         argv = ["make", f"ARCH={ARCH}", "modules_install", f"INSTALL_MOD_PATH={out.resolve() / 'mod'}",
                 "INSTALL_MOD_STRIP=1"]
-        if run_logged(boxed(argv, tree, box, writable=(out,)), tree, logf) != 0:
+        if run_logged(boxed(argv, tree, box, writable=(out / "mod",)), tree, logf) != 0:
             raise KrigError(f"`make modules_install` failed: {first_error(logf)}; log: {logf}")
-        moddir = out / "mod" / "lib" / "modules" / release
-        for link in ("build", "source"):
-            (moddir / link).unlink(missing_ok=True)
-    else:
-        (out / "mod" / "lib" / "modules" / release).mkdir(parents=True)
-    return release
+        fromtree.keep_plain(out / "mod", logf)
+        if not mods.is_dir():           # no link is left below out/mod
+            raise KrigError(f"`make modules_install` left no lib/modules/{release} directory; log: {logf}")
+        return release
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
 
 
 def outside_series(spec: KernelSpec) -> str | None:

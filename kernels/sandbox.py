@@ -10,8 +10,8 @@ results. So every step of a krig kernel build that runs the tree's code
 
 - it sees the toolchain (/usr read-only, /etc/alternatives, /etc/ld.so.cache) and
   nothing else of the host: no /root, /home, /work, /etc/passwd, /etc/ssh;
-- it writes only the build tree (and, for `modules_install`, the directory the
-  kernel is installed into); /tmp is its own tmpfs;
+- it writes only the build tree (and, for `modules_install`, the `mod/` directory of
+  the kernel it installs; kernels/fromtree.py takes what it left); /tmp is its own tmpfs;
 - it has no network, its own PID, IPC and UTS namespaces, no capabilities, and an
   environment of PATH, LC_ALL, LOCALVERSION and the KBUILD_* settings only
   (no inherited variables: a BMC password in the environment stays out);

@@ -104,8 +104,12 @@ def merge_fragments(fragments: list) -> tuple[dict, dict, list]:
 
 
 def read_dotconfig(path: pathlib.Path) -> dict:
+    return parse_dotconfig(path.read_text())
+
+
+def parse_dotconfig(text: str) -> dict:
     out = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         m = _CONFIG_RE.match(line) or _NOTSET_RE.match(line)
         if m:
             out[m.group(1)] = m.group(2) if m.re is _CONFIG_RE else "n"

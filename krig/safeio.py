@@ -99,7 +99,7 @@ class MissingFile(UsageError):
 
 def lstat(base, rel):
     """lstat of base/rel without following a link on the way; None when it is missing."""
-    rel = pathlib.PurePosixPath(rel)
+    rel = name_below(rel)
     try:
         with open_dir(base, rel.parent) as d:
             return os.lstat(rel.name, dir_fd=d)
@@ -225,3 +225,12 @@ def copy_out(base, rel, dest, cap: int = 8 << 30, dest_dir_fd: int | None = None
             os.close(out)
     finally:
         os.close(fd)
+
+
+def name_below(rel) -> pathlib.PurePosixPath:
+    """rel checked as the name of something below a directory, before anything is looked up:
+    relative, no `..` component, not empty (UnsafeFile otherwise)."""
+    parts = _parts(rel)
+    if parts == ["."]:
+        raise UnsafeFile(f"{rel!r}: not a name below its directory")
+    return pathlib.PurePosixPath(*parts)

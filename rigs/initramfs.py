@@ -10,9 +10,11 @@ import io
 import os
 import pathlib
 import shutil
+import stat
 import subprocess
 
-from krig.errors import RigError
+from krig import safeio
+from krig.errors import RigError, UsageError
 from krig.paths import cache_dir
 
 GUEST_DIR = pathlib.Path(__file__).resolve().parent / "guest"
@@ -54,10 +56,25 @@ def module_load_order(release: str, modules_dir: pathlib.Path | None, names: lis
             parts = line.split()
             if len(parts) >= 2 and parts[0] == "insmod":
                 path = pathlib.Path(parts[1])
+                _check_below(release, name, path, modules_dir)
                 if path not in seen:
                     seen.add(path)
                     order.append(path)
     return order
+
+
+def _check_below(release: str, name: str, path: pathlib.Path, modules_dir: pathlib.Path) -> None:
+    """A module file modprobe names (from the kernel's modules.dep, which its own build wrote) is
+    read into the guest's initramfs only when it is a regular file below the modules directory,
+    reached without following a link: never a host file a hostile modules.dep points at."""
+    try:
+        st = safeio.lstat(modules_dir, safeio.name_below(os.path.relpath(path, modules_dir)))
+    except UsageError as e:
+        raise RigError(f"kernel {release}: module {name!r}: modprobe names {path}: refused ({e})") from None
+    if st is None or not stat.S_ISREG(st.st_mode):
+        what = "missing" if st is None else safeio.kind(st.st_mode)
+        raise RigError(f"kernel {release}: module {name!r}: modprobe names {path}: refused ({what}, "
+                       f"not a regular file below {modules_dir})")
 
 
 class _Cpio:
