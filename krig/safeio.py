@@ -34,6 +34,7 @@ class UnsafeFile(UsageError):
 
 
 def kind(mode: int) -> str:
+    """What a file of this st_mode is, for a message: "a symlink", "a FIFO", ..."""
     for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
         if test(mode):
