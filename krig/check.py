@@ -171,7 +171,8 @@ def check(run_dir) -> dict:
     if manifest.get("power_off_error"):       # after the results were pulled: they stand, with a note
         verdict.setdefault("warnings", []).append(f"the rig failed to power off after the run: "
                                                   f"{manifest['power_off_error']}")
-    v, why = decide(ev)
+    decided = decide(ev)
+    v, why = decided
     notes = []
     if v is None:        # the workload completed: the thresholds decide
         try:
@@ -190,11 +191,12 @@ def check(run_dir) -> dict:
             ev.thresholds = verdict["thresholds"] = judge(run_dir)
             ev.host_contended_pct = metrics.get("host_contended_pct", {}).get("value")
             notes = run_notes(analyzer, metrics)
-        v, why = decide(ev)
+        decided = decide(ev)
+        v, why = decided
     if notes and v in JUDGED:     # how the verdict was reached, on its line
         verdict.update(notes=notes)
         why = f"{why} ({'; '.join(notes)})"
-    verdict.update(verdict=v, reason=why)
+    verdict.update(verdict=v, reason=why, cause=decided.cause)
     if v == "CRASHED" and scan.get("crash_context"):
         verdict["crash_context"] = scan["crash_context"]
     if v not in JUDGED:          # the judge wrote junit.xml for PASS/FAIL: one case saying why otherwise

@@ -58,10 +58,12 @@ def contended(gdir: pathlib.Path) -> list:
     for d, v in group_runs(gdir) if gdir.is_dir() else []:
         if v == "ERROR":
             try:
-                reason = RunDir(d).verdict().get("reason", "")
+                verdict = RunDir(d).verdict()
             except (OSError, KrigError):
                 continue
-            if reason.startswith(CONTENTION):
+            cause = verdict.get("cause")
+            # a verdict written before causes were recorded says it only in its sentence
+            if cause == "host-contention" or (cause is None and str(verdict.get("reason", "")).startswith(CONTENTION)):
                 out.append(d)
     return out
 

@@ -40,6 +40,21 @@ _KERNEL_RAN_RE = re.compile(r"Linux version \d|^\[\s*\d+\.\d{6}\]", re.M)
 INCOMPLETE_REASON = "the krig process ended without recording an end (killed?)"
 
 
+# Who a verdict blames, as data beside its sentence (verdict.json "cause"): a reader that
+# wants to know whether the kernel was judged asks this, never the reason's words.
+CAUSES = ("kernel", "machine", "rig", "host-contention", "host-fault", "krig", "interrupted")
+
+
+class Decided(tuple):
+    """(verdict, reason) as decide() and judged() return it, with .cause (one of CAUSES)."""
+
+    def __new__(cls, verdict, reason: str, cause: str):
+        assert cause in CAUSES, cause
+        self = super().__new__(cls, (verdict, reason))
+        self.cause = cause
+        return self
+
+
 def exit_code(verdict: str) -> int:
     return VERDICTS[verdict][0]
 
@@ -117,39 +132,40 @@ def decide(ev: Evidence) -> tuple[str | None, str]:
     crash = first_crash(ev.console)
     outcome, reason = ev.outcome, ev.reason
     if outcome in (None, "running"):
-        return "INCOMPLETE", INCOMPLETE_REASON
+        return Decided("INCOMPLETE", INCOMPLETE_REASON, "krig")
     if outcome == "interrupted":
-        return "INTERRUPTED", reason
+        return Decided("INTERRUPTED", reason, "interrupted")
     if outcome == "hung" and crash and "not syncing: NMI" in crash:
         crash = None            # the panic krig's own NMI caused to get a trace of the hang
     if ev.pull_error and outcome in ("completed", "skip"):
-        return "ERROR", ev.pull_error
+        return Decided("ERROR", ev.pull_error, "rig")
     if ev.pull_error and outcome == "error":
         reason = f"{reason}; {ev.pull_error}"
     if crash and outcome in ("completed", "crashed", "hung"):
-        return "CRASHED", (f"kernel crash in the console: {crash}" if outcome == "completed"
-                           else f"{reason}; console: {crash}")
+        return Decided("CRASHED", (f"kernel crash in the console: {crash}" if outcome == "completed"
+                                   else f"{reason}; console: {crash}"), "kernel")
     if ev.host_fault and outcome != "skip":
-        return "ERROR", f"host: {ev.host_fault} ({reason}); the kernel was not judged"
+        return Decided("ERROR", f"host: {ev.host_fault} ({reason}); the kernel was not judged", "host-fault")
     if outcome == "skip":
-        return "SKIP", reason
+        return Decided("SKIP", reason, "machine")
     if outcome == "completed":
         if ev.analysis_error:
-            return "ERROR", f"analysis failed: {ev.analysis_error}"
-        return judged(ev.thresholds, ev.host_contended_pct) if ev.thresholds is not None else (None, reason)
+            return Decided("ERROR", f"analysis failed: {ev.analysis_error}", "krig")
+        return judged(ev.thresholds, ev.host_contended_pct) if ev.thresholds is not None else Decided(None, reason, "krig")
     if outcome in ("crashed", "hung"):
         if ev.rig_fault:
-            return "ERROR", f"{ev.rig_fault} ({reason})"
+            return Decided("ERROR", f"{ev.rig_fault} ({reason})", "rig")
         if not (ev.machine_answered or kernel_ran(ev.console)):
-            return "ERROR", f"{reason}, before the kernel under test printed anything (the rig did not start it)"
+            return Decided("ERROR", f"{reason}, before the kernel under test printed anything (the rig did not "
+                           "start it)", "rig")
         if outcome == "hung" and ev.progress and not lockups(ev.console):
             where = f" in phase {ev.last_phase}" if ev.last_phase else ""
             host = f"; host load {ev.host_load}" if ev.host_load else ""
-            return "ERROR", (f"timeout, not a hang: the workload was still making progress{where} at "
-                             f"{ev.timeout:.0f}s ({ev.progress}{host}); the machine ran too slowly for "
-                             f"this timeout: rerun with --set timeout=<more seconds> ({reason})")
-        return ("CRASHED" if outcome == "crashed" else "HUNG"), reason
-    return "ERROR", reason or f"run outcome {outcome!r}"
+            return Decided("ERROR", (f"timeout, not a hang: the workload was still making progress{where} at "
+                                     f"{ev.timeout:.0f}s ({ev.progress}{host}); the machine ran too slowly for "
+                                     f"this timeout: rerun with --set timeout=<more seconds> ({reason})"), "host-fault")
+        return Decided("CRASHED" if outcome == "crashed" else "HUNG", reason, "kernel")
+    return Decided("ERROR", reason or f"run outcome {outcome!r}", "rig")
 
 
 def lockups(console: str) -> list[str]:
@@ -166,16 +182,17 @@ def judged(res: dict, host_contended_pct: float | None = None) -> tuple[str, str
     are named alongside); otherwise a metric that could not be computed is ERROR naming it;
     otherwise PASS."""
     if res["broken"]:
-        return "ERROR", ("instrument: " if res["instrument"] else "judge error: ") + "; ".join(res["broken"])
+        return Decided("ERROR", ("instrument: " if res["instrument"] else "judge error: ") + "; ".join(res["broken"]),
+                       "krig")
     if (res["failed"] and res.get("failed_host_sensitive", 0) == res["failed"]
             and host_contended_pct is not None and host_contended_pct > CONTENDED_LIMIT_PCT):
-        return "ERROR", (f"host contention: other processes kept the host's CPUs saturated in "
-                         f"{host_contended_pct:.0f}% of the workload's seconds (limit "
-                         f"{CONTENDED_LIMIT_PCT:g}%, host.tsv), so these timing thresholds are not "
-                         f"blamed on the kernel: " + "; ".join(res["failures"]))
+        return Decided("ERROR", (f"host contention: other processes kept the host's CPUs saturated in "
+                                 f"{host_contended_pct:.0f}% of the workload's seconds (limit "
+                                 f"{CONTENDED_LIMIT_PCT:g}%, host.tsv), so these timing thresholds are not "
+                                 f"blamed on the kernel: " + "; ".join(res["failures"])), "host-contention")
     if res["failed"]:
         extra = [f"not measured: {m}" for m in res["not_judged"]]
-        return "FAIL", "; ".join(res["failures"] + extra)
+        return Decided("FAIL", "; ".join(res["failures"] + extra), "kernel")
     if res["unmeasured"]:
-        return "ERROR", "metric not measured: " + "; ".join(res["not_judged"])
-    return "PASS", f"{res['passed']} thresholds held"
+        return Decided("ERROR", "metric not measured: " + "; ".join(res["not_judged"]), "krig")
+    return Decided("PASS", f"{res['passed']} thresholds held", "kernel")

@@ -6,15 +6,9 @@ import subprocess
 
 from conftest import KRIG, ROOT
 from krig.cli import build_parser
+from krig.clihelp import subcommands
 
 
-def subcommands(parser, path=()):
-    """(path, parser) of every subcommand, nested ones included."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield path + (name,), sub
-                yield from subcommands(sub, path + (name,))
 
 
 def test_workflows_are_subcommands():

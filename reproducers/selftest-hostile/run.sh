@@ -19,6 +19,7 @@ plant ln -sfn /etc "$out/etc-dir"
 echo "not krig's" > "$out/manifest.json" && n=$((n + 1))
 # the agent's mailbox: later commands' argv, and this command's own output, which the
 # host reads once it ends (a FIFO there would block a host that opened it as-is)
+plant mknod "$ctl/9.out" c 1 3
 for i in 5 6 7; do
     plant ln -sf "$TARGET" "$ctl/$i.argv"
 done
