@@ -6,7 +6,7 @@ import pathlib
 import textwrap
 import xml.etree.ElementTree as ET
 
-from krig import safeio
+from krig import DEFAULT_KERNEL, DEFAULT_RIG, safeio
 
 WIDTH = 72
 
@@ -98,8 +98,8 @@ def threshold_id(t) -> str:
 def reproduce_argv(manifest: dict, repro) -> list[str]:
     """`krig run ...` with the rig, kernel, preset and every parameter the preset does not give."""
     preset = manifest.get("preset")
-    argv = ["krig", "run", repro.name, "--rig", manifest.get("rig", {}).get("name", "qemu-default"),
-            "--kernel", manifest.get("kernel", {}).get("arg") or manifest.get("kernel", {}).get("name", "distro")]
+    argv = ["krig", "run", repro.name, "--rig", manifest.get("rig", {}).get("name", DEFAULT_RIG),
+            "--kernel", manifest.get("kernel", {}).get("arg") or manifest.get("kernel", {}).get("name", DEFAULT_KERNEL)]
     base = {k: p["default"] for k, p in repro.params.items()}
     if preset and preset in repro.presets:
         argv += ["--preset", preset]

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 
-from krig import KERNEL_DIR, RESULTS_DIR, ROOT
+from krig import DEFAULT_RIG, KERNEL_DIR, RESULTS_DIR, ROOT
 from krig.errors import KrigError, UsageError, guarded
 from krig.reproducer import load_reproducer
 from krig.results import now
@@ -217,7 +217,7 @@ def _bisect_in_progress(tree) -> bool:
 
 
 def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None, repeat: int = 1,
-           like: str = "linux-6.1", rig: str = "qemu-default", sets=(), log_dir=None,
+           like: str = "linux-6.1", rig: str = DEFAULT_RIG, sets=(), log_dir=None,
            metric: str | None = None) -> dict:
     t_start = time.monotonic()
     tree_p = pathlib.Path(os.path.expanduser(tree)).resolve()
@@ -377,7 +377,7 @@ def add_commands(sub, oracle_step: bool = False) -> None:
                    help="runs per step; the step's answer is their strict majority (default 1)")
     r.add_argument("--like", default="linux-6.1", metavar="KERNEL",
                    help="kernel whose config and fragments each step uses (default linux-6.1)")
-    r.add_argument("--rig", default="qemu-default", metavar="RIG", help="rig name or rig file (default qemu-default)")
+    r.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help="rig name or rig file (default qemu-default)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a reproducer parameter (repeatable; default none)")
     r.add_argument("--metric", metavar="NAME",

@@ -7,6 +7,9 @@ REPRO_DIR = ROOT / "reproducers"
 RIG_DIR = ROOT / "rigs"
 KERNEL_DIR = ROOT / "kernels"
 RESULTS_DIR = pathlib.Path(os.environ.get("KRIG_RESULTS") or ROOT / "results")
+# What a run uses when it is not told: the local QEMU rig, booting Debian's packaged kernel.
+DEFAULT_RIG = "qemu-default"
+DEFAULT_KERNEL = "distro"
 
 # The layout: these modules are krig's vocabulary, which every part (the runner, rigs, kernels,
 # analysis) may import and which imports only itself; every other krig module is the runner.

@@ -9,7 +9,7 @@ import sys
 # krig does no linear algebra worth a thread; a user's own setting wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from . import clihelp
+from . import DEFAULT_KERNEL, DEFAULT_RIG, clihelp
 from .clihelp import KERNEL_HELP
 from .errors import KrigError, UsageError, guarded
 from .verdict import USAGE_EXIT, exit_code
@@ -161,9 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run a reproducer on a rig")
     r.add_argument("reproducer", metavar="REPRODUCER", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
-    r.add_argument("--rig", default="qemu-default", help="rig name (rigs/<RIG>.toml) or a rig file's path "
+    r.add_argument("--rig", default=DEFAULT_RIG, help="rig name (rigs/<RIG>.toml) or a rig file's path "
                    "(default qemu-default)")
-    r.add_argument("--kernel", default="distro", metavar="KERNEL", help=KERNEL_HELP)
+    r.add_argument("--kernel", default=DEFAULT_KERNEL, metavar="KERNEL", help=KERNEL_HELP)
     r.add_argument("--preset", default=None, help="one of the reproducer's presets (default: its defaults)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a parameter (repeatable; default none)")
@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     rr.add_argument("bundle", metavar="BUNDLE.tar.gz", help="a bundle written by krig bundle")
     rr.add_argument("--kernel", metavar="KERNEL", help="the kernel to run (default: the bundle's kernel argument "
                     "or name; a bundled image with --with-kernel is used only when given as bundled)")
-    rr.add_argument("--rig", default="qemu-default", metavar="RIG", help="the rig (default qemu-default)")
+    rr.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help="the rig (default qemu-default)")
     rr.set_defaults(func=cmd_reproduce)
     v = sub.add_parser("validate",
                        help="does a patch series fix a reproducer's regression? base vs base+series, a reply")
@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "fetched once with b4 mbox from b4.midmask, lore.kernel.org by default)")
     v.add_argument("--repeat", type=int, default=4, metavar="N",
                    help="runs a side, alternating (default 4, the fewest that can be significant)")
-    v.add_argument("--rig", default="qemu-default", metavar="RIG", help="the rig both kernels run on: a name of "
+    v.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help="the rig both kernels run on: a name of "
                    "rigs/<RIG>.toml or a rig file's path (default qemu-default)")
     v.add_argument("--preset", default=None, help="the reproducer's preset (default: its defaults)")
     v.add_argument("--set", action="append", metavar="KEY=VALUE",

@@ -31,7 +31,7 @@ import time
 
 import pytest
 
-from . import RESULTS_DIR, ROOT
+from . import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT
 from .config import load_toml, optional, reject_unknown, require
 from .errors import KrigError, UsageError, guarded
 from .lab import select_rigs
@@ -58,13 +58,13 @@ def load_suite(path: pathlib.Path) -> dict:
     where = str(path)
     data = load_toml(path)
     reject_unknown(data, TOP, where)
-    top_kernels = _names(data, "kernels", where, ["distro"])
+    top_kernels = _names(data, "kernels", where, [DEFAULT_KERNEL])
     if "lab" in data:           # servers chosen by tags among the lab coordinator's places
         if "rigs" in data:
             raise UsageError(f"{where}: set rigs (names) or [lab] (tags), not both")
         top_rigs = select_rigs(require(data, "lab", dict, where), f"{where}.lab")
     else:
-        top_rigs = _names(data, "rigs", where, ["qemu-default"])
+        top_rigs = _names(data, "rigs", where, [DEFAULT_RIG])
     top_repeats = _repeats(data, where, 1)
     runs = require(data, "runs", list, where)
     if not runs:

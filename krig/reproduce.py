@@ -31,7 +31,7 @@ import tarfile
 import tempfile
 import zlib
 
-from . import REPRO_DIR, RESULTS_DIR
+from . import DEFAULT_KERNEL, DEFAULT_RIG, REPRO_DIR, RESULTS_DIR
 from . import safeio
 from .config import parse_set
 from .errors import UsageError
@@ -185,7 +185,7 @@ def _kernel_arg(given: str | None, bundled: str | None, bundle: str) -> str:
     if given:
         return given
     if bundled is None:
-        return "distro"
+        return DEFAULT_KERNEL
     names = kernel_names()
     if bundled != "bundled" and bundled not in names:
         raise UsageError(f"{bundle}: run-args: --kernel {bundled[:120]!r} refused: a bundle may name only a kernel "
@@ -217,7 +217,7 @@ def _meta(tar, members, bundle: str) -> dict:
     return meta
 
 
-def reproduce(bundle: str, kernel: str | None = None, rig: str = "qemu-default", log=print) -> int:
+def reproduce(bundle: str, kernel: str | None = None, rig: str = DEFAULT_RIG, log=print) -> int:
     path = pathlib.Path(bundle)
     with _readable(bundle):
         try:

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 
-from . import RESULTS_DIR, ROOT, safeio
+from . import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT, safeio
 from .check import check
 from .errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
 from .hostload import HostSampler
@@ -23,7 +23,7 @@ from rigs import load_rig
 FACTS_TIMEOUT = 60
 
 
-def run(repro_name: str, rig_name: str = "qemu-default", kernel_name: str = "distro",
+def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT_KERNEL,
         preset: str | None = None, sets: dict | None = None,
         results_root: pathlib.Path = RESULTS_DIR, log=print, collect: bool = True,
         run_dir: pathlib.Path | None = None) -> tuple[pathlib.Path, dict]:

@@ -34,7 +34,7 @@ from kernels.given import parse as parse_kernel
 from kernels.series import load_series, series_source
 from rigs import load_rig
 
-from . import KERNEL_DIR, RESULTS_DIR
+from . import DEFAULT_RIG, KERNEL_DIR, RESULTS_DIR
 from .compare import compare
 from .config import parse_set
 from .errors import KrigError, UsageError
@@ -181,7 +181,7 @@ def _base_text(base: str, series: dict) -> str:
     return base
 
 
-def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT_REPEAT, rig_name="qemu-default",
+def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT_REPEAT, rig_name=DEFAULT_RIG,
              preset=None, sets=(), out=None, sender=None, log=print) -> tuple[pathlib.Path, dict, int]:
     if repeat < 1:
         raise UsageError(f"--repeat: {repeat} is below the minimum 1")
@@ -265,7 +265,7 @@ def command(repro, base, series, repeat, rig, preset, sets) -> list:
     argv = ["krig", "validate", repro, "--base", base, "--series", str(series)]
     if repeat != DEFAULT_REPEAT:
         argv += ["--repeat", str(repeat)]
-    if rig != "qemu-default":
+    if rig != DEFAULT_RIG:
         argv += ["--rig", rig]
     if preset:
         argv += ["--preset", preset]
