@@ -20,7 +20,8 @@ import numpy as np  # noqa: E402
 from krig import safeio  # noqa: E402
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
-LINE_COLORS = ["#d62728", "#7f7f7f", "#9467bd", "#2ca02c"]
+# threshold lines: black and greys, dashed, so no line can be taken for a series (COLORS)
+LINE_COLORS = ["#000000", "#7f7f7f", "#bcbd22", "#e377c2"]
 
 
 class PlotError(Exception):

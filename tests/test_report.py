@@ -232,3 +232,11 @@ def test_bad_plot_spec_is_one_line(extra, field):
     with pytest.raises(UsageError) as e:
         parse_reproducer("xfs-ail-storm", path, {**data, **extra})
     assert field in str(e.value) and "\n" not in str(e.value)
+
+
+def test_threshold_lines_never_take_a_series_colour():
+    """A dashed threshold must not be mistaken for a curve (a red 5% line beside a red nr_negative)."""
+    from analysis.compare_html import SIDES
+    from analysis.plots import COLORS, LINE_COLORS
+    series = set(COLORS) | {c for side in SIDES.values() for c in side["colors"]}
+    assert not set(LINE_COLORS) & series
