@@ -57,10 +57,10 @@ def outcome(values: dict) -> str | None:
     if values.get("bounded") == 0 and values.get("end_negative_pct_ram") is not None:
         return (f"negatives still growing at {values['end_negative_pct_ram']:.3g}% of RAM, "
                 f"{values['end_nr_negative']:,.0f} dentries, {kept_s}, when the flood stopped: unbounded")
-    if values.get("stop_reason") != STOP_REASONS["ram_limit"] and kept_s and \
-            values.get("end_negative_pct_ram") is not None:
+    if values.get("stop_reason") != STOP_REASONS["ram_limit"] and values.get("end_negative_pct_ram") is not None:
         return (f"negatives at {values['end_negative_pct_ram']:.3g}% of RAM, {side} the {LIMIT_PCT_RAM:g}% "
-                f"limit, {kept_s}, when the flood stopped: not told whether bounded")
+                f"limit, {kept_s or 'too few new names to measure retention'}, when the flood stopped: "
+                "not told whether bounded")
     return None
 
 
