@@ -41,10 +41,11 @@ PLAUSIBLE = {
         "peak_nr_negative": (100_000, 1e9), "peak_negative_pct_ram": (5, 100),
         "generator_ops_per_s": (1_000, 1e8), "inotify_add_watch_ms": (1e-3, 60_000),
         "last_quarter_growth_pct_of_limit": (0, 1e4), "sampler_max_gap_intervals": (0.5, 10),
-        "stop_reason": (4, 4), "time_cap_hit": (0, 0), "time_to_5pct_ram_s": (0.1, 600),
+        "stop_reason": (4, 4), "name_cap_hit": (0, 0), "time_limit_hit": (0, 0), "time_to_5pct_ram_s": (0.1, 600),
         "limit_crossed": (1, 1), "bounded": (0, 0), "settle_bound_pct_ram": (9.99, 10.01),
         "end_negative_pct_ram": (10, 100), "time_to_10pct_ram_s": (0.1, 1200), "oom_kill_lines": (0, 0),
-        "generators": (4, 4), "new_names_per_s": (100, 1e8), "time_cap_s": (15, 1200),
+        "generators": (4, 4), "new_names_per_s": (100, 1e8), "retention": (0.5, 1.5),
+        "new_names": (10_000, 1e10),
     },
     "xfs-ail-storm": {                  # 250,000 empty files: about one AIL object each
         "ail_inserts": (125_000, 2_000_000), "checkpoints": (2, 10_000),

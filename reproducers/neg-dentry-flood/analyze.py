@@ -3,10 +3,12 @@
 Memory is negatives only, as in the report (10.6 GB / 55.3M = 192 bytes each): the
 increase of nr_negative over its pre-flood level x the dentry object size from
 /proc/slabinfo (names under 32 bytes, as the generators' are, live inside the dentry).
-Why and when the flood stopped (RAM limit, plateau, time cap, the bound past the limit)
-comes from negflood's own report, flood.txt. Whether the negatives are bounded, and where
-they settled, follows from it: a plateau is bounded (settled at the level it held), the
-bound reached still growing is unbounded, and so is a time cap past the limit (no plateau).
+Why and when the flood stopped (RAM limit, plateau, name cap, bound, time limit) comes from
+negflood's own report, flood.txt. Whether the negatives are bounded follows from their
+retention there: the negatives gained per new name the generators made, over the last
+quarter of the names made (a count the host's speed does not move). A dcache that settled
+keeps almost none of the new names (bounded, at the level it held); one that keeps at least
+half of them past the RAM limit is unbounded; between, or still below the limit, not told.
 """
 import math
 import re
@@ -18,7 +20,12 @@ from krig.verdict import WARN_PATTERNS
 
 LIMIT_PCT_RAM = 5.0   # the peak_negative_pct_ram threshold; growth is judged against it
 # metric stop_reason
-STOP_REASONS = {"ram_limit": 1.0, "plateau": 2.0, "time_cap": 3.0, "bound": 4.0}
+STOP_REASONS = {"ram_limit": 1.0, "plateau": 2.0, "name_cap": 3.0, "bound": 4.0, "time_limit": 5.0}
+# Retention (negatives gained per new name over the last quarter of the names made) at or
+# above which a flood past the limit is unbounded. An unbounded dcache keeps ~every new name
+# (0.93-1.0 measured here); a bounded one below plateau_retention_pct (5%) has settled; a
+# per-bucket bound between the two is still approaching its level (docs/negative-dentry-flood.md).
+UNBOUNDED_RETENTION = 0.5
 
 
 def flood_report(run) -> dict:
@@ -28,8 +35,9 @@ def flood_report(run) -> dict:
         k, eq, v = tok.partition("=")
         if eq:
             out[k] = STOP_REASONS.get(v, math.nan) if k == "stop_reason" else float(v)
-    if "stop_reason" not in out:
-        raise ValueError("flood.txt has no stop_reason: negflood did not finish")
+    for key in ("stop_reason", "retention"):
+        if key not in out:
+            raise ValueError(f"flood.txt has no {key}: negflood did not finish")
     return out
 
 
@@ -38,15 +46,21 @@ def _value(metrics: dict, name: str):
 
 
 def outcome(values: dict) -> str | None:
-    """Where the negatives went, in words (values: metric name -> value), or None when the
-    flood did not tell (it stopped at the limit, or at its time cap before the limit)."""
+    """Where the negatives went, in words (values: metric name -> value), or None when there
+    is nothing to say (the flood stopped at the limit itself)."""
     side = "above" if values.get("limit_crossed") == 1 else "below"
+    kept = values.get("retention")
+    kept_s = f"{100 * kept:.3g}% of the last quarter's new names kept" if kept is not None else None
     if values.get("bounded") == 1 and values.get("settled_negative_pct_ram") is not None:
         return (f"negatives settled at {values['settled_negative_pct_ram']:.3g}% of RAM, "
                 f"{values['settled_nr_negative']:,.0f} dentries: bounded, {side} the {LIMIT_PCT_RAM:g}% limit")
     if values.get("bounded") == 0 and values.get("end_negative_pct_ram") is not None:
         return (f"negatives still growing at {values['end_negative_pct_ram']:.3g}% of RAM, "
-                f"{values['end_nr_negative']:,.0f} dentries, when the flood stopped: unbounded")
+                f"{values['end_nr_negative']:,.0f} dentries, {kept_s}, when the flood stopped: unbounded")
+    if values.get("stop_reason") != STOP_REASONS["ram_limit"] and values.get("end_negative_pct_ram") is not None:
+        return (f"negatives at {values['end_negative_pct_ram']:.3g}% of RAM, {side} the {LIMIT_PCT_RAM:g}% "
+                f"limit, {kept_s or 'too few new names to measure retention'}, when the flood stopped: "
+                "not told whether bounded")
     return None
 
 
@@ -55,11 +69,13 @@ def notes(metrics: dict) -> list[str]:
     and a flood ended by its time cap."""
     values = {k: _value(metrics, k) for k in metrics}
     out = []
-    cap = values.get("time_cap_s")
-    if values.get("time_cap_hit") == 1 and cap is not None:
-        out.append(f"the flood hit its time cap of {cap:.0f} s past the RAM limit, before its bound or a plateau"
-                   if values.get("limit_crossed") == 1 else
-                   f"the flood hit its time cap of {cap:.0f} s before the RAM limit or a plateau: judged by growth")
+    where = "past the RAM limit" if values.get("limit_crossed") == 1 else "before the RAM limit"
+    if values.get("name_cap_hit") == 1 and values.get("name_cap") is not None:
+        out.append(f"the flood reached its cap of {values['name_cap']:,.0f} new names {where}, "
+                   "before its bound or a plateau")
+    if values.get("time_limit_hit") == 1 and values.get("flood_seconds") is not None:
+        out.append(f"the flood hit its time limit (max_duration) at {values['flood_seconds']:.0f} s {where}, "
+                   f"after {values.get('new_names') or 0:,.0f} new names")
     said = outcome(values)
     return out + ([said] if said else [])
 
@@ -84,9 +100,22 @@ def side_summary(runs: list[dict]) -> str | None:
         parts.append(f"{spread(growing, 'end_negative_pct_ram', 'still growing')} when the flood stopped: "
                      f"unbounded in {len(growing)}/{len(runs)} runs")
     rest = len(runs) - len(bounded) - len(growing)
-    if parts and rest:
-        parts.append(f"not told in {rest}/{len(runs)}")
-    return "negatives " + "; ".join(parts) if parts else None
+    if rest:
+        parts.append(f"not told whether bounded in {rest}/{len(runs)}" + (" runs" if len(parts) == 0 else ""))
+    return "negatives " + "; ".join(parts) if runs else None
+
+
+def bounded(fl: dict, limit_crossed) -> float:
+    """1 settled: retention at most plateau_retention_pct (what a plateau stop saw, whatever
+    stopped the flood); 0 unbounded: past the limit, on towards the bound, still keeping at
+    least UNBOUNDED_RETENTION of the new names; NaN not told (in between, still below the
+    limit, stopped at the limit itself, or no retention measured)."""
+    kept = fl.get("retention", -1.0)
+    if kept < 0 or fl["stop_reason"] == STOP_REASONS["ram_limit"]:
+        return math.nan
+    if kept <= fl["plateau_retention_pct"] / 100.0:
+        return 1.0
+    return 0.0 if kept >= UNBOUNDED_RETENTION and limit_crossed == 1 else math.nan
 
 
 def first_crossing(t, y, level):
@@ -126,8 +155,12 @@ def metrics(run) -> dict:
         "peak_dentry_pct_ram": float(100.0 * np.nanmax(slab) / ram),
         "dentry_slab_before_bytes": float(base_slab),
         "generator_ops_per_s": fl["rate"],
-        "stop_reason": fl["stop_reason"], "time_cap_hit": float(fl["stop_reason"] == STOP_REASONS["time_cap"]),
-        "time_cap_s": fl["time_cap_s"], "flood_seconds": fl["seconds"], "generators": fl["generators"],
+        "stop_reason": fl["stop_reason"], "name_cap_hit": float(fl["stop_reason"] == STOP_REASONS["name_cap"]),
+        "time_limit_hit": float(fl["stop_reason"] == STOP_REASONS["time_limit"]),
+        "name_cap": fl["name_cap"], "new_names": fl["new_names"],
+        "retention": fl["retention"] if fl["retention"] >= 0 else math.nan,
+        "retention_window_names": fl["retention_names"] if fl["retention"] >= 0 else math.nan,
+        "flood_seconds": fl["seconds"], "generators": fl["generators"],
         "new_names_per_s": fl["new_names_per_s"] if fl["new_names_per_s"] >= 0 else math.nan,
         "new_names_per_s_per_cpu": (fl["new_names_per_s"] / ncpu if fl["new_names_per_s"] >= 0 else math.nan),
         "unbounded_time_to_limit_s": (fl["limit_bytes"] / (fl["new_names_per_s"] * fl["dentry_objsize"])
@@ -139,11 +172,7 @@ def metrics(run) -> dict:
         "limit_crossed": fl.get("limit_crossed", math.nan),
         "settle_bound_pct_ram": 100.0 * fl["bound_bytes"] / ram if "bound_bytes" in fl else math.nan,
     }
-    # bounded: a plateau; unbounded: the bound reached, or the time cap past the limit (no
-    # plateau); not told: stopped at the limit itself, or by the time cap before the limit
-    stop = fl["stop_reason"]
-    out["bounded"] = (1.0 if stop == STOP_REASONS["plateau"] else 0.0 if stop == STOP_REASONS["bound"]
-                      or (stop == STOP_REASONS["time_cap"] and out["limit_crossed"] == 1) else math.nan)
+    out["bounded"] = bounded(fl, out["limit_crossed"])
     names = ("peak_nr_negative", "end_nr_negative", "peak_negative_bytes", "peak_negative_pct_ram",
              "end_negative_pct_ram", "last_quarter_growth_pct", "last_quarter_growth_pct_of_limit",
              "time_to_1pct_ram_s", "time_to_5pct_ram_s", "time_to_10pct_ram_s",
@@ -155,8 +184,10 @@ def metrics(run) -> dict:
     ok = np.isfinite(neg)
     t, neg = t[ok], neg[ok] - base_neg
     neg_pct = 100.0 * neg * objsize / ram
-    q = t >= 0.75 * t[-1]
-    growth_q = neg[-1] - neg[q][0]
+    # growth over the last quarter of the new names made (negflood's retention window);
+    # a flood that made no new names (samename generators only): over the last quarter of its time
+    growth_q = (fl["retention"] * fl["retention_names"] if fl["retention"] >= 0
+                else neg[-1] - neg[t >= 0.75 * t[-1]][0])
     return {**out, **dict(zip(names, (
         float(neg.max()), float(neg[-1]), float(neg.max() * objsize), float(neg_pct.max()),
         float(neg_pct[-1]),

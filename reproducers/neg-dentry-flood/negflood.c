@@ -5,34 +5,43 @@
  *   negflood -d DIR -m lookup|tmpfile|samename -t SECONDS [-p PREFIX] [-k NAMES]
  *       one generator for SECONDS; prints "ops=N seconds=S rate=R"
  *
- *   negflood -d DIR -g LOOKUP,TMPFILE,SAMENAME -t MAX_SECONDS [-k NAMES]
+ *   negflood -d DIR -g LOOKUP,TMPFILE,SAMENAME -t MAX_SECONDS [-k NAMES] [-o LOG]
  *            [-l LIMIT_PCT] [-x SETTLE_X] [-a AVAIL_PCT] [-n MIN_SECONDS]
- *            [-w WINDOW] [-b PLATEAU_PCT] [-r RATE_SECONDS] [-s SAFETY] [-i INTERVAL]
+ *            [-w WINDOW_PCT] [-b RETENTION_PCT] [-r RATE_SECONDS] [-s SAFETY] [-i INTERVAL]
  *       the flood: forks that many generators of each mode and watches
- *       /proc/sys/fs/dentry-state every INTERVAL seconds (default 0.25) until
+ *       /proc/sys/fs/dentry-state and the generators' count of new names
+ *       (lookup and tmpfile operations, each one new name) every INTERVAL
+ *       seconds (default 0.25). Everything but the outer time limit is
+ *       counted in new names made, not in seconds, so a slower host makes a
+ *       longer flood, not a different answer. Retention is the negatives
+ *       gained per new name over the last quarter of the names made so far
+ *       (at least WINDOW_PCT %, default 10, of the RAM limit's count of
+ *       dentries): ~1 on an unbounded dcache, ~0 on a bounded one that has
+ *       settled. The flood stops at the first of:
  *         ram_limit  the negatives made since the start (nr_negative above its
  *                    start value x the dentry object size) reach LIMIT_PCT %
  *                    of MemTotal (default 5) and the bound is the limit
  *                    itself (SETTLE_X 1, the default): stop at the limit;
- *         bound      after the limit, the flood goes on to tell a bounded
- *                    dcache from an unbounded one: the negatives reached the
- *                    bound, SETTLE_X x the limit but at most AVAIL_PCT %
- *                    (default 50) of MemAvailable at the start, still
- *                    growing: unbounded;
- *         plateau    after MIN_SECONDS, nr_negative grew by less than
- *                    PLATEAU_PCT % (default 2) of its current value (above the
- *                    start; at least 1% of the limit's count) over the last
- *                    quarter of the run so far (at least WINDOW seconds,
- *                    default 5): a bounded dcache;
- *         time_cap   the run reached its cap: SAFETY (default 4) x the time an
- *                    unbounded dcache needs to reach the limit at the rate the
- *                    lookup and tmpfile generators (each op one new name) ran in
- *                    the first RATE_SECONDS (default 5), at least MIN_SECONDS,
- *                    at most MAX_SECONDS; once the limit is crossed, the time
- *                    of the crossing plus SAFETY x the time from the limit to
- *                    the bound at that rate (at least twice the time of the
- *                    crossing, so a plateau just above the limit is seen).
- *       Prints key=value lines (generators, per-mode ops, stop_reason, ...).
+ *         bound      past the limit, the negatives reached the bound, SETTLE_X
+ *                    x the limit but at most AVAIL_PCT % (default 50) of
+ *                    MemAvailable at the start;
+ *         plateau    after MIN_SECONDS, retention at most RETENTION_PCT %
+ *                    (default 5): a bounded dcache;
+ *         name_cap   SAFETY (default 4) x the names an unbounded dcache needs
+ *                    to reach the limit (one negative each); once the limit
+ *                    is crossed, the names at the crossing plus SAFETY x the
+ *                    names from the limit to the bound (at least twice the
+ *                    names at the crossing), and not before MIN_SECONDS;
+ *         time_limit MAX_SECONDS passed (generators that stall).
+ *       Prints key=value lines (generators, per-mode ops, stop_reason, the
+ *       retention, ...). -o LOG writes the flood as it goes, one row per
+ *       sample (sparser after 500 s): "time t names nr_negative" (wall clock,
+ *       seconds since the start, new names so far, dentry-state's field),
+ *       after a "# negflood ..." line of the machine's numbers.
+ *
+ *   negflood -R LOG [-t MAX_SECONDS] [-o LOG2] [the stop options above]
+ *       the same stop rule on a recorded LOG instead of a live flood (its rows
+ *       as the samples): what a flood with those numbers would have done.
  *
  *   lookup    stat() names that never exist (each name once)
  *   tmpfile   create and unlink a temporary file of a fresh name
@@ -161,8 +170,14 @@ static long dentry_objsize(void)
 
 struct flood {
 	int counts[3];
-	double max_s, min_s, window, plateau_pct, limit_pct, settle_x, avail_pct, rate_s, safety, interval;
+	double max_s, min_s, window_pct, retention_pct, limit_pct, settle_x, avail_pct, rate_s, safety, interval;
 	unsigned long names;
+	const char *log, *replay;
+};
+
+/* The machine's numbers the rule needs, read live or from a recorded log's first line. */
+struct machine {
+	long ram, avail, objsize, base;
 };
 
 /* Operations that make new names so far: lookup and tmpfile generators, not samename. */
@@ -174,129 +189,218 @@ static double new_names(const struct shared *sh, const int *mode, int total)
 	return ops;
 }
 
-static int flood(const struct flood *f)
+/* The samples: a live flood (sleep, then read the kernel and the generators' counts)
+ * or a recorded log (its next row). 0 at the end of a log. */
+struct source {
+	FILE *replay;
+	double t0, interval;
+	const struct shared *sh;
+	const int *mode;
+	int total;
+};
+
+static int next_sample(struct source *src, double *t, double *names, long *v)
 {
-	long ram = meminfo_bytes("MemTotal: %ld kB"), avail = meminfo_bytes("MemAvailable: %ld kB");
-	long objsize = dentry_objsize(), base = nr_negative();
-	if (ram <= 0 || avail <= 0 || objsize <= 0 || base < 0) {
-		fprintf(stderr, "negflood: cannot read %s\n", ram <= 0 ? "MemTotal from /proc/meminfo" :
-			avail <= 0 ? "MemAvailable from /proc/meminfo" :
-			objsize <= 0 ? "the dentry line of /proc/slabinfo" : "/proc/sys/fs/dentry-state");
-		return 1;
+	if (src->replay) {
+		char line[256];
+		double wall;
+		while (fgets(line, sizeof line, src->replay))
+			if (sscanf(line, "%lf %lf %lf %ld", &wall, t, names, v) == 4)
+				return 1;
+		return 0;
 	}
-	int total = f->counts[0] + f->counts[1] + f->counts[2];
-	if (total < 1 || total > MAXGEN) {
-		fprintf(stderr, "negflood: %d generators (1..%d)\n", total, MAXGEN);
-		return 2;
-	}
-	struct shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (sh == MAP_FAILED) { perror("mmap"); return 1; }
-	int mode[MAXGEN];
-	pid_t pids[MAXGEN];
-	double t0 = now();
+	struct timespec ts = {(time_t)src->interval, (long)((src->interval - (time_t)src->interval) * 1e9)};
+	nanosleep(&ts, NULL);
+	*t = now() - src->t0;
+	*names = new_names(src->sh, src->mode, src->total);   /* the names before the count it sees */
+	*v = nr_negative();
+	return 1;
+}
+
+static int read_machine(FILE *fp, struct machine *m)
+{
+	char line[512];
+	return fgets(line, sizeof line, fp) &&
+	       sscanf(line, "# negflood mem_total_bytes=%ld mem_available_bytes=%ld dentry_objsize=%ld nr_negative_start=%ld",
+		      &m->ram, &m->avail, &m->objsize, &m->base) == 4 ? 0 : -1;
+}
+
+static void log_row(FILE *lg, double t, double names, long v)
+{
+	struct timespec wall;
+	clock_gettime(CLOCK_REALTIME, &wall);
+	fprintf(lg, "%ld.%06ld\t%.3f\t%.0f\t%ld\n", (long)wall.tv_sec, wall.tv_nsec / 1000, t, names, v);
+	fflush(lg);
+}
+
+/* the live flood's generators, forked; 0 or -1 */
+static int start_generators(const struct flood *f, struct shared *sh, int *mode, pid_t *pids, double t0)
+{
 	for (int m = 0, g = 0; m < 3; m++) {
 		for (int i = 0; i < f->counts[m]; i++, g++) {
 			mode[g] = m;
 			pids[g] = fork();
-			if (pids[g] < 0) { perror("fork"); sh->stop = 1; return 1; }
+			if (pids[g] < 0) { perror("fork"); sh->stop = 1; return -1; }
 			if (pids[g] == 0) {
 				char prefix[64];
 				prctl(PR_SET_PDEATHSIG, SIGKILL);
 				snprintf(prefix, sizeof prefix, "%s-%d-", MODES[m], i);
-				/* the deadline is a backstop; the watcher below stops us */
+				/* the deadline is a backstop; the watcher stops us */
 				generate(m, prefix, f->names, t0 + f->max_s + 60, &sh->stop, &sh->ops[g]);
 				_exit(0);
 			}
 		}
 	}
+	return 0;
+}
 
-	double limit_bytes = f->limit_pct / 100.0 * ram, limit_n = limit_bytes / objsize;
+static int flood(const struct flood *f)
+{
+	struct machine mc;
+	FILE *replay = NULL;
+	if (f->replay) {
+		replay = fopen(f->replay, "r");
+		if (!replay) { perror(f->replay); return 1; }
+		if (read_machine(replay, &mc)) {
+			fprintf(stderr, "negflood: %s: no \"# negflood mem_total_bytes=...\" first line\n", f->replay);
+			return 1;
+		}
+	} else {
+		mc.ram = meminfo_bytes("MemTotal: %ld kB");
+		mc.avail = meminfo_bytes("MemAvailable: %ld kB");
+		mc.objsize = dentry_objsize();
+		mc.base = nr_negative();
+	}
+	if (mc.ram <= 0 || mc.avail <= 0 || mc.objsize <= 0 || mc.base < 0) {
+		fprintf(stderr, "negflood: cannot read %s\n", mc.ram <= 0 ? "MemTotal from /proc/meminfo" :
+			mc.avail <= 0 ? "MemAvailable from /proc/meminfo" :
+			mc.objsize <= 0 ? "the dentry line of /proc/slabinfo" : "/proc/sys/fs/dentry-state");
+		return 1;
+	}
+	int total = f->counts[0] + f->counts[1] + f->counts[2];
+	if (!replay && (total < 1 || total > MAXGEN)) {
+		fprintf(stderr, "negflood: %d generators (1..%d)\n", total, MAXGEN);
+		return 2;
+	}
+	FILE *lg = NULL;
+	if (f->log) {
+		lg = fopen(f->log, "w");
+		if (!lg) { perror(f->log); return 1; }
+		fprintf(lg, "# negflood mem_total_bytes=%ld mem_available_bytes=%ld dentry_objsize=%ld nr_negative_start=%ld\n"
+			"time\tt\tnames\tnr_negative\n", mc.ram, mc.avail, mc.objsize, mc.base);
+	}
+	struct shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED) { perror("mmap"); return 1; }
+	static int mode[MAXGEN];
+	static pid_t pids[MAXGEN];
+	double t0 = now();
+	if (!replay && start_generators(f, sh, mode, pids, t0))
+		return 1;
+	struct source src = {replay, t0, f->interval, sh, mode, total};
+
+	double limit_bytes = f->limit_pct / 100.0 * mc.ram, limit_n = limit_bytes / mc.objsize;
 	/* how far the flood goes after the limit: never past a share of what was available */
 	double bound_bytes = f->settle_x * limit_bytes;
-	if (bound_bytes > f->avail_pct / 100.0 * avail) bound_bytes = f->avail_pct / 100.0 * avail;
+	if (bound_bytes > f->avail_pct / 100.0 * mc.avail) bound_bytes = f->avail_pct / 100.0 * mc.avail;
 	if (bound_bytes < limit_bytes) bound_bytes = limit_bytes;
-	double cap = f->max_s, rate = -1, rate_s = f->rate_s, t = 0, crossed = -1;
-	long neg = 0, peak = 0;
+	double bound_n = bound_bytes / mc.objsize, window = f->window_pct / 100.0 * limit_n;
+	/* an unbounded dcache keeps one negative per new name: it reaches the limit after limit_n */
+	double name_cap = f->safety * limit_n, crossed_names = -1;
+	double rate = -1, rate_s = f->rate_s, t = 0, names = 0, crossed = -1, retention = -1, ret_names = 0;
+	double logged = -1;
+	long neg = 0, peak = 0, v;
 	const char *reason = NULL;
-	static double ht[HIST];
+	static double hx[HIST];                 /* history of (names, negatives), halved when full */
 	static long hv[HIST];
 	int hn = 0, stride = 1, tick = 0;
 	while (!reason) {
-		struct timespec ts = {(time_t)f->interval, (long)((f->interval - (time_t)f->interval) * 1e9)};
-		nanosleep(&ts, NULL);
-		t = now() - t0;
-		long v = nr_negative();
-		neg = v < 0 ? neg : v - base;
+		if (!next_sample(&src, &t, &names, &v)) {
+			reason = "end_of_log";
+			break;
+		}
+		neg = v < 0 ? neg : v - mc.base;
 		if (neg > peak) peak = neg;
+		if (lg && (t - logged >= t / 2000 || !hn)) {   /* every sample for 500 s, then ~1400 per doubling */
+			log_row(lg, t, names, v);
+			logged = t;
+		}
 		if (tick++ % stride == 0) {
 			if (hn == HIST) {               /* keep every other point, record half as often */
-				for (int i = 0; i < HIST / 2; i++) { ht[i] = ht[2 * i]; hv[i] = hv[2 * i]; }
+				for (int i = 0; i < HIST / 2; i++) { hx[i] = hx[2 * i]; hv[i] = hv[2 * i]; }
 				hn = HIST / 2;
 				stride *= 2;
 			}
-			ht[hn] = t; hv[hn] = neg; hn++;
+			hx[hn] = names; hv[hn] = neg; hn++;
 		}
-		int over = neg * (double)objsize >= limit_bytes;
-		if (rate < 0 && (t >= f->rate_s || over)) {
-			/* the rate of new names; a flood over the limit sooner: over the seconds it had */
-			rate = new_names(sh, mode, total) / t;
+		int over = neg * (double)mc.objsize >= limit_bytes;
+		if (rate < 0 && t > 0 && (t >= f->rate_s || over)) {
+			/* the rate of new names (reported, not used to stop); a flood over the limit
+			 * sooner: over the seconds it had */
+			rate = names / t;
 			rate_s = t < f->rate_s ? t : f->rate_s;
-			double unbounded_s = rate > 0 ? limit_bytes / (rate * objsize) : f->max_s;
-			double c = f->safety * unbounded_s;
-			cap = c < f->min_s ? f->min_s : c;
-			if (cap > f->max_s) cap = f->max_s;
 		}
 		if (over && crossed < 0) {
 			crossed = t;
-			/* the time from the limit to the bound at the measured rate, x safety */
-			double to_bound = rate > 0 ? (bound_bytes - limit_bytes) / (rate * objsize) : f->max_s;
-			double c = crossed + f->safety * to_bound;
-			if (c < 2 * crossed) c = 2 * crossed;
-			if (c < f->min_s) c = f->min_s;
-			cap = c > f->max_s ? f->max_s : c;
+			crossed_names = names;
+			/* the names from the limit to the bound, x safety */
+			name_cap = names + f->safety * (bound_n - limit_n);
+			if (name_cap < 2 * names) name_cap = 2 * names;
+		}
+		/* retention over the last quarter of the names so far, at least the window */
+		double w = names / 4 > window ? names / 4 : window;
+		retention = -1;
+		if (w > 0 && hn && hx[0] <= names - w) {
+			int i = hn - 1;
+			while (i > 0 && hx[i] > names - w) i--;
+			ret_names = names - hx[i];
+			retention = (neg - hv[i]) / ret_names;
 		}
 		if (over && bound_bytes <= limit_bytes)
 			reason = "ram_limit";
-		else if (neg * (double)objsize >= bound_bytes)
+		else if (neg * (double)mc.objsize >= bound_bytes)
 			reason = "bound";
-		else if (t >= f->min_s) {
-			double w = t / 4 > f->window ? t / 4 : f->window;
-			long then = hv[0];
-			for (int i = hn - 1; i >= 0; i--)
-				if (ht[i] <= t - w) { then = hv[i]; break; }
-			/* a floor of 1% of the limit, so a handful of stray dentries is no growth */
-			double ref = neg > 0.01 * limit_n ? neg : 0.01 * limit_n;
-			if (ht[0] <= t - w && neg - then <= f->plateau_pct / 100.0 * ref)
-				reason = "plateau";
-		}
-		if (!reason && t >= cap)
-			reason = "time_cap";
+		else if (t >= f->min_s && retention >= 0 && retention <= f->retention_pct / 100.0)
+			reason = "plateau";
+		else if (t >= f->min_s && names >= name_cap)
+			reason = "name_cap";
+		else if (t >= f->max_s)
+			reason = "time_limit";
 	}
 	sh->stop = 1;
+	if (lg) {
+		if (logged != t) log_row(lg, t, names, v);
+		fclose(lg);
+	}
 	if (rate < 0 && t > 0) {        /* stopped before rate_s: the rate so far */
-		rate = new_names(sh, mode, total) / t;
+		rate = names / t;
 		rate_s = t;
 	}
-	for (int g = 0; g < total; g++)
-		waitpid(pids[g], NULL, 0);
-	double elapsed = now() - t0;
 	unsigned long per[3] = {0};
-	for (int g = 0; g < total; g++)
-		per[mode[g]] += sh->ops[g];
+	double elapsed = t;
+	if (!replay) {
+		for (int g = 0; g < total; g++)
+			waitpid(pids[g], NULL, 0);
+		elapsed = now() - t0;
+		for (int g = 0; g < total; g++)
+			per[mode[g]] += sh->ops[g];
+	}
 	printf("generators=%d\n", total);
 	for (int m = 0; m < 3; m++)
 		printf("%s_procs=%d\n%s_ops=%lu\n", MODES[m], f->counts[m], MODES[m], per[m]);
 	printf("ops=%lu seconds=%.3f rate=%.0f\n", per[0] + per[1] + per[2], elapsed,
-	       (per[0] + per[1] + per[2]) / elapsed);
+	       elapsed > 0 ? (per[0] + per[1] + per[2]) / elapsed : 0);
 	printf("stop_reason=%s\nstop_seconds=%.3f\n", reason, t);
 	printf("rate_seconds=%.3f\nnew_names_per_s=%.0f\n", rate_s, rate);
-	printf("time_cap_s=%.3f\nmin_seconds=%.3f\nmax_seconds=%.3f\nsafety=%g\n", cap, f->min_s, f->max_s, f->safety);
+	printf("new_names=%.0f\nname_cap=%.0f\nlimit_names=%.0f\n", names, name_cap, crossed_names);
+	printf("retention=%.6f\nretention_names=%.0f\nplateau_retention_pct=%g\nwindow_pct=%g\n",
+	       retention, retention >= 0 ? ret_names : 0, f->retention_pct, f->window_pct);
+	printf("min_seconds=%.3f\nmax_seconds=%.3f\nsafety=%g\n", f->min_s, f->max_s, f->safety);
 	printf("limit_pct_ram=%g\nlimit_bytes=%.0f\nmem_total_bytes=%ld\ndentry_objsize=%ld\n",
-	       f->limit_pct, limit_bytes, ram, objsize);
-	printf("nr_negative_start=%ld\nnegatives_at_stop=%ld\npeak_negatives=%ld\n", base, neg, peak);
+	       f->limit_pct, limit_bytes, mc.ram, mc.objsize);
+	printf("nr_negative_start=%ld\nnegatives_at_stop=%ld\npeak_negatives=%ld\n", mc.base, neg, peak);
 	printf("limit_crossed=%d\nlimit_seconds=%.3f\n", crossed >= 0, crossed);
 	printf("settle_x=%g\nsettle_avail_pct=%g\nmem_available_bytes=%ld\nbound_bytes=%.0f\nbound_pct_ram=%.4f\n",
-	       f->settle_x, f->avail_pct, avail, bound_bytes, 100.0 * bound_bytes / ram);
+	       f->settle_x, f->avail_pct, mc.avail, bound_bytes, 100.0 * bound_bytes / mc.ram);
 	return 0;
 }
 
@@ -304,10 +408,10 @@ int main(int argc, char **argv)
 {
 	const char *dir = NULL, *mode = NULL, *gens = NULL, *prefix = "neg-";
 	double seconds = -1;
-	struct flood f = {.min_s = 0, .window = 5, .plateau_pct = 2, .limit_pct = 5, .settle_x = 1,
+	struct flood f = {.min_s = 0, .window_pct = 10, .retention_pct = 5, .limit_pct = 5, .settle_x = 1,
 			  .avail_pct = 50, .rate_s = 5, .safety = 4, .interval = 0.25, .names = 100000};
 	int c;
-	while ((c = getopt(argc, argv, "d:m:g:t:p:k:l:x:a:n:w:b:r:s:i:")) != -1) {
+	while ((c = getopt(argc, argv, "d:m:g:t:p:k:l:x:a:n:w:b:r:s:i:o:R:")) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 'm': mode = optarg; break;
@@ -319,28 +423,35 @@ int main(int argc, char **argv)
 		case 'x': f.settle_x = atof(optarg); break;
 		case 'a': f.avail_pct = atof(optarg); break;
 		case 'n': f.min_s = atof(optarg); break;
-		case 'w': f.window = atof(optarg); break;
-		case 'b': f.plateau_pct = atof(optarg); break;
+		case 'w': f.window_pct = atof(optarg); break;
+		case 'b': f.retention_pct = atof(optarg); break;
 		case 'r': f.rate_s = atof(optarg); break;
 		case 's': f.safety = atof(optarg); break;
 		case 'i': f.interval = atof(optarg); break;
+		case 'o': f.log = optarg; break;
+		case 'R': f.replay = optarg; break;
 		default: goto usage;
 		}
 	}
 	int m = mode_of(mode);
 	int gn = gens ? sscanf(gens, "%d,%d,%d", &f.counts[0], &f.counts[1], &f.counts[2]) : 0;
-	if (!dir || (m < 0) == (gn != 3) || seconds <= 0 || f.names == 0 || strlen(prefix) > 200 ||
+	if (f.replay && seconds <= 0)
+		seconds = 1e12;                 /* a recorded log: no outer time limit unless given */
+	if ((!dir && !f.replay) || (m >= 0) + (gn == 3) + !!f.replay != 1 || (gens && gn != 3) || seconds <= 0 ||
+	    f.names == 0 || strlen(prefix) > 200 ||
 	    f.counts[0] < 0 || f.counts[1] < 0 || f.counts[2] < 0 || f.limit_pct <= 0 || f.interval <= 0 ||
 	    f.settle_x < 1 || f.avail_pct <= 0 || f.avail_pct > 100 ||
-	    f.safety <= 0 || f.rate_s <= 0 || f.window <= 0 || f.plateau_pct < 0 || f.min_s < 0) {
+	    f.safety <= 0 || f.rate_s <= 0 || f.window_pct <= 0 || f.retention_pct < 0 || f.min_s < 0) {
 usage:
 		fprintf(stderr, "usage: negflood -d DIR -m lookup|tmpfile|samename -t SECONDS [-p PREFIX] [-k NAMES]\n"
-			"       negflood -d DIR -g LOOKUP,TMPFILE,SAMENAME -t MAX_SECONDS [-k NAMES] [-l LIMIT_PCT]\n"
-			"                [-x SETTLE_X] [-a AVAIL_PCT] [-n MIN_SECONDS] [-w WINDOW] [-b PLATEAU_PCT] [-r RATE_SECONDS] [-s SAFETY] [-i INTERVAL]\n");
+			"       negflood -d DIR -g LOOKUP,TMPFILE,SAMENAME -t MAX_SECONDS [-k NAMES] [-o LOG] [-l LIMIT_PCT]\n"
+			"                [-x SETTLE_X] [-a AVAIL_PCT] [-n MIN_SECONDS] [-w WINDOW_PCT] [-b RETENTION_PCT]\n"
+			"                [-r RATE_SECONDS] [-s SAFETY] [-i INTERVAL]\n"
+			"       negflood -R LOG [-t MAX_SECONDS] [-o LOG2] [the stop options]\n");
 		return 2;
 	}
-	if (chdir(dir)) { perror(dir); return 1; }
-	if (gn == 3) {
+	if (dir && chdir(dir)) { perror(dir); return 1; }
+	if (gn == 3 || f.replay) {
 		f.max_s = seconds;
 		return flood(&f);
 	}

@@ -18,15 +18,15 @@ ncpu=$(nproc)
 per_cpu() { awk -v p="$1" -v n="$ncpu" 'BEGIN { c = p * n; printf "%d", (c > int(c)) ? int(c) + 1 : c }'; }
 gens=$(per_cpu "$LOOKUP_PER_CPU"),$(per_cpu "$TMPFILE_PER_CPU"),$(per_cpu "$SAMENAME_PER_CPU")
 
-# negflood stops the flood itself (bound, plateau or time cap; see repro.toml).
+# negflood stops the flood itself (bound, plateau, name cap or time limit; see repro.toml).
 # -l 5: the RAM limit, the peak_negative_pct_ram threshold (tests/test_flood_stop.py checks);
 # past it the flood goes on to SETTLE_LIMIT_X x the limit (at most SETTLE_MEM_AVAILABLE_PCT %
-# of MemAvailable) unless the negatives settle first.
+# of MemAvailable) unless the negatives settle first. flood.tsv: new names and nr_negative
+# as the flood goes, kept with the run (`negflood -R flood.tsv` replays the stop rule on it).
 krig_phase flood
 "$bin/negflood" -d "$mnt/flood" -g "$gens" -t "$MAX_DURATION" -l 5 -x "$SETTLE_LIMIT_X" \
-    -a "$SETTLE_MEM_AVAILABLE_PCT" -n "$MIN_DURATION" \
-    -w "$PLATEAU_WINDOW" -b "$PLATEAU_PCT" -r "$RATE_SECONDS" -s "$CAP_SAFETY" -k "$SHARED_NAMES" \
-    > "$KRIG_OUT/flood.txt"
+    -a "$SETTLE_MEM_AVAILABLE_PCT" -n "$MIN_DURATION" -w "$PLATEAU_WINDOW_PCT" -b "$PLATEAU_RETENTION_PCT" \
+    -r "$RATE_SECONDS" -s "$CAP_SAFETY" -k "$SHARED_NAMES" -o "$KRIG_OUT/flood.tsv" > "$KRIG_OUT/flood.txt"
 krig_phase flooded
 # one more sample of the state the flood stopped at (the analysis reads it)
 sleep "$(awk -v i="${SAMPLE_INTERVAL:-1}" 'BEGIN { print 2 * i + 0.2 }')"
