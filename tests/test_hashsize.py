@@ -1,8 +1,14 @@
-"""The dcache and inode hash tables a machine's kernel sizes at boot (rigs/hashsize.py)."""
+"""The dcache and inode hash tables a machine's kernel sizes at boot (rigs/hashsize.py): the rule,
+the docs' table, what a run records and what krig compare says; the guest cases hold the rule to
+the console of real guests (distro kernel)."""
 import pytest
 
+from conftest import ROOT
+from kernels.catalog import load_kernel
+from krig import compare
 from krig.config import parse_size
-from rigs import hashsize
+from rigs import hashsize, load_rig
+from test_sparse import rig_file
 
 
 # -- the sizing rule ---------------------------------------------------------------------------
@@ -23,8 +29,45 @@ def test_like_memory_gives_a_big_machines_density():
     assert hashsize.like(4 << 30, 4 << 30) == {"dhash_entries": 524288, "ihash_entries": 262144}
 
 
+def test_docs_table_is_the_rules():
+    assert hashsize.table() in (ROOT / "docs" / "rigs.md").read_text(), \
+        "docs/rigs.md's density table differs from `python -m rigs.hashsize`"
+
+
 def test_hash_tables_from_the_kernel_log():
     log = ("[    0.123] Dentry cache hash table entries: 16777216 (order: 15, 134217728 bytes, linear)\n"
            "[    0.124] Inode-cache hash table entries: 8388608 (order: 14, 67108864 bytes, linear)\n")
     assert hashsize.from_log(log) == {"dentry_hash_entries": 16777216, "inode_hash_entries": 8388608}
     assert hashsize.from_log("nothing here") == {}
+
+
+# -- krig compare --------------------------------------------------------------------------------
+
+def test_compare_notes_different_hash_tables():
+    def man(d):
+        return {"machine": {"dentry_hash_entries": d, "inode_hash_entries": d // 2}}
+    diff = compare.differences([("a", "FAIL", man(524288))], [("b", "FAIL", man(65536))])
+    assert "machine dentry_hash_entries: BASE 524288, NEW 65536" in diff
+    assert not compare.differences([("a", "FAIL", man(524288))], [("b", "FAIL", man(524288))])
+
+
+@pytest.mark.guest
+@pytest.mark.parametrize("memory,like", [("1G", None), ("2G", None), ("4G", None), ("8G", None), ("16G", None),
+                                         ("4G", "3T")])
+def test_hash_tables_of_real_guests(tmp_path, memory, like, no_leftover_qemu):
+    """The kernel's own console line against the rule, at the sizes this host can boot (the 64 GB
+    sparse guest is above); like_memory gives the table of the nearest power of two."""
+    rig = load_rig(str(rig_file(tmp_path, memory=memory, backing="ram",
+                                extra=f'like_memory = "{like}"' if like else "")))
+    rig.spec["disks"] = []
+    kernel = load_kernel("distro", build=False)
+    (tmp_path / "run").mkdir()
+    with rig:
+        rig.prepare(tmp_path / "run", kernel, {})
+        rig.boot.boot(kernel, ["loglevel=7"])      # KERN_INFO on the console
+        rig.shutdown()
+        seen = hashsize.from_log(rig.console.text())
+    ram = parse_size(memory, "memory")
+    want = hashsize.like(ram, parse_size(like, "like")) if like else \
+        {"dhash_entries": hashsize.dentry_entries(ram), "ihash_entries": hashsize.inode_entries(ram)}
+    assert seen == {"dentry_hash_entries": want["dhash_entries"], "inode_hash_entries": want["ihash_entries"]}

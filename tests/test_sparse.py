@@ -15,7 +15,7 @@ from krig.errors import UsageError
 from krig.preflight import preflight
 from krig.reproducer import load_reproducer, parse_requires, touch_bytes
 from krig.verdict import Evidence, decide
-from rigs import load_rig, qemu_memory
+from rigs import hashsize, load_rig, qemu_memory
 
 SPARSE_RIG = """driver = "qemu"
 memory = "{memory}"
@@ -164,12 +164,16 @@ def test_host_budget_for_the_guest(tmp_path):
 
 @pytest.mark.guest
 def test_sparse_guest_larger_than_the_host(tmp_path, no_leftover_qemu):
-    """rigs/qemu-64g-sparse.toml on a host with less RAM than 64 GB: it runs, and QEMU's RSS is
-    what the fixed cost says, not 64 GB."""
+    """rigs/qemu-64g-sparse.toml on a host with less RAM than 64 GB: it runs, its kernel's
+    hash tables (machine facts) are the rule's for 64 GB, and QEMU's RSS is what the fixed cost
+    says, not 64 GB."""
+    ram = 64 << 30
     p = krig_run(tmp_path, "selftest-pass", "--rig", "qemu-64g-sparse")
     assert p.returncode == 0, p.stdout + p.stderr
     m = json.loads((run_dir_of(p) / "manifest.json").read_text())
     assert m["preflight"]["sparse_touch"] == 256 << 20
+    assert m["machine"]["dentry_hash_entries"] == hashsize.dentry_entries(ram) == 8388608
+    assert m["machine"]["inode_hash_entries"] == hashsize.inode_entries(ram)
     f = m["rig_facts"]
     assert f["memory_backing"] == "sparse" and "reserve=off" in " ".join(f["qemu_argv"])
     assert f["qemu_rss_after_boot"] <= f["fixed_cost_estimate"] < 4 << 30, f
