@@ -70,9 +70,12 @@ def hash_cmdline(spec: dict) -> list:
     return hashsize.like_cmdline(spec["memory_bytes"], spec["like_memory_bytes"])
 
 
-def fixed_cost(ram: int) -> tuple[int, str]:
-    """Host memory any boot of a sparse guest of `ram` bytes touches, and how it is made up."""
-    struct_pages, tables = ram * hashsize.STRUCT_PAGE >> hashsize.PAGE_SHIFT, hashsize.table_bytes(ram)
+def fixed_cost(ram: int, like_ram: int | None = None) -> tuple[int, str]:
+    """Host memory any boot of a sparse guest of `ram` bytes touches (its hash tables sized like
+    a machine of like_ram bytes, if given), and how it is made up."""
+    tables = hashsize.table_bytes(ram) if like_ram is None else \
+        sum(hashsize.like(ram, like_ram).values()) * hashsize.BUCKET_BYTES
+    struct_pages = ram * hashsize.STRUCT_PAGE >> hashsize.PAGE_SHIFT
     parts = [(struct_pages, "struct pages (RAM/64)"), (tables, "hash tables"),
              ((struct_pages + tables) >> 9, "page tables"), (QEMU_BASE, "QEMU and boot")]
     return sum(n for n, _ in parts), " + ".join(f"{what} {mib(n)}" for n, what in parts)
@@ -121,6 +124,7 @@ class MemoryWatch:
         self.last: tuple | None = None          # (mem_available, rss) of the latest sample
         self.min_available: int | None = None
         self.peak_rss: int | None = None
+        self.budget_given: int | None = None    # what the workload was told when it started
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="krig-memory-watch", daemon=True)
 
@@ -172,7 +176,7 @@ class MemoryWatch:
         return bool(self.last) and self.last[0] < max(LOW_MIN, self.total * LOW_PCT // 100)
 
     def facts(self) -> dict:
-        return {"host_mem_total": self.total, "host_margin": self.margin,
+        return {"host_mem_total": self.total, "host_margin": self.margin, "host_budget_at_workload": self.budget_given,
                 "host_mem_available_min": self.min_available, "qemu_rss_peak": self.peak_rss}
 
 
@@ -215,7 +219,8 @@ def guest_env(watch: MemoryWatch | None, guest_share: str) -> dict:
     """What the workload is told of the host's memory: the budget now, and where to read it live."""
     if watch is None:
         return {}
-    return {"KRIG_HOST_BUDGET_BYTES": str(watch.budget()), "KRIG_HOST_BUDGET_FILE": f"{guest_share}/{BUDGET_FILE}"}
+    watch.budget_given = watch.budget()
+    return {"KRIG_HOST_BUDGET_BYTES": str(watch.budget_given), "KRIG_HOST_BUDGET_FILE": f"{guest_share}/{BUDGET_FILE}"}
 
 
 def sparse(spec: dict) -> bool:
@@ -226,7 +231,7 @@ def host_needs(spec: dict) -> dict:
     """A sparse guest is judged by what it will touch, not by its RAM (krig/preflight.py)."""
     if not sparse(spec):
         return {}
-    fixed, how = fixed_cost(spec["memory_bytes"])
+    fixed, how = fixed_cost(spec["memory_bytes"], spec.get("like_memory_bytes"))
     return {"memory": None, "sparse_memory": {"ram": spec["memory_bytes"], "fixed": fixed, "fixed_how": how,
                                               "margin": margin()}}
 
@@ -241,7 +246,7 @@ def booted(spec: dict, pid: int) -> dict:
     fixed_cost() expects of it."""
     out = {"memory_backing": spec["memory_backing"]}
     if sparse(spec):
-        fixed, how = fixed_cost(spec["memory_bytes"])
+        fixed, how = fixed_cost(spec["memory_bytes"], spec.get("like_memory_bytes"))
         out.update({"qemu_rss_after_boot": rss(pid), "fixed_cost_estimate": fixed, "fixed_cost_how": how})
     return out
 

@@ -52,6 +52,7 @@ def test_sparse_argv_and_like_memory(tmp_path):
     assert qemu_memory.machine_args(rig.spec) == [
         "-object", f"memory-backend-ram,id=m0,size={64 << 30},reserve=off", "-machine", "q35,memory-backend=m0"]
     assert qemu_memory.hash_cmdline(rig.spec) == ["dhash_entries=1048576", "ihash_entries=524288"]
+    assert qemu_memory.fixed_cost(64 << 30, 3 << 40)[0] < qemu_memory.fixed_cost(64 << 30)[0]   # its own tables
     plain = load_rig("qemu-default")
     assert qemu_memory.machine_args(plain.spec) == ["-machine", "q35"] and not qemu_memory.hash_cmdline(plain.spec)
     assert plain.host_needs()["memory"] == 4 << 30 and "sparse_memory" not in plain.host_needs()
