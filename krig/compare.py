@@ -158,6 +158,9 @@ def _facts(man: dict) -> dict:
         for k, v in (cpu or {}).items():
             if k != "mhz":          # the current clock moves with load; governor and turbo decide it
                 out[f"{where} cpu {k}"] = v
+    for k in ("dentry_hash_entries", "inode_hash_entries"):    # a per-bucket bound's share of RAM
+        if k in (man.get("machine") or {}):
+            out[f"machine {k}"] = man["machine"][k]
     return out
 
 

@@ -4,13 +4,17 @@ Guest memory and CPUs against what the host can give, free space of the
 results filesystem and of the rig's work directory (scratch images, the
 results share) against what the reproducer will write (its output, and what
 its preset declares it writes to the scratch disk: requires.scratch_write, as
-a sparse scratch image grows by that much), and the programs the rig runs. A shortfall is bad input (exit 2): one line, nothing started.
+a sparse scratch image grows by that much), and the programs the rig runs. A guest whose RAM
+is backed only where it touches (a sparse QEMU guest) is judged by what it will touch: the
+rig's fixed cost of a boot plus the reproducer's requires.touch and trace buffers, against
+MemAvailable less the rig's margin. A shortfall is bad input (exit 2): one line, nothing started.
 """
 import os
 import pathlib
 import shutil
 
 from .errors import UsageError
+from .reproducer import touch_bytes
 
 LOG_ALLOWANCE = 1 << 20      # console.log, manifest, verdict, junit, samples of a short run
 
@@ -66,6 +70,8 @@ def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True, pres
     if mem and mem > avail:
         raise UsageError(f"{where}.memory: {_mib(mem)} is more than this host can give now "
                          f"(MemAvailable {_mib(avail)})")
+    touched = sparse_touch(needs.get("sparse_memory"), repro, preset, collect, needs.get("cpus") or 1, avail,
+                           where)
     cpus = needs.get("cpus")
     ncpu = os.cpu_count() or 1
     if cpus and cpus > ncpu:
@@ -86,4 +92,22 @@ def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True, pres
         if free < want:
             raise UsageError(f"{path}: {_mib(free)} free for {what}, the run needs at least {_mib(want)} "
                              f"({how})")
-    return {"mem_available": avail, "host_cpus": ncpu, "output_estimate": need, "scratch_write": scratch}
+    return {"mem_available": avail, "host_cpus": ncpu, "output_estimate": need, "scratch_write": scratch,
+            **touched}
+
+
+def sparse_touch(sparse: dict | None, repro, preset, collect: bool, cpus: int, avail: int, where: str) -> dict:
+    """A sparse guest: fixed cost + the workload's touch (requires.touch, trace buffers) must fit
+    in MemAvailable less the margin; what was counted, or one line naming the three numbers."""
+    if not sparse:
+        return {}
+    touch, how = touch_bytes(repro.requires_for(preset), sparse["ram"])
+    if repro.trace_events and collect:
+        trace = repro.buffer_kb_for(preset) * 1024 * cpus
+        touch, how = touch + trace, f"{how} + trace buffers {_mib(trace)}"
+    fixed, total = sparse["fixed"], sparse["fixed"] + touch
+    if total > avail - sparse["margin"]:
+        raise UsageError(f"{where}: a sparse {_mib(sparse['ram'])} guest would touch {_mib(fixed)} fixed "
+                         f"({sparse['fixed_how']}) + {_mib(touch)} for {repro.name} ({how}) = {_mib(total)}, "
+                         f"more than this host's MemAvailable {_mib(avail)} less a {_mib(sparse['margin'])} margin")
+    return {"sparse_fixed": fixed, "sparse_touch": touch, "sparse_touch_how": how, "sparse_margin": sparse["margin"]}

@@ -33,7 +33,7 @@ THRESHOLD_KINDS = ("regression", "instrument")
 # reader disturbs the workload; a run whose events do not fit is ERROR with what fit kept);
 # record: trace-cmd record streams them out while the workload runs (longer than memory).
 TRACE_MODES = ("ring", "record")
-REQUIRES_KEYS = {"scratch_size", "scratch_write", "min_memory", "min_cpus", "programs", "output_size"}
+REQUIRES_KEYS = {"scratch_size", "scratch_write", "min_memory", "min_cpus", "programs", "output_size", "touch"}
 
 
 @dataclasses.dataclass
@@ -315,8 +315,10 @@ def parse_metrics(tables: dict, w: str) -> dict:
 
 def parse_requires(requires: dict, where: str) -> dict:
     """[requires] or [presets.X.requires]: scratch_size, scratch_write, min_memory, output_size (sizes),
-    min_cpus, programs. scratch_write: how much of the scratch disk the workload writes (a sparse
-    disk image grows by as much on the rig's work directory; the preflight counts it)."""
+    min_cpus, programs, touch. scratch_write: how much of the scratch disk the workload writes (a sparse
+    disk image grows by as much on the rig's work directory; the preflight counts it). touch: how much
+    of the guest's RAM the workload may touch, "N%" of it or a size (a sparse guest is backed only
+    where it touches; the preflight counts it, see touch_bytes())."""
     reject_unknown(requires, REQUIRES_KEYS, where)
     req = {}
     for key in ("scratch_size", "scratch_write", "min_memory"):
@@ -328,7 +330,33 @@ def parse_requires(requires: dict, where: str) -> dict:
         req["programs"] = optional(requires, "programs", list, where, [])
     if "output_size" in requires:
         req["output_size"] = parse_size(requires["output_size"], f"{where}.output_size")
+    if "touch" in requires:
+        req["touch"] = parse_touch(requires["touch"], f"{where}.touch")
     return req
+
+
+def parse_touch(value, where: str) -> dict:
+    """requires.touch: "N%" of the guest's RAM ({"pct": N}) or a size ({"bytes": n})."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            pct = float(value.strip()[:-1])
+        except ValueError:
+            pct = -1.0
+        if not 0 < pct <= 100:
+            raise UsageError(f"{where}: {value!r}: a share of RAM is more than 0% and at most 100%")
+        return {"pct": pct}
+    return {"bytes": parse_size(value, where)}
+
+
+def touch_bytes(requires: dict, ram: int) -> tuple[int, str]:
+    """Bytes of a guest of `ram` bytes the workload may touch, and where the figure comes from:
+    requires.touch, or all of its RAM when the reproducer declares none."""
+    touch = requires.get("touch")
+    if touch is None:
+        return ram, "all of its RAM: no requires.touch declared"
+    if "pct" in touch:
+        return int(ram * touch["pct"] / 100), f"requires.touch {touch['pct']:g}% of RAM"
+    return min(ram, touch["bytes"]), f"requires.touch {_mib(touch['bytes'])}"
 
 
 

@@ -19,6 +19,7 @@ from .preflight import preflight
 from .reproducer import load_reproducer
 from .results import claim_run_dir, git_revision, new_run_dir, now, write_json
 from rigs import load_rig
+from rigs.hashsize import from_log as hash_tables
 
 FACTS_TIMEOUT = 60
 
@@ -142,6 +143,9 @@ CPU_FACTS = ("sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1; "
              "awk -F: '/^cpu MHz/ {s += $2; n++} END {if (n) printf \"%.0f\\n\", s / n; else print \"-\"}' "
              "/proc/cpuinfo")
 
+# the kernel's own boot lines giving its hash table sizes (KERN_INFO: in dmesg whatever the console's loglevel)
+HASH_FACTS = "dmesg 2>/dev/null | grep -E 'hash table entries' || true"
+
 
 def host_cpu() -> dict:
     """CPU_FACTS of the host krig runs on (what an emulated machine's speed rests on)."""
@@ -168,7 +172,7 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     log(f"krig: booted in {time.monotonic() - t0:.1f}s ({rig.facts().get('accel', rig.kind)})")
     facts = rig.command.run(["bash", "-c", 'uname -r; cat /proc/cmdline; nproc; '
                              'awk "/^MemTotal:/ {print \\$2}" /proc/meminfo; '
-                             f'cat {CLOCKSOURCE} 2>/dev/null || echo unknown; {CPU_FACTS}'],
+                             f'cat {CLOCKSOURCE} 2>/dev/null || echo unknown; {CPU_FACTS}; {HASH_FACTS}'],
                             timeout=FACTS_TIMEOUT)
     lines = facts.stdout.decode(errors="replace").splitlines()
     if facts.returncode != 0 or len(lines) < 4:
@@ -178,7 +182,9 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     manifest["machine"] = {"release": release, "cmdline": cmdline, "cpus": int(ncpu),
                            "mem_total_bytes": int(memkb) * 1024,
                            "clocksource": lines[4] if len(lines) > 4 else "unknown",
-                           "cpu": cpu_facts(lines[5:])}
+                           "cpu": cpu_facts(lines[5:]),
+                           # the dcache and inode hash tables the kernel sized at boot (rigs/hashsize.py)
+                           **(hash_tables(facts.stdout.decode(errors="replace")) or hash_tables(rig.console.text()))}
     write_json(run_dir / "manifest.json", manifest)
     if release != kernel.release:
         return "error", f"machine runs kernel {release}, not the {kernel.release} asked for"

@@ -18,7 +18,7 @@ from krig import ROOT, safeio
 from krig.config import optional, parse_size, reject_unknown, require
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError, os_fault
 from krig.paths import cache_dir, owner_alive, owner_record
-from . import guestroot, initramfs, kimage, qemu_share
+from . import guestroot, initramfs, kimage, qemu_memory, qemu_share
 from .procs import dies_with_parent, stopped_by_host
 from .protocol import (SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
@@ -67,12 +67,13 @@ def qemu_version() -> str:
 def validate_spec(name: str, spec: dict, where: str) -> dict:
     reject_unknown(spec, {"driver", "description", "memory", "cpus", "accel", "tcg_thread", "tcg_clocksource",
                           "boot_timeout", "disks", "modules", "extra_args", "keep_disks", "work_dir",
-                          "kernel_entry"},
+                          "kernel_entry", "memory_backing", "like_memory"},
                   where)
     out = {"driver": "qemu", "description": optional(spec, "description", str, where, "")}
     out["work_dir"] = optional(spec, "work_dir", str, where, None)
     out["memory_bytes"] = parse_size(optional(spec, "memory", (str, int), where, "4G"), f"{where}.memory")
     out["memory"] = optional(spec, "memory", (str, int), where, "4G")
+    qemu_memory.validate(spec, out, where)
     out["cpus"] = optional(spec, "cpus", int, where, 2)
     if out["cpus"] < 1:
         raise UsageError(f"{where}.cpus: must be at least 1, got {out['cpus']}")
@@ -272,6 +273,7 @@ class QemuMachine:
         self.keep_share = False     # results that could not be moved stay in the share
         self.share_model = "mapped-xattr"   # rigs/qemu_share.py: the guest's links arrive as regular files
         self.stopped: str | None = None
+        self.watch: qemu_memory.MemoryWatch | None = None   # a sparse guest's host memory
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -324,7 +326,7 @@ class QemuRig(Rig):
 
     def host_needs(self):
         return {"memory": self.spec["memory_bytes"], "cpus": self.spec["cpus"], "programs": [QEMU],
-                "work_dir": self.work_dir()}
+                "work_dir": self.work_dir(), **qemu_memory.host_needs(self.spec)}
 
     # -- per-run state ------------------------------------------------------
     def prepare(self, run_dir, kernel, needs):
@@ -356,13 +358,14 @@ class QemuRig(Rig):
         self.m.facts["disks"] = [{"serial": d["serial"], "role": d["role"], "size": d["size"]} for d in self.m.disks]
 
     def scratch_env(self):
+        env = qemu_memory.guest_env(self.m.watch, GUEST_SHARE)     # a sparse guest's host budget
         for d in self.m.disks:
             if d["role"] == "scratch":
-                return {"KRIG_SCRATCH_SERIAL": d["serial"]}
-        return {}
+                return {**env, "KRIG_SCRATCH_SERIAL": d["serial"]}
+        return env
 
     def facts(self):
-        return dict(self.m.facts)
+        return {**self.m.facts, **(self.m.watch.facts() if self.m.watch else {})}
 
     def shutdown(self, grace: float = 20.0):
         """Ask the agent to power the guest off, then make sure it is."""
@@ -380,6 +383,8 @@ class QemuRig(Rig):
     def close(self):
         if self.m.proc is not None:
             _kill(self.m.proc)
+        if self.m.watch is not None:
+            self.m.watch.stop()
         if self.m.workdir and self.m.workdir.exists() and not self.spec["keep_disks"]:
             if self.m.keep_share:     # results that could not be moved stay; the images go
                 for d in self.m.disks:
@@ -390,6 +395,9 @@ class QemuRig(Rig):
     def host_fault(self):
         if self.m.stopped:
             return self.m.stopped
+        oom = qemu_memory.host_oom(self.m.proc, self.m.watch)
+        if oom:
+            return oom
         said = host_disk_error(self.m.run_dir / "qemu.log") if self.m.run_dir else None
         if said:
             return (f"the filesystem under the rig's work directory {self.work_dir()} refused the disk "
@@ -456,8 +464,9 @@ class _Boot(BootProtocol):
         clock = TCG_TSC_CMDLINE if accel == "tcg" and spec["tcg_clocksource"] == "tsc" else []
         r.facts["tcg_clocksource"] = spec["tcg_clocksource"] if accel == "tcg" else None
         append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6", *clock,
-                  f"krig.agent={GUEST_SHARE}/agent.sh", *root_cmdline, *kernel.cmdline, *cmdline]
-        argv = [QEMU, "-name", f"krig-{r.name}", "-machine", "q35", "-accel", accel_arg,
+                  f"krig.agent={GUEST_SHARE}/agent.sh", *root_cmdline, *qemu_memory.hash_cmdline(spec),
+                  *kernel.cmdline, *cmdline]
+        argv = [QEMU, "-name", f"krig-{r.name}", *qemu_memory.machine_args(spec), "-accel", accel_arg,
                 "-cpu", "host" if accel == "kvm" else "max",
                 "-smp", str(spec["cpus"]), "-m", str(spec["memory_bytes"] // (1 << 20)),
                 "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot", "-sandbox", SANDBOX,
@@ -473,6 +482,7 @@ class _Boot(BootProtocol):
         r.facts["qemu_argv"] = argv
         r.facts["kernel_cmdline"] = " ".join(append)
         self.power.on()
+        r.watch = qemu_memory.watch(spec, r.proc, r.run_dir, r.share)
         deadline = time.monotonic() + (timeout or spec["boot_timeout"])
         ready = r.share / "ctl" / "ready"
         t0 = time.monotonic()
@@ -484,6 +494,7 @@ class _Boot(BootProtocol):
                 raise GuestHung(f"guest did not come up within {timeout or spec['boot_timeout']:.0f}s")
             time.sleep(0.1)
         r.facts["boot_seconds"] = round(time.monotonic() - t0, 2)
+        r.facts.update(qemu_memory.booted(spec, r.proc.pid))
 
 
 class _Command(CommandProtocol):

@@ -1,0 +1,216 @@
+"""Sparse guests (RAM backed where the guest touches it), the touch rule of the preflight and the
+host watched while one runs (rigs/qemu_memory.py). The guest cases boot the distro kernel."""
+import json
+import pathlib
+import re
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import krig_run, qemu_pids, run_dir_of
+from krig import run as krun
+from krig.errors import UsageError
+from krig.preflight import preflight
+from krig.reproducer import load_reproducer, parse_requires, touch_bytes
+from krig.verdict import Evidence, decide
+from rigs import hashsize, load_rig, qemu_memory
+
+SPARSE_RIG = """driver = "qemu"
+memory = "{memory}"
+memory_backing = "{backing}"
+cpus = 2
+accel = "auto"
+boot_timeout = 300
+work_dir = "{work}"
+{extra}
+[[disks]]
+serial = "krig-scratch"
+size = "16G"
+role = "scratch"
+"""
+BANNER = "[    0.000000] Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org)\n"
+
+
+def rig_file(tmp_path, memory="4G", backing="sparse", extra="", name="sparse") -> pathlib.Path:
+    d = tmp_path / "rigs"
+    d.mkdir(exist_ok=True)
+    p = d / f"{name}.toml"
+    p.write_text(SPARSE_RIG.format(memory=memory, backing=backing, work=tmp_path / "work", extra=extra))
+    return p
+
+
+def host_total() -> int:
+    return qemu_memory.meminfo()["MemTotal"]
+
+
+# -- the rig file and QEMU's argv ----------------------------------------------------------------
+
+def test_sparse_argv_and_like_memory(tmp_path):
+    rig = load_rig(str(rig_file(tmp_path, memory="64G", extra='like_memory = "3T"')))
+    assert qemu_memory.machine_args(rig.spec) == [
+        "-object", f"memory-backend-ram,id=m0,size={64 << 30},reserve=off", "-machine", "q35,memory-backend=m0"]
+    assert qemu_memory.hash_cmdline(rig.spec) == ["dhash_entries=1048576", "ihash_entries=524288"]
+    assert qemu_memory.fixed_cost(64 << 30, 3 << 40)[0] < qemu_memory.fixed_cost(64 << 30)[0]   # its own tables
+    plain = load_rig("qemu-default")
+    assert qemu_memory.machine_args(plain.spec) == ["-machine", "q35"] and not qemu_memory.hash_cmdline(plain.spec)
+    assert plain.host_needs()["memory"] == 4 << 30 and "sparse_memory" not in plain.host_needs()
+    for name in ("qemu-64g-sparse", "qemu-256g-sparse"):
+        assert load_rig(name).spec["memory_backing"] == "sparse"
+
+
+@pytest.mark.parametrize("extra,needle", [
+    ('memory_backing = "swap"', ".memory_backing: 'swap' is not one of ram, sparse"),
+    ('like_memory = "lots"', ".like_memory: expected a size like"),
+    ('like_memory = "128T"', ".like_memory: '128T' is outside 512M-64T"),
+])
+def test_bad_rig_keys(krig_cli, tmp_path, extra, needle):
+    rig = rig_file(tmp_path, backing="ram", extra=extra.replace('memory_backing = "swap"', "") + "\n")
+    if "swap" in extra:
+        rig.write_text(rig.read_text().replace('memory_backing = "ram"', extra))
+    p = krig_cli("run", "selftest-pass", "--rig", str(rig), env={"KRIG_RESULTS": str(tmp_path / "results")})
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+@pytest.mark.parametrize("value,needle", [("0%", "more than 0% and at most 100%"),
+                                          ("150%", "at most 100%"), ("x%", "at most 100%"),
+                                          ("lots", "expected a size like")])
+def test_bad_touch(value, needle):
+    with pytest.raises(UsageError, match=re.escape(needle)) as e:
+        parse_requires({"touch": value}, "reproducers/x/repro.toml.requires")
+    assert str(e.value).startswith("reproducers/x/repro.toml.requires.touch: ")
+
+
+def test_touch_declared_or_all_of_ram():
+    assert touch_bytes({"touch": {"pct": 17.0}}, 64 << 30) == (int((64 << 30) * 0.17), "requires.touch 17% of RAM")
+    assert touch_bytes({"touch": {"bytes": 8 << 30}}, 4 << 30)[0] == 4 << 30    # never more than the RAM
+    assert touch_bytes({}, 4 << 30) == (4 << 30, "all of its RAM: no requires.touch declared")
+    flood = load_reproducer("neg-dentry-flood")
+    assert touch_bytes(flood.requires_for("smoke"), 100)[0] >= 15      # its bound fits in what it declares
+
+
+# -- the preflight ------------------------------------------------------------------------------
+
+def test_sparse_guest_beyond_the_host_is_judged_by_its_touch(tmp_path):
+    """A sparse guest larger than the host starts when its fixed cost and declared touch fit."""
+    ram = 1 << max(35, (host_total() * 2).bit_length())     # at least twice the host
+    rig = load_rig(str(rig_file(tmp_path, memory=f"{ram >> 30}G")))
+    got = preflight(rig, load_reproducer("selftest-pass"), tmp_path / "results")
+    assert got["sparse_touch"] == 256 << 20 and got["sparse_fixed"] == qemu_memory.fixed_cost(ram)[0]
+    assert got["sparse_fixed"] + got["sparse_touch"] < got["mem_available"]
+
+
+def test_touch_beyond_the_host_is_refused(krig_cli, tmp_path):
+    """The flood's 17% of a guest eight times the host's RAM: one line naming the fixed cost, the
+    touch and MemAvailable; nothing starts."""
+    ram = 1 << (host_total() * 8).bit_length()
+    rig = rig_file(tmp_path, memory=f"{ram >> 30}G")
+    p = krig_cli("run", "neg-dentry-flood", "--preset", "smoke", "--rig", str(rig),
+                 env={"KRIG_RESULTS": str(tmp_path / "results")})
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    line = lines[0]
+    assert line.startswith(f"krig: error: {rig}: a sparse {ram >> 30}.0 GiB guest would touch "), line
+    assert re.search(r"touch [\d.]+ GiB fixed \(struct pages \(RAM/64\) ", line), line
+    assert re.search(r"\+ [\d.]+ GiB for neg-dentry-flood \(requires\.touch 17% of RAM\)", line), line
+    assert re.search(r"more than this host's MemAvailable [\d.]+ GiB less a [\d.]+ GiB margin$", line), line
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("manifest.json"))
+    assert not qemu_pids(str(tmp_path))
+
+
+# -- the host's OOM kill -------------------------------------------------------------------------
+
+class _Gone:
+    """A QEMU process that has exited with `returncode`."""
+    pid = 2 ** 22 + 7           # above pid_max's default: no kernel log line names it
+    def __init__(self, returncode):
+        self.returncode = returncode
+    def poll(self):
+        return self.returncode
+
+
+def _watch(tmp_path, avail: int) -> qemu_memory.MemoryWatch:
+    w = qemu_memory.MemoryWatch(_Gone(-9), tmp_path / "host-memory.tsv", None)
+    w.last = (avail, 3 << 30)
+    return w
+
+
+def test_sigkill_with_the_host_out_of_memory_is_error_naming_it(tmp_path):
+    w = _watch(tmp_path, 40 << 20)
+    fault = qemu_memory.host_oom(w.proc, w)
+    assert fault and "killed by SIGKILL with the host out of memory" in fault and "OOM killer" in fault, fault
+    assert "MemAvailable 40 MiB" in fault and "host-memory.tsv" in fault
+    verdict, reason = decide(Evidence("crashed", "guest died while running bash (qemu exit -9); see console.log",
+                                      BANNER, rig_fault="rig sparse: QEMU was killed by signal 9", host_fault=fault,
+                                      machine_answered=True))
+    assert verdict == "ERROR" and reason.startswith("host: ") and "OOM killer" in reason, reason
+    # memory to spare, or another way out: not the OOM killer
+    assert qemu_memory.host_oom(w.proc, _watch(tmp_path, host_total() // 2)) is None
+    assert qemu_memory.host_oom(_Gone(-15), w) is None and qemu_memory.host_oom(_Gone(0), w) is None
+
+
+def test_host_budget_for_the_guest(tmp_path):
+    w = _watch(tmp_path, 10 << 30)
+    env = qemu_memory.guest_env(w, "/run/krig/share")
+    assert int(env["KRIG_HOST_BUDGET_BYTES"]) == (10 << 30) - w.margin
+    assert env["KRIG_HOST_BUDGET_FILE"] == "/run/krig/share/host-budget"
+    assert qemu_memory.guest_env(None, "/run/krig/share") == {}
+
+
+# -- real guests ---------------------------------------------------------------------------------
+
+@pytest.mark.guest
+def test_sparse_guest_larger_than_the_host(tmp_path, no_leftover_qemu):
+    """rigs/qemu-64g-sparse.toml on a host with less RAM than 64 GB: it runs, its kernel's
+    hash tables (machine facts) are the rule's for 64 GB, and QEMU's RSS is what the fixed cost
+    says, not 64 GB."""
+    ram = 64 << 30
+    p = krig_run(tmp_path, "selftest-pass", "--rig", "qemu-64g-sparse")
+    assert p.returncode == 0, p.stdout + p.stderr
+    m = json.loads((run_dir_of(p) / "manifest.json").read_text())
+    assert m["preflight"]["sparse_touch"] == 256 << 20
+    assert m["machine"]["dentry_hash_entries"] == hashsize.dentry_entries(ram) == 8388608
+    assert m["machine"]["inode_hash_entries"] == hashsize.inode_entries(ram)
+    f = m["rig_facts"]
+    assert f["memory_backing"] == "sparse" and "reserve=off" in " ".join(f["qemu_argv"])
+    assert f["qemu_rss_after_boot"] <= f["fixed_cost_estimate"] < 4 << 30, f
+    assert f["qemu_rss_peak"] < f["fixed_cost_estimate"] + (256 << 20), f
+    rows = (run_dir_of(p) / "host-memory.tsv").read_text().splitlines()
+    assert rows[0].split("\t")[:3] == ["mono", "mem_available_bytes", "emulator_rss_bytes"] and len(rows) > 2
+
+
+@pytest.mark.guest
+def test_host_oom_kill_of_a_sparse_guest_is_error(tmp_path, monkeypatch, no_leftover_qemu):
+    """QEMU killed by SIGKILL while the host's sampled MemAvailable was near 0 (the sampler reads a
+    copy of /proc/meminfo the test lowers): ERROR naming the host's OOM killer, never CRASHED."""
+    fake = tmp_path / "meminfo"
+    real = pathlib.Path("/proc/meminfo").read_text()
+    fake.write_text(real)
+    monkeypatch.setattr(qemu_memory, "MEMINFO", str(fake))
+    (tmp_path / "results").mkdir()
+    out = {}
+
+    def go():
+        out["run"] = krun.run("selftest-hang", str(rig_file(tmp_path)), "distro", sets={"timeout": "300"},
+                              results_root=tmp_path / "results", log=lambda *a: None)
+    t = threading.Thread(target=go)
+    t.start()
+    try:
+        deadline = time.monotonic() + 240
+        while not list((tmp_path / "work").glob("*/share/ctl/*.out")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        fake.write_text(re.sub(r"MemAvailable:\s+\d+", "MemAvailable:      51200", real))
+        time.sleep(2.5)                     # two samples of the low host
+        for pid in qemu_pids(str(tmp_path)):
+            subprocess.run(["kill", "-KILL", str(pid)], check=False)
+    finally:
+        t.join(300)
+    run_dir, verdict = out["run"]
+    assert verdict["verdict"] == "ERROR", verdict
+    assert verdict["reason"].startswith("host: the emulator (QEMU pid ") and "OOM killer" in verdict["reason"], \
+        verdict["reason"]
+    assert "MemAvailable 50 MiB" in verdict["reason"]
