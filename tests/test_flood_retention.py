@@ -213,3 +213,20 @@ def test_plain_kernel_unbounded_next_to_a_cpu_hog(cpu_hog, tmp_path_factory):
     assert m["last_quarter_growth_pct_of_limit"] > 5
     assert f"negatives still growing at {m['end_negative_pct_ram']:.3g}% of RAM" in v["reason"]
     assert "when the flood stopped: unbounded" in v["reason"] and m["oom_kill_lines"] == 0
+
+
+def test_out_of_time_before_the_limit_is_error_not_pass(tmp_path, krig_cli):
+    """A host so slow that max_duration ends an unbounded flood far below the RAM limit: the
+    growth over the last quarter of the names is small against the limit, so the growth rule
+    alone would PASS it. Nothing was told about the kernel: ERROR, on the instrument threshold."""
+    log = _model_log(tmp_path / "slow.tsv", 5_000, 100)
+    report, flood_txt, rows = replay(tmp_path, log, *SMOKE[:-2], "-t", "60")
+    assert report["stop_reason"] == "time_limit" and report["limit_crossed"] == "0", report
+    t = np.concatenate([[0, 4], rows[:, 1] + 5, [rows[-1, 1] + 5.5]])
+    neg = np.concatenate([[float(report["nr_negative_start"])] * 2, rows[:, 3], [rows[-1, 3]]])
+    d = flood_run_dir(tmp_path / "run", flood_txt, t, neg, 5, 5 + rows[-1, 1], int(report["mem_total_bytes"]))
+    p = krig_cli("check", str(d))
+    m = {k: v["value"] for k, v in json.loads((d / "metrics.json").read_text()).items()}
+    assert m["out_of_time_untold"] == 1 and m["bounded"] is None and m["peak_negative_pct_ram"] < 5
+    v = json.loads((d / "verdict.json").read_text())
+    assert p.returncode == 3 and v["verdict"] == "ERROR" and "out_of_time_untold" in v["reason"], v

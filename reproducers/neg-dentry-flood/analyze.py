@@ -173,6 +173,10 @@ def metrics(run) -> dict:
         "settle_bound_pct_ram": 100.0 * fl["bound_bytes"] / ram if "bound_bytes" in fl else math.nan,
     }
     out["bounded"] = bounded(fl, out["limit_crossed"])
+    # the outer limit in seconds ended a flood that had neither crossed the RAM limit nor settled:
+    # the host was too slow for the preset to tell anything about the kernel
+    out["out_of_time_untold"] = float(out["time_limit_hit"] == 1 and out["limit_crossed"] != 1
+                                      and out["bounded"] != 1)
     names = ("peak_nr_negative", "end_nr_negative", "peak_negative_bytes", "peak_negative_pct_ram",
              "end_negative_pct_ram", "last_quarter_growth_pct", "last_quarter_growth_pct_of_limit",
              "time_to_1pct_ram_s", "time_to_5pct_ram_s", "time_to_10pct_ram_s",
