@@ -66,6 +66,22 @@ def rig_with_memory(directory: pathlib.Path, memory: str) -> pathlib.Path:
     return path
 
 
+def setup_missing(missing, what: str) -> None:
+    """Fail, naming the packages, when something `make setup` installs is missing.
+
+    A missing program or header that setup installs is a broken setup, not a fact of the
+    machine: the test fails with one line saying what to install, it never skips."""
+    if missing:
+        pytest.fail(f"broken setup: {what} need {', '.join(missing)}; run `make setup`", pytrace=False)
+
+
+def require_program(program: str, package: str) -> None:
+    """Fail (never skip) unless `program`, installed by `make setup` from `package`, is on PATH."""
+    import shutil
+    found = shutil.which(program) or os.path.exists(f"/usr/sbin/{program}")
+    setup_missing([] if found else [f"{program} ({package})"], "these tests")
+
+
 def recorded_contention(run_dir: pathlib.Path) -> float | None:
     """What the contention rule gives for the host.tsv a run recorded: the % of its samples in
     which the host was contended (krig/hostload.py), from the host CPU count the manifest
@@ -139,6 +155,12 @@ def krig_cli(tmp_path):
         return subprocess.run(KRIG + list(args), capture_output=True, text=True, cwd=ROOT,
                               timeout=timeout, env=e)
     return run
+
+
+@pytest.fixture
+def trace_cmd():
+    """trace-cmd, the oracle of the trace reader's tests: installed by `make setup`."""
+    require_program("trace-cmd", "trace-cmd")
 
 
 @pytest.fixture
