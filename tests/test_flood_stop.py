@@ -110,10 +110,14 @@ def test_negflood_goes_on_past_the_limit_to_its_bound(tmp_path):
 def test_negflood_settles_past_the_limit(tmp_path):
     """200,000 shared names: nr_negative passes the limit (0.05% of RAM, ~66k dentries on this
     24 GB host) on the first pass, then holds at ~200k: a plateau past the limit (bounded)."""
-    r = negflood(tmp_path, "-g", "0,0,1", "-k", "200000", "-t", "60", "-l", "0.05", "-x", "50",
+    # the limit is a % of MemTotal: scaled so that it is ~12.9 MB (0.05% of 24 GiB) on any host
+    total = next(int(ln.split()[1]) << 10 for ln in open("/proc/meminfo") if ln.startswith("MemTotal:"))
+    pct = 0.05 * (24 << 30) / total
+    r = negflood(tmp_path, "-g", "0,0,1", "-k", "200000", "-t", "60", "-l", f"{pct:.6g}", "-x", "50",
                  "-n", "3", "-w", "1", "-r", "1", "-i", "0.1")
     limit_n = float(r["limit_bytes"]) / int(r["dentry_objsize"])
-    assert limit_n < 150_000, "the host has more RAM than this test assumes"
+    assert float(r["limit_bytes"]) == pytest.approx(float(f"{pct:.6g}") / 100 * total, rel=1e-3)
+    assert limit_n < 150_000, "the limit must sit below the 200,000 shared names"
     assert r["stop_reason"] == "plateau" and r["limit_crossed"] == "1", r
     assert 190_000 <= int(r["negatives_at_stop"]) <= 260_000
     assert float(r["limit_seconds"]) <= float(r["stop_seconds"]) and float(r["stop_seconds"]) >= 3  # min_duration
