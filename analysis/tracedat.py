@@ -133,6 +133,8 @@ class TraceFile:
         self.path = os.fspath(path)
         try:     # a trace may come from a guest: a regular file only, no link followed (krig/safeio.py)
             self._f = safeio.open_file(*safeio.split(self.path), cap=1 << 50)
+        except safeio.MissingFile:
+            raise TraceError(f"{self.path}: cannot open: no such file") from None
         except safeio.UsageError as e:
             raise TraceError(str(e)) from None
         except OSError as e:

@@ -51,6 +51,14 @@ CODES = {"good": GOOD, "bad": BAD, "skip": SKIP}
 KRIG = pathlib.Path(sys.executable).with_name("krig")
 
 
+def this_checkout_env() -> dict:
+    """The environment for krig's own children (`git bisect run`'s oracle, `krig run`): this
+    checkout's packages first on the path, whatever directory they start in and wherever the
+    venv's krig was installed from."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(ROOT) + (f":{path}" if path else "")}
+
+
 # -- decisions (pure; unit-tested) --------------------------------------------
 
 def classify(verdict: str, booted: bool) -> str:
@@ -128,7 +136,7 @@ def run_krig(state: dict) -> Attempt:
         argv += ["--preset", state["preset"]]
     for s in state.get("sets", []):
         argv += ["--set", s]
-    p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=this_checkout_env())
     m = re.search(r"^results: (.+)$", p.stdout, re.M)
     if not m or not pathlib.Path(m.group(1), "verdict.json").exists():
         err = (p.stderr.strip().splitlines() or ["no output"])[-1]
@@ -277,7 +285,7 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
         git(tree_p, "bisect", "start", "--no-checkout", ends["BAD"], ends["GOOD"])
         p = subprocess.Popen(["git", "-C", str(tree_p), "bisect", "run", sys.executable, "-m", "kernels.bisect",
                              "oracle", str(out / "state.json")], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+                             stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=this_checkout_env())
         lines = []
         try:
             for line in p.stdout:

@@ -69,10 +69,17 @@ def existing_demo_repo() -> str | None:
     return str(repos[-1].parent) if repos else None
 
 
-def make_demo_repo(log=print) -> tuple[pathlib.Path, dict]:
+def make_demo_repo(log=print, commits: list | None = None, where: pathlib.Path | None = None
+                   ) -> tuple[pathlib.Path, dict]:
+    """The demo history (made once). `commits`: some of COMMITS, in order, the culprit among them,
+    for a shorter history; `where`: the directory to make it in instead of the cache."""
+    history = COMMITS if commits is None else commits
+    if not any(c[0] == CULPRIT for c in history):
+        raise KrigError("a demo history needs the culprit commit")
     tarball = pathlib.Path(DEFAULT_TARBALL)
     sha = tarball_sha256(tarball)
-    repo = cache_dir("bisect-demo") / f"linux-6.1-{sha[:12]}.git"
+    short = "" if history == COMMITS else f"-{len(history) + 1}"
+    repo = (pathlib.Path(where) if where else cache_dir("bisect-demo")) / f"linux-6.1-{sha[:12]}{short}.git"
     info_path = repo / "krig-demo.json"
     if info_path.exists():
         return repo, json.loads(info_path.read_text())
@@ -85,7 +92,7 @@ def make_demo_repo(log=print) -> tuple[pathlib.Path, dict]:
     _git(tmp, "-c", "core.looseCompression=1", "add", "-A", "-f", ".", work_tree=pristine)
     commits = [_commit(tmp, "Import Debian linux-source-6.1 (krig bisect demo base)", None, 1)]
     culprit = None
-    for i, (msg, kind, what, text) in enumerate(COMMITS, 2):
+    for i, (msg, kind, what, text) in enumerate(history, 2):
         if kind == "append":
             old = subprocess.run(["git", f"--git-dir={tmp}", "cat-file", "blob", f"{commits[-1]}:{what}"],
                                  capture_output=True, check=True).stdout

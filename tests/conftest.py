@@ -66,18 +66,54 @@ def rig_with_memory(directory: pathlib.Path, memory: str) -> pathlib.Path:
     return path
 
 
-def judged_as(verdict: dict, expected: str) -> bool:
-    """The run got `expected`, or the judge said the host was too busy to blame the kernel.
+def setup_missing(missing, what: str) -> None:
+    """Fail, naming the packages, when something `make setup` installs is missing.
+
+    A missing program or header that setup installs is a broken setup, not a fact of the
+    machine: the test fails with one line saying what to install, it never skips."""
+    if missing:
+        pytest.fail(f"broken setup: {what} need {', '.join(missing)}; run `make setup`", pytrace=False)
+
+
+def require_program(program: str, package: str) -> None:
+    """Fail (never skip) unless `program`, installed by `make setup` from `package`, is on PATH."""
+    import shutil
+    found = shutil.which(program) or os.path.exists(f"/usr/sbin/{program}")
+    setup_missing([] if found else [f"{program} ({package})"], "these tests")
+
+
+def recorded_contention(run_dir: pathlib.Path) -> float | None:
+    """What the contention rule gives for the host.tsv a run recorded: the % of its samples in
+    which the host was contended (krig/hostload.py), from the host CPU count the manifest
+    recorded; None when the run recorded no host.tsv."""
+    from krig.hostload import contended_pct
+    host = json.loads((run_dir / "manifest.json").read_text()).get("host") or {}
+    if not (run_dir / "host.tsv").exists() or not host.get("cpus"):
+        return None
+    return contended_pct(run_dir / "host.tsv", host["cpus"])
+
+
+def judged_as(verdict: dict, expected: str, run_dir: pathlib.Path) -> bool:
+    """The run got `expected`, or the judge said the host was too busy to blame the kernel
+    and the host.tsv the run recorded shows it was.
 
     A TCG guest runs as fast as the host lets it; on a busy (shared CI) host a timing
     threshold marked host_sensitive can be crossed by the host alone, and krig then gives
-    ERROR naming host contention instead of FAIL (docs/verdicts.md). That is what the code
-    must decide given the load it saw, so a test expecting PASS accepts it; any other
-    ERROR, and any FAIL, still fails the test."""
+    ERROR naming host contention instead of FAIL (docs/verdicts.md). A test expecting PASS
+    accepts that only when the contention rule, recomputed here from the run's own host.tsv,
+    is over the limit and the reason states that same share; any other ERROR, and any FAIL,
+    still fails the test."""
+    from krig.verdict import CONTENDED_LIMIT_PCT
     if verdict["verdict"] == expected:
         return True
-    return (expected == "PASS" and verdict["verdict"] == "ERROR"
-            and verdict["reason"].startswith("host contention: "))
+    if not (expected == "PASS" and verdict["verdict"] == "ERROR"
+            and verdict["reason"].startswith("host contention: ")):
+        return False
+    pct = recorded_contention(run_dir)
+    assert pct is not None and pct > CONTENDED_LIMIT_PCT, \
+        f"ERROR host contention, but the run's host.tsv gives {pct}% (limit {CONTENDED_LIMIT_PCT}%)"
+    assert f"saturated in {pct:.0f}% of" in verdict["reason"], (pct, verdict["reason"])
+    return True
 
 
 # The seed reproducers' smoke runs: the verdict (exit code, verdict) each gives on Debian's 6.1.
@@ -119,6 +155,12 @@ def krig_cli(tmp_path):
         return subprocess.run(KRIG + list(args), capture_output=True, text=True, cwd=ROOT,
                               timeout=timeout, env=e)
     return run
+
+
+@pytest.fixture
+def trace_cmd():
+    """trace-cmd, the oracle of the trace reader's tests: installed by `make setup`."""
+    require_program("trace-cmd", "trace-cmd")
 
 
 @pytest.fixture

@@ -58,13 +58,18 @@ def test_check_missing_manifest(krig_cli, tmp_path):
     assert_one_line(krig_cli("check", str(tmp_path)), "missing manifest.json")
 
 
+def rig_path_env(tmp_path, name: str, body: str) -> dict:
+    """A rig file `name` in a directory of tmp_path, found by name through KRIG_RIG_PATH
+    (nothing is written into the checkout)."""
+    d = tmp_path / "rigs"
+    d.mkdir(exist_ok=True)
+    (d / f"{name}.toml").write_text(body)
+    return {"KRIG_RIG_PATH": str(d), "KRIG_RESULTS": str(tmp_path / "results")}
+
+
 def test_malformed_rig_toml(krig_cli, tmp_path):
-    rig = pathlib.Path(__file__).resolve().parent.parent / "rigs" / "zz-test-malformed.toml"
-    rig.write_text("driver = 'qemu'\nmemory = \n")
-    try:
-        assert_one_line(krig_cli("run", "selftest-pass", "--rig", "zz-test-malformed"), "malformed TOML")
-    finally:
-        rig.unlink()
+    env = rig_path_env(tmp_path, "zz-test-malformed", "driver = 'qemu'\nmemory = \n")
+    assert_one_line(krig_cli("run", "selftest-pass", "--rig", "zz-test-malformed", env=env), "malformed TOML")
 
 
 @pytest.mark.parametrize("body,needle", [
@@ -74,13 +79,9 @@ def test_malformed_rig_toml(krig_cli, tmp_path):
     ("driver = 'vmware'\n", "driver"),
     ("driver = 'qemu'\nkernel_entry = 'elf'\n", "kernel_entry"),
 ])
-def test_bad_rig_fields(krig_cli, body, needle):
-    rig = pathlib.Path(__file__).resolve().parent.parent / "rigs" / "zz-test-bad.toml"
-    rig.write_text(body)
-    try:
-        assert_one_line(krig_cli("run", "selftest-pass", "--rig", "zz-test-bad"), needle)
-    finally:
-        rig.unlink()
+def test_bad_rig_fields(krig_cli, tmp_path, body, needle):
+    env = rig_path_env(tmp_path, "zz-test-bad", body)
+    assert_one_line(krig_cli("run", "selftest-pass", "--rig", "zz-test-bad", env=env), needle)
 
 
 @pytest.mark.parametrize("text,expect", [("16G", 16 << 30), ("512m", 512 << 20), ("2038MiB", 2038 << 20),

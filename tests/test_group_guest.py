@@ -62,7 +62,10 @@ def test_group_resumes_and_compare_matches_metrics_json(tmp_path, no_leftover_qe
     # the group against itself: identical samples, nothing significant, no flips
     p = krig(tmp_path, "compare", "--out", str(out), str(g), "--", str(g))
     assert p.returncode == 0, p.stderr
-    assert "*" not in "".join(ln for ln in p.stdout.splitlines() if ln.startswith(("answer", "files_seen", "sampler")))
+    rows = {prefix: [ln for ln in p.stdout.splitlines() if ln.startswith(prefix)]
+            for prefix in ("answer", "files_seen", "sampler")}
+    assert all(rows.values()), f"metric rows missing from the comparison: {rows}\n{p.stdout}"
+    assert "*" not in "".join(ln for lines in rows.values() for ln in lines)
     assert "FLIPS" not in p.stdout
     assert max(len(ln) for ln in p.stdout.splitlines()) <= 100
 

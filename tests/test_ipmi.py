@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import KRIG, ROOT
+from conftest import KRIG, ROOT, setup_missing
 from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
 from krig.errors import RigError
 from kernels.catalog import load_kernel
@@ -42,9 +42,7 @@ IPMI_FILES = {"sel.txt", "sel-before.txt", "bmc.log", "sol.log", "ssh.log"}
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    miss = missing_tools()
-    if miss:
-        pytest.skip(f"IPMI rig tests need: {', '.join(miss)} (make setup)")
+    setup_missing(missing_tools(), "the IPMI rig tests")
     kernel = load_kernel("distro")
     initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)
     base = tmp_path_factory.mktemp("ipmi")

@@ -44,6 +44,8 @@ def test_tiny_kernels_built(built):
         for opt in ("CONFIG_XFS_FS", "CONFIG_BLK_DEV_NVME", "CONFIG_9P_FS", "CONFIG_EVENT_TRACING", "CONFIG_SLUB"):
             assert cfg.get(opt) == "y", f"{name}: {opt}"
         assert cfg.get("CONFIG_SLOB", "n") == "n", "tinyconfig's SLOB has no /proc/slabinfo"
+        # make ran boxed (kernels/sandbox.py, bubblewrap from `make setup`): the build says so
+        assert json.loads((out / "build.json").read_text())["sandbox"] is True, f"{name}: built unboxed"
     meta = json.loads((pathlib.Path(built[BAD]["dir"]) / "build.json").read_text())
     assert meta["incremental"], "the patched variant reuses the unpatched kernel's tree"
     assert [p["series"] for p in meta["inputs"]["patches"]] == ["rmdir-keeps-children"]
@@ -58,7 +60,10 @@ def flip(built, tmp_path_factory):
         assert not qemu_pids(str(tmp)), "qemu left behind"
         d = run_dir_of(p)
         verdict = json.loads((d / "verdict.json").read_text())
-        assert verdict["verdict"] in ("PASS", "FAIL"), f"{name}: {verdict['verdict']}: {verdict['reason']}"
+        # judged by its thresholds, or (for the unpatched kernel, whose only way to miss PASS on a
+        # working kernel is a timing threshold) ERROR host contention that its host.tsv bears out
+        assert verdict["verdict"] in ("PASS", "FAIL") or (name == GOOD and judged_as(verdict, "PASS", d)), \
+            f"{name}: {verdict['verdict']}: {verdict['reason']}"
         metrics = json.loads((d / "metrics.json").read_text())
         runs[name] = (p, d, verdict, {k: v["value"] for k, v in metrics.items()})
     return runs
@@ -89,8 +94,8 @@ def test_patched_kernel_fails_with_every_file_negative(flip):
 
 
 def test_unpatched_kernel_passes_with_plausible_metrics(flip):
-    p, _, v, m = flip[GOOD]
-    assert judged_as(v, "PASS"), f"{v['verdict']}: {v['reason']}"
+    p, d, v, m = flip[GOOD]
+    assert judged_as(v, "PASS", d), f"{v['verdict']}: {v['reason']}"
     assert p.returncode == (0 if v["verdict"] == "PASS" else 3)
     _finite(m, "files", "peak_nr_negative", "end_nr_negative", "peak_negative_vs_inflight",
             "unlink_rate_mean", "unlink_seconds", "peak_dentry_slab_bytes")

@@ -91,7 +91,6 @@ def test_waiting_controllers_go_by_priority_after_a_kill9_lease_runs_out(tmp_pat
     assert st.index("prio 10") < st.index("prio 0"), st
     os.killpg(x.pid, signal.SIGKILL)            # the holder dies without unlocking anything
     x.wait(10)
-    assert coord.who(), "the dead controller's lock should stay until its lease runs out"
     for p in (high, low):
         p.wait(120)
     hi, lo = facts_of(tmp_path / "high.out"), facts_of(tmp_path / "low.out")
@@ -103,7 +102,10 @@ def test_waiting_controllers_go_by_priority_after_a_kill9_lease_runs_out(tmp_pat
     assert hi["acquired_at"] < lo["acquired_at"] and hi["released_at"] <= lo["acquired_at"]
     kicked = hi.get("stale_released", []) + lo.get("stale_released", [])
     assert [k["holder"] for k in kicked] == [held["holder"]], kicked
-    assert kicked[0]["released"] >= kicked[0]["lease_ended"]     # only after the lease had ended
+    # the dead controller's lock stayed until its lease ran out: released only after the lease
+    # the coordinator recorded had ended, and no waiter held lab1 before that
+    assert kicked[0]["released"] >= kicked[0]["lease_ended"]
+    assert hi["acquired_at"] >= kicked[0]["lease_ended"]
     assert coord.who() == [] and coord.reservations() == ""
 
 

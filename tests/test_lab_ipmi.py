@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import KRIG, ROOT
+from conftest import KRIG, ROOT, setup_missing
 from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
 from kernels.catalog import load_kernel
 from lab_fixture import Coordinator, wait_for
@@ -28,9 +28,7 @@ LEASE = 10
 
 @pytest.fixture
 def lab(tmp_path):
-    miss = missing_tools()
-    if miss:
-        pytest.skip(f"needs: {', '.join(miss)}")
+    setup_missing(missing_tools(), "the lab IPMI tests")
     kernel = load_kernel("distro")
     initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)
     coord = Coordinator(tmp_path / "coordinator").start()

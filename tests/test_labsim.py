@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import build_kernels
+from conftest import build_kernels, setup_missing
 from ipmi_fixture import free_port, missing_tools as ipmi_missing
 from kernels.catalog import load_kernel
 from krig.run import run
@@ -39,8 +39,7 @@ SMOKE = ("neg-dentry-flood", "smoke", "FAIL")      # 6.1 has no cap on negative 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    miss = ipmi_missing() + labsim_image.missing_tools()
-    assert not miss, f"the lab server tests need: {', '.join(miss)} (make setup)"
+    setup_missing(ipmi_missing() + labsim_image.missing_tools(), "the lab server tests")
     t0 = time.monotonic()
     image = labsim_image.build()
     print(f"lab server image ready in {time.monotonic() - t0:.0f}s: {image}")
