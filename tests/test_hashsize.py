@@ -52,8 +52,10 @@ def test_compare_notes_different_hash_tables():
 
 
 @pytest.mark.guest
-@pytest.mark.parametrize("memory,like,backing", [("1G", None, "ram"), ("2G", None, "ram"), ("4G", None, "ram"),
-                                                 ("8G", None, "ram"), ("16G", None, "ram"), ("4G", "3T", "ram"),
+# every size from 1 to 256 GB was checked once (docs/measurements.md, "Sparse guests"); the
+# suite keeps the two ends of the flat 8 KiB-per-bucket range, a big machine's density on a small
+# guest, and a guest larger than the host
+@pytest.mark.parametrize("memory,like,backing", [("1G", None, "ram"), ("16G", None, "ram"), ("4G", "3T", "ram"),
                                                  ("64G", None, "sparse")])
 def test_hash_tables_of_real_guests(tmp_path, memory, like, backing, no_leftover_qemu):
     """The kernel's own console line against the rule, at the sizes this host can boot (64 GB as
