@@ -18,6 +18,7 @@ Two pieces model what a real server has and ipmi_sim lacks:
 Everything started here is killed in stop(), which the fixtures call even when
 a test fails; every wait is bounded.
 """
+import contextlib
 import os
 import pathlib
 import secrets
@@ -330,3 +331,28 @@ loadlib "{b}/krig_diag.so" ""
                 break
             time.sleep(0.2)
 
+
+@contextlib.contextmanager
+def running_sim(tmp_path_factory, name: str):
+    """A started SimServer booting Debian's kernel, its rig file `sim`, with KRIG_RIG_PATH and
+    KRIG_LOCK_DIR pointing at it; stopped afterwards, and nothing of it may be left running."""
+    import pytest
+    from conftest import setup_missing
+    from kernels.catalog import load_kernel
+    from rigs import initramfs, qemu
+    setup_missing(missing_tools(), "the IPMI rig tests")
+    kernel = load_kernel("distro")
+    initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)
+    base = tmp_path_factory.mktemp(name)
+    server = SimServer(base, kernel, initrd)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KRIG_RIG_PATH", str(server.rigs))
+        mp.setenv("KRIG_LOCK_DIR", str(base / "locks"))
+        try:
+            server.start()
+            server.rig_file("sim")
+            yield server
+        finally:
+            server.stop()
+    left = server.processes()
+    assert not left, f"left running after the simulator stopped: {left}"

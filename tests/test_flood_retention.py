@@ -53,14 +53,19 @@ def replay(tmp_path, log, *args):
     return report, p.stdout, read_log(out)[1]
 
 
-def judge(tmp_path, krig_cli, name, replayed):
+def checked(tmp_path, krig_cli, name, replayed):
     """krig check on a run whose samples are the rows negflood took in a replay (the level
-    before the flood, the rows, one more after the stop)."""
+    before the flood, the rows, one more after the stop): (the check, the run directory)."""
     report, flood_txt, rows = replayed
     t = np.concatenate([[0, 4], rows[:, 1] + 5, [rows[-1, 1] + 5.5]])
     neg = np.concatenate([[float(report["nr_negative_start"])] * 2, rows[:, 3], [rows[-1, 3]]])
     d = flood_run_dir(tmp_path / name, flood_txt, t, neg, 5, 5 + rows[-1, 1], int(report["mem_total_bytes"]))
-    p = krig_cli("check", str(d))
+    return krig_cli("check", str(d)), d
+
+
+def judge(tmp_path, krig_cli, name, replayed):
+    """The metric values and the verdict line of a replay judged PASS or FAIL."""
+    p, d = checked(tmp_path, krig_cli, name, replayed)
     assert p.returncode in (0, 1), p.stdout + p.stderr
     return {k: v["value"] for k, v in json.loads((d / "metrics.json").read_text()).items()}, p.stdout
 
@@ -220,12 +225,9 @@ def test_out_of_time_before_the_limit_is_error_not_pass(tmp_path, krig_cli):
     growth over the last quarter of the names is small against the limit, so the growth rule
     alone would PASS it. Nothing was told about the kernel: ERROR, on the instrument threshold."""
     log = _model_log(tmp_path / "slow.tsv", 5_000, 100)
-    report, flood_txt, rows = replay(tmp_path, log, *SMOKE[:-2], "-t", "60")
-    assert report["stop_reason"] == "time_limit" and report["limit_crossed"] == "0", report
-    t = np.concatenate([[0, 4], rows[:, 1] + 5, [rows[-1, 1] + 5.5]])
-    neg = np.concatenate([[float(report["nr_negative_start"])] * 2, rows[:, 3], [rows[-1, 3]]])
-    d = flood_run_dir(tmp_path / "run", flood_txt, t, neg, 5, 5 + rows[-1, 1], int(report["mem_total_bytes"]))
-    p = krig_cli("check", str(d))
+    replayed = replay(tmp_path, log, *SMOKE[:-2], "-t", "60")
+    assert replayed[0]["stop_reason"] == "time_limit" and replayed[0]["limit_crossed"] == "0", replayed[0]
+    p, d = checked(tmp_path, krig_cli, "run", replayed)
     m = {k: v["value"] for k, v in json.loads((d / "metrics.json").read_text()).items()}
     assert m["out_of_time_untold"] == 1 and m["bounded"] is None and m["peak_negative_pct_ram"] < 5
     v = json.loads((d / "verdict.json").read_text())

@@ -20,13 +20,13 @@ import time
 
 import pytest
 
-from conftest import KRIG, ROOT, setup_missing
-from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
+from conftest import KRIG, ROOT
+from ipmi_fixture import running_sim
 from krig.errors import RigError
 from kernels.catalog import load_kernel
 from krig.run import run
 from rigs.ipmi import IpmiRig
-from rigs import initramfs, load_rig, qemu
+from rigs import load_rig
 
 pytestmark = pytest.mark.ipmi
 
@@ -42,22 +42,8 @@ IPMI_FILES = {"sel.txt", "sel-before.txt", "bmc.log", "sol.log", "ssh.log"}
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    setup_missing(missing_tools(), "the IPMI rig tests")
-    kernel = load_kernel("distro")
-    initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)
-    base = tmp_path_factory.mktemp("ipmi")
-    server = SimServer(base, kernel, initrd)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KRIG_RIG_PATH", str(server.rigs))
-        mp.setenv("KRIG_LOCK_DIR", str(base / "locks"))
-        try:
-            server.start()
-            server.rig_file("sim")
-            yield server
-        finally:
-            server.stop()
-    left = server.processes()
-    assert not left, f"left running after the simulator stopped: {left}"
+    with running_sim(tmp_path_factory, "ipmi") as server:
+        yield server
 
 
 def _leftovers(sim) -> list[str]:

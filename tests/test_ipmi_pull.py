@@ -344,26 +344,9 @@ def test_rig_file_caps(tmp_path):
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
-    from kernels.catalog import load_kernel
-    from rigs import initramfs, qemu
-    miss = missing_tools()
-    if miss:
-        pytest.skip(f"IPMI rig tests need: {', '.join(miss)} (make setup)")
-    kernel = load_kernel("distro")
-    initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)
-    base = tmp_path_factory.mktemp("ipmi-pull")
-    server = SimServer(base, kernel, initrd)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KRIG_RIG_PATH", str(server.rigs))
-        mp.setenv("KRIG_LOCK_DIR", str(base / "locks"))
-        try:
-            server.start()
-            server.rig_file("sim")
-            yield server
-        finally:
-            server.stop()
-    assert not server.processes(), f"left running: {server.processes()}"
+    from ipmi_fixture import running_sim
+    with running_sim(tmp_path_factory, "ipmi-pull") as server:
+        yield server
 
 
 @pytest.mark.ipmi
