@@ -28,7 +28,7 @@ HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
 # the trace reader's page walk in C (analysis/kbuffer.py loads it with ctypes)
 KWALK := analysis/_kwalk.so
 
-.PHONY: help setup apt python helpers test test-fast test-bisect run list check bench clean qualify
+.PHONY: help setup apt python helpers test test-fast test-bisect run list check bench clean qualify docs-pictures
 
 help:
 	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
@@ -39,6 +39,7 @@ help:
 	@echo "make check [RUN=dir]       re-judge a run directory (default results/latest)"
 	@echo "make list                  reproducers, presets, rigs, kernels"
 	@echo "make qualify [SUITE=file..] qualification suites (default qualify/smoke.toml qualify/ram-scaling.toml)"
+	@echo "make docs-pictures         the pictures docs/ ships, made again from real runs"
 	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd)"
 	@echo "make ci-kernels            build the small kernels make test boots (cached)"
 	@echo "make kernel KERNEL=name    build a kernel from kernels/<name>.toml (cached)"
@@ -108,6 +109,10 @@ qualify: helpers python
 
 bench: helpers python
 	$(PY) bench/run_all.py
+
+# docs/report.png and docs/negative-dentry-flood-cap70.png made again from real runs (docs/pictures.py)
+docs-pictures: helpers python ci-kernels
+	$(PY) docs/pictures.py
 
 clean:
 	rm -rf reproducers/*/bin build $(KWALK)
