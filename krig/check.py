@@ -193,7 +193,8 @@ def check(run_dir) -> dict:
             notes = run_notes(analyzer, metrics)
         decided = decide(ev)
         v, why = decided
-    if notes and v in JUDGED:     # how the verdict was reached, on its line
+    if notes and ev.thresholds is not None:   # how the verdict was reached, on its line (judged,
+        # or an ERROR the thresholds gave: an instrument, the host's contention)
         verdict.update(notes=notes)
         why = f"{why} ({'; '.join(notes)})"
     verdict.update(verdict=v, reason=why, cause=decided.cause)

@@ -1,6 +1,7 @@
 """`krig run --repeat`, `krig compare` and `krig export kcidb` on real guest runs (selftest-pass, 3 boots)."""
 import json
 import os
+import shutil
 import statistics
 import subprocess
 
@@ -59,8 +60,13 @@ def test_group_resumes_and_compare_matches_metrics_json(tmp_path, no_leftover_qe
     html = (out / "compare.html").read_text()
     assert "sampler_max_gap_intervals" in html and "PASS 2/2" in html
 
-    # the group against itself: identical samples, nothing significant, no flips
+    # the group against a copy of itself: identical samples, nothing significant, no flips
+    # (the group against itself, the same directories on both sides, is refused)
     p = krig(tmp_path, "compare", "--out", str(out), str(g), "--", str(g))
+    assert p.returncode == 2 and "are BASE's too" in p.stderr, p.stderr
+    twin = tmp_path / "twin"
+    shutil.copytree(g, twin)
+    p = krig(tmp_path, "compare", "--out", str(out), str(g), "--", str(twin))
     assert p.returncode == 0, p.stderr
     rows = {prefix: [ln for ln in p.stdout.splitlines() if ln.startswith(prefix)]
             for prefix in ("answer", "files_seen", "sampler")}
