@@ -481,6 +481,8 @@ class _Boot(BootProtocol):
         r.argv = argv
         r.facts["qemu_argv"] = argv
         r.facts["kernel_cmdline"] = " ".join(append)
+        # the run has a console.log from the start, even if QEMU is stopped before it opens it
+        self.console.log_path.touch()
         self.power.on()
         r.watch = qemu_memory.watch(spec, r.proc, r.run_dir, r.share)
         deadline = time.monotonic() + (timeout or spec["boot_timeout"])
