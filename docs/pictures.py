@@ -36,7 +36,7 @@ def flood(kernel: str) -> pathlib.Path:
 def screenshot(page: pathlib.Path, dest: pathlib.Path) -> None:
     with tempfile.TemporaryDirectory() as profile:
         p = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                            f"--user-data-dir={profile}", "--window-size=800,1000", f"--screenshot={dest}",
+                            f"--user-data-dir={profile}", "--window-size=1000,2600", f"--screenshot={dest}",
                             page.resolve().as_uri()], capture_output=True, text=True, timeout=180)
     if p.returncode != 0 or not dest.exists():
         sys.exit(f"docs-pictures: chromium made no screenshot of {page}: {p.stderr.strip()[-300:]}")
