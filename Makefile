@@ -12,6 +12,8 @@ PRESET ?=
 SET ?=
 RUN ?= results/latest
 PYTEST_ARGS ?=
+# make test's pytest-xdist workers: a file's tests stay on one worker (tests/conftest.py)
+TEST_JOBS ?= 2
 SUITE ?= qualify/smoke.toml qualify/ram-scaling.toml
 
 APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelshark xfsprogs fio \
@@ -83,7 +85,7 @@ $(foreach s,$(HELPER_SRCS),$(eval $(call helper_rule,$(s))))
 # The CI kernels are built first (cached; a no-op the second time): a build
 # that fails stops `make test` with one line naming the kernel and the error.
 test: helpers python ci-kernels
-	@$(PY) -m pytest -m "not bisect" $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup -m "not bisect" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # krig bisect end to end: real incremental builds of a short demo history and a guest per step
