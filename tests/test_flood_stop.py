@@ -27,6 +27,7 @@ import pathlib
 import re
 import subprocess
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -127,6 +128,42 @@ def test_negflood_bound_is_a_share_of_mem_available(tmp_path):
     assert float(r["bound_bytes"]) == pytest.approx(0.002 / 100 * int(r["mem_available_bytes"]), rel=1e-6)
     assert float(r["bound_bytes"]) < 100 * float(r["limit_bytes"])
     assert r["stop_reason"] == "bound"
+
+
+def test_negflood_stops_at_the_host_budget(tmp_path):
+    """-H FILE: the host's budget (a sparse guest's, bytes the host can still back) caps the bound
+    even below the RAM limit, and the flood stops at once when the file says 0; a link in its
+    place is not followed (no budget)."""
+    budget = tmp_path / "budget"
+    budget.write_text("300000\n")
+    work = tmp_path / "flood"
+    work.mkdir()
+    r = negflood(work, "-g", "1,0,0", "-t", "30", "-x", "3", "-n", "29", "-H", str(budget))
+    assert r["stop_reason"] == "host_budget" and r["host_bound"] == "1" and r["limit_crossed"] == "0", r
+    assert float(r["bound_bytes"]) == 300000 and int(r["host_budget_bytes"]) == 300000
+    assert int(r["negatives_at_stop"]) * int(r["dentry_objsize"]) >= 300000
+    # a budget the host rewrites to 0 while the flood runs: stopped at the next sample
+    budget.write_text(f"{1 << 50}\n")
+    log = tmp_path / "flood.tsv"
+    p = subprocess.Popen([str(NEGFLOOD), "-d", str(work), "-g", "1,0,0", "-t", "60", "-n", "59", "-x", "3",
+                          "-H", str(budget), "-o", str(log)], stdout=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):                # its first sample logged: the budget at the start was read
+            if log.exists() and len(log.read_text().splitlines()) > 2 or p.poll() is not None:
+                break
+            time.sleep(0.1)
+        tmp = tmp_path / "budget.new"
+        tmp.write_text("0\n")
+        tmp.rename(budget)
+        out = dict(t.partition("=")[::2] for t in p.communicate(timeout=50)[0].split())
+    finally:
+        p.kill()
+    assert out["stop_reason"] == "host_budget" and out["host_bound"] == "0", out
+    assert out["host_budget_bytes"] == str(1 << 50) and out["host_budget_end_bytes"] == "0"
+    link = tmp_path / "link"
+    link.symlink_to(budget)
+    r = negflood(work, "-g", "1,0,0", "-t", "2", "-n", "1", "-l", "90", "-H", str(link))
+    assert r["host_budget_bytes"] == "-1" and r["stop_reason"] != "host_budget", r
 
 
 def test_negflood_bad_usage(tmp_path):
@@ -247,6 +284,31 @@ def test_still_growing_at_the_bound_fails_saying_unbounded(tmp_path, krig_cli):
     assert m["end_negative_pct_ram"] == pytest.approx(10.0, rel=1e-3)
     assert "negatives still growing at 10% of RAM" in p.stdout and "when the flood stopped: unbounded" in p.stdout
     assert m["last_quarter_growth_pct_of_limit"] > 5
+
+
+def test_host_budget_below_the_limit_is_error_past_it_not_told(tmp_path, krig_cli):
+    """The host's budget ended the flood: below the RAM limit the host was short, not the kernel
+    (ERROR naming the host budget); past it the limit still FAILs, not told whether bounded."""
+    budget = "host_budget_bytes=52428800\nhost_budget_end_bytes=0\nhost_bound=0\n"
+    neg = np.concatenate([np.full(5, 1000.0), 1000 + 20_000.0 * np.arange(1, 14), np.full(3, 1000 + 20_000 * 13.0)])
+    flood = ("generators=4\nops=900000 seconds=12.0 rate=75000\nstop_reason=host_budget\nstop_seconds=12.0\n"
+             "new_names_per_s=20000\nnew_names=260000\nname_cap=2000000\nretention=1.0\nretention_names=65000\n"
+             f"plateau_retention_pct=5\nlimit_bytes={LIMIT_2G:.0f}\ndentry_objsize=192\nlimit_crossed=0\n" + budget)
+    d = _synthetic_run(tmp_path / "below", flood, neg)
+    p = krig_cli("check", str(d))
+    assert p.returncode == 3 and p.stdout.startswith("ERROR: instrument: host_budget_untold = 1"), p.stdout
+    assert "the host's memory ended the flood before the RAM limit (it could back 50 MiB more" in p.stdout
+    m = _values(d)
+    assert m["stop_reason"] == 6 and m["host_budget_hit"] == 1 and m["bounded"] is None and m["host_budget_mib"] == 50
+    v = json.loads((d / "verdict.json").read_text())
+    assert v["cause"] != "kernel", v
+    top = 1000 + 1.5 * LIMIT_2G / 192
+    neg = np.concatenate([np.full(5, 1000.0), np.minimum(1000 + 40_000.0 * np.arange(1, 30), top), np.full(3, top)])
+    d = _synthetic_run(tmp_path / "past", _past_limit("host_budget", top - 1000, 0.98, budget), neg)
+    p = krig_cli("check", str(d))
+    assert p.returncode == 1 and p.stdout.startswith("FAIL: "), p.stdout + p.stderr
+    assert "the host's memory ended the flood past the RAM limit" in p.stdout and "not told whether bounded" in p.stdout
+    assert _values(d)["bounded"] is None and _values(d)["host_budget_untold"] == 0
 
 
 def test_guest_oom_kill_is_error(tmp_path, krig_cli):

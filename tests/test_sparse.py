@@ -214,3 +214,39 @@ def test_host_oom_kill_of_a_sparse_guest_is_error(tmp_path, monkeypatch, no_left
     assert verdict["reason"].startswith("host: the emulator (QEMU pid ") and "OOM killer" in verdict["reason"], \
         verdict["reason"]
     assert "MemAvailable 50 MiB" in verdict["reason"]
+
+
+@pytest.mark.guest
+def test_flood_stops_at_the_host_budget_not_the_oom_killer(tmp_path, monkeypatch, no_leftover_qemu):
+    """neg-dentry-flood's smoke preset on a 1 GB sparse guest whose host has no memory to spare
+    once the workload starts (the watch reads a copy of /proc/meminfo the test lowers to the
+    margin: a budget of 0): the flood stops at the host budget, a named stop, and the run is
+    ERROR naming it; QEMU is never killed and the kernel is not judged."""
+    fake = tmp_path / "meminfo"
+    real = pathlib.Path("/proc/meminfo").read_text()
+    fake.write_text(real)
+    monkeypatch.setattr(qemu_memory, "MEMINFO", str(fake))
+    (tmp_path / "results").mkdir()
+    out = {}
+
+    def go():
+        out["run"] = krun.run("neg-dentry-flood", str(rig_file(tmp_path, memory="1G")), "distro",
+                              preset="smoke", results_root=tmp_path / "results", log=lambda *a: None)
+    t = threading.Thread(target=go)
+    t.start()
+    try:
+        deadline = time.monotonic() + 600
+        while not list((tmp_path / "work").glob("*/share/ctl/*.out")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        kib = qemu_memory.margin() // 1024
+        fake.write_text(re.sub(r"MemAvailable:\s+\d+", f"MemAvailable:   {kib}", real))
+    finally:
+        t.join(1500)
+    run_dir, verdict = out["run"]
+    flood = dict(t.partition("=")[::2] for t in (run_dir / "flood.txt").read_text().split())
+    assert flood["stop_reason"] == "host_budget" and flood["host_budget_end_bytes"] == "0", flood
+    assert verdict["verdict"] == "ERROR" and verdict["reason"].startswith("instrument: host_budget_untold = 1"), verdict
+    assert "the host's memory ended the flood before the RAM limit" in verdict["reason"]
+    assert verdict["cause"] != "kernel"
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["rig_facts"]["host_budget_at_workload"] is not None and m["outcome"] == "completed", m["outcome"]

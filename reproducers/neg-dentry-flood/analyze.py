@@ -3,7 +3,8 @@
 Memory is negatives only, as in the report (10.6 GB / 55.3M = 192 bytes each): the
 increase of nr_negative over its pre-flood level x the dentry object size from
 /proc/slabinfo (names under 32 bytes, as the generators' are, live inside the dentry).
-Why and when the flood stopped (RAM limit, plateau, name cap, bound, time limit) comes from
+Why and when the flood stopped (RAM limit, plateau, name cap, bound, time limit, the host's
+budget of a sparse guest) comes from
 negflood's own report, flood.txt. Whether the negatives are bounded follows from their
 retention there: the negatives gained per new name the generators made, over the last
 quarter of the names made (a count the host's speed does not move). A dcache that settled
@@ -20,7 +21,8 @@ from krig.verdict import WARN_PATTERNS
 
 LIMIT_PCT_RAM = 5.0   # the peak_negative_pct_ram threshold; growth is judged against it
 # metric stop_reason
-STOP_REASONS = {"ram_limit": 1.0, "plateau": 2.0, "name_cap": 3.0, "bound": 4.0, "time_limit": 5.0}
+STOP_REASONS = {"ram_limit": 1.0, "plateau": 2.0, "name_cap": 3.0, "bound": 4.0, "time_limit": 5.0,
+                "host_budget": 6.0}
 # Retention (negatives gained per new name over the last quarter of the names made) at or
 # above which a flood past the limit is unbounded. An unbounded dcache keeps ~every new name
 # (0.93-1.0 measured here); a bounded one below plateau_retention_pct (5%) has settled; a
@@ -73,6 +75,11 @@ def notes(metrics: dict) -> list[str]:
     if values.get("name_cap_hit") == 1 and values.get("name_cap") is not None:
         out.append(f"the flood reached its cap of {values['name_cap']:,.0f} new names {where}, "
                    "before its bound or a plateau")
+    if values.get("host_budget_hit") == 1:
+        budget = values.get("host_budget_mib")
+        out.append(f"the host's memory ended the flood {where}"
+                   + (f" (it could back {budget:,.0f} MiB more of the guest's memory when the flood began)"
+                      if budget is not None else "") + ": the host was short, not the kernel; not told whether bounded")
     if values.get("time_limit_hit") == 1 and values.get("flood_seconds") is not None:
         out.append(f"the flood hit its time limit (max_duration) at {values['flood_seconds']:.0f} s {where}, "
                    f"after {values.get('new_names') or 0:,.0f} new names")
@@ -109,9 +116,9 @@ def bounded(fl: dict, limit_crossed) -> float:
     """1 settled: retention at most plateau_retention_pct (what a plateau stop saw, whatever
     stopped the flood); 0 unbounded: past the limit, on towards the bound, still keeping at
     least UNBOUNDED_RETENTION of the new names; NaN not told (in between, still below the
-    limit, stopped at the limit itself, or no retention measured)."""
+    limit, stopped at the limit itself or by the host's budget, or no retention measured)."""
     kept = fl.get("retention", -1.0)
-    if kept < 0 or fl["stop_reason"] == STOP_REASONS["ram_limit"]:
+    if kept < 0 or fl["stop_reason"] in (STOP_REASONS["ram_limit"], STOP_REASONS["host_budget"]):
         return math.nan
     if kept <= fl["plateau_retention_pct"] / 100.0:
         return 1.0
@@ -157,6 +164,9 @@ def metrics(run) -> dict:
         "generator_ops_per_s": fl["rate"],
         "stop_reason": fl["stop_reason"], "name_cap_hit": float(fl["stop_reason"] == STOP_REASONS["name_cap"]),
         "time_limit_hit": float(fl["stop_reason"] == STOP_REASONS["time_limit"]),
+        "host_budget_hit": float(fl["stop_reason"] == STOP_REASONS["host_budget"]),
+        "host_budget_mib": (fl["host_budget_bytes"] / (1 << 20) if fl.get("host_budget_bytes", -1) >= 0
+                            else math.nan),
         "name_cap": fl["name_cap"], "new_names": fl["new_names"],
         "retention": fl["retention"] if fl["retention"] >= 0 else math.nan,
         "retention_window_names": fl["retention_names"] if fl["retention"] >= 0 else math.nan,
@@ -177,6 +187,8 @@ def metrics(run) -> dict:
     # the host was too slow for the preset to tell anything about the kernel
     out["out_of_time_untold"] = float(out["time_limit_hit"] == 1 and out["limit_crossed"] != 1
                                       and out["bounded"] != 1)
+    # the host's memory (a sparse guest's budget) ended the flood below the RAM limit
+    out["host_budget_untold"] = float(out["host_budget_hit"] == 1 and out["limit_crossed"] != 1)
     names = ("peak_nr_negative", "end_nr_negative", "peak_negative_bytes", "peak_negative_pct_ram",
              "end_negative_pct_ram", "last_quarter_growth_pct", "last_quarter_growth_pct_of_limit",
              "time_to_1pct_ram_s", "time_to_5pct_ram_s", "time_to_10pct_ram_s",

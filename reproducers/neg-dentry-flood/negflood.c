@@ -8,6 +8,7 @@
  *   negflood -d DIR -g LOOKUP,TMPFILE,SAMENAME -t MAX_SECONDS [-k NAMES] [-o LOG]
  *            [-l LIMIT_PCT] [-x SETTLE_X] [-a AVAIL_PCT] [-n MIN_SECONDS]
  *            [-w WINDOW_PCT] [-b RETENTION_PCT] [-r RATE_SECONDS] [-s SAFETY] [-i INTERVAL]
+ *            [-H BUDGET_FILE]
  *       the flood: forks that many generators of each mode and watches
  *       /proc/sys/fs/dentry-state and the generators' count of new names
  *       (lookup and tmpfile operations, each one new name) every INTERVAL
@@ -32,7 +33,13 @@
  *                    is crossed, the names at the crossing plus SAFETY x the
  *                    names from the limit to the bound (at least twice the
  *                    names at the crossing), and not before MIN_SECONDS;
- *         time_limit MAX_SECONDS passed (generators that stall).
+ *         time_limit MAX_SECONDS passed (generators that stall);
+ *         host_budget with -H FILE (a file the host rewrites with the bytes of
+ *                    guest memory it can still back: a sparse guest's
+ *                    budget), the negatives reached the budget read at the
+ *                    start, or the budget read at a sample fell to 0: the
+ *                    host is short, whatever the kernel does. It comes
+ *                    first: a flood never takes the host's memory.
  *       Prints key=value lines (generators, per-mode ops, stop_reason, the
  *       retention, ...). -o LOG writes the flood as it goes, one row per
  *       sample (sparser after 500 s): "time t names nr_negative" (wall clock,
@@ -172,8 +179,24 @@ struct flood {
 	int counts[3];
 	double max_s, min_s, window_pct, retention_pct, limit_pct, settle_x, avail_pct, rate_s, safety, interval;
 	unsigned long names;
-	const char *log, *replay;
+	const char *log, *replay, *budget_file;
 };
+
+/* The host budget in bytes from FILE: one decimal number, read without following a link
+ * (-1: no such file, or not a number) */
+static long read_budget(const char *path)
+{
+	char buf[64];
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0) return -1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0) return -1;
+	buf[n] = 0;
+	char *end;
+	long v = strtol(buf, &end, 10);
+	return end != buf && (*end == 0 || *end == '\n') && v >= 0 ? v : -1;
+}
 
 /* The machine's numbers the rule needs, read live or from a recorded log's first line. */
 struct machine {
@@ -303,6 +326,10 @@ static int flood(const struct flood *f)
 	double bound_bytes = f->settle_x * limit_bytes;
 	if (bound_bytes > f->avail_pct / 100.0 * mc.avail) bound_bytes = f->avail_pct / 100.0 * mc.avail;
 	if (bound_bytes < limit_bytes) bound_bytes = limit_bytes;
+	/* and never past what the host can still back (a sparse guest), even below the limit */
+	long budget0 = f->budget_file ? read_budget(f->budget_file) : -1, budget = budget0;
+	int host_bound = budget0 >= 0 && budget0 < bound_bytes;
+	if (host_bound) bound_bytes = budget0;
 	double bound_n = bound_bytes / mc.objsize, window = f->window_pct / 100.0 * limit_n;
 	/* an unbounded dcache keeps one negative per new name: it reaches the limit after limit_n */
 	double name_cap = f->safety * limit_n, crossed_names = -1;
@@ -355,7 +382,11 @@ static int flood(const struct flood *f)
 			ret_names = names - hx[i];
 			retention = (neg - hv[i]) / ret_names;
 		}
-		if (over && bound_bytes <= limit_bytes)
+		if (f->budget_file && !replay)
+			budget = read_budget(f->budget_file);
+		if ((host_bound && neg * (double)mc.objsize >= bound_bytes) || budget == 0)
+			reason = "host_budget";
+		else if (over && bound_bytes <= limit_bytes)
 			reason = "ram_limit";
 		else if (neg * (double)mc.objsize >= bound_bytes)
 			reason = "bound";
@@ -401,6 +432,7 @@ static int flood(const struct flood *f)
 	printf("limit_crossed=%d\nlimit_seconds=%.3f\n", crossed >= 0, crossed);
 	printf("settle_x=%g\nsettle_avail_pct=%g\nmem_available_bytes=%ld\nbound_bytes=%.0f\nbound_pct_ram=%.4f\n",
 	       f->settle_x, f->avail_pct, mc.avail, bound_bytes, 100.0 * bound_bytes / mc.ram);
+	printf("host_budget_bytes=%ld\nhost_budget_end_bytes=%ld\nhost_bound=%d\n", budget0, budget, host_bound);
 	return 0;
 }
 
@@ -411,7 +443,7 @@ int main(int argc, char **argv)
 	struct flood f = {.min_s = 0, .window_pct = 10, .retention_pct = 5, .limit_pct = 5, .settle_x = 1,
 			  .avail_pct = 50, .rate_s = 5, .safety = 4, .interval = 0.25, .names = 100000};
 	int c;
-	while ((c = getopt(argc, argv, "d:m:g:t:p:k:l:x:a:n:w:b:r:s:i:o:R:")) != -1) {
+	while ((c = getopt(argc, argv, "d:m:g:t:p:k:l:x:a:n:w:b:r:s:i:o:R:H:")) != -1) {
 		switch (c) {
 		case 'd': dir = optarg; break;
 		case 'm': mode = optarg; break;
@@ -430,6 +462,7 @@ int main(int argc, char **argv)
 		case 'i': f.interval = atof(optarg); break;
 		case 'o': f.log = optarg; break;
 		case 'R': f.replay = optarg; break;
+		case 'H': f.budget_file = optarg; break;
 		default: goto usage;
 		}
 	}
@@ -446,7 +479,7 @@ usage:
 		fprintf(stderr, "usage: negflood -d DIR -m lookup|tmpfile|samename -t SECONDS [-p PREFIX] [-k NAMES]\n"
 			"       negflood -d DIR -g LOOKUP,TMPFILE,SAMENAME -t MAX_SECONDS [-k NAMES] [-o LOG] [-l LIMIT_PCT]\n"
 			"                [-x SETTLE_X] [-a AVAIL_PCT] [-n MIN_SECONDS] [-w WINDOW_PCT] [-b RETENTION_PCT]\n"
-			"                [-r RATE_SECONDS] [-s SAFETY] [-i INTERVAL]\n"
+			"                [-r RATE_SECONDS] [-s SAFETY] [-i INTERVAL] [-H BUDGET_FILE]\n"
 			"       negflood -R LOG [-t MAX_SECONDS] [-o LOG2] [the stop options]\n");
 		return 2;
 	}

@@ -23,10 +23,15 @@ gens=$(per_cpu "$LOOKUP_PER_CPU"),$(per_cpu "$TMPFILE_PER_CPU"),$(per_cpu "$SAME
 # past it the flood goes on to SETTLE_LIMIT_X x the limit (at most SETTLE_MEM_AVAILABLE_PCT %
 # of MemAvailable) unless the negatives settle first. flood.tsv: new names and nr_negative
 # as the flood goes, kept with the run (`negflood -R flood.tsv` replays the stop rule on it).
+# A sparse guest's host budget (KRIG_HOST_BUDGET_FILE, rewritten by the host every second):
+# the flood stops first where the host can back no more of the guest's memory (host_budget).
+budget=()
+if [ -n "${KRIG_HOST_BUDGET_FILE:-}" ]; then budget=(-H "$KRIG_HOST_BUDGET_FILE"); fi
 krig_phase flood
 "$bin/negflood" -d "$mnt/flood" -g "$gens" -t "$MAX_DURATION" -l 5 -x "$SETTLE_LIMIT_X" \
     -a "$SETTLE_MEM_AVAILABLE_PCT" -n "$MIN_DURATION" -w "$PLATEAU_WINDOW_PCT" -b "$PLATEAU_RETENTION_PCT" \
-    -r "$RATE_SECONDS" -s "$CAP_SAFETY" -k "$SHARED_NAMES" -o "$KRIG_OUT/flood.tsv" > "$KRIG_OUT/flood.txt"
+    -r "$RATE_SECONDS" -s "$CAP_SAFETY" -k "$SHARED_NAMES" -o "$KRIG_OUT/flood.tsv" "${budget[@]}" \
+    > "$KRIG_OUT/flood.txt"
 krig_phase flooded
 # one more sample of the state the flood stopped at (the analysis reads it)
 sleep "$(awk -v i="${SAMPLE_INTERVAL:-1}" 'BEGIN { print 2 * i + 0.2 }')"
