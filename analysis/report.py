@@ -11,6 +11,7 @@ from krig.errors import KrigError, UsageError
 from krig.reproducer import load_reproducer
 from krig.verdict import KERNEL_STOPPED
 
+from . import projection
 from .kshark import SESSION_FILE, write_session
 from .plots import plot_data, write_plot
 from .rundata import RunData
@@ -76,7 +77,15 @@ def html_table(header: list, rows: list, num_cols=()) -> str:
     return f"<table>{'<tr>' + h + '</tr>' if h else ''}{body}</table>"
 
 
-def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes) -> str:
+def projection_html(proj: dict | None) -> list[str]:
+    if not proj:
+        return []
+    header, rows = projection.table(proj)
+    return ["<h2>Projection to other machines (not a measurement)</h2>", f"<p>{esc(proj['basis'])}.</p>",
+            html_table(header, [[esc(c) for c in r] for r in rows], range(1, len(header)))]
+
+
+def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes, proj=None) -> str:
     v = verdict.get("verdict", "?")
     k, rig, facts, mach = (manifest.get(x, {}) for x in ("kernel", "rig", "rig_facts", "machine"))
     parts = [f"<h1>{esc(repro.name)} <span class=\"v {esc(v)}\">{esc(v)}</span></h1>",
@@ -102,6 +111,7 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
                          f"<figcaption>{esc(title)} (<a href=\"{esc(csv_path.name)}\">data</a>)</figcaption></figure>")
         if not plots:
             parts.append("<p>no plots declared for this reproducer</p>")
+    parts += projection_html(proj)
     if v in NO_PLOTS:
         parts += ["<h2>Console</h2>", f"<pre>{esc(chr(10).join(console_lines(run_dir, verdict)))}</pre>"]
         tail = _text(run_dir, "stderr").splitlines()[-CONSOLE_TAIL:]
@@ -140,10 +150,11 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
             f"<style>{CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
 
 
-def write_report(run, repro=None) -> dict:
+def write_report(run, repro=None, project: tuple = ()) -> dict:
     """Writes everything it can; returns {"files": [...], "notes": [problems, one line each]}.
 
-    run: a run directory or its RunData; repro: its reproducer, if the caller has loaded it."""
+    run: a run directory or its RunData; repro: its reproducer, if the caller has loaded it;
+    project: more (RAM, CPUs) to project the run to (analysis/projection.py)."""
     if not isinstance(run, RunData):
         if not (pathlib.Path(run) / "manifest.json").is_file():
             raise UsageError(f"{run}: not a krig run directory (no manifest.json)")
@@ -168,12 +179,20 @@ def write_report(run, repro=None) -> dict:
             files.append(session["file"])
     except Exception as e:
         notes.append(f"{SESSION_FILE}: {type(e).__name__}: {e}")
+    proj = None
     try:
-        safeio.write_text(run_dir, "summary.txt", build_summary(run_dir, manifest, verdict, metrics, repro))
+        proj = projection.project(run, repro, metrics, project) if verdict.get("thresholds") else None
+        projection.write(run_dir, proj)
+        if proj:
+            files.append(run_dir / projection.PROJECTION)
+    except Exception as e:
+        notes.append(f"{projection.PROJECTION}: {type(e).__name__}: {e}")
+    try:
+        safeio.write_text(run_dir, "summary.txt", build_summary(run_dir, manifest, verdict, metrics, repro, proj))
         files.append(run_dir / "summary.txt")
     except Exception as e:
         notes.append(f"summary.txt: {type(e).__name__}: {e}")
     safeio.write_text(run_dir, "report.html", build_html(run_dir, manifest, verdict, metrics, repro, plots, session,
-                                                         notes))
+                                                         notes, proj))
     files.append(run_dir / "report.html")
     return {"files": files, "notes": notes}

@@ -8,6 +8,8 @@ import xml.etree.ElementTree as ET
 
 from krig import DEFAULT_KERNEL, DEFAULT_RIG, safeio
 
+from .projection import text_lines
+
 WIDTH = 72
 
 
@@ -132,7 +134,7 @@ def ascii_only(s: str) -> str:
     return s.encode("ascii", "replace").decode("ascii")
 
 
-def build_summary(run_dir: pathlib.Path, manifest: dict, verdict: dict, metrics: dict, repro) -> str:
+def build_summary(run_dir: pathlib.Path, manifest: dict, verdict: dict, metrics: dict, repro, proj=None) -> str:
     m, k, rig = manifest, manifest.get("kernel", {}), manifest.get("rig", {})
     mach, facts = m.get("machine", {}), m.get("rig_facts", {})
     out = [f"krig {repro.name}: {verdict.get('verdict', '?')}"]
@@ -163,6 +165,10 @@ def build_summary(run_dir: pathlib.Path, manifest: dict, verdict: dict, metrics:
                          "  ")
             if held is False:
                 out += _wrap(t.rationale, "    ")
+    if proj:
+        out += ["", "projection to other machines (not a measurement):"]
+        out += _wrap(proj["basis"] + ".", "  ")
+        out += ["  " + line for line in text_lines(proj)]
     times = sorted(p.name for p in run_dir.glob("*.time"))
     if (run_dir / "time.txt").exists():
         times.insert(0, "time.txt")

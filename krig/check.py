@@ -6,7 +6,6 @@ krig.verdict.decide() rules on it; a completed workload's metrics are
 computed here and its thresholds judged. Thresholds are judged by pytest (one test per
 threshold, analysis/test_thresholds.py), which writes junit.xml.
 """
-import importlib.util
 import math
 import pathlib
 import subprocess
@@ -22,7 +21,7 @@ from .errors import KrigError, UsageError
 from .junit import write_single
 from .hostload import contended_pct
 from .paths import owner_alive
-from .reproducer import load_reproducer
+from .reproducer import load_analyzer, load_reproducer  # noqa: F401 (load_analyzer: callers' name)
 from .rundir import MANIFEST, METRICS, VERDICT, RunDir
 from .stall import still_progressing
 from .verdict import JUDGED, Evidence, decide, scan_console
@@ -34,16 +33,6 @@ BUILTIN_METRICS = {
                            "share of the workload's seconds in which other host processes kept the "
                            "host's CPUs saturated (host.tsv; emulated rigs only)"},
 }
-
-
-def load_analyzer(repro):
-    path = repro.path / "analyze.py"
-    if not path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location(f"krig_analyze_{repro.name.replace('-', '_')}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def run_notes(analyzer, metrics: dict) -> list[str]:
@@ -153,7 +142,7 @@ def evidence(run: RunDir) -> Evidence:
     return ev
 
 
-def check(run_dir) -> dict:
+def check(run_dir, project: tuple = ()) -> dict:
     data = RunData(run_dir)
     run_dir, manifest = data.dir, data.manifest
     if manifest.get("outcome") is None and owner_alive(manifest.get("owner")):
@@ -205,14 +194,14 @@ def check(run_dir) -> dict:
                  "accel": manifest.get("rig_facts", {}).get("accel"), "krig_revision": manifest.get("krig_revision")}
         write_single(data.path("junit.xml"), repro.name, v, why, props)
     data.write_json(VERDICT, verdict)
-    report(data, repro)
+    report(data, repro, project)
     return verdict
 
 
-def report(run, repro=None) -> None:
+def report(run, repro=None, project: tuple = ()) -> None:
     """The report never changes the verdict nor loses results: a failure is one line."""
     try:
-        for note in write_report(run, repro)["notes"]:
+        for note in write_report(run, repro, project)["notes"]:
             print(f"krig: report: {note}", file=sys.stderr)
     except Exception as e:
         print(f"krig: report not written: {type(e).__name__}: {e}", file=sys.stderr)

@@ -10,7 +10,7 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from . import DEFAULT_KERNEL, DEFAULT_RIG, clihelp
-from .clihelp import KERNEL_HELP
+from .clihelp import KERNEL_HELP, PROJECT_HELP
 from .errors import KrigError, UsageError, guarded
 from .verdict import USAGE_EXIT, exit_code
 
@@ -50,16 +50,21 @@ def cmd_run(a) -> int:
     return exit_code(verdict["verdict"])
 
 
+def _projected(a) -> tuple:
+    from analysis.projection import parse_project
+    return tuple(parse_project(s) for s in a.project or ())
+
+
 def cmd_check(a) -> int:
     from .check import check
-    verdict = check(a.run_dir)
+    verdict = check(a.run_dir, _projected(a))
     print(f"{verdict['verdict']}: {verdict['reason']}")
     return exit_code(verdict["verdict"])
 
 
 def cmd_report(a) -> int:
     from analysis.report import write_report
-    res = write_report(a.run_dir)
+    res = write_report(a.run_dir, project=_projected(a))
     for note in res["notes"]:
         print(f"krig: report: {note}", file=sys.stderr)
     for f in res["files"]:
@@ -173,9 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("check", help="re-run the analysis of an existing run directory")
     c.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (any copy of one; results/latest is the newest run)")
+    c.add_argument("--project", action="append", metavar="RAM[:CPUS]", help=PROJECT_HELP)
     c.set_defaults(func=cmd_check)
     rp = sub.add_parser("report", help="write report.html, plots, summary.txt and trace.kshark.json of a run")
     rp.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (results/latest is the newest run)")
+    rp.add_argument("--project", action="append", metavar="RAM[:CPUS]", help=PROJECT_HELP)
     rp.set_defaults(func=cmd_report)
     b = sub.add_parser("bundle", help="one tarball of a run that anyone reruns with `krig reproduce`")
     b.add_argument("run_dir", metavar="RUN_DIR", help="a judged run directory (results/latest is the newest run)")

@@ -19,6 +19,10 @@ KERNEL_HELP = ("the kernel (default distro): NAME of kernels/NAME.toml; PATH of 
                "series on top). A tree's or image's config is checked against the reproducer's config "
                "fragment before booting. Example: ~/linux@v6.1,like=tiny-6.1")
 
+PROJECT_HELP = ("also project the run to a machine of RAM bytes (and CPUS; default this run's), e.g. 512G or "
+                "3T:384; repeatable. Where the reproducer has a model (neg-dentry-flood): a projection, "
+                "never a measurement (default: 4 GB, 256 GB and 3 TB only)")
+
 SIMPLE_CODES = "exit codes: 0 done, 2 bad input (one line names what was wrong), 3 krig or the host broke"
 
 MAIN_EPILOG = f"""examples:
@@ -39,13 +43,15 @@ EPILOGS = {
   with --repeat: the code of the most severe verdict the group had
   (CRASHED, HUNG, FAIL, ERROR, SKIP, PASS, in that order)
 see docs/verdicts.md, docs/results.md""",
-    "check": f"""example:
+    "check": f"""examples:
   krig check results/latest
+  krig check results/latest --project 512G:64
 
 {RUN_CODES}
 see docs/verdicts.md""",
-    "report": f"""example:
+    "report": f"""examples:
   krig report results/latest
+  krig report results/latest --project 512G --project 1T:128
 
 {SIMPLE_CODES}
 see docs/reports.md""",

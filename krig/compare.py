@@ -20,16 +20,17 @@ import json
 import pathlib
 import sys
 
+from analysis import projection
 from analysis.compare_html import write_compare_html
 from analysis.stats import ALPHA, TEST, change_pct, compare_samples, describe, direction, min_n_per_side, min_p
 from analysis.summary import threshold_id, threshold_results
 from analysis.lkp import format_lkp
+from analysis.rundata import RunData
 
 from . import RESULTS_DIR
-from .check import load_analyzer
 from .errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
-from .reproducer import MIN_CHANGE_PCT, load_reproducer
+from .reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
 from .results import GROUP_FILE, run_state
 from .rundir import MANIFEST, RunDir
 from .verdict import JUDGED
@@ -133,6 +134,27 @@ def side_outcome(repro, runs: list) -> str | None:
     return fn(values) if values else None
 
 
+def side_projection(repro, runs: list) -> dict | None:
+    """The reproducer's projection of a side to other machine sizes (analysis/projection.py): that
+    of the judged run whose measured level is the side's median, or None."""
+    projs = []
+    for d, v, _ in runs:
+        if v in JUDGED:
+            try:
+                run = RunData(d)
+                p = projection.project(run, repro, run.metrics())
+            except (OSError, KrigError, AttributeError, ValueError):
+                continue
+            if p:
+                projs.append(p)
+    kinds = {p["kind"] for p in projs}
+    if len(kinds) != 1:          # none, or the runs disagree (bounded in some, not in others)
+        return None
+    key = "measured_per_bucket" if kinds == {"per_bucket"} else "measured_rate_per_cpu"
+    projs.sort(key=lambda p: p[key])
+    return {**projs[(len(projs) - 1) // 2], "runs": len(projs)}
+
+
 def _thresholds(repro, base: list, new: list) -> list:
     rows = []
     for t in repro.thresholds:
@@ -210,8 +232,10 @@ def compare(base_paths: list, new_paths: list) -> dict:
                      way in ("better", "worse") else ""})
     return {"reproducer": repro.name, "preset": man.get("preset"), "params": man.get("params"),
             "test": TEST, "alpha": ALPHA, "min_n_per_side": min_n_per_side(),
-            "base": {**_side_info(base), "outcome": side_outcome(repro, base)},
-            "new": {**_side_info(new), "outcome": side_outcome(repro, new)}, "warnings": warnings,
+            "base": {**_side_info(base), "outcome": side_outcome(repro, base),
+                     "projection": side_projection(repro, base)},
+            "new": {**_side_info(new), "outcome": side_outcome(repro, new),
+                    "projection": side_projection(repro, new)}, "warnings": warnings,
             "differences": differences(base, new),
             "metrics": rows, "thresholds": _thresholds(repro, base, new),
             "_runs": {"base": [d for d, v, _ in base if v in JUDGED], "new": [d for d, v, _ in new if v in JUDGED]}}

@@ -9,6 +9,8 @@
           rig (CPUs, RAM, accelerator), host CPU, reproducer, runs, krig revision
     what differs between the two sides (debug options, CPU facts), if anything
     the judged metrics in the 0-day layout (analysis/lkp.py) with p-values and runs
+    what the reproducer says each side showed, and the patched kernel's projection to
+          other machine sizes where it has a model (labelled as a projection)
     the command that reproduces it
 
 ASCII, at most 72 columns (a long path in the command is continued with a backslash).
@@ -21,6 +23,7 @@ import textwrap
 import time
 
 from analysis.lkp import WIDTH, table_lines
+from analysis.projection import text_lines as projection_lines
 from .errors import UsageError
 from .results import git_revision, public_url
 
@@ -105,6 +108,28 @@ def _cpu_line(cpu: dict | None) -> str:
     return ", ".join(parts)
 
 
+def outcome_lines(res: dict) -> list:
+    """What the reproducer says of each side (where the flood's negatives went), and the patched
+    kernel's projection to other machine sizes, labelled as one."""
+    out = []
+    said = [(label, res[side].get("outcome")) for side, label in (("base", "base"), ("new", "patched"))]
+    if any(text for _, text in said):
+        out += ["", "What the runs showed:"]
+        for label, text in said:
+            if text:
+                out += _para_indented(f"{label}: {text}")
+    proj = res["new"].get("projection")
+    if proj:
+        out += ["", "Projected to other machines from the patched kernel's runs (not a measurement):"]
+        out += _para_indented(proj["basis"] + ".")
+        out += ["", *("  " + line for line in projection_lines(proj))]
+    return out
+
+
+def _para_indented(text: str) -> list:
+    return textwrap.wrap(text, WIDTH, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+
+
 def body(state: dict, res: dict, who: tuple) -> str:
     prov = state["series_provenance"]
     base, new = state.get("base_kernel") or {}, state.get("new_kernel") or {}
@@ -138,6 +163,7 @@ def body(state: dict, res: dict, who: tuple) -> str:
                 f"two-sided, * = significant at p < {res['alpha']} with >= {res['min_n_per_side']} runs a "
                 "side):", ""]
         out += table_lines(res, state["judged_metrics"])
+        out += outcome_lines(res)
     # a series named by its Message-ID is fetched the same way anywhere; a file is named by its name
     by_id = bool(state.get("series")) and not str(state["series"]).startswith("/")
     out += ["", "To reproduce (krig; b4 fetches the series by its Message-ID):" if by_id else

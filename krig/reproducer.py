@@ -4,6 +4,7 @@ config (kconfig fragment), analyze.py (metrics) and optional C helpers.
 repro.toml is validated on load; every problem is one line naming the field.
 """
 import dataclasses
+import importlib.util
 import pathlib
 import re
 
@@ -553,3 +554,15 @@ def parse_session(data: dict, w: str, events: list) -> dict | None:
     else:
         out["column"] = require(s, "column", str, sw)
     return out
+
+
+def load_analyzer(repro):
+    """The reproducer's analyze.py as a module (metrics(), and optionally notes(),
+    side_summary(), projection()), or None if it has none."""
+    path = repro.path / "analyze.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location(f"krig_analyze_{repro.name.replace('-', '_')}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -125,7 +125,7 @@ def test_negflood_bound_is_a_share_of_mem_available(tmp_path):
     """-a: the bound is at most that % of MemAvailable at the start, whatever -x says."""
     r = negflood(tmp_path, "-g", "1,0,0", "-t", "30", "-l", "0.001", "-x", "100", "-a", "0.002",
                  "-r", "20", "-i", "0.05", "-n", "29")
-    assert float(r["bound_bytes"]) == pytest.approx(0.002 / 100 * int(r["mem_available_bytes"]), rel=1e-6)
+    assert float(r["bound_bytes"]) == pytest.approx(0.002 / 100 * int(r["mem_available_bytes"]), abs=1)   # %.0f
     assert float(r["bound_bytes"]) < 100 * float(r["limit_bytes"])
     assert r["stop_reason"] == "bound"
 

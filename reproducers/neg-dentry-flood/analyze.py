@@ -18,6 +18,7 @@ import statistics
 import numpy as np
 
 from krig.verdict import WARN_PATTERNS
+from rigs import hashsize
 
 LIMIT_PCT_RAM = 5.0   # the peak_negative_pct_ram threshold; growth is judged against it
 # metric stop_reason
@@ -112,6 +113,56 @@ def side_summary(runs: list[dict]) -> str | None:
     return "negatives " + "; ".join(parts) if runs else None
 
 
+# The machines the seed report names (RAM, CPUs), and a small one, that a run is projected to.
+PROJECT_TO = ((4 << 30, 4), (256 << 30, 24), (3 << 40, 384))
+
+
+def _size(ram: int) -> str:
+    return f"{ram / (1 << 40):g} TB" if ram >= 1 << 40 else f"{ram / (1 << 30):g} GB"
+
+
+def projection(values: dict, machine: dict, extra: tuple = ()) -> dict | None:
+    """From this run to machines of other sizes, said as a projection, never as a measurement.
+
+    Bounded: the settled level as negatives per dentry hash bucket (the buckets the kernel
+    printed at boot), times the buckets 6.1's sizing rule gives each size: what a bound *per
+    bucket* would hold there. Unbounded: the rate of new names per CPU, and the time an
+    unbounded dcache takes to 5% of RAM at that rate on each size's CPUs. extra: more
+    (ram, cpus) to project to (cpus None: this run's). None when the run tells neither."""
+    sizes = sorted(set(PROJECT_TO) | {(ram, cpus or machine.get("cpus")) for ram, cpus in extra})
+    objsize = values.get("dentry_objsize_bytes") or hashsize.DENTRY_BYTES
+    buckets, ram_here = machine.get("dentry_hash_entries"), machine.get("mem_total_bytes")
+    if values.get("bounded") == 1 and values.get("settled_nr_negative") is not None and buckets:
+        per = values["settled_nr_negative"] / buckets
+        rows = []
+        for ram, _ in sizes:
+            n = per * hashsize.dentry_entries(ram)
+            rows.append({"ram_bytes": ram, "machine": _size(ram), "dentry_buckets": hashsize.dentry_entries(ram),
+                         "negatives": n, "bytes": n * objsize, "pct_ram": 100 * n * objsize / ram})
+        return {"kind": "per_bucket", "measured_per_bucket": per, "measured_buckets": buckets,
+                "measured_negatives": values["settled_nr_negative"], "measured_ram_bytes": ram_here, "rows": rows,
+                "basis": (f"projected from the level this run settled at, {per:.3g} negatives per dentry hash "
+                          f"bucket ({values['settled_nr_negative']:,.0f} over {buckets:,} buckets), and Linux 6.1's "
+                          "hash table sizing rule: what a bound per hash bucket holds on each machine. A "
+                          "projection, not a measurement; a bound that is a share of RAM would stay at "
+                          f"{values.get('settled_negative_pct_ram', math.nan):.3g}% of RAM on every size "
+                          "(two runs at different bucket densities, like_memory, tell which it is)")}
+    rate = values.get("new_names_per_s_per_cpu")
+    if values.get("bounded") == 0 and rate and math.isfinite(rate) and rate > 0:
+        rows = []
+        for ram, cpus in sizes:
+            n = LIMIT_PCT_RAM / 100 * ram / objsize
+            rows.append({"ram_bytes": ram, "machine": _size(ram), "cpus": cpus, "negatives": n,
+                         "bytes": n * objsize, "pct_ram": LIMIT_PCT_RAM,
+                         "seconds_to_limit": n / (rate * cpus) if cpus else math.nan})
+        return {"kind": "unbounded", "measured_rate_per_cpu": rate, "rows": rows,
+                "basis": (f"projected from this run's {rate:,.0f} new names per second per CPU, each one negative "
+                          f"dentry of {objsize:.0f} bytes on an unbounded dcache: the time to {LIMIT_PCT_RAM:g}% of "
+                          "RAM with that many CPUs at that rate. A projection, not a measurement; an emulated "
+                          "CPU is slower than a real one, so a real machine gets there sooner")}
+    return None
+
+
 def bounded(fl: dict, limit_crossed) -> float:
     """1 settled: retention at most plateau_retention_pct (what a plateau stop saw, whatever
     stopped the flood); 0 unbounded: past the limit, on towards the bound, still keeping at
@@ -183,6 +234,7 @@ def metrics(run) -> dict:
         "settle_bound_pct_ram": 100.0 * fl["bound_bytes"] / ram if "bound_bytes" in fl else math.nan,
     }
     out["bounded"] = bounded(fl, out["limit_crossed"])
+    buckets = run.manifest.get("machine", {}).get("dentry_hash_entries")
     # the outer limit in seconds ended a flood that had neither crossed the RAM limit nor settled:
     # the host was too slow for the preset to tell anything about the kernel
     out["out_of_time_untold"] = float(out["time_limit_hit"] == 1 and out["limit_crossed"] != 1
@@ -194,7 +246,7 @@ def metrics(run) -> dict:
              "time_to_1pct_ram_s", "time_to_5pct_ram_s", "time_to_10pct_ram_s",
              "settled_nr_negative", "settled_negative_pct_ram")
     if not out["nr_negative_reported"]:
-        return {**out, **{n: math.nan for n in names}}
+        return {**out, **{n: math.nan for n in names + ("peak_per_bucket", "settled_per_bucket")}}
     base_neg = last_finite(s["nr_negative"][before], float(np.nanmin(s["nr_negative"])))
     neg = s["nr_negative"][during]
     ok = np.isfinite(neg)
@@ -204,6 +256,8 @@ def metrics(run) -> dict:
     # a flood that made no new names (samename generators only): over the last quarter of its time
     growth_q = (fl["retention"] * fl["retention_names"] if fl["retention"] >= 0
                 else neg[-1] - neg[t >= 0.75 * t[-1]][0])
+    out["peak_per_bucket"] = float(neg.max()) / buckets if buckets else math.nan
+    out["settled_per_bucket"] = float(neg[-1]) / buckets if buckets and out["bounded"] == 1 else math.nan
     return {**out, **dict(zip(names, (
         float(neg.max()), float(neg[-1]), float(neg.max() * objsize), float(neg_pct.max()),
         float(neg_pct[-1]),
