@@ -120,7 +120,7 @@ def outcome_lines(res: dict) -> list:
                 out += _para_indented(f"{label}: {text}")
     proj = res["new"].get("projection")
     if proj:
-        out += ["", "Projected to other machines from the patched kernel's runs (not a measurement):"]
+        out += ["", "Projected to other machines from the patched kernel's median run", "(not a measurement):"]
         out += _para_indented(proj["basis"] + ".")
         out += ["", *("  " + line for line in projection_lines(proj))]
     return out
