@@ -13,7 +13,9 @@ cap); seconds are only the outer limit. Here:
 - synthetic floods: a kernel that keeps a fifth of its new names stops at the name cap
   whatever the rate; one still ambiguous at the time limit is not told, never unbounded;
 - real guests next to a one-core CPU hog (marker kbuild): the per-bucket kernel settles
-  (bounded, near 3 x its hash buckets), tiny-6.1 is still growing at its bound (unbounded).
+  (bounded, near 3 x its hash buckets), tiny-6.1 is still growing at its bound (unbounded);
+- the per-bucket kernel on 4 GB guests given 256 GB's and 3 TB's bucket density: settled at
+  the share of RAM the per-bucket rule says, projected to those machines by the report.
 """
 import json
 import math
@@ -24,6 +26,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, build_kernels, rig_with_memory, run_dir_of
+from krig.config import parse_size
+from rigs import hashsize
 from test_flood_stop import NEGFLOOD, PLAIN_KERNEL, _guest_flood, flood_run_dir
 
 RECORDED = ROOT / "tests" / "data" / "neg-dentry-flood-per-bucket.tsv"
@@ -232,3 +236,38 @@ def test_out_of_time_before_the_limit_is_error_not_pass(tmp_path, krig_cli):
     assert m["out_of_time_untold"] == 1 and m["bounded"] is None and m["peak_negative_pct_ram"] < 5
     v = json.loads((d / "verdict.json").read_text())
     assert p.returncode == 3 and v["verdict"] == "ERROR" and "out_of_time_untold" in v["reason"], v
+
+
+@pytest.mark.kbuild
+@pytest.mark.parametrize("like", ["256G", "3T"])
+def test_per_bucket_kernel_at_a_big_machines_density(tmp_path_factory, like):
+    """The per-bucket kernel on a 4 GB guest given a big machine's dcache hash density
+    (like_memory: dhash_entries= on its command line, the nearest power of two): the kernel
+    prints the buckets the rule gives, the negatives settle near 3 x those buckets, the share
+    of RAM the per-bucket rule says for them (3.5% at 256 GB's density, under 1.3% at 3 TB's:
+    PASS, where the same kernel at a 4 GB machine's own density FAILs at ~7%), and the report
+    projects the level to 256 GB and 3 TB, in counts and GiB, labelled as a projection."""
+    build_kernels(PER_BUCKET_KERNEL)
+    tmp = tmp_path_factory.mktemp(f"like{like}")
+    rig = tmp / f"qemu-4g-like-{like.lower()}.toml"
+    rig.write_text((ROOT / "rigs" / "qemu-default.toml").read_text().replace(
+        "[[disks]]", f'like_memory = "{like}"\n\n[[disks]]', 1))
+    p, v, m = _guest_flood(tmp_path_factory, f"density{like}", "--kernel", PER_BUCKET_KERNEL, "--rig", str(rig))
+    run_dir = run_dir_of(p)
+    machine = json.loads((run_dir / "manifest.json").read_text())["machine"]
+    ram, buckets = machine["mem_total_bytes"], machine["dentry_hash_entries"]
+    assert buckets == hashsize.like(4 << 30, parse_size(like, "like"))["dhash_entries"], machine
+    assert v["verdict"] == "PASS" and p.returncode == 0, v["reason"]
+    assert m["stop_reason"] == 2 and m["bounded"] == 1 and m["limit_crossed"] == 0, v["reason"]
+    assert 0.9 * 3 * buckets <= m["settled_nr_negative"] <= 1.02 * 3 * buckets, (m["settled_nr_negative"], buckets)
+    share = 100 * 3 * buckets * m["dentry_objsize_bytes"] / ram           # the per-bucket rule's share
+    assert 0.9 * share <= m["settled_negative_pct_ram"] <= 1.02 * share, (m["settled_negative_pct_ram"], share)
+    assert m["settled_per_bucket"] == pytest.approx(m["settled_nr_negative"] / buckets)
+    proj = json.loads((run_dir / "projection.json").read_text())
+    rows = {r["machine"]: r for r in proj["rows"]}
+    for label, size in (("256 GB", 256 << 30), ("3 TB", 3 << 40)):
+        assert rows[label]["negatives"] == pytest.approx(m["settled_per_bucket"] * hashsize.dentry_entries(size))
+        assert rows[label]["bytes"] == pytest.approx(rows[label]["negatives"] * m["dentry_objsize_bytes"])
+    summary = (run_dir / "summary.txt").read_text()
+    assert "projection to other machines (not a measurement):" in summary
+    assert f"{rows['3 TB']['negatives']:,.0f}" in summary and "GiB" in summary
