@@ -1,12 +1,18 @@
-"""`make docs-pictures`: the pictures docs/ ships, made again by today's code from real runs.
+"""`make docs-pictures`: the pictures and examples docs/ ships, made again by today's code
+from real runs.
 
 - docs/report.png: report.html of a neg-dentry-flood smoke run on tiny-6.1 (no bound: FAIL),
   as headless Chromium shows it;
 - docs/negative-dentry-flood-cap70.png: the flood plot of the same preset on
-  tiny-6.1-negative-dentry-cap-70 (a bound above the limit: FAIL, bounded).
+  tiny-6.1-negative-dentry-cap-70 (a bound above the limit: FAIL, bounded);
+- docs/examples/reply.txt and reply.mbox: `krig validate`'s reply to a real validation, the
+  bisect demo's fix series (kernels/demo_repo.py) on its tip, unlink-dentry-growth's smoke
+  preset, 2 runs a side.
 
-Both kernels are CI kernels (`make ci-kernels`). Runs go under build/pictures/ (never into git);
-each takes a few minutes under TCG. Look at the pictures before committing them.
+The flood kernels are CI kernels (`make ci-kernels`); the validation builds the demo tip and the
+fix incrementally. Runs go under build/pictures/ (never into git); each flood takes a few
+minutes under TCG, the validation 20-40. Look at the pictures before committing them.
+`python docs/pictures.py reply` makes only the reply.
 """
 import os
 import pathlib
@@ -19,6 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 KRIG = [sys.executable, "-m", "krig.cli"]
 OUT = ROOT / "build" / "pictures"
 RIG = "qemu-2g"
+SENDER = "Krig Example <krig@example.org>"
 
 
 def flood(kernel: str) -> pathlib.Path:
@@ -42,8 +49,36 @@ def screenshot(page: pathlib.Path, dest: pathlib.Path) -> None:
         sys.exit(f"docs-pictures: chromium made no screenshot of {page}: {p.stderr.strip()[-300:]}")
 
 
+def reply_example() -> None:
+    """docs/examples/reply.{txt,mbox} from a real `krig validate` of the demo's fix series."""
+    from kernels.demo_repo import fix_series, make_demo_repo
+    work = OUT / "reply"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    demo, info = make_demo_repo(log=print)
+    mbox, _ = fix_series(demo, info, work / "dev.git", work / "fix.mbox")
+    env = {**os.environ, "KRIG_RESULTS": str(OUT)}
+    p = subprocess.run(KRIG + ["validate", "unlink-dentry-growth", "--base", f"{demo}@,like=tiny-6.1",
+                               "--series", str(mbox), "--repeat", "2", "--preset", "smoke", "--from", SENDER,
+                               "-o", str(work / "validation")], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=3 * 3600)
+    if p.returncode not in (0, 1) or not (work / "validation" / "reply.txt").exists():
+        sys.exit(f"docs-pictures: the validation gave no reply (exit {p.returncode}): "
+                 f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
+    dest = ROOT / "docs" / "examples"
+    dest.mkdir(exist_ok=True)
+    for name in ("reply.txt", "reply.mbox"):
+        # the demo's path on this machine is not the example's business: its cache path, shortened
+        text = (work / "validation" / name).read_text().replace(str(demo), "~/linux.git")
+        (dest / name).write_text(text)
+    print(f"docs-pictures: docs/examples/reply.txt and reply.mbox from {work / 'validation'}: "
+          f"{p.stdout.splitlines()[-1] if p.stdout.strip() else ''}")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
+    if sys.argv[1:] == ["reply"]:
+        return reply_example()
     plain = flood("tiny-6.1")
     screenshot(plain / "report.html", ROOT / "docs" / "report.png")
     capped = flood("tiny-6.1-negative-dentry-cap-70")
@@ -52,6 +87,7 @@ def main() -> None:
         sys.exit(f"docs-pictures: {capped} has no plot")
     shutil.copyfile(plots[0], ROOT / "docs" / "negative-dentry-flood-cap70.png")
     print(f"docs-pictures: docs/report.png from {plain}, docs/negative-dentry-flood-cap70.png from {capped}")
+    reply_example()
 
 
 if __name__ == "__main__":

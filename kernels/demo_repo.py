@@ -113,3 +113,49 @@ def make_demo_repo(log=print, commits: list | None = None, where: pathlib.Path |
     tmp.rename(repo)
     log(f"bisect-demo: {len(commits)} commits in {time.monotonic() - t0:.0f}s; first bad is {culprit[:12]}")
     return repo, info
+
+
+AUTHOR = {"GIT_AUTHOR_NAME": "Pat Developer", "GIT_AUTHOR_EMAIL": "pat@example.org",
+          "GIT_COMMITTER_NAME": "Pat Developer", "GIT_COMMITTER_EMAIL": "pat@example.org",
+          "GIT_AUTHOR_DATE": "2024-02-01T12:00:00+0000", "GIT_COMMITTER_DATE": "2024-02-01T12:00:00+0000"}
+
+
+def _env() -> dict:
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, **AUTHOR}
+
+
+def commit_on(repo, parent: str, path: str, data: bytes, message: str, index: pathlib.Path) -> str:
+    """A commit on `parent` that sets one file (a separate index: the repository stays bare)."""
+    env = {**_env(), "GIT_INDEX_FILE": str(index)}
+    _git(repo, "read-tree", parent, env=env)
+    blob = _git(repo, "hash-object", "-w", "--stdin", input=data, env=env)
+    _git(repo, "update-index", "--cacheinfo", f"100644,{blob},{path}", env=env)
+    return _git(repo, "commit-tree", _git(repo, "write-tree", env=env), "-p", parent, "-m", message, env=env)
+
+
+def series_mbox(repo, base: str, tip: str, subject: str, out: pathlib.Path) -> pathlib.Path:
+    """base..tip as a mailed series (`git format-patch --cover-letter --thread --base`), one mbox."""
+    d = out.with_suffix(".d")
+    _git(repo, "format-patch", "-q", "--cover-letter", "--thread", f"--base={base}", "-o", str(d),
+         f"{base}..{tip}", env=_env())
+    cover = d / "0000-cover-letter.patch"
+    cover.write_text(cover.read_text().replace("*** SUBJECT HERE ***", subject))
+    out.write_bytes(b"".join(p.read_bytes() for p in sorted(d.iterdir())))
+    return out
+
+
+FIX_SUBJECT = "vfs: rmdir prunes children again"
+
+
+def fix_series(demo: pathlib.Path, info: dict, dev: pathlib.Path, out: pathlib.Path) -> tuple[pathlib.Path, str]:
+    """A developer's clone of the demo history (dev, bare) with the culprit's fix on its tip, mailed
+    as a series to out: shrink_dcache_parent() back in vfs_rmdir(). Returns (mbox, base commit)."""
+    bad, culprit = info["commits"][-1], info["culprit"]
+    subprocess.run(["git", "clone", "-q", "--bare", "--shared", str(demo), str(dev)], check=True, env=_env())
+    namei = subprocess.run(["git", f"--git-dir={dev}", "cat-file", "blob", f"{culprit}^:fs/namei.c"],
+                           capture_output=True, check=True).stdout
+    fix = commit_on(dev, bad, "fs/namei.c", namei,
+                    "vfs: prune a removed directory's children in vfs_rmdir() again\n\n"
+                    "Put shrink_dcache_parent() back, so rmdir drops the negative\n"
+                    "dentries of the files that were in the directory.", dev / "krig-index")
+    return series_mbox(dev, bad, fix, FIX_SUBJECT, out), bad

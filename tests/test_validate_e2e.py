@@ -21,38 +21,11 @@ import sys
 import pytest
 
 from conftest import KRIG, ROOT, build_kernels, qemu_pids
-from kernels.demo_repo import make_demo_repo
+from kernels.demo_repo import AUTHOR, commit_on, fix_series, make_demo_repo, series_mbox
 
 B4 = str(pathlib.Path(sys.executable).with_name("b4"))
-ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
-       "GIT_AUTHOR_NAME": "Pat Developer", "GIT_AUTHOR_EMAIL": "pat@example.org",
-       "GIT_COMMITTER_NAME": "Pat Developer", "GIT_COMMITTER_EMAIL": "pat@example.org",
-       "GIT_AUTHOR_DATE": "2024-02-01T12:00:00+0000", "GIT_COMMITTER_DATE": "2024-02-01T12:00:00+0000"}
+ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, **AUTHOR}
 TESTER = "Krig Tester <tester@example.org>"
-
-
-def git(repo, *args, input=None, index=None):
-    env = {**ENV, **({"GIT_INDEX_FILE": str(index)} if index else {})}
-    p = subprocess.run(["git", f"--git-dir={repo}", *args], capture_output=True, env=env, input=input)
-    assert p.returncode == 0, p.stderr.decode()
-    return p.stdout.decode().strip()
-
-
-def commit_on(repo, parent, path, data: bytes, message, index) -> str:
-    git(repo, "read-tree", parent, index=index)
-    blob = git(repo, "hash-object", "-w", "--stdin", input=data)
-    git(repo, "update-index", "--cacheinfo", f"100644,{blob},{path}", index=index)
-    tree = git(repo, "write-tree", index=index)
-    return git(repo, "commit-tree", tree, "-p", parent, "-m", message)
-
-
-def series_mbox(repo, base, tip, subject, out: pathlib.Path) -> pathlib.Path:
-    d = out.with_suffix(".d")
-    git(repo, "format-patch", "-q", "--cover-letter", "--thread", f"--base={base}", "-o", str(d), f"{base}..{tip}")
-    cover = d / "0000-cover-letter.patch"
-    cover.write_text(cover.read_text().replace("*** SUBJECT HERE ***", subject))
-    out.write_bytes(b"".join(p.read_bytes() for p in sorted(d.iterdir())))
-    return out
 
 
 def validate(tmp_path, demo, mbox, repeat, name):
@@ -68,21 +41,12 @@ def validate(tmp_path, demo, mbox, repeat, name):
 def test_validate_fix_and_unrelated_series(tmp_path):
     build_kernels("tiny-6.1")               # its build tree seeds the demo tree's (no full build)
     demo, info = make_demo_repo(log=lambda *a: None)
-    bad, culprit = info["commits"][-1], info["culprit"]
     dev = tmp_path / "dev.git"
-    subprocess.run(["git", "clone", "-q", "--bare", "--shared", str(demo), str(dev)], check=True, env=ENV)
-    idx = tmp_path / "index"
-    fixed_namei = subprocess.run(["git", f"--git-dir={dev}", "cat-file", "blob", f"{culprit}^:fs/namei.c"],
-                                 capture_output=True, check=True).stdout
-    fix = commit_on(dev, bad, "fs/namei.c", fixed_namei,
-                    "vfs: prune a removed directory's children in vfs_rmdir() again\n\n"
-                    "Put shrink_dcache_parent() back, so rmdir drops the negative\n"
-                    "dentries of the files that were in the directory.", idx)
+    fix_mbox, bad = fix_series(demo, info, dev, tmp_path / "fix.mbox")
     vmscan = subprocess.run(["git", f"--git-dir={dev}", "cat-file", "blob", f"{bad}:mm/vmscan.c"],
                             capture_output=True, check=True).stdout
     other = commit_on(dev, bad, "mm/vmscan.c", vmscan + b"\n/* a comment that changes nothing */\n",
-                      "mm: a comment in vmscan.c\n\nNothing to do with dentries.", idx)
-    fix_mbox = series_mbox(dev, bad, fix, "vfs: rmdir prunes children again", tmp_path / "fix.mbox")
+                      "mm: a comment in vmscan.c\n\nNothing to do with dentries.", tmp_path / "index")
     other_mbox = series_mbox(dev, bad, other, "mm: a comment", tmp_path / "other.mbox")
 
     p = validate(tmp_path, demo, fix_mbox, 2, "v-fix")
