@@ -22,6 +22,7 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))          # this checkout's packages, whatever the venv points at
 KRIG = [sys.executable, "-m", "krig.cli"]
 OUT = ROOT / "build" / "pictures"
 RIG = "qemu-2g"
