@@ -6,7 +6,8 @@ import pathlib
 import textwrap
 import xml.etree.ElementTree as ET
 
-from krig import DEFAULT_KERNEL, DEFAULT_RIG, safeio
+from krig import safeio
+from krig.asked import AskedRun
 
 from .projection import text_lines
 
@@ -99,17 +100,7 @@ def threshold_id(t) -> str:
 
 def reproduce_argv(manifest: dict, repro) -> list[str]:
     """`krig run ...` with the rig, kernel, preset and every parameter the preset does not give."""
-    preset = manifest.get("preset")
-    argv = ["krig", "run", repro.name, "--rig", manifest.get("rig", {}).get("name", DEFAULT_RIG),
-            "--kernel", manifest.get("kernel", {}).get("arg") or manifest.get("kernel", {}).get("name", DEFAULT_KERNEL)]
-    base = {k: p["default"] for k, p in repro.params.items()}
-    if preset and preset in repro.presets:
-        argv += ["--preset", preset]
-        base.update(repro.presets[preset])
-    for k, v in (manifest.get("params") or {}).items():
-        if base.get(k) != v:
-            argv += ["--set", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
-    return argv
+    return AskedRun.from_manifest(manifest, repro).argv()
 
 
 def wrap_command(argv: list[str], indent: str = "  ") -> list[str]:

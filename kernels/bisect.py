@@ -31,11 +31,13 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 import time
 
 from krig import DEFAULT_RIG, KERNEL_DIR, RESULTS_DIR, ROOT
+from krig.asked import AskedRun
 from krig.errors import KrigError, UsageError, guarded
 from krig.reproducer import load_reproducer
 from krig.results import now
@@ -130,13 +132,14 @@ def read_attempt(run_dir: pathlib.Path, metric_name: str | None) -> Attempt:
     return Attempt(v["verdict"], v.get("reason", ""), str(run_dir), booted="machine" in run.manifest, metric=value)
 
 
+def asked_of(state: dict) -> AskedRun:
+    """The `krig run` of one bisection step (the step's kernel, the bisection's reproducer)."""
+    return AskedRun(state["repro"], state["rig"], state["kernel"], state.get("preset"), tuple(state.get("sets", [])))
+
+
 def run_krig(state: dict) -> Attempt:
-    argv = [str(KRIG), "run", state["repro"], "--kernel", state["kernel"], "--rig", state["rig"]]
-    if state.get("preset"):
-        argv += ["--preset", state["preset"]]
-    for s in state.get("sets", []):
-        argv += ["--set", s]
-    p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=this_checkout_env())
+    p = subprocess.run([str(KRIG), *asked_of(state).argv()[1:]], capture_output=True, text=True, cwd=ROOT,
+                       env=this_checkout_env())
     m = re.search(r"^results: (.+)$", p.stdout, re.M)
     if not m or not pathlib.Path(m.group(1), "verdict.json").exists():
         err = (p.stderr.strip().splitlines() or ["no output"])[-1]
@@ -169,6 +172,7 @@ def oracle(state_path: pathlib.Path, build=None, run_once=None) -> int:
     if state.get("zones"):
         z = from_state(state["zones"])
         vote = lambda a: attempt_vote(z, a.verdict, a.metric)  # noqa: E731
+    append(logp, f"# {commit[:12]} runs: {shlex.join(asked_of(state).argv())}", echo=False)
     answer, attempts = step(run_once or (lambda: run_krig(state)), state["repeat"], vote)
     dirs = " ".join(a.run_dir or a.reason for a in attempts)
     append(logp, log_line(commit, subject, answer, attempts, state.get("metric"),

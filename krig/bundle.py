@@ -26,8 +26,8 @@ import tarfile
 import time
 
 from . import KERNEL_DIR, REPRO_DIR, safeio
+from .asked import AskedRun
 from .config import load_toml, toml_value
-from analysis.summary import reproduce_argv
 from rigs import rig_path
 from .errors import UsageError
 from .paths import cache_dir, krig_owned
@@ -166,9 +166,7 @@ def readme(meta: dict, tarball: str) -> str:
 
 def run_args(manifest: dict, repro) -> list[str]:
     """`krig run` arguments minus the rig (reproduce.sh adds its own): the summary's command."""
-    argv = reproduce_argv(manifest, repro)[2:]
-    i = argv.index("--rig")
-    return argv[:i] + argv[i + 2:]
+    return AskedRun.from_manifest(manifest, repro).args(rig=False)
 
 
 # -- identities -------------------------------------------------------------

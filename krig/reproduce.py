@@ -19,6 +19,7 @@ the SHA256SUMS it came with (never after a value the bundle chooses).
 Exit: 0 the same verdict, 1 a different one, 2 bad input.
 """
 import contextlib
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -26,6 +27,7 @@ import lzma
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import tarfile
 import tempfile
@@ -33,6 +35,7 @@ import zlib
 
 from . import DEFAULT_KERNEL, DEFAULT_RIG, REPRO_DIR, RESULTS_DIR
 from . import safeio
+from .asked import AskedRun
 from .config import parse_set
 from .errors import UsageError
 from .paths import cache_dir
@@ -67,25 +70,13 @@ def _read(tar, members, name, bundle) -> bytes:
     return tar.extractfile(m).read()
 
 
-def parse_run_args(lines: list, bundle: str) -> dict:
-    """run-args -> {reproducer, kernel, preset, sets}; anything else is refused (one line)."""
+def parse_run_args(lines: list, bundle: str) -> AskedRun:
+    """run-args -> the asked run (no rig: the user's; kernel None if the bundle names none);
+    anything else is refused (one line)."""
     if not lines or not _NAME.match(lines[0]) or lines[0] not in reproducer_names():
         got = lines[0] if lines else "(empty)"
         raise UsageError(f"{bundle}: run-args: reproducer {got!r} is not one of krig's reproducers")
-    out = {"reproducer": lines[0], "kernel": None, "preset": None, "sets": []}
-    i = 1
-    while i < len(lines):
-        opt = lines[i]
-        if opt not in ("--kernel", "--preset", "--set") or i + 1 >= len(lines):
-            raise UsageError(f"{bundle}: run-args: {opt!r} is not an argument krig reproduce takes "
-                             "(allowed: --kernel, --preset, --set KEY=VALUE)")
-        val = lines[i + 1]
-        if opt == "--set":
-            out["sets"].append(val)
-        else:
-            out[opt[2:]] = val
-        i += 2
-    return out
+    return AskedRun.from_args(lines, f"{bundle}: run-args", ("--kernel", "--preset", "--set"), kernel=None)
 
 
 def _sources_differ(tar, members, name: str) -> list:
@@ -230,17 +221,19 @@ def reproduce(bundle: str, kernel: str | None = None, rig: str = DEFAULT_RIG, lo
         _, members = _members(tar, bundle)
         meta = _meta(tar, members, bundle)
         lines = _read(tar, members, "run-args", bundle).decode(errors="replace").splitlines()
-        args = parse_run_args([ln for ln in lines if ln != ""], bundle)
-        kernel = _kernel_arg(kernel, args["kernel"], bundle)
-        differ = _sources_differ(tar, members, args["reproducer"])
+        asked = parse_run_args([ln for ln in lines if ln != ""], bundle)
+        kernel = _kernel_arg(kernel, asked.kernel, bundle)
+        differ = _sources_differ(tar, members, asked.reproducer)
         if kernel == "bundled":
             kernel = _bundled_kernel(tar, members, bundle, meta)
+    asked = dataclasses.replace(asked, rig=rig, kernel=kernel)
     if differ:
-        log(f"krig: note: krig's reproducers/{args['reproducer']} differs from the bundled sources "
+        log(f"krig: note: krig's reproducers/{asked.reproducer} differs from the bundled sources "
             f"({', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''}); krig's own runs")
-    log(f"krig: rerunning {args['reproducer']} from {path.name} with krig's own code (nothing from the bundle "
+    log(f"krig: rerunning {asked.reproducer} from {path.name} with krig's own code (nothing from the bundle "
         f"is executed) on rig {rig}, kernel {kernel}")
-    run_dir, verdict = run(args["reproducer"], rig, kernel, args["preset"], parse_set(args["sets"]),
+    log(f"krig: the run: {shlex.join(asked.argv())}")
+    run_dir, verdict = run(asked.reproducer, rig, kernel, asked.preset, parse_set(list(asked.sets)),
                            results_root=RESULTS_DIR, log=log)
     bundled = meta.get("verdict")
     print(f"{verdict['verdict']}: {verdict['reason']}")

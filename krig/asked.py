@@ -1,0 +1,70 @@
+"""The run a user asked for, as one value: what `krig run` was given (reproducer, rig, kernel
+argument, preset, the --set overrides). Every command line krig prints or runs for a run is
+made here (summary.txt's "reproduce", a bundle's run-args, bisect's steps), and read back
+here (`krig reproduce`), so the same run always reads as the same command.
+"""
+import dataclasses
+
+from . import DEFAULT_KERNEL, DEFAULT_RIG
+from .errors import UsageError
+
+OPTIONS = ("--rig", "--kernel", "--preset", "--set")
+
+
+@dataclasses.dataclass(frozen=True)
+class AskedRun:
+    reproducer: str
+    rig: str = DEFAULT_RIG
+    kernel: str = DEFAULT_KERNEL
+    preset: str | None = None
+    sets: tuple = ()             # "KEY=VALUE", in the order given
+
+    def args(self, rig: bool = True) -> list[str]:
+        """The arguments after `krig run` (without --rig for a bundle: its user picks the rig)."""
+        out = [self.reproducer] + (["--rig", self.rig] if rig else []) + ["--kernel", self.kernel]
+        if self.preset:
+            out += ["--preset", self.preset]
+        for s in self.sets:
+            out += ["--set", s]
+        return out
+
+    def argv(self, program: str = "krig") -> list[str]:
+        """The whole command line: `krig run REPRODUCER --rig .. --kernel .. [--preset ..] [--set ..]`."""
+        return [program, "run", *self.args()]
+
+    @classmethod
+    def from_args(cls, args: list, where: str, allowed: tuple = OPTIONS, **given) -> "AskedRun":
+        """The arguments after `krig run` (or a bundle's run-args, with allowed options only) back
+        into a value; anything else is refused in one line naming `where`."""
+        if not args or not args[0] or args[0].startswith("-"):
+            raise UsageError(f"{where}: the reproducer's name must come first (got {args[0] if args else '(empty)'!r})")
+        out = {"reproducer": args[0], **given}
+        sets = []
+        i = 1
+        while i < len(args):
+            opt = args[i]
+            if opt not in allowed or i + 1 >= len(args):
+                raise UsageError(f"{where}: {opt!r} is not an argument krig takes here (allowed: "
+                                 f"{', '.join(a + (' KEY=VALUE' if a == '--set' else '') for a in allowed)})")
+            if opt == "--set":
+                sets.append(args[i + 1])
+            else:
+                out[opt[2:]] = args[i + 1]
+            i += 2
+        return cls(**out, sets=tuple(sets))
+
+    @classmethod
+    def from_manifest(cls, manifest: dict, repro) -> "AskedRun":
+        """The run a manifest records: its rig, its kernel argument (or name), its preset, and as
+        --set every parameter the preset (or the default) does not give."""
+        preset = manifest.get("preset")
+        base = {k: p["default"] for k, p in repro.params.items()}
+        if preset and preset in repro.presets:
+            base.update(repro.presets[preset])
+        else:
+            preset = None
+        sets = tuple(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                     for k, v in (manifest.get("params") or {}).items() if base.get(k) != v)
+        kernel = manifest.get("kernel") or {}
+        return cls(repro.name, (manifest.get("rig") or {}).get("name", DEFAULT_RIG),
+                   kernel.get("arg") or kernel.get("name", DEFAULT_KERNEL), preset, sets)
