@@ -4,10 +4,11 @@ reproduces the run."""
 import math
 import pathlib
 import textwrap
-import xml.etree.ElementTree as ET
 
 from krig import safeio
 from krig.asked import AskedRun
+from krig.errors import UsageError
+from krig.rundir import RunDir
 
 from .projection import text_lines
 
@@ -29,24 +30,14 @@ def gib(n) -> str:
 
 
 def threshold_outcomes(run_dir: pathlib.Path, repro) -> dict:
-    """threshold id -> the judge's outcome as its junit.xml records it: "pass", or for a case
-    with a failure or an error its krig_outcome ("fail", "unmeasured", "instrument"), "error"
-    when it has none (the judge itself broke); {} if not judged."""
-    out = {}
+    """threshold id -> the judge's outcome as the run's thresholds.json records it: "pass",
+    "fail", "unmeasured", "instrument", or "error" (the judge itself broke); {} if not judged."""
     try:
-        cases = list(ET.fromstring(safeio.read_bytes(run_dir, "junit.xml")).iter("testcase"))
-    except (safeio.UsageError, ET.ParseError):
-        return out
-    for t in repro.thresholds:
-        name = f"test_threshold[{t.metric} {t.describe()}]"
-        for tc in cases:
-            if tc.get("name") == name:
-                if tc.find("failure") is None and tc.find("error") is None:
-                    out[threshold_id(t)] = "pass"
-                    continue
-                said = {pr.get("name"): pr.get("value") for pr in tc.iter("property")}.get("krig_outcome")
-                out[threshold_id(t)] = said if said not in (None, "pass") else "error"
-    return out
+        judged = RunDir(run_dir).thresholds()
+    except UsageError:
+        return {}
+    ids = {threshold_id(t) for t in repro.thresholds}
+    return {k: str(v.get("outcome")) for k, v in judged.items() if k in ids}
 
 
 def threshold_results(run_dir: pathlib.Path, repro) -> dict:

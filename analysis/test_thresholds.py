@@ -1,14 +1,15 @@
 """One test per threshold of the run's reproducer: pytest is the judge.
 
 Run by `krig check RUN_DIR` as
-  pytest analysis/test_thresholds.py --krig-run-dir=RUN_DIR --junitxml=RUN_DIR/junit.xml
+  pytest analysis/test_thresholds.py --krig-run-dir=RUN_DIR --krig-outcomes=FILE --junitxml=FILE2
+(krig reads the outcomes, conftest.py's JSON lines, and keeps junit.xml for other tools)
 """
 import math
 import pathlib
 
 import pytest
 
-from analysis.summary import threshold_properties
+from analysis.summary import threshold_id, threshold_properties
 from krig.reproducer import load_reproducer
 from krig.rundir import RunDir
 
@@ -75,6 +76,7 @@ def measured(threshold, metrics, record_property):
     m = metrics.get(threshold.metric)
     value, unit = (m["value"], m["unit"]) if m else (None, "")
     outcome, line = judge_value(threshold, value, unit)
+    record_property("krig_threshold", threshold_id(threshold))
     record_property("krig_outcome", outcome)
     record_property("krig_message", line)
     record_property("krig_host_sensitive", "1" if threshold.host_sensitive else "0")

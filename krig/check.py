@@ -4,14 +4,16 @@ evidence() reads what the run directory records about how the run ended
 (manifest.json, console.log, samples.tsv, phases.tsv, host.tsv) and
 krig.verdict.decide() rules on it; a completed workload's metrics are
 computed here and its thresholds judged. Thresholds are judged by pytest (one test per
-threshold, analysis/test_thresholds.py), which writes junit.xml.
+threshold, analysis/test_thresholds.py); each one's outcome comes back as data
+(conftest.py's --krig-outcomes) into the run's thresholds.json, and pytest's junit.xml
+is kept beside it for other tools, never read back.
 """
+import json
 import math
 import pathlib
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 
 from analysis.report import write_report
 from analysis.rundata import RunData
@@ -22,7 +24,7 @@ from .junit import write_single
 from .hostload import contended_pct
 from .paths import owner_alive
 from .reproducer import load_analyzer, load_reproducer  # noqa: F401 (load_analyzer: callers' name)
-from .rundir import MANIFEST, METRICS, VERDICT, RunDir
+from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
 from .stall import still_progressing
 from .verdict import JUDGED, Evidence, decide, scan_console
 
@@ -83,49 +85,73 @@ def compute_metrics(data: RunData, repro, analyzer) -> dict:
 
 
 def judge(run_dir: pathlib.Path) -> dict:
-    """Run the threshold tests with pytest; returns counts and one line per threshold not passed.
+    """Run the threshold tests with pytest; returns counts and one line per threshold not passed,
+    and writes the run's thresholds.json (each threshold's outcome, as data) and junit.xml (the
+    same, for other tools; never read back).
 
     Each test case records krig_outcome (pass, fail, unmeasured, instrument) and krig_message;
     a case without them is pytest itself erring (a bug), reported as an error."""
     run_dir = run_dir.resolve()        # pytest runs in ROOT: a relative path would judge another directory
     with tempfile.TemporaryDirectory(prefix="krig-judge-") as tmp:
-        # pytest writes junit.xml where krig chose, never through a name in the run directory
-        junit = pathlib.Path(tmp) / "junit.xml"
+        # pytest writes where krig chose, never through a name in the run directory
+        junit, said = pathlib.Path(tmp) / "junit.xml", pathlib.Path(tmp) / "outcomes.jsonl"
         argv = [sys.executable, "-m", "pytest", str(ROOT / "analysis" / "test_thresholds.py"),
-                f"--krig-run-dir={run_dir}", f"--junitxml={junit}", "-q", "-p", "no:cacheprovider",
-                "--rootdir", str(ROOT), "-o", "junit_family=xunit1", "-o", "junit_suite_name=krig"]
+                f"--krig-run-dir={run_dir}", f"--krig-outcomes={said}", f"--junitxml={junit}", "-q",
+                "-p", "no:cacheprovider", "--rootdir", str(ROOT), "-o", "junit_family=xunit1",
+                "-o", "junit_suite_name=krig"]
         p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
         safeio.write_text(run_dir, "analysis.log", p.stdout + p.stderr)
         if not junit.exists():
             raise KrigError(f"analysis did not produce junit.xml (pytest exit {p.returncode}); see analysis.log")
-        raw = junit.read_bytes()
-    safeio.write_bytes(run_dir, "junit.xml", raw)
-    return tally(ET.fromstring(raw))
+        rows = [json.loads(ln) for ln in said.read_text().splitlines()] if said.exists() else []
+        safeio.write_bytes(run_dir, "junit.xml", junit.read_bytes())
+    record = outcomes(rows)
+    RunDir(run_dir).write_json(THRESHOLDS, record)
+    return tally(record)
 
 
-def tally(root) -> dict:
+def outcomes(rows: list) -> list:
+    """The judge's phases (conftest.py's rows) -> one entry per threshold test: its threshold id,
+    the outcome (pass, fail, unmeasured, instrument; error when the judge itself broke), the
+    line that says it, and whether the threshold is host-sensitive."""
+    tests = {}
+    for r in rows:
+        t = tests.setdefault(r["id"], {"failed": False, "properties": {}, "message": ""})
+        t["properties"].update(r.get("properties") or {})
+        if r["outcome"] == "failed" and not t["failed"]:
+            t["failed"], t["message"] = True, r.get("message") or ""
+    out = []
+    for tid, t in tests.items():
+        props = t["properties"]
+        said = props.get("krig_outcome")
+        outcome = "pass" if not t["failed"] and said in (None, "pass") else said if said not in (None, "pass") \
+            else "error"
+        message = props.get("krig_message") if outcome != "error" else f"test_threshold[{tid}]: {t['message'][:400] or 'error'}"
+        out.append({"threshold": props.get("krig_threshold") or tid, "outcome": outcome, "message": message,
+                    "host_sensitive": props.get("krig_host_sensitive") == "1"})
+    return out
+
+
+def tally(record: list) -> dict:
     res = {"passed": 0, "failed": 0, "failed_host_sensitive": 0, "unmeasured": 0, "instrument": 0,
            "errors": 0, "failures": [], "not_judged": [], "broken": []}
-    for tc in root.iter("testcase"):
-        props = {pr.get("name"): pr.get("value") for pr in tc.iter("property")}
-        bad = tc.find("failure") if tc.find("failure") is not None else tc.find("error")
-        outcome = props.get("krig_outcome")
-        if bad is None and outcome in (None, "pass"):
+    for r in record:
+        outcome = r["outcome"]
+        if outcome == "pass":
             res["passed"] += 1
         elif outcome == "fail":
             res["failed"] += 1
-            res["failures"].append(props["krig_message"])
-            res["failed_host_sensitive"] += props.get("krig_host_sensitive") == "1"
+            res["failures"].append(r["message"])
+            res["failed_host_sensitive"] += r["host_sensitive"]
         elif outcome == "unmeasured":
             res["unmeasured"] += 1
-            res["not_judged"].append(props["krig_message"])
+            res["not_judged"].append(r["message"])
         elif outcome == "instrument":
             res["instrument"] += 1
-            res["broken"].append(props["krig_message"])
+            res["broken"].append(r["message"])
         else:
             res["errors"] += 1
-            msg = (bad.get("message") or "").splitlines() if bad is not None else []
-            res["broken"].append(f"{tc.get('name')}: {msg[0][:400] if msg else 'error'}")
+            res["broken"].append(r["message"])
     return res
 
 
@@ -189,6 +215,8 @@ def check(run_dir, project: tuple = ()) -> dict:
     verdict.update(verdict=v, reason=why, cause=decided.cause)
     if v == "CRASHED" and scan.get("crash_context"):
         verdict["crash_context"] = scan["crash_context"]
+    if ev.thresholds is None:    # not judged this time: no outcome of an earlier check stays
+        data.write_json(THRESHOLDS, [])
     if v not in JUDGED:          # the judge wrote junit.xml for PASS/FAIL: one case saying why otherwise
         props = {"kernel": manifest.get("kernel", {}).get("release"), "rig": manifest.get("rig", {}).get("name"),
                  "accel": manifest.get("rig_facts", {}).get("accel"), "krig_revision": manifest.get("krig_revision")}

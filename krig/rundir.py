@@ -15,9 +15,10 @@ from . import safeio
 from .errors import UsageError
 
 MANIFEST, VERDICT, METRICS = "manifest.json", "verdict.json", "metrics.json"
+THRESHOLDS = "thresholds.json"      # the judge's outcome per threshold (krig check writes it)
 MISSING = -1            # krig-sampler writes -1 for a source it could not read
 # Files krig itself writes into a run directory: the guest's results never take these names.
-KRIG_FILES = frozenset({MANIFEST, VERDICT, METRICS, "console.log", "qemu.log", "host.tsv", "stdout", "stderr",
+KRIG_FILES = frozenset({MANIFEST, VERDICT, METRICS, THRESHOLDS, "console.log", "qemu.log", "host.tsv", "stdout", "stderr",
                         "exit_code", "analysis.log", "junit.xml", "report.html", "summary.txt", "sel.txt",
                         "sel-before.txt", "sol-notes.log", "ssh.log", "plots"})
 
@@ -95,6 +96,12 @@ class RunDir:
     def metrics(self) -> dict:
         """metrics.json ({} when the run has none)."""
         return self.json(METRICS, {})
+
+    def thresholds(self) -> dict:
+        """threshold id -> the judge's entry (outcome, message, host_sensitive) from thresholds.json;
+        {} when the run was not judged."""
+        rows = self.json(THRESHOLDS, [])
+        return {r["threshold"]: r for r in rows if isinstance(r, dict) and isinstance(r.get("threshold"), str)}
 
     def text(self, name: str, default: str | None = "") -> str:
         """A text file of the run (console.log, qemu.log, ...); `default` when missing."""

@@ -18,10 +18,11 @@ from krig.errors import UsageError
 from conftest import KRIG, ROOT
 
 PARAMS = {"files": 100, "timeout": 120, "sample_interval": 1.0}
-JUNIT = """<testsuites><testsuite name="t">
-<testcase classname="analysis.test_thresholds" name="test_threshold[answer &gt;= 42 and &lt;= 42]"/>
-<testcase classname="analysis.test_thresholds" name="test_threshold[files_seen &gt;= 1]">{failure}</testcase>
-</testsuite></testsuites>"""
+def judged(files_seen_held: bool) -> str:
+    """thresholds.json as the judge writes it for selftest-pass's two thresholds."""
+    return json.dumps([{"threshold": "answer >= 42 and <= 42", "outcome": "pass", "message": "", "host_sensitive": False},
+                       {"threshold": "files_seen >= 1", "outcome": "pass" if files_seen_held else "fail",
+                        "message": "", "host_sensitive": False}])
 
 
 def fake_run(d, files_seen, verdict="PASS", kernel="k1", rig="qemu-default", repro="selftest-pass",
@@ -36,7 +37,7 @@ def fake_run(d, files_seen, verdict="PASS", kernel="k1", rig="qemu-default", rep
         (d / "metrics.json").write_text(json.dumps({
             "answer": {"value": answer, "unit": "count", "better": "info"},
             "files_seen": {"value": files_seen, "unit": "files", "better": "higher"}}))
-        (d / "junit.xml").write_text(JUNIT.format(failure="<failure/>" if verdict == "FAIL" else ""))
+        (d / "thresholds.json").write_text(judged(verdict != "FAIL"))
     return d
 
 

@@ -50,6 +50,7 @@ MUTATIONS = [
     ("stdout", "link"), ("stderr", "fifo"), ("console.log", "link"), ("console.log", "fifo"),
     ("workload-metrics.tsv", "link"), ("workload-metrics.tsv", b"answer\tnot-a-number\n"),
     ("phases.tsv", "fifo"), ("host.tsv", "link"), ("junit.xml", "link"), ("junit.xml", "fifo"),
+    ("thresholds.json", "link"), ("thresholds.json", "fifo"), ("thresholds.json", b'[{"threshold": 1}]'),
     # names krig writes: a link there must be replaced, never written through
     ("analysis.log", "target"), ("report.html", "target"), ("summary.txt", "target"),
     ("plot-files.png", "target"), ("trace.kshark.json", "target"),

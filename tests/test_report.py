@@ -2,7 +2,6 @@
 summary.txt, report.html in Chromium, the KernelShark session on a real
 trace.dat (tests/data), and the repro.toml [[plots]]/[session] validation.
 The same checks run on the real smoke runs in test_smoke.py."""
-import html
 import json
 import shutil
 import subprocess
@@ -39,11 +38,11 @@ def _metrics(name, values):
     return {m: {"value": values.get(m, 1.0), **meta} for m, meta in repro.metrics.items()}
 
 
-def _junit(repro, failed=()):
-    cases = "".join(
-        f'<testcase name="test_threshold[{t.metric} {html.escape(t.describe())}]">'
-        + ('<failure message="crossed"/>' if t.metric in failed else "") + "</testcase>" for t in repro.thresholds)
-    return f'<?xml version="1.0"?><testsuites><testsuite name="krig">{cases}</testsuite></testsuites>'
+def _judged(repro, failed=()):
+    """thresholds.json as the judge writes it: each threshold held, or crossed if in failed."""
+    return json.dumps([{"threshold": f"{t.metric} {t.describe()}", "outcome": "fail" if t.metric in failed else "pass",
+                        "message": "crossed" if t.metric in failed else "held", "host_sensitive": False}
+                       for t in repro.thresholds])
 
 
 @pytest.fixture
@@ -68,7 +67,7 @@ def flood_run(tmp_path):
         "settle_bound_pct_ram": 10.0, "bounded": 0.0, "settled_negative_pct_ram": None,
         "settled_nr_negative": None})))
     (d / "verdict.json").write_text(json.dumps({"verdict": "FAIL", "reason": "growth <script>alert(1)</script>"}))
-    (d / "junit.xml").write_text(_junit(repro, failed={"last_quarter_growth_pct_of_limit"}))
+    (d / "thresholds.json").write_text(_judged(repro, failed={"last_quarter_growth_pct_of_limit"}))
     (d / "time.txt").write_text("0.50user 9.00system 1:40.00elapsed 9%CPU (0avgtext+0avgdata 2000maxresident)k\n"
                                 "0inputs+0outputs (0major+100minor)pagefaults 0swaps\n")
     (d / "console.log").write_text("[    0.000000] Linux version 6.1.0-test\n")
@@ -85,7 +84,7 @@ def ail_run(tmp_path):
     (d / "metrics.json").write_text(json.dumps(_metrics("xfs-ail-storm", {
         "max_checkpoint_objects": 1020, "max_checkpoint_log_mib": 0.5, "cil_limit_new_mib": 32.0})))
     (d / "verdict.json").write_text(json.dumps({"verdict": "PASS", "reason": "3 thresholds held"}))
-    (d / "junit.xml").write_text(_junit(load_reproducer("xfs-ail-storm")))
+    (d / "thresholds.json").write_text(_judged(load_reproducer("xfs-ail-storm")))
     return d
 
 
