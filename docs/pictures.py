@@ -64,8 +64,10 @@ def reply_example() -> None:
                                "-o", str(work / "validation")], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=3 * 3600)
     if p.returncode not in (0, 1) or not (work / "validation" / "reply.txt").exists():
-        sys.exit(f"docs-pictures: the validation gave no reply (exit {p.returncode}): "
-                 f"{(p.stderr.strip().splitlines() or ['no output'])[-1]}")
+        said = [ln for ln in p.stdout.splitlines() if not ln.startswith(("krig: ", "kbuild: "))]
+        sys.exit(f"docs-pictures: the validation gave no example reply (exit {p.returncode}): "
+                 f"{(said or p.stderr.strip().splitlines() or ['no output'])[0]} (an example needs a quiet host: "
+                 "a contended one makes unlink's timing thresholds ERROR)")
     dest = ROOT / "docs" / "examples"
     dest.mkdir(exist_ok=True)
     for name in ("reply.txt", "reply.mbox"):
