@@ -11,18 +11,9 @@ import pytest
 from kernels.incremental import ensure_pristine
 from kernels.spec import DEFAULT_TARBALL, tarball_sha256
 
+from xdist_groups import pytest_collection_modifyitems  # noqa: F401 (make test's worker groups)
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def pytest_collection_modifyitems(config, items):
-    """`make test` spreads the suite over pytest-xdist workers with `--dist loadgroup`: a
-    file's tests stay on one worker (its module fixtures run once), and every file that
-    takes the session's smoke runs shares one worker with them (each smoke guest boots once)."""
-    smoke = {item.module.__name__ for item in items if "smoke_run" in getattr(item, "fixturenames", ())}
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            name = item.module.__name__
-            item.add_marker(pytest.mark.xdist_group("smoke" if name in smoke else name))
 KRIG = [sys.executable, "-m", "krig.cli"]
 
 
