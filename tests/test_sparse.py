@@ -183,10 +183,10 @@ def test_sparse_guest_larger_than_the_host(tmp_path, no_leftover_qemu):
     assert rows[0].split("\t")[:3] == ["mono", "mem_available_bytes", "emulator_rss_bytes"] and len(rows) > 2
 
 
-@pytest.mark.guest
-def test_host_oom_kill_of_a_sparse_guest_is_error(tmp_path, monkeypatch, no_leftover_qemu):
-    """QEMU killed by SIGKILL while the host's sampled MemAvailable was near 0 (the sampler reads a
-    copy of /proc/meminfo the test lowers): ERROR naming the host's OOM killer, never CRASHED."""
+def run_with_host_lowered(tmp_path, monkeypatch, repro, rig, mem_available_kib, then=None, wait=600, **kw):
+    """krig.run.run of repro on rig in a thread while the host watch reads a copy of /proc/meminfo;
+    once the workload has started, the copy says MemAvailable is mem_available_kib, then
+    then() runs. Returns (run_dir, verdict)."""
     fake = tmp_path / "meminfo"
     real = pathlib.Path("/proc/meminfo").read_text()
     fake.write_text(real)
@@ -195,21 +195,31 @@ def test_host_oom_kill_of_a_sparse_guest_is_error(tmp_path, monkeypatch, no_left
     out = {}
 
     def go():
-        out["run"] = krun.run("selftest-hang", str(rig_file(tmp_path)), "distro", sets={"timeout": "300"},
-                              results_root=tmp_path / "results", log=lambda *a: None)
+        out["run"] = krun.run(repro, str(rig), "distro", results_root=tmp_path / "results", log=lambda *a: None, **kw)
     t = threading.Thread(target=go)
     t.start()
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + wait
         while not list((tmp_path / "work").glob("*/share/ctl/*.out")) and time.monotonic() < deadline:
             time.sleep(0.5)
-        fake.write_text(re.sub(r"MemAvailable:\s+\d+", "MemAvailable:      51200", real))
+        fake.write_text(re.sub(r"MemAvailable:\s+\d+", f"MemAvailable:   {mem_available_kib}", real))
+        if then:
+            then()
+    finally:
+        t.join(1500)
+    return out["run"]
+
+
+@pytest.mark.guest
+def test_host_oom_kill_of_a_sparse_guest_is_error(tmp_path, monkeypatch, no_leftover_qemu):
+    """QEMU killed by SIGKILL while the host's sampled MemAvailable was near 0 (the sampler reads a
+    copy of /proc/meminfo the test lowers): ERROR naming the host's OOM killer, never CRASHED."""
+    def kill():
         time.sleep(2.5)                     # two samples of the low host
         for pid in qemu_pids(str(tmp_path)):
             subprocess.run(["kill", "-KILL", str(pid)], check=False)
-    finally:
-        t.join(300)
-    run_dir, verdict = out["run"]
+    run_dir, verdict = run_with_host_lowered(tmp_path, monkeypatch, "selftest-hang", rig_file(tmp_path), 51200,
+                                             kill, wait=240, sets={"timeout": "300"})
     assert verdict["verdict"] == "ERROR", verdict
     assert verdict["reason"].startswith("host: the emulator (QEMU pid ") and "OOM killer" in verdict["reason"], \
         verdict["reason"]
@@ -222,27 +232,9 @@ def test_flood_stops_at_the_host_budget_not_the_oom_killer(tmp_path, monkeypatch
     once the workload starts (the watch reads a copy of /proc/meminfo the test lowers to the
     margin: a budget of 0): the flood stops at the host budget, a named stop, and the run is
     ERROR naming it; QEMU is never killed and the kernel is not judged."""
-    fake = tmp_path / "meminfo"
-    real = pathlib.Path("/proc/meminfo").read_text()
-    fake.write_text(real)
-    monkeypatch.setattr(qemu_memory, "MEMINFO", str(fake))
-    (tmp_path / "results").mkdir()
-    out = {}
-
-    def go():
-        out["run"] = krun.run("neg-dentry-flood", str(rig_file(tmp_path, memory="1G")), "distro",
-                              preset="smoke", results_root=tmp_path / "results", log=lambda *a: None)
-    t = threading.Thread(target=go)
-    t.start()
-    try:
-        deadline = time.monotonic() + 600
-        while not list((tmp_path / "work").glob("*/share/ctl/*.out")) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        kib = qemu_memory.margin() // 1024
-        fake.write_text(re.sub(r"MemAvailable:\s+\d+", f"MemAvailable:   {kib}", real))
-    finally:
-        t.join(1500)
-    run_dir, verdict = out["run"]
+    run_dir, verdict = run_with_host_lowered(tmp_path, monkeypatch, "neg-dentry-flood",
+                                             rig_file(tmp_path, memory="1G"), qemu_memory.margin() // 1024,
+                                             preset="smoke")
     flood = dict(t.partition("=")[::2] for t in (run_dir / "flood.txt").read_text().split())
     assert flood["stop_reason"] == "host_budget" and flood["host_budget_end_bytes"] == "0", flood
     assert verdict["verdict"] == "ERROR" and verdict["reason"].startswith("instrument: host_budget_untold = 1"), verdict
