@@ -41,7 +41,7 @@ help:
 	@echo "make check [RUN=dir]       re-judge a run directory (default results/latest)"
 	@echo "make list                  reproducers, presets, rigs, kernels"
 	@echo "make qualify [SUITE=file..] qualification suites (default qualify/smoke.toml qualify/ram-scaling.toml)"
-	@echo "make docs-pictures         the pictures docs/ ships, made again from real runs"
+	@echo "make docs-pictures         the pictures and the example reply docs/ ships, made again from real runs"
 	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd)"
 	@echo "make ci-kernels            build the small kernels make test boots (cached)"
 	@echo "make kernel KERNEL=name    build a kernel from kernels/<name>.toml (cached)"
@@ -112,7 +112,7 @@ qualify: helpers python
 bench: helpers python
 	$(PY) bench/run_all.py
 
-# docs/report.png and docs/negative-dentry-flood-cap70.png made again from real runs (docs/pictures.py)
+# docs/report.png, docs/negative-dentry-flood-cap70.png and docs/examples/reply.* made again from real runs (docs/pictures.py)
 docs-pictures: helpers python ci-kernels
 	$(PY) docs/pictures.py
 
