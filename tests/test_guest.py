@@ -123,7 +123,7 @@ def test_signal_leaves_nothing(tmp_path, sig):
     env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
     p = subprocess.Popen(KRIG + ["run", "selftest-hang", "--set", "timeout=300"], cwd=ROOT, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 600      # generous: a busy host boots a TCG guest slowly
     # wait until the guest is up and the workload runs
     while time.monotonic() < deadline:
         runs = list((tmp_path / "results").glob("selftest-hang/*/*/*/manifest.json"))
