@@ -178,7 +178,7 @@ def test_not_a_tarball_is_one_line(tmp_path, reproduce):
     (b"[" * 200_000 + b"]" * 200_000, "not JSON"),
     (b'{"kernel": "6.1"}', "kernel is not an object"),
     (b"\xff\xfe{", "not JSON"),
-])
+], ids=["list", "deep", "kernel-string", "not-utf8"])     # short ids: the test's id is in every child's env
 def test_bad_bundle_json_is_one_line(tmp_path, reproduce, raw, needle):
     b = make_bundle(tmp_path / "b.tar.gz", raw_meta=raw)
     assert needle in reproduce(b)

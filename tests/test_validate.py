@@ -371,8 +371,8 @@ def test_a_long_word_never_merges_with_the_next():
 
 
 def test_reproduce_refuses_foreign_arguments():
-    assert parse_run_args(["selftest-pass", "--kernel", "distro", "--set", "timeout=60"], "b")["sets"] == \
-        ["timeout=60"]
+    asked = parse_run_args(["selftest-pass", "--kernel", "distro", "--set", "timeout=60"], "b")
+    assert asked.sets == ("timeout=60",) and asked.kernel == "distro"
     for lines, want in ((["../../bin/sh"], "not one of krig's reproducers"),
                         (["selftest-pass", "--rig", "x"], "not an argument"),
                         (["selftest-pass", "--kernel"], "not an argument")):
