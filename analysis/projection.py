@@ -12,7 +12,6 @@ import pathlib
 from krig import safeio
 from krig.config import parse_size
 from krig.errors import UsageError
-from krig.reproducer import load_analyzer
 
 PROJECTION = "projection.json"
 MAX_RAM = 64 << 40
@@ -29,9 +28,10 @@ def parse_project(spec: str) -> tuple[int, int | None]:
     return ram, int(cpus) if cpus else None
 
 
-def project(run, repro, metrics: dict, extra: tuple = ()) -> dict | None:
-    """The reproducer's projection of this run (None: it has no model, or the run tells none)."""
-    fn = getattr(load_analyzer(repro), "projection", None)
+def project(run, analyzer, metrics: dict, extra: tuple = ()) -> dict | None:
+    """The projection of this run by its reproducer's analyze.py (`load_analyzer(repro)`, loaded
+    once by the caller); None: it has no model, or the run tells none."""
+    fn = getattr(analyzer, "projection", None)
     if fn is None or not metrics:
         return None
     values = {k: (v or {}).get("value") for k, v in metrics.items()}

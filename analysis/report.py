@@ -8,7 +8,7 @@ import pathlib
 
 from krig import safeio
 from krig.errors import KrigError, UsageError
-from krig.reproducer import load_reproducer
+from krig.reproducer import load_analyzer, load_reproducer
 from krig.verdict import KERNEL_STOPPED
 
 from . import projection
@@ -181,7 +181,7 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
         notes.append(f"{SESSION_FILE}: {type(e).__name__}: {e}")
     proj = None
     try:
-        proj = projection.project(run, repro, metrics, project) if verdict.get("thresholds") else None
+        proj = projection.project(run, load_analyzer(repro), metrics, project) if verdict.get("thresholds") else None
         projection.write(run_dir, proj)
         if proj:
             files.append(run_dir / projection.PROJECTION)

@@ -137,12 +137,12 @@ def side_outcome(repro, runs: list) -> str | None:
 def side_projection(repro, runs: list) -> dict | None:
     """The reproducer's projection of a side to other machine sizes (analysis/projection.py): that
     of the judged run whose measured level is the side's median, or None."""
-    projs = []
+    projs, analyzer = [], load_analyzer(repro)       # analyze.py once, not once a run
     for d, v, _ in runs:
         if v in JUDGED:
             try:
                 run = RunData(d)
-                p = projection.project(run, repro, run.metrics())
+                p = projection.project(run, analyzer, run.metrics())
             except (OSError, KrigError, AttributeError, ValueError):
                 continue
             if p:
