@@ -138,7 +138,7 @@ def asked_of(state: dict) -> AskedRun:
 
 
 def run_krig(state: dict) -> Attempt:
-    p = subprocess.run([str(KRIG), *asked_of(state).argv()[1:]], capture_output=True, text=True, cwd=ROOT,
+    p = subprocess.run(asked_of(state).argv(str(KRIG)), capture_output=True, text=True, cwd=ROOT,
                        env=this_checkout_env())
     m = re.search(r"^results: (.+)$", p.stdout, re.M)
     if not m or not pathlib.Path(m.group(1), "verdict.json").exists():
