@@ -36,7 +36,7 @@ help:
 	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
 	@echo "make test                  self-tests, including real QEMU guests and smoke runs"
 	@echo "make test-fast             self-tests that boot no guest and build no kernel"
-	@echo "make test-bisect           krig bisect end to end with real builds and guests (10-20 min)"
+	@echo "make test-bisect           krig bisect end to end alone (also in make test; 10-20 min)"
 	@echo "make run REPRO=.. [RIG=.. KERNEL=.. PRESET=.. SET='k=v ..']   one run, prints the verdict"
 	@echo "make check [RUN=dir]       re-judge a run directory (default results/latest)"
 	@echo "make list                  reproducers, presets, rigs, kernels"
@@ -85,7 +85,7 @@ $(foreach s,$(HELPER_SRCS),$(eval $(call helper_rule,$(s))))
 # The CI kernels are built first (cached; a no-op the second time): a build
 # that fails stops `make test` with one line naming the kernel and the error.
 test: helpers python ci-kernels
-	@$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup -m "not bisect" $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # krig bisect end to end: real incremental builds of a short demo history and a guest per step

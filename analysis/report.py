@@ -6,7 +6,7 @@ in the returned notes, and never changes the verdict or touches the results.
 import html
 import pathlib
 
-from krig import safeio
+from krig.rundir import RunDir, is_run_dir
 from krig.errors import KrigError, UsageError
 from krig.reproducer import load_analyzer, load_reproducer
 from krig.verdict import KERNEL_STOPPED
@@ -62,10 +62,8 @@ def console_lines(run_dir: pathlib.Path, verdict: dict) -> list[str]:
 def _text(run_dir, name: str) -> str:
     """A text file of the run for the report ("" when missing; a refusal's line when unsafe)."""
     try:
-        return safeio.read_text(run_dir, name)
-    except safeio.MissingFile:
-        return ""
-    except safeio.UsageError as e:
+        return RunDir(run_dir).text(name, "")
+    except UsageError as e:
         return f"krig: {e}"
 
 
@@ -156,7 +154,7 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
     run: a run directory or its RunData; repro: its reproducer, if the caller has loaded it;
     project: more (RAM, CPUs) to project the run to (analysis/projection.py)."""
     if not isinstance(run, RunData):
-        if not (pathlib.Path(run) / "manifest.json").is_file():
+        if not is_run_dir(run):
             raise UsageError(f"{run}: not a krig run directory (no manifest.json)")
         run = RunData(run)
     run_dir, manifest = run.dir, run.manifest
@@ -188,11 +186,10 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
     except Exception as e:
         notes.append(f"{projection.PROJECTION}: {type(e).__name__}: {e}")
     try:
-        safeio.write_text(run_dir, "summary.txt", build_summary(run_dir, manifest, verdict, metrics, repro, proj))
+        run.write_text("summary.txt", build_summary(run_dir, manifest, verdict, metrics, repro, proj))
         files.append(run_dir / "summary.txt")
     except Exception as e:
         notes.append(f"summary.txt: {type(e).__name__}: {e}")
-    safeio.write_text(run_dir, "report.html", build_html(run_dir, manifest, verdict, metrics, repro, plots, session,
-                                                         notes, proj))
+    run.write_text("report.html", build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes, proj))
     files.append(run_dir / "report.html")
     return {"files": files, "notes": notes}

@@ -5,7 +5,6 @@ import math
 import pathlib
 import textwrap
 
-from krig import safeio
 from krig.asked import AskedRun
 from krig.errors import UsageError
 from krig.rundir import RunDir
@@ -41,20 +40,19 @@ def threshold_outcomes(run_dir: pathlib.Path, repro) -> dict:
 
 
 def threshold_results(run_dir: pathlib.Path, repro) -> dict:
-    """threshold id -> True (held) / False (crossed or not judged), as the judge's junit.xml says;
-    {} if not judged."""
+    """threshold id -> True (held) / False (crossed or not judged), as the judge recorded it
+    (thresholds.json); {} if not judged."""
     return {k: o == "pass" for k, o in threshold_outcomes(run_dir, repro).items()}
 
 
 def threshold_measurements(run_dir: pathlib.Path, repro) -> list[dict]:
     """Per threshold of the reproducer: the threshold, its metric's value, unit and better
-    direction (metrics.json) and the judge's outcome (junit.xml; None if not judged). Only a
+    direction (metrics.json) and the judge's outcome (thresholds.json; None if not judged). Only a
     judged run's (PASS or FAIL) numbers are measurements; the caller checks the verdict."""
     try:
-        metrics = safeio.read_json(run_dir, "metrics.json")
-    except safeio.UsageError:
+        metrics = RunDir(run_dir).metrics()
+    except UsageError:
         metrics = {}
-    metrics = metrics if isinstance(metrics, dict) else {}
     outcomes = threshold_outcomes(run_dir, repro)
     out = []
     for t in repro.thresholds:
@@ -158,8 +156,8 @@ def build_summary(run_dir: pathlib.Path, manifest: dict, verdict: dict, metrics:
         out += ["", "/usr/bin/time:"]
         for name in times:
             try:
-                body = " ".join(safeio.read_text(run_dir, name, cap=1 << 20).split())
-            except safeio.UsageError as e:
+                body = " ".join(RunDir(run_dir).read_bytes(name, cap=1 << 20).decode(errors="replace").split())
+            except UsageError as e:
                 body = str(e)
             out += _wrap(f"{name}: {body}", "  ")
     out += ["", "reproduce (from a krig checkout, after `make setup`):"]

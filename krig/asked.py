@@ -19,14 +19,24 @@ class AskedRun:
     preset: str | None = None
     sets: tuple = ()             # "KEY=VALUE", in the order given
 
-    def args(self, rig: bool = True) -> list[str]:
-        """The arguments after `krig run` (without --rig for a bundle: its user picks the rig)."""
-        out = [self.reproducer] + (["--rig", self.rig] if rig else []) + ["--kernel", self.kernel]
-        if self.preset:
-            out += ["--preset", self.preset]
+    def settings(self) -> list[str]:
+        """--preset and the --set overrides, as every command that makes this run takes them."""
+        out = ["--preset", self.preset] if self.preset else []
         for s in self.sets:
             out += ["--set", s]
         return out
+
+    def args(self, rig: bool = True) -> list[str]:
+        """The arguments after `krig run` (without --rig for a bundle: its user picks the rig)."""
+        return [self.reproducer] + (["--rig", self.rig] if rig else []) + ["--kernel", self.kernel] + self.settings()
+
+    def validate_argv(self, series, repeat: int | None = None, program: str = "krig") -> list[str]:
+        """`krig validate` of a series against this run's kernel as the base (the reply's command):
+        --repeat when not the default (None), --rig when not the default rig."""
+        out = [program, "validate", self.reproducer, "--base", self.kernel, "--series", str(series)]
+        out += ["--repeat", str(repeat)] if repeat is not None else []
+        out += ["--rig", self.rig] if self.rig != DEFAULT_RIG else []
+        return out + self.settings()
 
     def argv(self, program: str = "krig") -> list[str]:
         """The whole command line: `krig run REPRODUCER --rig .. --kernel .. [--preset ..] [--set ..]`."""

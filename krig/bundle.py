@@ -25,7 +25,7 @@ import subprocess
 import tarfile
 import time
 
-from . import KERNEL_DIR, REPRO_DIR, safeio
+from . import KERNEL_DIR, REPRO_DIR
 from .asked import AskedRun
 from .config import load_toml, toml_value
 from rigs import rig_path
@@ -111,16 +111,16 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
             add_bytes("kernel/SHA256SUMS", "".join(f"{sha256_file(f)}  {name}\n" for f, name in sums).encode())
         for f in sorted(run_dir.iterdir()):
             # a run's files may come from a guest: regular files only, no link followed (krig/safeio.py)
-            if not safeio.is_file(run_dir, f.name) or (f.name == TRACE and not with_trace):
+            if not run.is_file(f.name) or (f.name == TRACE and not with_trace):
                 continue
             if f.suffix in BINARY_SUFFIXES:
-                with safeio.open_file(run_dir, f.name, cap=1 << 50) as src:
+                with run.open(f.name, cap=1 << 50) as src:
                     ti = tar.gettarinfo(fileobj=src, arcname=f"{top}/run/{f.name}")
                     ti.uid = ti.gid = 0
                     ti.uname = ti.gname = ""
                     tar.addfile(ti, src)
             else:
-                add_text(f"run/{f.name}", safeio.read_text(run_dir, f.name))
+                add_text(f"run/{f.name}", run.read_bytes(f.name).decode(errors="replace"))
     size = out.stat().st_size
     msg = f"bundle: {out} ({_human(size)})" + (f", with the kernel image ({_human(image.stat().st_size)})"
                                                 if image is not None else "")

@@ -280,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("--group-by", metavar="FIELD", help="count per value of this field (default: one total)")
     ts.add_argument("--json", action="store_true", help="the counts as JSON (default: text)")
     ts.set_defaults(func=cmd_trace_stats)
-    from kernels import bisect, build
+    from kernels import build
+    from . import bisect
     k = sub.add_parser("kernel", help="build kernels from kernels/<name>.toml (cached) and show the cache")
     build.add_commands(k.add_subparsers(dest="kcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
     bs = sub.add_parser("bisect", help="git bisect a kernel tree with a reproducer's verdict (or a metric)")

@@ -32,7 +32,7 @@ from .errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
 from .reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
 from .results import GROUP_FILE, run_state
-from .rundir import MANIFEST, RunDir
+from .rundir import RunDir, is_run_dir
 from .verdict import JUDGED
 
 WIDTH = 100
@@ -79,7 +79,7 @@ def load_side(label: str, paths: list) -> list:
             found = group_runs(p)
             if not found:
                 raise UsageError(f"{label} {p}: the group has no runs")
-        elif (p / MANIFEST).is_file():
+        elif is_run_dir(p):
             found = [(p, run_state(p))]
         else:
             raise UsageError(f"{label} {p}: not a run or group directory (no manifest.json or {GROUP_FILE})")

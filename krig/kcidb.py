@@ -37,7 +37,7 @@ from .errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
 from .reproducer import load_reproducer
 from .results import GROUP_FILE, public_url, read_json, run_dirs_of, run_state
-from .rundir import MANIFEST, RunDir
+from .rundir import MANIFEST, RunDir, is_run_dir
 from .verdict import JUDGED, VERDICTS
 
 SCHEMA = kcidb_io.schema.V5_3            # what the report says it is; validated with LATEST
@@ -79,7 +79,7 @@ def run_dirs(paths: list, note=None) -> list:
             seen.add(d.resolve())
             out.append((d, public_name(d, named)))
     for p in map(pathlib.Path, paths):
-        if (p / "manifest.json").is_file():
+        if is_run_dir(p):
             add(p, p)
         elif (p / GROUP_FILE).is_file():
             for d in run_dirs_of(p):
@@ -120,7 +120,7 @@ def _suite_runs(qdir: pathlib.Path, note) -> list:
         d = pathlib.Path(c["run_dir"])
         if not d.is_absolute() and not d.exists():
             d = qdir / d
-        if not (d / "manifest.json").is_file():
+        if not is_run_dir(d):
             raise UsageError(f"{qdir / SUITE_FILE}: case {c.get('id')}: run directory {d} has no manifest.json")
         found.append(d)
     return found

@@ -8,6 +8,7 @@ import subprocess
 from . import ROOT, safeio
 from .errors import KrigError
 from .paths import owner_alive
+from .rundir import RunDir
 
 GROUP_FILE = "group.json"      # a group directory's record (krig run --repeat, krig/group.py)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
@@ -82,16 +83,18 @@ def now() -> str:
 def run_state(d: pathlib.Path) -> str:
     """The verdict of a run directory, 'RUNNING' if its krig still runs, 'INCOMPLETE' without one."""
     try:
-        v = read_json(d / "verdict.json")["verdict"]
-    except (OSError, KrigError, KeyError, TypeError):
+        run = RunDir(d)
+    except (OSError, KrigError):
+        return "INCOMPLETE"
+    try:
+        v = run.verdict().get("verdict")
+    except (OSError, KrigError):
         v = None
     if v and isinstance(v, str) and v != "INCOMPLETE":
         return v
     try:
-        man = read_json(d / "manifest.json")
+        man = run.manifest
     except (OSError, KrigError):
-        return "INCOMPLETE"
-    if not isinstance(man, dict):
         return "INCOMPLETE"
     if not man.get("ended") and owner_alive(man.get("owner")):
         return "RUNNING"

@@ -23,6 +23,12 @@ KRIG_FILES = frozenset({MANIFEST, VERDICT, METRICS, THRESHOLDS, "console.log", "
                         "sel-before.txt", "sol-notes.log", "ssh.log", "plots"})
 
 
+def is_run_dir(path) -> bool:
+    """Whether `path` is a run directory: it has a manifest.json, a regular file (no link followed)."""
+    path = pathlib.Path(path)
+    return path.is_dir() and safeio.is_file(path, MANIFEST)
+
+
 class RunDir:
     def __init__(self, run_dir):
         self.dir = pathlib.Path(run_dir)
@@ -36,6 +42,15 @@ class RunDir:
     def exists(self, name: str) -> bool:
         """Whether the run has `name` at all (a link or a FIFO counts: reading it is refused)."""
         return safeio.lstat(self.dir, name) is not None
+
+    def is_file(self, name: str) -> bool:
+        """Whether `name` is a regular file of the run (a link or a FIFO is not)."""
+        return safeio.is_file(self.dir, name)
+
+    def open(self, name: str, cap: int = safeio.DEFAULT_CAP):
+        """A binary file object of the run's regular file `name`, for reading it in pieces."""
+        self.require(name)
+        return safeio.open_file(self.dir, name, cap)
 
     def size(self, name: str) -> int:
         st = safeio.lstat(self.dir, name)

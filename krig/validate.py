@@ -35,6 +35,7 @@ from kernels.series import load_series, series_source
 from rigs import load_rig
 
 from . import DEFAULT_RIG, KERNEL_DIR, RESULTS_DIR
+from .asked import AskedRun
 from .compare import compare
 from .config import parse_set
 from .errors import KrigError, UsageError
@@ -238,8 +239,8 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
         differences = res["differences"]
     state.update(answer=answer, reason=reason, judged_metrics=judged, finished=now(),
                  base_kernel=_kernel_of(vdir / "base"), new_kernel=_kernel_of(vdir / "new"),
-                 differences=differences, command=command(repro.name, base, series_path, repeat, rig.name,
-                                                          preset, sets),
+                 differences=differences, command=AskedRun(repro.name, rig.name, base, preset, tuple(sets)).validate_argv(
+                     series_path, repeat if repeat != DEFAULT_REPEAT else None),
                  comparison={k: v for k, v in res.items() if not k.startswith("_")} if res else None)
     write_json(vfile, state)
     write_reply(vdir, state, res, who)
@@ -259,19 +260,6 @@ def _kernel_of(gdir: pathlib.Path) -> dict:
                 "rig_facts": man.get("rig_facts"),
                 "host_cpu": man.get("host_cpu")}
     return {}
-
-
-def command(repro, base, series, repeat, rig, preset, sets) -> list:
-    argv = ["krig", "validate", repro, "--base", base, "--series", str(series)]
-    if repeat != DEFAULT_REPEAT:
-        argv += ["--repeat", str(repeat)]
-    if rig != DEFAULT_RIG:
-        argv += ["--rig", rig]
-    if preset:
-        argv += ["--preset", preset]
-    for s in sets:
-        argv += ["--set", s]
-    return argv
 
 
 def format_answer(vdir: pathlib.Path, state: dict) -> str:

@@ -1,5 +1,6 @@
 """One run, one command line: summary.txt's "reproduce", a bundle's run-args and `krig reproduce`'s
-run, and a bisection step's log line are all made by krig.asked.AskedRun and read back by it.
+run, a bisection step's log line and a validation reply's `krig validate` are all made by
+krig.asked.AskedRun and read back by it.
 The fake rig (no guest): `krig run`, `krig bundle` and `krig reproduce` as a user runs them."""
 import json
 import os
@@ -9,7 +10,8 @@ import subprocess
 import pytest
 
 from conftest import KRIG, ROOT
-from kernels import bisect
+from krig import bisect
+from krig.cli import build_parser
 from krig.asked import AskedRun
 from krig.errors import UsageError
 from krig.reproducer import load_reproducer
@@ -67,3 +69,11 @@ def test_summary_bundle_reproduce_and_bisect_say_the_same_command(tmp_path):
     state = {"repro": man["reproducer"], "rig": "fake-asked", "kernel": "distro", "preset": None,
              "sets": ["timeout=121"]}
     assert bisect.asked_of(state).argv() == want
+    # the reply's command (krig validate with this run's kernel as the base), read back by krig's
+    # own parser, asks for the same reproducer, rig, kernel and settings
+    asked = AskedRun.from_args(want[2:], "summary.txt")
+    for repeat in (None, 2):
+        line = asked.validate_argv("fix.mbox", repeat)
+        a = build_parser().parse_args(line[1:])
+        assert AskedRun(a.reproducer, a.rig, a.base, a.preset, tuple(a.set or ())) == asked, line
+        assert a.series == "fix.mbox" and a.repeat == (repeat or 4)

@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from kernels import bisect as kb
+from krig import bisect as kb
 from krig.errors import KrigError
-from kernels.bisect import Attempt
+from krig.bisect import Attempt
 
 
 @pytest.mark.parametrize("verdict, booted, vote", [
@@ -130,7 +130,7 @@ def test_oracle_maps_majority_to_exit_code(tmp_path, repo):
 ORACLE_HEAD = textwrap.dedent("""
     import pathlib, subprocess, sys
     sys.path.insert(0, {root!r})
-    from kernels import bisect as kb
+    from krig import bisect as kb
     state = pathlib.Path(sys.argv[1])
     tree = {tree!r}
     def has(path):
@@ -171,9 +171,9 @@ def test_git_bisect_run_with_the_oracle_finds_the_first_bad_commit(tmp_path, rep
     assert "skip [-]" in log and "build failed: nobuild" in log
 
 
-# -- bisection on a metric (kernels/metric_bisect.py) ------------------------------
+# -- bisection on a metric (krig/metric_bisect.py) ------------------------------
 
-from kernels import metric_bisect as mb  # noqa: E402
+from krig import metric_bisect as mb  # noqa: E402
 from krig.errors import UsageError  # noqa: E402
 
 

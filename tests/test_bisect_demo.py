@@ -22,8 +22,8 @@ import pytest
 from conftest import KRIG, ROOT, build_kernels, judged_as, qemu_pids
 from kernels.demo_repo import COMMITS, CULPRIT, make_demo_repo
 
-# `make test-bisect` runs it (two real builds and guests: 10-20 min on 2 cores, past make test's budget)
-pytestmark = [pytest.mark.kbuild, pytest.mark.bisect]
+# two real builds and guests: 10-20 min on 2 cores, started first by make test (`make test-bisect`: alone)
+pytestmark = [pytest.mark.kbuild, pytest.mark.bisect, pytest.mark.long(20)]
 
 SHORT = [c for c in COMMITS if c[2] in ("fs/xfs/xfs_icache.c", "rmdir-keeps-children", "mm/vmscan.c")]
 

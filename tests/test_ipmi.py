@@ -28,7 +28,7 @@ from krig.run import run
 from rigs.ipmi import IpmiRig
 from rigs import load_rig
 
-pytestmark = pytest.mark.ipmi
+pytestmark = [pytest.mark.ipmi, pytest.mark.long(22)]     # minutes on 2 cores: make test starts it early
 
 # (reproducer, preset, expected verdict) run on the simulated server after the
 # hang test. Add seed reproducers' smoke presets here, e.g. ("xfs-ail-storm", "smoke", "PASS").

@@ -15,13 +15,13 @@ import pathlib
 import pytest
 
 from conftest import build_kernels, judged_as, krig_run, qemu_pids, run_dir_of
-from kernels.bisect import read_attempt
+from krig.bisect import read_attempt
 from kernels.build import status
-from kernels.metric_bisect import attempt_vote, zones
+from krig.metric_bisect import attempt_vote, zones
 from krig.errors import UsageError
 from kernels.spec import read_dotconfig
 
-pytestmark = pytest.mark.kbuild
+pytestmark = [pytest.mark.kbuild, pytest.mark.long(24)]     # minutes on 2 cores: make test starts it early
 
 GOOD, BAD = "tiny-6.1", "tiny-6.1-rmdir-keeps-children"
 REPRO = "unlink-dentry-growth"

@@ -32,7 +32,7 @@ from labsim_fixture import LabServer
 import labsim_image
 from test_ipmi import _cli, _leftovers, _wait_no_leftovers
 
-pytestmark = pytest.mark.labsim
+pytestmark = [pytest.mark.labsim, pytest.mark.long(16)]     # minutes on 2 cores: make test starts it early
 KEXEC_KERNEL = "tiny-6.1-labsim"
 SMOKE = ("neg-dentry-flood", "smoke", "FAIL")      # 6.1 has no cap on negative dentries
 SMOKE_SETS = {"settle_limit_x": "1"}                # a FAIL at the limit itself: one slow vCPU floods slowly

@@ -85,6 +85,7 @@ def check_outputs(out: pathlib.Path, n_cases: int, rigs: list):
 
 
 @pytest.mark.smoke
+@pytest.mark.long(9)
 def test_qualify_two_qemu_rigs_resumes_after_sigint(tmp_path, krig_cli):
     rig_dir = qemu_rigs(tmp_path / "rigs")
     suite_file = tmp_path / "scaled.toml"

@@ -21,7 +21,7 @@ from conftest import EXPECTED, KRIG, RIG_MEMORY, ROOT, judged_as, qemu_pids, rig
 from analysis.rundata import RunData
 from krig.reproducer import load_reproducer
 
-pytestmark = pytest.mark.smoke
+pytestmark = [pytest.mark.smoke, pytest.mark.long(20)]     # minutes on 2 cores: make test starts it early
 
 # Key metrics of each smoke preset: finite and in a plausible range, so a reproducer that
 # measures nothing (zeros, a missing source, an empty trace) fails here whatever its verdict.

@@ -38,6 +38,7 @@ def validate(tmp_path, demo, mbox, repeat, name):
 
 @pytest.mark.guest
 @pytest.mark.kbuild
+@pytest.mark.long(14)      # minutes on 2 cores: make test starts it early
 def test_validate_fix_and_unrelated_series(tmp_path):
     build_kernels("tiny-6.1")               # its build tree seeds the demo tree's (no full build)
     demo, info = make_demo_repo(log=lambda *a: None)

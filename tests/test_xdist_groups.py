@@ -41,3 +41,25 @@ def test_a_files_tests_stay_on_one_worker(tmp_path):
     assert all(len(w) == 1 for w in workers.values()), dict(workers)
     assert workers["smoke_a"] == workers["smoke_b"], dict(workers)
     assert len(set().union(*workers.values())) == 2, "both workers had work"
+
+
+def test_longest_groups_are_collected_first(tmp_path):
+    """`pytest.mark.long(MINUTES)` puts a file's group ahead of shorter ones (xdist then hands groups
+    out in collection order under --no-loadscope-reorder); unmarked files keep their order, and a
+    group's tests stay together."""
+    long_module = "import pytest\npytestmark = pytest.mark.long({minutes})\n" + MODULE
+    for name, text in (("alpha", MODULE), ("beta", long_module.replace("{minutes}", "3")),
+                       ("gamma", MODULE), ("delta", long_module.replace("{minutes}", "9")),
+                       ("smoke_a", MODULE.replace("{extra}", ", smoke_run")),
+                       ("smoke_b", long_module.replace("{minutes}", "5").replace("{extra}", ", smoke_run"))):
+        (tmp_path / f"test_{name}.py").write_text(text.format(name=name, extra=""))
+    (tmp_path / "conftest.py").write_text("from xdist_groups import pytest_collection_modifyitems  # noqa\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    long: minutes\n")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:labgrid",
+                        "-p", "no:cacheprovider", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "tests")}, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    files = [ln.split("::")[0].removeprefix("test_").removesuffix(".py") for ln in p.stdout.splitlines() if "::" in ln]
+    assert len(files) == 24, p.stdout
+    order = [f for i, f in enumerate(files) if i == 0 or files[i - 1] != f]
+    assert order == ["delta", "smoke_a", "smoke_b", "beta", "alpha", "gamma"], order

@@ -20,7 +20,7 @@ as a side has it or neither can reach it); no majority -> skip. A build
 failure is a skip. With --metric NAME (make bisect METRIC=NAME) the runs are
 judged by that metric's value instead of the verdict: GOOD and BAD are
 measured REPEAT times first, and each run votes for the endpoint its value
-sits with (kernels/metric_bisect.py). The oracle exits 0 (good), 1 (bad), 125 (skip) for git,
+sits with (krig/metric_bisect.py). The oracle exits 0 (good), 1 (bad), 125 (skip) for git,
 255 to abort on interruption. Every step is a line in bisect.log with the
 commit, the verdicts, the reproducer's key metric (its first threshold's
 metric) and the answer; the first bad commit is the last line.
@@ -36,21 +36,22 @@ import subprocess
 import sys
 import time
 
-from krig import DEFAULT_RIG, KERNEL_DIR, RESULTS_DIR, ROOT
-from krig.asked import AskedRun
-from krig.errors import KrigError, UsageError, guarded
-from krig.reproducer import load_reproducer
-from krig.results import now
-from krig.rundir import RunDir
-from krig.verdict import JUDGED, KERNEL_STOPPED
-from .build import build as build_kernel
-from .demo_repo import CULPRIT, existing_demo_repo, make_demo_repo
+from . import DEFAULT_RIG, KERNEL_DIR, RESULTS_DIR, ROOT
+from . import run as runner
+from .asked import AskedRun
+from .config import parse_set
+from .errors import KrigError, UsageError, guarded
+from .reproducer import load_reproducer
+from .results import now
+from .rundir import RunDir
+from .verdict import JUDGED, KERNEL_STOPPED
 from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
-from .spec import git, resolve_spec
+from kernels.build import build as build_kernel
+from kernels.demo_repo import CULPRIT, existing_demo_repo, make_demo_repo
+from kernels.spec import git, resolve_spec
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 255
 CODES = {"good": GOOD, "bad": BAD, "skip": SKIP}
-KRIG = pathlib.Path(sys.executable).with_name("krig")
 
 
 def this_checkout_env() -> dict:
@@ -138,13 +139,19 @@ def asked_of(state: dict) -> AskedRun:
 
 
 def run_krig(state: dict) -> Attempt:
-    p = subprocess.run(asked_of(state).argv(str(KRIG)), capture_output=True, text=True, cwd=ROOT,
-                       env=this_checkout_env())
-    m = re.search(r"^results: (.+)$", p.stdout, re.M)
-    if not m or not pathlib.Path(m.group(1), "verdict.json").exists():
-        err = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        return Attempt("ERROR", f"krig run exited {p.returncode}: {err}")
-    return read_attempt(pathlib.Path(m.group(1)), state.get("metric"))
+    """One step's run, in this process: the pipeline `krig run` drives (krig.run.run), its
+    progress lines not shown (the step's log line names its run directory). A run krig cannot
+    make (bad input, a rig or host fault before the run directory) is an ERROR attempt; a run
+    stopped by Ctrl-C stops the bisection."""
+    asked = asked_of(state)
+    try:
+        run_dir, verdict = runner.run(asked.reproducer, asked.rig, asked.kernel, asked.preset,
+                                      parse_set(asked.sets), log=lambda line: None)
+    except KrigError as e:
+        return Attempt("ERROR", f"krig run: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+    if verdict.get("verdict") == "INTERRUPTED":
+        raise KeyboardInterrupt
+    return read_attempt(run_dir, state.get("metric"))
 
 
 def append(path, line: str, echo=True):
@@ -287,7 +294,7 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
             state["zones"] = to_state(z)
             (out / "state.json").write_text(json.dumps(state, indent=1))
         git(tree_p, "bisect", "start", "--no-checkout", ends["BAD"], ends["GOOD"])
-        p = subprocess.Popen(["git", "-C", str(tree_p), "bisect", "run", sys.executable, "-m", "kernels.bisect",
+        p = subprocess.Popen(["git", "-C", str(tree_p), "bisect", "run", sys.executable, "-m", "krig.bisect",
                              "oracle", str(out / "state.json")], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=this_checkout_env())
         lines = []
@@ -377,7 +384,7 @@ def cmd_oracle(a) -> int:
 
 
 def add_commands(sub, oracle_step: bool = False) -> None:
-    """`run` and `demo`, as `krig bisect ...` and `python -m kernels.bisect ...` (which also has
+    """`run` and `demo`, as `krig bisect ...` and `python -m krig.bisect ...` (which also has
     `oracle`, the one step `git bisect run` calls)."""
     r = sub.add_parser("run", help="bisect a git tree between a good and a bad commit with a reproducer")
     r.add_argument("--tree", metavar="DIR", help="git tree of the kernel (default: the demo repository, if made)")
@@ -412,7 +419,7 @@ def add_commands(sub, oracle_step: bool = False) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kernels.bisect", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m krig.bisect", description=__doc__.split("\n\n")[0])
     add_commands(ap.add_subparsers(dest="cmd", required=True), oracle_step=True)
     a = ap.parse_args(argv)
     # an oracle step that cannot be judged is a skip (125), not a failure
