@@ -14,6 +14,7 @@ fix incrementally. Runs go under build/pictures/ (never into git); each flood ta
 minutes under TCG, the validation 20-40. Look at the pictures before committing them.
 `python docs/pictures.py reply` makes only the reply.
 """
+import json
 import os
 import pathlib
 import shutil
@@ -68,14 +69,22 @@ def reply_example() -> None:
         sys.exit(f"docs-pictures: the validation gave no example reply (exit {p.returncode}): "
                  f"{(said or p.stderr.strip().splitlines() or ['no output'])[0]} (an example needs a quiet host: "
                  "a contended one makes unlink's timing thresholds ERROR)")
-    dest = ROOT / "docs" / "examples"
-    dest.mkdir(exist_ok=True)
-    for name in ("reply.txt", "reply.mbox"):
-        # the demo's path on this machine is not the example's business: its cache path, shortened
-        text = (work / "validation" / name).read_text().replace(str(demo), "~/linux.git")
-        (dest / name).write_text(text)
+    write_example(work / "validation", demo)
     print(f"docs-pictures: docs/examples/reply.txt and reply.mbox from {work / 'validation'}: "
           f"{p.stdout.splitlines()[-1] if p.stdout.strip() else ''}")
+
+
+def write_example(validation: pathlib.Path, demo: pathlib.Path) -> None:
+    """docs/examples/reply.{txt,mbox}: the validation's record with the demo tree's cache path
+    replaced by a developer's (/home/pat/linux.git: this machine's paths are not the example's
+    business), written again by the real reply code, so the path is wrapped as a real one would be."""
+    from krig.reply import identity, write_reply
+    from krig.results import read_json
+    text = json.dumps(read_json(validation / "validate.json"))
+    state = json.loads(text.replace(json.dumps(str(demo))[1:-1], "/home/pat/linux.git"))
+    dest = ROOT / "docs" / "examples"
+    dest.mkdir(exist_ok=True)
+    write_reply(dest, state, state["comparison"], identity(SENDER))
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import sys
 from krig import KERNEL_DIR
 from krig.config import load_toml
 from krig.errors import UsageError, guarded
-from .catalog import is_distro
+from .spec import is_distro
 from .incremental import build_kernel
 from .spec import build_inputs, cache_key, kernel_cache, resolve_spec
 

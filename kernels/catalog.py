@@ -13,7 +13,7 @@ from krig.config import load_toml, optional, reject_unknown
 from krig.errors import UsageError
 from .given import is_given, load_given
 from .kernel import Kernel
-from .spec import load_built_kernel
+from .spec import is_distro, load_built_kernel
 
 
 def kernel_names() -> list[str]:
@@ -36,12 +36,6 @@ def distro_kernel(name: str, release: str | None, boot_dir=pathlib.Path("/boot")
     image = images[-1]
     rel = image.name[len("vmlinuz-"):]
     return rel, image, modules_root / rel, boot_dir / f"config-{rel}"
-
-
-def is_distro(data: dict) -> bool:
-    """A kernel toml of Debian's packaged kernel: source "distro", or no source and no
-    `extends` (a toml that extends another takes its source from it)."""
-    return data.get("source", None if "extends" in data else "distro") == "distro"
 
 
 def load_kernel(name: str, build: bool = False, log=print) -> Kernel:

@@ -37,8 +37,8 @@ from .incremental import (apply_to_copies, build_kernel, clean_env, ensure_prist
                           run_logged)
 from .kernel import Kernel
 from .series import load_series
-from .spec import (KernelSpec, _raw, sha256_file, build_inputs, cache_key, git, kernel_cache, parse_fragment,
-                   read_dotconfig, resolve_commit, resolve_spec, source_identity)
+from .spec import (KernelSpec, build_inputs, cache_key, git, is_distro, kernel_cache, parse_fragment, read_dotconfig,
+                   resolve_commit, resolve_spec, resolved_table, sha256_file, source_identity)
 
 OPTIONS = ("config", "modules", "like", "series")
 DEFAULT_LIKE = "linux-6.1"
@@ -239,8 +239,8 @@ def _spec(g: Given, series: dict | None) -> tuple[KernelSpec, dict | None]:
         path = KERNEL_DIR / f"{g.name}.toml"
         if not path.exists():
             raise UsageError(f"--kernel {g.text}: unknown kernel {g.name!r}")
-        data, _ = _raw(g.name, KERNEL_DIR)
-        if data.get("source", "distro") == "distro":
+        data, _ = resolved_table(g.name, KERNEL_DIR)
+        if is_distro(data):
             raise UsageError(f"--kernel {g.text}: {g.name} is the distro's packaged kernel; a series needs a "
                              "kernel krig builds (a built kernel toml, or TREE@REF)")
         spec = resolve_spec(g.name)
@@ -249,8 +249,8 @@ def _spec(g: Given, series: dict | None) -> tuple[KernelSpec, dict | None]:
         like = g.opts.get("like", DEFAULT_LIKE)
         if not (KERNEL_DIR / f"{like}.toml").exists():
             raise UsageError(f"--kernel {g.text}: like={like}: unknown kernel")
-        data, _ = _raw(like, KERNEL_DIR)
-        if data.get("source", "distro") == "distro":
+        data, _ = resolved_table(like, KERNEL_DIR)
+        if is_distro(data):
             raise UsageError(f"--kernel {g.text}: like={like} is the distro kernel; like= takes a built kernel's "
                              "config (e.g. tiny-6.1, linux-6.1)")
         ref = g.ref or (series or {}).get("provenance", {}).get("base_commit")

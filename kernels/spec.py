@@ -130,7 +130,14 @@ def config_mismatches(wanted: dict, final: dict) -> list:
 
 # -- resolving kernels/<name>.toml -------------------------------------------
 
-def _raw(name: str, kernel_dir: pathlib.Path, seen=()) -> tuple[dict, str]:
+def is_distro(data: dict) -> bool:
+    """A kernel toml of Debian's packaged kernel: source "distro", or no source and no
+    `extends` (a toml that extends another takes its source from it). The one answer to "is this
+    the distro kernel?" for a toml's table, raw or resolved."""
+    return data.get("source", None if "extends" in data else "distro") == "distro"
+
+
+def resolved_table(name: str, kernel_dir: pathlib.Path, seen=()) -> tuple[dict, str]:
     """The toml's table with `extends` resolved (the child's keys win)."""
     where = f"kernels/{name}.toml"
     path = kernel_dir / f"{name}.toml"
@@ -146,8 +153,8 @@ def _raw(name: str, kernel_dir: pathlib.Path, seen=()) -> tuple[dict, str]:
         return dict(data), where
     if parent in seen or parent == name:
         raise UsageError(f"{where}.extends: {parent!r} makes a cycle")
-    base, _ = _raw(parent, kernel_dir, seen + (where,))
-    if base.get("source", "distro") == "distro":
+    base, _ = resolved_table(parent, kernel_dir, seen + (where,))
+    if is_distro(base):
         raise UsageError(f"{where}.extends: {parent!r} is the distro kernel; only built kernels can be extended")
     if "source" in data and data["source"] != base.get("source"):
         for k in SOURCE_FIELDS.get(base.get("source"), ()):
@@ -175,7 +182,7 @@ def _str_list(data, key, where, default):
 def resolve_spec(name: str, data: dict | None = None, where: str | None = None,
                  kernel_dir: pathlib.Path = KERNEL_DIR, repro_dir: pathlib.Path = REPRO_DIR) -> KernelSpec:
     if data is None or "extends" in data:
-        data, where = _raw(name, kernel_dir)
+        data, where = resolved_table(name, kernel_dir)
     where = where or f"kernels/{name}.toml"
     reject_unknown(data, FIELDS, where)
     source = require(data, "source", str, where)

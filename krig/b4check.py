@@ -29,8 +29,8 @@ import pathlib
 import sys
 import tempfile
 
-from . import RESULTS_DIR
 from .errors import KrigError, UsageError
+from .results import validations_dir
 
 STATUS = {"fixed": "pass", "not fixed": "fail", "regressed": "fail",
           "inconclusive": "warn", "base does not reproduce": "warn"}
@@ -135,9 +135,9 @@ def check(data: bytes, dirs: list) -> list:
 
 
 def main(dirs: list | None) -> int:
-    dirs = dirs or [RESULTS_DIR / "validate"]
+    dirs = dirs or [validations_dir()]
     for d in dirs:
-        if not pathlib.Path(d).is_dir() and pathlib.Path(d) != RESULTS_DIR / "validate":
+        if not pathlib.Path(d).is_dir() and pathlib.Path(d) != validations_dir():
             raise UsageError(f"--dir {d}: no such directory (a directory of validations, as results/validate)")
     data = sys.stdin.buffer.read(MAX_INPUT + 1)
     if len(data) > MAX_INPUT:

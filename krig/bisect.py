@@ -36,13 +36,13 @@ import subprocess
 import sys
 import time
 
-from . import DEFAULT_RIG, KERNEL_DIR, RESULTS_DIR, ROOT
+from . import DEFAULT_RIG, KERNEL_DIR, ROOT
 from . import run as runner
 from .asked import AskedRun
 from .config import parse_set
 from .errors import KrigError, UsageError, guarded
 from .reproducer import load_reproducer
-from .results import now
+from .results import bisect_dir, bisect_tag, now
 from .rundir import RunDir
 from .verdict import JUDGED, KERNEL_STOPPED
 from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
@@ -263,9 +263,9 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     if _bisect_in_progress(tree_p):
         raise UsageError(f"--tree {tree_p}: a git bisect is already in progress (`git -C {tree_p} bisect reset`)")
 
-    tag = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    tag = bisect_tag()
     name = f"bisect-{tag}"
-    out = pathlib.Path(log_dir) if log_dir else RESULTS_DIR / "bisect" / f"{repro}-{tag}"
+    out = pathlib.Path(log_dir) if log_dir else bisect_dir(repro, tag)
     out.mkdir(parents=True, exist_ok=True)
     logp = out / "bisect.log"
     ktoml = _kernel_toml(name, tree_p, "BISECT_HEAD", like, logp)

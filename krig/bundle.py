@@ -33,7 +33,7 @@ from .errors import UsageError
 from .paths import cache_dir, krig_owned
 from kernels.spec import sha256_file
 from .reproducer import load_reproducer
-from .results import public_url
+from .results import bundle_name, public_url
 from .rundir import MANIFEST, VERDICT, RunDir
 
 TRACE = "trace.dat"
@@ -65,8 +65,8 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
     except UsageError as e:
         raise UsageError(f"{run_dir}: unreadable manifest.json or verdict.json: {e}") from None
     repro = load_reproducer(manifest["reproducer"])
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    top = f"krig-bundle-{repro.name}-{stamp}"
+    top = bundle_name(repro.name)
+    stamp = top.rsplit("-", 1)[1]
     out = pathlib.Path(output) if output else pathlib.Path.cwd() / f"{top}.tar.gz"
     subs = identity_substitutions(manifest)
     meta = {

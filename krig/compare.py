@@ -15,7 +15,6 @@ many runs held it on each side, and whether it flips. Output: a text table of
 at most 100 columns, or --json; compare.html with both sides' time series
 overlaid (analysis/compare_html.py) in --out DIR.
 """
-import datetime
 import json
 import pathlib
 import sys
@@ -27,11 +26,10 @@ from analysis.summary import threshold_id, threshold_results
 from analysis.lkp import format_lkp
 from analysis.rundata import RunData
 
-from . import RESULTS_DIR
 from .errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
 from .reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
-from .results import GROUP_FILE, run_state
+from .results import GROUP_FILE, compare_dir, run_state
 from .rundir import RunDir, is_run_dir
 from .verdict import JUDGED
 
@@ -314,8 +312,7 @@ def format_text(res: dict) -> str:
 
 
 def default_out(res: dict) -> pathlib.Path:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return RESULTS_DIR / "compare" / f"{res['reproducer']}-{stamp}"
+    return compare_dir(res["reproducer"])
 
 
 def main(tokens: list) -> int:

@@ -13,7 +13,6 @@ is missing. A run that was interrupted or killed (INTERRUPTED, INCOMPLETE)
 stays in the directory, listed as not counted, and a new run takes its place.
 group.json is rewritten after every run, so an interrupted group loses nothing.
 """
-import datetime
 import json
 import pathlib
 
@@ -26,6 +25,7 @@ from . import RESULTS_DIR
 from .errors import KrigError, UsageError
 from .reproducer import load_reproducer
 from .results import GROUP_FILE, now, read_json, run_dirs_of, run_state, write_json
+from .results import group_dir as group_dir_of
 from .rundir import RunDir
 from .run import run
 from .verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
@@ -115,8 +115,7 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
     asked = {"reproducer": repro.name, "rig": rig.name, "kernel": kernel_name, "kernel_id": kernel.kernel_id,
              "preset": preset, "params": json.loads(json.dumps(params, default=str))}
     if group_dir is None:
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        gdir = results_root / repro.name / kernel.kernel_id / rig.name / f"group-{stamp}"
+        gdir = group_dir_of(results_root, repro.name, kernel.kernel_id, rig.name)
     else:
         gdir = pathlib.Path(group_dir)
     gfile = gdir / GROUP_FILE

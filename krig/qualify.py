@@ -31,13 +31,13 @@ import time
 
 import pytest
 
-from . import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT
+from . import DEFAULT_KERNEL, DEFAULT_RIG, ROOT
 from .config import load_toml, optional, reject_unknown, require
 from .errors import KrigError, UsageError, guarded
 from .lab import select_rigs
 from .qualify_report import write_outputs
 from .reproducer import load_reproducer
-from .results import now, read_json, write_json
+from .results import now, qualify_dir, read_json, write_json
 from .run import run
 from .verdict import UNFINISHED, VERDICTS
 from kernels.catalog import load_kernel
@@ -191,7 +191,7 @@ def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: floa
     if prio is not None:        # the workers' runs reserve lab servers with it
         os.environ["KRIG_LAB_PRIO"] = repr(float(prio))
     suite = load_suite(path)
-    qdir = pathlib.Path(out_dir or RESULTS_DIR / "qualify" / suite["name"]).resolve()
+    qdir = pathlib.Path(out_dir or qualify_dir(suite["name"])).resolve()
     if fresh:       # forget the records only; earlier run directories stay in runs/
         shutil.rmtree(qdir / "cases", ignore_errors=True)
     (qdir / "cases").mkdir(parents=True, exist_ok=True)

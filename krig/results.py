@@ -1,11 +1,22 @@
-"""Result directories: results/<reproducer>/<kernel-id>/<rig>/<UTC timestamp>/."""
+"""Where results go, decided here and nowhere else, all under the results root ($KRIG_RESULTS,
+default results/; a caller's -o/--dir wins):
+
+    <reproducer>/<kernel-id>/<rig>/<UTC time>/          a run (krig run)
+    <reproducer>/<kernel-id>/<rig>/group-<UTC time>/    a group of runs (krig run --repeat)
+    validate/<reproducer>-<patchset hash>-<key>/        a validation (krig validate; b4-check reads them)
+    compare/<reproducer>-<UTC time>/                    krig compare's pictures
+    bisect/<reproducer>-<UTC time>-<pid>/               a bisection's log and state
+    qualify/<suite name>/                               a qualification (krig qualify)
+    ./krig-bundle-<reproducer>-<UTC time>.tar.gz        a bundle (krig bundle, in the working directory)
+    latest -> the newest run
+"""
 import datetime
 import os
 import pathlib
 import re
 import subprocess
 
-from . import ROOT, safeio
+from . import RESULTS_DIR, ROOT, safeio
 from .errors import KrigError
 from .paths import owner_alive
 from .rundir import RunDir
@@ -22,12 +33,55 @@ def public_url(text):
     return _USERINFO.sub(r"\1", text) if isinstance(text, str) else text
 
 
+def stamp() -> str:
+    """The UTC time in a result's name: 20261126T044500Z."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _root(root) -> pathlib.Path:
+    return pathlib.Path(root) if root is not None else RESULTS_DIR
+
+
+def group_dir(root, repro: str, kernel_id: str, rig: str) -> pathlib.Path:
+    return _root(root) / repro / kernel_id / rig / f"group-{stamp()}"
+
+
+def validations_dir(root=None) -> pathlib.Path:
+    return _root(root) / "validate"
+
+
+def validation_dir(repro: str, patchset_hash: str, key: str, root=None) -> pathlib.Path:
+    return validations_dir(root) / f"{repro}-{patchset_hash[:12]}-{key}"
+
+
+def compare_dir(repro: str, root=None) -> pathlib.Path:
+    return _root(root) / "compare" / f"{repro}-{stamp()}"
+
+
+def bisect_tag() -> str:
+    """A bisection's name (its log directory and its generated kernel toml): time and pid."""
+    return f"{stamp()}-{os.getpid()}"
+
+
+def bisect_dir(repro: str, tag: str, root=None) -> pathlib.Path:
+    return _root(root) / "bisect" / f"{repro}-{tag}"
+
+
+def qualify_dir(suite_name: str, root=None) -> pathlib.Path:
+    return _root(root) / "qualify" / suite_name
+
+
+def bundle_name(repro: str) -> str:
+    """A bundle's top directory, and its file name with .tar.gz."""
+    return f"krig-bundle-{repro}-{stamp()}"
+
+
 def new_run_dir(root: pathlib.Path, repro: str, kernel_id: str, rig: str) -> pathlib.Path:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp_ = stamp()
     base = root / repro / kernel_id / rig
     base.mkdir(parents=True, exist_ok=True)
     for i in range(1000):
-        d = base / (stamp if i == 0 else f"{stamp}-{i}")
+        d = base / (stamp_ if i == 0 else f"{stamp_}-{i}")
         try:
             d.mkdir()
         except FileExistsError:

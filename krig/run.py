@@ -124,11 +124,9 @@ def _pull(rig, run_dir, manifest):
 
 
 def _save_partial(rig, run_dir):
-    partial = getattr(rig.command, "partial_output", None)
-    if partial:
-        out, err = partial()
-        safeio.write_bytes(run_dir, "stdout", out)
-        safeio.write_bytes(run_dir, "stderr", err)
+    out, err = rig.command.partial_output()
+    safeio.write_bytes(run_dir, "stdout", out)
+    safeio.write_bytes(run_dir, "stderr", err)
 
 
 CLOCKSOURCE = "/sys/devices/system/clocksource/clocksource0/current_clocksource"

@@ -34,7 +34,7 @@ from kernels.given import parse as parse_kernel
 from kernels.series import load_series, series_source
 from rigs import load_rig
 
-from . import DEFAULT_RIG, KERNEL_DIR, RESULTS_DIR
+from . import DEFAULT_RIG, KERNEL_DIR
 from .asked import AskedRun
 from .compare import compare
 from .config import parse_set
@@ -44,7 +44,7 @@ from .results import GROUP_FILE
 from .verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, write_reply
 from .reproducer import load_reproducer
-from .results import git_revision, now, read_json, write_json
+from .results import git_revision, now, read_json, validation_dir, write_json
 from .rundir import RunDir
 
 ANSWERS = {"fixed": 0, "not fixed": 1, "inconclusive": 3, "base does not reproduce": 4, "regressed": 5}
@@ -200,7 +200,7 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
              "preset": preset, "params": json.loads(json.dumps(params, default=str))}
     phash = series["provenance"]["patchset_hash"]
     key = hashlib.sha256(json.dumps({**asked, "patchset": phash}, sort_keys=True).encode()).hexdigest()[:8]
-    vdir = pathlib.Path(out) if out else RESULTS_DIR / "validate" / f"{repro.name}-{phash[:12]}-{key}"
+    vdir = pathlib.Path(out) if out else validation_dir(repro.name, phash, key)
     vfile = vdir / "validate.json"
     state = json.loads(vfile.read_text()) if vfile.exists() else {}
     for field, value in asked.items():

@@ -60,6 +60,11 @@ class CommandProtocol(abc.ABC):
         of it is the rig fact "salvage" (one line).
         """
 
+    def partial_output(self) -> tuple[bytes, bytes]:
+        """stdout and stderr of the last command as far as they got (a hung run keeps them);
+        (b"", b"") for a rig that cannot tell."""
+        return b"", b""
+
 
 SALVAGE_TIMEOUT = 60   # seconds a salvage command may take before the hang is declared
 

@@ -172,3 +172,30 @@ def test_the_design_page_names_the_declared_vocabulary():
     start = text.index("The vocabulary, declared once as `krig.VOCABULARY`")
     listed = text[start:].split(" is: ", 1)[1].split("; it imports only itself", 1)[0]
     assert set(re.findall(r"`(krig(?:\.\w+)?)`", listed)) == VOCABULARY, listed
+
+
+def private_imports(name: str, path: pathlib.Path, known: set) -> list[str]:
+    """`from other_module import _name` of another project module: a private name used across modules."""
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = pkg.split(".")
+            mod = ".".join(base[:len(base) - node.level + 1] + ([node.module] if node.module else []))
+        else:
+            mod = node.module or ""
+        if mod != name and (mod in known or mod.split(".")[0] in PARTS):
+            out += [f"{name} imports {mod}.{a.name}" for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_no_module_imports_another_modules_private_name(tmp_path):
+    mods = modules()
+    bad = [line for name, path in mods.items() for line in private_imports(name, path, set(mods))]
+    assert not bad, "\n".join(bad)
+    p = tmp_path / "x.py"
+    p.write_text("from .spec import _raw, public\nfrom . import __version__\n")
+    assert private_imports("kernels.x", p, {"kernels.spec"}) == ["kernels.x imports kernels.spec._raw"]
