@@ -43,7 +43,7 @@ from .config import parse_set
 from .errors import KrigError, UsageError, guarded
 from .reproducer import load_reproducer
 from .results import bisect_dir, bisect_tag, now
-from .rundir import RunDir
+from .record import RunRecord
 from .verdict import JUDGED, KERNEL_STOPPED
 from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
 from kernels.build import build as build_kernel
@@ -127,10 +127,12 @@ def first_bad_from_output(text: str) -> str | None:
 # -- the oracle (one bisect step) ----------------------------------------------
 
 def read_attempt(run_dir: pathlib.Path, metric_name: str | None) -> Attempt:
-    run = RunDir(run_dir)
-    v = run.verdict()
-    value = run.metrics().get(metric_name, {}).get("value") if metric_name else None
-    return Attempt(v["verdict"], v.get("reason", ""), str(run_dir), booted="machine" in run.manifest, metric=value)
+    rec = RunRecord.read(run_dir)
+    if rec.verdict is None:
+        raise UsageError(f"{run_dir}: the run was never judged (no verdict.json)")
+    value = rec.metrics.get(metric_name) if metric_name else None
+    return Attempt(rec.verdict.verdict, rec.verdict.reason or "", str(run_dir),
+                   booted=rec.manifest.machine_answered, metric=value)
 
 
 def asked_of(state: dict) -> AskedRun:

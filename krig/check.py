@@ -23,6 +23,7 @@ from .errors import KrigError, UsageError
 from .junit import write_single
 from .hostload import contended_pct
 from .paths import owner_alive
+from .record import Manifest, Verdict
 from .reproducer import load_analyzer, load_reproducer  # noqa: F401 (load_analyzer: callers' name)
 from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
 from .stall import still_progressing
@@ -157,11 +158,11 @@ def tally(record: list) -> dict:
 
 def evidence(run: RunDir) -> Evidence:
     """What the run directory records about how the run ended (krig.verdict.Evidence)."""
-    m = run.manifest
-    ev = Evidence(m.get("outcome"), m.get("reason") or "", run.text("console.log"),
-                  rig_fault=m.get("rig_fault"), host_fault=m.get("host_fault"),
-                  machine_answered=bool(m.get("machine")), pull_error=m.get("pull_error"),
-                  timeout=(m.get("params") or {}).get("timeout"), host_load=m.get("host_load"),
+    m = Manifest.from_json(run.manifest)
+    ev = Evidence(m.outcome, m.reason or "", run.text("console.log"),
+                  rig_fault=m.rig_fault, host_fault=m.host_fault,
+                  machine_answered=bool(m.machine), pull_error=m.pull_error,
+                  timeout=(m.params or {}).get("timeout"), host_load=m.host_load,
                   last_phase=run.last_phase())
     if ev.outcome == "hung" and ev.timeout:
         ev.progress = still_progressing(run, float(ev.timeout))
@@ -170,22 +171,21 @@ def evidence(run: RunDir) -> Evidence:
 
 def check(run_dir, project: tuple = ()) -> dict:
     data = RunData(run_dir)
-    run_dir, manifest = data.dir, data.manifest
-    if manifest.get("outcome") is None and owner_alive(manifest.get("owner")):
-        raise UsageError(f"{run_dir}: still running (krig pid {manifest['owner']['pid']}); check it when it ends")
+    run_dir, manifest = data.dir, Manifest.from_json(data.manifest)
+    if manifest.outcome is None and owner_alive(manifest.owner):
+        raise UsageError(f"{run_dir}: still running (krig pid {manifest.owner['pid']}); check it when it ends")
     try:
-        repro = load_reproducer(manifest.get("reproducer"))
+        repro = load_reproducer(manifest.reproducer)
     except UsageError as e:
         raise UsageError(f"{data.path(MANIFEST)}: field reproducer: {e}") from None
     ev = evidence(data)
     scan = scan_console(ev.console)
-    verdict = {"reproducer": repro.name, "run_dir": str(run_dir), "complete": manifest.get("complete", False),
-               "console": {k: v[:20] for k, v in scan.items()}}
+    verdict = Verdict(None, reproducer=repro.name, run_dir=str(run_dir), complete=manifest.complete,
+                      console={k: v[:20] for k, v in scan.items()})
     if scan["oom_kill"]:
-        verdict["oom_kill"] = scan["oom_kill"][:20]
-    if manifest.get("power_off_error"):       # after the results were pulled: they stand, with a note
-        verdict.setdefault("warnings", []).append(f"the rig failed to power off after the run: "
-                                                  f"{manifest['power_off_error']}")
+        verdict.oom_kill = scan["oom_kill"][:20]
+    if manifest.power_off_error:       # after the results were pulled: they stand, with a note
+        verdict.warn(f"the rig failed to power off after the run: {manifest.power_off_error}")
     decided = decide(ev)
     v, why = decided
     notes = []
@@ -201,29 +201,29 @@ def check(run_dir, project: tuple = ()) -> dict:
             data.write_json(METRICS, metrics)
             lost = metrics.get("trace_lost_events", {}).get("value")
             if lost:
-                verdict.setdefault("warnings", []).append(f"the trace lost {lost:.0f} events: metrics computed "
-                                                          "from it are lower bounds; enlarge trace.buffer_kb")
-            ev.thresholds = verdict["thresholds"] = judge(run_dir)
+                verdict.warn(f"the trace lost {lost:.0f} events: metrics computed from it are lower bounds; "
+                             "enlarge trace.buffer_kb")
+            ev.thresholds = verdict.thresholds = judge(run_dir)
             ev.host_contended_pct = metrics.get("host_contended_pct", {}).get("value")
             notes = run_notes(analyzer, metrics)
         decided = decide(ev)
         v, why = decided
     if notes and ev.thresholds is not None:   # how the verdict was reached, on its line (judged,
         # or an ERROR the thresholds gave: an instrument, the host's contention)
-        verdict.update(notes=notes)
+        verdict.notes = notes
         why = f"{why} ({'; '.join(notes)})"
-    verdict.update(verdict=v, reason=why, cause=decided.cause)
+    verdict.verdict, verdict.reason, verdict.cause = v, why, decided.cause
     if v == "CRASHED" and scan.get("crash_context"):
-        verdict["crash_context"] = scan["crash_context"]
+        verdict.crash_context = scan["crash_context"]
     if ev.thresholds is None:    # not judged this time: no outcome of an earlier check stays
         data.write_json(THRESHOLDS, [])
     if v not in JUDGED:          # the judge wrote junit.xml for PASS/FAIL: one case saying why otherwise
-        props = {"kernel": manifest.get("kernel", {}).get("release"), "rig": manifest.get("rig", {}).get("name"),
-                 "accel": manifest.get("rig_facts", {}).get("accel"), "krig_revision": manifest.get("krig_revision")}
+        props = {"kernel": (manifest.kernel or {}).get("release"), "rig": (manifest.rig or {}).get("name"),
+                 "accel": (manifest.rig_facts or {}).get("accel"), "krig_revision": manifest.krig_revision}
         write_single(data.path("junit.xml"), repro.name, v, why, props)
-    data.write_json(VERDICT, verdict)
+    data.write_json(VERDICT, verdict.to_json())
     report(data, repro, project)
-    return verdict
+    return verdict.to_json()
 
 
 def report(run, repro=None, project: tuple = ()) -> None:

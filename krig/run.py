@@ -17,7 +17,8 @@ from kernels.given import check_config
 from .paths import owner_record
 from .preflight import preflight
 from .reproducer import load_reproducer
-from .results import claim_run_dir, git_revision, new_run_dir, now, write_json
+from .record import Manifest
+from .results import claim_run_dir, git_revision, new_run_dir, now
 from rigs import load_rig
 from rigs.hashsize import from_log as hash_tables
 
@@ -41,14 +42,10 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
 
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
-    manifest = {
-        "reproducer": repro.name, "preset": preset, "params": params,
-        "kernel": kernel.describe(), "series": kernel.series, "rig": rig.describe(),
-        "krig_revision": git_revision(), "started": now(), "ended": None,
-        "status": "running", "complete": False, "outcome": None, "reason": None, "collect": collect,
-        "owner": owner_record(), "preflight": host, "host_cpu": host_cpu(),
-    }
-    write_json(run_dir / "manifest.json", manifest)
+    manifest = Manifest(repro.name, preset, params, kernel.describe(), kernel.series, rig.describe(),
+                        krig_revision=git_revision(), started=now(), collect=collect, owner=owner_record(),
+                        preflight=host, host_cpu=host_cpu())
+    manifest.write(run_dir)
     log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
 
     outcome, reason = "error", "the run did not start"
@@ -64,7 +61,7 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
                     outcome, reason = "error", f"host: {os_fault(e2)} (while saving the output of a hung run: {e})"
             except GuestCrashed as e:
                 outcome, reason = "crashed", str(e)
-                manifest["rig_fault"] = e.rig_fault
+                manifest.rig_fault = e.rig_fault
             except KrigError as e:
                 outcome, reason = "error", str(e)
             except OSError as e:        # the host: a full or read-only disk, ...
@@ -73,8 +70,8 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
                 # Results first: pulled before anything is powered off or removed; a
                 # power-off that fails is recorded and never costs the results.
                 _pull(rig, run_dir, manifest)
-                manifest["rig_facts"] = rig.facts()
-                manifest["host_fault"] = rig.host_fault()
+                manifest.rig_facts = rig.facts()
+                manifest.host_fault = rig.host_fault()
                 _power_down(rig, outcome == "completed", manifest)
     except KeyboardInterrupt:
         outcome, reason = "interrupted", "interrupted by a signal (SIGINT/SIGTERM)"
@@ -85,10 +82,10 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
             signal.signal(signal.SIGINT, signal.default_int_handler)
     finally:
         # what the verdict rule (krig.verdict.decide) is given: how the run ended, as recorded
-        manifest.update({"ended": now(), "outcome": outcome, "reason": reason,
-                         "host_load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-                         "status": "complete" if outcome not in ("interrupted",) else "incomplete",
-                         "complete": outcome != "interrupted"})
+        manifest.ended, manifest.outcome, manifest.reason = now(), outcome, reason
+        manifest.host_load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        manifest.status = "complete" if outcome != "interrupted" else "incomplete"
+        manifest.complete = outcome != "interrupted"
         _final_write(run_dir, manifest)
     try:
         verdict = check(run_dir)
@@ -97,21 +94,21 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
     return run_dir, verdict
 
 
-def _final_write(run_dir, manifest):
+def _final_write(run_dir, manifest: Manifest):
     """The run's end; if the disk refuses it, one line saying what happened to the run."""
     try:
-        write_json(run_dir / "manifest.json", manifest)
+        manifest.write(run_dir)
     except OSError as e:
-        pulled = f"; {manifest['pull_error']}" if manifest.get("pull_error") else ""
+        pulled = f"; {manifest.pull_error}" if manifest.pull_error else ""
         raise RigError(f"cannot record the end of the run in {run_dir}: {os_fault(e)} "
-                       f"(run ended: {manifest['outcome']}: {manifest['reason']}{pulled})") from None
+                       f"(run ended: {manifest.outcome}: {manifest.reason}{pulled})") from None
 
 
-def _power_down(rig, orderly: bool, manifest: dict):
+def _power_down(rig, orderly: bool, manifest: Manifest):
     try:
         rig.shutdown() if orderly else rig.power.off()
     except KrigError as e:
-        manifest["power_off_error"] = str(e)
+        manifest.power_off_error = str(e)
 
 
 def _pull(rig, run_dir, manifest):
@@ -120,7 +117,7 @@ def _pull(rig, run_dir, manifest):
     try:
         rig.files.pull(rig.files.results_dir(), run_dir)
     except KrigError as e:
-        manifest["pull_error"] = str(e)
+        manifest.pull_error = str(e)
 
 
 def _save_partial(rig, run_dir):
@@ -163,7 +160,7 @@ def cpu_facts(lines: list) -> dict:
 
 
 def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
-    requires = repro.requires_for(manifest["preset"])
+    requires = repro.requires_for(manifest.preset)
     rig.prepare(run_dir, kernel, requires)
     t0 = time.monotonic()
     rig.boot.boot(kernel, [])
@@ -177,13 +174,13 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
         return "error", f"could not read the machine's facts: {facts.stderr.decode(errors='replace').strip()}"
     release, cmdline, ncpu, memkb = lines[:4]
     # the clock every trace event and sample reads (HPET under TCG unless the rig says tsc)
-    manifest["machine"] = {"release": release, "cmdline": cmdline, "cpus": int(ncpu),
-                           "mem_total_bytes": int(memkb) * 1024,
-                           "clocksource": lines[4] if len(lines) > 4 else "unknown",
-                           "cpu": cpu_facts(lines[5:]),
-                           # the dcache and inode hash tables the kernel sized at boot (rigs/hashsize.py)
-                           **(hash_tables(facts.stdout.decode(errors="replace")) or hash_tables(rig.console.text()))}
-    write_json(run_dir / "manifest.json", manifest)
+    manifest.machine = {"release": release, "cmdline": cmdline, "cpus": int(ncpu),
+                        "mem_total_bytes": int(memkb) * 1024,
+                        "clocksource": lines[4] if len(lines) > 4 else "unknown",
+                        "cpu": cpu_facts(lines[5:]),
+                        # the dcache and inode hash tables the kernel sized at boot (rigs/hashsize.py)
+                        **(hash_tables(facts.stdout.decode(errors="replace")) or hash_tables(rig.console.text()))}
+    manifest.write(run_dir)
     if release != kernel.release:
         return "error", f"machine runs kernel {release}, not the {kernel.release} asked for"
     need_mem = requires.get("min_memory")
@@ -197,8 +194,8 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     out = rig.files.results_dir()
     env = {**repro.param_env(params), **rig.scratch_env(),
            "KRIG_TRACE_EVENTS": " ".join(repro.trace_events),
-           "KRIG_TRACE_BUFFER_KB": str(repro.buffer_kb_for(manifest["preset"])),
-           "KRIG_TRACE_MODE": repro.trace_mode_for(manifest["preset"]), "KRIG_COLLECT": "1" if collect else "0"}
+           "KRIG_TRACE_BUFFER_KB": str(repro.buffer_kb_for(manifest.preset)),
+           "KRIG_TRACE_MODE": repro.trace_mode_for(manifest.preset), "KRIG_COLLECT": "1" if collect else "0"}
     argv = ["bash", f"{root}/reproducers/lib/harness.sh", f"{root}/reproducers/{repro.name}", out]
     log(f"krig: running {repro.name} (timeout {params['timeout']}s)")
     # on a timeout, the salvage keeps the trace still in the machine before HUNG is declared
@@ -210,11 +207,11 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     finally:
         if host is not None:
             host.stop()
-            manifest["host"] = {"cpus": host.ncpus, "interval": host.interval}
+            manifest.host = {"cpus": host.ncpus, "interval": host.interval}
     safeio.write_bytes(run_dir, "stdout", res.stdout)
     safeio.write_bytes(run_dir, "stderr", res.stderr)
     safeio.write_text(run_dir, "exit_code", f"{res.returncode}\n")
-    manifest["workload"] = {"argv": argv, "exit_code": res.returncode, "seconds": round(res.duration, 2)}
+    manifest.workload = {"argv": argv, "exit_code": res.returncode, "seconds": round(res.duration, 2)}
     if res.returncode == 4:
         tail = res.stderr.decode(errors="replace").strip().splitlines()
         return "skip", tail[-1] if tail else "the reproducer skipped"

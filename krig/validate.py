@@ -45,12 +45,12 @@ from .verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, write_reply
 from .reproducer import load_reproducer
 from .results import git_revision, now, read_json, validation_dir, write_json
+from .record import RunRecord, Verdict
 from .rundir import RunDir
 
 ANSWERS = {"fixed": 0, "not fixed": 1, "inconclusive": 3, "base does not reproduce": 4, "regressed": 5}
 DEFAULT_REPEAT = 4
 NOT_JUDGED = ("ERROR", "SKIP", "INCOMPLETE", "HUNG", "CRASHED")
-CONTENTION = "host contention:"         # krig/check.py's reason for a run the host's load moved
 
 
 def contended(gdir: pathlib.Path) -> list:
@@ -59,12 +59,12 @@ def contended(gdir: pathlib.Path) -> list:
     for d, v in group_runs(gdir) if gdir.is_dir() else []:
         if v == "ERROR":
             try:
-                verdict = RunDir(d).verdict()
+                verdict = Verdict.from_json(RunDir(d).verdict())
             except (OSError, KrigError):
                 continue
-            cause = verdict.get("cause")
-            # a verdict written before causes were recorded says it only in its sentence
-            if cause == "host-contention" or (cause is None and str(verdict.get("reason", "")).startswith(CONTENTION)):
+            # the verdict's cause, never its sentence (a verdict from before causes were recorded
+            # has none: `krig check` on the run records it)
+            if verdict.cause == "host-contention":
                 out.append(d)
     return out
 
@@ -251,14 +251,13 @@ def _kernel_of(gdir: pathlib.Path) -> dict:
     """The kernel the group's first run booted (manifest.json: release, git origin, debug options)."""
     for d in sorted(gdir.glob("run-*")):
         try:
-            man = RunDir(d).manifest
+            man = RunRecord.read(d).manifest
         except (OSError, KrigError):
             continue
-        k = man.get("kernel") or {}
-        return {"name": k.get("name"), "release": (man.get("machine") or {}).get("release") or k.get("release"),
-                "git": k.get("git"), "machine": man.get("machine"), "rig": man.get("rig"),
-                "rig_facts": man.get("rig_facts"),
-                "host_cpu": man.get("host_cpu")}
+        k = man.kernel or {}
+        return {"name": k.get("name"), "release": (man.machine or {}).get("release") or k.get("release"),
+                "git": k.get("git"), "machine": man.machine, "rig": man.rig, "rig_facts": man.rig_facts,
+                "host_cpu": man.host_cpu}
     return {}
 
 

@@ -447,7 +447,8 @@ def test_runs_lost_to_host_contention_are_run_again(series_repo, tmp_path, monke
         out = plain(repro, rig, kernel, preset, sets, repeat, gdir, log)
         first = gdir / "run-01"
         if ",series=" in kernel and repeat == 1:
-            (first / "verdict.json").write_text(json.dumps({"verdict": "ERROR", "reason": "host contention: x"}))
+            (first / "verdict.json").write_text(json.dumps({"verdict": "ERROR", "reason": "host contention: x",
+                                                                  "cause": "host-contention"}))
         return out
     monkeypatch.setattr(kv, "run_group", contended_once)
     vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 2, out=tmp_path / "v",
