@@ -27,8 +27,8 @@ APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelsha
 CFLAGS := -O2 -Wall -static
 HELPER_SRCS := $(wildcard reproducers/*/*.c)
 HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
-# the trace reader's page walk in C (analysis/kbuffer.py loads it with ctypes)
-KWALK := analysis/_kwalk.so
+# the trace reader's page walk in C (analysis/trace/kbuffer.py loads it with ctypes)
+KWALK := analysis/trace/_kwalk.so
 
 .PHONY: help setup apt python helpers test test-fast test-bisect run list check bench clean qualify docs-pictures
 
@@ -71,7 +71,7 @@ $(VENV)/.installed: pyproject.toml
 
 helpers: $(HELPERS) $(KWALK)
 
-$(KWALK): analysis/kwalk.c
+$(KWALK): analysis/trace/kwalk.c
 	$(CC) -O2 -Wall -shared -fPIC -o $@ $< -lzstd
 
 define helper_rule

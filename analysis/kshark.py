@@ -16,7 +16,7 @@ import numpy as np
 from krig import safeio
 
 from .plots import PlotError, Timeline
-from .tracedat import TraceError
+from .trace.tracedat import TraceError
 
 SESSION_FILE = "trace.kshark.json"
 BINS = 1000

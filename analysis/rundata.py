@@ -57,6 +57,6 @@ class RunData(RunDir):
 
     def trace(self):
         """trace.dat, opened once per RunData (every metric reads the same TraceFile)."""
-        from .tracedat import TraceFile
+        from .trace.tracedat import TraceFile
         return self._once("trace", lambda: TraceFile(self.require("trace.dat")))
 

@@ -1,4 +1,4 @@
-"""Benchmark: count one event with analysis.tracedat vs `trace-cmd report | grep | wc -l`,
+"""Benchmark: count one event with analysis.trace.tracedat vs `trace-cmd report | grep | wc -l`,
 and the grouped count `krig trace stats --group-by new_lsn` against the same pipeline.
 
     python bench/bench_trace.py [--quick] [--template FILE] [--sizes 2000000,17000000]
@@ -32,10 +32,11 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))      # tests/tracegen.py: the synthetic trace writer
 
-from analysis import native  # noqa: E402
-from analysis.tracegen import write_synthetic  # noqa: E402
-from analysis.tracepages import DECOMPRESS_THREADS  # noqa: E402
+from analysis.trace import native  # noqa: E402
+from tracegen import write_synthetic  # noqa: E402
+from analysis.trace.tracepages import DECOMPRESS_THREADS  # noqa: E402
 
 TEMPLATE = ROOT / "tests" / "data" / "xfs_template_v7.dat"
 EVENT = "xfs:xfs_ail_insert"
@@ -50,7 +51,7 @@ CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 sys.path.insert(0, sys.argv[1])
-from analysis.tracedat import TraceFile
+from analysis.trace.tracedat import TraceFile
 t1 = time.perf_counter()
 tf = TraceFile(sys.argv[2])
 n = tf.counts().get(sys.argv[3], 0)

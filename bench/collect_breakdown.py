@@ -33,7 +33,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.tracedat import TraceFile  # noqa: E402
+from analysis.trace.tracedat import TraceFile  # noqa: E402
 from kernels.catalog import load_kernel  # noqa: E402
 from krig.run import CLOCKSOURCE  # noqa: E402
 from rigs import load_rig  # noqa: E402

@@ -151,8 +151,8 @@ def cmd_export_kcidb(a) -> int:
 
 
 def cmd_trace_stats(a) -> int:
-    from analysis.tracecli import stats_main
-    from analysis.tracedat import TraceError
+    from analysis.trace.tracecli import stats_main
+    from analysis.trace.tracedat import TraceError
     try:
         return stats_main(a.trace, a.event, a.group_by, a.json)
     except TraceError as e:          # the file or the event named: bad input

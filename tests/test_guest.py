@@ -69,7 +69,7 @@ def test_hang_verdict(tmp_path, no_leftover_qemu):
     manifest = json.loads((d / "manifest.json").read_text())
     assert manifest["rig_facts"]["salvage"].startswith("ran in"), manifest["rig_facts"].get("salvage")
     assert "ring buffer extracted to trace.dat" in (d / "salvage.log").read_text()
-    from analysis.tracedat import TraceFile
+    from analysis.trace.tracedat import TraceFile
     assert TraceFile(d / "trace.dat").counts().get("sched:sched_process_exec", 0) >= 1
     # the rig stopped the workload at its timeout (not at the run's own limit): what it recorded
     assert manifest["params"]["timeout"] == 40 and "did not finish within 40s" in v["reason"], v["reason"]

@@ -208,7 +208,7 @@ def test_hang_recovers(sim, tmp_path):
     # the ring buffer's trace was extracted over a second SSH connection before the NMI
     assert m["rig_facts"]["salvage"].startswith("ran in"), m["rig_facts"].get("salvage")
     assert "ring buffer extracted to trace.dat" in (run_dir / "salvage.log").read_text()
-    from analysis.tracedat import TraceFile
+    from analysis.trace.tracedat import TraceFile
     assert TraceFile(run_dir / "trace.dat").counts().get("sched:sched_process_exec", 0) >= 1
     assert sim.power_status() == "off"
     assert not _wait_no_leftovers(sim)

@@ -1,6 +1,6 @@
-"""The C hot loops (analysis/kwalk.c) against the Python code they stand in for.
+"""The C hot loops (analysis/trace/kwalk.c) against the Python code they stand in for.
 
-The numpy walker (analysis/kbuffer.py) is itself checked against `trace-cmd report`
+The numpy walker (analysis/trace/kbuffer.py) is itself checked against `trace-cmd report`
 and a plain-Python walk in tests/test_tracedat.py; here the C walk must give the same
 events (type id, data offset, time stamp), the same loss counts and the same one-line
 errors, on every record kind a kernel writes, both byte orders and both commit sizes;
@@ -12,9 +12,9 @@ import struct
 import numpy as np
 import pytest
 
-from analysis import kbuffer, native
-from analysis.tracedat import TraceError, TraceFile
-from analysis.tracegen import write_synthetic
+from analysis.trace import kbuffer, native
+from analysis.trace.tracedat import TraceError, TraceFile
+from tracegen import write_synthetic
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"
 TEMPLATE = DATA / "host618_sched_xfs_v7.dat"

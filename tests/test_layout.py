@@ -1,9 +1,10 @@
 """The layout is the design: imports between krig's parts go one way, and no
 module imports itself back through a cycle (read with ast, nothing imported).
 
-    runner  (krig.cli, krig.run, krig.check, krig.qualify, ...)  -> rigs, kernels, analysis, vocabulary
-    rigs, kernels, analysis                                    -> vocabulary only (and themselves)
+    runner  (krig.cli, krig.run, krig.check, krig.qualify, ...)  -> rigs, kernels, analysis, libraries, vocabulary
+    rigs, kernels, analysis                                    -> themselves, libraries, vocabulary
     analysis                                                   never -> rigs
+    libraries (a part's subpackage: analysis/trace)            -> themselves and the vocabulary only
     vocabulary (krig.VOCABULARY, declared in krig/__init__.py)   -> vocabulary only
 """
 import ast
@@ -19,20 +20,31 @@ PARTS = ("krig", "rigs", "kernels", "analysis")
 VOCABULARY = set(krig.VOCABULARY)
 
 
+def subpackages() -> list:
+    """Folders with an __init__.py below a part (analysis/trace: the trace.dat library): each is a
+    library of its own, below its part, that imports only itself and the vocabulary."""
+    return sorted(".".join(p.parent.relative_to(ROOT).parts) for part in PARTS
+                  for p in (ROOT / part).glob("*/__init__.py"))
+
+
 def part_of(module: str) -> str:
-    """'vocabulary', 'runner', or the top package (rigs, kernels, analysis)."""
+    """'vocabulary', 'runner', a subpackage (analysis.trace), or the top package (rigs, kernels, analysis)."""
     if module in VOCABULARY:
         return "vocabulary"
+    for sub in subpackages():
+        if module == sub or module.startswith(sub + "."):
+            return "library"
     top = module.split(".")[0]
     return "runner" if top == "krig" else top
 
 
 ALLOWED = {
     "vocabulary": {"vocabulary"},
-    "rigs": {"vocabulary", "rigs"},
-    "kernels": {"vocabulary", "kernels"},
-    "analysis": {"vocabulary", "analysis"},
-    "runner": {"vocabulary", "runner", "rigs", "kernels", "analysis"},
+    "library": {"vocabulary", "library"},
+    "rigs": {"vocabulary", "rigs", "library"},
+    "kernels": {"vocabulary", "kernels", "library"},
+    "analysis": {"vocabulary", "analysis", "library"},
+    "runner": {"vocabulary", "runner", "rigs", "kernels", "analysis", "library"},
 }
 
 
@@ -199,3 +211,17 @@ def test_no_module_imports_another_modules_private_name(tmp_path):
     p = tmp_path / "x.py"
     p.write_text("from .spec import _raw, public\nfrom . import __version__\n")
     assert private_imports("kernels.x", p, {"kernels.spec"}) == ["kernels.x imports kernels.spec._raw"]
+
+
+def test_the_trace_library_is_its_own_folder():
+    """analysis/trace is the trace.dat library (reader, page walk, its C helper, `trace stats`):
+    a subpackage, so the layout holds it to itself and the vocabulary; the synthetic trace
+    writer lives with the tests and reads the library's public API only."""
+    assert "analysis.trace" in subpackages()
+    mods = modules()
+    assert {"analysis.trace.tracedat", "analysis.trace.kbuffer", "analysis.trace.tracecli"} <= set(mods)
+    assert (ROOT / "analysis" / "trace" / "kwalk.c").exists()
+    assert "analysis.tracegen" not in mods, "the trace writer is test support (tests/tracegen.py)"
+    gen = (ROOT / "tests" / "tracegen.py").read_text()
+    private = sorted(set(re.findall(r"\btf\._\w+", gen)))
+    assert not private, f"tests/tracegen.py reads TraceFile's private fields: {private}"

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from analysis.tracedat import TraceFile
+from analysis.trace.tracedat import TraceFile
 from conftest import ROOT
 from kernels.catalog import load_kernel
 from krig.reproducer import load_reproducer

@@ -1,7 +1,7 @@
-"""Tests for the trace.dat reader (analysis.tracedat), writer (tracegen) and `trace stats`.
+"""Tests for the trace.dat reader (analysis.trace.tracedat), writer (tracegen) and `trace stats`.
 
 Two small real traces (trace-cmd 3.1.6, v7 zstd) live in tests/data, trimmed by
-    analysis.tracegen.trim_trace(REAL, DST, pages_per_cpu=16, spread=True, systems=...)
+    tracegen.trim_trace(REAL, DST, pages_per_cpu=16, spread=True, systems=...)
 to their header page, event formats and 16 spread-out ring-buffer pages per cpu:
   xfs_template_v7.dat       krig's QEMU guest (Debian 6.1 kernel): xfs_ail_* events
   host618_sched_xfs_v7.dat  a 6.18 host: xfs_ail_* and sched_switch, with the sched
@@ -19,9 +19,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from analysis.tracecli import stats_main
-from analysis.tracedat import TraceError, TraceFile
-from analysis.tracegen import trim_trace, write_synthetic
+from analysis.trace.tracecli import stats_main
+from analysis.trace.tracedat import TraceError, TraceFile
+from tracegen import trim_trace, write_synthetic
 from conftest import require_program
 
 DATA = pathlib.Path(__file__).resolve().parent / "data"

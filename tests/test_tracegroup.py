@@ -1,6 +1,6 @@
-"""`krig trace stats --group-by` streams: groups counted batch by batch (analysis.tracecli
+"""`krig trace stats --group-by` streams: groups counted batch by batch (analysis.trace.tracecli
 GroupCounter over TraceFile.field_batches), with compressed pages decompressed ahead in a
-worker threads (analysis.tracepages).  The oracle is `trace-cmd report` on the same file."""
+worker threads (analysis.trace.tracepages).  The oracle is `trace-cmd report` on the same file."""
 import io
 import json
 import os
@@ -12,10 +12,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from analysis import tracepages
-from analysis.tracecli import GroupCounter, group_counts, stats_main
-from analysis.tracedat import TraceError, TraceFile
-from analysis.tracegen import write_synthetic
+from analysis.trace import tracepages
+from analysis.trace.tracecli import GroupCounter, group_counts, stats_main
+from analysis.trace.tracedat import TraceError, TraceFile
+from tracegen import write_synthetic
 from test_tracedat import FEATURES, GUEST, TEMPLATE, XFS, needs_trace_cmd
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 
-from analysis.tracedat import TraceError, TraceFile
+from analysis.trace.tracedat import TraceError, TraceFile
 
 
 def _plain(v):

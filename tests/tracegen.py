@@ -18,8 +18,8 @@ import zlib
 
 import numpy as np
 
-from analysis.kbuffer import MISSED_EVENTS, MISSED_STORED
-from analysis.tracedat import (MAGIC, OPT_BUFFER, OPT_CMDLINES, OPT_CPUCOUNT, OPT_CPUSTAT, OPT_DONE,
+from analysis.trace.kbuffer import MISSED_EVENTS, MISSED_STORED
+from analysis.trace.tracedat import (MAGIC, OPT_BUFFER, OPT_CMDLINES, OPT_CPUCOUNT, OPT_CPUSTAT, OPT_DONE,
                                OPT_EVENT_FORMATS, OPT_FTRACE_EVENTS, OPT_HEADER_INFO, OPT_KALLSYMS,
                                OPT_PRINTK, OPT_STRINGS, OPT_TRACECLOCK, OPT_UNAME, OPT_VERSION,
                                TraceFile)
@@ -37,11 +37,11 @@ class _Meta:
     """What a written file copies from the template."""
 
     def __init__(self, tf: TraceFile, systems=None, kallsyms=True):
-        self.e = tf._e
+        self.e = tf.byte_order
         self.big_endian = tf.big_endian
         self.long_size = tf.long_size
         self.page_size = tf.page_size
-        self.data_start = tf._data_start
+        self.data_start = tf.data_start
         self.commit_size = tf.commit_size
         self.header_page, self.header_event = tf.header_page, tf.header_event
         keep = None if systems is None else set(systems) | {"ftrace"}
@@ -59,7 +59,7 @@ class _Meta:
         self.version = first(OPT_VERSION, b"krig tracegen\0")
         m = re.search(rb"\[([\w-]+)\]", self.traceclock)
         self.clock = m.group(1) if m else b"local"
-        self.events = {f"{ev.system}:{ev.name}": ev for ev in tf._events.values()}
+        self.events = {f"{ev.system}:{ev.name}": ev for ev in tf.event_formats().values()}
 
 
 # ------------------------------------------------------------------ pages
@@ -556,11 +556,11 @@ def trim_trace(src, dst, *, pages_per_cpu=4, spread=False, systems=None, kallsym
     meta = _Meta(tf, systems, kallsyms)
     gens = []
     ps = tf.page_size
-    for cpu, off, size in tf._cpu_data:
-        total = sum(n for _, n in tf._batches(off, size)) if spread else pages_per_cpu
+    for cpu, off, size in tf.cpu_data():
+        total = sum(n for _, n in tf.page_batches(off, size)) if spread else pages_per_cpu
         want = set(np.linspace(0, max(total - 1, 0), min(pages_per_cpu, total)).astype(int).tolist())
         pages, seen = [], 0
-        for buf, n in tf._batches(off, size):
+        for buf, n in tf.page_batches(off, size):
             pick = [i - seen for i in sorted(want) if seen <= i < seen + n]
             if pick:
                 pages.append(buf[:n * ps].reshape(n, ps)[pick].copy())

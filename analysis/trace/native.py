@@ -1,4 +1,4 @@
-"""analysis/_kwalk.so (analysis/kwalk.c, built by `make helpers`) through ctypes.
+"""analysis/trace/_kwalk.so (analysis/trace/kwalk.c, built by `make helpers`) through ctypes.
 
 ctypes lets go of the GIL for the length of each call, so the decompressing threads
 and the page walk run at once.  `lib` is None when the library is not built: the
@@ -13,7 +13,7 @@ import pathlib
 import numpy as np
 
 PATH = pathlib.Path(__file__).resolve().parent / "_kwalk.so"
-KWALK_ABI = 2  # kwalk_abi() in analysis/kwalk.c
+KWALK_ABI = 2  # kwalk_abi() in analysis/trace/kwalk.c
 
 
 def _load():
@@ -52,7 +52,7 @@ def walk(buf, npages, page_size, data_start, commit_size, big_endian, want_pos, 
     """Every data event of npages pages of buf (uint8), in file order: (type ids, data
     offsets or None, time stamps or None, [flagged pages, stored lost count, flagged
     pages without a count], error) where error is None or (code, page, size) as
-    analysis/kwalk.c's kwalk() sets them."""
+    analysis/trace/kwalk.c's kwalk() sets them."""
     cap = npages * ((page_size - data_start) // 8 + 1)  # 8 bytes: the smallest event
     tid = np.empty(cap, np.uint32)
     pos = np.empty(cap, np.int64) if want_pos else None

@@ -1,4 +1,4 @@
-"""Decoding of ring-buffer pages (libtraceevent's kbuffer): in C (analysis/kwalk.c,
+"""Decoding of ring-buffer pages (libtraceevent's kbuffer): in C (analysis/trace/kwalk.c,
 record by record, in file order) when it is built, else vectorised with numpy as below.
 
 A batch of pages comes in as one uint8 buffer.  Within a batch every page gets
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis import native as native_lib
+from analysis.trace import native as native_lib
 
 COMMIT_MASK = (1 << 27) - 1
 MISSED_EVENTS = 1 << 31
@@ -39,7 +39,7 @@ class PageDecoder:
     page_size, data_start (offset of the data in a page, from header_page),
     commit_size (4 or 8) and big_endian describe the pages; err(message) makes
     the exception to raise for a corrupt page.  native=True walks the pages with
-    analysis/kwalk.c when it is built (events in file order); otherwise numpy walks
+    analysis/trace/kwalk.c when it is built (events in file order); otherwise numpy walks
     them, with fast=False the step walker only.
     """
 

@@ -21,7 +21,7 @@ import zlib
 
 import numpy as np
 
-from analysis import native
+from analysis.trace import native
 
 try:
     import zstandard
@@ -130,7 +130,7 @@ class PageSource:
 
     def filler(self):
         """A function (batch from _zjobs, buffer) -> pages that decompresses the batch
-        into the buffer: in C (analysis/kwalk.c) for zstd when it is built, else with
+        into the buffer: in C (analysis/trace/kwalk.c) for zstd when it is built, else with
         python-zstandard or zlib.  One per thread (it holds a decompression context)."""
         if self.compression == "zstd" and self.native and native.available():
             z, err = native.ZstdChunks(), np.zeros(4, np.int64)

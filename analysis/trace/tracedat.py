@@ -1,9 +1,9 @@
 """Fast reader for trace-cmd's trace.dat (file versions 6 and 7): Python + numpy, with
-the page walk and zstd decompression in C (analysis/kwalk.c) when it is built.
+the page walk and zstd decompression in C (analysis/trace/kwalk.c) when it is built.
 
 This module reads the file format: header, sections, options, event formats and
-the per-cpu page data.  Pages go to analysis.kbuffer a batch at a time (2 MB of
-pages; v7 chunks are decompressed into the batch by analysis.tracepages).  No per-event
+the per-cpu page data.  Pages go to analysis.trace.kbuffer a batch at a time (2 MB of
+pages; v7 chunks are decompressed into the batch by analysis.trace.tracepages).  No per-event
 Python object is made for counting, so memory is bounded by the batch size
 whatever the length of the trace.
 """
@@ -17,9 +17,9 @@ import zlib
 
 import numpy as np
 
-from analysis.kbuffer import PageDecoder
+from analysis.trace.kbuffer import PageDecoder
 from krig import safeio
-from analysis.tracepages import PageSource, decompressor
+from analysis.trace.tracepages import PageSource, decompressor
 
 try:
     import zstandard
@@ -126,7 +126,7 @@ class TraceFile:
 
     BATCH_BYTES = 2 << 20  # pages walked at once (2 MB: measured, see docs/measurements.md "Benchmarks")
     FAST_RUNS = True  # vectorised same-size-run fast path (False: step walker only)
-    NATIVE = True  # walk pages and decompress zstd with analysis/kwalk.c when it is built
+    NATIVE = True  # walk pages and decompress zstd with analysis/trace/kwalk.c when it is built
     #                (False: numpy and python-zstandard)
 
     def __init__(self, path, buffer: str = ""):
@@ -452,6 +452,31 @@ class TraceFile:
     def _pages(self) -> PageSource:
         return PageSource(self._f.fileno(), self._fsize, self.page_size, self._e, self.compression,
                           self._err, self.BATCH_BYTES, self.NATIVE)
+
+    # -- the file's layout, for a tool that writes trace.dat files like this one (tests/tracegen.py)
+
+    @property
+    def byte_order(self) -> str:
+        """The struct module's prefix for the file's byte order: "<" or ">"."""
+        return self._e
+
+    @property
+    def data_start(self) -> int:
+        """Where a ring-buffer page's records start (the header_page's data offset)."""
+        return self._data_start
+
+    def event_formats(self) -> dict:
+        """Every event format the file describes, by "system:name"."""
+        return dict(self._events)
+
+    def cpu_data(self) -> list[tuple[int, int, int]]:
+        """(cpu, offset, size) of each CPU's ring-buffer pages in the file."""
+        return list(self._cpu_data)
+
+    def page_batches(self, off: int, size: int):
+        """(uint8 buffer, n_pages) for one CPU's pages, decompressed, a batch at a time (the
+        buffer is reused: copy what you keep)."""
+        return self._batches(off, size)
 
     def _batches(self, off: int, size: int):
         """Yield (uint8 buffer, n_pages) for one cpu's data (the buffer is reused)."""

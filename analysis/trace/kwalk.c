@@ -1,12 +1,12 @@
 /* kwalk: the trace reader's two hot loops in C, called through ctypes (which lets
  * go of the GIL for the whole call, so decompressing threads and the page walk run
- * at once).  Built by `make helpers` into analysis/_kwalk.so.  The numpy walker and
+ * at once).  Built by `make helpers` into analysis/trace/_kwalk.so.  The numpy walker and
  * the python-zstandard path are the references it is tested against
  * (tests/test_kwalk.py) and the fallback when the library is not built.
  *
  * kz_chunks: a batch of trace-cmd's v7 zstd chunks (csize u32, usize u32, frame).
  *
- * kwalk: the ring-buffer page walk of analysis/kbuffer.py, record by record.
+ * kwalk: the ring-buffer page walk of analysis/trace/kbuffer.py, record by record.
  *
  * Semantics (libtraceevent's kbuffer, as `trace-cmd report` reads pages): a page is
  * a 64-bit time stamp, a commit word (4 or 8 bytes: data size, bit 31 missed events,
@@ -27,7 +27,7 @@
 #include <string.h>
 #include <zstd.h>
 
-/* analysis/native.py loads the library only if this matches its own KWALK_ABI: a stale
+/* analysis/trace/native.py loads the library only if this matches its own KWALK_ABI: a stale
  * build with other arguments would be called wrongly.  Change both with any signature. */
 int kwalk_abi(void)
 {
