@@ -8,6 +8,7 @@ import pathlib
 
 from krig.rundir import RunDir, is_run_dir
 from krig.errors import KrigError, UsageError
+from krig.record import Manifest
 from krig.reproducer import load_analyzer, load_reproducer
 from krig.verdict import KERNEL_STOPPED
 
@@ -83,9 +84,9 @@ def projection_html(proj: dict | None) -> list[str]:
             html_table(header, [[esc(c) for c in r] for r in rows], range(1, len(header)))]
 
 
-def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes, proj=None) -> str:
+def build_html(run_dir, manifest: Manifest, verdict, metrics, repro, plots, session, notes, proj=None) -> str:
     v = verdict.get("verdict", "?")
-    k, rig, facts, mach = (manifest.get(x, {}) for x in ("kernel", "rig", "rig_facts", "machine"))
+    k, rig, facts, mach = (x or {} for x in (manifest.kernel, manifest.rig, manifest.rig_facts, manifest.machine))
     parts = [f"<h1>{esc(repro.name)} <span class=\"v {esc(v)}\">{esc(v)}</span></h1>",
              f"<p><b>Reason:</b> {esc(verdict.get('reason'))}</p>"]
     for w in verdict.get("warnings") or []:
@@ -130,10 +131,10 @@ def build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes
     info += [["rig", f"{esc(rig.get('name'))} ({esc(rig.get('kind'))}, accelerator {esc(facts.get('accel'))})"],
              ["machine", f"{esc(mach.get('cpus', rig.get('cpus')))} CPUs, "
                          f"{esc(fmt((mach.get('mem_total_bytes') or 0) / (1 << 20)))} MiB RAM"],
-             ["preset", esc(manifest.get("preset") or "(defaults)")],
-             ["parameters", esc(" ".join(f"{a}={b}" for a, b in (manifest.get("params") or {}).items()))],
-             ["started / ended", f"{esc(manifest.get('started'))} / {esc(manifest.get('ended'))}"],
-             ["krig revision", esc(manifest.get("krig_revision"))]]
+             ["preset", esc(manifest.preset or "(defaults)")],
+             ["parameters", esc(" ".join(f"{a}={b}" for a, b in (manifest.params or {}).items()))],
+             ["started / ended", f"{esc(manifest.started)} / {esc(manifest.ended)}"],
+             ["krig revision", esc(manifest.krig_revision)]]
     parts += ["<h2>Run</h2>", html_table(["", ""], info)]
     mrows = [[esc(n), esc(fmt(m.get("value"))), esc(m.get("unit")), esc(m.get("better")),
               esc(m.get("description"))] for n, m in metrics.items()]
@@ -157,8 +158,8 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
         if not is_run_dir(run):
             raise UsageError(f"{run}: not a krig run directory (no manifest.json)")
         run = RunData(run)
-    run_dir, manifest = run.dir, run.manifest
-    repro = repro or load_reproducer(manifest.get("reproducer", "?"))
+    run_dir, manifest = run.dir, Manifest.from_json(run.manifest)
+    repro = repro or load_reproducer(manifest.reproducer or "?")
     verdict, metrics = _load_json(run, "verdict"), _load_json(run, "metrics")
     files, notes, plots, session = [], [], [], None
     # plots whenever the thresholds judged the run's numbers: also an ERROR that only moved

@@ -7,6 +7,7 @@ import textwrap
 
 from krig.asked import AskedRun
 from krig.errors import UsageError
+from krig.record import Manifest
 from krig.rundir import RunDir
 
 from .projection import text_lines
@@ -114,9 +115,8 @@ def ascii_only(s: str) -> str:
     return s.encode("ascii", "replace").decode("ascii")
 
 
-def build_summary(run_dir: pathlib.Path, manifest: dict, verdict: dict, metrics: dict, repro, proj=None) -> str:
-    m, k, rig = manifest, manifest.get("kernel", {}), manifest.get("rig", {})
-    mach, facts = m.get("machine", {}), m.get("rig_facts", {})
+def build_summary(run_dir: pathlib.Path, m: Manifest, verdict: dict, metrics: dict, repro, proj=None) -> str:
+    k, rig, mach, facts = m.kernel or {}, m.rig or {}, m.machine or {}, m.rig_facts or {}
     out = [f"krig {repro.name}: {verdict.get('verdict', '?')}"]
     out += _wrap(f"reason: {verdict.get('reason', '')}")
     out.append("")
@@ -125,8 +125,8 @@ def build_summary(run_dir: pathlib.Path, manifest: dict, verdict: dict, metrics:
     out += _wrap(f"machine: {mach.get('cpus', rig.get('cpus', '?'))} CPUs, {gib(mach.get('mem_total_bytes'))} "
                  f"RAM (MemTotal), rig {rig.get('name', '?')} ({rig.get('kind', '?')}"
                  f"{', ' + facts['accel'] if facts.get('accel') else ''})")
-    params = " ".join(f"{a}={b}" for a, b in (m.get("params") or {}).items())
-    out += _wrap(f"preset: {m.get('preset') or '(defaults)'}; params: {params}")
+    params = " ".join(f"{a}={b}" for a, b in (m.params or {}).items())
+    out += _wrap(f"preset: {m.preset or '(defaults)'}; params: {params}")
     if repro.fixed_by:
         out += _wrap(f"fixed by: {repro.fixed_by}")
     if metrics:
@@ -161,5 +161,5 @@ def build_summary(run_dir: pathlib.Path, manifest: dict, verdict: dict, metrics:
                 body = str(e)
             out += _wrap(f"{name}: {body}", "  ")
     out += ["", "reproduce (from a krig checkout, after `make setup`):"]
-    out += wrap_command(reproduce_argv(m, repro))
+    out += wrap_command(reproduce_argv(m.to_json(), repro))
     return "\n".join(ascii_only(line)[:WIDTH] for line in out) + "\n"

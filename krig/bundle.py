@@ -34,6 +34,7 @@ from .paths import cache_dir, krig_owned
 from kernels.spec import sha256_file
 from .reproducer import load_reproducer
 from .results import bundle_name, public_url
+from .record import Manifest
 from .rundir import MANIFEST, VERDICT, RunDir
 
 TRACE = "trace.dat"
@@ -64,20 +65,21 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
         manifest, verdict = run.manifest, run.verdict()
     except UsageError as e:
         raise UsageError(f"{run_dir}: unreadable manifest.json or verdict.json: {e}") from None
-    repro = load_reproducer(manifest["reproducer"])
+    man = Manifest.from_json(manifest)
+    repro = load_reproducer(man.reproducer)
     top = bundle_name(repro.name)
     stamp = top.rsplit("-", 1)[1]
     out = pathlib.Path(output) if output else pathlib.Path.cwd() / f"{top}.tar.gz"
     subs = identity_substitutions(manifest)
     meta = {
-        "reproducer": repro.name, "preset": manifest.get("preset"), "params": manifest.get("params"),
-        "kernel": kernel_identity(manifest.get("kernel") or {}),
-        "rig": {"name": manifest.get("rig", {}).get("name"), "kind": manifest.get("rig", {}).get("kind")},
+        "reproducer": repro.name, "preset": man.preset, "params": man.params,
+        "kernel": kernel_identity(man.kernel or {}),
+        "rig": {"name": (man.rig or {}).get("name"), "kind": (man.rig or {}).get("kind")},
         "verdict": verdict.get("verdict"), "reason": verdict.get("reason"),
-        "krig_revision": manifest.get("krig_revision"), "bundled": stamp, "with_trace": with_trace,
-        "series": manifest.get("series"), "with_kernel": with_kernel,
+        "krig_revision": man.krig_revision, "bundled": stamp, "with_trace": with_trace,
+        "series": man.series, "with_kernel": with_kernel,
     }
-    image = _kernel_image(manifest.get("kernel") or {}) if with_kernel else None
+    image = _kernel_image(man.kernel or {}) if with_kernel else None
     trace = run_dir / TRACE
     with tarfile.open(out, "w:gz") as tar:
         def add_bytes(name, data: bytes, mode=0o644):
@@ -92,17 +94,17 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
         add_text("reproduce.sh", (pathlib.Path(__file__).with_name("reproduce.sh")).read_text(), 0o755)
         add_text("bundle.json", json.dumps(meta, indent=2, default=str) + "\n")
         add_text("run-args", "".join(a + "\n" for a in run_args(manifest, repro)))
-        add_text("rig.toml", rig_toml(_rig_spec(manifest.get("rig") or {}), manifest.get("rig") or {}))
+        add_text("rig.toml", rig_toml(_rig_spec(man.rig or {}), man.rig or {}))
         for src in sorted(_sources(REPRO_DIR / repro.name)) + sorted(_sources(REPRO_DIR / "lib")):
             tar.add(src, f"{top}/reproducer/{src.relative_to(REPRO_DIR)}", recursive=False)
-        for name, path in kernel_files(manifest.get("kernel") or {}, manifest.get("series")):
+        for name, path in kernel_files(man.kernel or {}, man.series):
             tar.add(path, f"{top}/kernel/{name}", recursive=False)
         if image is not None:
-            cfg = (manifest.get("kernel") or {}).get("config")
+            cfg = (man.kernel or {}).get("config")
             cfg = krig_owned(cfg)
             sums = [(image, "image")] + ([(cfg, "config")] if cfg and cfg.is_file() else [])
             tar.add(image, f"{top}/kernel/image", recursive=False)
-            mods = krig_owned((manifest.get("kernel") or {}).get("modules_dir")) or pathlib.Path("/nonexistent")
+            mods = krig_owned((man.kernel or {}).get("modules_dir")) or pathlib.Path("/nonexistent")
             for f in sorted(mods.rglob("*")) if mods.is_dir() else []:
                 if f.is_file() and not f.is_symlink():
                     rel = f"modules/{f.relative_to(mods)}"

@@ -30,6 +30,7 @@ from .errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
 from .reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
 from .results import GROUP_FILE, compare_dir, run_state
+from .record import Manifest
 from .rundir import RunDir, is_run_dir
 from .verdict import JUDGED
 
@@ -70,7 +71,7 @@ def parse_args(tokens: list) -> dict:
 
 
 def load_side(label: str, paths: list) -> list:
-    """[(run_dir, verdict, manifest)] of the runs the given directories hold."""
+    """[(run_dir, verdict, Manifest)] of the runs the given directories hold (krig/record.py)."""
     runs = []
     for p in map(pathlib.Path, paths):
         if (p / GROUP_FILE).is_file():
@@ -83,7 +84,7 @@ def load_side(label: str, paths: list) -> list:
             raise UsageError(f"{label} {p}: not a run or group directory (no manifest.json or {GROUP_FILE})")
         for d, v in found:
             try:
-                man = RunDir(d).manifest
+                man = Manifest.from_json(RunDir(d).manifest)
             except (UsageError, OSError) as e:
                 raise UsageError(f"{label} {d}: manifest.json unreadable ({e})") from None
             runs.append((d, v, man))
@@ -96,10 +97,10 @@ def check_same(base: list, new: list) -> list:
     for label, runs in (("BASE", base), ("NEW", new)):
         for d, _, m in runs:
             for field in ("reproducer", "preset", "params"):
-                if m.get(field) != ref.get(field):
-                    raise UsageError(f"{label} {d}: {field} {m.get(field)!r}, but BASE {ref_dir} has "
-                                     f"{ref.get(field)!r}: runs of different {field}s cannot be compared")
-    rigs = {lab: sorted({(m.get("rig") or {}).get("name", "?") for _, _, m in runs})
+                if getattr(m, field) != getattr(ref, field):
+                    raise UsageError(f"{label} {d}: {field} {getattr(m, field)!r}, but BASE {ref_dir} has "
+                                     f"{getattr(ref, field)!r}: runs of different {field}s cannot be compared")
+    rigs = {lab: sorted({(m.rig or {}).get("name", "?") for _, _, m in runs})
             for lab, runs in (("BASE", base), ("NEW", new))}
     if rigs["BASE"] != rigs["NEW"] or len(rigs["BASE"]) > 1:
         return [f"different rigs: BASE {', '.join(rigs['BASE'])}, NEW {', '.join(rigs['NEW'])}"]
@@ -108,12 +109,12 @@ def check_same(base: list, new: list) -> list:
 
 def _side_info(runs: list) -> dict:
     counts = verdict_counts(runs)
-    kernels = sorted({(m.get("kernel") or {}).get("name", "?") for _, _, m in runs})
-    releases = sorted({(m.get("machine") or {}).get("release") or (m.get("kernel") or {}).get("release", "?")
+    kernels = sorted({(m.kernel or {}).get("name", "?") for _, _, m in runs})
+    releases = sorted({(m.machine or {}).get("release") or (m.kernel or {}).get("release", "?")
                        for _, _, m in runs})
     return {"runs": [str(d) for d, _, _ in runs], "verdicts": counts,
             "verdict_text": verdict_text(counts, sum(counts.values())), "judged": sum(counts.get(v, 0) for v in JUDGED), "kernels": kernels, "releases": releases,
-            "rigs": sorted({(m.get("rig") or {}).get("name", "?") for _, _, m in runs})}
+            "rigs": sorted({(m.rig or {}).get("name", "?") for _, _, m in runs})}
 
 
 def side_outcome(repro, runs: list) -> str | None:
@@ -169,18 +170,21 @@ def _thresholds(repro, base: list, new: list) -> list:
     return rows
 
 
-def _facts(man: dict) -> dict:
-    """The facts of one run that make its numbers incomparable with another's when they differ."""
+def _facts(man) -> dict:
+    """The facts of one run (its Manifest, or a manifest.json's object) that make its numbers
+    incomparable with another's when they differ."""
+    man = man if isinstance(man, Manifest) else Manifest.from_json(man)
+    machine = man.machine or {}
     out = {}
-    for k, v in ((man.get("kernel") or {}).get("debug_options") or {}).items():
+    for k, v in ((man.kernel or {}).get("debug_options") or {}).items():
         out[k] = v
-    for where, cpu in (("machine", (man.get("machine") or {}).get("cpu")), ("host", man.get("host_cpu"))):
+    for where, cpu in (("machine", machine.get("cpu")), ("host", man.host_cpu)):
         for k, v in (cpu or {}).items():
             if k != "mhz":          # the current clock moves with load; governor and turbo decide it
                 out[f"{where} cpu {k}"] = v
     for k in ("dentry_hash_entries", "inode_hash_entries"):    # a per-bucket bound's share of RAM
-        if k in (man.get("machine") or {}):
-            out[f"machine {k}"] = man["machine"][k]
+        if k in machine:
+            out[f"machine {k}"] = machine[k]
     return out
 
 
@@ -209,7 +213,7 @@ def compare(base_paths: list, new_paths: list) -> dict:
                          "compare the runs of one kernel with those of another: BASE... -- NEW...")
     warnings = check_same(base, new)
     man = base[0][2]
-    repro = load_reproducer(man.get("reproducer", "?"))
+    repro = load_reproducer(man.reproducer or "?")
     bvals, bmeta = metric_values(base)
     nvals, nmeta = metric_values(new)
     rows = []
@@ -228,7 +232,7 @@ def compare(base_paths: list, new_paths: list) -> dict:
                      # what the change is called: better/worse only when significant and material
                      "verdict": (way if material else "small") if test["significant"] and
                      way in ("better", "worse") else ""})
-    return {"reproducer": repro.name, "preset": man.get("preset"), "params": man.get("params"),
+    return {"reproducer": repro.name, "preset": man.preset, "params": man.params,
             "test": TEST, "alpha": ALPHA, "min_n_per_side": min_n_per_side(),
             "base": {**_side_info(base), "outcome": side_outcome(repro, base),
                      "projection": side_projection(repro, base)},

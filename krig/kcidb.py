@@ -37,6 +37,7 @@ from .errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
 from .reproducer import load_reproducer
 from .results import GROUP_FILE, public_url, read_json, run_dirs_of, run_state
+from .record import Manifest
 from .rundir import MANIFEST, RunDir, is_run_dir
 from .verdict import JUDGED, VERDICTS
 
@@ -156,10 +157,10 @@ def validate(report: dict) -> None:
 
 def _read_run(d: pathlib.Path) -> dict:
     run = RunDir(d)         # a run directory is read only through RunDir (docs/security.md)
-    manifest = run.manifest if run.exists(MANIFEST) else {}
+    manifest = Manifest.from_json(run.manifest if run.exists(MANIFEST) else {})
     state = run_state(d)
     if state == "RUNNING":
-        pid = (manifest.get("owner") or {}).get("pid")
+        pid = (manifest.owner or {}).get("pid")
         raise UsageError(f"{d}: still running (krig pid {pid}); export it when it ends")
     verdict = run.verdict()
     if state not in STATUS:
@@ -177,8 +178,8 @@ def _id(origin: str, *parts) -> str:
 
 def _checkout(run: dict, origin: str) -> dict:
     """The source: git and patch series where the manifest has them (keys kernel.git and series)."""
-    kernel = run["manifest"].get("kernel") or {}
-    git, series = dict(kernel.get("git") or {}), run["manifest"].get("series") or {}
+    kernel = run["manifest"].kernel or {}
+    git, series = dict(kernel.get("git") or {}), run["manifest"].series or {}
     if "repository" in git:             # an older manifest's origin URL may carry user:token@
         git["repository"] = public_url(git["repository"])
     identity = {"git": git, "patchset_hash": series.get("patchset_hash"), "message_id": series.get("message_id")}
@@ -216,7 +217,7 @@ def _checkout(run: dict, origin: str) -> dict:
 
 
 def _build(run: dict, origin: str, checkout_id: str) -> dict:
-    kernel = run["manifest"].get("kernel") or {}
+    kernel = run["manifest"].kernel or {}
     b = {"id": _id(origin, "build", checkout_id, kernel.get("name"), kernel.get("release"),
                    kernel.get("config_sha256_16"), kernel.get("debug_options")),
          "checkout_id": checkout_id, "origin": origin, "status": "PASS"}   # krig booted what was built
@@ -238,7 +239,7 @@ def _build(run: dict, origin: str, checkout_id: str) -> dict:
 def _architecture(run: dict) -> str | None:
     """From the kernel's config when it is on this host and is the one the run recorded, else
     from the emulator that ran it (qemu-system-<arch>)."""
-    kernel = run["manifest"].get("kernel") or {}
+    kernel = run["manifest"].kernel or {}
     try:
         data = pathlib.Path(kernel["config"]).read_bytes()
         if hashlib.sha256(data).hexdigest()[:16] == kernel.get("config_sha256_16"):
@@ -248,7 +249,7 @@ def _architecture(run: dict) -> str | None:
                     return arch
     except (KeyError, TypeError, OSError):
         pass
-    argv = (run["manifest"].get("rig_facts") or {}).get("qemu_argv") or []
+    argv = (run["manifest"].rig_facts or {}).get("qemu_argv") or []
     m = re.search(r"qemu-system-([a-z0-9_]+)$", str(argv[0])) if argv else None
     return m.group(1) if m else None
 
@@ -256,9 +257,9 @@ def _architecture(run: dict) -> str | None:
 def _tests(run: dict, origin: str, build_id: str) -> list:
     man, verdict = run["manifest"], run["verdict"]
     v = verdict.get("verdict", "INCOMPLETE")
-    repro_name = man.get("reproducer") or "unknown"
-    owner = man.get("owner") or {}
-    run_id = _id(origin, "run", repro_name, (man.get("rig") or {}).get("name"), man.get("started"),
+    repro_name = man.reproducer or "unknown"
+    owner = man.owner or {}
+    run_id = _id(origin, "run", repro_name, (man.rig or {}).get("name"), man.started,
                  owner.get("host"), owner.get("pid"), owner.get("start"), run["dir"].name)
     base = {"build_id": build_id, "origin": origin, "environment": _environment(man)}
     start, duration = _times(man)
@@ -270,9 +271,9 @@ def _tests(run: dict, origin: str, build_id: str) -> list:
     if duration is not None:
         t["duration"] = duration
     misc = {"krig_verdict": v, "reason": _text(verdict.get("reason", "")), "reproducer": repro_name,
-            "preset": man.get("preset"), "params": man.get("params"),
-            "kernel_release": (man.get("machine") or {}).get("release") or (man.get("kernel") or {}).get("release"),
-            "krig_revision": man.get("krig_revision"), "run_dir": run["name"]}
+            "preset": man.preset, "params": man.params,
+            "kernel_release": (man.machine or {}).get("release") or (man.kernel or {}).get("release"),
+            "krig_revision": man.krig_revision, "run_dir": run["name"]}
     for k in ("warnings", "notes"):
         if verdict.get(k):
             misc[k] = verdict[k]
@@ -324,8 +325,8 @@ def _threshold_tests(run: dict, repro_name: str, base: dict, run_id: str, path: 
     return out
 
 
-def _environment(man: dict) -> dict:
-    rig, facts, mach = man.get("rig") or {}, man.get("rig_facts") or {}, man.get("machine") or {}
+def _environment(man: Manifest) -> dict:
+    rig, facts, mach = man.rig or {}, man.rig_facts or {}, man.machine or {}
     cpus = mach.get("cpus") or rig.get("cpus")
     mem = mach.get("mem_total_bytes") or rig.get("memory_bytes")
     accel = facts.get("accel")
@@ -339,14 +340,14 @@ def _environment(man: dict) -> dict:
     return {"comment": _text(text), "misc": _pruned(misc)}
 
 
-def _times(man: dict) -> tuple[str | None, float | None]:
+def _times(man: Manifest) -> tuple[str | None, float | None]:
     def parse(s):
         try:
             t = datetime.datetime.fromisoformat(s)
         except (TypeError, ValueError):
             return None
         return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
-    start, end = parse(man.get("started")), parse(man.get("ended"))
+    start, end = parse(man.started), parse(man.ended)
     duration = (end - start).total_seconds() if start and end and end >= start else None
     return (start.isoformat() if start else None), duration
 

@@ -29,7 +29,7 @@ _WHEN_KNOWN = ("machine", "host", "workload", "rig_fault", "rig_facts", "host_fa
 
 @dataclasses.dataclass
 class Manifest:
-    reproducer: str
+    reproducer: str | None = None
     preset: str | None = None
     params: dict = dataclasses.field(default_factory=dict)
     kernel: dict = dataclasses.field(default_factory=dict)      # kernels.kernel.Kernel.describe()
