@@ -22,6 +22,7 @@ The suite file is described in docs/qualify.md.
 import argparse
 import hashlib
 import json
+import math
 import os
 import pathlib
 import shlex
@@ -189,6 +190,8 @@ def finished(qdir: pathlib.Path, cases: list) -> dict:
 def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: float | None = None) -> int:
     path = pathlib.Path(suite_file)
     if prio is not None:        # the workers' runs reserve lab servers with it
+        if not math.isfinite(prio):
+            raise UsageError(f"--prio {prio}: must be a finite number (higher goes first)")
         os.environ["KRIG_LAB_PRIO"] = repr(float(prio))
     suite = load_suite(path)
     qdir = pathlib.Path(out_dir or qualify_dir(suite["name"])).resolve()

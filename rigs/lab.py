@@ -28,6 +28,7 @@ tags come from the rig file's [lab] table (rigs/ipmi_spec.py lab_tags).
 """
 import asyncio
 import logging
+import math
 import os
 import socket
 import sys
@@ -69,8 +70,8 @@ def _env_number(var: str, default: float, minimum: float) -> float:
         n = float(v)
     except ValueError:
         raise UsageError(f"{var}: expected a number, got {v!r}") from None
-    if n < minimum:
-        raise UsageError(f"{var}: must be at least {minimum:g}, got {v!r}")
+    if not math.isfinite(n) or n < minimum:
+        raise UsageError(f"{var}: must be a finite number of at least {minimum:g}, got {v!r}")
     return n
 
 

@@ -113,3 +113,22 @@ def test_bundle_of_a_directory_that_is_no_run_says_so(krig_cli, tmp_path):
     p = krig_cli("bundle", str(tmp_path))
     assert_one_line(p, "not a run directory", "results/latest")
     assert "krig check" not in p.stderr
+
+
+@pytest.mark.parametrize("prio", ["nan", "inf", "-inf"])
+def test_qualify_prio_must_be_a_finite_number(krig_cli, tmp_path, prio):
+    p = krig_cli("qualify", "qualify/smoke.toml", f"--prio={prio}", "-o", str(tmp_path / "q"),
+                 env={"KRIG_RESULTS": str(tmp_path / "results")})
+    assert p.returncode == 2, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"--prio {float(prio)}" in lines[0] and "finite" in lines[0], p.stderr
+    assert not (tmp_path / "q").exists() and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_lab_priority_from_the_environment_must_be_finite(monkeypatch, value):
+    from krig.errors import UsageError
+    from rigs import lab
+    monkeypatch.setenv("KRIG_LAB_PRIO", value)
+    with pytest.raises(UsageError, match="KRIG_LAB_PRIO: must be a finite number"):
+        lab.priority()
