@@ -58,8 +58,10 @@ def output_estimate(repro, cpus: int, collect: bool = True, preset: str | None =
     return sum(n for n, _ in parts), " + ".join(f"{what} {_mib(n)}" for n, what in parts)
 
 
-def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True, preset: str | None = None) -> dict:
-    """Raise UsageError naming the first thing this host cannot give; return what was checked."""
+def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True, preset: str | None = None,
+              params: dict | None = None) -> dict:
+    """Raise UsageError naming the first thing this host cannot give; return what was checked.
+    params: the run's resolved parameters (what requires.touch may scale with)."""
     needs = rig.host_needs()
     where = getattr(rig, "where", f"rig {rig.name}")
     for prog in needs.get("programs", []):
@@ -70,7 +72,7 @@ def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True, pres
     if mem and mem > avail:
         raise UsageError(f"{where}.memory: {_mib(mem)} is more than this host can give now "
                          f"(MemAvailable {_mib(avail)})")
-    touched = sparse_touch(needs.get("sparse_memory"), repro, preset, collect, needs.get("cpus") or 1, avail,
+    touched = sparse_touch(needs.get("sparse_memory"), repro, preset, collect, needs.get("cpus") or 1, avail, params,
                            where)
     cpus = needs.get("cpus")
     ncpu = os.cpu_count() or 1
@@ -96,12 +98,13 @@ def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True, pres
             **touched}
 
 
-def sparse_touch(sparse: dict | None, repro, preset, collect: bool, cpus: int, avail: int, where: str) -> dict:
+def sparse_touch(sparse: dict | None, repro, preset, collect: bool, cpus: int, avail: int, params: dict | None,
+                 where: str) -> dict:
     """A sparse guest: fixed cost + the workload's touch (requires.touch, trace buffers) must fit
     in MemAvailable less the margin; what was counted, or one line naming the three numbers."""
     if not sparse:
         return {}
-    touch, how = touch_bytes(repro.requires_for(preset), sparse["ram"])
+    touch, how = touch_bytes(repro.requires_for(preset), sparse["ram"], params)
     if repro.trace_events and collect:
         trace = repro.buffer_kb_for(preset) * 1024 * cpus
         touch, how = touch + trace, f"{how} + trace buffers {_mib(trace)}"

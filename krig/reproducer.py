@@ -242,6 +242,10 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
             presets[prname][k] = coerce(v, params[k]["type"], f"{prw}.{k}", params[k]["choices"])
             check_range(presets[prname][k], params[k], f"{prw}.{k}")
 
+    check_touch_params(req, params, f"{w}.requires")
+    for prname, preq in preset_requires.items():
+        check_touch_params(preq, params, f"{w}.presets.{prname}.requires")
+
     trace = optional(data, "trace", dict, w, {})
     reject_unknown(trace, {"events", "buffer_kb", "mode"}, f"{w}.trace")
     events = optional(trace, "events", list, f"{w}.trace", [])
@@ -337,28 +341,63 @@ def parse_requires(requires: dict, where: str) -> dict:
 
 
 def parse_touch(value, where: str) -> dict:
-    """requires.touch: "N%" of the guest's RAM ({"pct": N}) or a size ({"bytes": n})."""
-    if isinstance(value, str) and value.strip().endswith("%"):
+    """requires.touch: "N%" of the guest's RAM ({"pct": N}), a size ({"bytes": n}), or a sum of
+    such terms, each optionally times a numeric parameter of the run ("5% x settle_limit_x + 2%":
+    {"terms": [{"pct": 5, "param": "settle_limit_x"}, {"pct": 2}]}), so the figure follows what
+    the run was asked (touch_bytes)."""
+    if isinstance(value, str) and ("+" in value or " x " in value or "*" in value):
+        terms = []
+        for part in value.split("+"):
+            amount, _, param = part.replace("*", " x ").partition(" x ")
+            term = _touch_term(amount.strip(), value, where)
+            if param.strip():
+                if not param.strip().isidentifier():
+                    raise UsageError(f"{where}: {value!r}: {param.strip()!r} is not a parameter's name")
+                term["param"] = param.strip()
+            terms.append(term)
+        return {"terms": terms}
+    return _touch_term(value, value, where)
+
+
+def _touch_term(amount, value, where: str) -> dict:
+    if isinstance(amount, str) and amount.strip().endswith("%"):
         try:
-            pct = float(value.strip()[:-1])
+            pct = float(amount.strip()[:-1])
         except ValueError:
             pct = -1.0
         if not 0 < pct <= 100:
             raise UsageError(f"{where}: {value!r}: a share of RAM is more than 0% and at most 100%")
         return {"pct": pct}
-    return {"bytes": parse_size(value, where)}
+    return {"bytes": parse_size(amount, where)}
 
 
-def touch_bytes(requires: dict, ram: int) -> tuple[int, str]:
+def touch_bytes(requires: dict, ram: int, params: dict | None = None) -> tuple[int, str]:
     """Bytes of a guest of `ram` bytes the workload may touch, and where the figure comes from:
-    requires.touch, or all of its RAM when the reproducer declares none."""
+    requires.touch with the run's parameters (params), or all of its RAM when the reproducer
+    declares none. Never more than the RAM."""
     touch = requires.get("touch")
     if touch is None:
         return ram, "all of its RAM: no requires.touch declared"
-    if "pct" in touch:
-        return int(ram * touch["pct"] / 100), f"requires.touch {touch['pct']:g}% of RAM"
-    return min(ram, touch["bytes"]), f"requires.touch {_mib(touch['bytes'])}"
+    total, said = 0.0, []
+    for term in touch.get("terms", [touch]):
+        size = ram * term["pct"] / 100 if "pct" in term else term["bytes"]
+        what = f"{term['pct']:g}%" if "pct" in term else _mib(term["bytes"])
+        if "param" in term:
+            factor = float((params or {}).get(term["param"], 1))
+            size, what = size * factor, f"{what} x {term['param']}={factor:g}"
+        total += size
+        said.append(what)
+    of_ram = " of RAM" if any("pct" in t for t in touch.get("terms", [touch])) else ""
+    return min(ram, int(total)), f"requires.touch {' + '.join(said)}{of_ram}"
 
+
+def check_touch_params(requires: dict, params: dict, where: str) -> None:
+    """A touch term's parameter must be one of the reproducer's numeric parameters."""
+    for term in (requires.get("touch") or {}).get("terms", []):
+        name = term.get("param")
+        if name is not None and (name not in params or params[name]["type"] not in ("int", "float", "size")):
+            raise UsageError(f"{where}.touch: {name!r} is not a numeric parameter of the reproducer "
+                             f"(known: {', '.join(sorted(k for k, p in params.items() if p['type'] in ('int', 'float', 'size')))})")
 
 
 # ----------------------------------------------------------------- [[plots]] and [session]

@@ -38,7 +38,7 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
     kernel = load_kernel(kernel_name, build=True, log=log)
     check_config(kernel, repro.name)
-    host = preflight(rig, repro, results_root, collect, preset)
+    host = preflight(rig, repro, results_root, collect, preset, params)
 
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)

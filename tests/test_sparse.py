@@ -89,7 +89,29 @@ def test_touch_declared_or_all_of_ram():
     assert touch_bytes({"touch": {"bytes": 8 << 30}}, 4 << 30)[0] == 4 << 30    # never more than the RAM
     assert touch_bytes({}, 4 << 30) == (4 << 30, "all of its RAM: no requires.touch declared")
     flood = load_reproducer("neg-dentry-flood")
-    assert touch_bytes(flood.requires_for("smoke"), 100)[0] >= 15      # its bound fits in what it declares
+    for x in (1, 2, 3, 5):      # its bound (settle_limit_x times the 5% limit) fits in what it declares
+        params = flood.resolve_params("smoke", {"settle_limit_x": str(x)})
+        touch, how = touch_bytes(flood.requires_for("smoke"), 1 << 30, params)
+        assert (1 << 30) * 0.05 * x < touch <= 1 << 30 and f"settle_limit_x={x}" in how, how
+
+
+def test_touch_scaled_by_a_parameter():
+    req = parse_requires({"touch": "5% x settle_limit_x + 2% + 64M * n"}, "w")
+    assert req["touch"] == {"terms": [{"pct": 5.0, "param": "settle_limit_x"}, {"pct": 2.0},
+                                      {"bytes": 64 << 20, "param": "n"}]}
+    got, how = touch_bytes(req, 100 << 30, {"settle_limit_x": 1.0, "n": 2})
+    assert got == int((100 << 30) * 0.07) + (128 << 20)
+    assert how == "requires.touch 5% x settle_limit_x=1 + 2% + 64M x n=2 of RAM"
+    assert touch_bytes(req, 1 << 30, {"settle_limit_x": 100.0, "n": 1})[0] == 1 << 30    # never more than RAM
+
+
+def test_touch_naming_an_unknown_parameter_is_one_line(tmp_path):
+    from krig.reproducer import parse_reproducer
+    data = {"description": "x", "requires": {"touch": "5% x nosuch + 1%"},
+            "params": {"n": {"type": "int", "default": 1}}}
+    with pytest.raises(UsageError, match=r"^reproducers/x/repro\.toml\.requires\.touch: 'nosuch' is not a "
+                                         r"numeric parameter of the reproducer \(known: .*\bn\b"):
+        parse_reproducer("x", tmp_path, data)
 
 
 # -- the preflight ------------------------------------------------------------------------------
@@ -104,8 +126,9 @@ def test_sparse_guest_beyond_the_host_is_judged_by_its_touch(tmp_path):
 
 
 def test_touch_beyond_the_host_is_refused(krig_cli, tmp_path):
-    """The flood's 17% of a guest eight times the host's RAM: one line naming the fixed cost, the
-    touch and MemAvailable; nothing starts."""
+    """The flood's touch at the smoke preset (its bound at settle_limit_x 2 times the 5% limit, plus
+    2%: 12%) of a guest eight times the host's RAM: one line naming the fixed cost, the touch and
+    MemAvailable; nothing starts."""
     ram = 1 << (host_total() * 8).bit_length()
     rig = rig_file(tmp_path, memory=f"{ram >> 30}G")
     p = krig_cli("run", "neg-dentry-flood", "--preset", "smoke", "--rig", str(rig),
@@ -116,7 +139,8 @@ def test_touch_beyond_the_host_is_refused(krig_cli, tmp_path):
     line = lines[0]
     assert line.startswith(f"krig: error: {rig}: a sparse {ram >> 30}.0 GiB guest would touch "), line
     assert re.search(r"touch [\d.]+ GiB fixed \(struct pages \(RAM/64\) ", line), line
-    assert re.search(r"\+ [\d.]+ GiB for neg-dentry-flood \(requires\.touch 17% of RAM\)", line), line
+    assert re.search(r"\+ [\d.]+ GiB for neg-dentry-flood \(requires\.touch 5% x settle_limit_x=2 \+ 2% of RAM\)",
+                     line), line
     assert re.search(r"more than this host's MemAvailable [\d.]+ GiB less a [\d.]+ GiB margin$", line), line
     assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("manifest.json"))
     assert not qemu_pids(str(tmp_path))
