@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import time
 
+from krig import safeio
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
 from krig.paths import cache_dir
 from krig.verdict import first_crash
@@ -29,7 +30,7 @@ from .ipmi_pull import Refused, move_into, pull_results
 from .ipmi_server_setup import ServerSetup
 from .ipmi_spec import validate_spec
 from .ipmi_ssh import Ssh, SshLost, remote_command
-from .protocol import (SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
+from .protocol import (OUTPUT_CAP, SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
 POLL = 2.0
@@ -457,14 +458,29 @@ class _Command(CommandProtocol):
                                   rc_file=f"{r.wd}/rc.{n}")
         finally:
             r.on_timeout = None
-        return CommandResult(list(argv), rc, out_p.read_bytes(), err_p.read_bytes(), time.monotonic() - t0)
+        return CommandResult(list(argv), rc, self._read(out_p), self._read(err_p), time.monotonic() - t0)
+
+    def _read(self, path: pathlib.Path) -> bytes:
+        """What the server wrote to a command's stdout or stderr (a file of krig's work directory):
+        at most OUTPUT_CAP bytes; more is the rig's one-line error, never read into memory."""
+        try:
+            return safeio.read_bytes(path.parent, path.name, OUTPUT_CAP)
+        except KrigError as e:
+            stream = "stdout" if path.suffix == ".out" else "stderr"
+            raise RigError(f"rig {self.server.name}: the server's {stream} of a command: "
+                           f"{str(e).rsplit(': ', 1)[-1]}") from None
 
     def partial_output(self) -> tuple[bytes, bytes]:
         """stdout/stderr of the last command so far (kept when it hangs)."""
         d = self.server.workdir
-        read = lambda p: p.read_bytes() if d is not None and p.exists() else b""  # noqa: E731
         if d is None:
             return b"", b""
+
+        def read(p):
+            try:
+                return self._read(p) if p.exists() else b""
+            except RigError as e:
+                return f"krig: {e}\n".encode()
         return read(d / f"{self.n - 1}.out"), read(d / f"{self.n - 1}.err")
 
 

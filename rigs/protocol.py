@@ -67,6 +67,7 @@ class CommandProtocol(abc.ABC):
 
 
 SALVAGE_TIMEOUT = 60   # seconds a salvage command may take before the hang is declared
+OUTPUT_CAP = 256 << 20   # a command's stdout or stderr, as much as a rig reads back from the machine
 
 
 class FilesProtocol(abc.ABC):

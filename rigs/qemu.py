@@ -20,7 +20,7 @@ from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
 from krig.paths import cache_dir, owner_alive, owner_record
 from . import guestroot, initramfs, kimage, qemu_memory, qemu_share
 from .procs import dies_with_parent, stopped_by_host
-from .protocol import (SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
+from .protocol import (OUTPUT_CAP, SALVAGE_TIMEOUT, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
 QEMU = "qemu-system-x86_64"
@@ -42,7 +42,6 @@ GUEST_SHARE = "/run/krig/share"
 # QEMU's own seccomp filter: a guest that escapes into QEMU cannot exec, fork, raise its
 # privileges, or change scheduling and resource limits (docs/security.md)
 SANDBOX = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
-OUTPUT_CAP = 256 << 20      # a command's stdout or stderr read back from the guest's mailbox
 # extra_args a rig file may add: each takes one value. Nothing that reaches host
 # files, sockets, the network, the monitor or host devices (-drive, -virtfs,
 # -chardev, -netdev, -monitor, -object, -plugin, ... are refused).

@@ -290,3 +290,25 @@ def test_kexec_syscall_follows_lockdown():
     assert syscall_for("auto", "none [integrity] confidentiality") == "kexec_file_load"
     assert syscall_for("auto", "none integrity [confidentiality]") == "kexec_file_load"
     assert syscall_for("kexec_load", "none [integrity] confidentiality") == "kexec_load"
+
+
+def test_command_output_is_read_capped(tmp_path, monkeypatch):
+    """What a lab server wrote to a command's stdout is read back at most OUTPUT_CAP bytes: more is
+    the rig's one-line error, and a hung command's partial output says so instead of reading it."""
+    import types
+    from krig.errors import RigError
+    from rigs import ipmi
+    monkeypatch.setattr(ipmi, "OUTPUT_CAP", 1000)
+    server = types.SimpleNamespace(name="lab1", workdir=tmp_path)
+    cmd = ipmi._Command(server)
+    (tmp_path / "0.out").write_bytes(b"x" * 1000)
+    assert cmd._read(tmp_path / "0.out") == b"x" * 1000
+    (tmp_path / "0.err").write_bytes(b"y" * 1001)
+    with pytest.raises(RigError, match=r"^rig lab1: the server's stderr of a command: .*1001 bytes, more than the 1000"):
+        cmd._read(tmp_path / "0.err")
+    (tmp_path / "0.out").unlink()
+    (tmp_path / "0.out").symlink_to("/etc/passwd")      # never followed
+    cmd.n = 1
+    out, err = cmd.partial_output()
+    assert out.startswith(b"krig: rig lab1: the server's stdout of a command:") and b"root:" not in out
+    assert err.startswith(b"krig: rig lab1: the server's stderr of a command:")
