@@ -10,7 +10,8 @@ import pytest
 
 from krig.errors import RigError
 from rigs import qemu_share
-from rigs.qemu import QemuMachine, _Command
+from rigs.qemu import QemuMachine
+from rigs.qemu_mailbox import MailboxCommand
 
 
 def guest_made(path, mode: int, content: bytes = b""):
@@ -86,7 +87,7 @@ def mailbox(tmp_path):
     m = QemuMachine("test")
     m.share = tmp_path / "share"
     (m.share / "ctl").mkdir(parents=True)
-    return _Command(m), m.share / "ctl"
+    return MailboxCommand(m), m.share / "ctl"
 
 
 def test_mailbox_answers_are_data(tmp_path):
