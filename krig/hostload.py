@@ -24,6 +24,7 @@ import threading
 import time
 
 from . import safeio
+from .rundir import RunDir
 
 SATURATED = 0.9        # of the host's CPUs busy
 OTHERS_CPUS = 0.5      # CPUs used by processes other than the emulator
@@ -93,11 +94,9 @@ class HostSampler:
 
 def contended_pct(path: pathlib.Path, ncpus: int) -> float | None:
     """% of host.tsv's samples in which the host was contended (None: no samples)."""
+    path = pathlib.Path(path)
+    text = RunDir(path.parent).text(path.name, "")      # none when the run has no host.tsv
     rows = []
-    try:
-        text = safeio.read_text(*safeio.split(path))
-    except safeio.MissingFile:
-        return None
     for line in text.splitlines()[1:]:
         f = line.split("\t")
         try:
