@@ -23,7 +23,6 @@ import pathlib
 import threading
 import time
 
-from . import safeio
 from .rundir import RunDir
 
 SATURATED = 0.9        # of the host's CPUs busy
