@@ -9,8 +9,7 @@ import time
 
 from .config import load_toml, optional, reject_unknown
 from .errors import UsageError
-from rigs import lab, load_rig, rig_names, rig_path
-from rigs.ipmi_spec import lab_tags
+from rigs import lab, lab_tags, load_rig, rig_names, rig_path
 
 SELECT = {"tags", "min", "count"}
 

@@ -63,7 +63,7 @@ def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True, pres
     """Raise UsageError naming the first thing this host cannot give; return what was checked.
     params: the run's resolved parameters (what requires.touch may scale with)."""
     needs = rig.host_needs()
-    where = getattr(rig, "where", f"rig {rig.name}")
+    where = rig.where
     for prog in needs.get("programs", []):
         if shutil.which(prog) is None:
             raise UsageError(f"{where}: the rig needs the program {prog}, which is not on PATH; run `make setup`")

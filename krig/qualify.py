@@ -42,8 +42,7 @@ from .results import now, qualify_dir, read_json, write_json
 from .run import run
 from .verdict import UNFINISHED, VERDICTS
 from kernels.catalog import load_kernel
-from rigs import load_rig
-from rigs.ipmi_spec import SECRETS_FILE_ENV, hand_over_secrets, take_handed_secrets
+from rigs import SECRETS_FILE_ENV, hand_over_secrets, load_rig, take_handed_secrets
 from rigs.procs import dies_with_parent
 
 SPEC_ENV = "KRIG_QUALIFY_SPEC"

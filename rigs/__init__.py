@@ -12,6 +12,11 @@ from krig import RIG_DIR
 from krig.config import load_toml
 from krig.errors import UsageError
 
+# What the runner asks of rigs besides a Rig (rigs/protocol.py): a rig file's lab tags (krig lab
+# sync), and the secrets rig files took from the environment, handed to worker processes
+# (krig qualify). Only the IPMI driver has either today; the runner names none of its modules.
+from .ipmi_spec import SECRETS_FILE_ENV, hand_over_secrets, lab_tags, take_handed_secrets  # noqa: E402,F401
+
 # driver name -> "module:Class"; a new kind of rig is one module and one line here.
 DRIVERS = {
     "qemu": "rigs.qemu:QemuRig",

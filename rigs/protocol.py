@@ -103,6 +103,9 @@ class Rig(abc.ABC):
     def __init__(self, name: str, spec: dict):
         self.name = name
         self.spec = spec
+        # where the rig was described, as errors name it: a driver sets it before this runs
+        if not getattr(self, "where", None):
+            self.where = f"rigs/{name}.toml"
 
     @abc.abstractmethod
     def prepare(self, run_dir: pathlib.Path, kernel, needs: dict) -> None:

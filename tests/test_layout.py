@@ -225,3 +225,15 @@ def test_the_trace_library_is_its_own_folder():
     gen = (ROOT / "tests" / "tracegen.py").read_text()
     private = sorted(set(re.findall(r"\btf\._\w+", gen)))
     assert not private, f"tests/tracegen.py reads TraceFile's private fields: {private}"
+
+
+def test_the_runner_names_no_rig_drivers_module():
+    """The runner reaches rigs through the rigs package (load_rig, and what rigs/__init__.py
+    exports) and rigs/protocol.py, never a driver's own modules (rigs/qemu*.py, rigs/ipmi*.py,
+    rigs/fake.py: every module named after a driver of rigs.DRIVERS)."""
+    import rigs
+    drivers = set(rigs.DRIVERS)
+    g = graph()
+    bad = sorted(f"{mod} imports {d}" for mod, deps in g.items() if part_of(mod) == "runner" for d in deps
+                 if d.startswith("rigs.") and any(d.split(".")[1].startswith(drv) for drv in drivers))
+    assert not bad, "\n".join(bad)
