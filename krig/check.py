@@ -156,9 +156,10 @@ def tally(record: list) -> dict:
     return res
 
 
-def evidence(run: RunDir) -> Evidence:
-    """What the run directory records about how the run ended (krig.verdict.Evidence)."""
-    m = Manifest.from_json(run.manifest)
+def evidence(run: RunDir, m: Manifest | None = None) -> Evidence:
+    """What the run directory records about how the run ended (krig.verdict.Evidence); m: its
+    manifest, when the caller has read it."""
+    m = Manifest.from_json(run.manifest) if m is None else m
     ev = Evidence(m.outcome, m.reason or "", run.text("console.log"),
                   rig_fault=m.rig_fault, host_fault=m.host_fault,
                   machine_answered=bool(m.machine), pull_error=m.pull_error,
@@ -178,7 +179,7 @@ def check(run_dir, project: tuple = ()) -> dict:
         repro = load_reproducer(manifest.reproducer)
     except UsageError as e:
         raise UsageError(f"{data.path(MANIFEST)}: field reproducer: {e}") from None
-    ev = evidence(data)
+    ev = evidence(data, manifest)
     scan = scan_console(ev.console)
     verdict = Verdict(None, reproducer=repro.name, run_dir=str(run_dir), complete=manifest.complete,
                       console={k: v[:20] for k, v in scan.items()})
@@ -221,9 +222,10 @@ def check(run_dir, project: tuple = ()) -> dict:
         props = {"kernel": (manifest.kernel or {}).get("release"), "rig": (manifest.rig or {}).get("name"),
                  "accel": (manifest.rig_facts or {}).get("accel"), "krig_revision": manifest.krig_revision}
         write_single(data.path("junit.xml"), repro.name, v, why, props)
-    data.write_json(VERDICT, verdict.to_json())
+    written = verdict.to_json()
+    data.write_json(VERDICT, written)
     report(data, repro, project)
-    return verdict.to_json()
+    return written
 
 
 def report(run, repro=None, project: tuple = ()) -> None:

@@ -9,7 +9,6 @@ them here; thresholds.json (each threshold's outcome) and metrics.json are read 
       .verdict           Verdict or None (never judged): verdict, reason, cause, tallies, notes
       .thresholds        [ThresholdOutcome]: threshold id, outcome, sentence, host-sensitive
       .metrics           {name: value or None}
-      .asked(repro)      AskedRun: the `krig run` command of this run (krig/asked.py)
 
 A key a newer or an older krig wrote that this one does not know is kept (`extra`) and written
 back as it was, so a run directory made by any krig reads and re-judges the same
@@ -18,8 +17,7 @@ back as it was, so a run directory made by any krig reads and re-judges the same
 import dataclasses
 import pathlib
 
-from .asked import AskedRun
-from .rundir import MANIFEST, VERDICT, RunDir
+from .rundir import MANIFEST, RunDir
 
 # Facts the run adds as it goes: absent from manifest.json until known (a reader asks "did the
 # machine answer?" as "is there a machine").
@@ -110,9 +108,6 @@ class Verdict:
         out = {k: getattr(self, k) for k in self._ORDER if k in self._ALWAYS or getattr(self, k) is not None}
         return {**out, **self.extra}
 
-    def write(self, run_dir) -> None:
-        RunDir(run_dir).write_json(VERDICT, self.to_json())
-
     def warn(self, line: str) -> None:
         self.warnings = (self.warnings or []) + [line]
 
@@ -142,11 +137,3 @@ class RunRecord:
                    [ThresholdOutcome(r["threshold"], str(r.get("outcome")), str(r.get("message") or ""),
                                      bool(r.get("host_sensitive"))) for r in run.thresholds().values()],
                    {k: (m.get("value") if isinstance(m, dict) else None) for k, m in run.metrics().items()})
-
-    def asked(self, repro) -> AskedRun:
-        return AskedRun.from_manifest(self.manifest.to_json(), repro)
-
-    @property
-    def state(self) -> str | None:
-        """The verdict's word, or None when the run was never judged."""
-        return self.verdict.verdict if self.verdict else None

@@ -378,8 +378,9 @@ def touch_bytes(requires: dict, ram: int, params: dict | None = None) -> tuple[i
     touch = requires.get("touch")
     if touch is None:
         return ram, "all of its RAM: no requires.touch declared"
+    terms = touch.get("terms", [touch])
     total, said = 0.0, []
-    for term in touch.get("terms", [touch]):
+    for term in terms:
         size = ram * term["pct"] / 100 if "pct" in term else term["bytes"]
         what = f"{term['pct']:g}%" if "pct" in term else _mib(term["bytes"])
         if "param" in term:
@@ -387,17 +388,18 @@ def touch_bytes(requires: dict, ram: int, params: dict | None = None) -> tuple[i
             size, what = size * factor, f"{what} x {term['param']}={factor:g}"
         total += size
         said.append(what)
-    of_ram = " of RAM" if any("pct" in t for t in touch.get("terms", [touch])) else ""
+    of_ram = " of RAM" if any("pct" in t for t in terms) else ""
     return min(ram, int(total)), f"requires.touch {' + '.join(said)}{of_ram}"
 
 
 def check_touch_params(requires: dict, params: dict, where: str) -> None:
     """A touch term's parameter must be one of the reproducer's numeric parameters."""
+    numeric = sorted(k for k, p in params.items() if p["type"] in ("int", "float", "size"))
     for term in (requires.get("touch") or {}).get("terms", []):
         name = term.get("param")
-        if name is not None and (name not in params or params[name]["type"] not in ("int", "float", "size")):
+        if name is not None and name not in numeric:
             raise UsageError(f"{where}.touch: {name!r} is not a numeric parameter of the reproducer "
-                             f"(known: {', '.join(sorted(k for k, p in params.items() if p['type'] in ('int', 'float', 'size')))})")
+                             f"(known: {', '.join(numeric)})")
 
 
 # ----------------------------------------------------------------- [[plots]] and [session]

@@ -45,7 +45,7 @@ from .verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, write_reply
 from .reproducer import load_reproducer
 from .results import git_revision, now, read_json, validation_dir, write_json
-from .record import RunRecord, Verdict
+from .record import Manifest, Verdict
 from .rundir import RunDir
 
 ANSWERS = {"fixed": 0, "not fixed": 1, "inconclusive": 3, "base does not reproduce": 4, "regressed": 5}
@@ -239,7 +239,8 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
         differences = res["differences"]
     state.update(answer=answer, reason=reason, judged_metrics=judged, finished=now(),
                  base_kernel=_kernel_of(vdir / "base"), new_kernel=_kernel_of(vdir / "new"),
-                 differences=differences, command=AskedRun(repro.name, rig.name, base, preset, tuple(sets)).validate_argv(
+                 differences=differences,
+                 command=AskedRun(repro.name, rig.name, base, preset, tuple(sets)).validate_argv(
                      series_path, repeat if repeat != DEFAULT_REPEAT else None),
                  comparison={k: v for k, v in res.items() if not k.startswith("_")} if res else None)
     write_json(vfile, state)
@@ -251,7 +252,7 @@ def _kernel_of(gdir: pathlib.Path) -> dict:
     """The kernel the group's first run booted (manifest.json: release, git origin, debug options)."""
     for d in sorted(gdir.glob("run-*")):
         try:
-            man = RunRecord.read(d).manifest
+            man = Manifest.from_json(RunDir(d).manifest)
         except (OSError, KrigError):
             continue
         k = man.kernel or {}
