@@ -14,8 +14,27 @@ from krig.errors import UsageError
 
 # What the runner asks of rigs besides a Rig (rigs/protocol.py): a rig file's lab tags (krig lab
 # sync), and the secrets rig files took from the environment, handed to worker processes
-# (krig qualify). Only the IPMI driver has either today; the runner names none of its modules.
-from .ipmi_spec import SECRETS_FILE_ENV, hand_over_secrets, lab_tags, take_handed_secrets  # noqa: E402,F401
+# (krig qualify). Only the IPMI driver has either today; the runner names none of its modules,
+# and a run that loads no IPMI rig does not import them (they are imported when first asked).
+from .protocol import SECRETS_FILE_ENV  # noqa: E402,F401 (names the handed-over secrets in a worker)
+
+
+def lab_tags(spec: dict, where: str) -> dict[str, str]:
+    """A rig file's labgrid place tags (rigs/ipmi_spec.py)."""
+    from .ipmi_spec import lab_tags as tags
+    return tags(spec, where)
+
+
+def hand_over_secrets():
+    """The secrets rig files took so far, for worker processes (rigs/ipmi_spec.py)."""
+    from .ipmi_spec import hand_over_secrets as hand_over
+    return hand_over()
+
+
+def take_handed_secrets() -> None:
+    """In a worker: the secrets its parent handed over (rigs/ipmi_spec.py)."""
+    from .ipmi_spec import take_handed_secrets as take
+    take()
 
 # driver name -> "module:Class"; a new kind of rig is one module and one line here.
 DRIVERS = {

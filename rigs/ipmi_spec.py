@@ -14,6 +14,7 @@ import stat
 from krig.config import optional, parse_size, read_secret_file, reject_unknown, require
 from krig.errors import UsageError
 from .ipmi_pull import FILE_CAP, TOTAL_CAP
+from .protocol import SECRETS_FILE_ENV
 
 TOP = {"driver", "description", "scratch_dev", "remote_dir", "boot", "boot_timeout", "shutdown_timeout",
        "shutdown_command", "hang_timeout", "nmi_wait", "nmi_panic", "recover_after_hang",
@@ -39,7 +40,6 @@ HOST_RE = re.compile(r"^[A-Za-z0-9._:-]+$")
 USER_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEV_RE = re.compile(r"^/dev/[A-Za-z0-9._/-]+$")
-SECRETS_FILE_ENV = "KRIG_SECRETS_FILE"
 _ENV_SECRETS: dict[str, str] = {}      # password_env values, taken out of os.environ
 
 
