@@ -85,7 +85,7 @@ $(foreach s,$(HELPER_SRCS),$(eval $(call helper_rule,$(s))))
 # The CI kernels are built first (cached; a no-op the second time): a build
 # that fails stops `make test` with one line naming the kernel and the error.
 test: helpers python ci-kernels
-	@$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # krig bisect end to end: real incremental builds of a short demo history and a guest per step
