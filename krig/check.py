@@ -135,7 +135,7 @@ def outcomes(rows: list) -> list:
 
 def tally(record: list) -> dict:
     res = {"passed": 0, "failed": 0, "failed_host_sensitive": 0, "unmeasured": 0, "instrument": 0,
-           "errors": 0, "failures": [], "not_judged": [], "broken": []}
+           "errors": 0, "failures": [], "timing_failures": [], "not_judged": [], "broken": []}
     for r in record:
         outcome = r["outcome"]
         if outcome == "pass":
@@ -144,6 +144,8 @@ def tally(record: list) -> dict:
             res["failed"] += 1
             res["failures"].append(r["message"])
             res["failed_host_sensitive"] += r["host_sensitive"]
+            if r["host_sensitive"]:
+                res["timing_failures"].append(r["message"])
         elif outcome == "unmeasured":
             res["unmeasured"] += 1
             res["not_judged"].append(r["message"])

@@ -32,7 +32,7 @@ from .reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
 from .results import GROUP_FILE, compare_dir, run_state
 from .record import Manifest
 from .rundir import RunDir, is_run_dir
-from .verdict import JUDGED
+from .verdict import JUDGED, host_contended
 
 WIDTH = 100
 USAGE = ("usage: krig compare [--json | --format text|lkp] [--out DIR] BASE... -- NEW... "
@@ -154,14 +154,31 @@ def side_projection(repro, runs: list) -> dict | None:
     return {**projs[(len(projs) - 1) // 2], "runs": len(projs)}
 
 
+def _contended(d) -> bool:
+    """The run's host was contended (its host_contended_pct metric, the verdict's rule)."""
+    try:
+        pct = (RunDir(d).metrics().get("host_contended_pct") or {}).get("value")
+    except (KrigError, OSError):
+        return False
+    return isinstance(pct, (int, float)) and host_contended(float(pct))
+
+
 def _thresholds(repro, base: list, new: list) -> list:
+    """Per threshold and side: how many judged runs held it. A timing (host_sensitive) threshold
+    crossed in a run whose host was contended is not counted (`contended`): the host moved it,
+    and a run FAILed on other thresholds kept that crossing in its reason, not as the kernel's."""
     rows = []
     for t in repro.thresholds:
         row = {"threshold": threshold_id(t), "metric": t.metric, "kind": t.kind}
         for label, runs in (("base", base), ("new", new)):
-            held = [threshold_results(d, repro).get(threshold_id(t)) for d, v, _ in runs if v in JUDGED]
-            held = [h for h in held if h is not None]
-            row[label] = {"held": sum(held), "judged": len(held),
+            held, lost = [], 0
+            for d, v, _ in runs:
+                h = threshold_results(d, repro).get(threshold_id(t)) if v in JUDGED else None
+                if h is False and t.host_sensitive and _contended(d):
+                    lost += 1
+                elif h is not None:
+                    held.append(h)
+            row[label] = {"held": sum(held), "judged": len(held), "contended": lost,
                           "state": "-" if not held else "held" if all(held) else "crossed" if not any(held)
                           else "mixed"}
         b, n = row["base"]["state"], row["new"]["state"]
@@ -310,9 +327,16 @@ def format_text(res: dict) -> str:
         for t in res["thresholds"]:
             tb, tn = t["base"], t["new"]
             name = t["threshold"] if len(t["threshold"]) <= 52 else t["threshold"][:51] + "~"
-            out.append(f"{name:52s} {str(tb['held']) + '/' + str(tb['judged']):>10s} "
-                       f"{str(tn['held']) + '/' + str(tn['judged']):>10s}  {'FLIPS' if t['flips'] else '-'}")
+            out.append(f"{name:52s} {_held(tb):>10s} {_held(tn):>10s}  {'FLIPS' if t['flips'] else '-'}")
+        lost = sum(t[s]["contended"] for t in res["thresholds"] for s in ("base", "new"))
+        if lost:
+            out.append(f"   +k: crossings of a timing threshold in a run whose host was contended, not counted ({lost})")
     return "\n".join(line[:WIDTH] for line in out)
+
+
+def _held(side: dict) -> str:
+    """held/judged, and +k timing crossings left out for the host's contention."""
+    return f"{side['held']}/{side['judged']}" + (f" +{side['contended']}" if side.get("contended") else "")
 
 
 def default_out(res: dict) -> pathlib.Path:

@@ -107,7 +107,7 @@ def test_compare_numbers_equal_the_runs(tmp_path):
     ans = next(r for r in res["metrics"] if r["metric"] == "answer")
     assert ans["p"] == 1.0 and not ans["significant"] and ans["change_pct"] == 0
     th = {t["metric"]: t for t in res["thresholds"]}
-    assert th["files_seen"]["base"] == {"held": 5, "judged": 5, "state": "held"}
+    assert th["files_seen"]["base"] == {"held": 5, "judged": 5, "contended": 0, "state": "held"}
     assert th["files_seen"]["new"]["state"] == "crossed" and th["files_seen"]["flips"]
     assert not th["answer"]["flips"]
     assert res["base"]["verdict_text"] == "PASS 5/5" and res["new"]["verdict_text"] == "FAIL 5/5"

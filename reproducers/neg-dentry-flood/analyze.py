@@ -186,32 +186,26 @@ def last_finite(x, default=math.nan):
     return float(x[-1]) if len(x) else default
 
 
-def metrics(run) -> dict:
-    s = run.samples()
-    ph = run.phases()
+# What the sampled curve gives: the dentry slab and MemAvailable over the flood, and from
+# nr_negative the negatives' own curve; the rest comes from negflood's report (flood.txt), the
+# console and the first inotify watch.
+SLAB_METRICS = ("dentry_objsize_bytes", "peak_dentry_bytes", "end_dentry_bytes", "peak_dentry_pct_ram",
+                "dentry_slab_before_bytes", "mem_available_min_pct")
+NEGATIVE_METRICS = ("peak_nr_negative", "end_nr_negative", "peak_negative_bytes", "peak_negative_pct_ram",
+                    "end_negative_pct_ram", "last_quarter_growth_pct", "last_quarter_growth_pct_of_limit",
+                    "time_to_1pct_ram_s", "time_to_5pct_ram_s", "time_to_10pct_ram_s",
+                    "settled_nr_negative", "settled_negative_pct_ram", "peak_per_bucket", "settled_per_bucket")
+
+
+def report_metrics(run, fl: dict) -> dict:
+    """The metrics of the flood's own report (why and when it stopped, its rates, whether the
+    negatives were bounded), the console's and the first inotify watch's: none needs a sample."""
     ram = run.mem_total_bytes
-    t0, t1 = ph["flood"], ph.get("flooded", s["time"][-1])
-    # the flood, and the first sample after it: the state negflood stopped at
-    after = np.nonzero(s["time"] > t1)[0]
-    during = (s["time"] >= t0) & (s["time"] <= (s["time"][after[0]] if len(after) else t1))
-    if during.sum() < 3:
-        raise ValueError(f"only {int(during.sum())} samples during the flood; lower sample_interval")
-    # (that sample stands for the moment the flood stopped: the generators made nothing after)
-    t = np.minimum(s["time"][during], t1) - t0
-    before = s["time"] < t0
-    objsize = float(np.nanmedian(s["dentry_objsize"])) if np.isfinite(s["dentry_objsize"]).any() else math.nan
-    base_slab = last_finite(s["dentry_slab_bytes"][before], float(s["dentry_slab_bytes"][0]))
-    slab = s["dentry_slab_bytes"][during]
-    fl = flood_report(run)
     ncpu = run.manifest.get("machine", {}).get("cpus") or math.nan
     inotify_us = float(run.text("inotify-us.txt").strip() or "nan")
     console = run.text("console.log")
     out = {
         "nr_negative_reported": 1.0 if run.nr_negative_available() else 0.0,
-        "dentry_objsize_bytes": objsize,
-        "peak_dentry_bytes": float(np.nanmax(slab)), "end_dentry_bytes": last_finite(slab),
-        "peak_dentry_pct_ram": float(100.0 * np.nanmax(slab) / ram),
-        "dentry_slab_before_bytes": float(base_slab),
         "generator_ops_per_s": fl["rate"],
         "stop_reason": fl["stop_reason"], "name_cap_hit": float(fl["stop_reason"] == STOP_REASONS["name_cap"]),
         "time_limit_hit": float(fl["stop_reason"] == STOP_REASONS["time_limit"]),
@@ -226,7 +220,6 @@ def metrics(run) -> dict:
         "new_names_per_s_per_cpu": (fl["new_names_per_s"] / ncpu if fl["new_names_per_s"] >= 0 else math.nan),
         "unbounded_time_to_limit_s": (fl["limit_bytes"] / (fl["new_names_per_s"] * fl["dentry_objsize"])
                                       if fl["new_names_per_s"] > 0 else math.nan),
-        "mem_available_min_pct": float(100.0 * np.nanmin(s["mem_available_kb"][during]) * 1024 / ram),
         "inotify_add_watch_ms": inotify_us / 1000.0 if not math.isnan(inotify_us) else math.nan,
         "soft_lockups": float(len(re.findall(r"BUG: soft lockup", console))),
         "oom_kill_lines": float(len(re.findall(WARN_PATTERNS["oom_kill"], console))),
@@ -234,19 +227,48 @@ def metrics(run) -> dict:
         "settle_bound_pct_ram": 100.0 * fl["bound_bytes"] / ram if "bound_bytes" in fl else math.nan,
     }
     out["bounded"] = bounded(fl, out["limit_crossed"])
-    buckets = run.manifest.get("machine", {}).get("dentry_hash_entries")
     # the outer limit in seconds ended a flood that had neither crossed the RAM limit nor settled:
     # the host was too slow for the preset to tell anything about the kernel
     out["out_of_time_untold"] = float(out["time_limit_hit"] == 1 and out["limit_crossed"] != 1
                                       and out["bounded"] != 1)
     # the host's memory (a sparse guest's budget) ended the flood below the RAM limit
     out["host_budget_untold"] = float(out["host_budget_hit"] == 1 and out["limit_crossed"] != 1)
-    names = ("peak_nr_negative", "end_nr_negative", "peak_negative_bytes", "peak_negative_pct_ram",
-             "end_negative_pct_ram", "last_quarter_growth_pct", "last_quarter_growth_pct_of_limit",
-             "time_to_1pct_ram_s", "time_to_5pct_ram_s", "time_to_10pct_ram_s",
-             "settled_nr_negative", "settled_negative_pct_ram")
+    return out
+
+
+def metrics(run) -> dict:
+    s = run.samples()
+    ph = run.phases()
+    ram = run.mem_total_bytes
+    t0, t1 = ph["flood"], ph.get("flooded", s["time"][-1])
+    # the flood, and the first sample after it: the state negflood stopped at
+    after = np.nonzero(s["time"] > t1)[0]
+    during = (s["time"] >= t0) & (s["time"] <= (s["time"][after[0]] if len(after) else t1))
+    fl = flood_report(run)
+    out = report_metrics(run, fl)
+    if during.sum() < 3:
+        if out["host_budget_untold"] == 1:
+            # the host's budget ended the flood below the limit before the sampler saw it (a budget
+            # of 0 stops it at once; a loaded host samples late): no curve, and no verdict on the
+            # kernel either way (host_budget_untold is an instrument check: ERROR naming the host)
+            return {**out, **{n: math.nan for n in SLAB_METRICS + NEGATIVE_METRICS}}
+        raise ValueError(f"only {int(during.sum())} samples during the flood; lower sample_interval")
+    # (that sample stands for the moment the flood stopped: the generators made nothing after)
+    t = np.minimum(s["time"][during], t1) - t0
+    before = s["time"] < t0
+    objsize = float(np.nanmedian(s["dentry_objsize"])) if np.isfinite(s["dentry_objsize"]).any() else math.nan
+    base_slab = last_finite(s["dentry_slab_bytes"][before], float(s["dentry_slab_bytes"][0]))
+    slab = s["dentry_slab_bytes"][during]
+    out.update({
+        "dentry_objsize_bytes": objsize,
+        "peak_dentry_bytes": float(np.nanmax(slab)), "end_dentry_bytes": last_finite(slab),
+        "peak_dentry_pct_ram": float(100.0 * np.nanmax(slab) / ram),
+        "dentry_slab_before_bytes": float(base_slab),
+        "mem_available_min_pct": float(100.0 * np.nanmin(s["mem_available_kb"][during]) * 1024 / ram),
+    })
     if not out["nr_negative_reported"]:
-        return {**out, **{n: math.nan for n in names + ("peak_per_bucket", "settled_per_bucket")}}
+        return {**out, **{n: math.nan for n in NEGATIVE_METRICS}}
+    buckets = run.manifest.get("machine", {}).get("dentry_hash_entries")
     base_neg = last_finite(s["nr_negative"][before], float(np.nanmin(s["nr_negative"])))
     neg = s["nr_negative"][during]
     ok = np.isfinite(neg)
@@ -256,9 +278,7 @@ def metrics(run) -> dict:
     # a flood that made no new names (samename generators only): over the last quarter of its time
     growth_q = (fl["retention"] * fl["retention_names"] if fl["retention"] >= 0
                 else neg[-1] - neg[t >= 0.75 * t[-1]][0])
-    out["peak_per_bucket"] = float(neg.max()) / buckets if buckets else math.nan
-    out["settled_per_bucket"] = float(neg[-1]) / buckets if buckets and out["bounded"] == 1 else math.nan
-    return {**out, **dict(zip(names, (
+    return {**out, **dict(zip(NEGATIVE_METRICS, (
         float(neg.max()), float(neg[-1]), float(neg.max() * objsize), float(neg_pct.max()),
         float(neg_pct[-1]),
         100.0 * growth_q / neg[-1] if neg[-1] > 0 else 0.0,
@@ -269,4 +289,6 @@ def metrics(run) -> dict:
         first_crossing(t, neg_pct, 1.0), first_crossing(t, neg_pct, 5.0), first_crossing(t, neg_pct, 10.0),
         # where a bounded flood settled: the level it held at the end
         float(neg[-1]) if out["bounded"] == 1 else math.nan,
-        float(neg_pct[-1]) if out["bounded"] == 1 else math.nan)))}
+        float(neg_pct[-1]) if out["bounded"] == 1 else math.nan,
+        float(neg.max()) / buckets if buckets else math.nan,
+        float(neg[-1]) / buckets if buckets and out["bounded"] == 1 else math.nan)))}
