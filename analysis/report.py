@@ -16,7 +16,7 @@ from . import projection
 from .kshark import SESSION_FILE, write_session
 from .plots import plot_data, write_plot
 from .rundata import RunData
-from .summary import build_summary, fmt, threshold_id, threshold_results
+from .summary import build_summary, fmt, threshold_id, threshold_outcomes, threshold_tag
 
 NO_PLOTS = (*KERNEL_STOPPED, "ERROR")
 CONSOLE_TAIL = 40
@@ -91,13 +91,14 @@ def build_html(run_dir, manifest: Manifest, verdict, metrics, repro, plots, sess
              f"<p><b>Reason:</b> {esc(verdict.get('reason'))}</p>"]
     for w in verdict.get("warnings") or []:
         parts.append(f"<p class=\"note\">warning: {esc(w)}</p>")
-    judged = threshold_results(run_dir, repro)
+    judged = threshold_outcomes(run_dir, repro)
     rows = []
     for t in repro.thresholds:
         m = metrics.get(t.metric) or {}
-        held = judged.get(threshold_id(t))
-        cell = "not judged" if held is None else (
-            "<span class=\"held\">held</span>" if held else "<span class=\"crossed\">CROSSED</span>")
+        outcome = judged.get(threshold_id(t))
+        tag = threshold_tag(outcome)
+        cell = tag if outcome not in ("pass", "fail", "contended") else (
+            f"<span class=\"{'held' if outcome == 'pass' else 'crossed'}\">{esc(tag)}</span>")
         rows.append([esc(t.metric), esc(fmt(m.get("value"))), esc(t.describe()), esc(m.get("unit")), cell,
                      esc(t.rationale)])
     parts += ["<h2>Thresholds</h2>",

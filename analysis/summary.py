@@ -9,6 +9,7 @@ from krig.asked import AskedRun
 from krig.errors import UsageError
 from krig.record import Manifest
 from krig.rundir import RunDir
+from krig.verdict import host_contended
 
 from .projection import text_lines
 
@@ -31,19 +32,37 @@ def gib(n) -> str:
 
 def threshold_outcomes(run_dir: pathlib.Path, repro) -> dict:
     """threshold id -> the judge's outcome as the run's thresholds.json records it: "pass",
-    "fail", "unmeasured", "instrument", or "error" (the judge itself broke); {} if not judged."""
+    "fail", "unmeasured", "instrument", or "error" (the judge itself broke); "contended" for a
+    timing (host_sensitive) threshold crossed while the run's host was contended (the verdict
+    rule's host_contended_pct limit): the host moved it, so no reader counts it as the kernel's.
+    {} if not judged."""
+    run = RunDir(run_dir)
     try:
-        judged = RunDir(run_dir).thresholds()
+        judged = run.thresholds()
     except UsageError:
         return {}
-    ids = {threshold_id(t) for t in repro.thresholds}
-    return {k: str(v.get("outcome")) for k, v in judged.items() if k in ids}
+    ids = {threshold_id(t): t for t in repro.thresholds}
+    out = {k: str(v.get("outcome")) for k, v in judged.items() if k in ids}
+    timing = [k for k, o in out.items() if o == "fail" and ids[k].host_sensitive]
+    if timing:
+        try:
+            pct = (run.metrics().get("host_contended_pct") or {}).get("value")
+        except (UsageError, OSError):
+            pct = None
+        if isinstance(pct, (int, float)) and host_contended(float(pct)):
+            out.update({k: "contended" for k in timing})
+    return out
 
 
 def threshold_results(run_dir: pathlib.Path, repro) -> dict:
     """threshold id -> True (held) / False (crossed or not judged), as the judge recorded it
-    (thresholds.json); {} if not judged."""
-    return {k: o == "pass" for k, o in threshold_outcomes(run_dir, repro).items()}
+    (thresholds.json), without the timing crossings the host's contention made; {} if not judged."""
+    return {k: o == "pass" for k, o in threshold_outcomes(run_dir, repro).items() if o != "contended"}
+
+
+def threshold_tag(outcome: str | None) -> str:
+    """How summary.txt and report.html name a threshold's outcome."""
+    return {"pass": "held", "fail": "CROSSED", "contended": "crossed, host contended"}.get(outcome, "not judged")
 
 
 def threshold_measurements(run_dir: pathlib.Path, repro) -> list[dict]:
@@ -134,16 +153,15 @@ def build_summary(run_dir: pathlib.Path, m: Manifest, verdict: dict, metrics: di
         for name, v in metrics.items():
             line = f"  {name} = {fmt(v.get('value'))} {v.get('unit', '')}".rstrip()
             out += [line] if len(line) <= WIDTH else [f"  {name} =", f"    {fmt(v.get('value'))} {v.get('unit', '')}"]
-    judged = threshold_results(run_dir, repro)
+    judged = threshold_outcomes(run_dir, repro)
     if repro.thresholds:
         out += ["", "thresholds:"]
         for t in repro.thresholds:
-            held = judged.get(threshold_id(t))
-            tag = "not judged" if held is None else ("held" if held else "CROSSED")
+            outcome = judged.get(threshold_id(t))
             v = (metrics.get(t.metric) or {})
-            out += _wrap(f"{tag}: {t.metric} = {fmt(v.get('value'))} {v.get('unit', '')}, limit {t.describe()}",
-                         "  ")
-            if held is False:
+            out += _wrap(f"{threshold_tag(outcome)}: {t.metric} = {fmt(v.get('value'))} {v.get('unit', '')}, "
+                         f"limit {t.describe()}", "  ")
+            if outcome not in (None, "pass"):
                 out += _wrap(t.rationale, "    ")
     if proj:
         out += ["", "projection to other machines (not a measurement):"]

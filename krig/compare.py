@@ -22,7 +22,7 @@ import sys
 from analysis import projection
 from analysis.compare_html import write_compare_html
 from analysis.stats import ALPHA, TEST, change_pct, compare_samples, describe, direction, min_n_per_side, min_p
-from analysis.summary import threshold_id, threshold_results
+from analysis.summary import threshold_id, threshold_outcomes
 from analysis.lkp import format_lkp
 from analysis.rundata import RunData
 
@@ -32,7 +32,7 @@ from .reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
 from .results import GROUP_FILE, compare_dir, run_state
 from .record import Manifest
 from .rundir import RunDir, is_run_dir
-from .verdict import JUDGED, host_contended
+from .verdict import JUDGED
 
 WIDTH = 100
 USAGE = ("usage: krig compare [--json | --format text|lkp] [--out DIR] BASE... -- NEW... "
@@ -154,15 +154,6 @@ def side_projection(repro, runs: list) -> dict | None:
     return {**projs[(len(projs) - 1) // 2], "runs": len(projs)}
 
 
-def _contended(d) -> bool:
-    """The run's host was contended (its host_contended_pct metric, the verdict's rule)."""
-    try:
-        pct = (RunDir(d).metrics().get("host_contended_pct") or {}).get("value")
-    except (KrigError, OSError):
-        return False
-    return isinstance(pct, (int, float)) and host_contended(float(pct))
-
-
 def _thresholds(repro, base: list, new: list) -> list:
     """Per threshold and side: how many judged runs held it. A timing (host_sensitive) threshold
     crossed in a run whose host was contended is not counted (`contended`): the host moved it,
@@ -171,13 +162,9 @@ def _thresholds(repro, base: list, new: list) -> list:
     for t in repro.thresholds:
         row = {"threshold": threshold_id(t), "metric": t.metric, "kind": t.kind}
         for label, runs in (("base", base), ("new", new)):
-            held, lost = [], 0
-            for d, v, _ in runs:
-                h = threshold_results(d, repro).get(threshold_id(t)) if v in JUDGED else None
-                if h is False and t.host_sensitive and _contended(d):
-                    lost += 1
-                elif h is not None:
-                    held.append(h)
+            outcomes = [threshold_outcomes(d, repro).get(threshold_id(t)) for d, v, _ in runs if v in JUDGED]
+            held = [o == "pass" for o in outcomes if o not in (None, "contended")]
+            lost = outcomes.count("contended")
             row[label] = {"held": sum(held), "judged": len(held), "contended": lost,
                           "state": "-" if not held else "held" if all(held) else "crossed" if not any(held)
                           else "mixed"}

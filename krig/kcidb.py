@@ -50,8 +50,9 @@ ORIGIN_RE = re.compile(f"^{kcidb_io.schema.LATEST.origin_pattern}$")
 STATUS = {"PASS": "PASS", "FAIL": "FAIL", "ERROR": "ERROR", "SKIP": "SKIP", "HUNG": "FAIL",
           "CRASHED": "FAIL", "INCOMPLETE": "MISS", "INTERRUPTED": "MISS"}
 # a threshold of a judged run, by the judge's outcome (analysis/test_thresholds.py)
+# (a timing threshold crossed on a contended host: the host moved it, ERROR, never the kernel's FAIL)
 THRESHOLD_STATUS = {"pass": "PASS", "fail": "FAIL", "unmeasured": "ERROR", "instrument": "ERROR",
-                    "error": "ERROR"}
+                    "error": "ERROR", "contended": "ERROR"}
 EXCERPT_LINES = 80
 EXCERPT_MAX = 16384                      # KCIDB's maxLength of log_excerpt
 SUITE_FILE = "suite.json"

@@ -212,6 +212,15 @@ def test_timing_crossing_beside_a_real_fail_is_said_apart_and_not_counted(tmp_pa
         assert row["new"] == {"held": 0, "judged": 0, "contended": 1, "state": "-"} and not row["flips"]
     else:
         assert row["new"] == {"held": 0, "judged": 1, "contended": 0, "state": "crossed"} and row["flips"]
+    summary = (new / "summary.txt").read_text()
+    assert ("crossed, host contended: files_seen = 0" if contended else "CROSSED: files_seen = 0") in summary, summary
+    out = tmp_path / "kcidb.json"
+    p = subprocess.run(KRIG + ["export", "kcidb", str(new), "--origin", "test_lab", "-o", str(out)],
+                       capture_output=True, text=True, cwd=root, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    statuses = {t["path"].rsplit(".", 1)[1]: t["status"] for t in json.loads(out.read_text())["tests"]
+                if t["path"].rsplit(".", 1)[1] in ("answer", "files_seen")}
+    assert statuses == {"answer": "FAIL", "files_seen": "ERROR" if contended else "FAIL"}, statuses
     text = subprocess.run(KRIG + ["compare", str(base), "--", str(new)], capture_output=True, text=True,
                           cwd=root, timeout=300).stdout
     rows = text.split("\nthreshold ", 1)[1].splitlines()          # the thresholds' table
