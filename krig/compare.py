@@ -159,10 +159,13 @@ def _thresholds(repro, base: list, new: list) -> list:
     crossed in a run whose host was contended is not counted (`contended`): the host moved it,
     and a run FAILed on other thresholds kept that crossing in its reason, not as the kernel's."""
     rows = []
+    # each judged run's record read once (thresholds.json, and metrics.json for a timing crossing)
+    judged = {label: [threshold_outcomes(d, repro) for d, v, _ in runs if v in JUDGED]
+              for label, runs in (("base", base), ("new", new))}
     for t in repro.thresholds:
         row = {"threshold": threshold_id(t), "metric": t.metric, "kind": t.kind}
-        for label, runs in (("base", base), ("new", new)):
-            outcomes = [threshold_outcomes(d, repro).get(threshold_id(t)) for d, v, _ in runs if v in JUDGED]
+        for label in ("base", "new"):
+            outcomes = [o.get(threshold_id(t)) for o in judged[label]]
             held = [o == "pass" for o in outcomes if o not in (None, "contended")]
             lost = outcomes.count("contended")
             row[label] = {"held": sum(held), "judged": len(held), "contended": lost,
