@@ -16,7 +16,12 @@ labgrid keeps a lock until someone releases it, also when its holder died, so
 the lease is what gives a dead controller's server back: a krig that waits
 for a place whose lock carries an expired krig_lease releases that lock and
 cancels its reservation (the coordinator then allocates the place by
-priority). A lock without krig_lease (a person's `labgrid-client lock`) is
+priority). labgrid names a lock by its session's host/user; krig's sessions
+add the process (host/user:krigPID), so a give-back, which releases only a
+lock of the dead holder's name, can never release a lock taken since by
+another krig of the same host and user. Two waiting controllers that look at
+once may both give the same lock back; the second finds nothing of it left
+to release, and each records that it gave it back. A lock without krig_lease (a person's `labgrid-client lock`) is
 never broken. While a live krig lease is on a place, no krig takes it, also
 when the coordinator was restarted and forgot its locks.
 
@@ -132,7 +137,7 @@ class Coordinator:
     def _call(self, fn):
         """Runs `await fn(session)` in a fresh session; trouble is one RigError line."""
         async def body():
-            session = ClientSession(self.addr, asyncio.get_running_loop())
+            session = _Session(self.addr, asyncio.get_running_loop())
             try:
                 await session.start()
                 return await fn(session)
@@ -209,6 +214,13 @@ def _res_dict(r: Reservation) -> dict:
             "timeout": r.timeout}
 
 
+class _Session(ClientSession):
+    """A labgrid client session named host/user:krigPID (see the module's docstring)."""
+
+    def getuser(self):
+        return f"{super().getuser()}:krig{os.getpid()}"
+
+
 def _lease_expired(tags: dict, now: float) -> bool:
     try:
         return float(tags[LEASE]) < now
@@ -223,7 +235,7 @@ async def _kick_stale(s, name: str, facts: dict) -> None:
         return
     # a copy: the session's place objects change under us as the coordinator's updates arrive
     acquired, token, tags = p.acquired, p.reservation, dict(p.tags)
-    await _give_back(s, name, token, acquired)
+    await _give_back(s, name, token, acquired, tags.get(HOLDER))
     facts.setdefault("stale_released", []).append(
         {"holder": tags.get(HOLDER, "?"), "lease_ended": float(tags[LEASE]), "released": time.time()})
 
@@ -235,13 +247,17 @@ async def _give_back_token(s, token: str) -> None:
         pass                # expired, or the coordinator was restarted
 
 
-async def _give_back(s, name: str, token: str | None, acquired: str | None) -> None:
-    """Cancel the reservation, remove the lease tags, then unlock. In this order because the
-    coordinator frees a place for the next reservation only on a scheduling pass after both
-    are gone: unlocking last makes that pass happen now, not at its next 15 s tick."""
+async def _give_back(s, name: str, token: str | None, acquired: str | None, holder: str | None) -> None:
+    """Cancel the reservation, remove `holder`'s lease tags, then unlock the lock named `acquired`.
+    In this order because the coordinator frees a place for the next reservation only on a
+    scheduling pass after both are gone: unlocking last makes that pass happen now, not at its
+    next 15 s tick. The tags go only while they still name `holder`, and ReleasePlace with
+    fromuser leaves a lock of any other name alone: a late give-back touches no new holder."""
     if token:
         await _give_back_token(s, token)
-    await s.stub.SetPlaceTags(pb.SetPlaceTagsRequest(placename=name, tags={k: "" for k in LEASE_TAGS}))
+    p = s.places.get(name)
+    if p is not None and p.tags.get(HOLDER) == holder:
+        await s.stub.SetPlaceTags(pb.SetPlaceTagsRequest(placename=name, tags={k: "" for k in LEASE_TAGS}))
     if acquired:
         await s.stub.ReleasePlace(pb.ReleasePlaceRequest(placename=name, fromuser=acquired))
 
@@ -373,7 +389,7 @@ class Hold:
         async def fn(s):
             p = s.places.get(self.place)
             if p is not None and p.tags.get(HOLDER) == self.me:
-                await _give_back(s, self.place, self.token, p.acquired if self.locked else None)
+                await _give_back(s, self.place, self.token, p.acquired if self.locked else None, self.me)
             else:           # never ours, or taken over: only our reservation goes
                 await _give_back_token(s, self.token)
         try:
