@@ -30,7 +30,7 @@ HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
 # the trace reader's page walk in C (analysis/trace/kbuffer.py loads it with ctypes)
 KWALK := analysis/trace/_kwalk.so
 
-.PHONY: help setup apt python helpers test test-fast test-bisect run list check bench clean qualify docs-pictures
+.PHONY: help setup apt python helpers test test-prereqs test-fast test-bisect run list check bench clean qualify docs-pictures
 
 help:
 	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
@@ -44,6 +44,7 @@ help:
 	@echo "make docs-pictures         the pictures and the example reply docs/ ships, made again from real runs"
 	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd)"
 	@echo "make ci-kernels            build the small kernels make test boots (cached)"
+	@echo "make test-prereqs          the CI kernels and, beside them, the lab server's disk image (cached)"
 	@echo "make kernel KERNEL=name    build a kernel from kernels/<name>.toml (cached)"
 	@echo "make kernels               build every buildable kernel; make kernel-status shows the cache"
 	@echo "make bisect GOOD=.. BAD=.. REPRO=.. [PRESET=.. TREE=.. REPEAT=n METRIC=..]   git bisect with krig's verdict (or a metric)"
@@ -82,11 +83,19 @@ endef
 $(foreach s,$(HELPER_SRCS),$(eval $(call helper_rule,$(s))))
 
 # pytest exit 5 means no test ran: that is a failure here, never a pass.
-# The CI kernels are built first (cached; a no-op the second time): a build
-# that fails stops `make test` with one line naming the kernel and the error.
-test: helpers python ci-kernels
+test: helpers python test-prereqs
 	@$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# Before the tests: the CI kernels (cached; a no-op the second time) and, beside them, the lab
+# server's disk image (tests/labsim_image.py, cached; mostly downloads and dpkg, so it costs the
+# builds little). Either failing stops `make test` with one line naming it and the error; the
+# image's log is build/labsim-image.log.
+test-prereqs: helpers python
+	@mkdir -p build; $(PY) tests/labsim_image.py >build/labsim-image.log 2>&1 & img=$$!; \
+	$(KRIG) kernel build $(CI_KERNELS); rc=$$?; \
+	if ! wait $$img; then echo "make test: the lab server's image: $$(tail -n 1 build/labsim-image.log)" >&2; rc=1; fi; \
+	exit $$rc
 
 # krig bisect end to end: real incremental builds of a short demo history and a guest per step
 test-bisect: helpers python ci-kernels

@@ -15,6 +15,7 @@ same tarball):
 The build tree of the first step is seeded from the most recently built krig
 tree (linux-6.1), so no step compiles more than a few files.
 """
+import fcntl
 import json
 import os
 import pathlib
@@ -69,20 +70,21 @@ def existing_demo_repo() -> str | None:
     return str(repos[-1].parent) if repos else None
 
 
-def make_demo_repo(log=print, commits: list | None = None, where: pathlib.Path | None = None
-                   ) -> tuple[pathlib.Path, dict]:
-    """The demo history (made once). `commits`: some of COMMITS, in order, the culprit among them,
-    for a shorter history; `where`: the directory to make it in instead of the cache."""
-    history = COMMITS if commits is None else commits
-    if not any(c[0] == CULPRIT for c in history):
-        raise KrigError("a demo history needs the culprit commit")
+def make_demo_repo(log=print) -> tuple[pathlib.Path, dict]:
+    """The demo history, made once in the cache; a second caller at the same time waits for the
+    first one's import instead of making its own."""
     tarball = pathlib.Path(DEFAULT_TARBALL)
     sha = tarball_sha256(tarball)
-    short = "" if history == COMMITS else f"-{len(history) + 1}"
-    repo = (pathlib.Path(where) if where else cache_dir("bisect-demo")) / f"linux-6.1-{sha[:12]}{short}.git"
-    info_path = repo / "krig-demo.json"
-    if info_path.exists():
-        return repo, json.loads(info_path.read_text())
+    repo = cache_dir("bisect-demo") / f"linux-6.1-{sha[:12]}.git"
+    with open(repo.with_name(repo.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        info_path = repo / "krig-demo.json"
+        if info_path.exists():
+            return repo, json.loads(info_path.read_text())
+        return _import(tarball, sha, repo, log)
+
+
+def _import(tarball: pathlib.Path, sha: str, repo: pathlib.Path, log) -> tuple[pathlib.Path, dict]:
     pristine = ensure_pristine(tarball, sha, log)
     tmp = repo.with_name(repo.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -92,7 +94,7 @@ def make_demo_repo(log=print, commits: list | None = None, where: pathlib.Path |
     _git(tmp, "-c", "core.looseCompression=1", "add", "-A", "-f", ".", work_tree=pristine)
     commits = [_commit(tmp, "Import Debian linux-source-6.1 (krig bisect demo base)", None, 1)]
     culprit = None
-    for i, (msg, kind, what, text) in enumerate(history, 2):
+    for i, (msg, kind, what, text) in enumerate(COMMITS, 2):
         if kind == "append":
             old = subprocess.run(["git", f"--git-dir={tmp}", "cat-file", "blob", f"{commits[-1]}:{what}"],
                                  capture_output=True, check=True).stdout

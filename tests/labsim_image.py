@@ -18,6 +18,7 @@ Debian's packages: mmdebstrap, ovmf, grub-efi-amd64-bin, mtools, dosfstools.
 
     python tests/labsim_image.py        build it (or print where the cached one is)
 """
+import fcntl
 import hashlib
 import json
 import os
@@ -134,10 +135,18 @@ menuentry "Debian GNU/Linux, {release}" {{
 
 
 def build(log=print) -> pathlib.Path:
-    """The cached image directory; built first if missing."""
+    """The cached image directory; built first if missing. A second caller at the same time
+    (`make test` builds it beside the CI kernels; the labsim tests ask for it) waits for the
+    first one's build instead of starting its own."""
     d = image_dir()
-    if (d / "image.json").exists():
-        return d
+    with open(d.with_name(d.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (d / "image.json").exists():
+            _build(d, log)
+    return d
+
+
+def _build(d: pathlib.Path, log) -> None:
     miss = missing_tools()
     if miss:
         raise RuntimeError(f"building the lab server image needs: {', '.join(miss)} (make setup)")
@@ -208,7 +217,6 @@ def build(log=print) -> pathlib.Path:
     finally:
         logf.close()
         shutil.rmtree(work, ignore_errors=True)
-    return d
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """`krig bisect run` end to end: real incremental builds of tiny-6.1 at each step, real guests.
 
-The history is the bisect demo's (kernels/demo_repo.py), shortened to four commits so that
-git bisect needs two steps, and made in the test's own directory:
+The history is the bisect demo's (kernels/demo_repo.py, made once in the cache and shared with
+tests/test_validate_e2e.py), cloned with `--shared` into the test's own directory, and bisected
+between two of its commits so that git bisect needs two steps:
 
-    1 Import Debian linux-source-6.1          good
-    2 xfs: a comment in xfs_icache.c          (harmless)
-    3 vfs: rmdir-keeps-children               the first bad commit
-    4 mm: a comment in vmscan.c               bad
+    2 Documentation: a note                   good
+    3 xfs: a comment in xfs_icache.c          (harmless)
+    4 vfs: rmdir-keeps-children               the first bad commit
+    5 mm: a comment in vmscan.c               bad
 
 Each step builds the commit with tiny-6.1's config (incrementally, in the build sandbox) and
-runs unlink-dentry-growth's smoke preset on it; the bisection must name commit 3, and every
+runs unlink-dentry-growth's smoke preset on it; the bisection must name commit 4, and every
 step's answer must be the one its commit deserves.
 """
 import json
@@ -20,21 +21,23 @@ import subprocess
 import pytest
 
 from conftest import KRIG, ROOT, build_kernels, judged_as, qemu_pids
-from kernels.demo_repo import COMMITS, CULPRIT, make_demo_repo
+from kernels.demo_repo import CULPRIT, make_demo_repo
 
 # two real builds and guests: 10-20 min on 2 cores, started first by make test (`make test-bisect`: alone)
 pytestmark = [pytest.mark.kbuild, pytest.mark.bisect, pytest.mark.long(20)]
 
-SHORT = [c for c in COMMITS if c[2] in ("fs/xfs/xfs_icache.c", "rmdir-keeps-children", "mm/vmscan.c")]
+GOOD, CULPRIT_AT, BAD = 1, 3, 4      # indexes in the demo's commits (0 is the import)
 
 
 def test_bisect_names_the_injected_bad_commit(tmp_path):
-    assert [c[0] for c in SHORT][1] == CULPRIT and len(SHORT) == 3
     build_kernels("tiny-6.1")        # every step's config; its tree seeds the first step's
-    repo, info = make_demo_repo(log=lambda *a: None, commits=SHORT, where=tmp_path / "demo")
-    assert len(info["commits"]) == 4 and info["culprit"] == info["commits"][2]
+    demo, info = make_demo_repo(log=lambda *a: None)
+    assert info["culprit"] == info["commits"][CULPRIT_AT]
+    repo = tmp_path / "demo.git"      # git bisect writes its state into the repository: a clone of its own
+    subprocess.run(["git", "clone", "-q", "--bare", "--shared", str(demo), str(repo)], check=True, timeout=120)
     env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
-    p = subprocess.run(KRIG + ["bisect", "run", "--tree", str(repo), "--good", info["good"], "--bad", info["bad"],
+    p = subprocess.run(KRIG + ["bisect", "run", "--tree", str(repo), "--good", info["commits"][GOOD],
+                               "--bad", info["commits"][BAD],
                                "--repro", "unlink-dentry-growth", "--preset", "smoke", "--like", "tiny-6.1"],
                        capture_output=True, text=True, cwd=ROOT, env=env, timeout=5400)
     assert not qemu_pids(str(tmp_path)), "qemu left behind"
@@ -46,7 +49,7 @@ def test_bisect_names_the_injected_bad_commit(tmp_path):
     steps = [ln for ln in log.splitlines() if not ln.startswith("#") and len(ln.split()) > 3
              and ln.split()[1] in index]
     assert steps, log
-    assert {index[ln.split()[1]] for ln in steps} <= {1, 2}, "only the commits between good and bad are tested"
+    assert {index[ln.split()[1]] for ln in steps} <= set(range(GOOD + 1, BAD)), "only the commits between good and bad are tested"
     skipped = False
     for ln in steps:
         _, commit, answer, verdicts = ln.split()[:4]
@@ -58,7 +61,7 @@ def test_bisect_names_the_injected_bad_commit(tmp_path):
             assert verdicts == "[ERROR]" and judged_as(v, "PASS", run), (ln, v["reason"])
             skipped = True
             continue
-        want = ("bad", "[FAIL]") if index[commit] >= 2 else ("good", "[PASS]")
+        want = ("bad", "[FAIL]") if index[commit] >= CULPRIT_AT else ("good", "[PASS]")
         assert (answer, verdicts) == want, log
         # each step's run booted that step's kernel, built incrementally and in the sandbox
         m = json.loads((run / "manifest.json").read_text())
