@@ -44,7 +44,7 @@ from .errors import KrigError, UsageError, guarded
 from .reproducer import load_reproducer
 from .results import bisect_dir, bisect_tag, now
 from .record import RunRecord
-from .verdict import JUDGED, KERNEL_STOPPED
+from .verdict import JUDGED, KERNEL_STOPPED, host_contended
 from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
 from kernels.build import build as build_kernel
 from kernels.demo_repo import CULPRIT, existing_demo_repo, make_demo_repo
@@ -94,6 +94,7 @@ class Attempt:
     run_dir: str | None = None
     booted: bool = False
     metric: float | None = None
+    contended: bool = False     # its metric is a timing one and its host was contended: not used
 
 
 def step(run_once, repeat: int, vote=None) -> tuple[str, list]:
@@ -113,8 +114,9 @@ def log_line(commit: str, subject: str, answer: str, attempts: list, metric_name
              note: str = "", vote=None) -> str:
     """vote: with a metric bisection, each value is followed by its vote: 0.98(good)/50(bad)."""
     verdicts = ",".join(a.verdict for a in attempts) or "-"
-    vals = [(a.metric, f"({vote(a)})" if vote else "") for a in attempts if a.metric is not None]
-    metric = f" {metric_name}=" + "/".join(f"{v:g}{w}" for v, w in vals) if metric_name and vals else ""
+    vals = [(f"{a.metric:g}" if a.metric is not None else "host-contended", f"({vote(a)})" if vote else "")
+            for a in attempts if a.metric is not None or a.contended]
+    metric = f" {metric_name}=" + "/".join(f"{v}{w}" for v, w in vals) if metric_name and vals else ""
     note = f" ({note})" if note else ""
     return f"{now()} {commit[:12]} {answer:4s} [{verdicts}]{metric} {subject[:60]}{note}"
 
@@ -127,12 +129,21 @@ def first_bad_from_output(text: str) -> str | None:
 # -- the oracle (one bisect step) ----------------------------------------------
 
 def read_attempt(run_dir: pathlib.Path, metric_name: str | None) -> Attempt:
+    """One judged run as a bisection reads it. A timing metric (one of the reproducer's
+    host_sensitive thresholds') measured while the run's host was contended is the host's number,
+    not the kernel's: it is left out (a skip vote, "host-contended" in bisect.log)."""
     rec = RunRecord.read(run_dir)
     if rec.verdict is None:
         raise UsageError(f"{run_dir}: the run was never judged (no verdict.json)")
     value = rec.metrics.get(metric_name) if metric_name else None
+    contended = False
+    if value is not None and host_contended(rec.metrics.get("host_contended_pct")):
+        try:
+            contended = metric_name in load_reproducer(rec.manifest.reproducer or "").timing_metrics
+        except KrigError:
+            contended = False       # an unknown reproducer has no thresholds to say so
     return Attempt(rec.verdict.verdict, rec.verdict.reason or "", str(run_dir),
-                   booted=rec.manifest.machine_answered, metric=value)
+                   booted=rec.manifest.machine_answered, metric=None if contended else value, contended=contended)
 
 
 def asked_of(state: dict) -> AskedRun:
@@ -195,7 +206,7 @@ def measure_endpoints(state: dict, ends: dict, build, run_for) -> Zones:
     build(label, commit) -> kernel name (built); run_for(kernel name) -> Attempt.
     An endpoint that does not build is an error; overlapping values a one-line refusal."""
     tree, logp, metric = state["tree"], state["log"], state["metric"]
-    values = {}
+    values, contended = {}, {}
     for label in ("GOOD", "BAD"):
         commit = ends[label]
         subject = git(tree, "log", "-1", "--format=%s", commit)
@@ -211,11 +222,16 @@ def measure_endpoints(state: dict, ends: dict, build, run_for) -> Zones:
         append(logp, log_line(commit, subject, label.lower(), attempts, metric,
                               f"endpoint {label}; build {tb:.0f}s, run {time.monotonic() - t0 - tb:.0f}s; {dirs}"))
         values[label] = [a.metric if a.verdict in JUDGED else None for a in attempts]
+        contended[label] = sum(a.contended for a in attempts)
     try:
         z = zones(metric, values["GOOD"], values["BAD"])
     except UsageError as e:
+        busy = [f"{label} {n} of {state['repeat']}" for label, n in contended.items() if n]
+        if busy:
+            e = UsageError(f"{e} ({', '.join(busy)} runs on a contended host: {metric} is a timing "
+                           f"metric, the host's number then, not the kernel's)")
         append(logp, f"refused: {e}")
-        raise
+        raise e from None
     append(logp, f"# zones: {z.describe()}")
     return z
 

@@ -83,6 +83,11 @@ class Reproducer:
     trace_mode: str = "ring"
     preset_trace_mode: dict = dataclasses.field(default_factory=dict)  # preset -> trace mode
 
+    @property
+    def timing_metrics(self) -> set:
+        """The metrics of its timing (host_sensitive) thresholds: numbers a busy host moves."""
+        return {t.metric for t in self.thresholds if t.host_sensitive}
+
     def requires_for(self, preset: str | None) -> dict:
         """The reproducer's requires, with the preset's own [presets.X.requires] on top."""
         return {**self.requires, **self.preset_requires.get(preset, {})}

@@ -146,7 +146,7 @@ def judged_metrics(res: dict) -> list:
     """The metrics that must move for "fixed": those of the regression thresholds the base
     crossed (else of every regression threshold), without the timing ones a busy host moves
     (host_sensitive in repro.toml) when a threshold the host cannot move was crossed too."""
-    timing = {t.metric for t in load_reproducer(res["reproducer"]).thresholds if t.host_sensitive}
+    timing = load_reproducer(res["reproducer"]).timing_metrics
     rows = [t for t in res["thresholds"] if t["kind"] == "regression"]
     crossed = [t["metric"] for t in rows if t["base"]["state"] in ("crossed", "mixed")]
     solid = [m for m in crossed if m not in timing]

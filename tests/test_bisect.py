@@ -241,6 +241,22 @@ def test_measure_endpoints_refuses_overlap_and_logs_it(tmp_path, repo):
         (tmp_path / "bisect.log").read_text()
 
 
+
+def test_endpoint_runs_on_a_contended_host_are_named_in_the_refusal(tmp_path, repo):
+    """GOOD's runs had their timing metric left out (a contended host): the refusal says so."""
+    r, shas = repo
+    st = json.loads(state_file(tmp_path, r, repeat=2).read_text())
+    ends = {"GOOD": shas[0], "BAD": shas[5]}
+    build = lambda label, commit: f"k-{label.lower()}"  # noqa: E731
+    run_for = lambda k: (Attempt("PASS", "", "/r/g", True, None, contended=True) if k == "k-good"  # noqa: E731
+                         else Attempt("FAIL", "", "/r/b", True, 40.0))
+    with pytest.raises(UsageError, match=r"GOOD gave no judged value .*\(GOOD 2 of 2 runs on a contended host: m is a "
+                                         r"timing metric"):
+        kb.measure_endpoints(st, ends, build, run_for)
+    log = (tmp_path / "bisect.log").read_text()
+    assert "good [PASS,PASS] m=host-contended/host-contended" in log and "GOOD 2 of 2 runs" in log, log
+
+
 METRIC_ORACLE = ORACLE_HEAD + textwrap.dedent("""
     n = int(subprocess.run(["git", "-C", tree, "cat-file", "-p", "BISECT_HEAD:n"], capture_output=True,
                            text=True).stdout)

@@ -230,6 +230,18 @@ def test_timing_crossing_beside_a_real_fail_is_said_apart_and_not_counted(tmp_pa
     from krig.validate import decide
     answer_is = decide(res, ["answer"])[0]
     assert answer_is == ("not fixed" if contended else "regressed"), answer_is
+    # a metric bisection reads the run as this: the timing metric's value is left out on the
+    # contended host (a skip vote), a number the host cannot move is used either way
+    code = ("import json, sys\nfrom krig.bisect import log_line, read_attempt\n"
+            "t, a = read_attempt(sys.argv[1], 'files_seen'), read_attempt(sys.argv[1], 'answer')\n"
+            "print(json.dumps([t.metric, t.contended, a.metric, a.contended, "
+            "log_line('c' * 40, 's', 'skip', [t], 'files_seen')]))")
+    p = subprocess.run([sys.executable, "-c", code, str(new)], capture_output=True, text=True, cwd=root, timeout=120)
+    assert p.returncode == 0, p.stderr
+    t_value, t_contended, a_value, a_contended, logged = json.loads(p.stdout)
+    assert (t_value, t_contended) == ((None, True) if contended else (0, False)), p.stdout
+    assert (a_value, a_contended) == (41, False), p.stdout
+    assert ("files_seen=host-contended" in logged) == contended and ("files_seen=0" in logged) != contended, logged
 
 
 def expected_verdict(d: pathlib.Path) -> tuple[str, str]:
