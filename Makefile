@@ -89,12 +89,13 @@ test: helpers python test-prereqs
 
 # Before the tests: the CI kernels (cached; a no-op the second time) and, beside them, the lab
 # server's disk image (tests/labsim_image.py, cached; mostly downloads and dpkg, so it costs the
-# builds little). Either failing stops `make test` with one line naming it and the error; the
-# image's log is build/labsim-image.log.
+# builds little). A kernel that fails to build stops `make test` with one line naming it and
+# the error; an image that could not be built is one line (its log: build/labsim-image.log)
+# and the tests go on: the lab server's tests then fail, saying why.
 test-prereqs: helpers python
 	@mkdir -p build; $(PY) tests/labsim_image.py >build/labsim-image.log 2>&1 & img=$$!; \
 	$(KRIG) kernel build $(CI_KERNELS); rc=$$?; \
-	if ! wait $$img; then echo "make test: the lab server's image: $$(tail -n 1 build/labsim-image.log)" >&2; rc=1; fi; \
+	wait $$img || echo "make test: the lab server's image was not built: $$(tail -n 1 build/labsim-image.log)" >&2; \
 	exit $$rc
 
 # krig bisect end to end: real incremental builds of a short demo history and a guest per step
