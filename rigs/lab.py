@@ -21,8 +21,8 @@ add the process (host/user:krigPID), so a give-back, which releases only a
 lock of the dead holder's name, can never release a lock taken since by
 another krig of the same host and user. Two waiting controllers that look at
 once may both give the same lock back; the second finds nothing of it left
-to release, and each records that it gave it back. A lock without krig_lease (a person's `labgrid-client lock`) is
-never broken. While a live krig lease is on a place, no krig takes it, also
+to release, and each records that it gave it back. A lock without krig_lease
+(a person's `labgrid-client lock`) is never broken. While a live krig lease is on a place, no krig takes it, also
 when the coordinator was restarted and forgot its locks.
 
 The labgrid Python client (ClientSession) runs on an event loop in one thread
