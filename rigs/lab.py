@@ -22,8 +22,9 @@ lock of the dead holder's name, can never release a lock taken since by
 another krig of the same host and user. Two waiting controllers that look at
 once may both give the same lock back; the second finds nothing of it left
 to release, and each records that it gave it back. A lock without krig_lease
-(a person's `labgrid-client lock`) is never broken. While a live krig lease is on a place, no krig takes it, also
-when the coordinator was restarted and forgot its locks.
+(a person's `labgrid-client lock`) is never broken. While a live krig lease
+is on a place, no krig takes it, also when the coordinator was restarted and
+forgot its locks.
 
 The labgrid Python client (ClientSession) runs on an event loop in one thread
 of its own; every operation opens a short session (connect, read the places,
