@@ -314,8 +314,9 @@ def test_host_budget_below_the_limit_is_error_past_it_not_told(tmp_path, krig_cl
 def test_host_budget_before_the_first_sample_is_still_the_named_stop(tmp_path, krig_cli):
     """A budget of 0 ends the flood at once, and a loaded host's sampler may see it only once or
     twice: the run is the same ERROR naming the host's budget, not an analysis failure, and the
-    curve's metrics are not computed. A flood that short stopped for any other reason is still
-    ERROR asking for a shorter sample interval."""
+    curve's metrics are not computed. So is a time limit that short (ERROR naming max_duration).
+    A flood that short stopped for any other reason is still ERROR asking for a shorter sample
+    interval."""
     flood = ("generators=4\nops=12288 seconds=0.7 rate=16602\nstop_reason=host_budget\nstop_seconds=0.3\n"
              "new_names_per_s=13317\nnew_names=4096\nname_cap=1049024\nretention=-1\nretention_names=0\n"
              f"plateau_retention_pct=5\nlimit_bytes={LIMIT_2G:.0f}\ndentry_objsize=192\nlimit_crossed=0\n"
@@ -328,6 +329,12 @@ def test_host_budget_before_the_first_sample_is_still_the_named_stop(tmp_path, k
     m = _values(d)
     assert m["stop_reason"] == 6 and m["bounded"] is None and m["new_names"] == 4096
     assert m["peak_nr_negative"] is None and m["peak_dentry_bytes"] is None and m["time_to_5pct_ram_s"] is None
+    d = flood_run_dir(tmp_path / "time", flood.replace("stop_reason=host_budget", "stop_reason=time_limit"),
+                      range(len(neg)), neg, 5.2, 5.9)
+    p = krig_cli("check", str(d))
+    assert p.returncode == 3 and p.stdout.startswith("ERROR: instrument: out_of_time_untold = 1"), p.stdout + p.stderr
+    assert "raise max_duration" in p.stdout and p.stdout.count("\n") == 1
+    assert _values(d)["peak_nr_negative"] is None and _values(d)["new_names"] == 4096
     d = flood_run_dir(tmp_path / "cap", flood.replace("stop_reason=host_budget", "stop_reason=name_cap"),
                       range(len(neg)), neg, 5.2, 5.9)
     p = krig_cli("check", str(d))

@@ -247,10 +247,11 @@ def metrics(run) -> dict:
     fl = flood_report(run)
     out = report_metrics(run, fl)
     if during.sum() < 3:
-        if out["host_budget_untold"] == 1:
-            # the host's budget ended the flood below the limit before the sampler saw it (a budget
-            # of 0 stops it at once; a loaded host samples late): no curve, and no verdict on the
-            # kernel either way (host_budget_untold is an instrument check: ERROR naming the host)
+        if out["host_budget_untold"] == 1 or out["out_of_time_untold"] == 1:
+            # the host's budget or the time limit ended the flood below the limit before the
+            # sampler saw it (a budget of 0 stops it at once, so does a very short max_duration;
+            # a loaded host samples late): no curve, and no verdict on the kernel either way (both
+            # are instrument checks: ERROR naming the host's budget or max_duration)
             return {**out, **{n: math.nan for n in SLAB_METRICS + NEGATIVE_METRICS}}
         raise ValueError(f"only {int(during.sum())} samples during the flood; lower sample_interval")
     # (that sample stands for the moment the flood stopped: the generators made nothing after)
