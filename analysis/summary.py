@@ -35,7 +35,8 @@ def threshold_outcomes(run_dir: pathlib.Path, repro) -> dict:
     "fail", "unmeasured", "instrument", or "error" (the judge itself broke); "contended" for a
     timing (host_sensitive) threshold crossed while the run's host was contended (the verdict
     rule's host_contended_pct limit): the host moved it, so no reader counts it as the kernel's.
-    {} if not judged."""
+    The judge records "contended" itself; a run judged by an older krig has "fail" there, read
+    the same way. {} if not judged."""
     run = RunDir(run_dir)
     try:
         judged = run.thresholds()

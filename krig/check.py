@@ -27,7 +27,7 @@ from .record import Manifest, Verdict
 from .reproducer import load_analyzer, load_reproducer  # noqa: F401 (load_analyzer: callers' name)
 from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
 from .stall import still_progressing
-from .verdict import JUDGED, Evidence, decide, scan_console
+from .verdict import JUDGED, Evidence, decide, host_contended, scan_console
 
 
 # metrics krig adds to every run that has the data, unless the reproducer declares them
@@ -85,10 +85,13 @@ def compute_metrics(data: RunData, repro, analyzer) -> dict:
     return out
 
 
-def judge(run_dir: pathlib.Path) -> dict:
+def judge(run_dir: pathlib.Path, contended: bool = False) -> dict:
     """Run the threshold tests with pytest; returns counts and one line per threshold not passed,
     and writes the run's thresholds.json (each threshold's outcome, as data) and junit.xml (the
-    same, for other tools; never read back).
+    same, for other tools; never read back). `contended`: the run's host was contended
+    (krig.verdict.host_contended); a timing (host_sensitive) threshold crossed then is recorded
+    as "contended" in thresholds.json (the counts keep it a failure: the verdict rule says
+    what it makes of it).
 
     Each test case records krig_outcome (pass, fail, unmeasured, instrument) and krig_message;
     a case without them is pytest itself erring (a bug), reported as an error."""
@@ -107,8 +110,13 @@ def judge(run_dir: pathlib.Path) -> dict:
         rows = [json.loads(ln) for ln in said.read_text().splitlines()] if said.exists() else []
         safeio.write_bytes(run_dir, "junit.xml", junit.read_bytes())
     record = outcomes(rows)
+    counts = tally(record)
+    if contended:
+        for r in record:
+            if r["outcome"] == "fail" and r["host_sensitive"]:
+                r["outcome"] = "contended"
     RunDir(run_dir).write_json(THRESHOLDS, record)
-    return tally(record)
+    return counts
 
 
 def outcomes(rows: list) -> list:
@@ -206,8 +214,8 @@ def check(run_dir, project: tuple = ()) -> dict:
             if lost:
                 verdict.warn(f"the trace lost {lost:.0f} events: metrics computed from it are lower bounds; "
                              "enlarge trace.buffer_kb")
-            ev.thresholds = verdict.thresholds = judge(run_dir)
             ev.host_contended_pct = metrics.get("host_contended_pct", {}).get("value")
+            ev.thresholds = verdict.thresholds = judge(run_dir, host_contended(ev.host_contended_pct))
             notes = run_notes(analyzer, metrics)
         decided = decide(ev)
         v, why = decided

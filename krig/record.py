@@ -115,7 +115,7 @@ class Verdict:
 @dataclasses.dataclass(frozen=True)
 class ThresholdOutcome:
     threshold: str          # the threshold's id (metric and limit)
-    outcome: str            # pass, fail, unmeasured, instrument, error
+    outcome: str            # pass, fail, contended (a timing one on a contended host), unmeasured, instrument, error
     message: str
     host_sensitive: bool = False
 

@@ -202,6 +202,9 @@ def test_timing_crossing_beside_a_real_fail_is_said_apart_and_not_counted(tmp_pa
                                f"workload's seconds: {timing}")
     else:
         assert v["reason"] == f"{answer}; {timing}"
+    # the run record says it as the judge decided it: the timing crossing is "contended" there
+    recorded = {r["threshold"].split()[0]: r["outcome"] for r in json.loads((new / "thresholds.json").read_text())}
+    assert recorded["answer"] == "fail" and recorded["files_seen"] == ("contended" if contended else "fail"), recorded
     p = subprocess.run(KRIG + ["compare", "--json", str(base), "--", str(new)], capture_output=True, text=True,
                        cwd=root, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
