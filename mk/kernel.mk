@@ -5,8 +5,8 @@
 #   make kernel KERNEL=linux-6.1      build one kernel (cached: never built twice)
 #   make kernels                      build every kernels/*.toml that is not the distro's
 #   make kernel-status                cache key and state of each buildable kernel
-#   make ci-kernels                   the kernels `make test` builds first (tiny-6.1, its rmdir, cap and per-bucket variants,
-#                                     tiny-6.1-labsim: the simulated lab server's kexec kernel)
+#   make ci-kernels                   the kernels `make test` builds first (tiny-6.1, also the simulated lab
+#                                     server's kexec kernel, and its rmdir, cap and per-bucket variants)
 #   make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=linux-6.1] [METRIC=<name>]
 #   make bisect-demo [METRIC=<name>] [LIKE=..]   make a 6-commit 6.1 history with one bad commit and bisect it
 #                                     (each step with LIKE's config; unless given: tiny-6.1 for the demo, linux-6.1 for
@@ -19,7 +19,7 @@ LIKE ?=
 METRIC ?=
 
 # The kernels `make test` builds and judges (tests/test_kbuild.py).
-CI_KERNELS := tiny-6.1 tiny-6.1-rmdir-keeps-children tiny-6.1-negative-dentry-cap tiny-6.1-negative-dentry-per-bucket tiny-6.1-labsim
+CI_KERNELS := tiny-6.1 tiny-6.1-rmdir-keeps-children tiny-6.1-negative-dentry-cap tiny-6.1-negative-dentry-per-bucket
 
 .PHONY: kernel kernels kernel-status ci-kernels bisect bisect-demo
 

@@ -130,7 +130,7 @@ def test_real_kernel_tomls_resolve():
         labels = [label for label, _ in s.fragments]
         guest = "tiny-guest" if n.startswith("tiny-") else "krig-guest"
         # the guest fragment wins over every reproducer's; only the kernel's own fragments
-        # (kernels/fragments/, e.g. tiny-6.1-labsim's server needs) may follow it
+        # (kernels/fragments/, e.g. the lab server's needs in tiny-6.1) may follow it
         after = labels[labels.index(f"kernels/fragments/{guest}.config") + 1:]
         assert all(label.startswith("kernels/fragments/") for label in after), "the guest fragment must win"
         if s.cmdline:       # a boot-time variant of the kernel it extends: the same build
@@ -138,7 +138,7 @@ def test_real_kernel_tomls_resolve():
             assert kspec.cache_key(kspec.build_inputs(s)) == kspec.cache_key(kspec.build_inputs(parent)), n
         else:
             assert s.localversion == f"-krig-{n}"
-        assert len(s.patches) == (0 if n in ("linux-6.1", "tiny-6.1", "tiny-6.1-labsim") else 1)
+        assert len(s.patches) == (0 if n in ("linux-6.1", "tiny-6.1") else 1)
 
 
 # -- cache key -------------------------------------------------------------------

@@ -3,7 +3,7 @@
 tests/labsim_fixture.py: ipmi_sim as the BMC, UEFI firmware + GRUB booting
 Debian 12 with systemd from the server's own disk, a non-root SSH user with
 sudo, its own host key, an NVMe scratch disk, panic=0. The kernel krig kexecs
-into is tiny-6.1-labsim (a release other than the installed Debian one),
+into is tiny-6.1 (a release other than the installed Debian one),
 with krig's own initramfs and its test_lockup module shipped by krig.
 
 A systemd boot under TCG takes minutes, so the tests share one server and
@@ -13,7 +13,7 @@ boot it as few times as possible, in this order:
      and nothing is started, so the server is left on as found;
   2. a wedged kexec'd kernel: NMI, stacks on the SOL console, HUNG, power
      cycle back into the installed system;
-  3. the next run works: a seed smoke run after kexec into tiny-6.1-labsim,
+  3. the next run works: a seed smoke run after kexec into tiny-6.1,
      loaded this time with kexec_file_load (`kexec -s`, what a locked-down
      server needs);
   4. a server that never answers SSH: ERROR, one line.
@@ -33,7 +33,7 @@ import labsim_image
 from test_ipmi import _cli, _leftovers, _wait_no_leftovers
 
 pytestmark = [pytest.mark.labsim, pytest.mark.long(16)]     # minutes on 2 cores: make test starts it early
-KEXEC_KERNEL = "tiny-6.1-labsim"
+KEXEC_KERNEL = "tiny-6.1"
 SMOKE = ("neg-dentry-flood", "smoke", "FAIL")      # 6.1 has no cap on negative dentries
 SMOKE_SETS = {"settle_limit_x": "1"}                # a FAIL at the limit itself: one slow vCPU floods slowly
 
@@ -110,7 +110,7 @@ def test_found_running_host_key_and_missing_package(lab, tmp_path):
 
 
 def test_wedged_kexec_kernel_gets_nmi(lab, tmp_path):
-    """kexec (systemctl kexec under systemd) into tiny-6.1-labsim with krig's initramfs and
+    """kexec (systemctl kexec under systemd) into tiny-6.1 with krig's initramfs and
     its test_lockup module; the module spins with interrupts off. The NMI through the BMC
     puts the stacks on the SOL console; HUNG; the power cycle brings the installed system
     back (panic=0: nothing else would)."""
@@ -139,7 +139,7 @@ def test_wedged_kexec_kernel_gets_nmi(lab, tmp_path):
 
 
 def test_next_run_after_the_wedge_is_a_seed_smoke_run(lab, tmp_path):
-    """The next run on the same server works: installed system, kexec into tiny-6.1-labsim
+    """The next run on the same server works: installed system, kexec into tiny-6.1
     loaded with kexec_file_load, a seed reproducer's smoke preset, its verdict on that
     release, an orderly poweroff."""
     kernel = load_kernel(KEXEC_KERNEL)
