@@ -20,7 +20,7 @@ from analysis.rundata import RunData
 
 from . import ROOT, safeio
 from .errors import KrigError, UsageError
-from .junit import write_single
+from .junit import mark_contended, write_single
 from .hostload import contended_pct
 from .paths import owner_alive
 from .record import Manifest, Verdict
@@ -90,8 +90,8 @@ def judge(run_dir: pathlib.Path, contended: bool = False) -> dict:
     and writes the run's thresholds.json (each threshold's outcome, as data) and junit.xml (the
     same, for other tools; never read back). `contended`: the run's host was contended
     (krig.verdict.host_contended); a timing (host_sensitive) threshold crossed then is recorded
-    as "contended" in thresholds.json (the counts keep it a failure: the verdict rule says
-    what it makes of it).
+    as "contended" in thresholds.json and as a skipped case in junit.xml (the counts keep it a
+    failure: the verdict rule says what it makes of it).
 
     Each test case records krig_outcome (pass, fail, unmeasured, instrument) and krig_message;
     a case without them is pytest itself erring (a bug), reported as an error."""
@@ -108,13 +108,15 @@ def judge(run_dir: pathlib.Path, contended: bool = False) -> dict:
         if not junit.exists():
             raise KrigError(f"analysis did not produce junit.xml (pytest exit {p.returncode}); see analysis.log")
         rows = [json.loads(ln) for ln in said.read_text().splitlines()] if said.exists() else []
-        safeio.write_bytes(run_dir, "junit.xml", junit.read_bytes())
+        cases = junit.read_bytes()
     record = outcomes(rows)
     counts = tally(record)
     if contended:
         for r in record:
             if r["outcome"] == "fail" and r["host_sensitive"]:
                 r["outcome"] = "contended"
+        cases = mark_contended(cases)
+    safeio.write_bytes(run_dir, "junit.xml", cases)
     RunDir(run_dir).write_json(THRESHOLDS, record)
     return counts
 
