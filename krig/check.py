@@ -115,7 +115,7 @@ def judge(run_dir: pathlib.Path, contended: bool = False) -> dict:
         for r in record:
             if r["outcome"] == "fail" and r["host_sensitive"]:
                 r["outcome"] = "contended"
-        cases = mark_contended(cases)
+        cases = mark_contended(cases, {r["threshold"] for r in record if r["outcome"] == "contended"})
     safeio.write_bytes(run_dir, "junit.xml", cases)
     RunDir(run_dir).write_json(THRESHOLDS, record)
     return counts

@@ -207,13 +207,14 @@ def test_timing_crossing_beside_a_real_fail_is_said_apart_and_not_counted(tmp_pa
     recorded = {r["threshold"].split()[0]: r["outcome"] for r in json.loads((new / "thresholds.json").read_text())}
     assert recorded["answer"] == "fail" and recorded["files_seen"] == ("contended" if contended else "fail"), recorded
     # and so does the junit.xml a CI dashboard reads: the crossing is a skipped case there, not a failure
-    cases = {tc.get("name"): tc for tc in ET.parse(new / "junit.xml").getroot().iter("testcase")}
+    junit = ET.parse(new / "junit.xml").getroot()
+    cases = {tc.get("name"): tc for tc in junit.iter("testcase")}
     (timing_case,) = [tc for name, tc in cases.items() if "files_seen" in name]
     (answer_case,) = [tc for name, tc in cases.items() if "answer" in name]
     assert answer_case.find("failure") is not None
     assert (timing_case.find("failure") is None) == contended
     assert (timing_case.find("skipped") is not None) == contended
-    (suite,) = ET.parse(new / "junit.xml").getroot().iter("testsuite")
+    (suite,) = junit.iter("testsuite")
     assert suite.get("failures") == ("1" if contended else "2"), suite.attrib
     p = subprocess.run(KRIG + ["compare", "--json", str(base), "--", str(new)], capture_output=True, text=True,
                        cwd=root, timeout=300)
