@@ -7,13 +7,11 @@ PNGs beside the page, everything taken from files HTML-escaped.
 """
 import pathlib
 
-import matplotlib.pyplot as plt
-
 from krig.errors import KrigError
 from krig.reproducer import load_reproducer
 from krig.rundir import RunDir
 
-from .plots import draw, plot_data
+from .plots import draw, plot_data, pyplot
 from .report import CSS, esc, html_table
 from .rundata import RunData
 from .summary import fmt
@@ -32,6 +30,7 @@ def _metrics_of(d: pathlib.Path) -> dict:
 def overlay_plot(spec: dict, repro, runs: dict, out: pathlib.Path) -> pathlib.Path:
     """One PNG: spec drawn for every run of both sides. runs: {"base": [dirs], "new": [dirs]}."""
     png = out / f"compare-{spec['name']}.png"
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 5), dpi=100)
     ax2, handles, lims, lims2, title = None, {}, [], [], spec["title"]
     named = set()               # each phase named once over all the runs

@@ -12,12 +12,9 @@ import io
 import math
 import pathlib
 
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 (the backend is chosen first)
-import numpy as np  # noqa: E402
+import numpy as np
 
-from krig import safeio  # noqa: E402
+from krig import safeio
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 # threshold lines: black and greys, dashed, so no line can be taken for a series (COLORS)
@@ -323,7 +320,17 @@ def write_csv(path: pathlib.Path, data: PlotData):
     safeio.write_text(*safeio.split(path), f.getvalue())
 
 
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, imported where a picture is drawn: the import takes
+    0.3-0.6 s, which a command that draws nothing (krig --help, krig b4-check) must not pay."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
 def write_plot(data: PlotData, out_dir: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    plt = pyplot()
     png, csv_path = out_dir / f"plot-{data.name}.png", out_dir / f"plot-{data.name}.csv"
     fig, ax = plt.subplots(figsize=(9, 5), dpi=100)
     try:

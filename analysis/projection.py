@@ -17,6 +17,11 @@ PROJECTION = "projection.json"
 MAX_RAM = 64 << 40
 
 
+def parse_projects(specs) -> tuple:
+    """Every --project option given (None: none)."""
+    return tuple(parse_project(s) for s in specs or ())
+
+
 def parse_project(spec: str) -> tuple[int, int | None]:
     """'512G' or '512G:64' (RAM, and CPUs if given) of a --project option."""
     size, _, cpus = str(spec).partition(":")

@@ -5,6 +5,7 @@ in the returned notes, and never changes the verdict or touches the results.
 """
 import html
 import pathlib
+import sys
 
 from krig.rundir import RunDir, is_run_dir
 from krig.errors import KrigError, UsageError
@@ -196,3 +197,13 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
     run.write_text("report.html", build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes, proj))
     files.append(run_dir / "report.html")
     return {"files": files, "notes": notes}
+
+
+def cmd_report(a) -> int:
+    """`krig report RUN_DIR`: the files written, one a line; notes on standard error."""
+    res = write_report(a.run_dir, project=projection.parse_projects(a.project))
+    for note in res["notes"]:
+        print(f"krig: report: {note}", file=sys.stderr)
+    for f in res["files"]:
+        print(f)
+    return 0

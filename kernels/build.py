@@ -13,7 +13,8 @@ import sys
 
 from krig import KERNEL_DIR
 from krig.config import load_toml
-from krig.errors import UsageError, guarded
+from krig.errors import UsageError, guarded, handler
+from .buildargs import add_commands
 from .spec import is_distro
 from .incremental import build_kernel
 from .spec import build_inputs, cache_key, kernel_cache, resolve_spec
@@ -73,23 +74,11 @@ def cmd_status(a) -> int:
     return 0
 
 
-def add_commands(sub) -> None:
-    """`build` and `status`, as `krig kernel ...` and `python -m kernels.build ...`."""
-    b = sub.add_parser("build", help="build kernels from kernels/<name>.toml (a no-op when the cache has them; "
-                       "make runs in a bubblewrap sandbox, KRIG_BUILD_SANDBOX=off to build without it)")
-    b.add_argument("names", nargs="+", metavar="NAME", help="kernel names (kernels/<NAME>.toml; see `krig list`)")
-    b.add_argument("--force", action="store_true", help="rebuild even if the cache has it (default: use the cache)")
-    b.set_defaults(func=cmd_build)
-    s = sub.add_parser("status", help="cache key and build state of buildable kernels")
-    s.add_argument("names", nargs="*", metavar="NAME", help="kernel names (default: every buildable kernel)")
-    s.set_defaults(func=cmd_status)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kernels.build", description=__doc__.split("\n\n")[0])
     add_commands(ap.add_subparsers(dest="cmd", required=True))
     a = ap.parse_args(argv)
-    return guarded(lambda: a.func(a))
+    return guarded(lambda: handler(a.handler)(a))
 
 
 if __name__ == "__main__":

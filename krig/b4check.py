@@ -144,3 +144,8 @@ def main(dirs: list | None) -> int:
         raise UsageError(f"standard input: more than {MAX_INPUT >> 20} MiB; b4 review gives one message")
     print(json.dumps(check(data, dirs), indent=1))
     return 0
+
+
+def cmd_b4_check(a) -> int:
+    """`krig b4-check [--dir DIR]...`."""
+    return main(a.dir)

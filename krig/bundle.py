@@ -313,3 +313,8 @@ def kernel_files(k: dict, series: dict | None = None) -> list[tuple[str, pathlib
         name = data.get("extends")
     return out
 
+
+def cmd_bundle(a) -> int:
+    """`krig bundle RUN_DIR`."""
+    bundle(a.run_dir, a.output, a.with_trace, with_kernel=a.with_kernel)
+    return 0

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 
+from analysis.projection import parse_projects
 from analysis.report import write_report
 from analysis.rundata import RunData
 
@@ -27,7 +28,7 @@ from .record import Manifest, Verdict
 from .reproducer import load_analyzer, load_reproducer  # noqa: F401 (load_analyzer: callers' name)
 from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
 from .stall import still_progressing
-from .verdict import JUDGED, Evidence, decide, host_contended, scan_console
+from .verdict import JUDGED, Evidence, decide, exit_code, host_contended, scan_console
 
 
 # metrics krig adds to every run that has the data, unless the reproducer declares them
@@ -247,3 +248,10 @@ def report(run, repro=None, project: tuple = ()) -> None:
             print(f"krig: report: {note}", file=sys.stderr)
     except Exception as e:
         print(f"krig: report not written: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def cmd_check(a) -> int:
+    """`krig check RUN_DIR`."""
+    verdict = check(a.run_dir, parse_projects(a.project))
+    print(f"{verdict['verdict']}: {verdict['reason']}")
+    return exit_code(verdict["verdict"])

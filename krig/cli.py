@@ -1,4 +1,10 @@
-"""krig command line. Exit codes: see krig.verdict.VERDICTS (2 = bad input)."""
+"""krig command line. Exit codes: see krig.verdict.VERDICTS (2 = bad input).
+
+The parser is only declared here: each subcommand names its handler as "module:function"
+(set_defaults(handler=...)), a function of the parsed arguments that returns the exit code,
+imported when that subcommand runs (krig.errors.handler). Building the parser imports no
+workflow and no plotting or statistics library, so `krig --help` and `krig b4-check` start
+in a fraction of the time the runner takes to import (tests/test_startup_imports.py)."""
 import argparse
 import os
 import re
@@ -9,10 +15,11 @@ import sys
 # krig does no linear algebra worth a thread; a user's own setting wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from . import DEFAULT_KERNEL, DEFAULT_RIG, clihelp
+from kernels import buildargs
+from . import DEFAULT_KERNEL, DEFAULT_RIG, bisectargs, clihelp
 from .clihelp import KERNEL_HELP, PROJECT_HELP
-from .errors import KrigError, UsageError, guarded
-from .verdict import USAGE_EXIT, exit_code
+from .errors import guarded, handler
+from .verdict import USAGE_EXIT
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,130 +42,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE_EXIT, f"{self.prog}: {message} (`{self.prog} --help` has the usage and examples)\n")
 
 
-def cmd_run(a) -> int:
-    from .config import parse_set
-    from .run import run
-    if a.repeat is not None or a.group:
-        from .group import format_group, run_group
-        gdir, group, code = run_group(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set),
-                                      1 if a.repeat is None else a.repeat, a.group)
-        print(format_group(gdir, group))
-        return code
-    run_dir, verdict = run(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set))
-    print(f"{verdict['verdict']}: {verdict['reason']}")
-    print(f"results: {run_dir}")
-    return exit_code(verdict["verdict"])
-
-
-def _projected(a) -> tuple:
-    from analysis.projection import parse_project
-    return tuple(parse_project(s) for s in a.project or ())
-
-
-def cmd_check(a) -> int:
-    from .check import check
-    verdict = check(a.run_dir, _projected(a))
-    print(f"{verdict['verdict']}: {verdict['reason']}")
-    return exit_code(verdict["verdict"])
-
-
-def cmd_report(a) -> int:
-    from analysis.report import write_report
-    res = write_report(a.run_dir, project=_projected(a))
-    for note in res["notes"]:
-        print(f"krig: report: {note}", file=sys.stderr)
-    for f in res["files"]:
-        print(f)
-    return 0
-
-
-def cmd_list(a) -> int:
-    from kernels.catalog import kernel_names, load_kernel
-    from .reproducer import load_reproducer, reproducer_names
-    from rigs import load_rig, rig_names
-    print("reproducers:")
-    for n in reproducer_names():
-        r = load_reproducer(n)
-        first = r.description.splitlines()[0] if r.description else ""
-        print(f"  {n:24s} presets: {', '.join(sorted(r.presets)) or '-':26s} {first}")
-    print("rigs:")
-    for n in rig_names():
-        try:
-            rig = load_rig(n)
-            print(f"  {n:24s} {rig.kind:6s} {rig.spec.get('description', '')}")
-        except KrigError as e:
-            print(f"  {n:24s} INVALID: {e}")
-    print("kernels:")
-    not_built = False
-    for n in kernel_names():
-        try:
-            k = load_kernel(n)
-            print(f"  {n:32s} {k.release:40s} {k.description}")
-        except KrigError as e:
-            if type(e).__name__ == "KernelNotBuilt":
-                print(f"  {n:32s} {'(not built)':40s} {e.description}")
-                not_built = True
-            else:
-                print(f"  {n:32s} (not available: {e})")
-    if not_built:
-        print("  (build one with `krig kernel build <name>`)")
-    return 0
-
-
-def cmd_bundle(a) -> int:
-    from .bundle import bundle
-    bundle(a.run_dir, a.output, a.with_trace, with_kernel=a.with_kernel)
-    return 0
-
-
-def cmd_reproduce(a) -> int:
-    from .reproduce import reproduce
-    return reproduce(a.bundle, a.kernel, a.rig)
-
-
-def cmd_validate(a) -> int:
-    from .validate import format_answer, validate
-    vdir, state, code = validate(a.reproducer, a.base, a.series, a.repeat, a.rig, a.preset, a.set or [],
-                                 a.output, a.sender)
-    print(format_answer(vdir, state))
-    return code
-
-
-def cmd_b4_check(a) -> int:
-    from .b4check import main
-    return main(a.dir)
-
-
-def cmd_qualify(a) -> int:
-    from .qualify import qualify
-    return qualify(a.suite, a.output, a.fresh, prio=a.prio)
-
-
-def cmd_lab(a) -> int:
-    from . import lab
-    return lab.sync(a.rigs or None) if a.lcmd == "sync" else lab.status()
-
-
-def cmd_compare(a) -> int:
-    from .compare import main as compare_main
-    return compare_main((["--json"] if a.json else []) + (["--out", a.out] if a.out else [])
-                        + ["--format", a.format] + a.dirs)
-
-
-def cmd_export_kcidb(a) -> int:
-    from .kcidb import export
-    return export(a.paths, a.origin, a.output, a.submit, a.token_file)
-
-
-def cmd_trace_stats(a) -> int:
-    from analysis.trace.tracecli import stats_main
-    from analysis.trace.tracedat import TraceError
-    try:
-        return stats_main(a.trace, a.event, a.group_by, a.json)
-    except TraceError as e:          # the file or the event named: bad input
-        raise UsageError(str(e)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="krig", formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Kernel reproducer rig: boot a kernel on a rig, run a reproducer, judge it.",
@@ -175,15 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=int, metavar="N", help="N runs as one group (group.json; default one run)")
     r.add_argument("--group", metavar="DIR", help="the group directory to make or continue "
                    "(default results/<repro>/<kernel>/<rig>/group-<time>)")
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(handler="krig.group:cmd_run")
     c = sub.add_parser("check", help="re-run the analysis of an existing run directory")
     c.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (any copy of one; results/latest is the newest run)")
     c.add_argument("--project", action="append", metavar="RAM[:CPUS]", help=PROJECT_HELP)
-    c.set_defaults(func=cmd_check)
+    c.set_defaults(handler="krig.check:cmd_check")
     rp = sub.add_parser("report", help="write report.html, plots, summary.txt and trace.kshark.json of a run")
     rp.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (results/latest is the newest run)")
     rp.add_argument("--project", action="append", metavar="RAM[:CPUS]", help=PROJECT_HELP)
-    rp.set_defaults(func=cmd_report)
+    rp.set_defaults(handler="analysis.report:cmd_report")
     b = sub.add_parser("bundle", help="one tarball of a run that anyone reruns with `krig reproduce`")
     b.add_argument("run_dir", metavar="RUN_DIR", help="a judged run directory (results/latest is the newest run)")
     b.add_argument("--with-trace", action="store_true", help="include trace.dat (left out by default)")
@@ -191,14 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="include the kernel image, its config and their sha256 sums (left out by default)")
     b.add_argument("-o", "--output", metavar="FILE", help="where the tarball goes "
                    "(default ./krig-bundle-<repro>-<time>.tar.gz in the current directory)")
-    b.set_defaults(func=cmd_bundle)
+    b.set_defaults(handler="krig.bundle:cmd_bundle")
     rr = sub.add_parser("reproduce", help="rerun a bundle from its data (bundle.json, run-args); runs no file "
                         "from the bundle")
     rr.add_argument("bundle", metavar="BUNDLE.tar.gz", help="a bundle written by krig bundle")
     rr.add_argument("--kernel", metavar="KERNEL", help="the kernel to run (default: the bundle's kernel argument "
                     "or name; a bundled image with --with-kernel is used only when given as bundled)")
     rr.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help="the rig (default qemu-default)")
-    rr.set_defaults(func=cmd_reproduce)
+    rr.set_defaults(handler="krig.reproduce:cmd_reproduce")
     v = sub.add_parser("validate",
                        help="does a patch series fix a reproducer's regression? base vs base+series, a reply")
     v.add_argument("reproducer", metavar="REPRODUCER", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
@@ -220,12 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the validation directory (default results/validate/<repro>-<patchset>-<key>)")
     v.add_argument("--from", dest="sender", metavar="'NAME <ADDR>'",
                    help="the reply's sender and Tested-by (default: git config user.name/user.email)")
-    v.set_defaults(func=cmd_validate)
+    v.set_defaults(handler="krig.validate:cmd_validate")
     b4c = sub.add_parser("b4-check", help="krig's validations of a series as a `b4 review` check (JSON on stdout)")
     b4c.add_argument("--dir", action="append", metavar="DIR",
                      help="a validation directory (krig validate -o DIR) or a directory of them (repeatable; "
                      "default results/validate)")
-    b4c.set_defaults(func=cmd_b4_check)
+    b4c.set_defaults(handler="krig.b4check:cmd_b4_check")
     q = sub.add_parser("qualify", help="run a qualification suite: reproducers x kernels x rigs x repeats")
     q.add_argument("suite", metavar="SUITE.toml", help="a qualification suite file (e.g. qualify/smoke.toml)")
     q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
@@ -234,17 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--prio", type=float, metavar="N",
                    help="priority of this suite's lab reservations with KRIG_LAB_COORDINATOR; higher goes first "
                         "(default KRIG_LAB_PRIO or 0)")
-    q.set_defaults(func=cmd_qualify)
+    q.set_defaults(handler="krig.qualify:cmd_qualify")
     lb = sub.add_parser("lab", help="the lab's labgrid coordinator (KRIG_LAB_COORDINATOR=HOST:PORT)")
     lsub = lb.add_subparsers(dest="lcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     sy = lsub.add_parser("sync", help="create or update a place per IPMI rig, tags from its [lab] table")
     sy.add_argument("rigs", nargs="*", metavar="RIG", help="rig names (default: every IPMI rig found)")
-    sy.set_defaults(func=cmd_lab)
+    sy.set_defaults(handler="krig.lab:cmd_sync")
     st = lsub.add_parser("status", help="each place: free, allocated or locked (by whom, since, lease); "
                                         "waiting reservations in priority order")
-    st.set_defaults(func=cmd_lab)
+    st.set_defaults(handler="krig.lab:cmd_status")
     ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
-    ls.set_defaults(func=cmd_list)
+    ls.set_defaults(handler="krig.listing:cmd_list")
     cmp = sub.add_parser("compare", help="compare runs or groups of two kernels: krig compare BASE... -- NEW...",
                          usage="krig compare [--json | --format text|lkp] [--out DIR] BASE... -- NEW...")
     cmp.add_argument("--json", action="store_true", help="the comparison as JSON (default: text)")
@@ -253,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", metavar="DIR", help="where compare.html goes (default results/compare/<repro>-<time>)")
     cmp.add_argument("dirs", nargs=argparse.REMAINDER, metavar="BASE... -- NEW...",
                      help="run or group directories of the base kernel, `--`, then those of the new one")
-    cmp.set_defaults(func=cmd_compare)
+    cmp.set_defaults(handler="krig.compare:cmd_compare")
     ex = sub.add_parser("export", help="runs in other systems' formats: krig export kcidb ...")
     exsub = ex.add_subparsers(dest="ecmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     kc = exsub.add_parser("kcidb", help="runs, groups or qualifications as a KCIDB v5.3 report for KernelCI "
@@ -271,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "/submit endpoint) and print the submission id; needs --token-file (default: not sent)")
     kc.add_argument("--token-file", metavar="FILE",
                     help="the origin's KCIDB-ng token on the first line of a file of mode 0600 (with --submit; no default)")
-    kc.set_defaults(func=cmd_export_kcidb)
+    kc.set_defaults(handler="krig.kcidb:cmd_export")
     t = sub.add_parser("trace", help="read trace.dat files")
     tsub = t.add_subparsers(dest="tcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     ts = tsub.add_parser("stats", help="count an event, optionally grouped by a field")
@@ -279,13 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("--event", required=True, metavar="SYSTEM:EVENT", help="the event to count (required)")
     ts.add_argument("--group-by", metavar="FIELD", help="count per value of this field (default: one total)")
     ts.add_argument("--json", action="store_true", help="the counts as JSON (default: text)")
-    ts.set_defaults(func=cmd_trace_stats)
-    from kernels import build
-    from . import bisect
+    ts.set_defaults(handler="analysis.trace.tracecli:cmd_stats")
     k = sub.add_parser("kernel", help="build kernels from kernels/<name>.toml (cached) and show the cache")
-    build.add_commands(k.add_subparsers(dest="kcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
+    buildargs.add_commands(k.add_subparsers(dest="kcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
     bs = sub.add_parser("bisect", help="git bisect a kernel tree with a reproducer's verdict (or a metric)")
-    bisect.add_commands(bs.add_subparsers(dest="bcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
+    bisectargs.add_commands(bs.add_subparsers(dest="bcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
     clihelp.apply(p)
     return p
 
@@ -295,7 +176,7 @@ def main(argv=None) -> int:
 
     def call():
         try:
-            return args.func(args)
+            return handler(args.handler)(args)
         except BrokenPipeError:
             return 0
     return guarded(call)

@@ -352,3 +352,9 @@ def main(tokens: list) -> int:
         print(format_text(res))
         print(f"\ncompare.html: {out / 'compare.html'}")
     return 0
+
+
+def cmd_compare(a) -> int:
+    """`krig compare BASE... -- NEW...` (the options parsed again by main, as `python -m` does)."""
+    return main((["--json"] if a.json else []) + (["--out", a.out] if a.out else [])
+                + ["--format", a.format] + a.dirs)

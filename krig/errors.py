@@ -1,5 +1,6 @@
 """Errors that krig reports as one clear line instead of a traceback."""
 import errno
+import importlib
 import signal
 import sys
 import traceback
@@ -74,3 +75,13 @@ def guarded(fn, error_code: int | None = None) -> int:
         traceback.print_exc()
         print("krig: internal error (a bug in krig; the traceback above says where)", file=sys.stderr)
         return KrigError.exit_code if error_code is None else error_code
+
+
+def handler(name: str):
+    """The function a parser names as "package.module:function", imported now.
+
+    Parsers name each subcommand's handler this way (set_defaults(handler=...)), so that
+    building `krig`'s parser imports no workflow: `krig b4-check` loads b4check and what it
+    imports, not the runner, the build or the plotting library."""
+    module, _, func = name.partition(":")
+    return getattr(importlib.import_module(module), func)

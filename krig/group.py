@@ -22,6 +22,7 @@ from kernels.catalog import load_kernel
 from rigs import load_rig
 
 from . import RESULTS_DIR
+from .config import parse_set
 from .errors import KrigError, UsageError
 from .reproducer import load_reproducer
 from .results import GROUP_FILE, now, read_json, run_dirs_of, run_state, write_json
@@ -170,3 +171,16 @@ def format_group(gdir: pathlib.Path, group: dict, width: int = 100) -> str:
                      f"{fmt(s['max']):>12s}  {s['unit']}"[:width])
     lines.append(f"group: {gdir}")
     return "\n".join(lines)
+
+
+def cmd_run(a) -> int:
+    """`krig run`: one run, or a group with --repeat or --group."""
+    if a.repeat is not None or a.group:
+        gdir, group, code = run_group(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set),
+                                      1 if a.repeat is None else a.repeat, a.group)
+        print(format_group(gdir, group))
+        return code
+    run_dir, verdict = run(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set))
+    print(f"{verdict['verdict']}: {verdict['reason']}")
+    print(f"results: {run_dir}")
+    return exit_code(verdict["verdict"])

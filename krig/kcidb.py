@@ -411,3 +411,8 @@ def export(paths: list, origin: str, output=None, submit_url=None, token_file=No
 
 
 assert set(STATUS) == set(VERDICTS), "every krig verdict needs a KCIDB status"
+
+
+def cmd_export(a) -> int:
+    """`krig export kcidb PATH... --origin NAME`."""
+    return export(a.paths, a.origin, a.output, a.submit, a.token_file)

@@ -124,3 +124,13 @@ def select_rigs(sel: dict, where: str) -> list[str]:
     if count and len(match) < count:
         raise UsageError(f"{where}.count: {count} servers asked, {len(match)} match: {', '.join(match)}")
     return match[:count] if count else match
+
+
+def cmd_sync(a) -> int:
+    """`krig lab sync [RIG]...`."""
+    return sync(a.rigs or None)
+
+
+def cmd_status(a) -> int:
+    """`krig lab status`."""
+    return status()

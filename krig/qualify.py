@@ -273,6 +273,11 @@ def test_qualify_case(qualify_case):
 
 # -- command line -----------------------------------------------------------------
 
+def cmd_qualify(a) -> int:
+    """`krig qualify SUITE`."""
+    return qualify(a.suite, a.output, a.fresh, prio=a.prio)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m krig.qualify")
     p.add_argument("suite")
@@ -280,7 +285,7 @@ def main(argv=None) -> int:
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--prio", type=float)
     a = p.parse_args(argv)
-    return guarded(lambda: qualify(a.suite, a.output, a.fresh, prio=a.prio))
+    return guarded(lambda: cmd_qualify(a))
 
 
 if __name__ == "__main__":

@@ -241,3 +241,8 @@ def reproduce(bundle: str, kernel: str | None = None, rig: str = DEFAULT_RIG, lo
     print(f"bundled: {bundled}")
     print(f"rerun:   {verdict['verdict']} (rig {rig})")
     return 0 if verdict["verdict"] == bundled else 1
+
+
+def cmd_reproduce(a) -> int:
+    """`krig reproduce BUNDLE`."""
+    return reproduce(a.bundle, a.kernel, a.rig)

@@ -9,7 +9,6 @@ nothing that blocks), so nothing here opens a run file by path.
 """
 import pathlib
 
-import numpy as np
 
 from . import safeio
 from .errors import UsageError
@@ -163,6 +162,7 @@ def load_samples(path) -> dict:
 
 
 def parse_samples(text: str, path) -> dict:
+    import numpy as np      # only where samples are read: `krig b4-check` and `krig --help` never do
     lines = text.splitlines()
     if not lines:
         raise UsageError(f"{path}: empty sample file")

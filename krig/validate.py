@@ -271,3 +271,11 @@ def format_answer(vdir: pathlib.Path, state: dict) -> str:
     lines += [f"differs (numbers may not be comparable): {d}" for d in state["differences"]]
     lines += [f"reply: {vdir / 'reply.mbox'} (and reply.txt)", f"validation: {vdir}"]
     return "\n".join(lines)
+
+
+def cmd_validate(a) -> int:
+    """`krig validate REPRODUCER --base KERNEL --series MBOX`: the answer, and its exit code."""
+    vdir, state, code = validate(a.reproducer, a.base, a.series, a.repeat, a.rig, a.preset, a.set or [],
+                                 a.output, a.sender)
+    print(format_answer(vdir, state))
+    return code

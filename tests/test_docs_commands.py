@@ -116,7 +116,7 @@ def krig_problems(words: list, page_text: str) -> list:
     if rig and _NAME.match(rig) and not rig.endswith(".toml") and not (ROOT / "rigs" / f"{rig}.toml").is_file() \
             and page_text.count(f"{rig}.toml") == 0:
         out.append(f"--rig {rig}: no rigs/{rig}.toml, and the page never shows the reader writing it")
-    if getattr(a, "func", None) and a.func.__name__ == "cmd_compare":
+    if getattr(a, "handler", None) == "krig.compare:cmd_compare":
         try:
             compare_args(a.dirs)
         except UsageError as e:

@@ -8,6 +8,7 @@ from collections import Counter
 import numpy as np
 
 from analysis.trace.tracedat import TraceError, TraceFile
+from krig.errors import UsageError
 
 
 def _plain(v):
@@ -128,3 +129,12 @@ def stats_main(path: str, event: str, group_by: str | None, as_json: bool,
                   f"({lost['pages_with_loss']} pages flagged, overrun {lost['overrun']}, "
                   f"dropped {lost['dropped']})\n")
     return 0
+
+
+def cmd_stats(a) -> int:
+    """`krig trace stats TRACE.DAT --event SYSTEM:EVENT`: a file or an event that is not there is
+    bad input (exit 2, one line)."""
+    try:
+        return stats_main(a.trace, a.event, a.group_by, a.json)
+    except TraceError as e:
+        raise UsageError(str(e)) from None
