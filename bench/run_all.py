@@ -5,6 +5,7 @@ import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 BENCHES = [
+    ("krig --help and krig b4-check start-up vs the bare interpreter's", ["bench_startup.py"]),
     ("trace reader vs trace-cmd report | grep | wc -l", ["bench_trace.py"]),
     ("rig overhead vs virtme-ng; flood generator vs bare stat loop", ["bench_rig.py"]),
     ("xfs-ail-storm smoke with and without tracing and sampling", ["bench_collect.py"]),

@@ -18,9 +18,21 @@ def test_trace_bench_quick_counts_agree():
     rows = [line for line in p.stdout.splitlines() if line.startswith("xfs_")]
     counted = [line for line in rows if line.rstrip().endswith(("ok", "MISMATCH"))]
     assert len(counted) == 2 and all(line.rstrip().endswith("ok") for line in counted), p.stdout
-    # the grouped count (krig trace stats --group-by) is timed on both files too; its count and
+    # krig trace stats, plain and grouped (--group-by), is timed on both files too; its count and
     # the sum of its groups were checked against the written events and trace-cmd (exit 0)
-    assert len(rows) - len(counted) == 2, p.stdout
+    assert len(rows) - len(counted) == 4, p.stdout
+    assert p.stdout.count("krig trace stats --event xfs:xfs_ail_insert") == 2, p.stdout
+
+
+def test_startup_bench_times_each_command_and_b4_check_answers():
+    """bench_startup.py runs `krig --help`, `krig b4-check` on a one-patch series (it exits 1
+    unless b4-check answers with one entry) and the bare interpreter, a row each."""
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_startup.py"), "--runs", "2"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for name in ("python -c pass", "krig --help", "krig b4-check (one patch)"):
+        row = [line for line in p.stdout.splitlines() if line.startswith(name + " ")]
+        assert len(row) == 1 and re.search(r"\d+ \(\d+-\d+\) +\d+ \(\d+-\d+\) +[\d.]+x", row[0]), p.stdout
 
 
 @pytest.mark.guest
