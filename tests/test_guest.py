@@ -29,6 +29,8 @@ def test_pass_has_every_file(tmp_path, no_leftover_qemu):
     assert d.is_relative_to(tmp_path / "results")
     for f in RUN_FILES:
         assert (d / f).exists(), f"missing {f}"
+    # what the guest wrote as QEMU's user is krig's once pulled
+    assert {f.stat().st_uid for f in d.rglob("*")} == {os.geteuid()}
     m = json.loads((d / "manifest.json").read_text())
     assert m["complete"] is True and m["outcome"] == "completed"
     assert m["rig_facts"]["accel"] in ("kvm", "tcg") and m["rig_facts"]["accel_reason"]
