@@ -30,10 +30,11 @@ HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
 # the trace reader's page walk in C (analysis/trace/kbuffer.py loads it with ctypes)
 KWALK := analysis/trace/_kwalk.so
 
-.PHONY: help setup apt python helpers test test-prereqs test-fast test-bisect run list check bench clean qualify docs-pictures
+.PHONY: help setup apt qemu-user python helpers test test-prereqs test-fast test-bisect run list check bench clean qualify docs-pictures
 
 help:
 	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
+	@echo "make qemu-user             the system user krig-qemu QEMU runs as when krig is root (in setup)"
 	@echo "make test                  self-tests, including real QEMU guests and smoke runs"
 	@echo "make test-fast             self-tests that boot no guest and build no kernel"
 	@echo "make test-bisect           krig bisect end to end alone (also in make test; 10-20 min)"
@@ -51,7 +52,14 @@ help:
 	@echo "make bisect-demo [METRIC=.. LIKE=..]   bisect a small local 6.1 history with one injected bad commit"
 	@echo "make clean                 remove build outputs (keeps results/)"
 
-setup: apt python helpers
+setup: apt qemu-user python helpers
+
+# QEMU's own user when krig runs as root (rigs/qemu_confine.py): a system user without a
+# home or a login shell, made once, as Debian's own services do
+QEMU_USER := krig-qemu
+qemu-user:
+	@getent passwd $(QEMU_USER) >/dev/null || $(SUDO) useradd --system --user-group --no-create-home \
+		--home-dir /nonexistent --shell /usr/sbin/nologin --comment "krig's QEMU" $(QEMU_USER)
 
 apt:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \

@@ -30,6 +30,8 @@ MOUNT_POINTS = ("proc", "sys", "dev", "tmp", "run", "var", "root", "home", "mnt"
 SECRET_NAME = re.compile(r"(^|[_.-])(key|keys|keytab|secret|secrets|passwd-|shadow|gshadow|pw|password)"
                          r"([_.-]|$)|^ssh_host_|^id_|^\.pwd\.lock$", re.I)
 SHARE_OPTS = "security_model=none,readonly=on,multidevs=remap"
+# The made-up shadow holds no password; QEMU reads it as its own user (rigs/qemu_confine.py).
+SHADOW_MODE = 0o644
 
 
 def _public(st: os.stat_result) -> bool:
@@ -75,7 +77,7 @@ def _no_password_shadow(etc: pathlib.Path) -> None:
     users = [ln.split(":", 1)[0] for ln in (etc / "passwd").read_text().splitlines() if ":" in ln] \
         if (etc / "passwd").exists() else []
     (etc / "shadow").write_text("".join(f"{u}:*:19000:0:99999:7:::\n" for u in users))
-    (etc / "shadow").chmod(0o600)
+    (etc / "shadow").chmod(SHADOW_MODE)
 
 
 def build(dest: pathlib.Path, tree: pathlib.Path) -> tuple[list, list]:
@@ -102,7 +104,7 @@ def build(dest: pathlib.Path, tree: pathlib.Path) -> tuple[list, list]:
 
 def _etc_key(tree: pathlib.Path) -> str:
     """Changes whenever anything in /etc (name, size, mtime, mode, link) or the tree's path does."""
-    h = hashlib.sha256(f"{tree}|{SECRET_NAME.pattern}|{MOUNT_POINTS}|{SYSTEM_DIRS}".encode())
+    h = hashlib.sha256(f"{tree}|{SECRET_NAME.pattern}|{MOUNT_POINTS}|{SYSTEM_DIRS}|{SHADOW_MODE:o}".encode())
     for dirpath, dirnames, filenames in os.walk("/etc"):
         dirnames.sort()
         for name in sorted(filenames + dirnames):

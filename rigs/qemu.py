@@ -18,7 +18,7 @@ from krig import ROOT, safeio
 from krig.config import optional, parse_size, reject_unknown, require
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError, os_fault
 from krig.paths import cache_dir, owner_alive, owner_record
-from . import guestroot, initramfs, kimage, qemu_memory, qemu_share
+from . import guestroot, initramfs, kimage, qemu_confine, qemu_memory, qemu_share
 from .procs import dies_with_parent, stopped_by_host
 from .protocol import BootProtocol, ConsoleProtocol, FilesProtocol, PowerProtocol, Rig
 from .qemu_mailbox import MailboxCommand
@@ -40,7 +40,8 @@ PROBE_TIMEOUT = 25.0
 PROBE_CACHE_SECONDS = 24 * 3600
 GUEST_SHARE = "/run/krig/share"
 # QEMU's own seccomp filter: a guest that escapes into QEMU cannot exec, fork, raise its
-# privileges, or change scheduling and resource limits (docs/security.md)
+# privileges, or change scheduling and resource limits (docs/security.md); when krig is
+# root, QEMU runs as an unprivileged user and the filter lets it drop (rigs/qemu_confine.py)
 SANDBOX = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
 # extra_args a rig file may add: each takes one value. Nothing that reaches host
 # files, sockets, the network, the monitor or host devices (-drive, -virtfs,
@@ -146,19 +147,22 @@ def probe_accel(kernel, initrd: pathlib.Path) -> tuple[str, str]:
         pass
     with tempfile.TemporaryDirectory(prefix="krig-probe-") as td:
         log = pathlib.Path(td, "console.log")
-        argv = [QEMU, "-accel", "kvm", "-cpu", "host", "-m", "512M", "-smp", "1",
-                "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot", "-sandbox", SANDBOX,
-                "-chardev", f"file,id=con,path={log}", "-serial", "chardev:con",
-                "-kernel", str(kernel.image), "-initrd", str(initrd),
-                "-append", "console=ttyS0 panic=-1 krig.mode=probe"]
+        argv = qemu_confine.confine([
+            QEMU, "-accel", "kvm", "-cpu", "host", "-m", "512M", "-smp", "1",
+            "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot", "-sandbox", SANDBOX,
+            "-chardev", f"file,id=con,path={log}", "-serial", "chardev:con",
+            "-kernel", str(kernel.image), "-initrd", str(initrd),
+            "-append", "console=ttyS0 panic=-1 krig.mode=probe"])
         t0 = time.monotonic()
         p = subprocess.Popen(dies_with_parent(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, start_new_session=True)
+        guard = qemu_confine.start_guard(p)
         try:
             _, err = p.communicate(timeout=PROBE_TIMEOUT)
         except subprocess.TimeoutExpired:
             _kill(p)
             err = b""
+        qemu_confine.end_guard(guard)
         ok = "KRIG-PROBE-OK" in log.read_text(errors="replace") if log.exists() else False
         took = time.monotonic() - t0
     if ok:
@@ -263,6 +267,7 @@ class QemuMachine:
     def __init__(self, name: str):
         self.name = name
         self.proc: subprocess.Popen | None = None
+        self.guard: subprocess.Popen | None = None     # kills QEMU if krig dies (rigs/qemu_confine.py)
         self.run_dir: pathlib.Path | None = None
         self.workdir: pathlib.Path | None = None
         self.share: pathlib.Path | None = None
@@ -382,6 +387,7 @@ class QemuRig(Rig):
     def close(self):
         if self.m.proc is not None:
             _kill(self.m.proc)
+            qemu_confine.end_guard(self.m.guard)
         if self.m.watch is not None:
             self.m.watch.stop()
         if self.m.workdir and self.m.workdir.exists() and not self.spec["keep_disks"]:
@@ -422,6 +428,7 @@ class _Power(PowerProtocol):
             raise RigError(f"cannot start {QEMU}: {e}") from None
         finally:
             qlog.close()
+        r.guard = qemu_confine.start_guard(r.proc)
 
     def off(self):
         if self.m.proc is not None:
@@ -477,6 +484,7 @@ class _Boot(BootProtocol):
             argv += ["-drive", f"file={d['path']},if=none,id=nvme{i},format=raw,cache=unsafe",
                      "-device", f"nvme,drive=nvme{i},serial={d['serial']}"]
         argv += spec["extra_args"]
+        argv = qemu_confine.confine(argv, owned=[r.share])     # the guest writes the share as QEMU's user
         r.argv = argv
         r.facts["qemu_argv"] = argv
         r.facts["kernel_cmdline"] = " ".join(append)
@@ -495,6 +503,7 @@ class _Boot(BootProtocol):
                 raise GuestHung(f"guest did not come up within {timeout or spec['boot_timeout']:.0f}s")
             time.sleep(0.1)
         r.facts["boot_seconds"] = round(time.monotonic() - t0, 2)
+        r.facts["qemu_user"] = qemu_confine.process_user(r.proc.pid)     # the guest runs: QEMU dropped
         r.facts.update(qemu_memory.booted(spec, r.proc.pid))
 
 

@@ -130,6 +130,8 @@ def _move(sfd: int, dfd: int, name: str) -> None:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
         try:
             os.fchmod(fd, 0o644)
+            if os.geteuid() == 0:   # written by QEMU's unprivileged user (rigs/qemu_confine.py): krig's now
+                os.fchown(fd, 0, os.getegid())
         finally:
             os.close(fd)
     except OSError as e:

@@ -31,7 +31,7 @@ import threading
 import time
 
 from krig.config import toml_value
-from rigs import guestroot
+from rigs import guestroot, qemu_confine
 from rigs.procs import dies_with_parent
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -147,13 +147,13 @@ class SimServer:
     # -- setup --------------------------------------------------------------
     def _keys(self):
         cfg = self.base / "cfg"
-        cfg.mkdir(mode=0o700)
+        cfg.mkdir(mode=0o755)      # QEMU reads it as its own user (rigs/qemu_confine.py)
         for name in ("ssh_host_ed25519_key", "other_host_key", "client_key"):
             d = cfg if name.startswith("ssh_host") else self.base
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"krig-test-{name}",
                             "-f", str(d / name)], check=True, timeout=60)
         shutil.copy(self.base / "client_key.pub", cfg / "authorized_keys")
-        (cfg / "authorized_keys").chmod(0o600)
+        (cfg / "authorized_keys").chmod(0o644)
         (cfg / "sshd_config").write_text(
             "Port 22\nHostKey /run/krig/cfg/ssh_host_ed25519_key\n"
             "AuthorizedKeysFile /run/krig/cfg/authorized_keys\nPermitRootLogin prohibit-password\n"
@@ -174,7 +174,9 @@ class SimServer:
         root_args, root_cmdline = guestroot.build(b / "guestroot", ROOT)
         append = ("console=ttyS0,115200 panic=-1 loglevel=6 krig.mode=sshd krig.hostname=krig-ipmi-guest "
                   "krig.ip=10.0.2.15/24 krig.gw=10.0.2.2 " + " ".join(root_cmdline))
-        return ["setpriv", "--pdeathsig", "KILL", "qemu-system-x86_64", "-name", "krig-ipmi-sim-guest",
+        # QEMU reads the host key after dropping to its user: the key is that user's
+        return ["setpriv", "--pdeathsig", "KILL", *qemu_confine.confine([
+                "qemu-system-x86_64", "-name", "krig-ipmi-sim-guest",
                 "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb),
                 "-display", "none", "-vga", "none", "-nodefaults", "-pidfile", f"{b}/qemu.pid",
                 "-chardev", f"socket,id=ipmi0,host=127.0.0.1,port={self.kcs_port},reconnect=2",
@@ -187,14 +189,15 @@ class SimServer:
                 *root_args,
                 "-virtfs", f"local,path={b}/cfg,mount_tag=krigcfg,security_model=none,readonly=on,multidevs=remap",
                 "-drive", f"file={b}/scratch.img,if=none,id=nvme0,format=raw,cache=unsafe",
-                "-device", "nvme,drive=nvme0,serial=krig-scratch"]
+                "-device", "nvme,drive=nvme0,serial=krig-scratch"], owned=[b / "cfg" / "ssh_host_ed25519_key"])]
 
     def _configs(self):
         b = self.base
         with open(b / "scratch.img", "wb") as f:
             f.truncate(self.scratch_bytes)      # sparse
         start = b / "start-vm"
-        start.write_text("#!/bin/sh\n# ipmi_sim's startcmd: the server's power\nexec "
+        start.write_text("#!/bin/sh\n# ipmi_sim's startcmd: the server's power\n"
+                         + qemu_confine.guard_shell_line() + "exec "
                          + " ".join(f"'{a}'" for a in self._vm_argv()) + f" >>{self.logs}/qemu.log 2>&1\n")
         start.chmod(0o755)
         subprocess.run(["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", str(b / "krig_diag.so"), str(DIAG_SRC)],

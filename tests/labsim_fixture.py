@@ -18,6 +18,7 @@ import subprocess
 
 from ipmi_fixture import SimServer
 import labsim_image
+from rigs import qemu_confine
 
 MEMORY_MB = 2048
 
@@ -51,7 +52,8 @@ class LabServer(SimServer):
 
     def _vm_argv(self) -> list:
         b = self.base
-        return ["setpriv", "--pdeathsig", "KILL", "qemu-system-x86_64", "-name", "krig-labsim-server",
+        return ["setpriv", "--pdeathsig", "KILL", *qemu_confine.confine([
+                "qemu-system-x86_64", "-name", "krig-labsim-server",
                 "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb),
                 "-display", "none", "-vga", "none", "-nodefaults", "-pidfile", f"{b}/qemu.pid",
                 "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={labsim_image.OVMF_CODE}",
@@ -65,7 +67,7 @@ class LabServer(SimServer):
                 "-drive", f"file={b}/disk.qcow2,if=none,id=disk0,format=qcow2",
                 "-device", "virtio-blk-pci,drive=disk0,bootindex=0",
                 "-drive", f"file={b}/scratch.img,if=none,id=nvme0,format=raw,cache=unsafe",
-                "-device", "nvme,drive=nvme0,serial=krig-scratch"]
+                "-device", "nvme,drive=nvme0,serial=krig-scratch"])]
 
     def rig_file(self, name: str, bmc: dict | None = None, ssh: dict | None = None, **top) -> pathlib.Path:
         top = {"remote_dir": "/var/lib/krig", "shutdown_command": ["systemctl", "poweroff"],

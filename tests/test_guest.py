@@ -1,6 +1,7 @@
 """The foundation on a real QEMU guest: each verdict, Ctrl-C, result files."""
 import json
 import os
+import pwd
 import signal
 import subprocess
 import time
@@ -9,8 +10,12 @@ import pytest
 
 from conftest import KRIG, ROOT, check_a_copy, krig_run, qemu_pids, run_dir_of
 from krig.stall import window_for
+from rigs import qemu_confine
 
 pytestmark = pytest.mark.guest
+
+# the user QEMU runs as: an unprivileged one when the tests run as root (rigs/qemu_confine.py)
+QEMU_USER = qemu_confine.runas_user() or pwd.getpwuid(os.geteuid()).pw_name
 
 RUN_FILES = ["manifest.json", "console.log", "stdout", "stderr", "exit_code", "samples.tsv",
              "metrics.json", "verdict.json", "junit.xml", "time.txt"]
@@ -24,9 +29,14 @@ def test_pass_has_every_file(tmp_path, no_leftover_qemu):
     assert d.is_relative_to(tmp_path / "results")
     for f in RUN_FILES:
         assert (d / f).exists(), f"missing {f}"
+    # what the guest wrote as QEMU's user is krig's once pulled
+    assert {f.stat().st_uid for f in d.rglob("*")} == {os.geteuid()}
     m = json.loads((d / "manifest.json").read_text())
     assert m["complete"] is True and m["outcome"] == "completed"
     assert m["rig_facts"]["accel"] in ("kvm", "tcg") and m["rig_facts"]["accel_reason"]
+    # QEMU ran the guest as its own user, never as root (the guest still wrote its share)
+    assert m["rig_facts"]["qemu_user"] == QEMU_USER and QEMU_USER != "root", m["rig_facts"]["qemu_user"]
+    assert ("-runas" in m["rig_facts"]["qemu_argv"]) == (os.geteuid() == 0)
     assert m["machine"]["release"] == m["kernel"]["release"]
     if m["rig_facts"]["accel"] == "tcg":   # the rig's default: the kernel's own clocksource
         assert m["rig_facts"]["tcg_clocksource"] == "kernel" and m["machine"]["clocksource"] not in ("", "tsc")
@@ -134,6 +144,9 @@ def test_signal_leaves_nothing(tmp_path, sig):
         p.kill()
         pytest.fail("guest never came up")
     time.sleep(2)
+    # while the guest runs, its emulator is not root
+    users = {qemu_confine.process_user(pid) for pid in qemu_pids(str(tmp_path))}
+    assert users == {QEMU_USER} and "root" not in users, users
     p.send_signal(sig)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, out + err

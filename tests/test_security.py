@@ -6,6 +6,7 @@ on ipmi_sim in tests/test_ipmi.py.)
 """
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -165,6 +166,55 @@ time.sleep(600)
         else:
             os.kill(child, signal.SIGKILL)
             pytest.fail("the child outlived its parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_qemu_runs_as_its_own_user_and_dies_with_krig(tmp_path):
+    """QEMU as the rig starts it (rigs/qemu_confine.py): when the tests run as root, it drops to
+    its own unprivileged user under the rig's seccomp filter, the share it writes is that
+    user's, and, its parent-death signal gone with the drop, the guard kills it when its krig
+    process is SIGKILLed. A real QEMU without a guest (-machine none)."""
+    from rigs import qemu_confine
+    want = qemu_confine.runas_user() or pwd.getpwuid(os.geteuid()).pw_name
+    share, pidfile = tmp_path / "share", tmp_path / "qemu.pid"
+    (share / "out").mkdir(parents=True)
+    parent = subprocess.Popen([sys.executable, "-c", f"""
+import pathlib, subprocess, time
+from rigs import qemu, qemu_confine
+from rigs.procs import dies_with_parent
+argv = qemu_confine.confine([qemu.QEMU, "-machine", "none", "-display", "none", "-nodefaults",
+                             "-sandbox", qemu.SANDBOX], owned=[{str(share)!r}])
+p = subprocess.Popen(dies_with_parent(argv), stdin=subprocess.DEVNULL, start_new_session=True)
+qemu_confine.start_guard(p)
+pathlib.Path({str(pidfile)!r}).write_text(str(p.pid))
+time.sleep(600)
+"""], cwd=ROOT)
+    qemu = None
+    try:
+        for _ in range(300):
+            if pidfile.exists() and pidfile.read_text():
+                qemu = int(pidfile.read_text())
+                if qemu_confine.process_user(qemu) == want:
+                    break
+            time.sleep(0.1)
+        assert qemu and qemu_confine.process_user(qemu) == want != "root", (qemu, want)
+        assert open(f"/proc/{qemu}/cmdline").read().startswith("qemu-system")
+        assert pwd.getpwuid((share / "out").stat().st_uid).pw_name == want
+        parent.kill()
+        parent.wait(10)
+        for _ in range(100):
+            try:
+                state = open(f"/proc/{qemu}/stat").read().split(")")[1].split()[0]
+            except FileNotFoundError:
+                break
+            if state == "Z":
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(qemu, signal.SIGKILL)
+            pytest.fail("QEMU outlived its krig process")
     finally:
         if parent.poll() is None:
             parent.kill()
