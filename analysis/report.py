@@ -164,6 +164,7 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
         run = RunData(run)
     run_dir, manifest = run.dir, Manifest.from_json(run.manifest)
     repro = repro or load_reproducer(manifest.reproducer or "?")
+    projection.require_model(repro, load_analyzer(repro) if project else None, project)
     verdict, metrics = _load_json(run, "verdict"), _load_json(run, "metrics")
     files, notes, plots, session = [], [], [], None
     # plots whenever the thresholds judged the run's numbers: also an ERROR that only moved

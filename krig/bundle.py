@@ -26,6 +26,7 @@ import tarfile
 import time
 
 from . import KERNEL_DIR, REPRO_DIR, safeio
+from .argcheck import output_file
 from .asked import AskedRun
 from .config import load_toml, toml_value
 from rigs import rig_path
@@ -54,6 +55,8 @@ BINARY_SUFFIXES = {".png", ".dat", ".gz", ".zst", ".img"}
 
 
 def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kernel: bool = False) -> pathlib.Path:
+    if output is not None:
+        output_file(output, "-o")
     run = RunDir(safeio.given(run_dir))         # the user's own path: results/latest is followed
     run_dir = run.dir
     if not run.exists(MANIFEST):

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 
+from analysis.projection import require_model
 from analysis.report import write_report
 from analysis.rundata import RunData
 
@@ -191,6 +192,7 @@ def check(run_dir, project: tuple = ()) -> dict:
         repro = load_reproducer(manifest.reproducer)
     except UsageError as e:
         raise UsageError(f"{data.path(MANIFEST)}: field reproducer: {e}") from None
+    require_model(repro, load_analyzer(repro) if project else None, project)    # before anything is written
     ev = evidence(data, manifest)
     scan = scan_console(ev.console)
     verdict = Verdict(None, reproducer=repro.name, run_dir=str(run_dir), complete=manifest.complete,

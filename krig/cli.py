@@ -19,6 +19,12 @@ class _Parser(argparse.ArgumentParser):
     """Errors as one line naming what was typed; a missing subcommand prints the usage and the
     subcommands (exit 2 either way)."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a value such as -5G is the option's value, refused by the option's own check (one line
+        # saying what is allowed), not taken for an unknown option ("expected one argument")
+        self._negative_number_matcher = re.compile(r"^-\d")
+
     def _subcommands(self):
         return next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
 

@@ -27,6 +27,7 @@ from analysis.lkp import format_lkp
 from analysis.rundata import RunData
 
 from . import safeio
+from .argcheck import output_dir
 from .errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
 from .reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
@@ -336,6 +337,8 @@ def default_out(res: dict) -> pathlib.Path:
 
 def main(tokens: list) -> int:
     opts = parse_args(tokens)
+    if opts["out"] is not None:
+        output_dir(opts["out"], "--out")
     res = compare(opts["base"], opts["new"])
     out = pathlib.Path(opts["out"]) if opts["out"] else default_out(res)
     notes = write_compare_html(res, out)

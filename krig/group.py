@@ -22,6 +22,7 @@ from kernels.catalog import load_kernel
 from rigs import load_rig
 
 from . import RESULTS_DIR
+from .argcheck import output_dir
 from .errors import KrigError, UsageError
 from .reproducer import load_reproducer
 from .results import GROUP_FILE, now, read_json, run_dirs_of, run_state, write_json
@@ -108,6 +109,8 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
     """Returns (group_dir, group.json content, exit code)."""
     if repeat < 1:
         raise UsageError(f"--repeat: {repeat} is below the minimum 1")
+    if group_dir is not None:
+        output_dir(group_dir, "--group")
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))

@@ -33,6 +33,7 @@ import kcidb_io
 from analysis.summary import threshold_measurements
 
 from . import RESULTS_DIR, safeio
+from .argcheck import output_file
 from .errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
 from .reproducer import load_reproducer
@@ -394,6 +395,8 @@ def export(paths: list, origin: str, output=None, submit_url=None, token_file=No
     if bool(submit_url) != bool(token_file):
         raise UsageError("--submit and --token-file go together: --submit URL --token-file FILE (a 0600 file)")
     token = read_token(token_file) if token_file else None      # bad input before any work
+    if output is not None:
+        output_file(output, "-o")
     report = build_report(paths, origin)
     text = json.dumps(report, indent=2) + "\n"
     if output:

@@ -35,6 +35,7 @@ from kernels.series import load_series, series_source
 from rigs import load_rig
 
 from . import DEFAULT_RIG, KERNEL_DIR
+from .argcheck import output_dir
 from .asked import AskedRun
 from .compare import compare
 from .config import parse_set
@@ -186,6 +187,8 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
              preset=None, sets=(), out=None, sender=None, log=print) -> tuple[pathlib.Path, dict, int]:
     if repeat < 1:
         raise UsageError(f"--repeat: {repeat} is below the minimum 1")
+    if out is not None:
+        output_dir(out, "-o")
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name)
     set_values = parse_set(list(sets))

@@ -1,0 +1,87 @@
+"""What the user typed, checked before any work starts (nothing unpacked, built, booted or
+written yet): paths to read and to write, numbers in ASCII digits. Each refusal is one
+UsageError line naming the option and what is allowed (exit 2)."""
+import argparse
+import math
+import os
+import pathlib
+
+from .errors import UsageError
+
+
+def _nearest(p: pathlib.Path) -> pathlib.Path:
+    """p, or its nearest ancestor that exists."""
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _writable_dir(d: pathlib.Path, option: str, path) -> None:
+    if not d.is_dir():
+        raise UsageError(f"{option} {path}: {d} is not a directory")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path}: cannot write in {d} (permission denied)")
+
+
+def output_file(path, option: str) -> pathlib.Path:
+    """A file krig will write (replacing it): its directory exists and is writable, and it is not
+    itself a directory."""
+    p = pathlib.Path(path).expanduser()
+    if not str(path):
+        raise UsageError(f"{option}: empty; give a file to write")
+    if p.is_dir():
+        raise UsageError(f"{option} {path}: a directory; give a file name (e.g. {p / 'out'})")
+    if not p.parent.exists():
+        there = _nearest(p.parent)
+        if there.is_dir():
+            raise UsageError(f"{option} {path}: the directory {p.parent} does not exist; "
+                             "krig makes the file, not its directory")
+        raise UsageError(f"{option} {path}: {there} is not a directory")
+    _writable_dir(p.parent, option, path)
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UsageError(f"{option} {path}: not writable (permission denied)")
+    return p
+
+
+def output_dir(path, option: str) -> pathlib.Path:
+    """A directory krig will make (with its parents) or add to: it is a directory if it exists,
+    and the nearest existing one on its way is a writable directory."""
+    p = pathlib.Path(path).expanduser()
+    if not str(path):
+        raise UsageError(f"{option}: empty; give a directory")
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{option} {path}: not a directory (a file is there); give a directory")
+    _writable_dir(_nearest(p), option, path)
+    return p
+
+
+def input_file(path, option: str, what: str = "file") -> pathlib.Path:
+    """A file krig will read: it exists, is a file (not a directory) and is readable."""
+    p = pathlib.Path(path).expanduser()
+    if not str(path):
+        raise UsageError(f"{option}: empty; give a {what}")
+    if not p.exists():
+        raise UsageError(f"{option} {path}: no such file (a {what})")
+    if p.is_dir():
+        raise UsageError(f"{option} {path}: a directory, not a {what}")
+    if not os.access(p, os.R_OK):
+        raise UsageError(f"{option} {path}: not readable (permission denied)")
+    return p
+
+
+def ascii_int(text: str) -> int:
+    """argparse type: an integer in ASCII digits (int() would read '８' as 8)."""
+    if not text.isascii() or not text.strip().lstrip("+-").isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number in ASCII digits 0-9, got {text!r}")
+    return int(text)
+
+
+def ascii_float(text: str) -> float:
+    """argparse type: a finite number in ASCII digits."""
+    try:
+        v = float(text) if text.isascii() else math.nan
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number in ASCII digits 0-9, got {text!r}")
+    return v
