@@ -16,6 +16,10 @@ def _nearest(p: pathlib.Path) -> pathlib.Path:
     return p
 
 
+def _where(option: str, path) -> str:
+    return f"{option} {path}" if option else str(path)
+
+
 def _writable_dir(d: pathlib.Path, option: str, path) -> None:
     if not d.is_dir():
         raise UsageError(f"{option} {path}: {d} is not a directory")
@@ -57,15 +61,15 @@ def output_dir(path, option: str) -> pathlib.Path:
 
 def input_file(path, option: str, what: str = "file") -> pathlib.Path:
     """A file krig will read: it exists, is a file (not a directory) and is readable."""
-    p = pathlib.Path(path).expanduser()
+    p, where = pathlib.Path(path).expanduser(), _where(option, path)
     if not str(path):
-        raise UsageError(f"{option}: empty; give a {what}")
+        raise UsageError(f"{option or what}: empty; give a {what}")
     if not p.exists():
-        raise UsageError(f"{option} {path}: no such file (a {what})")
+        raise UsageError(f"{where}: no such file (a {what})")
     if p.is_dir():
-        raise UsageError(f"{option} {path}: a directory, not a {what}")
+        raise UsageError(f"{where}: a directory, not a {what}")
     if not os.access(p, os.R_OK):
-        raise UsageError(f"{option} {path}: not readable (permission denied)")
+        raise UsageError(f"{where}: not readable (permission denied)")
     return p
 
 
@@ -85,3 +89,43 @@ def ascii_float(text: str) -> float:
     if not math.isfinite(v):
         raise argparse.ArgumentTypeError(f"expected a finite number in ASCII digits 0-9, got {text!r}")
     return v
+
+
+def run_args(reproducer: str, rig: str, preset=None, sets=(), kernel: str | None = None) -> dict:
+    """The arguments of a run (`krig run`'s, a bundle's, each bisection step's) checked as `krig run`
+    checks them, without building, unpacking or booting anything: the reproducer, its preset and
+    --set values, the rig, and the form of --kernel (a name krig has, or a path/TREE@REF that is
+    there). Returns the parameters the run will have."""
+    from .config import parse_set
+    from .reproducer import load_reproducer
+    from rigs import load_rig
+    repro = load_reproducer(reproducer)
+    params = repro.resolve_params(preset, parse_set(list(sets)),
+                                  cpus=load_rig(rig).host_needs().get("cpus"))
+    if kernel is not None:
+        kernel_arg(kernel)
+    return params
+
+
+def kernel_arg(text: str) -> None:
+    """--kernel's form: a kernel name of kernels/, or a path, TREE@REF, ... that kernels/given.py
+    reads (its files there); nothing is built."""
+    from kernels.catalog import kernel_names
+    from kernels.given import is_given, parse
+    if is_given(text):
+        parse(text)
+    elif text not in kernel_names():
+        raise UsageError(f"--kernel {text!r}: unknown kernel; allowed: {', '.join(kernel_names()) or '(none)'}")
+
+
+def like_kernel(name: str, option: str = "--like") -> None:
+    """A kernel whose config and fragments a generated kernel takes (bisect --like): one krig builds."""
+    from kernels.build import buildable_kernels
+    from kernels.spec import resolve_spec
+    allowed = buildable_kernels()
+    if name not in allowed:
+        raise UsageError(f"{option} {name!r}: not a kernel krig builds from kernels/; allowed: {', '.join(allowed)}")
+    try:
+        resolve_spec(name)
+    except UsageError as e:
+        raise UsageError(f"{option} {name}: {e}") from None

@@ -10,6 +10,7 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from . import DEFAULT_KERNEL, DEFAULT_RIG, clihelp
+from .argcheck import ascii_float, ascii_int
 from .clihelp import KERNEL_HELP, PROJECT_HELP
 from .errors import KrigError, UsageError, guarded
 from .verdict import USAGE_EXIT, exit_code
@@ -178,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--preset", default=None, help="one of the reproducer's presets (default: its defaults)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a parameter (repeatable; default none)")
-    r.add_argument("--repeat", type=int, metavar="N", help="N runs as one group (group.json; default one run)")
+    r.add_argument("--repeat", type=ascii_int, metavar="N", help="N runs as one group (group.json; default one run)")
     r.add_argument("--group", metavar="DIR", help="the group directory to make or continue "
                    "(default results/<repro>/<kernel>/<rig>/group-<time>)")
     r.set_defaults(func=cmd_run)
@@ -215,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the series: an mbox (git format-patch --cover-letter, b4 am, a list thread; .gz too), "
                    "a directory of patches, or the Message-ID of its posting (<id@host>, or a lore URL; "
                    "fetched once with b4 mbox from b4.midmask, lore.kernel.org by default)")
-    v.add_argument("--repeat", type=int, default=4, metavar="N",
+    v.add_argument("--repeat", type=ascii_int, default=4, metavar="N",
                    help="runs a side, alternating (default 4, the fewest that can be significant)")
     v.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help="the rig both kernels run on: a name of "
                    "rigs/<RIG>.toml or a rig file's path (default qemu-default)")
@@ -237,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
     q.add_argument("--fresh", action="store_true", help="forget the finished runs recorded in DIR and start over "
                    "(default: resume)")
-    q.add_argument("--prio", type=float, metavar="N",
+    q.add_argument("--prio", type=ascii_float, metavar="N",
                    help="priority of this suite's lab reservations with KRIG_LAB_COORDINATOR; higher goes first "
                         "(default KRIG_LAB_PRIO or 0)")
     q.set_defaults(func=cmd_qualify)
