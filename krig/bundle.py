@@ -225,13 +225,13 @@ def scrub(text: str, subs) -> str:
 
 def _rig_spec(described: dict) -> dict:
     """The rig file as written (loadable again), or the manifest's description if the file is gone."""
-    path = rig_path(described.get("name", ""))
+    path = rig_path(described.get("arg") or described.get("name", ""))
     if path is not None:
         try:
             return load_toml(path)
         except UsageError:
             pass
-    return {k: v for k, v in described.items() if k not in ("name", "kind")}
+    return {k: v for k, v in described.items() if k not in ("name", "kind", "arg")}
 
 
 def rig_toml(rig: dict, described: dict) -> str:
@@ -241,7 +241,7 @@ def rig_toml(rig: dict, described: dict) -> str:
              f"# Was: rig {described.get('name', '?')} (driver {described.get('kind', '?')})"]
     tables = []
     for k, v in rig.items():
-        if k in ("name", "kind") or v is None:
+        if k in ("name", "kind", "arg") or v is None:
             continue
         if isinstance(v, dict):
             tables.append((k, v))

@@ -88,6 +88,7 @@ def load_rig(name: str, what: str = "--rig"):
         raise UsageError(f"{where}.driver: {driver!r} is not one of {', '.join(DRIVERS)}")
     mod, cls = DRIVERS[driver].split(":")
     rig_cls = getattr(importlib.import_module(mod), cls)
-    if getattr(rig_cls, "takes_path", False):
-        return rig_cls(path.stem, spec, path=where)
-    return rig_cls(path.stem, spec)
+    rig = rig_cls(path.stem, spec, path=where) if getattr(rig_cls, "takes_path", False) else rig_cls(path.stem, spec)
+    if name.endswith(".toml") or "/" in name:
+        rig.arg = name                  # a rig file's path, as given: the command that reruns the run names it
+    return rig
