@@ -77,8 +77,9 @@ def parse(text: str) -> Given:
     if m and not os.path.exists(head):
         tree = pathlib.Path(m.group(1)).expanduser().resolve()
         if not ((tree / ".git").exists() or (tree / "HEAD").exists()):
-            raise UsageError(f"--kernel {text}: {m.group(1)} is not {'a git repository' if tree.is_dir() else 'a directory'}"
-                             f" (TREE@REF: TREE is a git tree of the kernel; syntax: {SYNTAX})")
+            why = "not a git repository" if tree.is_dir() else "not a directory" if tree.exists() else "no such directory"
+            raise UsageError(f"--kernel {text}: {m.group(1)}: {why} (TREE@REF: TREE is a git tree of the kernel; "
+                             f"syntax: {SYNTAX})")
         g = Given(text, "git", path=tree, ref=m.group(2) or None, opts=opts)
     elif os.path.isdir(head):
         g = Given(text, "tree", path=pathlib.Path(head).resolve(), opts=opts)
