@@ -221,7 +221,7 @@ def reproduce(bundle: str, kernel: str | None = None, rig: str = DEFAULT_RIG, lo
         except tarfile.ReadError:
             raise UsageError(f"{bundle}: not a tarball (gzip, bzip2, xz or plain tar)") from None
         except OSError as e:
-            raise UsageError(f"{bundle}: not a readable tarball ({' '.join(str(e).split())[:120]})") from None
+            raise UsageError(f"{bundle}: not a readable tarball ({e.strerror or type(e).__name__})") from None
     with tar, _readable(bundle):
         _, members = _members(tar, bundle)
         meta = _meta(tar, members, bundle)
