@@ -6,6 +6,7 @@ The run is a real one, made by the fake rig (rigs/fake.py; no guest boots).
 """
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 
@@ -95,3 +96,12 @@ def test_a_missing_path_is_named_as_typed(tmp_path):
     gone.symlink_to(tmp_path / "nowhere")
     p = krig("check", str(gone))
     assert p.returncode == 2 and str(gone) in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_the_reproduce_line_names_the_rig_file_as_given(run):
+    """A run on a rig given by its file's path says that path in summary.txt's reproduce line,
+    not the file's stem, a rig name nobody else has (the fake rig here is such a file)."""
+    rig = json.loads((run["dir"] / "manifest.json").read_text())["rig"]
+    assert rig["arg"].endswith(".toml") and rig["name"] == pathlib.Path(rig["arg"]).stem
+    text = " ".join((run["dir"] / "summary.txt").read_text().replace("\\\n", " ").split())
+    assert f"krig run selftest-pass --rig {rig['arg']} --kernel distro" in text, text
