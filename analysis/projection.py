@@ -28,9 +28,22 @@ def parse_project(spec: str) -> tuple[int, int | None]:
     ram = parse_size(size, "--project")
     if not 1 << 30 <= ram <= MAX_RAM:
         raise UsageError(f"--project: {spec!r}: the RAM must be 1G-64T (e.g. 512G, or 512G:64 with CPUs)")
-    if cpus and not (cpus.isdigit() and 1 <= int(cpus) <= 65536):
+    if cpus and not (cpus.isascii() and cpus.isdigit() and 1 <= int(cpus) <= 65536):
         raise UsageError(f"--project: {spec!r}: CPUs after ':' must be a whole number 1-65536")
     return ram, int(cpus) if cpus else None
+
+
+def with_model() -> list[str]:
+    """The reproducers whose analyze.py has a model (a `projection` function)."""
+    from krig.reproducer import load_analyzer, load_reproducer, reproducer_names
+    return [n for n in reproducer_names() if hasattr(load_analyzer(load_reproducer(n)), "projection")]
+
+
+def require_model(repro, analyzer, extra: tuple) -> None:
+    """--project given for a run whose reproducer has no model: one line saying which have one."""
+    if extra and not hasattr(analyzer, "projection"):
+        raise UsageError(f"--project: {repro.name} has no model to project a run with (analyze.py "
+                         f"projection()); reproducers that have one: {', '.join(with_model()) or 'none'}")
 
 
 def project(run, analyzer, metrics: dict, extra: tuple = ()) -> dict | None:

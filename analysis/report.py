@@ -7,6 +7,7 @@ import html
 import pathlib
 import sys
 
+from krig import safeio
 from krig.rundir import RunDir, is_run_dir
 from krig.errors import KrigError, UsageError
 from krig.record import Manifest
@@ -158,11 +159,13 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
     run: a run directory or its RunData; repro: its reproducer, if the caller has loaded it;
     project: more (RAM, CPUs) to project the run to (analysis/projection.py)."""
     if not isinstance(run, RunData):
+        run = safeio.given(run)                 # the user's own path: results/latest is followed
         if not is_run_dir(run):
             raise UsageError(f"{run}: not a krig run directory (no manifest.json)")
         run = RunData(run)
     run_dir, manifest = run.dir, Manifest.from_json(run.manifest)
     repro = repro or load_reproducer(manifest.reproducer or "?")
+    projection.require_model(repro, load_analyzer(repro) if project else None, project)
     verdict, metrics = _load_json(run, "verdict"), _load_json(run, "metrics")
     files, notes, plots, session = [], [], [], None
     # plots whenever the thresholds judged the run's numbers: also an ERROR that only moved

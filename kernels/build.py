@@ -47,7 +47,8 @@ def say(msg: str) -> None:
     print(msg, flush=True)
 
 
-def build(name: str, force: bool = False, log=say) -> dict:
+def buildable(name: str):
+    """The spec of kernels/<name>.toml if krig builds it; one line naming it otherwise."""
     path = KERNEL_DIR / f"{name}.toml"
     if not path.exists():
         raise UsageError(f"{name}: unknown kernel (no kernels/{name}.toml); buildable: {', '.join(buildable_kernels()) or '(none)'}")
@@ -55,11 +56,16 @@ def build(name: str, force: bool = False, log=say) -> dict:
     if is_distro(data):
         raise UsageError(f"{name}: kernels/{name}.toml is the distro's packaged kernel, nothing to "
                          f"build; buildable: {', '.join(buildable_kernels()) or '(none)'}")
-    spec = resolve_spec(name)
-    return build_kernel(spec, force=force, log=log)
+    return resolve_spec(name)
+
+
+def build(name: str, force: bool = False, log=say) -> dict:
+    return build_kernel(buildable(name), force=force, log=log)
 
 
 def cmd_build(a) -> int:
+    for n in a.names:           # every name checked before the first build starts
+        buildable(n)
     for n in a.names:
         meta = build(n, force=a.force)
         print(f"kernel {n}: {meta['release']} in {meta['dir']}")
@@ -67,6 +73,8 @@ def cmd_build(a) -> int:
 
 
 def cmd_status(a) -> int:
+    for n in a.names:
+        buildable(n)
     for n in a.names or buildable_kernels():
         st = status(n)
         state = f"built {st['release']}" if st["built"] else f"not built (krig kernel build {n})"

@@ -63,6 +63,8 @@ def is_given(text: str) -> bool:
 
 
 def parse(text: str) -> Given:
+    if not text.strip():
+        raise UsageError(f"--kernel {text!r}: empty; give a kernel (syntax: {SYNTAX})")
     head, *rest = text.split(",")
     opts = {}
     for item in rest:
@@ -74,6 +76,10 @@ def parse(text: str) -> Given:
     m = re.match(r"^(.+)@([^@]*)$", head)
     if m and not os.path.exists(head):
         tree = pathlib.Path(m.group(1)).expanduser().resolve()
+        if not ((tree / ".git").exists() or (tree / "HEAD").exists()):
+            why = "not a git repository" if tree.is_dir() else "not a directory" if tree.exists() else "no such directory"
+            raise UsageError(f"--kernel {text}: {m.group(1)}: {why} (TREE@REF: TREE is a git tree of the kernel; "
+                             f"syntax: {SYNTAX})")
         g = Given(text, "git", path=tree, ref=m.group(2) or None, opts=opts)
     elif os.path.isdir(head):
         g = Given(text, "tree", path=pathlib.Path(head).resolve(), opts=opts)

@@ -76,5 +76,6 @@ class AskedRun:
         sets = tuple(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
                      for k, v in (manifest.get("params") or {}).items() if base.get(k) != v)
         kernel = manifest.get("kernel") or {}
-        return cls(repro.name, (manifest.get("rig") or {}).get("name", DEFAULT_RIG),
+        rig = manifest.get("rig") or {}
+        return cls(repro.name, rig.get("arg") or rig.get("name", DEFAULT_RIG),
                    kernel.get("arg") or kernel.get("name", DEFAULT_KERNEL), preset, sets)

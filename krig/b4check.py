@@ -138,7 +138,8 @@ def main(dirs: list | None) -> int:
     dirs = dirs or [validations_dir()]
     for d in dirs:
         if not pathlib.Path(d).is_dir() and pathlib.Path(d) != validations_dir():
-            raise UsageError(f"--dir {d}: no such directory (a directory of validations, as results/validate)")
+            what = "not a directory" if pathlib.Path(d).exists() else "no such directory"
+            raise UsageError(f"--dir {d}: {what} (a directory of validations, as results/validate)")
     data = sys.stdin.buffer.read(MAX_INPUT + 1)
     if len(data) > MAX_INPUT:
         raise UsageError(f"standard input: more than {MAX_INPUT >> 20} MiB; b4 review gives one message")

@@ -38,6 +38,7 @@ import time
 
 from . import DEFAULT_RIG, KERNEL_DIR, ROOT
 from . import run as runner
+from .argcheck import ascii_int, like_kernel, run_args
 from .asked import AskedRun
 from .bisectargs import DEMO_LIKE, add_commands
 from .config import parse_set
@@ -49,7 +50,7 @@ from .verdict import JUDGED, KERNEL_STOPPED, host_contended
 from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
 from kernels.build import build as build_kernel
 from kernels.demo_repo import CULPRIT, existing_demo_repo, make_demo_repo
-from kernels.spec import git, resolve_spec
+from kernels.spec import git
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 255
 CODES = {"good": GOOD, "bad": BAD, "skip": SKIP}
@@ -254,10 +255,29 @@ def _bisect_in_progress(tree) -> bool:
     return (gitdir / "BISECT_START").exists()
 
 
+def check_args(repro: str, preset: str | None, repeat: int, like: str, rig: str, sets, metric: str | None):
+    """Every argument of a bisection but the tree and its commits, checked before anything is
+    made, unpacked, built or started: the reproducer, --preset, --set, --rig, --like, --metric."""
+    if repeat < 1:
+        raise UsageError(f"--repeat {repeat}: must be at least 1")
+    try:
+        load_reproducer(repro)
+    except UsageError as e:
+        raise UsageError(f"--repro {repro}: {e}") from None
+    run_args(repro, rig, preset, sets)
+    like_kernel(like)
+    r = load_reproducer(repro)
+    known = sorted(set(r.metrics) | {"trace_lost_events", "sampler_max_gap_intervals"})
+    if metric is not None and metric not in known:
+        raise UsageError(f"--metric {metric}: not a metric of {repro} (one of: {', '.join(known)})")
+    return r
+
+
 def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None, repeat: int = 1,
            like: str = "linux-6.1", rig: str = DEFAULT_RIG, sets=(), log_dir=None,
            metric: str | None = None) -> dict:
     t_start = time.monotonic()
+    r = check_args(repro, preset, repeat, like, rig, sets, metric)
     tree_p = pathlib.Path(os.path.expanduser(tree)).resolve()
     if not tree_p.is_dir():
         raise UsageError(f"--tree {tree}: not a directory")
@@ -270,15 +290,7 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
         if p.returncode != 0:
             raise UsageError(f"--{label.lower()} {ref}: not a commit in {tree_p}")
         ends[label] = p.stdout.strip()
-    if repeat < 1:
-        raise UsageError(f"--repeat {repeat}: must be at least 1")
-    r = load_reproducer(repro)
-    r.resolve_params(preset, {})
-    known = sorted(set(r.metrics) | {"trace_lost_events", "sampler_max_gap_intervals"})
-    if metric is not None and metric not in known:
-        raise UsageError(f"--metric {metric}: not a metric of {repro} (one of: {', '.join(known)})")
     mode = "metric" if metric else "verdict"
-    resolve_spec(like)                                # the template must be a buildable kernel
     if _bisect_in_progress(tree_p):
         raise UsageError(f"--tree {tree_p}: a git bisect is already in progress (`git -C {tree_p} bisect reset`)")
 
@@ -354,6 +366,7 @@ def demo(repro: str = "unlink-dentry-growth", preset: str | None = "smoke", repe
          like: str = DEMO_LIKE, metric: str | None = None) -> int:
     t0 = time.monotonic()
     say = lambda m: print(m, flush=True)  # noqa: E731
+    check_args(repro, preset, repeat, like, DEFAULT_RIG, (), metric)     # before the source is unpacked
     repo, info = make_demo_repo(say)
     say(f"bisect-demo: bisecting {repo} {info['good']}..{info['bad']} with {repro} "
         f"preset {preset}{f', metric {metric}' if metric else ''}, config of {like}; "

@@ -1,6 +1,7 @@
 """The arguments of `krig bisect ...` and `python -m krig.bisect ...`, apart from the bisection
 itself: `krig` builds its parser from this without importing the runner (krig/bisect.py)."""
 from . import DEFAULT_RIG
+from .argcheck import ascii_int
 
 # The demo builds every step with the kernel `make test` builds (tiny-6.1 carries every
 # reproducer's fragment): on a machine that ran `make test` it needs no defconfig build.
@@ -16,7 +17,7 @@ def add_commands(sub, oracle_step: bool = False) -> None:
     r.add_argument("--bad", required=True, metavar="REF", help="a commit the reproducer fails on (required)")
     r.add_argument("--repro", required=True, metavar="NAME", help="the reproducer that judges each step (required)")
     r.add_argument("--preset", metavar="NAME", help="the reproducer's preset (default: its defaults)")
-    r.add_argument("--repeat", type=int, default=1, metavar="N",
+    r.add_argument("--repeat", type=ascii_int, default=1, metavar="N",
                    help="runs per step; the step's answer is their strict majority (default 1)")
     r.add_argument("--like", default="linux-6.1", metavar="KERNEL",
                    help="kernel whose config and fragments each step uses (default linux-6.1)")
@@ -30,7 +31,7 @@ def add_commands(sub, oracle_step: bool = False) -> None:
     d.add_argument("--repro", default="unlink-dentry-growth", metavar="NAME",
                    help="the reproducer that judges each step (default unlink-dentry-growth)")
     d.add_argument("--preset", default="smoke", metavar="NAME", help="the reproducer's preset (default smoke)")
-    d.add_argument("--repeat", type=int, default=1, metavar="N", help="runs per step (default 1)")
+    d.add_argument("--repeat", type=ascii_int, default=1, metavar="N", help="runs per step (default 1)")
     d.add_argument("--like", default=DEMO_LIKE, metavar="KERNEL",
                    help=f"kernel whose config and fragments each step uses (default {DEMO_LIKE})")
     d.add_argument("--metric", metavar="NAME",

@@ -25,7 +25,8 @@ import subprocess
 import tarfile
 import time
 
-from . import KERNEL_DIR, REPRO_DIR
+from . import KERNEL_DIR, REPRO_DIR, safeio
+from .argcheck import output_file
 from .asked import AskedRun
 from .config import load_toml, toml_value
 from rigs import rig_path
@@ -54,7 +55,9 @@ BINARY_SUFFIXES = {".png", ".dat", ".gz", ".zst", ".img"}
 
 
 def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kernel: bool = False) -> pathlib.Path:
-    run = RunDir(run_dir)
+    if output is not None:
+        output_file(output, "-o")
+    run = RunDir(safeio.given(run_dir))         # the user's own path: results/latest is followed
     run_dir = run.dir
     if not run.exists(MANIFEST):
         raise UsageError(f"{run_dir}: not a run directory (no {MANIFEST}); give the directory `krig run` printed "
@@ -222,13 +225,13 @@ def scrub(text: str, subs) -> str:
 
 def _rig_spec(described: dict) -> dict:
     """The rig file as written (loadable again), or the manifest's description if the file is gone."""
-    path = rig_path(described.get("name", ""))
+    path = rig_path(described.get("arg") or described.get("name", ""))
     if path is not None:
         try:
             return load_toml(path)
         except UsageError:
             pass
-    return {k: v for k, v in described.items() if k not in ("name", "kind")}
+    return {k: v for k, v in described.items() if k not in ("name", "kind", "arg")}
 
 
 def rig_toml(rig: dict, described: dict) -> str:
@@ -238,7 +241,7 @@ def rig_toml(rig: dict, described: dict) -> str:
              f"# Was: rig {described.get('name', '?')} (driver {described.get('kind', '?')})"]
     tables = []
     for k, v in rig.items():
-        if k in ("name", "kind") or v is None:
+        if k in ("name", "kind", "arg") or v is None:
             continue
         if isinstance(v, dict):
             tables.append((k, v))

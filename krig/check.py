@@ -16,6 +16,7 @@ import sys
 import tempfile
 
 from analysis.projection import parse_projects
+from analysis.projection import require_model
 from analysis.report import write_report
 from analysis.rundata import RunData
 
@@ -184,7 +185,7 @@ def evidence(run: RunDir, m: Manifest | None = None) -> Evidence:
 
 
 def check(run_dir, project: tuple = ()) -> dict:
-    data = RunData(run_dir)
+    data = RunData(safeio.given(run_dir))       # the user's own path: results/latest is followed
     run_dir, manifest = data.dir, Manifest.from_json(data.manifest)
     if manifest.outcome is None and owner_alive(manifest.owner):
         raise UsageError(f"{run_dir}: still running (krig pid {manifest.owner['pid']}); check it when it ends")
@@ -192,6 +193,7 @@ def check(run_dir, project: tuple = ()) -> dict:
         repro = load_reproducer(manifest.reproducer)
     except UsageError as e:
         raise UsageError(f"{data.path(MANIFEST)}: field reproducer: {e}") from None
+    require_model(repro, load_analyzer(repro) if project else None, project)    # before anything is written
     ev = evidence(data, manifest)
     scan = scan_console(ev.console)
     verdict = Verdict(None, reproducer=repro.name, run_dir=str(run_dir), complete=manifest.complete,

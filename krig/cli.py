@@ -17,6 +17,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from kernels import buildargs
 from . import DEFAULT_KERNEL, DEFAULT_RIG, bisectargs, clihelp
+from .argcheck import ascii_float, ascii_int
 from .clihelp import KERNEL_HELP, PROJECT_HELP
 from .errors import guarded, handler
 from .verdict import USAGE_EXIT
@@ -25,6 +26,12 @@ from .verdict import USAGE_EXIT
 class _Parser(argparse.ArgumentParser):
     """Errors as one line naming what was typed; a missing subcommand prints the usage and the
     subcommands (exit 2 either way)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a value such as -5G is the option's value, refused by the option's own check (one line
+        # saying what is allowed), not taken for an unknown option ("expected one argument")
+        self._negative_number_matcher = re.compile(r"^-\d")
 
     def _subcommands(self):
         return next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
@@ -55,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--preset", default=None, help="one of the reproducer's presets (default: its defaults)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a parameter (repeatable; default none)")
-    r.add_argument("--repeat", type=int, metavar="N", help="N runs as one group (group.json; default one run)")
+    r.add_argument("--repeat", type=ascii_int, metavar="N", help="N runs as one group (group.json; default one run)")
     r.add_argument("--group", metavar="DIR", help="the group directory to make or continue "
                    "(default results/<repro>/<kernel>/<rig>/group-<time>)")
     r.set_defaults(handler="krig.group:cmd_run")
@@ -92,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the series: an mbox (git format-patch --cover-letter, b4 am, a list thread; .gz too), "
                    "a directory of patches, or the Message-ID of its posting (<id@host>, or a lore URL; "
                    "fetched once with b4 mbox from b4.midmask, lore.kernel.org by default)")
-    v.add_argument("--repeat", type=int, default=4, metavar="N",
+    v.add_argument("--repeat", type=ascii_int, default=4, metavar="N",
                    help="runs a side, alternating (default 4, the fewest that can be significant)")
     v.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help="the rig both kernels run on: a name of "
                    "rigs/<RIG>.toml or a rig file's path (default qemu-default)")
@@ -114,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
     q.add_argument("--fresh", action="store_true", help="forget the finished runs recorded in DIR and start over "
                    "(default: resume)")
-    q.add_argument("--prio", type=float, metavar="N",
+    q.add_argument("--prio", type=ascii_float, metavar="N",
                    help="priority of this suite's lab reservations with KRIG_LAB_COORDINATOR; higher goes first "
                         "(default KRIG_LAB_PRIO or 0)")
     q.set_defaults(handler="krig.qualify:cmd_qualify")

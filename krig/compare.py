@@ -26,6 +26,8 @@ from analysis.summary import threshold_id, threshold_outcomes
 from analysis.lkp import format_lkp
 from analysis.rundata import RunData
 
+from . import safeio
+from .argcheck import output_dir
 from .errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
 from .reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
@@ -73,7 +75,7 @@ def parse_args(tokens: list) -> dict:
 def load_side(label: str, paths: list) -> list:
     """[(run_dir, verdict, Manifest)] of the runs the given directories hold (krig/record.py)."""
     runs = []
-    for p in map(pathlib.Path, paths):
+    for p in map(safeio.given, paths):       # the user's own path: results/latest is followed
         if (p / GROUP_FILE).is_file():
             found = group_runs(p)
             if not found:
@@ -335,6 +337,8 @@ def default_out(res: dict) -> pathlib.Path:
 
 def main(tokens: list) -> int:
     opts = parse_args(tokens)
+    if opts["out"] is not None:
+        output_dir(opts["out"], "--out")
     res = compare(opts["base"], opts["new"])
     out = pathlib.Path(opts["out"]) if opts["out"] else default_out(res)
     notes = write_compare_html(res, out)

@@ -13,18 +13,37 @@ import tomllib
 
 from .errors import UsageError
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?[bB])?\s*$", re.ASCII)
 _SIZE_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def load_toml(path: pathlib.Path) -> dict:
+TOML_CAP = 4 << 20          # no krig TOML file comes near it; a larger one is not one of them
+
+
+def load_toml(path: pathlib.Path, what: str = "") -> dict:
+    """A TOML file as a dict; anything else (missing, a directory, unreadable, not UTF-8, binary,
+    malformed) is one UsageError line naming the file (after `what`, the option that named it)."""
+    where = f"{what} {path}" if what else str(path)
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read(TOML_CAP + 1)
     except FileNotFoundError:
-        raise UsageError(f"{path}: file not found") from None
+        raise UsageError(f"{where}: file not found") from None
+    except IsADirectoryError:
+        raise UsageError(f"{where}: a directory, not a TOML file") from None
+    except OSError as e:
+        raise UsageError(f"{where}: cannot read: {e.strerror}") from None
+    if len(data) > TOML_CAP:
+        raise UsageError(f"{where}: more than {TOML_CAP >> 20} MiB, not a krig TOML file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{where}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
+                         "TOML files are UTF-8") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{path}: malformed TOML: {e}") from None
+        raise UsageError(f"{where}: malformed TOML: {e}") from None
 
 
 def read_secret_file(path, field: str) -> str:
@@ -75,7 +94,10 @@ PARAM_TYPES = ("int", "float", "str", "bool", "size")
 
 
 def coerce(value, ptype: str, field: str, choices=None):
-    """Convert a TOML value or a --set string to the parameter's type."""
+    """Convert a TOML value or a --set string to the parameter's type. A number is written
+    with ASCII digits: Python would read a full-width or Arabic-Indic digit as one."""
+    if ptype in ("int", "float", "size") and isinstance(value, str) and not value.isascii():
+        raise UsageError(f"{field}: expected {ptype} written with ASCII digits 0-9, got {value!r}")
     try:
         if ptype == "int":
             if isinstance(value, bool):

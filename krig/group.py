@@ -23,6 +23,7 @@ from rigs import load_rig
 
 from . import RESULTS_DIR
 from .config import parse_set
+from .argcheck import output_dir
 from .errors import KrigError, UsageError
 from .reproducer import load_reproducer
 from .results import GROUP_FILE, now, read_json, run_dirs_of, run_state, write_json
@@ -109,6 +110,10 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
     """Returns (group_dir, group.json content, exit code)."""
     if repeat < 1:
         raise UsageError(f"--repeat: {repeat} is below the minimum 1")
+    if group_dir is not None:       # before a kernel is built for it
+        gdir = output_dir(group_dir, "--group")
+        if gdir.is_dir() and not (gdir / GROUP_FILE).exists() and any(gdir.iterdir()):
+            raise UsageError(f"--group {gdir}: not empty and has no {GROUP_FILE}")
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))

@@ -32,7 +32,8 @@ import kcidb_io
 
 from analysis.summary import threshold_measurements
 
-from . import RESULTS_DIR
+from . import RESULTS_DIR, safeio
+from .argcheck import output_file
 from .errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
 from .reproducer import load_reproducer
@@ -80,7 +81,7 @@ def run_dirs(paths: list, note=None) -> list:
         if d.resolve() not in seen:
             seen.add(d.resolve())
             out.append((d, public_name(d, named)))
-    for p in map(pathlib.Path, paths):
+    for p in map(safeio.given, paths):       # the user's own path: results/latest is followed
         if is_run_dir(p):
             add(p, p)
         elif (p / GROUP_FILE).is_file():
@@ -394,6 +395,8 @@ def export(paths: list, origin: str, output=None, submit_url=None, token_file=No
     if bool(submit_url) != bool(token_file):
         raise UsageError("--submit and --token-file go together: --submit URL --token-file FILE (a 0600 file)")
     token = read_token(token_file) if token_file else None      # bad input before any work
+    if output is not None:
+        output_file(output, "-o")
     report = build_report(paths, origin)
     text = json.dumps(report, indent=2) + "\n"
     if output:

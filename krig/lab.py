@@ -29,19 +29,19 @@ def ipmi_rigs(names: list[str] | None = None) -> dict[str, dict]:
     for n in names or rig_names():
         path = rig_path(n)
         if path is None:
-            load_rig(n)         # the usual one-line error for an unknown rig
-        spec = load_toml(path)
+            load_rig(n, "RIG")  # the usual one-line error for an unknown rig
+        spec = load_toml(path, "RIG" if names else "")
         if spec.get("driver") != "ipmi":
             if names:
-                raise UsageError(f"--rig {n}: a {spec.get('driver')!r} rig is not a lab server (driver = \"ipmi\")")
+                raise UsageError(f"RIG {n}: a {spec.get('driver')!r} rig is not a lab server (driver = \"ipmi\")")
             continue
         out[path.stem] = lab_tags(spec, str(path))
     return out
 
 
 def sync(names: list[str] | None = None, log=print) -> int:
+    rigs = ipmi_rigs(names)         # the names first: a wrong one is said before the coordinator is asked
     coord = _coordinator()
-    rigs = ipmi_rigs(names)
     if not rigs:
         raise UsageError("krig lab sync: no IPMI rig files found (rigs/ or KRIG_RIG_PATH)")
     for name, tags in rigs.items():

@@ -33,6 +33,7 @@ import time
 import pytest
 
 from . import DEFAULT_KERNEL, DEFAULT_RIG, ROOT
+from .argcheck import output_dir
 from .config import load_toml, optional, reject_unknown, require
 from .errors import KrigError, UsageError, guarded
 from .lab import select_rigs
@@ -188,6 +189,8 @@ def finished(qdir: pathlib.Path, cases: list) -> dict:
 
 def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: float | None = None) -> int:
     path = pathlib.Path(suite_file)
+    if out_dir is not None:
+        output_dir(out_dir, "-o")
     if prio is not None:        # the workers' runs reserve lab servers with it
         if not math.isfinite(prio):
             raise UsageError(f"--prio {prio}: must be a finite number (higher goes first)")

@@ -35,6 +35,7 @@ import zlib
 
 from . import DEFAULT_KERNEL, DEFAULT_RIG, REPRO_DIR, RESULTS_DIR
 from . import safeio
+from .argcheck import input_file, kernel_arg, run_args
 from .asked import AskedRun
 from .config import parse_set
 from .errors import UsageError
@@ -42,6 +43,7 @@ from .paths import cache_dir
 from .reproducer import reproducer_names
 from .run import run
 from kernels.catalog import kernel_names
+from rigs import load_rig
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _NAME_RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -209,20 +211,27 @@ def _meta(tar, members, bundle: str) -> dict:
 
 
 def reproduce(bundle: str, kernel: str | None = None, rig: str = DEFAULT_RIG, log=print) -> int:
-    path = pathlib.Path(bundle)
+    path = input_file(bundle, "", "bundle written by krig bundle")
+    load_rig(rig)                                   # the command line first: a bad --rig before any line
+    if kernel not in (None, "bundled"):
+        kernel_arg(kernel)
     with _readable(bundle):
         try:
             tar = tarfile.open(path, "r:*")
         except tarfile.ReadError:
             raise UsageError(f"{bundle}: not a tarball (gzip, bzip2, xz or plain tar)") from None
         except OSError as e:
-            raise UsageError(f"{bundle}: not a readable tarball ({' '.join(str(e).split())[:120]})") from None
+            raise UsageError(f"{bundle}: not a readable tarball ({e.strerror or type(e).__name__})") from None
     with tar, _readable(bundle):
         _, members = _members(tar, bundle)
         meta = _meta(tar, members, bundle)
         lines = _read(tar, members, "run-args", bundle).decode(errors="replace").splitlines()
         asked = parse_run_args([ln for ln in lines if ln != ""], bundle)
         kernel = _kernel_arg(kernel, asked.kernel, bundle)
+        try:                                        # before a bundled kernel is unpacked
+            run_args(asked.reproducer, rig, asked.preset, asked.sets)
+        except UsageError as e:
+            raise UsageError(f"{bundle}: run-args: {e}") from None
         differ = _sources_differ(tar, members, asked.reproducer)
         if kernel == "bundled":
             kernel = _bundled_kernel(tar, members, bundle, meta)

@@ -35,6 +35,7 @@ from kernels.series import load_series, series_source
 from rigs import load_rig
 
 from . import DEFAULT_RIG, KERNEL_DIR
+from .argcheck import output_dir
 from .asked import AskedRun
 from .compare import compare
 from .config import parse_set
@@ -153,8 +154,8 @@ def judged_metrics(res: dict) -> list:
     return list(dict.fromkeys(solid or crossed or [t["metric"] for t in rows]))
 
 
-def _base_text(base: str, series: dict) -> str:
-    """TREE@ (no ref) is the series' base-commit: spelled out, so both sides name one commit."""
+def _check_base(base: str):
+    """--base as krig can build it with a series (checked before the series is read or fetched)."""
     try:
         g = parse_kernel(base)
     except UsageError as e:         # kernels/given.py names the flag of `krig run`
@@ -169,6 +170,15 @@ def _base_text(base: str, series: dict) -> str:
         raise UsageError(f"--base {base}: {g.path}: no such directory (TREE@REF: a git tree of the kernel)")
     if "series" in g.opts:
         raise UsageError(f"--base {base}: series= goes in --series, not in the base")
+    if g.kind in ("tree", "image"):
+        raise UsageError(f"--base {base}: a series needs a base krig can build: a built kernel toml "
+                         "(e.g. tiny-6.1) or TREE@REF")
+    return g
+
+
+def _base_text(base: str, series: dict) -> str:
+    """TREE@ (no ref) is the series' base-commit: spelled out, so both sides name one commit."""
+    g = _check_base(base)
     if g.kind == "git" and not g.ref:
         commit = series["provenance"]["base_commit"]
         if not commit:
@@ -176,9 +186,6 @@ def _base_text(base: str, series: dict) -> str:
                              "base-commit: line (give TREE@REF)")
         head, _, rest = base.partition(",")
         return f"{head}{commit}" + (f",{rest}" if rest else "")
-    if g.kind in ("tree", "image"):
-        raise UsageError(f"--base {base}: a series needs a base krig can build: a built kernel toml "
-                         "(e.g. tiny-6.1) or TREE@REF")
     return base
 
 
@@ -186,10 +193,13 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
              preset=None, sets=(), out=None, sender=None, log=print) -> tuple[pathlib.Path, dict, int]:
     if repeat < 1:
         raise UsageError(f"--repeat: {repeat} is below the minimum 1")
+    if out is not None:
+        output_dir(out, "-o")
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name)
     set_values = parse_set(list(sets))
     params = repro.resolve_params(preset, set_values, cpus=rig.host_needs().get("cpus"))
+    _check_base(base)
     who = identity(sender)
     source = series_source(series_path)          # a Message-ID, or the mbox's full path
     said = []                                     # the series' line, said once (the build reads it again)

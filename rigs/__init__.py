@@ -64,23 +64,31 @@ def rig_path(name: str) -> pathlib.Path | None:
     return None
 
 
-def load_rig(name: str):
+def load_rig(name: str, what: str = "--rig"):
+    """The rig `name` (a name of rigs/ or KRIG_RIG_PATH, or a rig file's path); errors name it
+    as `what` (the option or argument that gave it)."""
     path = rig_path(name)
     if path is None and (name.endswith(".toml") or "/" in name):
-        raise UsageError(f"--rig {name}: no such file (a rig file's path, or a name of rigs/: "
+        p = pathlib.Path(name).expanduser()
+        why = "a directory, not a rig file" if p.is_dir() else "no such file"
+        raise UsageError(f"{what} {name}: {why} (a rig file's path, or a name of rigs/: "
                          f"{', '.join(rig_names())})")
     if path is None:
-        raise UsageError(f"--rig {name!r}: unknown rig; allowed: {', '.join(rig_names())}")
+        raise UsageError(f"{what} {name!r}: unknown rig; allowed: {', '.join(rig_names())}")
     if name.endswith(".toml") or "/" in name:
         where = name                    # the path exactly as the user gave it
     else:
         where = f"rigs/{path.name}" if path.parent == RIG_DIR else str(path)
-    spec = load_toml(path)
-    driver = spec.get("driver")
+    spec = load_toml(path, what)
+    if "driver" not in spec:
+        raise UsageError(f"{where}: missing required field 'driver' (one of {', '.join(DRIVERS)})"
+                         + ("; the file is empty" if not spec else ""))
+    driver = spec["driver"]
     if driver not in DRIVERS:
         raise UsageError(f"{where}.driver: {driver!r} is not one of {', '.join(DRIVERS)}")
     mod, cls = DRIVERS[driver].split(":")
     rig_cls = getattr(importlib.import_module(mod), cls)
-    if getattr(rig_cls, "takes_path", False):
-        return rig_cls(path.stem, spec, path=where)
-    return rig_cls(path.stem, spec)
+    rig = rig_cls(path.stem, spec, path=where) if getattr(rig_cls, "takes_path", False) else rig_cls(path.stem, spec)
+    if name.endswith(".toml") or "/" in name:
+        rig.arg = name                  # a rig file's path, as given: the command that reruns the run names it
+    return rig

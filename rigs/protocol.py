@@ -116,8 +116,10 @@ class Rig(abc.ABC):
     def scratch_env(self) -> dict:
         """Environment telling the harness which disk is the scratch disk."""
 
+    arg: str | None = None      # what was given to --rig, when a rig file's path and not a name
+
     def describe(self) -> dict:
-        return {"name": self.name, "kind": self.kind, **self.spec}
+        return {"name": self.name, "kind": self.kind, **({"arg": self.arg} if self.arg else {}), **self.spec}
 
     def facts(self) -> dict:
         """Facts learnt while running (accel used and why, versions...)."""

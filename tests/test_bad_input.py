@@ -154,3 +154,184 @@ def test_repro_toml_numbers_must_be_finite(text, needle):
 def test_coerce_refuses_what_is_not_finite(value, ptype):
     with pytest.raises(UsageError):
         coerce(value, ptype, "f")
+
+
+# -- every subcommand: a table of bad input, all run in one process ---------------------------
+# Each case: (argv, needles). In argv, {RUN} is a judged run directory (fake rig), {BUNDLE} its
+# bundle, {DIR} a directory, {FILE} a regular file, {MISSING} a path that is not there, {RAND}
+# random bytes, {LATIN1} a TOML file in Latin-1, {EMPTY} an empty file, {NUL} TOML with a NUL byte.
+# Every answer: exit 2, one line on stderr naming the option (and the value), no traceback.
+FW8, FW15 = "\uff18", "\uff11.5"          # full-width digits: Python's int() and float() read them
+TABLE = [
+    (["run", "selftest-pass", "--rig", "{RAND}"], ("--rig", "not UTF-8")),
+    (["run", "selftest-pass", "--rig", "{LATIN1}"], ("--rig", "not UTF-8", "0xe9")),
+    (["run", "selftest-pass", "--rig", "{EMPTY}"], ("{EMPTY}", "missing required field 'driver'", "empty")),
+    (["run", "selftest-pass", "--rig", "{NUL}"], ("--rig", "malformed TOML")),
+    (["run", "selftest-pass", "--rig", "{DIR}"], ("--rig", "a directory")),
+    (["run", "selftest-pass", "--group", "{FILE}"], ("--group", "not a directory")),
+    (["run", "selftest-pass", "--group", "{FILE}/sub"], ("--group", "not a directory")),
+    (["run", "selftest-pass", "--kernel", ""], ("--kernel ''", "empty")),
+    (["run", "selftest-pass", "--kernel", "{MISSING}@v6.1"], ("--kernel {MISSING}@v6.1:", "no such directory")),
+    (["run", "selftest-pass", "--kernel", "{DIR}@v6.1"], ("--kernel {DIR}@v6.1:", "not a git repository")),
+    (["run", "selftest-pass", "--set", f"files={FW8}"], ("--set files", "ASCII")),
+    (["run", "selftest-pass", "--set", f"sample_interval={FW15}"], ("--set sample_interval", "ASCII")),
+    (["run", "selftest-pass", "--repeat", FW8], ("--repeat", "ASCII")),
+    (["run", "selftest-pass", "--repeat", "0"], ("--repeat", "minimum 1")),
+    (["run", "selftest-pass", "--set", "timeout=-5"], ("--set timeout", "-5")),
+    (["run", "selftest-pass", "--preset", ""], ("--preset", "allowed")),
+    (["check", "{RUN}", "--project", "-5G"], ("--project", "-5G")),
+    (["check", "{RUN}", "--project", "4G"], ("--project", "selftest-pass", "neg-dentry-flood")),
+    (["check", "{RUN}", "--project", f"4G:{FW8}"], ("--project", "CPUs")),
+    (["check", "{MISSING}"], ("{MISSING}", "not a run directory")),
+    (["check", "{FILE}"], ("{FILE}", "not a run directory")),
+    (["report", "{RUN}", "--project", "4G"], ("--project", "neg-dentry-flood")),
+    (["report", "{DIR}"], ("{DIR}", "no manifest.json")),
+    (["bundle", "{RUN}", "-o", "{MISSING}/x.tar.gz"], ("-o {MISSING}/x.tar.gz", "does not exist")),
+    (["bundle", "{RUN}", "-o", "{DIR}"], ("-o {DIR}", "a directory")),
+    (["bundle", "{RUN}", "-o", "{FILE}/x.tar.gz"], ("-o {FILE}/x.tar.gz", "not a directory")),
+    (["bundle", "{DIR}"], ("{DIR}", "not a run directory")),
+    (["reproduce", "{MISSING}.tar.gz"], ("{MISSING}.tar.gz", "no such file")),
+    (["reproduce", "{DIR}"], ("{DIR}", "a directory")),
+    (["reproduce", "{RAND}"], ("{RAND}", "not a tarball")),
+    (["reproduce", "{BUNDLE}", "--rig", "nope"], ("--rig 'nope'", "qemu-default")),
+    (["reproduce", "{BUNDLE}", "--rig", "{LATIN1}"], ("--rig", "not UTF-8")),
+    (["reproduce", "{BUNDLE}", "--kernel", "nope"], ("--kernel 'nope'", "distro")),
+    (["validate", "selftest-pass", "--from", "A B <a@b.example>", "--base", "", "--series", "{FILE}"], ("--base ''", "empty")),
+    (["validate", "selftest-pass", "--from", "A B <a@b.example>", "--base", "{MISSING}@", "--series", "{FILE}"], ("--base", "no such directory")),
+    (["validate", "selftest-pass", "--from", "A B <a@b.example>", "--base", "tiny-6.1", "--series", "{FILE}", "-o", "{FILE}"], ("-o {FILE}",)),
+    (["validate", "selftest-pass", "--from", "A B <a@b.example>", "--base", "tiny-6.1", "--series", "{MISSING}"], ("--series",)),
+    (["validate", "selftest-pass", "--from", "A B <a@b.example>", "--base", "tiny-6.1", "--series", "{RAND}"], ("--series", "no patch")),
+    (["validate", "selftest-pass", "--from", "A B <a@b.example>", "--base", "tiny-6.1", "--series", "{FILE}", "--repeat", FW8], ("--repeat", "ASCII")),
+    (["validate", "selftest-pass", "--from", "A B <a@b.example>", "--base", "tiny-6.1", "--series", "{FILE}", "--rig", "{RAND}"], ("--rig", "UTF-8")),
+    (["b4-check", "--dir", "{MISSING}"], ("--dir {MISSING}", "no such directory")),
+    (["b4-check", "--dir", "{FILE}"], ("--dir {FILE}", "not a directory")),
+    (["qualify", "{DIR}"], ("{DIR}", "a directory")),
+    (["qualify", "{RAND}"], ("{RAND}", "not UTF-8")),
+    (["qualify", "{LATIN1}"], ("{LATIN1}", "not UTF-8")),
+    (["qualify", "{MISSING}"], ("{MISSING}", "not found")),
+    (["qualify", "qualify/smoke.toml", "-o", "{FILE}"], ("-o {FILE}", "not a directory")),
+    (["qualify", "qualify/smoke.toml", "-o", "{FILE}/q"], ("-o {FILE}/q", "not a directory")),
+    (["qualify", "qualify/smoke.toml", "--prio", FW8], ("--prio", "ASCII")),
+    (["lab", "sync", "nope"], ("RIG 'nope'", "qemu-default")),
+    (["lab", "sync", "{RAND}"], ("RIG {RAND}", "not UTF-8")),
+    (["compare", "{MISSING}", "--", "{RUN}"], ("BASE {MISSING}",)),
+    (["compare", "{RUN}", "--", "{RUN}", "--out", "{FILE}"], ("--out {FILE}", "not a directory")),
+    (["compare", "--format", "xml", "{RUN}", "--", "{RUN}"], ("--format", "xml")),
+    (["export", "kcidb", "{RUN}", "--origin", "krigtest", "-o", "{MISSING}/x.json"], ("-o {MISSING}/x.json", "does not exist")),
+    (["export", "kcidb", "{RUN}", "--origin", "krigtest", "-o", "{DIR}"], ("-o {DIR}", "a directory")),
+    (["export", "kcidb", "{RUN}", "--origin", "Bad Origin"], ("--origin", "lower-case")),
+    (["export", "kcidb", "{RUN}", "--origin", "krigtest", "--submit", "http://127.0.0.1:9", "--token-file",
+      "{MISSING}"], ("--token-file",)),
+    (["export", "kcidb", "{MISSING}", "--origin", "krigtest"], ("{MISSING}", "not a run")),
+    (["trace", "stats", "{MISSING}", "--event", "sched:sched_switch"], ("{MISSING}", "no such file")),
+    (["trace", "stats", "{RAND}", "--event", "sched:sched_switch"], ("{RAND}", "not a trace-cmd")),
+    (["trace", "stats", "{DIR}", "--event", "sched:sched_switch"], ("{DIR}", "a directory")),
+    (["kernel", "build", "tiny-6.1", "nope"], ("nope", "unknown kernel")),
+    (["kernel", "status", "nope"], ("nope", "unknown kernel")),
+    (["bisect", "demo", "--repro", "nope"], ("--repro nope", "unlink-dentry-growth")),
+    (["bisect", "demo", "--like", "nope"], ("--like 'nope'", "tiny-6.1")),
+    (["bisect", "demo", "--repeat", FW8], ("--repeat", "ASCII")),
+    (["bisect", "run", "--tree", "{DIR}", "--good", "a", "--bad", "b", "--repro", "unlink-dentry-growth",
+      "--set", "nope=1"], ("--set nope", "files_per_dir")),
+    (["bisect", "run", "--tree", "{DIR}", "--good", "a", "--bad", "b", "--repro", "unlink-dentry-growth",
+      "--set", f"files_per_dir={FW8}"], ("--set files_per_dir", "ASCII")),
+    (["bisect", "run", "--tree", "{DIR}", "--good", "a", "--bad", "b", "--repro", "unlink-dentry-growth",
+      "--rig", "nope"], ("--rig 'nope'",)),
+    (["bisect", "run", "--tree", "{DIR}", "--good", "a", "--bad", "b", "--repro", "unlink-dentry-growth",
+      "--like", "nope"], ("--like 'nope'",)),
+]
+# words an answer never has: an errno tuple, krig's temporary names, a file the user did not name
+NEVER = ("Traceback", "[Errno", "Errno ", ".tmp", ".tree:", "None is not one of", "expected one argument")
+
+DRIVER = """
+import contextlib, io, json, sys
+from krig.cli import main
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code
+        except BaseException as e:
+            import traceback
+            traceback.print_exc(file=err)
+            code = -1
+    print(json.dumps({"code": code, "stderr": err.getvalue()}), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def table_answers(tmp_path_factory):
+    """Every case of TABLE, answered by krig.cli.main in one process (with its own results and
+    cache directories: a case that started work would leave something there)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from conftest import ROOT
+    from krig.bundle import bundle
+    from test_fake_rig import fake_run
+    tmp = tmp_path_factory.mktemp("badtable")
+    (tmp / "made").mkdir()
+    run, verdict = fake_run(tmp / "made")
+    assert verdict["verdict"] == "PASS", verdict["reason"]
+    paths = {"RUN": run, "BUNDLE": tmp / "b.tar.gz", "DIR": tmp / "a-dir", "FILE": tmp / "a-file",
+             "MISSING": tmp / "missing", "RAND": tmp / "random.toml", "LATIN1": tmp / "latin1.toml",
+             "EMPTY": tmp / "empty.toml", "NUL": tmp / "nul.toml"}
+    bundle(run, paths["BUNDLE"], log=lambda m: None)
+    paths["DIR"].mkdir()
+    paths["FILE"].write_text("not what was asked for\n")
+    paths["RAND"].write_bytes(b"\xff" + bytes(range(256)) * 3)
+    paths["LATIN1"].write_bytes('driver = "qemu"\ndescription = "caf\u00e9"\n'.encode("latin-1"))
+    paths["EMPTY"].write_bytes(b"")
+    paths["NUL"].write_bytes(b'driver = "qemu"\x00\n')
+    fill = {k: str(v) for k, v in paths.items()}
+    argvs = [[a.format(**fill) for a in argv] for argv, _ in TABLE]
+    env = {k: v for k, v in os.environ.items() if k not in ("KRIG_LAB_COORDINATOR", "KRIG_RIG_PATH")}
+    env.update(KRIG_RESULTS=str(tmp / "results"), KRIG_CACHE=str(tmp / "cache"))
+    p = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(argvs)], capture_output=True, text=True,
+                       cwd=ROOT, env=env, timeout=120 + 20 * len(argvs))
+    assert p.returncode == 0, p.stderr[-2000:]
+    answers = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert len(answers) == len(TABLE), p.stdout[-2000:]
+    return {"fill": fill, "answers": answers, "tmp": tmp}
+
+
+def test_the_table_covers_every_subcommand():
+    from krig.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "cmd")
+    asked = {argv[0] for argv, _ in TABLE}
+    assert set(sub.choices) - asked == {"list"}, set(sub.choices) - asked      # list takes no input
+    assert len(TABLE) >= 60
+
+
+@pytest.mark.parametrize("i", range(len(TABLE)), ids=[" ".join(a for a in argv[:3]) + f"-{i}"
+                                                      for i, (argv, _) in enumerate(TABLE)])
+def test_bad_input_table(table_answers, i):
+    a, fill = table_answers["answers"][i], table_answers["fill"]
+    needles = [n.format(**fill) for n in TABLE[i][1]]
+    assert a["code"] == 2, a
+    lines = [ln for ln in a["stderr"].splitlines() if ln.strip()]
+    assert len(lines) == 1, a["stderr"]
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    for n in NEVER:
+        assert n not in lines[0], (n, lines[0])
+
+
+def test_the_table_started_nothing(table_answers):
+    """No case got as far as a run, a build or an unpacked source: the results and cache
+    directories it was given hold no file."""
+    tmp = table_answers["tmp"]
+    made = [p for d in ("results", "cache") for p in (tmp / d).rglob("*") if not p.is_dir()]
+    assert made == [], made
+
+
+def test_bisect_demo_checks_its_arguments_before_unpacking(krig_cli, tmp_path):
+    """A wrong --repro is said before the kernel source is unpacked or the demo history made."""
+    cache = tmp_path / "cache"
+    p = krig_cli("bisect", "demo", "--repro", "nope", env={"KRIG_CACHE": str(cache)})
+    assert_one_line(p, "--repro nope", "allowed:")
+    assert not (cache / "bisect-demo").exists() or not any((cache / "bisect-demo").iterdir())
+    assert not (cache / "kbuild").exists() or not any((cache / "kbuild").rglob("*.c"))

@@ -11,6 +11,7 @@ import pytest
 from krig import bisect as kb
 from krig.errors import KrigError
 from krig.bisect import Attempt
+from kernels.spec import resolve_spec
 
 
 @pytest.mark.parametrize("verdict, booted, vote", [
@@ -287,7 +288,7 @@ def test_bisect_on_a_metric_refuses_overlapping_endpoints_and_cleans_up(tmp_path
     and no generated kernels/bisect-*.toml is left behind."""
     r, shas = repo
     built, values = [], {"good": iter([1.0, 3.0]), "bad": iter([2.0, 4.0])}
-    monkeypatch.setattr(kb, "build_kernel", lambda name, log=None: built.append((name, kb.resolve_spec(name))))
+    monkeypatch.setattr(kb, "build_kernel", lambda name, log=None: built.append((name, resolve_spec(name))))
     monkeypatch.setattr(kb, "run_krig", lambda st: Attempt("PASS", "", "/r", True,
                                                            next(values[st["kernel"].rsplit("-", 1)[1]])))
     before = set(kb.KERNEL_DIR.glob("bisect-*.toml"))
@@ -295,7 +296,7 @@ def test_bisect_on_a_metric_refuses_overlapping_endpoints_and_cleans_up(tmp_path
         kb.bisect(str(r), shas[0], shas[5], "unlink-dentry-growth", "smoke", 2, like="tiny-6.1",
                   log_dir=tmp_path / "b", metric="peak_negative_vs_inflight")
     assert [n.rsplit("-", 1)[1] for n, _ in built] == ["good", "bad"]
-    tiny = kb.resolve_spec("tiny-6.1").base_config
+    tiny = resolve_spec("tiny-6.1").base_config
     assert [(s.source, s.ref, s.base_config) for _, s in built] == [("git", shas[0], tiny), ("git", shas[5], tiny)]
     log = (tmp_path / "b" / "bisect.log").read_text()
     assert "bisecting on the metric: peak_negative_vs_inflight" in log

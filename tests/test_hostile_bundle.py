@@ -170,7 +170,8 @@ def test_truncated_and_corrupt_tarballs_are_one_line(tmp_path, reproduce):
 def test_not_a_tarball_is_one_line(tmp_path, reproduce):
     (tmp_path / "notes.txt").write_text("this is not a tarball\n" * 40)
     assert "not a tarball" in reproduce(tmp_path / "notes.txt")
-    assert "not a readable tarball" in reproduce(tmp_path)
+    assert "a directory, not a bundle" in reproduce(tmp_path)
+    assert "no such file" in reproduce(tmp_path / "gone.tar.gz")
 
 
 @pytest.mark.parametrize("raw,needle", [
