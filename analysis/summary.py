@@ -180,5 +180,7 @@ def build_summary(run_dir: pathlib.Path, m: Manifest, verdict: dict, metrics: di
                 body = str(e)
             out += _wrap(f"{name}: {body}", "  ")
     out += ["", "reproduce (from a krig checkout, after `make setup`):"]
-    out += wrap_command(reproduce_argv(m.to_json(), repro))
-    return "\n".join(ascii_only(line)[:WIDTH] for line in out) + "\n"
+    text = [ascii_only(line)[:WIDTH] for line in out]
+    # a command is never cut: an argument longer than the width (a rig file's path) stays whole
+    text += [ascii_only(line) for line in wrap_command(reproduce_argv(m.to_json(), repro))]
+    return "\n".join(text) + "\n"
