@@ -73,35 +73,8 @@ def cmd_report(a) -> int:
 
 
 def cmd_list(a) -> int:
-    from kernels.catalog import kernel_names, load_kernel
-    from .reproducer import load_reproducer, reproducer_names
-    from rigs import load_rig, rig_names
-    print("reproducers:")
-    for n in reproducer_names():
-        r = load_reproducer(n)
-        first = r.description.splitlines()[0] if r.description else ""
-        print(f"  {n:24s} presets: {', '.join(sorted(r.presets)) or '-':26s} {first}")
-    print("rigs:")
-    for n in rig_names():
-        try:
-            rig = load_rig(n)
-            print(f"  {n:24s} {rig.kind:6s} {rig.spec.get('description', '')}")
-        except KrigError as e:
-            print(f"  {n:24s} INVALID: {e}")
-    print("kernels:")
-    not_built = False
-    for n in kernel_names():
-        try:
-            k = load_kernel(n)
-            print(f"  {n:32s} {k.release:40s} {k.description}")
-        except KrigError as e:
-            if type(e).__name__ == "KernelNotBuilt":
-                print(f"  {n:32s} {'(not built)':40s} {e.description}")
-                not_built = True
-            else:
-                print(f"  {n:32s} (not available: {e})")
-    if not_built:
-        print("  (build one with `krig kernel build <name>`)")
+    from .listing import list_lines
+    print("\n".join(list_lines()))
     return 0
 
 
@@ -159,10 +132,21 @@ def cmd_trace_stats(a) -> int:
         raise UsageError(str(e)) from None
 
 
+class _Version(argparse.Action):
+    """--version: the version and the checkout's commit, computed only when asked."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .version import version_line
+        print(version_line())
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="krig", formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Kernel reproducer rig: boot a kernel on a rig, run a reproducer, judge it.",
                 epilog=clihelp.MAIN_EPILOG)
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="print krig's version and the git commit of its checkout, and exit")
     sub = p.add_subparsers(dest="cmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run a reproducer on a rig")
     r.add_argument("reproducer", metavar="REPRODUCER", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
