@@ -27,6 +27,10 @@ def test_pass_has_every_file(tmp_path, no_leftover_qemu):
     m = json.loads((d / "manifest.json").read_text())
     assert m["complete"] is True and m["outcome"] == "completed"
     assert m["rig_facts"]["accel"] in ("kvm", "tcg") and m["rig_facts"]["accel_reason"]
+    booted = next(ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith("krig: booted in "))
+    assert f"({m['rig_facts']['accel']}" in booted, booted
+    if m["rig_facts"]["accel"] == "tcg":    # the console says why not KVM, as the manifest does
+        assert m["rig_facts"]["accel_reason"] in booted, booted
     assert m["machine"]["release"] == m["kernel"]["release"]
     if m["rig_facts"]["accel"] == "tcg":   # the rig's default: the kernel's own clocksource
         assert m["rig_facts"]["tcg_clocksource"] == "kernel" and m["machine"]["clocksource"] not in ("", "tsc")
