@@ -35,3 +35,15 @@ def version_line() -> str:
     """`krig 0.1.0 (commit 6f7b243...)`, or `krig 0.1.0` when the code is not a git checkout."""
     rev = git_revision() if (ROOT / ".git").exists() else "unknown"
     return f"krig {version()}" + ("" if rev == "unknown" else f" (commit {rev})")
+
+
+def origin() -> str | None:
+    """The URL the checkout was cloned from (remote.origin.url), None without one."""
+    if not (ROOT / ".git").exists():
+        return None
+    try:
+        url = subprocess.run(["git", "-C", str(ROOT), "config", "--get", "remote.origin.url"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return url or None
