@@ -6,6 +6,7 @@ in the returned notes, and never changes the verdict or touches the results.
 import html
 import pathlib
 
+from krig import safeio
 from krig.rundir import RunDir, is_run_dir
 from krig.errors import KrigError, UsageError
 from krig.record import Manifest
@@ -157,6 +158,7 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
     run: a run directory or its RunData; repro: its reproducer, if the caller has loaded it;
     project: more (RAM, CPUs) to project the run to (analysis/projection.py)."""
     if not isinstance(run, RunData):
+        run = safeio.given(run)                 # the user's own path: results/latest is followed
         if not is_run_dir(run):
             raise UsageError(f"{run}: not a krig run directory (no manifest.json)")
         run = RunData(run)

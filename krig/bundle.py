@@ -25,7 +25,7 @@ import subprocess
 import tarfile
 import time
 
-from . import KERNEL_DIR, REPRO_DIR
+from . import KERNEL_DIR, REPRO_DIR, safeio
 from .asked import AskedRun
 from .config import load_toml, toml_value
 from rigs import rig_path
@@ -54,7 +54,7 @@ BINARY_SUFFIXES = {".png", ".dat", ".gz", ".zst", ".img"}
 
 
 def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kernel: bool = False) -> pathlib.Path:
-    run = RunDir(run_dir)
+    run = RunDir(safeio.given(run_dir))         # the user's own path: results/latest is followed
     run_dir = run.dir
     if not run.exists(MANIFEST):
         raise UsageError(f"{run_dir}: not a run directory (no {MANIFEST}); give the directory `krig run` printed "

@@ -183,7 +183,7 @@ def evidence(run: RunDir, m: Manifest | None = None) -> Evidence:
 
 
 def check(run_dir, project: tuple = ()) -> dict:
-    data = RunData(run_dir)
+    data = RunData(safeio.given(run_dir))       # the user's own path: results/latest is followed
     run_dir, manifest = data.dir, Manifest.from_json(data.manifest)
     if manifest.outcome is None and owner_alive(manifest.owner):
         raise UsageError(f"{run_dir}: still running (krig pid {manifest.owner['pid']}); check it when it ends")

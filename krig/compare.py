@@ -26,6 +26,7 @@ from analysis.summary import threshold_id, threshold_outcomes
 from analysis.lkp import format_lkp
 from analysis.rundata import RunData
 
+from . import safeio
 from .errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
 from .reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
@@ -73,7 +74,7 @@ def parse_args(tokens: list) -> dict:
 def load_side(label: str, paths: list) -> list:
     """[(run_dir, verdict, Manifest)] of the runs the given directories hold (krig/record.py)."""
     runs = []
-    for p in map(pathlib.Path, paths):
+    for p in map(safeio.given, paths):       # the user's own path: results/latest is followed
         if (p / GROUP_FILE).is_file():
             found = group_runs(p)
             if not found:

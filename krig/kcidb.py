@@ -32,7 +32,7 @@ import kcidb_io
 
 from analysis.summary import threshold_measurements
 
-from . import RESULTS_DIR
+from . import RESULTS_DIR, safeio
 from .errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
 from .reproducer import load_reproducer
@@ -80,7 +80,7 @@ def run_dirs(paths: list, note=None) -> list:
         if d.resolve() not in seen:
             seen.add(d.resolve())
             out.append((d, public_name(d, named)))
-    for p in map(pathlib.Path, paths):
+    for p in map(safeio.given, paths):       # the user's own path: results/latest is followed
         if is_run_dir(p):
             add(p, p)
         elif (p / GROUP_FILE).is_file():

@@ -12,6 +12,9 @@ Every write creates its temporary file with O_CREAT|O_EXCL|O_NOFOLLOW in the tar
 directory (opened the same way) and renames it over the target: a planted symlink is
 replaced, never written through.
 
+The path the user typed (a run directory, results/latest) is theirs: given() follows the links
+in it, once, where a command opens its argument; only what lies below it is read as above.
+
 A refusal is an UnsafeFile (a UsageError: one line naming the file and what it was).
 """
 import contextlib
@@ -171,6 +174,25 @@ def read_json(base, rel, cap: int = DEFAULT_CAP):
         return json.loads(read_bytes(base, rel, cap))
     except (ValueError, RecursionError) as e:
         raise UsageError(f"{path}: not valid JSON ({str(e)[:120]})") from None
+
+
+def given(path) -> pathlib.Path:
+    """A directory the user typed, as the command opens it: the links in the path followed
+    (results/latest, a link of their own), a trailing slash dropped. What lies below it is still
+    read with the functions here, no link followed. A path that is not there is returned as
+    typed, so that its error names what was typed."""
+    p = pathlib.Path(path)
+    try:
+        return p.resolve(strict=True)
+    except (OSError, RuntimeError):     # missing, a loop of links: the reader says so
+        return p
+
+
+def given_file(path) -> pathlib.Path:
+    """A file the user typed below a directory (RUN/trace.dat): the directory as given() opens
+    it, the file's own name read without following a link."""
+    p = pathlib.Path(path)
+    return given(p.parent) / p.name
 
 
 def split(path) -> tuple[pathlib.Path, str]:

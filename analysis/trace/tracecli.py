@@ -8,6 +8,7 @@ from collections import Counter
 import numpy as np
 
 from analysis.trace.tracedat import TraceError, TraceFile
+from krig import safeio
 
 
 def _plain(v):
@@ -91,7 +92,7 @@ def stats_main(path: str, event: str, group_by: str | None, as_json: bool,
     Returns 0.
     """
     out = out or sys.stdout
-    tf = TraceFile(path)
+    tf = TraceFile(safeio.given_file(path))     # RUN/trace.dat: the user's RUN followed, not trace.dat
     try:
         ev = tf.event(event)  # validates the name, lists known ones if unknown
         groups = None
