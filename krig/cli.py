@@ -11,7 +11,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from . import DEFAULT_KERNEL, DEFAULT_RIG, clihelp
 from .clihelp import KERNEL_HELP, PROJECT_HELP
-from .errors import KrigError, UsageError, guarded
+from .errors import UsageError, guarded
 from .verdict import USAGE_EXIT, exit_code
 
 
