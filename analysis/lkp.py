@@ -6,8 +6,18 @@
 base and new are the means of each side's judged runs, %stddev the sample standard
 deviation in % of the mean (blank with one run), %change the mean's change in % of
 base's, p the Mann-Whitney U test's (analysis/stats.py; `*` when significant). At most
-72 columns of ASCII, so it goes into a mail as it is; a metric name too long for its
-column gets a line of its own above its numbers. Input: a `krig compare` result.
+72 columns of ASCII, so it goes into a mail as it is. When a metric's name is too long
+for its column, every metric gets its name on a line of its own, ending in a colon, with
+its numbers on the next (one shape for every row, so no name is read as another's):
+
+     base %stddev  %change       new %stddev      p
+--------- ------- -------- --------- ------- ------
+end_nr_negative:
+    40000    0.0%  -100.0%         8    0.0% 0.194
+peak_negative_vs_inflight:
+       50    0.0%   -97.7%     1.155    1.7% 0.221
+
+Input: a `krig compare` result.
 """
 import math
 import statistics
@@ -61,19 +71,15 @@ def lkp_rows(res: dict) -> list:
 
 def table_lines(res: dict, metrics: list | None = None) -> list:
     """The table (header, rule, one row a metric; only `metrics` if given), each line <= 72 columns."""
-    out = [HEAD, RULE]
     room = WIDTH - len(RULE) + 6
-    for row in lkp_rows(res):
-        if metrics is not None and row["metric"] not in metrics:
-            continue
+    rows = [row for row in lkp_rows(res) if metrics is None or row["metric"] in metrics]
+    own_line = any(len(row["metric"]) > room for row in rows)
+    out = [HEAD.rsplit("  metric", 1)[0], RULE.rsplit("  ", 1)[0]] if own_line else [HEAD, RULE]
+    for row in rows:
         p = "-" if row["p"] is None else f"{row['p']:.3f}" + ("*" if row["significant"] else " ")
         nums = (f"{num(row['base']):>9s} {_pct(row['base_sd']):>7s} {_pct(row['change'], True):>8s} "
                 f"{num(row['new']):>9s} {_pct(row['new_sd']):>7s} {p:>6s}")
-        name = row["metric"]
-        if len(name) <= room:
-            out.append(f"{nums}  {name}")
-        else:
-            out += [f"  {name}"[:WIDTH], nums]
+        out += [f"{row['metric']}:", nums.rstrip()] if own_line else [f"{nums}  {row['metric']}"]
     return out
 
 

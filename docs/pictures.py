@@ -74,14 +74,18 @@ def reply_example() -> None:
           f"{p.stdout.splitlines()[-1] if p.stdout.strip() else ''}")
 
 
+PUBLISHED = "https://git.example.org/pat/linux.git"
+
+
 def write_example(validation: pathlib.Path, demo: pathlib.Path) -> None:
     """docs/examples/reply.{txt,mbox}: the validation's record with the demo tree's cache path
-    replaced by a developer's (/home/pat/linux.git: this machine's paths are not the example's
-    business), written again by the real reply code, so the path is wrapped as a real one would be."""
+    replaced by the URL a developer's published tree would have (PUBLISHED: the demo tree has
+    no remote, and this machine's paths are not the example's business), written again by the
+    real reply code, so the tree is named and cloned as a real one would be."""
     from krig.reply import identity, write_reply
     from krig.results import read_json
     text = json.dumps(read_json(validation / "validate.json"))
-    state = json.loads(text.replace(json.dumps(str(demo))[1:-1], "/home/pat/linux.git"))
+    state = json.loads(text.replace(json.dumps(str(demo))[1:-1], PUBLISHED))
     dest = ROOT / "docs" / "examples"
     dest.mkdir(exist_ok=True)
     write_reply(dest, state, state["comparison"], identity(SENDER))

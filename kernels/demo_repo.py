@@ -135,11 +135,12 @@ def commit_on(repo, parent: str, path: str, data: bytes, message: str, index: pa
     return _git(repo, "commit-tree", _git(repo, "write-tree", env=env), "-p", parent, "-m", message, env=env)
 
 
-def series_mbox(repo, base: str, tip: str, subject: str, out: pathlib.Path) -> pathlib.Path:
-    """base..tip as a mailed series (`git format-patch --cover-letter --thread --base`), one mbox."""
+def series_mbox(repo, base: str, tip: str, subject: str, out: pathlib.Path, to: tuple = ()) -> pathlib.Path:
+    """base..tip as a mailed series (`git format-patch --cover-letter --thread --base`, sent `to`
+    these addresses), one mbox."""
     d = out.with_suffix(".d")
     _git(repo, "format-patch", "-q", "--cover-letter", "--thread", f"--base={base}", "-o", str(d),
-         f"{base}..{tip}", env=_env())
+         *(f"--to={a}" for a in to), f"{base}..{tip}", env=_env())
     cover = d / "0000-cover-letter.patch"
     cover.write_text(cover.read_text().replace("*** SUBJECT HERE ***", subject))
     out.write_bytes(b"".join(p.read_bytes() for p in sorted(d.iterdir())))
@@ -147,6 +148,7 @@ def series_mbox(repo, base: str, tip: str, subject: str, out: pathlib.Path) -> p
 
 
 FIX_SUBJECT = "vfs: rmdir prunes children again"
+FIX_LIST = "linux-fsdevel@vger.kernel.org"         # where a vfs fix is sent (a reply copies it)
 
 
 def fix_series(demo: pathlib.Path, info: dict, dev: pathlib.Path, out: pathlib.Path) -> tuple[pathlib.Path, str]:
@@ -160,4 +162,4 @@ def fix_series(demo: pathlib.Path, info: dict, dev: pathlib.Path, out: pathlib.P
                     "vfs: prune a removed directory's children in vfs_rmdir() again\n\n"
                     "Put shrink_dcache_parent() back, so rmdir drops the negative\n"
                     "dentries of the files that were in the directory.", dev / "krig-index")
-    return series_mbox(dev, bad, fix, FIX_SUBJECT, out), bad
+    return series_mbox(dev, bad, fix, FIX_SUBJECT, out, to=(FIX_LIST,)), bad

@@ -20,8 +20,10 @@ reply's command name, so the command works on anyone's machine.
 
 Provenance (recorded in manifest.json "series", group.json and bundles): the
 Message-ID of the cover letter (else of the first patch), its subject without the
-[PATCH x/y] prefix, its author, the base commit (`base-commit:`), and KCIDB's
-patchset_hash: sha256 over the newline-terminated sha256 of each patch, in order.
+[PATCH x/y] prefix, its author, the base commit (`base-commit:`), KCIDB's
+patchset_hash: sha256 over the newline-terminated sha256 of each patch, in order,
+and cc: the lists and people that message went to (To, Cc, List-Post), whom the
+reply copies.
 """
 import email
 import email.policy
@@ -126,6 +128,20 @@ def subject_of(msg) -> str:
     return _PREFIX.sub("", s).strip() or s
 
 
+def recipients(msg, author: str | None) -> list:
+    """Who a reply to the series goes to besides its author: the addresses in the To and Cc of
+    the series' first message (the lists and people it was sent to), and the list it came
+    through (List-Post: <mailto:...>, which a list archive's copy keeps), each once."""
+    out, seen = [], {email.utils.parseaddr(author or "")[1].lower()}
+    posted = re.findall(r"<mailto:([^>?\s]+)", str(msg.get("List-Post", "")))
+    pairs = email.utils.getaddresses([str(v) for k in ("To", "Cc") for v in msg.get_all(k, [])])
+    for name, addr in pairs + [("", a) for a in posted]:
+        if "@" in addr and addr.lower() not in seen:
+            seen.add(addr.lower())
+            out.append(email.utils.formataddr((name, addr)))
+    return out
+
+
 def _run(argv, cwd=None, input=None) -> subprocess.CompletedProcess:
     # no GIT_DIR & co. (git bisect run exports them), but the user's git config settings (b4's too)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k.startswith("GIT_CONFIG")}
@@ -219,8 +235,10 @@ def load_series(path, what: str = "--series", log=print) -> dict:
     patches = [store / n for n in names]
     msgid = (head.get("Message-ID") or "").strip().strip("<>") or None
     subject = subject_of(cover if cover is not None else first)
-    prov = {"message_id": msgid, "subject": subject, "author": str(head.get("From", "")).strip() or None,
-            "base_commit": base, "patchset_hash": phash}
+    author = str(head.get("From", "")).strip() or None
+    sent = next((m for m in msgs if msgid and (m.get("Message-ID") or "").strip().strip("<>") == msgid), head)
+    prov = {"message_id": msgid, "subject": subject, "author": author, "base_commit": base,
+            "patchset_hash": phash, "cc": recipients(sent, author)}
     log(f"krig: series {label}: {len(patches)} patch(es) via {applied_by}: {subject!r} "
         f"(patchset {phash[:12]})")
     return {"provenance": prov, "patches": patches, "source": source, "applied_by": applied_by,

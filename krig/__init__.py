@@ -15,4 +15,5 @@ DEFAULT_KERNEL = "distro"
 # analysis) may import and which imports only itself; every other krig module is the runner.
 # tests/test_layout.py checks every import against this declaration.
 VOCABULARY = ("krig", "krig.errors", "krig.config", "krig.paths", "krig.results", "krig.rundir",
-              "krig.reproducer", "krig.verdict", "krig.junit", "krig.safeio", "krig.asked", "krig.record")
+              "krig.reproducer", "krig.verdict", "krig.junit", "krig.safeio", "krig.asked", "krig.record",
+              "krig.version")

@@ -49,10 +49,21 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE_EXIT, f"{self.prog}: {message} (`{self.prog} --help` has the usage and examples)\n")
 
 
+class _Version(argparse.Action):
+    """--version: the version and the checkout's commit, computed only when asked."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .version import version_line
+        print(version_line())
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="krig", formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Kernel reproducer rig: boot a kernel on a rig, run a reproducer, judge it.",
                 epilog=clihelp.MAIN_EPILOG)
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="print krig's version and the git commit of its checkout, and exit")
     sub = p.add_subparsers(dest="cmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run a reproducer on a rig")
     r.add_argument("reproducer", metavar="REPRODUCER", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")

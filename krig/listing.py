@@ -1,36 +1,61 @@
-"""`krig list`: the reproducers with their presets, the rigs and the kernels this checkout has."""
+"""`krig list`: the reproducers (with their presets), rigs and kernels, each a name line and its
+description wrapped under it, within 80 columns. A reproducer shows the first sentence of its
+description (the rest is in its repro.toml); a rig or kernel its whole one-line description."""
+import re
+import textwrap
+
 from kernels.catalog import kernel_names, load_kernel
 from rigs import load_rig, rig_names
-
 from .errors import KrigError
 from .reproducer import load_reproducer, reproducer_names
 
+WIDTH = 80
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(])")
 
-def cmd_list(a) -> int:
-    print("reproducers:")
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a description's first paragraph, on one line."""
+    para = " ".join(text.strip().split("\n\n", 1)[0].split())
+    return _SENTENCE_END.split(para, 1)[0]
+
+
+def entry(name: str, tag: str, text: str) -> list:
+    """`  name  tag` and the text wrapped under it, 6 columns in, every line <= WIDTH columns."""
+    head = f"  {name:24s} {tag}".rstrip() if len(name) <= 24 else f"  {name}  {tag}".rstrip()
+    lines = textwrap.wrap(head, WIDTH, subsequent_indent=" " * 27, break_on_hyphens=False)
+    return lines + textwrap.wrap(text, WIDTH, initial_indent=" " * 6, subsequent_indent=" " * 6,
+                                 break_on_hyphens=False)
+
+
+def list_lines() -> list:
+    out = ["reproducers:"]
     for n in reproducer_names():
         r = load_reproducer(n)
-        first = r.description.splitlines()[0] if r.description else ""
-        print(f"  {n:24s} presets: {', '.join(sorted(r.presets)) or '-':26s} {first}")
-    print("rigs:")
+        out += entry(n, f"presets: {', '.join(sorted(r.presets)) or '-'}", first_sentence(r.description))
+    out.append("rigs:")
     for n in rig_names():
         try:
             rig = load_rig(n)
-            print(f"  {n:24s} {rig.kind:6s} {rig.spec.get('description', '')}")
+            out += entry(n, rig.kind, rig.spec.get("description", ""))
         except KrigError as e:
-            print(f"  {n:24s} INVALID: {e}")
-    print("kernels:")
+            out += entry(n, "INVALID", str(e))
+    out.append("kernels:")
     not_built = False
     for n in kernel_names():
         try:
             k = load_kernel(n)
-            print(f"  {n:32s} {k.release:40s} {k.description}")
+            out += entry(n, k.release, k.description)
         except KrigError as e:
             if type(e).__name__ == "KernelNotBuilt":
-                print(f"  {n:32s} {'(not built)':40s} {e.description}")
+                out += entry(n, "(not built)", e.description)
                 not_built = True
             else:
-                print(f"  {n:32s} (not available: {e})")
+                out += entry(n, "(not available)", str(e))
     if not_built:
-        print("  (build one with `krig kernel build <name>`)")
+        out.append("  (build one with `krig kernel build <name>`)")
+    return out
+
+
+def cmd_list(a) -> int:
+    print("\n".join(list_lines()))
     return 0

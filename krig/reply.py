@@ -5,13 +5,17 @@
     From: git config user.name/user.email (or --from); the Tested-by: trailer carries
           the same address, since b4 drops a trailer whose address is not the sender's
     the answer in one sentence; Tested-by: only when the answer is "fixed"
-    Tested on: base and patched kernel releases, base commit, tree, patchset hash,
-          rig (CPUs, RAM, accelerator), host CPU, reproducer, runs, krig revision
+    Cc: the lists and people the series went to (its To, Cc and List-Post)
+    Tested on: base and patched kernel releases, base commit, the tree by its public
+          name (its origin URL; never the tester's local path), patchset hash,
+          rig (CPUs, RAM, accelerator), host CPU, reproducer, runs, krig version and commit
+    what the reproducer measures and its limit, in one sentence (repro.toml's measures)
     what differs between the two sides (debug options, CPU facts), if anything
     the judged metrics in the 0-day layout (analysis/lkp.py) with p-values and runs
     what the reproducer says each side showed, and the patched kernel's projection to
           other machine sizes where it has a model (labelled as a projection)
-    the command that reproduces it
+    the command that reproduces it, with the tree as ./linux (a clone of its public URL
+          when it has one) and the series as its Message-ID or file name
 
 ASCII, at most 72 columns (a long path in the command is continued with a backslash).
 """
@@ -24,8 +28,10 @@ import time
 
 from analysis.lkp import WIDTH, table_lines
 from analysis.projection import text_lines as projection_lines
-from .errors import UsageError
-from .results import git_revision, public_url
+from .errors import KrigError, UsageError
+from .reproducer import load_reproducer
+from .results import public_url
+from .version import git_revision, origin, version
 
 _ADDR = re.compile(r"^[^<>@\s]+@[^<>@\s]+\.[^<>@\s]+$")
 
@@ -130,12 +136,58 @@ def _para_indented(text: str) -> list:
     return textwrap.wrap(text, WIDTH, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
 
 
+_URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://\S+|[\w.-]+@[\w.-]+:\S+)$", re.I)
+
+
+def public_tree(repository) -> str | None:
+    """A tree's public name: its origin URL (credentials taken out); None for a local path."""
+    url = public_url(str(repository or "")).strip()
+    return url if _URL.match(url) and not url.startswith("file:") else None
+
+
+def measures(reproducer: str) -> str | None:
+    try:
+        return load_reproducer(reproducer).measures or None
+    except KrigError:
+        return None
+
+
+def reproduce_lines(state: dict, tree: str | None, by_id: bool) -> list:
+    """The command that reproduces the answer on anyone's machine: a base given as a path
+    (TREE@REF, a built tree, an image) is named ./linux (@REF a commit, not a local branch),
+    after a `git clone` of the tree's public URL when it has one; the series by its
+    Message-ID, or by its file name."""
+    cmd, git = list(state["command"]), (state.get("base_kernel") or {}).get("git") or {}
+    cloned = False
+    if "--base" in cmd:
+        i = cmd.index("--base") + 1
+        head, comma, opts = cmd[i].partition(",")
+        m = re.match(r"^(.+)@([^@]*)$", head)
+        where = m.group(1) if m else head
+        if "/" in where or where.startswith(("~", ".")):
+            ref = m and (m.group(2) and (git.get("commit") or m.group(2)))
+            cmd[i] = ("linux@" + (ref or "") if m else pathlib.PurePath(where).name if
+                      pathlib.PurePath(where).suffix else "linux") + comma + opts
+            cloned = bool(m)
+    if "--series" in cmd:
+        i = cmd.index("--series") + 1
+        cmd[i] = f"<{state['series']}>" if by_id else pathlib.Path(cmd[i]).name
+    said = "b4 fetches the series by its Message-ID" if by_id else "with the series saved as an mbox"
+    if cloned and not tree:
+        said += "; ./linux: a clone of the tree holding the base commit"
+    clone = wrap_shell(["git", "clone", tree, "linux"]) if cloned and tree else []
+    return [*_para(f"To reproduce (krig; {said}):"), *clone, *wrap_shell(cmd)]
+
+
 def body(state: dict, res: dict, who: tuple) -> str:
     prov = state["series_provenance"]
     base, new = state.get("base_kernel") or {}, state.get("new_kernel") or {}
     out = ["Hi,", ""]
     out += _para(f"krig's {state['reproducer']} reproducer on this series: {state['answer']}. "
                  f"{state['reason'][0].upper()}{state['reason'][1:]}.")
+    said = measures(state["reproducer"])
+    if said:
+        out += ["", *_para(said)]
     if state["answer"] == "fixed":
         out += ["", f"Tested-by: {_ascii(who[0])} <{who[1]}>"]
     git = base.get("git") or {}
@@ -143,9 +195,12 @@ def body(state: dict, res: dict, who: tuple) -> str:
             f"  base kernel     {base.get('release', '?')}",
             f"  patched kernel  {new.get('release', '?')}",
             f"  base commit     {git.get('commit') or prov.get('base_commit') or '-'}"]
-    if git.get("repository"):
-        out += wrap_shell([f"  tree            {public_url(git['repository'])}"
-                           + (f" ({git['branch']})" if git.get("branch") else "")], indent="", quote=False)
+    tree = public_tree(git.get("repository"))
+    if tree:
+        out += wrap_shell([f"  tree            {tree}" + (f" ({git['branch']})" if git.get("branch") else "")],
+                          indent="", quote=False)
+    elif git.get("repository"):
+        out += ["  tree            a local tree (no public remote)"]
     out += ["  patchset hash (sha256 of each patch's sha256, KCIDB)", f"    {prov['patchset_hash']}",
             f"  rig             {_rig_line(base)}",
             f"  machine CPU     {_cpu_line((base.get('machine') or {}).get('cpu'))}",
@@ -154,7 +209,9 @@ def body(state: dict, res: dict, who: tuple) -> str:
             f"  runs            base {res['base']['verdict_text']}, patched {res['new']['verdict_text']}"
             if res else "  runs            the base's first run PASSed; nothing more ran",
             f"                  ({state['repeat']} a side, alternating)" if res else None,
-            f"  krig            {git_revision()}"]
+            f"  krig            version {state.get('krig_version') or version()}, commit",
+            f"                  {state.get('krig_revision') or git_revision()}",
+            f"                  from {public_url(origin())}" if origin() else None]
     if state["differences"]:
         out += ["", "Not comparable, the two sides differ in:"]
         out += [f"  {d}" for d in state["differences"]]
@@ -166,13 +223,7 @@ def body(state: dict, res: dict, who: tuple) -> str:
         out += outcome_lines(res)
     # a series named by its Message-ID is fetched the same way anywhere; a file is named by its name
     by_id = bool(state.get("series")) and not str(state["series"]).startswith("/")
-    out += ["", "To reproduce (krig; b4 fetches the series by its Message-ID):" if by_id else
-            "To reproduce (krig, with the series saved as an mbox):"]
-    cmd = list(state["command"])
-    if "--series" in cmd:
-        i = cmd.index("--series") + 1
-        cmd[i] = f"<{state['series']}>" if by_id else pathlib.Path(cmd[i]).name
-    out += wrap_shell(cmd)
+    out += ["", *reproduce_lines(state, tree, by_id)]
     out += ["", "-- ", "krig validate (automated test; the numbers come from the runs above)"]
     return "\n".join(_ascii(line).rstrip() if line != "-- " else line for line in out if line is not None) + "\n"
 
@@ -185,6 +236,9 @@ def message(state: dict, text: str, who: tuple) -> str:
     headers = [("From", email.utils.formataddr(who, "utf-8")),
                ("To", email.utils.formataddr(email.utils.parseaddr(prov.get("author") or ""), "utf-8")
                 if prov.get("author") else None),
+               ("Cc", ", ".join(email.utils.formataddr(email.utils.parseaddr(a), "utf-8")
+                                for a in prov.get("cc") or []
+                                if email.utils.parseaddr(a)[1].lower() != who[1].lower()) or None),
                ("Subject", _ascii(subject)),
                ("Date", email.utils.formatdate(usegmt=True)),
                ("Message-ID", email.utils.make_msgid("krig-validate", domain)),

@@ -65,6 +65,7 @@ class Reproducer:
     name: str
     path: pathlib.Path
     description: str
+    measures: str         # one sentence: what it measures and what it cannot tell (the reply says it)
     report: str
     fixed_by: str
     introduced_by: str
@@ -181,7 +182,7 @@ def load_reproducer(name, root: pathlib.Path = REPRO_DIR) -> Reproducer:
 
 def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
     w = f"reproducers/{name}/repro.toml"
-    reject_unknown(data, {"description", "report", "fixed_by", "introduced_by", "groups", "timeout",
+    reject_unknown(data, {"description", "measures", "report", "fixed_by", "introduced_by", "groups", "timeout",
                           "requires", "params", "presets", "trace", "metrics", "thresholds", "plots", "session"}, w)
     description = require(data, "description", str, w)
     timeout = optional(data, "timeout", int, w, 600)
@@ -285,6 +286,7 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
 
     return Reproducer(
         name=name, path=path, description=description.strip(),
+        measures=" ".join(optional(data, "measures", str, w, "").split()),
         report=optional(data, "report", str, w, ""), fixed_by=optional(data, "fixed_by", str, w, ""),
         introduced_by=optional(data, "introduced_by", str, w, ""),
         groups=optional(data, "groups", list, w, []), requires=req, params=params, presets=presets,

@@ -14,12 +14,12 @@ import datetime
 import os
 import pathlib
 import re
-import subprocess
 
 from . import RESULTS_DIR, ROOT, safeio
 from .errors import KrigError
 from .paths import owner_alive
 from .rundir import RunDir
+from .version import git_revision  # noqa: F401  (krig.results.git_revision: a run's krig revision)
 
 GROUP_FILE = "group.json"      # a group directory's record (krig run --repeat, krig/group.py)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
@@ -117,17 +117,6 @@ def write_json(path: pathlib.Path, data) -> None:
 def read_json(path: pathlib.Path):
     """A JSON file of krig's own records (group.json, validate.json, ...) read safely."""
     return safeio.read_json(*safeio.split(path))
-
-
-def git_revision() -> str:
-    try:
-        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return (rev or "unknown") + ("-dirty" if dirty else "")
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
 
 
 def now() -> str:

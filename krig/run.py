@@ -159,12 +159,19 @@ def cpu_facts(lines: list) -> dict:
             "mhz": int(mhz) if mhz and mhz.isdigit() else None}
 
 
+def accel_said(facts: dict, kind: str) -> str:
+    """The accelerator the boot line names; under TCG also why not KVM (the rig file's choice or
+    the probe's answer, as manifest.json's rig_facts.accel_reason records it)."""
+    accel = facts.get("accel", kind)
+    return f"{accel}: {facts['accel_reason']}" if accel == "tcg" and facts.get("accel_reason") else accel
+
+
 def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     requires = repro.requires_for(manifest.preset)
     rig.prepare(run_dir, kernel, requires)
     t0 = time.monotonic()
     rig.boot.boot(kernel, [])
-    log(f"krig: booted in {time.monotonic() - t0:.1f}s ({rig.facts().get('accel', rig.kind)})")
+    log(f"krig: booted in {time.monotonic() - t0:.1f}s ({accel_said(rig.facts(), rig.kind)})")
     facts = rig.command.run(["bash", "-c", 'uname -r; cat /proc/cmdline; nproc; '
                              'awk "/^MemTotal:/ {print \\$2}" /proc/meminfo; '
                              f'cat {CLOCKSOURCE} 2>/dev/null || echo unknown; {CPU_FACTS}; {HASH_FACTS}'],

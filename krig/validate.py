@@ -48,6 +48,7 @@ from .reproducer import load_reproducer
 from .results import git_revision, now, read_json, validation_dir, write_json
 from .record import Manifest, Verdict
 from .rundir import RunDir
+from .version import version
 
 ANSWERS = {"fixed": 0, "not fixed": 1, "inconclusive": 3, "base does not reproduce": 4, "regressed": 5}
 DEFAULT_REPEAT = 4
@@ -224,7 +225,7 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     vdir.mkdir(parents=True, exist_ok=True)      # the kernels exist: the validation starts
     state = {"kind": "krig-validate", **asked, **state, "repeat": repeat, "series_provenance": series["provenance"],
              "reply_subject": series["reply_subject"], "patches": series["patch_subjects"],
-             "krig_revision": git_revision(), "updated": now()}
+             "krig_revision": git_revision(), "krig_version": version(), "updated": now()}
     state.setdefault("created", now())
     write_json(vfile, state)
     stopped = None

@@ -6,6 +6,10 @@ import email
 import email.policy
 import json
 import mailbox
+import os
+import pathlib
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -16,6 +20,8 @@ import pytest
 
 from conftest import KRIG, ROOT
 from krig import b4check
+from kernels.incremental import pristine_dir
+from kernels.spec import DEFAULT_TARBALL, sha256_file
 from krig.validate import validate
 from test_validate import _fake_groups, git, series_repo  # noqa: F401  (series_repo is a fixture)
 
@@ -61,6 +67,65 @@ def test_b4_review_runs_it_on_the_cover_letter_and_each_patch(series_repo, valid
     assert "files_seen" in r["details"] and "%change" in r["details"]
     per = checks.run_perpatch_checks(patches, perpatch, str(repo))
     assert [e["status"] for mid, _ in patches for e in per[mid]] == ["pass", "pass"], per
+
+
+CHECKPATCH = ("scripts/checkpatch.pl", "scripts/spelling.txt", "scripts/const_structs.checkpatch")
+
+
+@pytest.fixture(scope="module")
+def checkpatch(tmp_path_factory) -> pathlib.Path:
+    """Debian's linux-source checkpatch.pl (and the word lists it reads): from the source a
+    kernel build extracted, else out of the tarball itself."""
+    tarball = pathlib.Path(DEFAULT_TARBALL)
+    src = pristine_dir(tarball, sha256_file(tarball))
+    if (src / CHECKPATCH[0]).is_file():
+        return src
+    out = tmp_path_factory.mktemp("linux")
+    top = tarball.name.split(".tar")[0]
+    subprocess.run(["tar", "-xJf", str(tarball), "-C", str(out), "--strip-components=1",
+                    *(f"{top}/{f}" for f in CHECKPATCH)], check=True)
+    return out
+
+
+def documented_lines() -> list:
+    """The git config lines of docs/b4-review.md's "Wiring it in", as argv lists."""
+    text = (ROOT / "docs" / "b4-review.md").read_text()
+    block = re.search(r"(?ms)^## Wiring it in.*?^```sh\n(.*?)^```", text).group(1)
+    return [shlex.split(ln.replace("$PWD", str(ROOT))) for ln in block.splitlines() if ln.strip()]
+
+
+def test_the_documented_setup_keeps_b4s_checkpatch(series_repo, validated, checkpatch, tmp_path,  # noqa: F811
+                                                     monkeypatch):
+    """The page's lines, run as written (--global: into a fresh $HOME), then b4's own loader and
+    runner in a tree with the kernel's checkpatch.pl: each patch gets both checkpatch's entry
+    and krig's; running the lines twice changes nothing."""
+    repo = series_repo["repo"]
+    (repo / "scripts").mkdir()
+    for f in CHECKPATCH:
+        shutil.copy(checkpatch / f, repo / f)
+    (repo / ".checkpatch.conf").write_text("--no-tree\n")   # the tree is a small stand-in, not a kernel
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    (tmp_path / "home").mkdir()
+    lines = documented_lines()
+    assert len(lines) == 3 and all(argv[:3] == ["git", "config", "--global"] for argv in lines), lines
+    for _ in range(2):
+        for argv in lines:
+            subprocess.run(argv, cwd=ROOT, check=True)
+    krig_cmd = f"{ROOT}/.venv/bin/krig b4-check"
+    assert os.access(f"{ROOT}/.venv/bin/krig", os.X_OK)
+    b4._setup_main_config(topdir=str(repo))
+    perpatch, series = checks.load_check_cmds()
+    assert perpatch == ["_builtin_checkpatch", krig_cmd] and series == [krig_cmd], (perpatch, series)
+    _, *patches = messages(series_repo["mbox"])
+    per = checks.run_perpatch_checks(patches, perpatch, str(repo))
+    for mid, _ in patches:
+        got = {e["tool"]: e for e in per[mid]}
+        assert set(got) == {"checkpatch", "krig/selftest-pass"}, per[mid]
+        assert got["krig/selftest-pass"]["status"] == "pass", got
+        # the patches carry no Signed-off-by: checkpatch.pl itself ran and said so
+        assert got["checkpatch"]["status"] == "fail" and "Signed-off-by" in got["checkpatch"]["details"], got
 
 
 @pytest.mark.parametrize("answer, status", [("not fixed", "fail"), ("regressed", "fail"),

@@ -3,10 +3,13 @@ every subcommand says what it takes and its default."""
 import argparse
 import re
 import subprocess
+import sys
 
 from conftest import KRIG, ROOT
 from krig.cli import build_parser
 from krig.clihelp import subcommands
+from krig.listing import first_sentence
+from krig.reproducer import load_reproducer, reproducer_names
 
 
 
@@ -69,3 +72,25 @@ def test_bad_subcommand_input_is_one_line():
     p = subprocess.run(KRIG + ["kernel", "build", "no-such-kernel"], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "no-such-kernel" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_version_names_the_version_and_the_checkouts_commit(tmp_path):
+    p = subprocess.run(KRIG + ["--version"], capture_output=True, text=True, cwd=tmp_path)
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    version = re.search(r'(?m)^version = "(.*)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    assert p.returncode == 0 and p.stdout.startswith(f"krig {version} (commit {head.strip()}"), p.stdout
+    # the version alone, and nothing heavy imported, when the code is no git checkout
+    code = ("import sys, krig.version as v; v.ROOT = v.pathlib.Path(sys.argv[1]); print(v.version_line()); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'analysis', 'rigs', 'kernels')))")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    assert p.stdout.splitlines() == [f"krig {version}", "[]"], p.stdout + p.stderr
+
+
+def test_list_fits_80_columns_and_says_whole_sentences():
+    p = subprocess.run(KRIG + ["list"], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert [ln for ln in p.stdout.splitlines() if len(ln) > 80] == []
+    flat = " ".join(p.stdout.split())
+    for name in reproducer_names():
+        sentence = first_sentence(load_reproducer(name).description)
+        assert sentence.endswith((".", "!", "?")) and " ".join(sentence.split()) in flat, (name, sentence)

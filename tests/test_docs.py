@@ -82,6 +82,29 @@ def test_every_make_target_is_documented():
     assert not missing, f"make targets in `make help` but not in README.md or docs/: {missing}"
 
 
+def _readme_section(heading: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    return text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_tables_name_every_reproducer_and_directory():
+    from krig.reproducer import reproducer_names
+    table = _readme_section("Reproducers")
+    named = set(re.findall(r"(?m)^\| `([\w-]+)`", table))
+    for m in re.finditer(r"(?m)^\| `([\w-]+)\{([\w,]+)\}`", table):
+        named |= {m.group(1) + s for s in m.group(2).split(",")}
+    assert set(reproducer_names()) <= named, sorted(set(reproducer_names()) - named)
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    dirs = {f.split("/")[0] for f in tracked.split() if "/" in f and not f.startswith(".")} | {"results"}
+    layout = set(re.findall(r"(?m)^\| `([\w.-]+)/`", _readme_section("Layout")))
+    assert dirs == layout, (sorted(dirs - layout), sorted(layout - dirs))
+
+
+def test_quick_start_runs_something_before_the_long_self_tests():
+    start = _readme_section("Quick start (Debian 12)")
+    assert start.index("make run") < start.index("make test"), start[:400]
+
+
 # (the phrases are split so that this file does not spell them itself)
 DEV_WORDS = re.compile(r"\b(stop|issue)s? [0-9]+\b|" + "other" + r" helpers|helpers' (builds|guests)"
                        r"|" + "this" + r" session|other sessions|\bthe lead\b", re.I)

@@ -7,15 +7,23 @@ with krig's own argparse parser; the reproducer, preset, kernel, rig and metric 
 must exist; a path into the repository (qualify/..., rigs/...) must exist, and a .toml
 file a guide has the reader write must be introduced on the same page. A make line's
 targets must exist in the Makefile or mk/*.mk, its variables be used there. A toml
-block labelled with a file of the repository shows that file."""
+block labelled with a file of the repository shows that file. And every krig line runs as
+typed, in a directory laid out as the checkout after a first run (results/latest made by
+the fake rig), and exits as its page says, unless it is in one of the named classes that
+need a kernel build, a guest or a server, or is a template the reader fills in."""
 import argparse
 import contextlib
 import io
+import os
 import pathlib
 import re
 import shlex
+import shutil
+import subprocess
 
 import pytest
+
+from conftest import KRIG
 
 from krig.cli import build_parser
 from krig.clihelp import subcommands
@@ -239,3 +247,88 @@ def test_command_md_lists_every_subcommand_and_option():
         bad += [f"krig {name} {'/'.join(a.option_strings)}: not in the synopsis" for a in opts
                 if not set(a.option_strings) & syn[name]]
     assert not bad, "\n".join(bad)
+
+
+# -- every full command runs, against a real run directory ------------------------------
+#
+# The run directory is made by the fake rig (rigs/fake.py: the real pipeline, no guest), in a
+# directory laid out as the checkout is (results/, results/latest); each command runs there
+# as typed. A command that needs what a fast test cannot have is in one named class with its
+# reason; every other command runs and must exit as its page says.
+
+CLASSES = {  # name: (why it is not run here, which commands; the first class that takes a command has it)
+    "builds a kernel": ("a kernel build (minutes to an hour): the kernel, validate's two sides, "
+                        "bisect's steps, a tree given as --kernel", lambda w: w[1] in ("kernel", "validate", "bisect")
+                        or any(x.startswith(("~/", "/")) for x in w if "@" in x or x.startswith("~/"))),
+    "boots a guest": ("a run boots the kernel on a QEMU guest or a lab server: tests/test_guest.py "
+                      "and the smoke tests run these", lambda w: w[1] in ("run", "reproduce", "qualify")),
+    "needs a server": ("the lab's coordinator or a KCIDB server", lambda w: w[1] == "lab" or "--submit" in w),
+    "a template": ("names what the reader fills in (<...>, ..., a glob, RUN1, GROUP)",
+                   lambda w: any(re.search(r"^<[^@]*>$|<[a-z.]+>|\.\.\.|\*|^RUN\d$|^GROUP$", x) for x in w)),
+}
+# what each command that runs exits with, as its page says (README's verdicts table: `krig
+# check` of a PASS run is 0; docs/command.md's exit codes for the rest)
+EXITS = {"check": 0, "list": 0, "--version": 0, "--help": 0, "b4-check": 0, "bundle": 0, "compare": 0}
+FAKE_RIG = """driver = "fake"
+work_dir = "{work}"
+
+[metrics]
+answer = 42
+files_seen = 100
+"""
+
+
+def class_of(words: list) -> str | None:
+    return next((name for name, (_, takes) in CLASSES.items() if takes(words)), None)
+
+
+@pytest.fixture(scope="module")
+def checkout_like(tmp_path_factory):
+    """A directory laid out as a checkout after a first run: results/ with a PASS of
+    selftest-pass and results/latest, the groups docs/measurements.md compares, a series."""
+    d = tmp_path_factory.mktemp("checkout")
+    (d / "work").mkdir()
+    rig = d / "fake.toml"
+    rig.write_text(FAKE_RIG.format(work=d / "work"))
+    env = {**os.environ, "KRIG_RESULTS": str(d / "results")}
+    for args in (["selftest-pass", "--rig", str(rig), "--repeat", "1", "--group", "G/base"],
+                 ["selftest-pass", "--rig", str(rig)]):
+        p = subprocess.run(KRIG + ["run", *args], cwd=d, env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+    for side in ("ail", "flood", "unlink"):
+        for end in ("base", "new"):
+            shutil.copytree(d / "G" / "base", d / "G" / f"{side}-{end}")
+    (d / "series.mbox").write_text("From pat Thu Jan  1 00:00:00 1970\nMessage-ID: <one-1@example.org>\n"
+                                   "Subject: [PATCH] vfs: a fix\n\n---\ndiff --git a/f b/f\n")
+    return d, env
+
+
+def test_every_full_command_exits_as_its_page_says(checkout_like):
+    d, env = checkout_like
+    ran, bad = [], []
+    for page, n, words in all_commands():
+        if words[0] == "make" or class_of(words):
+            continue
+        where = f"{page.relative_to(ROOT)}:{n}: {' '.join(words)}"
+        stdin = (d / "series.mbox").read_bytes() if words[1] == "b4-check" else b""
+        p = subprocess.run(KRIG + words[1:], cwd=d, env=env, input=stdin, capture_output=True, timeout=300)
+        err = p.stderr.decode(errors="replace")
+        want = EXITS.get(words[1])
+        if want is None:
+            bad.append(f"{where}: runs here, but EXITS does not say what its page says it exits with")
+        elif p.returncode != want or "Traceback" in err:
+            bad.append(f"{where}: exit {p.returncode}, the page says {want}: {err.strip()[-300:]}")
+        ran.append(words[1])
+    assert not bad, "\n".join(bad)
+    # results/latest, the README's own example, is among them; so is every kind EXITS names
+    assert ["check", "results/latest"] in [w[1:3] for _, _, w in all_commands()]
+    assert set(ran) == set(EXITS), sorted(set(EXITS) - set(ran))
+
+
+def test_every_class_of_commands_not_run_is_named_and_used():
+    taken = {}
+    for page, n, words in all_commands():
+        if words[0] != "make" and class_of(words):
+            taken.setdefault(class_of(words), []).append(f"{page.relative_to(ROOT)}:{n}")
+    assert set(taken) == set(CLASSES), sorted(set(CLASSES) - set(taken))
+    assert all(reason for reason, _ in CLASSES.values())

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from krig.check import check
-from krig.run import run
+from krig.run import accel_said, run
 from rigs import load_rig
 from rigs.fake import FAULTS
 
@@ -141,3 +141,10 @@ def test_results_disk_fills(tmp_path):
         assert (kept / "output.bin").stat().st_size == 4 << 20
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_the_boot_line_says_why_not_kvm():
+    assert accel_said({"accel": "tcg", "accel_reason": "/dev/kvm is missing or not accessible"}, "qemu") \
+        == "tcg: /dev/kvm is missing or not accessible"
+    assert accel_said({"accel": "kvm", "accel_reason": "KVM probe boot reached init in 2.0s"}, "qemu") == "kvm"
+    assert accel_said({}, "ipmi") == "ipmi"

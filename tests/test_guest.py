@@ -37,6 +37,10 @@ def test_pass_has_every_file(tmp_path, no_leftover_qemu):
     # QEMU ran the guest as its own user, never as root (the guest still wrote its share)
     assert m["rig_facts"]["qemu_user"] == QEMU_USER and QEMU_USER != "root", m["rig_facts"]["qemu_user"]
     assert ("-runas" in m["rig_facts"]["qemu_argv"]) == (os.geteuid() == 0)
+    booted = next(ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith("krig: booted in "))
+    assert f"({m['rig_facts']['accel']}" in booted, booted
+    if m["rig_facts"]["accel"] == "tcg":    # the console says why not KVM, as the manifest does
+        assert m["rig_facts"]["accel_reason"] in booted, booted
     assert m["machine"]["release"] == m["kernel"]["release"]
     if m["rig_facts"]["accel"] == "tcg":   # the rig's default: the kernel's own clocksource
         assert m["rig_facts"]["tcg_clocksource"] == "kernel" and m["machine"]["clocksource"] not in ("", "tsc")

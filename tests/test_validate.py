@@ -9,6 +9,7 @@ import json
 import mailbox
 import os
 import pathlib
+import shlex
 import statistics
 import subprocess
 import sys
@@ -55,7 +56,9 @@ def series_repo(tmp_path):
     (r / "fs" / "namei.c").write_text((r / "fs" / "namei.c").read_text().replace("line 30\n", "line thirty\n"))
     git(r, "commit", "-qam", "vfs: spell thirty")
     out = tmp_path / "patches"
-    git(r, "format-patch", "-q", "--cover-letter", "--thread", f"--base={base}", "-o", str(out), "master")
+    git(r, "format-patch", "-q", "--cover-letter", "--thread", f"--base={base}", "-o", str(out),
+        "--to=linux-fsdevel@vger.kernel.org", "--cc=Al Reviewer <al@example.org>",
+        "--cc=Pat Developer <pat@example.org>", "master")
     cover = out / "0000-cover-letter.patch"
     cover.write_text(cover.read_text().replace("*** SUBJECT HERE ***", "vfs: spell two numbers"))
     mbox = tmp_path / "series.mbox"
@@ -283,11 +286,14 @@ def test_compare_lkp_numbers_equal_the_runs(tmp_path):
     assert all(len(ln) <= 72 and ln.isascii() for ln in p.stdout.split("\ncompare.html")[0].splitlines())
 
 
-def _state(series, answer, reason, res, tmp_path):
+PUBLIC_TREE = "https://git.example.org/pub/scm/linux/kernel/git/" + "x" * 60 + "/linux.git"
+
+
+def _state(series, answer, reason, res, tmp_path, tree=None):
     return {"reproducer": "selftest-pass", "preset": None, "repeat": 4, "answer": answer, "reason": reason,
             "series_provenance": series["provenance"], "reply_subject": series["reply_subject"],
             "judged_metrics": judged_metrics(res), "differences": ["CONFIG_KASAN: BASE n, NEW y"],
-            "base_kernel": {"release": "6.1.192-krig-gabc", "git": {"repository": str(tmp_path / ("x" * 80)),
+            "base_kernel": {"release": "6.1.192-krig-gabc", "git": {"repository": tree or PUBLIC_TREE,
                                                                    "commit": "a" * 40, "branch": "master"},
                             "machine": {"cpus": 2, "mem_total_bytes": 4 << 30, "cpu": {"model": "QEMU"}},
                             "rig": {"name": "qemu-default"}, "rig_facts": {"accel": "tcg"}},
@@ -316,7 +322,8 @@ def test_reply_threads_parses_and_b4_takes_the_trailer(series_repo, tmp_path):
     assert "Tested-by: Krig Tester <tester@example.org>" in text.splitlines()
     assert series["provenance"]["patchset_hash"] in text and "CONFIG_KASAN: BASE n, NEW y" in text
     assert "files_seen" in text
-    assert "\n  tree            /" in text and '"  tree' not in text       # prose, not a shell word
+    assert "\n  tree            https://" in text and '"  tree' not in text   # prose, not a shell word
+    assert m["Cc"] == "linux-fsdevel@vger.kernel.org, Al Reviewer <al@example.org>"   # the author is To
     # the developer's side: b4 am -m of the series plus the reply, then git am: commits with the trailer
     both = tmp_path / "thread.mbox"
     both.write_bytes(series_repo["mbox"].read_bytes() + (vdir / "reply.mbox").read_bytes())
@@ -330,6 +337,69 @@ def test_reply_threads_parses_and_b4_takes_the_trailer(series_repo, tmp_path):
     bodies = [b for b in bodies if b.strip()]
     assert len(bodies) == 2
     assert all("Tested-by: Krig Tester <tester@example.org>" in b for b in bodies), bodies
+
+
+def _reply(series_repo, tmp_path, **kw) -> str:
+    series = load_series(series_repo["mbox"], log=lambda *a: None)
+    res = _sides(tmp_path, [0, 0, 0, 0], [5, 6, 7, 8])
+    answer, reason = decide(res, judged_metrics(res))
+    vdir = tmp_path / "v"
+    vdir.mkdir()
+    write_reply(vdir, _state(series, answer, reason, res, tmp_path, **kw), res, TESTER)
+    text = (vdir / "reply.txt").read_text()
+    assert text.isascii() and all(len(ln) <= 72 for ln in text.splitlines()), max(text.splitlines(), key=len)
+    return text
+
+
+def _command(text: str) -> list:
+    """The reply's reproduce lines as sh reads them back: [argv, ...]."""
+    block = text.split("To reproduce", 1)[1].split("\n\n", 1)[0].split(":\n", 1)[1]
+    script = block.replace("\\\n", "")
+    return [shlex.split(ln) for ln in script.splitlines() if ln.strip()]
+
+
+def test_reply_names_the_tree_by_its_public_name_in_the_command_too(series_repo, tmp_path):
+    text = _reply(series_repo, tmp_path)
+    clone, krig = _command(text)
+    assert clone == ["git", "clone", PUBLIC_TREE, "linux"]
+    assert krig[krig.index("--base") + 1] == "linux@" + "a" * 40 + ",like=tiny-6.1"   # the commit, not master
+    assert str(tmp_path) not in text
+
+
+def test_reply_never_names_a_local_tree(series_repo, tmp_path):
+    text = _reply(series_repo, tmp_path, tree=str(tmp_path / "linux.git"))
+    assert "  tree            a local tree (no public remote)" in text and str(tmp_path) not in text
+    (krig,) = _command(text)
+    assert krig[krig.index("--base") + 1].startswith("linux@") and "clone of the tree" in " ".join(text.split())
+
+
+def test_reply_says_what_the_reproducer_measures_and_which_krig(series_repo, tmp_path):
+    from krig.reproducer import load_reproducer
+    from krig.version import git_revision, version
+    text = _reply(series_repo, tmp_path)
+    flat = " ".join(text.split())
+    assert load_reproducer("selftest-pass").measures in flat
+    assert f"krig version {version()}, commit {git_revision()}" in flat
+
+
+def test_every_reproducer_says_in_one_sentence_what_it_measures():
+    from krig.reproducer import load_reproducer, reproducer_names
+    for name in reproducer_names():
+        said = load_reproducer(name).measures
+        assert said.startswith("It ") and said.endswith(".") and ". " not in said[:-1], (name, said)
+
+
+def test_a_metric_name_too_long_for_its_column_never_sits_beside_another_row():
+    from analysis.lkp import table_lines
+    res = {"metrics": [{"metric": m, "values": {"base": [b, b], "new": [n, n]}, "p": 0.194, "significant": False,
+                        "verdict": "PASS", "base": {"n": 2}, "new": {"n": 2}}
+                       for m, b, n in (("end_nr_negative", 40000, 8), ("peak_negative_vs_inflight", 50, 1.155))]}
+    lines = table_lines(res)
+    assert lines[2:] == ["end_nr_negative:", "    40000    0.0%  -100.0%         8    0.0% 0.194",
+                         "peak_negative_vs_inflight:", "       50    0.0%   -97.7%     1.155    0.0% 0.194"], lines
+    assert all(len(ln) <= 72 for ln in lines)
+    short = table_lines(res, ["end_nr_negative"])           # names that fit: the 0-day layout, one line a row
+    assert short[2] == "    40000    0.0%  -100.0%         8    0.0% 0.194   end_nr_negative"
 
 
 def test_reply_without_fix_has_no_tested_by(series_repo, tmp_path):

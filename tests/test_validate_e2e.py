@@ -21,7 +21,7 @@ import sys
 import pytest
 
 from conftest import KRIG, ROOT, build_kernels, qemu_pids
-from kernels.demo_repo import AUTHOR, commit_on, fix_series, make_demo_repo, series_mbox
+from kernels.demo_repo import AUTHOR, FIX_LIST, commit_on, fix_series, make_demo_repo, series_mbox
 
 B4 = str(pathlib.Path(sys.executable).with_name("b4"))
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, **AUTHOR}
@@ -67,7 +67,7 @@ def test_validate_fix_and_unrelated_series(tmp_path):
     assert "series" in base_man and base_man["series"] is None
     assert man["machine"]["release"].endswith(f"-krig-g{bad[:12]}-s{prov['patchset_hash'][:8]}")
     (reply,) = list(mailbox.mbox(str(vdir / "reply.mbox")))
-    assert reply["In-Reply-To"] == f"<{prov['message_id']}>"
+    assert reply["In-Reply-To"] == f"<{prov['message_id']}>" and reply["Cc"] == FIX_LIST   # the list it went to
     text = reply.get_payload()
     assert f"Tested-by: {TESTER}" in text.splitlines() and all(len(ln) <= 72 for ln in text.splitlines())
     assert "peak_negative_vs_inflight" in text and prov["patchset_hash"] in text
