@@ -25,7 +25,7 @@ import time
 from analysis.lkp import WIDTH, table_lines
 from analysis.projection import text_lines as projection_lines
 from .errors import UsageError
-from .results import git_revision, public_url
+from .results import git_revision, public_kernel_arg, public_repository
 
 _ADDR = re.compile(r"^[^<>@\s]+@[^<>@\s]+\.[^<>@\s]+$")
 
@@ -49,6 +49,11 @@ def identity(sender: str | None) -> tuple[str, str]:
 
 def _ascii(s: str) -> str:
     return s.encode("ascii", "replace").decode()
+
+
+def _one_line(s) -> str:
+    """A header value as one line: every run of whitespace (a fold, a CR, a tab) one space."""
+    return " ".join(str(s).split())
 
 
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
@@ -144,7 +149,7 @@ def body(state: dict, res: dict, who: tuple) -> str:
             f"  patched kernel  {new.get('release', '?')}",
             f"  base commit     {git.get('commit') or prov.get('base_commit') or '-'}"]
     if git.get("repository"):
-        out += wrap_shell([f"  tree            {public_url(git['repository'])}"
+        out += wrap_shell([f"  tree            {public_repository(git['repository'])}"
                            + (f" ({git['branch']})" if git.get("branch") else "")], indent="", quote=False)
     out += ["  patchset hash (sha256 of each patch's sha256, KCIDB)", f"    {prov['patchset_hash']}",
             f"  rig             {_rig_line(base)}",
@@ -172,6 +177,8 @@ def body(state: dict, res: dict, who: tuple) -> str:
     if "--series" in cmd:
         i = cmd.index("--series") + 1
         cmd[i] = f"<{state['series']}>" if by_id else pathlib.Path(cmd[i]).name
+    # a tree or image of this host is named by its last name (/home/alice/src/linux@ -> linux@)
+    cmd = [public_kernel_arg(a) if i and cmd[i - 1] in ("--base", "--kernel") else a for i, a in enumerate(cmd)]
     out += wrap_shell(cmd)
     out += ["", "-- ", "krig validate (automated test; the numbers come from the runs above)"]
     return "\n".join(_ascii(line).rstrip() if line != "-- " else line for line in out if line is not None) + "\n"
@@ -179,12 +186,12 @@ def body(state: dict, res: dict, who: tuple) -> str:
 
 def message(state: dict, text: str, who: tuple) -> str:
     prov = state["series_provenance"]
-    subject = state.get("reply_subject") or prov.get("subject") or "your series"
+    subject = _one_line(state.get("reply_subject") or prov.get("subject") or "") or "your series"
     subject = subject if subject.lower().startswith("re:") else f"Re: {subject}"
     domain = who[1].rpartition("@")[2]
     headers = [("From", email.utils.formataddr(who, "utf-8")),
-               ("To", email.utils.formataddr(email.utils.parseaddr(prov.get("author") or ""), "utf-8")
-                if prov.get("author") else None),
+               ("To", email.utils.formataddr(email.utils.parseaddr(_one_line(prov.get("author") or "")), "utf-8")
+                if _one_line(prov.get("author") or "") else None),
                ("Subject", _ascii(subject)),
                ("Date", email.utils.formatdate(usegmt=True)),
                ("Message-ID", email.utils.make_msgid("krig-validate", domain)),
@@ -192,7 +199,9 @@ def message(state: dict, text: str, who: tuple) -> str:
                ("References", f"<{prov['message_id']}>" if prov.get("message_id") else None),
                ("MIME-Version", "1.0"), ("Content-Type", 'text/plain; charset="us-ascii"'),
                ("Content-Transfer-Encoding", "7bit")]
-    head = "".join(f"{k}: {v}\n" for k, v in headers if v)
+    # every header one line: a folded From: or Subject: of the series (a newline and a
+    # whitespace-only line inside) would end the headers early in git send-email and mailers
+    head = "".join(f"{k}: {_one_line(v)}\n" for k, v in headers if v and _one_line(v))
     return head + "\n" + text
 
 

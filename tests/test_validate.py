@@ -9,6 +9,7 @@ import json
 import mailbox
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -316,7 +317,8 @@ def test_reply_threads_parses_and_b4_takes_the_trailer(series_repo, tmp_path):
     assert "Tested-by: Krig Tester <tester@example.org>" in text.splitlines()
     assert series["provenance"]["patchset_hash"] in text and "CONFIG_KASAN: BASE n, NEW y" in text
     assert "files_seen" in text
-    assert "\n  tree            /" in text and '"  tree' not in text       # prose, not a shell word
+    assert "\n  tree            xxx" in text and '"  tree' not in text       # prose, not a shell word
+    assert str(tmp_path) not in (vdir / "reply.mbox").read_text()      # the trees by their last names
     # the developer's side: b4 am -m of the series plus the reply, then git am: commits with the trailer
     both = tmp_path / "thread.mbox"
     both.write_bytes(series_repo["mbox"].read_bytes() + (vdir / "reply.mbox").read_bytes())
@@ -330,6 +332,25 @@ def test_reply_threads_parses_and_b4_takes_the_trailer(series_repo, tmp_path):
     bodies = [b for b in bodies if b.strip()]
     assert len(bodies) == 2
     assert all("Tested-by: Krig Tester <tester@example.org>" in b for b in bodies), bodies
+
+
+def test_folded_from_and_subject_of_the_series_give_one_line_headers(series_repo, tmp_path):
+    """A series whose From: and Subject: are folded over lines (one of them whitespace only): every
+    header of the reply is one line, and the body starts after the blank line krig wrote."""
+    series = load_series(series_repo["mbox"], log=lambda *a: None)
+    series["provenance"] = {**series["provenance"], "author": "Pat\n \n\tO. Dev\r\n <pat@example.org>"}
+    series["reply_subject"] = "Re: [PATCH 0/2]\n \n vfs: spell two numbers"
+    res = _sides(tmp_path, [0, 0, 0, 0], [5, 6, 7, 8])
+    answer, reason = decide(res, judged_metrics(res))
+    vdir = tmp_path / "v"
+    vdir.mkdir()
+    write_reply(vdir, _state(series, answer, reason, res, tmp_path), res, TESTER)
+    raw = (vdir / "reply.mbox").read_text()
+    head = raw.split("\n\n", 1)[0].splitlines()
+    assert all(re.match(r"^[A-Za-z-]+: \S", ln) for ln in head[1:]), head
+    (m,) = mailbox.mbox(str(vdir / "reply.mbox"))
+    assert m["To"] == "\"Pat O. Dev\" <pat@example.org>" and m["Subject"] == "Re: [PATCH 0/2] vfs: spell two numbers"
+    assert m.get_payload() == (vdir / "reply.txt").read_text()
 
 
 def test_reply_without_fix_has_no_tested_by(series_repo, tmp_path):
