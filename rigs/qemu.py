@@ -51,7 +51,13 @@ DEVICE_REFUSED = re.compile(r"^(vfio|usb-host|u2f-passthru|virtio-9p|vhost|ivshm
                             r"vfio-user|xen|pci-assign|virtio-net|e1000|rtl8139|ne2k|virtio-serial|"
                             r"virtserialport|virtconsole|isa-serial|pci-serial|usb-redir|usb-serial|loader)")
 BACKEND_REF = re.compile(r"(?:^|[,.])((?:file|path|chardev|drive|netdev|fsdev|memdev|memory-backend|"
-                         r"romfile|bootindex)\b=?)")
+                         r"romfile|bootindex|kernel|initrd|dtb|dumpdtb|firmware|bios|pflash\d*|sysfsdev|"
+                         r"audiodev|memory-encryption|confidential-guest-support|sgx-epc|x-igd-opregion)\b=?)")
+# -machine properties a rig file may set (every other names a host file, a backend or an object:
+# kernel=, initrd=, dtb=, dumpdtb=, firmware=, append=, memory-backend=, pflash0=, ...)
+MACHINE_PROPS = ("type", "accel", "smm", "vmport", "kernel-irqchip", "hpet", "usb", "nvdimm", "hmat",
+                 "dump-guest-core", "mem-merge", "suppress-vmdesc", "pic", "pit", "sata", "smbus", "graphics",
+                 "i8042", "acpi", "max-ram-below-4g", "default-bus-bypass-iommu", "x-oem-id", "x-oem-table-id")
 MODULE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -126,6 +132,12 @@ def check_extra_args(args: list, where: str) -> None:
         if opt == "-device" and DEVICE_REFUSED.match(driver):
             raise UsageError(f"{where}: -device {driver} is not allowed (host devices, files, "
                              "sockets and networks are krig's to set)")
+        if opt == "-machine":
+            for i, item in enumerate(value.split(",")):
+                key, eq, _ = item.partition("=")
+                if (eq or i) and key not in MACHINE_PROPS:
+                    raise UsageError(f"{where}: -machine {value}: {key}= is not allowed (no host files, "
+                                     f"backends or objects from a rig file); allowed: {', '.join(MACHINE_PROPS)}")
         ref = BACKEND_REF.search(value)
         if ref:
             raise UsageError(f"{where}: {opt} {value}: {ref.group(1)} is not allowed (no host files, "
