@@ -232,10 +232,13 @@ def host_disk_error(qemu_log: pathlib.Path) -> str | None:
 OWNER_FILE = "owner.json"
 
 
-def reap_stale(work_dir: pathlib.Path) -> list[str]:
+def reap_stale(work_dir: pathlib.Path, refused: list | None = None) -> list[str]:
     """Work directories of runs whose krig process is gone (killed): their disk images are
-    deleted; results the guest had written are moved into the run directory first
-    (a directory whose results cannot be moved is kept, without its images)."""
+    deleted; results the guest had written are moved into the run directory first, by the
+    live pull's rules (rigs/qemu_share.py: regular files and directories only, never a name
+    krig writes itself such as verdict.json; what is dropped is appended to `refused`, one
+    line each, and deleted with the directory). A directory whose results cannot be moved
+    (no run directory, a full disk) is kept, without its images."""
     reaped = []
     for owner in sorted(work_dir.glob(f"*/{OWNER_FILE}")):
         d = owner.parent
@@ -248,23 +251,37 @@ def reap_stale(work_dir: pathlib.Path) -> list[str]:
         for img in d.glob("nvme*.img"):
             img.unlink(missing_ok=True)
         out, run_dir = d / "share" / "out", pathlib.Path(rec.get("run_dir") or "/nonexistent")
-        ctl = d / "share" / "ctl"
-        outs = sorted(ctl.glob("*.out"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
-        if outs and out.is_dir():   # the last command's channels: the workload's stdout and stderr so far
-            for src, name in ((outs[-1], "stdout"), (outs[-1].with_suffix(".err"), "stderr")):
-                if src.exists() and not (out / name).exists():
-                    src.rename(out / name)
+        dropped, keep = [], False
         try:
-            if out.is_dir() and run_dir.is_dir():
-                for f in out.iterdir():
-                    if not (run_dir / f.name).exists():
-                        shutil.move(str(f), str(run_dir / f.name))
-        except OSError:
-            pass
-        if not out.is_dir() or not any(out.iterdir()):
+            if out.is_dir() and not out.is_symlink() and run_dir.is_dir():
+                dropped = qemu_share.pull_tree(out, run_dir, label=f"{d.name}/out")
+                _reap_channels(d / "share" / "ctl", run_dir, d.name, dropped)
+            else:               # no run directory to take them: kept where they are
+                keep = out.is_dir() and not out.is_symlink() and any(out.iterdir())
+        except (OSError, KrigError) as e:
+            dropped.append(f"{d.name}: {os_fault(e) if isinstance(e, OSError) else e}")
+            keep = True
+        if refused is not None:
+            refused += dropped
+        if not keep:            # what was refused goes with the directory
             shutil.rmtree(d, ignore_errors=True)
         reaped.append(d.name)
     return reaped
+
+
+def _reap_channels(ctl: pathlib.Path, run_dir: pathlib.Path, label: str, dropped: list) -> None:
+    """The last command's channels (ctl/<n>.out, .err): the workload's stdout and stderr so far,
+    copied as data (a regular file, no link) under the names krig gives them."""
+    outs = sorted((p for p in ctl.glob("*.out") if p.stem.isdigit()), key=lambda p: int(p.stem))
+    if not outs or ctl.is_symlink():
+        return
+    for src, name in ((outs[-1].name, "stdout"), (outs[-1].with_suffix(".err").name, "stderr")):
+        if safeio.lstat(ctl, src) is None or safeio.lstat(run_dir, name) is not None:
+            continue
+        try:
+            safeio.copy_out(ctl, src, run_dir / name, cap=qemu_share.PULL_CAP)
+        except safeio.UsageError as e:
+            dropped.append(f"{label}/ctl/{src}: {e}")
 
 
 class QemuMachine:
@@ -346,7 +363,10 @@ class QemuRig(Rig):
         if needs.get("scratch_size") and not any(d["role"] == "scratch" for d in self.spec["disks"]):
             raise UsageError(f"{self.where}: the reproducer needs a scratch disk; add a [[disks]] entry")
         base = self.work_dir()
-        self.m.facts["reaped_work_dirs"] = reap_stale(base)
+        dropped = []
+        self.m.facts["reaped_work_dirs"] = reap_stale(base, dropped)
+        if dropped:
+            self.m.facts["reaped_refused"] = dropped[:50]
         try:
             self.m.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=base))
             (self.m.workdir / OWNER_FILE).write_text(json.dumps({**owner_record(), "run_dir": str(self.m.run_dir)}))
