@@ -61,21 +61,21 @@ def kernel_file(path, what: str) -> pathlib.Path | None:
         return None
     if cache in real.parents:
         parts = real.relative_to(cache).parts
-        if len(parts) < 3 or not (parts[0] == "kernels" and _HEX16.match(parts[1])
+        if len(parts) < 3 or not (parts[0] == "kernels" and _HEX16.fullmatch(parts[1])
                                   and (cache / parts[0] / parts[1] / "build.json").is_file()
-                                  or parts[0] == "reproduce" and _HEX32.match(parts[1])
-                                  or parts[0] == "given" and _HEX16.match(parts[1]) and what == "modules"):
+                                  or parts[0] == "reproduce" and _HEX32.fullmatch(parts[1])
+                                  or parts[0] == "given" and _HEX16.fullmatch(parts[1]) and what == "modules"):
             return None
         rest = parts[2:]
         if what == "modules":
             ok = rest[:3] in (("mod", "lib", "modules"), ("empty", "lib", "modules")) and len(rest) == 4 \
-                and _RELEASE.match(rest[3]) and (parts[0] == "given" or rest[0] == "mod")
+                and _RELEASE.fullmatch(rest[3]) and (parts[0] == "given" or rest[0] == "mod")
         else:
             ok = rest == KERNEL_FILES.get(what)
         return real if ok else None
     if what in ("image", "config") and real.parent == pathlib.Path("/boot") and \
-            re.match(rf"^{'vmlinuz' if what == 'image' else 'config'}-[A-Za-z0-9][A-Za-z0-9._+-]*$", real.name):
+            re.fullmatch(rf"{'vmlinuz' if what == 'image' else 'config'}-[A-Za-z0-9][A-Za-z0-9._+-]*", real.name):
         return real
-    if what == "modules" and str(real.parent) in ("/lib/modules", "/usr/lib/modules") and _RELEASE.match(real.name):
+    if what == "modules" and str(real.parent) in ("/lib/modules", "/usr/lib/modules") and _RELEASE.fullmatch(real.name):
         return real
     return None

@@ -30,6 +30,7 @@ import subprocess
 import tarfile
 import time
 
+from krig import safeio
 from krig.errors import RigError, os_fault
 from krig.rundir import KRIG_FILES
 from .ipmi_bmc import kill_group
@@ -54,10 +55,7 @@ class _Stop(Exception):
     """A header krig does not read on: the rest of the stream is not taken."""
 
 
-def _show(text: str, limit: int = 160) -> str:
-    """A name from the stream as printable text on one line."""
-    s = "".join(c if c.isprintable() else f"\\x{ord(c) & 0xff:02x}" for c in text)
-    return s if len(s) <= limit else s[:limit] + "..."
+_show = safeio.printable             # a name from the stream as printable text on one line
 
 
 def _size(n: int) -> str:
@@ -65,7 +63,8 @@ def _size(n: int) -> str:
 
 
 class _Header(tarfile.TarInfo):
-    """tarfile's member header, refusing what would make it read without a bound."""
+    """tarfile's member header, refusing what would make it read without a bound (_Stop);
+    krig reproduce reads a bundle's headers with it too (BoundedHeader)."""
 
     def _proc_member(self, tf):
         if self.type == tarfile.GNUTYPE_SPARSE:
@@ -79,6 +78,9 @@ class _Header(tarfile.TarInfo):
 
     def _proc_gnusparse_10(self, next, pax_headers, tf):
         raise _Stop(f"a GNU sparse file {_show(next.name)}")
+
+
+BoundedHeader, HeaderRefused = _Header, _Stop
 
 
 @dataclasses.dataclass
