@@ -36,7 +36,7 @@ EXPECTED_LINKS = ("build", "source")     # what modules_install links into lib/m
 def check_release(release: str, what: str, error=KrigError) -> str:
     """release as printed by a tree (or found in an image), refused in one line unless it
     is a plain release name: it names lib/modules/<release>."""
-    if not RELEASE_RE.match(release) or ".." in release or len(release) > RELEASE_MAX:
+    if not RELEASE_RE.fullmatch(release) or ".." in release or len(release) > RELEASE_MAX:
         raise error(f"{what}: release {release[:100]!r} refused: not a kernel release "
                     f"([A-Za-z0-9][A-Za-z0-9._+-]*, no '..', at most {RELEASE_MAX} characters), "
                     "and it would name a directory")

@@ -31,7 +31,7 @@ import subprocess
 from krig import KERNEL_DIR, REPRO_DIR
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
-from krig.results import public_url
+from krig.results import public_repository
 from . import fromtree
 from .incremental import (apply_to_copies, build_kernel, clean_env, ensure_pristine, first_error,
                           run_logged)
@@ -137,8 +137,10 @@ def _git_origin(tree: pathlib.Path, ref: str = "HEAD") -> dict | None:
         return None
     full = git(tree, "rev-parse", "--symbolic-full-name", ref, check=False)
     branch = full[len("refs/heads/"):] if full.startswith("refs/heads/") else None
-    remote = git(tree, "config", "--get", "remote.origin.url", check=False) or str(tree)
-    return {"repository": public_url(remote), "commit": commit, "branch": branch}
+    # named by its origin (no credentials, no query string) or its directory's last name, never
+    # by a path of this host: the record goes into bundles, replies and KCIDB reports
+    remote = git(tree, "config", "--get", "remote.origin.url", check=False)
+    return {"repository": public_repository(remote) if remote else tree.name, "commit": commit, "branch": branch}
 
 
 def image_release(image: pathlib.Path) -> str | None:
@@ -198,7 +200,7 @@ def _tree_kernel(g: Given, log) -> Kernel:
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)
     return Kernel(name=f"tree-{t.name}", release=release, image=need[0], modules_dir=mod, config=need[1],
-                  cmdline=[], description=f"built tree {t}", arg=g.text, git=_git_origin(t))
+                  cmdline=[], description=f"built tree {t.name}", arg=g.text, git=_git_origin(t))
 
 
 def _no_modules(key: str, release: str) -> pathlib.Path:
@@ -235,7 +237,7 @@ def _image_kernel(g: Given) -> Kernel:
         raise UsageError(f"--kernel {g.text}: the kernel has CONFIG_MODULES=y: give its modules as "
                          ",modules=DIR (a lib/modules/<release> directory, from `make modules_install`)")
     return Kernel(name=f"image-{img.name}", release=release, image=img, modules_dir=mods, config=cfg,
-                  cmdline=[], description=f"image {img}", arg=g.text)
+                  cmdline=[], description=f"image {img.name}", arg=g.text)
 
 
 # -- buildable: a toml, a git tree at a ref, either with a series -----------------
@@ -270,7 +272,7 @@ def _spec(g: Given, series: dict | None) -> tuple[KernelSpec, dict | None]:
         probe = resolve_spec(f"git-{g.path.name}", data, where)
         commit = resolve_commit(probe)
         data["localversion"] = f"-krig-g{commit[:12]}"
-        data["description"] = f"{g.path} at {ref} ({commit[:12]}), config like {like}"
+        data["description"] = f"{g.path.name} at {ref} ({commit[:12]}), config like {like}"
         spec = resolve_spec(f"git-{g.path.name}-{commit[:12]}", data, where)
         origin = _git_origin(g.path, ref)
     if series:

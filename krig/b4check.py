@@ -26,6 +26,7 @@ import email.policy
 import email.utils
 import json
 import pathlib
+import shlex
 import sys
 import tempfile
 
@@ -118,10 +119,11 @@ def check(data: bytes, dirs: list) -> list:
     hits = matching(data, validations(dirs))
     if not hits:
         msg = email.message_from_bytes(data, policy=email.policy.compat32)
-        mid = str(msg.get("Message-ID") or "").strip() or "<MESSAGE-ID>"
+        mid = " ".join(str(msg.get("Message-ID") or "").split()) or "<MESSAGE-ID>"
+        # a command to paste into a shell: the mail's Message-ID is quoted as one word, whatever it holds
         return [{"tool": "krig", "status": "warn", "url": "", "details": "",
                  "summary": "no krig validation of this series yet: krig validate REPRODUCER --base KERNEL "
-                            f"--series '{mid}'"}]
+                            f"--series {shlex.quote(mid)}"}]
     newest = {}
     for vdir, state in hits:
         newest.setdefault(state.get("reproducer"), []).append((state.get("finished") or state.get("updated") or "",

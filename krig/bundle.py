@@ -16,11 +16,13 @@ user names, key and known_hosts paths, this machine's name and home, a URL's
 user:password) never enter the bundle: the password is never in a run directory (rigs/ipmi_spec.py),
 and every other value is replaced by a placeholder in every text file of run/.
 """
+import hashlib
 import io
 import json
 import os
 import pathlib
 import re
+import stat
 import subprocess
 import tarfile
 import time
@@ -31,14 +33,14 @@ from .asked import AskedRun
 from .config import load_toml, toml_value
 from rigs import rig_path
 from .errors import UsageError
-from .paths import cache_dir, krig_owned
-from kernels.spec import sha256_file
+from .paths import cache_dir, kernel_file
 from .reproducer import load_reproducer
-from .results import bundle_name, public_url
+from .results import bundle_name, public_kernel_arg, public_paths, public_repository, public_url
 from .record import Manifest
 from .rundir import MANIFEST, VERDICT, RunDir
 
 TRACE = "trace.dat"
+_TREE_IMAGE = "/arch/x86/boot/bzImage"
 # Rig fields that identify a machine, a person or a secret: replaced by placeholders.
 IDENTITY_FIELDS = {
     ("bmc", "host"): "<BMC_HOST>", ("bmc", "port"): "<BMC_PORT>", ("bmc", "user"): "<BMC_USER>",
@@ -54,7 +56,8 @@ GENERIC_USERS = {"root", "admin", "user"}
 BINARY_SUFFIXES = {".png", ".dat", ".gz", ".zst", ".img"}
 
 
-def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kernel: bool = False) -> pathlib.Path:
+def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kernel: bool = False,
+           with_config: bool = False) -> pathlib.Path:
     if output is not None:
         output_file(output, "-o")
     run = RunDir(safeio.given(run_dir))         # the user's own path: results/latest is followed
@@ -80,52 +83,66 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
         "rig": {"name": (man.rig or {}).get("name"), "kind": (man.rig or {}).get("kind")},
         "verdict": verdict.get("verdict"), "reason": verdict.get("reason"),
         "krig_revision": man.krig_revision, "bundled": stamp, "with_trace": with_trace,
-        "series": man.series, "with_kernel": with_kernel,
+        "series": man.series, "with_kernel": with_kernel, "with_config": with_config or with_kernel,
     }
+    with_config = with_config or with_kernel
     image = _kernel_image(man.kernel or {}) if with_kernel else None
     trace = run_dir / TRACE
-    with tarfile.open(out, "w:gz") as tar:
-        def add_bytes(name, data: bytes, mode=0o644):
-            ti = tarfile.TarInfo(f"{top}/{name}")
-            ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())
-            tar.addfile(ti, io.BytesIO(data))
+    try:
+        with tarfile.open(out, "w:gz") as tar:
+            def add_bytes(name, data: bytes, mode=0o644):
+                ti = tarfile.TarInfo(f"{top}/{name}")
+                ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())
+                tar.addfile(ti, io.BytesIO(data))
 
-        def add_text(name, text: str, mode=0o644):
-            add_bytes(name, scrub(text, subs).encode(), mode)
+            def add_text(name, text: str, mode=0o644):
+                add_bytes(name, scrub(text, subs).encode(), mode)
 
-        add_text("README", readme(meta, out.name))
-        add_text("reproduce.sh", (pathlib.Path(__file__).with_name("reproduce.sh")).read_text(), 0o755)
-        add_text("bundle.json", json.dumps(meta, indent=2, default=str) + "\n")
-        add_text("run-args", "".join(a + "\n" for a in run_args(manifest, repro)))
-        add_text("rig.toml", rig_toml(_rig_spec(man.rig or {}), man.rig or {}))
-        for src in sorted(_sources(REPRO_DIR / repro.name)) + sorted(_sources(REPRO_DIR / "lib")):
-            tar.add(src, f"{top}/reproducer/{src.relative_to(REPRO_DIR)}", recursive=False)
-        for name, path in kernel_files(man.kernel or {}, man.series):
-            tar.add(path, f"{top}/kernel/{name}", recursive=False)
-        if image is not None:
-            cfg = (man.kernel or {}).get("config")
-            cfg = krig_owned(cfg)
-            sums = [(image, "image")] + ([(cfg, "config")] if cfg and cfg.is_file() else [])
-            tar.add(image, f"{top}/kernel/image", recursive=False)
-            mods = krig_owned((man.kernel or {}).get("modules_dir")) or pathlib.Path("/nonexistent")
-            for f in sorted(mods.rglob("*")) if mods.is_dir() else []:
-                if f.is_file() and not f.is_symlink():
+            def add_open(src, name: str) -> str:
+                """An open file as top/name, owned by nobody in particular; its sha256."""
+                ti = tar.gettarinfo(fileobj=src, arcname=f"{top}/{name}")
+                ti.uid = ti.gid = 0
+                ti.uname = ti.gname = ""
+                h = hashlib.sha256()
+                tar.addfile(ti, _Hashing(src, h))
+                return h.hexdigest()
+
+            def add_file(path: pathlib.Path, name: str) -> str:
+                """A host file krig keeps, read as data (a regular file, no link, never blocking)."""
+                with safeio.open_file(*safeio.split(path), cap=1 << 40) as src:
+                    return add_open(src, name)
+
+            add_text("README", readme(meta, out.name))
+            add_text("reproduce.sh", (pathlib.Path(__file__).with_name("reproduce.sh")).read_text(), 0o755)
+            add_text("bundle.json", json.dumps(meta, indent=2, default=str) + "\n")
+            add_text("run-args", "".join(a + "\n" for a in run_args(manifest, repro)))
+            add_text("rig.toml", rig_toml(_rig_spec(man.rig or {}), man.rig or {}))
+            for src in sorted(_sources(REPRO_DIR / repro.name)) + sorted(_sources(REPRO_DIR / "lib")):
+                tar.add(src, f"{top}/reproducer/{src.relative_to(REPRO_DIR)}", recursive=False)
+            sums = []
+            for name, path in kernel_files(man.kernel or {}, man.series, with_config):
+                digest = add_file(path, f"kernel/{name}")
+                if name == "config":
+                    sums.append((digest, "config"))
+            if image is not None:
+                sums.insert(0, (add_file(image, "kernel/image"), "image"))
+                mods = kernel_file((man.kernel or {}).get("modules_dir"), "modules")
+                for f in _regular_files(mods) if mods else []:
                     rel = f"modules/{f.relative_to(mods)}"
-                    tar.add(f, f"{top}/kernel/{rel}", recursive=False)
-                    sums.append((f, rel))
-            add_bytes("kernel/SHA256SUMS", "".join(f"{sha256_file(f)}  {name}\n" for f, name in sums).encode())
-        for f in sorted(run_dir.iterdir()):
-            # a run's files may come from a guest: regular files only, no link followed (krig/safeio.py)
-            if not run.is_file(f.name) or (f.name == TRACE and not with_trace):
-                continue
-            if f.suffix in BINARY_SUFFIXES:
-                with run.open(f.name, cap=1 << 50) as src:
-                    ti = tar.gettarinfo(fileobj=src, arcname=f"{top}/run/{f.name}")
-                    ti.uid = ti.gid = 0
-                    ti.uname = ti.gname = ""
-                    tar.addfile(ti, src)
-            else:
-                add_text(f"run/{f.name}", run.read_bytes(f.name).decode(errors="replace"))
+                    sums.append((add_file(f, f"kernel/{rel}"), rel))
+                add_bytes("kernel/SHA256SUMS", "".join(f"{d}  {name}\n" for d, name in sums).encode())
+            for f in sorted(run_dir.iterdir()):
+                # a run's files may come from a guest: regular files only, no link followed (krig/safeio.py)
+                if not run.is_file(f.name) or (f.name == TRACE and not with_trace):
+                    continue
+                if f.suffix in BINARY_SUFFIXES:
+                    with run.open(f.name, cap=1 << 50) as src:
+                        add_open(src, f"run/{f.name}")
+                else:
+                    add_text(f"run/{f.name}", run.read_bytes(f.name).decode(errors="replace"))
+    except BaseException:
+        out.unlink(missing_ok=True)          # no half-written tarball
+        raise
     size = out.stat().st_size
     msg = f"bundle: {out} ({_human(size)})" + (f", with the kernel image ({_human(image.stat().st_size)})"
                                                 if image is not None else "")
@@ -136,14 +153,34 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
 
 
 def _kernel_image(k: dict) -> pathlib.Path:
-    image = krig_owned(k.get("image"))
-    if image is None or not image.is_file():
-        if k.get("image") and pathlib.Path(k["image"]).is_file():
-            raise UsageError(f"--with-kernel: the run's kernel image {k['image']} is not a kernel krig keeps "
-                             "(below its cache or /boot): not bundled")
-        raise UsageError(f"--with-kernel: the run's kernel image {image} is gone (rebuild the kernel, or "
-                         "bundle without --with-kernel)")
+    image = kernel_file(k.get("image"), "image")
+    if image is None:
+        raise UsageError(f"--with-kernel: the run's kernel image {str(k.get('image'))[:200]!r} is not a kernel "
+                         "krig keeps (one it built or unpacked in its cache, or the distro's in /boot), or it is "
+                         "gone: not bundled (rebuild the kernel, or bundle without --with-kernel)")
     return image
+
+
+class _Hashing:
+    """A file object whose reads also feed a hash (the sha256 of what went into the tarball)."""
+
+    def __init__(self, f, h):
+        self.f, self.h = f, h
+
+    def read(self, n=-1):
+        b = self.f.read(n)
+        self.h.update(b)
+        return b
+
+
+def _regular_files(d: pathlib.Path):
+    """The regular files below d, no link followed (a modules tree krig installed)."""
+    for root, dirs, files in os.walk(d):
+        dirs.sort()
+        for name in sorted(files):
+            f = pathlib.Path(root, name)
+            if stat.S_ISREG(f.lstat().st_mode):
+                yield f
 
 
 def _sources(d: pathlib.Path):
@@ -166,12 +203,14 @@ def readme(meta: dict, tarball: str) -> str:
             f"{meta['kernel'].get('release')} gave {meta['verdict']}: {meta['reason']}\n"
             f"Rerun: krig reproduce {tarball} [--rig NAME] [--kernel NAME] (default rig qemu-default; krig runs "
             "its own code, nothing from the bundle; ./reproduce.sh is the bundle's own script: read it first)\n"
-            "rig.toml is the rig it ran on, with <PLACEHOLDERS> for its secrets and identities: fill them in.\n")
+            "rig.toml describes the rig it ran on, to read, not to run: rerun on a rig file of your own (--rig); "
+            "copy a setting from it only after reading it, and put your own values where it has <PLACEHOLDERS>.\n")
 
 
 def run_args(manifest: dict, repro) -> list[str]:
     """`krig run` arguments minus the rig (reproduce.sh adds its own): the summary's command."""
-    return AskedRun.from_manifest(manifest, repro).args(rig=False)
+    args = AskedRun.from_manifest(manifest, repro).args(rig=False)
+    return [public_kernel_arg(a) if i and args[i - 1] == "--kernel" else a for i, a in enumerate(args)]
 
 
 # -- identities -------------------------------------------------------------
@@ -198,6 +237,7 @@ def identity_substitutions(manifest: dict) -> list[tuple[re.Pattern, str]]:
     owner = (manifest.get("owner") or {}).get("host")
     if owner and len(owner) >= 3:
         pairs.append((owner, "<KRIG_HOST>", True))
+    pairs += [(path, name, False) for path, name in local_paths(manifest.get("kernel") or {})]
     home = str(pathlib.Path.home())
     if home not in ("/", ""):
         pairs.append((home, "<HOME>", False))
@@ -214,6 +254,28 @@ def identity_substitutions(manifest: dict) -> list[tuple[re.Pattern, str]]:
     return out
 
 
+def local_paths(k: dict) -> list[tuple[str, str]]:
+    """(path, its last name) for every tree or file of this host the kernel record names that is
+    not a kernel krig keeps: a built tree (the directory above arch/x86/boot/bzImage), an image,
+    its config and modules, the --kernel argument's paths, a local origin."""
+    out = []
+    for what, key in (("image", "image"), ("config", "config"), ("modules", "modules_dir")):
+        v = k.get(key)
+        if isinstance(v, str) and v.startswith("/") and kernel_file(v, what) is None:
+            tree = v[:-len(_TREE_IMAGE)] if v.endswith(_TREE_IMAGE) else v
+            out.append((tree, pathlib.PurePosixPath(tree).name))
+    arg = k.get("arg") if isinstance(k.get("arg"), str) else ""
+    head, *opts = arg.split(",")
+    for v in [head.rpartition("@")[0] if "@" in head else head] + [o.partition("=")[2] for o in opts]:
+        if "/" in v or v.startswith("~"):
+            p = os.path.abspath(os.path.expanduser(v)).rstrip("/")
+            out.append((p, pathlib.PurePosixPath(p).name))
+    repo = (k.get("git") or {}).get("repository") if isinstance(k.get("git"), dict) else None
+    if isinstance(repo, str) and repo.startswith("/"):
+        out.append((repo.rstrip("/"), public_repository(repo)))
+    return [(p, n) for p, n in out if len(pathlib.PurePosixPath(p).parts) > 2 and n]
+
+
 def scrub(text: str, subs) -> str:
     """Identities replaced by placeholders, and the user name and password taken out of every URL
     (an origin URL an older manifest recorded with its token)."""
@@ -224,8 +286,12 @@ def scrub(text: str, subs) -> str:
 
 
 def _rig_spec(described: dict) -> dict:
-    """The rig file as written (loadable again), or the manifest's description if the file is gone."""
-    path = rig_path(described.get("arg") or described.get("name", ""))
+    """The rig file as written (loadable again), or the manifest's description if the file is gone.
+    Only a rig of this host's rig directories, by a plain name: the manifest's name is data, never
+    a path to read (a toml file of secrets elsewhere would enter the bundle)."""
+    name = described.get("name")
+    plain = isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name)
+    path = rig_path(name) if plain else None
     if path is not None:
         try:
             return load_toml(path)
@@ -236,8 +302,9 @@ def _rig_spec(described: dict) -> dict:
 
 def rig_toml(rig: dict, described: dict) -> str:
     """The rig's description as TOML, every identity field a placeholder."""
-    lines = ["# The rig this run used. Fields in <ANGLE_BRACKETS> were removed from the bundle:",
-             "# fill in your own (a password goes in a 0600 file or an environment variable).",
+    lines = ["# The rig this run used, as a description to read: a bundle's file is not a rig to run as it",
+             "# is. Fields in <ANGLE_BRACKETS> were removed from the bundle; in a rig file of your own,",
+             "# put your own values there (a password goes in a 0600 file or an environment variable).",
              f"# Was: rig {described.get('name', '?')} (driver {described.get('kind', '?')})"]
     tables = []
     for k, v in rig.items():
@@ -264,8 +331,11 @@ def rig_toml(rig: dict, described: dict) -> str:
 
 def kernel_identity(k: dict) -> dict:
     """What the kernel was: its name and release, and the distro package or the toml it was built from."""
-    out = {key: k.get(key) for key in ("name", "release", "config_sha256_16", "extra_cmdline", "description",
-                                       "arg", "git", "debug_options")}
+    out = {key: k.get(key) for key in ("name", "release", "config_sha256_16", "extra_cmdline", "debug_options")}
+    # a tree or file of this host by its last name, an origin without credentials (results.py)
+    out.update(description=public_paths(k.get("description")), arg=public_kernel_arg(k.get("arg")),
+               git={**k["git"], "repository": public_repository(k["git"].get("repository"))}
+               if isinstance(k.get("git"), dict) and "repository" in k["git"] else k.get("git"))
     image = k.get("image")
     if image and image.startswith("/boot/"):
         pkg = _dpkg(["dpkg-query", "-S", image])
@@ -287,15 +357,16 @@ def _dpkg(argv) -> str | None:
     return p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else None
 
 
-def kernel_files(k: dict, series: dict | None = None) -> list[tuple[str, pathlib.Path]]:
-    """(name in kernel/, path): the .config, the toml and those it extends, patches, fragments,
-    and a series given on the command line (kernel/series/, from krig's series cache)."""
+def kernel_files(k: dict, series: dict | None = None, with_config: bool = False) -> list[tuple[str, pathlib.Path]]:
+    """(name in kernel/, path): the toml and those it extends, patches, fragments, a series given
+    on the command line (kernel/series/, from krig's series cache), and with_config the .config
+    (only that of a kernel krig keeps: paths.kernel_file)."""
     out = []
     if series and re.fullmatch(r"[0-9a-f]{16,64}", str(series.get("patchset_hash") or "")):
         store = cache_dir("series") / series["patchset_hash"][:16]
-        out += [(f"series/{p.name}", p) for p in sorted(store.glob("*.patch"))]
-    cfg = krig_owned(k.get("config"))
-    if cfg and cfg.is_file():
+        out += [(f"series/{p.name}", p) for p in sorted(store.glob("*.patch")) if p.is_file() and not p.is_symlink()]
+    cfg = kernel_file(k.get("config"), "config") if with_config else None
+    if cfg:
         out.append(("config", cfg))
     name, seen = k.get("name"), set()
     while name and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", str(name)) and name not in seen:
@@ -319,5 +390,5 @@ def kernel_files(k: dict, series: dict | None = None) -> list[tuple[str, pathlib
 
 def cmd_bundle(a) -> int:
     """`krig bundle RUN_DIR`."""
-    bundle(a.run_dir, a.output, a.with_trace, with_kernel=a.with_kernel)
+    bundle(a.run_dir, a.output, a.with_trace, with_kernel=a.with_kernel, with_config=a.with_config)
     return 0

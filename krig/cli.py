@@ -89,7 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("run_dir", metavar="RUN_DIR", help="a judged run directory (results/latest is the newest run)")
     b.add_argument("--with-trace", action="store_true", help="include trace.dat (left out by default)")
     b.add_argument("--with-kernel", action="store_true",
-                   help="include the kernel image, its config and their sha256 sums (left out by default)")
+                   help="include the kernel image, its config, modules and their sha256 sums (left out by default; "
+                   "only a kernel krig keeps: built or unpacked in its cache, or the distro's)")
+    b.add_argument("--with-config", action="store_true",
+                   help="include the kernel's .config (left out by default; only a kernel krig keeps)")
     b.add_argument("-o", "--output", metavar="FILE", help="where the tarball goes "
                    "(default ./krig-bundle-<repro>-<time>.tar.gz in the current directory)")
     b.set_defaults(handler="krig.bundle:cmd_bundle")

@@ -37,7 +37,7 @@ from .argcheck import output_file
 from .errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
 from .reproducer import load_reproducer
-from .results import GROUP_FILE, public_url, read_json, run_dirs_of, run_state
+from .results import GROUP_FILE, public_paths, public_repository, read_json, run_dirs_of, run_state
 from .record import Manifest
 from .rundir import MANIFEST, RunDir, is_run_dir
 from .verdict import JUDGED, VERDICTS
@@ -55,6 +55,7 @@ STATUS = {"PASS": "PASS", "FAIL": "FAIL", "ERROR": "ERROR", "SKIP": "SKIP", "HUN
 THRESHOLD_STATUS = {"pass": "PASS", "fail": "FAIL", "unmeasured": "ERROR", "instrument": "ERROR",
                     "error": "ERROR", "contended": "ERROR"}
 EXCERPT_LINES = 80
+CONFIG_CAP = 4 << 20                     # a kernel .config is ~250 KiB; the architecture is read from it
 EXCERPT_MAX = 16384                      # KCIDB's maxLength of log_excerpt
 SUITE_FILE = "suite.json"
 _PATH_BAD = re.compile(r"[^a-zA-Z0-9_-]")
@@ -182,8 +183,8 @@ def _checkout(run: dict, origin: str) -> dict:
     """The source: git and patch series where the manifest has them (keys kernel.git and series)."""
     kernel = run["manifest"].kernel or {}
     git, series = dict(kernel.get("git") or {}), run["manifest"].series or {}
-    if "repository" in git:             # an older manifest's origin URL may carry user:token@
-        git["repository"] = public_url(git["repository"])
+    if "repository" in git:             # an older manifest's may carry user:token@ or a path of this host
+        git["repository"] = public_repository(git["repository"])
     identity = {"git": git, "patchset_hash": series.get("patchset_hash"), "message_id": series.get("message_id")}
     if not git:         # a kernel without a recorded source (a distro package) is its release
         identity.update(kernel=kernel.get("name"), release=kernel.get("release"))
@@ -213,7 +214,7 @@ def _checkout(run: dict, origin: str) -> dict:
         if series.get("subject"):
             c["comment"] = _text(series["subject"])[:1000]
     if "comment" not in c and kernel.get("description"):
-        c["comment"] = _text(kernel["description"])[:1000]
+        c["comment"] = _text(public_paths(kernel["description"]))[:1000]
     c["misc"] = _pruned(misc)
     return c
 
@@ -232,7 +233,7 @@ def _build(run: dict, origin: str, checkout_id: str) -> dict:
     if m:           # the compiler, without the linker that follows it
         b["compiler"] = _text(re.split(r", (?:GNU ld|LLD|ld\.)", m.group("tools"))[0]).strip()
     if kernel.get("description"):
-        b["comment"] = _text(kernel["description"])[:1000]
+        b["comment"] = _text(public_paths(kernel["description"]))[:1000]
     misc = {k: kernel[k] for k in ("release", "config_sha256_16", "debug_options", "extra_cmdline") if kernel.get(k)}
     b["misc"] = _pruned(misc)
     return b
@@ -243,13 +244,14 @@ def _architecture(run: dict) -> str | None:
     from the emulator that ran it (qemu-system-<arch>)."""
     kernel = run["manifest"].kernel or {}
     try:
-        data = pathlib.Path(kernel["config"]).read_bytes()
+        # a path the run directory names: read as data (a regular file, no link, capped, never blocking)
+        data = safeio.read_bytes(*safeio.split(kernel["config"]), cap=CONFIG_CAP)
         if hashlib.sha256(data).hexdigest()[:16] == kernel.get("config_sha256_16"):
             for opt, arch in (("CONFIG_X86_64", "x86_64"), ("CONFIG_ARM64", "arm64"), ("CONFIG_X86_32", "i386"),
                               ("CONFIG_RISCV", "riscv"), ("CONFIG_PPC64", "powerpc"), ("CONFIG_S390", "s390")):
                 if f"\n{opt}=y\n".encode() in data:
                     return arch
-    except (KeyError, TypeError, OSError):
+    except (KeyError, TypeError, ValueError, OSError, UsageError):
         pass
     argv = (run["manifest"].rig_facts or {}).get("qemu_argv") or []
     m = re.search(r"qemu-system-([a-z0-9_]+)$", str(argv[0])) if argv else None

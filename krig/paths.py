@@ -1,6 +1,7 @@
 """Where krig keeps caches and per-run scratch state (never in git)."""
 import os
 import pathlib
+import re
 
 
 def cache_dir(*parts) -> pathlib.Path:
@@ -34,19 +35,47 @@ def owner_alive(rec: dict | None) -> bool:
     return _start_ticks(int(rec["pid"])) == rec.get("start")
 
 
-def krig_owned(path) -> pathlib.Path | None:
-    """path, if it names a file krig itself keeps: below krig's cache (kernels it built or took
-    in) or /boot (the distro's kernels). A path a run's manifest names is data from whoever made
-    the run directory; a bundle reads a host file through it only when this says so."""
-    if not path:
+KERNEL_FILES = {"image": ("bzImage",), "config": ("config",)}
+_HEX16, _HEX32 = re.compile(r"^[0-9a-f]{16}$"), re.compile(r"^kernel-[0-9a-f]{32}$")
+_RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+def kernel_file(path, what: str) -> pathlib.Path | None:
+    """path, resolved, if it is the `what` (image, config or modules) of a kernel krig itself keeps,
+    else None. A path a run's manifest names is data from whoever made the run directory; a bundle
+    reads a host file through it only when this says so, and never an arbitrary file of the cache
+    (it holds the lab server's client_key):
+        <cache>/kernels/<key>/{bzImage,config,mod/lib/modules/<release>}   built by krig (build.json)
+        <cache>/reproduce/kernel-<key>/{bzImage,config,mod/lib/modules/<release>}   unpacked from a bundle
+        <cache>/given/<key>/{mod,empty}/lib/modules/<release>              a built tree's modules
+        /boot/vmlinuz-<release>, /boot/config-<release>, /lib/modules/<release>   the distro's"""
+    if not path or not isinstance(path, (str, os.PathLike)):
         return None
     p = pathlib.Path(path)
     if not p.is_absolute() or ".." in p.parts:
         return None
     try:
         real = p.resolve(strict=True)
+        cache = cache_dir().resolve()
     except (OSError, RuntimeError):
         return None
-    roots = [cache_dir().resolve(), pathlib.Path("/boot").resolve(), pathlib.Path("/usr/lib/modules").resolve(),
-             pathlib.Path("/lib/modules").resolve()]
-    return real if any(r == real or r in real.parents for r in roots) else None
+    if cache in real.parents:
+        parts = real.relative_to(cache).parts
+        if len(parts) < 3 or not (parts[0] == "kernels" and _HEX16.fullmatch(parts[1])
+                                  and (cache / parts[0] / parts[1] / "build.json").is_file()
+                                  or parts[0] == "reproduce" and _HEX32.fullmatch(parts[1])
+                                  or parts[0] == "given" and _HEX16.fullmatch(parts[1]) and what == "modules"):
+            return None
+        rest = parts[2:]
+        if what == "modules":
+            ok = rest[:3] in (("mod", "lib", "modules"), ("empty", "lib", "modules")) and len(rest) == 4 \
+                and _RELEASE.fullmatch(rest[3]) and (parts[0] == "given" or rest[0] == "mod")
+        else:
+            ok = rest == KERNEL_FILES.get(what)
+        return real if ok else None
+    if what in ("image", "config") and real.parent == pathlib.Path("/boot") and \
+            re.fullmatch(rf"{'vmlinuz' if what == 'image' else 'config'}-[A-Za-z0-9][A-Za-z0-9._+-]*", real.name):
+        return real
+    if what == "modules" and str(real.parent) in ("/lib/modules", "/usr/lib/modules") and _RELEASE.fullmatch(real.name):
+        return real
+    return None

@@ -57,6 +57,11 @@ def _ascii(s: str) -> str:
     return s.encode("ascii", "replace").decode()
 
 
+def _one_line(s) -> str:
+    """A header value as one line: every run of whitespace (a fold, a CR, a tab) one space."""
+    return " ".join(str(s).split())
+
+
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
@@ -230,15 +235,15 @@ def body(state: dict, res: dict, who: tuple) -> str:
 
 def message(state: dict, text: str, who: tuple) -> str:
     prov = state["series_provenance"]
-    subject = state.get("reply_subject") or prov.get("subject") or "your series"
+    subject = _one_line(state.get("reply_subject") or prov.get("subject") or "") or "your series"
     subject = subject if subject.lower().startswith("re:") else f"Re: {subject}"
     domain = who[1].rpartition("@")[2]
     headers = [("From", email.utils.formataddr(who, "utf-8")),
-               ("To", email.utils.formataddr(email.utils.parseaddr(prov.get("author") or ""), "utf-8")
-                if prov.get("author") else None),
-               ("Cc", ", ".join(email.utils.formataddr(email.utils.parseaddr(a), "utf-8")
+               ("To", email.utils.formataddr(email.utils.parseaddr(_one_line(prov.get("author") or "")), "utf-8")
+                if _one_line(prov.get("author") or "") else None),
+               ("Cc", ", ".join(email.utils.formataddr(email.utils.parseaddr(_one_line(a)), "utf-8")
                                 for a in prov.get("cc") or []
-                                if email.utils.parseaddr(a)[1].lower() != who[1].lower()) or None),
+                                if email.utils.parseaddr(_one_line(a))[1].lower() != who[1].lower()) or None),
                ("Subject", _ascii(subject)),
                ("Date", email.utils.formatdate(usegmt=True)),
                ("Message-ID", email.utils.make_msgid("krig-validate", domain)),
@@ -246,7 +251,9 @@ def message(state: dict, text: str, who: tuple) -> str:
                ("References", f"<{prov['message_id']}>" if prov.get("message_id") else None),
                ("MIME-Version", "1.0"), ("Content-Type", 'text/plain; charset="us-ascii"'),
                ("Content-Transfer-Encoding", "7bit")]
-    head = "".join(f"{k}: {v}\n" for k, v in headers if v)
+    # every header one line: a folded From: or Subject: of the series (a newline and a
+    # whitespace-only line inside) would end the headers early in git send-email and mailers
+    head = "".join(f"{k}: {_one_line(v)}\n" for k, v in headers if v and _one_line(v))
     return head + "\n" + text
 
 

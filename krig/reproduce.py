@@ -44,19 +44,36 @@ from .reproducer import reproducer_names
 from .run import run
 from kernels.catalog import kernel_names
 from rigs import load_rig
+from rigs.ipmi_pull import BoundedHeader, HeaderRefused
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _NAME_RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 MAX_MEMBER = 64 << 20      # bundle.json, run-args and sources are small; an image is read in chunks
 MAX_KERNEL = 4 << 30       # the bundled kernel's files together (image, config, modules)
+MAX_MEMBERS = 50000        # entries of a bundle (a distro kernel's modules are ~6,000 files)
+KEEP_BUNDLED = 3           # bundled kernels kept in krig's cache (reproduce/kernel-*), the most recently used
 # what a truncated or corrupt compressed tarball raises while it is read
 _CORRUPT = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError)
 
 
 def _members(tar: tarfile.TarFile, bundle: str) -> tuple[str, dict]:
-    files = {m.name: m for m in tar.getmembers() if m.isfile()}
-    tops = {n.split("/", 1)[0] for n in files}
+    """{name below the top directory: header} of the bundle's regular files, read header by header
+    (tarfile keeps none of them): at most MAX_MEMBERS entries, one top directory."""
+    files, tops, n = {}, set(), 0
+    try:
+        while (m := tar.next()) is not None:
+            tar.members.clear()
+            n += 1
+            if n > MAX_MEMBERS:
+                raise UsageError(f"{bundle}: more than {MAX_MEMBERS} entries; a krig bundle has far fewer")
+            if m.isfile():
+                files[m.name] = m
+                tops.add(m.name.split("/", 1)[0])
+                if len(tops) > 1:
+                    break
+    except HeaderRefused as e:
+        raise UsageError(f"{bundle}: refused: {e}") from None
     if len(tops) != 1:
         raise UsageError(f"{bundle}: not a krig bundle (expected one top directory, found {len(tops)})")
     top = tops.pop()
@@ -75,7 +92,7 @@ def _read(tar, members, name, bundle) -> bytes:
 def parse_run_args(lines: list, bundle: str) -> AskedRun:
     """run-args -> the asked run (no rig: the user's; kernel None if the bundle names none);
     anything else is refused (one line)."""
-    if not lines or not _NAME.match(lines[0]) or lines[0] not in reproducer_names():
+    if not lines or not _NAME.fullmatch(lines[0]) or lines[0] not in reproducer_names():
         got = lines[0] if lines else "(empty)"
         raise UsageError(f"{bundle}: run-args: reproducer {got!r} is not one of krig's reproducers")
     return AskedRun.from_args(lines, f"{bundle}: run-args", ("--kernel", "--preset", "--set"), kernel=None)
@@ -106,7 +123,7 @@ def _sums(tar, members, bundle: str) -> tuple[bytes, dict]:
             continue
         digest, _, name = line.partition("  ")
         digest, name = digest.strip(), name.strip()
-        if not _DIGEST.match(digest):
+        if not _DIGEST.fullmatch(digest):
             raise UsageError(f"--kernel bundled: kernel/SHA256SUMS: {digest[:80]!r} is not a sha256 "
                              "(64 lower-case hex digits); bundle refused")
         parts = pathlib.PurePosixPath(name).parts
@@ -126,7 +143,7 @@ def _bundled_kernel(tar, members, bundle: str, meta: dict) -> str:
     if "kernel/image" not in members or "kernel/SHA256SUMS" not in members:
         raise UsageError(f"--kernel bundled: {bundle} carries no kernel image (made without --with-kernel)")
     release = meta["kernel"].get("release") or ""
-    if not isinstance(release, str) or not _NAME_RELEASE.match(release):
+    if not isinstance(release, str) or not _NAME_RELEASE.fullmatch(release):
         raise UsageError(f"--kernel bundled: bundle.json's kernel release {str(release)[:80]!r} is not a release")
     raw, sums = _sums(tar, members, bundle)
     size = sum(members[f"kernel/{n}"].size for n in sums)
@@ -162,14 +179,25 @@ def _bundled_kernel(tar, members, bundle: str, meta: dict) -> str:
         except OSError:             # unpacked before (the same SHA256SUMS and release): that copy stands
             if not dest.is_dir():
                 raise
+            os.utime(dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    _prune(cache, dest)
     arg = str(dest / "bzImage")
     if "config" in sums:
         arg += f",config={dest / 'config'}"
     if (dest / moddir / "modules.builtin").exists():
         arg += f",modules={dest / moddir}"
     return arg
+
+
+def _prune(cache: pathlib.Path, keep: pathlib.Path) -> None:
+    """Bundled kernels do not pile up: the KEEP_BUNDLED most recently used stay (`keep`, the one
+    in use, always); older ones are deleted."""
+    kernels = sorted((d for d in cache.glob("kernel-*") if d != keep and d.is_dir() and not d.is_symlink()),
+                     key=lambda d: d.stat().st_mtime, reverse=True)
+    for d in kernels[KEEP_BUNDLED - 1:]:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _kernel_arg(given: str | None, bundled: str | None, bundle: str) -> str:
@@ -217,7 +245,7 @@ def reproduce(bundle: str, kernel: str | None = None, rig: str = DEFAULT_RIG, lo
         kernel_arg(kernel)
     with _readable(bundle):
         try:
-            tar = tarfile.open(path, "r:*")
+            tar = tarfile.open(path, "r:*", tarinfo=BoundedHeader)
         except tarfile.ReadError:
             raise UsageError(f"{bundle}: not a tarball (gzip, bzip2, xz or plain tar)") from None
         except OSError as e:
@@ -238,16 +266,16 @@ def reproduce(bundle: str, kernel: str | None = None, rig: str = DEFAULT_RIG, lo
     asked = dataclasses.replace(asked, rig=rig, kernel=kernel)
     if differ:
         log(f"krig: note: krig's reproducers/{asked.reproducer} differs from the bundled sources "
-            f"({', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''}); krig's own runs")
+            f"({', '.join(map(safeio.printable, differ[:5]))}{' ...' if len(differ) > 5 else ''}); krig's own runs")
     log(f"krig: rerunning {asked.reproducer} from {path.name} with krig's own code (nothing from the bundle "
         f"is executed) on rig {rig}, kernel {kernel}")
-    log(f"krig: the run: {shlex.join(asked.argv())}")
+    log(f"krig: the run: {safeio.printable(shlex.join(asked.argv()), limit=2000)}")
     run_dir, verdict = run(asked.reproducer, rig, kernel, asked.preset, parse_set(list(asked.sets)),
                            results_root=RESULTS_DIR, log=log)
     bundled = meta.get("verdict")
     print(f"{verdict['verdict']}: {verdict['reason']}")
     print(f"results: {run_dir}")
-    print(f"bundled: {bundled}")
+    print(f"bundled: {safeio.printable(bundled)}")          # the bundle's text, never an escape sequence
     print(f"rerun:   {verdict['verdict']} (rig {rig})")
     return 0 if verdict["verdict"] == bundled else 1
 

@@ -23,14 +23,57 @@ from .version import git_revision  # noqa: F401  (krig.results.git_revision: a r
 
 GROUP_FILE = "group.json"      # a group directory's record (krig run --repeat, krig/group.py)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
+_QUERY = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s?#\"'<>]*)\?[^\s#\"'<>]*")
+# an absolute path not inside a URL or a word: its last component is group 1
+_ABS_PATH = re.compile(r"(?<![\w.~:/@-])/(?:[^\s/'\"]+/)*([^\s/'\"]+)/?")
 
 
 def public_url(text):
     """`text` with the user name and password taken out of every URL in it
-    (https://user:TOKEN@host/linux.git -> https://host/linux.git). A tree's origin URL is
+    (https://user:TOKEN@host/linux.git -> https://host/linux.git), and the query string too
+    (https://host/linux.git?access_token=T -> https://host/linux.git). A tree's origin URL is
     recorded through this, and read through it again from older manifests, before it goes
     into a manifest, a bundle, a reply or a KCIDB report. Anything but a string is returned as is."""
-    return _USERINFO.sub(r"\1", text) if isinstance(text, str) else text
+    return _QUERY.sub(r"\1", _USERINFO.sub(r"\1", text)) if isinstance(text, str) else text
+
+
+def public_repository(value):
+    """A tree's name fit to leave the host: its URL through public_url, or, for a path on this
+    host (/home/alice/src/linux, file:///srv/linux.git), the directory's last name (linux,
+    linux.git). Anything but a string is returned as is."""
+    if not isinstance(value, str) or not value.strip():
+        return value
+    v = value.strip()
+    if v.lower().startswith("file:"):
+        v = v[len("file:"):].lstrip("/") or "."
+    elif re.match(r"(?i)^[a-z][a-z0-9+.-]*://", v) or re.match(r"^[^/\s]+:", v):   # a URL, or scp's host:path
+        return public_url(v)
+    return pathlib.PurePosixPath(v.rstrip("/")).name or "."
+
+
+def public_paths(text):
+    """`text` (a kernel's description) with every absolute path on this host replaced by its last
+    name ("built tree /home/alice/src/linux" -> "built tree linux"); URLs are left to public_url."""
+    return _ABS_PATH.sub(r"\1", public_url(text)) if isinstance(text, str) else text
+
+
+def public_kernel_arg(arg):
+    """A --kernel argument fit to leave the host: a tree, image or file path in it (the head,
+    TREE of TREE@REF, config=, modules=, series= FILE) named by its last name
+    (/home/alice/src/linux@v6.1,like=tiny-6.1 -> linux@v6.1,like=tiny-6.1)."""
+    if not isinstance(arg, str):
+        return arg
+    head, *opts = arg.split(",")
+    tree, at, ref = head.rpartition("@") if "@" in head and "/" not in head.rpartition("@")[2] else (head, "", "")
+    parts = [_path_name(tree) + at + ref]
+    for o in opts:
+        k, eq, v = o.partition("=")
+        parts.append(k + eq + (v if v.startswith("<") else _path_name(v)))
+    return ",".join(parts)
+
+
+def _path_name(v: str) -> str:
+    return pathlib.PurePosixPath(v.rstrip("/")).name or v if ("/" in v or v.startswith("~")) else v
 
 
 def stamp() -> str:

@@ -250,6 +250,13 @@ def copy_out(base, rel, dest, cap: int = 8 << 30, dest_dir_fd: int | None = None
         os.close(fd)
 
 
+def printable(text, limit: int = 160) -> str:
+    """Text a stranger shaped (a name in a tarball, a bundle's verdict) as one printable line for a
+    terminal: every control character (an escape sequence's ESC, CSI, a newline) as \\xNN."""
+    s = "".join(c if c.isprintable() else f"\\x{ord(c) & 0xff:02x}" for c in str(text))
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
 def name_below(rel) -> pathlib.PurePosixPath:
     """rel checked as the name of something below a directory, before anything is looked up:
     relative, no `..` component, not empty (UnsafeFile otherwise)."""

@@ -12,6 +12,9 @@ pull's timeout over the whole stream) and only data is taken from it:
 - every directory opened with O_NOFOLLOW|O_DIRECTORY, every file created with
   O_CREAT|O_EXCL|O_NOFOLLOW: never through a link, never over a file already there;
 - no owner or mode from the stream: files 0644, directories 0755;
+- never a name krig writes itself at the top of a run directory (krig/rundir.py KRIG_FILES:
+  manifest.json, verdict.json, metrics.json, thresholds.json, report.html, ...): a server
+  cannot hand over a verdict or a judgement;
 - bounded: a cap on one file and on the whole stream (the rig file's
   pull_max_file_size and pull_max_size), checked against each header before its data.
 A refused entry is skipped and the extraction goes on (a cap stops it): the regular
@@ -27,7 +30,9 @@ import subprocess
 import tarfile
 import time
 
+from krig import safeio
 from krig.errors import RigError, os_fault
+from krig.rundir import KRIG_FILES
 from .ipmi_bmc import kill_group
 from .procs import dies_with_parent
 
@@ -50,10 +55,7 @@ class _Stop(Exception):
     """A header krig does not read on: the rest of the stream is not taken."""
 
 
-def _show(text: str, limit: int = 160) -> str:
-    """A name from the stream as printable text on one line."""
-    s = "".join(c if c.isprintable() else f"\\x{ord(c) & 0xff:02x}" for c in text)
-    return s if len(s) <= limit else s[:limit] + "..."
+_show = safeio.printable             # a name from the stream as printable text on one line
 
 
 def _size(n: int) -> str:
@@ -61,7 +63,8 @@ def _size(n: int) -> str:
 
 
 class _Header(tarfile.TarInfo):
-    """tarfile's member header, refusing what would make it read without a bound."""
+    """tarfile's member header, refusing what would make it read without a bound (_Stop);
+    krig reproduce reads a bundle's headers with it too (BoundedHeader)."""
 
     def _proc_member(self, tf):
         if self.type == tarfile.GNUTYPE_SPARSE:
@@ -75,6 +78,9 @@ class _Header(tarfile.TarInfo):
 
     def _proc_gnusparse_10(self, next, pax_headers, tf):
         raise _Stop(f"a GNU sparse file {_show(next.name)}")
+
+
+BoundedHeader, HeaderRefused = _Header, _Stop
 
 
 @dataclasses.dataclass
@@ -101,8 +107,9 @@ class Pulled:
 
 
 class Extraction:
-    def __init__(self, dest, total_cap: int, file_cap: int):
+    def __init__(self, dest, total_cap: int, file_cap: int, own=KRIG_FILES):
         self.dest = str(dest)
+        self.own = own                  # top-level names krig writes itself: refused
         self.total_cap, self.file_cap = total_cap, min(file_cap, total_cap)
         self.got = Pulled()
         self.seen = 0                   # bytes of the stream the members so far took
@@ -165,6 +172,9 @@ class Extraction:
         under = next((p for i in range(1, len(parts) + 1) if (p := tuple(parts[:i])) in self.refused_paths), None)
         if under:
             return self.refuse(f"a name {shown} below the refused {_show('/'.join(under))}", parts)
+        if parts and parts[0] in self.own:
+            return self.refuse(f"a {'directory' if m.isdir() else 'file'} {shown} taking the name of krig's own "
+                               f"{parts[0]}", parts[:1])
         if m.isdir():
             if parts:
                 fd = self.walk(root, parts, shown, whole=True)

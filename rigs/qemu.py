@@ -52,7 +52,13 @@ DEVICE_REFUSED = re.compile(r"^(vfio|usb-host|u2f-passthru|virtio-9p|vhost|ivshm
                             r"vfio-user|xen|pci-assign|virtio-net|e1000|rtl8139|ne2k|virtio-serial|"
                             r"virtserialport|virtconsole|isa-serial|pci-serial|usb-redir|usb-serial|loader)")
 BACKEND_REF = re.compile(r"(?:^|[,.])((?:file|path|chardev|drive|netdev|fsdev|memdev|memory-backend|"
-                         r"romfile|bootindex)\b=?)")
+                         r"romfile|bootindex|kernel|initrd|dtb|dumpdtb|firmware|bios|pflash\d*|sysfsdev|"
+                         r"audiodev|memory-encryption|confidential-guest-support|sgx-epc|x-igd-opregion)\b=?)")
+# -machine properties a rig file may set (every other names a host file, a backend or an object:
+# kernel=, initrd=, dtb=, dumpdtb=, firmware=, append=, memory-backend=, pflash0=, ...)
+MACHINE_PROPS = ("type", "accel", "smm", "vmport", "kernel-irqchip", "hpet", "usb", "nvdimm", "hmat",
+                 "dump-guest-core", "mem-merge", "suppress-vmdesc", "pic", "pit", "sata", "smbus", "graphics",
+                 "i8042", "acpi", "max-ram-below-4g", "default-bus-bypass-iommu", "x-oem-id", "x-oem-table-id")
 MODULE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -127,6 +133,12 @@ def check_extra_args(args: list, where: str) -> None:
         if opt == "-device" and DEVICE_REFUSED.match(driver):
             raise UsageError(f"{where}: -device {driver} is not allowed (host devices, files, "
                              "sockets and networks are krig's to set)")
+        if opt == "-machine":
+            for i, item in enumerate(value.split(",")):
+                key, eq, _ = item.partition("=")
+                if (eq or i) and key not in MACHINE_PROPS:
+                    raise UsageError(f"{where}: -machine {value}: {key}= is not allowed (no host files, "
+                                     f"backends or objects from a rig file); allowed: {', '.join(MACHINE_PROPS)}")
         ref = BACKEND_REF.search(value)
         if ref:
             raise UsageError(f"{where}: {opt} {value}: {ref.group(1)} is not allowed (no host files, "
@@ -224,10 +236,13 @@ def host_disk_error(qemu_log: pathlib.Path) -> str | None:
 OWNER_FILE = "owner.json"
 
 
-def reap_stale(work_dir: pathlib.Path) -> list[str]:
+def reap_stale(work_dir: pathlib.Path, refused: list | None = None) -> list[str]:
     """Work directories of runs whose krig process is gone (killed): their disk images are
-    deleted; results the guest had written are moved into the run directory first
-    (a directory whose results cannot be moved is kept, without its images)."""
+    deleted; results the guest had written are moved into the run directory first, by the
+    live pull's rules (rigs/qemu_share.py: regular files and directories only, never a name
+    krig writes itself such as verdict.json; what is dropped is appended to `refused`, one
+    line each, and deleted with the directory). A directory whose results cannot be moved
+    (no run directory, a full disk) is kept, without its images."""
     reaped = []
     for owner in sorted(work_dir.glob(f"*/{OWNER_FILE}")):
         d = owner.parent
@@ -240,23 +255,37 @@ def reap_stale(work_dir: pathlib.Path) -> list[str]:
         for img in d.glob("nvme*.img"):
             img.unlink(missing_ok=True)
         out, run_dir = d / "share" / "out", pathlib.Path(rec.get("run_dir") or "/nonexistent")
-        ctl = d / "share" / "ctl"
-        outs = sorted(ctl.glob("*.out"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
-        if outs and out.is_dir():   # the last command's channels: the workload's stdout and stderr so far
-            for src, name in ((outs[-1], "stdout"), (outs[-1].with_suffix(".err"), "stderr")):
-                if src.exists() and not (out / name).exists():
-                    src.rename(out / name)
+        dropped, keep = [], False
         try:
-            if out.is_dir() and run_dir.is_dir():
-                for f in out.iterdir():
-                    if not (run_dir / f.name).exists():
-                        shutil.move(str(f), str(run_dir / f.name))
-        except OSError:
-            pass
-        if not out.is_dir() or not any(out.iterdir()):
+            if out.is_dir() and not out.is_symlink() and run_dir.is_dir():
+                dropped = qemu_share.pull_tree(out, run_dir, label=f"{d.name}/out")
+                _reap_channels(d / "share" / "ctl", run_dir, d.name, dropped)
+            else:               # no run directory to take them: kept where they are
+                keep = out.is_dir() and not out.is_symlink() and any(out.iterdir())
+        except (OSError, KrigError) as e:
+            dropped.append(f"{d.name}: {os_fault(e) if isinstance(e, OSError) else e}")
+            keep = True
+        if refused is not None:
+            refused += dropped
+        if not keep:            # what was refused goes with the directory
             shutil.rmtree(d, ignore_errors=True)
         reaped.append(d.name)
     return reaped
+
+
+def _reap_channels(ctl: pathlib.Path, run_dir: pathlib.Path, label: str, dropped: list) -> None:
+    """The last command's channels (ctl/<n>.out, .err): the workload's stdout and stderr so far,
+    copied as data (a regular file, no link) under the names krig gives them."""
+    outs = sorted((p for p in ctl.glob("*.out") if p.stem.isdigit()), key=lambda p: int(p.stem))
+    if not outs or ctl.is_symlink():
+        return
+    for src, name in ((outs[-1].name, "stdout"), (outs[-1].with_suffix(".err").name, "stderr")):
+        if safeio.lstat(ctl, src) is None or safeio.lstat(run_dir, name) is not None:
+            continue
+        try:
+            safeio.copy_out(ctl, src, run_dir / name, cap=qemu_share.PULL_CAP)
+        except safeio.UsageError as e:
+            dropped.append(f"{label}/ctl/{src}: {e}")
 
 
 class QemuMachine:
@@ -339,7 +368,10 @@ class QemuRig(Rig):
         if needs.get("scratch_size") and not any(d["role"] == "scratch" for d in self.spec["disks"]):
             raise UsageError(f"{self.where}: the reproducer needs a scratch disk; add a [[disks]] entry")
         base = self.work_dir()
-        self.m.facts["reaped_work_dirs"] = reap_stale(base)
+        dropped = []
+        self.m.facts["reaped_work_dirs"] = reap_stale(base, dropped)
+        if dropped:
+            self.m.facts["reaped_refused"] = dropped[:50]
         try:
             self.m.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=base))
             (self.m.workdir / OWNER_FILE).write_text(json.dumps({**owner_record(), "run_dir": str(self.m.run_dir)}))

@@ -179,6 +179,20 @@ def test_no_validation_yet_is_a_warning_that_says_what_to_run(tmp_path):
     assert r["status"] == "warn" and "krig validate" in r["summary"] and "<other-1@example.org>" in r["summary"]
 
 
+def test_hostile_message_id_is_one_shell_word_in_the_suggested_command(tmp_path):
+    """A Message-ID holding quotes and a command substitution: the suggested command, run by a
+    shell, passes it as one word and runs nothing."""
+    evil = "<x'$(touch pwned)'\"`touch pwned2`\"@example.org>"
+    msg = f"Message-ID: {evil}\nSubject: [PATCH] x\n\nHi\n".encode()
+    (r,) = b4check.check(msg, [tmp_path])
+    cmd = r["summary"].split(": ", 1)[1]
+    words = shlex.split(cmd)
+    assert words[:2] == ["krig", "validate"] and words[-2:] == ["--series", evil], words
+    echo = subprocess.run(["bash", "-c", cmd.replace("krig validate", "printf '%s\\n'", 1)], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert echo.stdout.splitlines()[-1] == evil and not list(tmp_path.glob("pwned*")), echo
+
+
 @pytest.mark.parametrize("args, stdin, needle", [([], b"", "standard input: empty"),
                                                  (["--dir", "/no/such/dir"], b"x", "--dir /no/such/dir")])
 def test_bad_input_is_one_line(args, stdin, needle):

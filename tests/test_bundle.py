@@ -27,11 +27,12 @@ def test_selftest_pass_bundle_reruns(tmp_path):
     top, b, rerun = bundle_and_rerun(run_dir, tmp_path)
     assert b.stdout.startswith("bundle: ") and "KiB" in b.stdout
     for f in ("README", "reproduce.sh", "bundle.json", "run-args", "rig.toml", "reproducer/selftest-pass/run.sh",
-              "reproducer/selftest-pass/repro.toml", "reproducer/lib/harness.sh", "kernel/config",
+              "reproducer/selftest-pass/repro.toml", "reproducer/lib/harness.sh",
               "kernel/distro.toml", "run/manifest.json", "run/verdict.json", "run/metrics.json",
               "run/console.log", "run/summary.txt", "run/report.html"):
         assert (top / f).is_file(), f
     assert len((top / "README").read_text().splitlines()) == 3
+    assert not (top / "kernel/config").exists()         # the config only when asked (--with-config)
     meta = json.loads((top / "bundle.json").read_text())
     assert meta["kernel"]["distro_package"]["package"].startswith("linux-image-")
     assert meta["params"] == json.loads((run_dir / "manifest.json").read_text())["params"]

@@ -12,6 +12,7 @@ import pathlib
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -25,6 +26,7 @@ from rigs import initramfs, qemu
 from krig.paths import owner_record
 from krig.verdict import INCOMPLETE_REASON, Evidence, decide, exit_code
 from rigs.qemu import OWNER_FILE, reap_stale
+from test_qemu_share import guest_made
 
 pytestmark = pytest.mark.faults
 
@@ -242,6 +244,38 @@ def test_reap_keeps_what_was_collected(tmp_path):
     assert not dead.exists() and (live / "nvme0.img").exists()
     assert (run_dir / "samples.tsv").read_text().startswith("t\t")
     assert (run_dir / "stdout").read_text() == "hanging now\n"
+
+
+def test_reap_takes_no_forged_verdict_and_no_link(tmp_path):
+    """A killed run whose share holds what a hostile guest left: a forged verdict.json and
+    metrics.json, a guest-made symlink (mapped-xattr), a host symlink to a secret, a FIFO, a
+    linked ctl channel. The reaper moves the plain result only, and records what it dropped."""
+    work, run_dir = tmp_path / "work", tmp_path / "run"
+    run_dir.mkdir()
+    secret = tmp_path / "host-secret"
+    secret.write_text("krig-secret\n")
+    dead = work / "krig-x-dead"
+    out, ctl = dead / "share" / "out", dead / "share" / "ctl"
+    out.mkdir(parents=True)
+    ctl.mkdir()
+    (out / "samples.tsv").write_text("t\tnr_dentry\n0\t1\n")
+    (out / "verdict.json").write_text('{"verdict": "PASS", "reason": "forged"}\n')
+    (out / "metrics.json").write_text('{"answer": {"value": 42}}\n')
+    (out / "link").symlink_to(secret)
+    guest_made(out / "guest-link", stat.S_IFLNK | 0o777, str(secret).encode())
+    os.mkfifo(out / "fifo")
+    (ctl / "1.out").symlink_to(secret)
+    (dead / OWNER_FILE).write_text(json.dumps({"pid": 2 ** 22 + 7, "start": "1", "host": os.uname().nodename,
+                                               "run_dir": str(run_dir)}))
+    dropped = []
+    assert reap_stale(work, dropped) == ["krig-x-dead"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["samples.tsv"]
+    assert not dead.exists() and secret.read_text() == "krig-secret\n"
+    text = "\n".join(dropped)
+    for what in ("verdict.json takes the name of krig's own", "metrics.json takes the name of krig's own",
+                 "out/link is a symlink", "guest-link is a symlink the guest made", "out/fifo is a FIFO",
+                 "ctl/1.out"):
+        assert what in text, dropped
 
 
 # -- on a real guest -----------------------------------------------------------------------------

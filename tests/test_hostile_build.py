@@ -23,6 +23,7 @@ from krig.errors import KrigError, RigError, UsageError, guarded
 from kernels import given
 from kernels import incremental as kt
 from kernels import sandbox
+from kernels.fromtree import check_release
 from kernels import spec as kspec
 from rigs import initramfs
 
@@ -294,3 +295,11 @@ def test_the_initramfs_takes_module_files_only_from_below_the_modules_directory(
             initramfs.module_load_order("6.1.0-krig", mods, ["evil"])
         assert str(e.value).startswith(f"kernel 6.1.0-krig: module 'evil': modprobe names {path}: refused")
         assert why in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("release", ["6.1.0-test\n", "6.1.0\n\n", "\n6.1.0", "6.1.0 x", "../6.1"])
+def test_a_release_with_a_newline_or_more_is_refused(release):
+    """`make kernelrelease` printing a release and a newline (or more) names no directory."""
+    with pytest.raises(UsageError, match="refused: not a kernel release"):
+        check_release(release, "the tree's release", UsageError)
+    assert check_release("6.1.0-test", "the tree's release", UsageError) == "6.1.0-test"

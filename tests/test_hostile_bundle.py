@@ -184,3 +184,59 @@ def test_bad_bundle_json_is_one_line(tmp_path, reproduce, raw, needle):
     b = make_bundle(tmp_path / "b.tar.gz", raw_meta=raw)
     assert needle in reproduce(b)
 
+
+
+# -- what a bundle makes krig hold, keep and print ---------------------------------------------
+
+def test_a_release_with_a_trailing_newline_is_refused(tmp_path, reproduce):
+    meta = {"reproducer": "selftest-pass", "verdict": "PASS", "kernel": {"release": RELEASE + "\n"}}
+    b = make_bundle(tmp_path / "b.tar.gz", meta=meta, kernel={"image": IMAGE}, sums=[("image", sha(IMAGE))])
+    assert "is not a release" in reproduce(b, "--kernel", "bundled")
+
+
+def test_headers_are_read_one_by_one_and_counted(tmp_path, monkeypatch):
+    """No header stays in tarfile's list, and a bundle of more entries than the cap is one line."""
+    b = make_bundle(tmp_path / "b.tar.gz", kernel={f"modules/m{i}.ko": b"x" for i in range(20)})
+    with tarfile.open(b, tarinfo=kr.BoundedHeader) as tar:
+        _, members = kr._members(tar, str(b))
+        assert len(members) == 22 and tar.members == []
+    monkeypatch.setattr(kr, "MAX_MEMBERS", 10)
+    with tarfile.open(b, tarinfo=kr.BoundedHeader) as tar, pytest.raises(kr.UsageError, match="more than 10 entries"):
+        kr._members(tar, str(b))
+
+
+def test_bundled_kernels_do_not_pile_up_in_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "cache"))
+    used = []
+    for i in range(kr.KEEP_BUNDLED + 2):
+        image = IMAGE + bytes([i])
+        b = make_bundle(tmp_path / f"b{i}.tar.gz", kernel={"image": image}, sums=[("image", sha(image))])
+        with tarfile.open(b) as tar:
+            _, members = kr._members(tar, str(b))
+            used.append(pathlib.Path(kr._bundled_kernel(tar, members, str(b), kr._meta(tar, members, str(b)))).parent)
+        os.utime(used[-1], (i, 1000 + i))          # the order they were used in, whatever the clock's resolution
+    kept = sorted((tmp_path / "cache" / "reproduce").glob("kernel-*"))
+    assert kept == sorted(used[-kr.KEEP_BUNDLED:]), (kept, used)
+
+
+def test_bundle_text_reaches_the_terminal_without_escape_sequences(tmp_path, monkeypatch, capsys):
+    """The bundled verdict and the names of its files, printed by krig reproduce, as \\x1b text.
+    (The run itself is a stand-in here: the real rerun is tests/test_bundle.py.)"""
+    esc = "\x1b]0;owned\x07\x1b[2J"
+    b = make_bundle(tmp_path / "b.tar.gz", meta={"reproducer": "selftest-pass", "verdict": f"PASS{esc}",
+                                                 "kernel": {}},
+                    kernel={})
+    with tarfile.open(tmp_path / "b2.tar", "w") as t:
+        with tarfile.open(b) as src:
+            for m in src.getmembers():
+                t.addfile(m, src.extractfile(m))
+        data = b"x"
+        ti = tarfile.TarInfo(f"{m.name.split('/')[0]}/reproducer/selftest-pass/run{esc}.sh")
+        ti.size = len(data)
+        t.addfile(ti, io.BytesIO(data))
+    monkeypatch.setattr(kr, "run", lambda *a, **k: (tmp_path / "run", {"verdict": "PASS", "reason": "stand-in"}))
+    logged = []
+    assert kr.reproduce(str(tmp_path / "b2.tar"), kernel="distro", log=logged.append) == 1
+    out = capsys.readouterr().out + "\n".join(logged)
+    assert "\x1b" not in out and "\x07" not in out and "bundled: PASS\\x1b]0;owned\\x07" in out, out
+    assert "run\\x1b]0;owned" in out, out

@@ -9,6 +9,7 @@ anything krig writes, change the host file, or leave a command running past its 
 """
 import json
 import os
+import pathlib
 import secrets
 import shutil
 import stat
@@ -151,3 +152,75 @@ def test_a_pristine_copy_still_reads(tmp_path, hostile):
     got = _each([["check", str(run)], ["report", str(run)], ["bundle", str(run), "-o", str(tmp_path / "b.tar.gz")]])
     assert [a["code"] for a in got] == [0, 0, 0], got
     assert json.loads((run / "verdict.json").read_text())["verdict"] == "PASS"
+
+
+# -- paths the manifest names: a secret of krig's cache, a FIFO, /dev/zero ----------------------
+
+def _kernel_run(tmp_path, name: str, kernel: dict):
+    from test_kcidb import made_run
+    run = made_run(tmp_path / "runs" / name, "pass")
+    man = json.loads((run / "manifest.json").read_text())
+    man["kernel"].update(kernel)
+    (run / "manifest.json").write_text(json.dumps(man))
+    return run
+
+
+def _tar_bytes(path) -> list:
+    with tarfile.open(path) as tar:
+        return [(m.name, tar.extractfile(m).read() if m.isfile() else b"") for m in tar.getmembers()]
+
+
+def test_kernel_paths_the_manifest_names_are_data(tmp_path, krig_cli):
+    """A run directory whose manifest names, as its kernel's config, image and modules, a 0600
+    secret of krig's cache (the lab server's client_key), a file shaped like a cache kernel that
+    krig did not build, a FIFO and /dev/zero: bundled (with and without --with-config and
+    --with-kernel) and exported, none leaks the secret or hangs; each answer is the bundle or
+    one line."""
+    cache = tmp_path / "cache"
+    token = "krig-cache-secret-" + secrets.token_hex(8)
+    key = cache / "labsim" / "client_key"
+    fake = cache / "kernels" / "0123456789abcdef"          # no build.json: not a kernel krig built
+    for f in (key, fake / "config", fake / "bzImage"):
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(token + "\n")
+        f.chmod(0o600)
+    os.mkfifo(tmp_path / "fifo")
+    env = {"KRIG_CACHE": str(cache)}
+    cases = {"secret": {"config": str(key), "image": str(key), "modules_dir": str(key.parent)},
+             "fake-kernel": {"config": str(fake / "config"), "image": str(fake / "bzImage"),
+                             "modules_dir": str(fake)},
+             "fifo": {"config": str(tmp_path / "fifo"), "image": str(tmp_path / "fifo")},
+             "dev-zero": {"config": "/dev/zero", "image": "/dev/zero", "modules_dir": "/dev"}}
+    for name, kernel in cases.items():
+        run = _kernel_run(tmp_path, name, {**kernel, "config_sha256_16": "0" * 16})
+        for flags in ([], ["--with-config"], ["--with-kernel"]):
+            out = tmp_path / f"{name}{''.join(flags)}.tar.gz"
+            p = krig_cli("bundle", str(run), *flags, "-o", str(out), env=env, timeout=60)
+            assert "Traceback" not in p.stderr, (name, flags, p.stderr)
+            if flags == ["--with-kernel"]:      # no kernel krig keeps: refused in one line, nothing written
+                assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, (name, p.stderr)
+                assert "--with-kernel" in p.stderr and not out.exists(), p.stderr
+                continue
+            assert p.returncode == 0, (name, flags, p.stderr)
+            files = _tar_bytes(out)
+            assert not [n for n, _ in files if n.endswith("/kernel/config")], (name, flags)
+            assert not [n for n, data in files if token.encode() in data], (name, flags)
+        export = tmp_path / f"{name}.kcidb.json"
+        p = krig_cli("export", "kcidb", str(run), "--origin", "krigtest", "-o", str(export), env=env, timeout=60)
+        assert p.returncode == 0 and "Traceback" not in p.stderr, (name, p.stderr)
+        report = json.loads(export.read_text())
+        assert token not in export.read_text() and report["builds"][0]["architecture"] == "x86_64", name
+
+
+def test_a_distro_kernels_config_is_bundled_only_when_asked(tmp_path, krig_cli):
+    """The control: the config of a kernel krig keeps (the distro's, in /boot) goes into the
+    bundle with --with-config, and only then."""
+    boot = sorted(pathlib.Path("/boot").glob("config-*"))
+    assert boot, "make setup installs the distro kernel"
+    run = _kernel_run(tmp_path, "distro", {"config": str(boot[-1])})
+    for flags, bundled in (([], False), (["--with-config"], True)):
+        out = tmp_path / f"b{len(flags)}.tar.gz"
+        p = krig_cli("bundle", str(run), *flags, "-o", str(out), timeout=60)
+        assert p.returncode == 0, p.stderr
+        configs = [data for n, data in _tar_bytes(out) if n.endswith("/kernel/config")]
+        assert configs == ([boot[-1].read_bytes()] if bundled else []), flags

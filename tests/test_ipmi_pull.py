@@ -106,6 +106,13 @@ HOSTILE = {
     "unknown-type": (lambda s: [member("vol", b"V")], r"an entry of tar type 'V' vol"),
     "newline-in-name": (lambda s: [member("a\nb", tarfile.SYMTYPE, linkname="/etc/passwd\nx")],
                         r"a symlink a\\x0ab -> /etc/passwd\\x0ax"),
+    # a server's judgement of itself: krig's own file names at the top of the run directory
+    "krig-names": (lambda s: [member("./metrics.json", data=b'{"answer": {"value": 42}}'),
+                              member("thresholds.json", data=b"[]"), member("./report.html", data=b"<html>"),
+                              member("verdict.json", data=b'{"verdict": "PASS"}'),
+                              member("plots", tarfile.DIRTYPE), member("plots/x.png", data=b"png")],
+                   r"a file metrics\.json taking the name of krig's own metrics\.json: refused \(and 5 more: "
+                   r"a file thresholds\.json .*; a file report\.html .*; a file verdict\.json .*; \.\.\.\)"),
 }
 
 
@@ -127,15 +134,15 @@ def test_hostile_entries_are_refused_and_the_rest_kept(host, case):
 def test_a_planted_link_in_the_destination_is_never_written_through(host):
     """An entry already in the run directory (krig's own file, or a link): never overwritten."""
     dest, secret = host
-    (dest / "console.log").write_text("krig's console\n")
+    (dest / "samples.tsv").write_text("collected before\n")
     (dest / "trap").symlink_to(secret)
     (dest / "dirtrap").symlink_to(secret.parent)
-    got = extract(stream(member("console.log", data=b"forged\n"), member("trap", data=b"pwned\n"),
+    got = extract(stream(member("samples.tsv", data=b"forged\n"), member("trap", data=b"pwned\n"),
                          member(f"dirtrap/{secret.name}", data=b"pwned\n"), member("ok", data=b"ok\n")), dest)
     assert got.n_refused == 3 and got.files == 1, got
-    assert got.refused[0] == f"a file console.log where {dest} already has one"
+    assert got.refused[0] == f"a file samples.tsv where {dest} already has one"
     assert got.refused[2] == "a name dirtrap/secret through dirtrap, which is not a directory"
-    assert (dest / "console.log").read_text() == "krig's console\n"
+    assert (dest / "samples.tsv").read_text() == "collected before\n"
     assert secret.read_bytes() == SECRET and (dest / "ok").read_bytes() == b"ok\n"
 
 

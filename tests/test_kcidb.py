@@ -129,7 +129,8 @@ def test_series_and_git_provenance(tmp_path, krig_cli):
     assert ca["git_repository_branch"] == "master" and ca["patchset_hash"] == "b" * 64
     assert ca["message_id"] == "20261120.1234-1-dev@example.org" and ca["comment"] == series["subject"]
     assert ca["misc"]["series"]["base_commit"] == "a" * 40
-    assert "git_repository_url" not in cb and cb["misc"]["git_repository"] == "/srv/linux"   # not https://
+    # not https://, and a path of this host is named by its directory's last name
+    assert "git_repository_url" not in cb and cb["misc"]["git_repository"] == "linux"
     assert cb["git_commit_hash"] == "d" * 40
     builds = {b["checkout_id"]: b for b in report["builds"]}
     assert builds[ca["id"]]["misc"]["debug_options"] == ["CONFIG_KASAN", "CONFIG_PROVE_LOCKING"]

@@ -86,6 +86,50 @@ def test_an_older_manifests_token_reaches_no_bundle_reply_or_report(tmp_path, kr
     assert TOKEN not in text and "krig-bot" not in text and f"tree            {PUBLIC}" in text
 
 
+def test_a_tree_without_origin_leaves_no_path_of_this_host(tmp_path, krig_cli):
+    """A kernel built from a local tree with no origin (and an origin with a token in its query
+    string): the manifest records the tree by its last name, and neither the KCIDB report, the
+    bundle nor the reply holds the tree's absolute path."""
+    src = tmp_path / "home-alice-src"
+    tree = src / "linux"
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "-q", "-b", "master", str(tree)], check=True)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    rec = _git_origin(tree)
+    assert rec["repository"] == "linux"
+    kernel = {"name": "tree-linux", "release": "6.1.0-test", "arg": str(tree), "description": f"built tree {tree}",
+              "image": str(tree / "arch/x86/boot/bzImage"), "config": str(tree / ".config"), "git": rec}
+    run = made_run(tmp_path / "runs" / "a-run", "pass")
+    man = json.loads((run / "manifest.json").read_text())
+    man["kernel"].update(kernel, git={**rec, "repository": str(tree)})      # as an older manifest recorded it
+    (run / "manifest.json").write_text(json.dumps(man))
+
+    out = tmp_path / "r.json"
+    p = krig_cli("export", "kcidb", str(run), "--origin", "lab_7", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    assert str(src) not in out.read_text()
+    (checkout,) = json.loads(out.read_text())["checkouts"]
+    assert checkout["misc"]["git_repository"] == "linux"
+
+    b = tmp_path / "b.tar.gz"
+    p = krig_cli("bundle", str(run), "-o", str(b), timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with tarfile.open(b) as t:
+        for m in t.getmembers():
+            assert str(src) not in m.name
+            if m.isfile():
+                assert str(src).encode() not in t.extractfile(m).read(), m.name
+        meta = json.loads(t.extractfile(next(m for m in t.getmembers() if m.name.endswith("/bundle.json"))).read())
+    assert meta["kernel"]["git"]["repository"] == "linux" and meta["kernel"]["description"] == "built tree linux"
+
+    state = _state({**rec, "repository": str(tree)})
+    state["command"] = ["krig", "validate", "selftest-pass", "--base", f"{tree}@master", "--series", "x"]
+    text = body(state, None, ("Krig Tester", "tester@example.org"))
+    assert str(src) not in text and "tree            linux (master)" in text and " linux@master " in text
+
+    assert public_url("https://git.example.org/linux.git?access_token=" + TOKEN) == PUBLIC
+
+
 # -- a qualify run's BMC passwords, handed to its workers ----------------------------------
 
 SECRET = "qualpw-" + TOKEN[-8:]

@@ -228,9 +228,19 @@ def _krig(*args, env=None):
 @pytest.mark.parametrize("extra,refused", [(["-virtfs", "local,path=/,mount_tag=x"], "-virtfs is not allowed"),
                                            (["-drive", "file=/etc/shadow"], "-drive is not allowed"),
                                            (["-device", "vfio-pci,host=01:00.0"], "-device vfio-pci is not allowed"),
-                                           (["-netdev", "user,id=n"], "-netdev is not allowed")])
+                                           (["-netdev", "user,id=n"], "-netdev is not allowed"),
+                                           # -machine properties that read or write a host file
+                                           (["-machine", "q35,initrd=/etc/shadow"], "initrd= is not allowed"),
+                                           (["-machine", "kernel=/etc/shadow"], "kernel= is not allowed"),
+                                           (["-machine", "q35,dumpdtb=/etc/passwd"], "dumpdtb= is not allowed"),
+                                           (["-machine", "pc,firmware=/root/x"], "firmware= is not allowed"),
+                                           (["-machine", "q35,dtb=/root/x"], "dtb= is not allowed"),
+                                           (["-global", "guest-loader.kernel=/etc/shadow"], "kernel= is not allowed"),
+                                           (["-device", "guest-loader,initrd=/etc/shadow"], "initrd= is not allowed"),
+                                           (["-global", "fw_cfg.bios=/etc/shadow"], "bios= is not allowed")])
 def test_qemu_extra_args_allow_list(tmp_path, extra, refused):
-    """Case 3 (QEMU): extra_args outside the allow-list: exit 2, one line naming the option."""
+    """Case 3 (QEMU): extra_args outside the allow-list, or a property naming a host file: exit 2,
+    one line naming the option."""
     rig = tmp_path / "q.toml"
     rig.write_text(f'driver = "qemu"\nextra_args = {json.dumps(extra)}\n')
     p = _krig("run", "selftest-pass", "--rig", str(rig))

@@ -10,6 +10,7 @@ import mailbox
 import os
 import pathlib
 import shlex
+import re
 import statistics
 import subprocess
 import sys
@@ -324,6 +325,7 @@ def test_reply_threads_parses_and_b4_takes_the_trailer(series_repo, tmp_path):
     assert "files_seen" in text
     assert "\n  tree            https://" in text and '"  tree' not in text   # prose, not a shell word
     assert m["Cc"] == "linux-fsdevel@vger.kernel.org, Al Reviewer <al@example.org>"   # the author is To
+    assert str(tmp_path) not in (vdir / "reply.mbox").read_text()      # the trees by their last names
     # the developer's side: b4 am -m of the series plus the reply, then git am: commits with the trailer
     both = tmp_path / "thread.mbox"
     both.write_bytes(series_repo["mbox"].read_bytes() + (vdir / "reply.mbox").read_bytes())
@@ -400,6 +402,25 @@ def test_a_metric_name_too_long_for_its_column_never_sits_beside_another_row():
     assert all(len(ln) <= 72 for ln in lines)
     short = table_lines(res, ["end_nr_negative"])           # names that fit: the 0-day layout, one line a row
     assert short[2] == "    40000    0.0%  -100.0%         8    0.0% 0.194   end_nr_negative"
+
+
+def test_folded_from_and_subject_of_the_series_give_one_line_headers(series_repo, tmp_path):
+    """A series whose From: and Subject: are folded over lines (one of them whitespace only): every
+    header of the reply is one line, and the body starts after the blank line krig wrote."""
+    series = load_series(series_repo["mbox"], log=lambda *a: None)
+    series["provenance"] = {**series["provenance"], "author": "Pat\n \n\tO. Dev\r\n <pat@example.org>"}
+    series["reply_subject"] = "Re: [PATCH 0/2]\n \n vfs: spell two numbers"
+    res = _sides(tmp_path, [0, 0, 0, 0], [5, 6, 7, 8])
+    answer, reason = decide(res, judged_metrics(res))
+    vdir = tmp_path / "v"
+    vdir.mkdir()
+    write_reply(vdir, _state(series, answer, reason, res, tmp_path), res, TESTER)
+    raw = (vdir / "reply.mbox").read_text()
+    head = raw.split("\n\n", 1)[0].splitlines()
+    assert all(re.match(r"^[A-Za-z-]+: \S", ln) for ln in head[1:]), head
+    (m,) = mailbox.mbox(str(vdir / "reply.mbox"))
+    assert m["To"] == "\"Pat O. Dev\" <pat@example.org>" and m["Subject"] == "Re: [PATCH 0/2] vfs: spell two numbers"
+    assert m.get_payload() == (vdir / "reply.txt").read_text()
 
 
 def test_reply_without_fix_has_no_tested_by(series_repo, tmp_path):
