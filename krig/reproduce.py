@@ -44,7 +44,7 @@ from .reproducer import reproducer_names
 from .run import run
 from kernels.catalog import kernel_names
 from rigs import load_rig
-from rigs.ipmi_pull import BoundedHeader, HeaderRefused
+from .tarbound import BoundedHeader, HeaderRefused
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _NAME_RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")

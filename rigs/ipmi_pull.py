@@ -31,6 +31,7 @@ import tarfile
 import time
 
 from krig import safeio
+from krig.tarbound import BoundedHeader as _Header, HeaderRefused as _Stop
 from krig.errors import RigError, os_fault
 from krig.rundir import KRIG_FILES
 from .ipmi_bmc import kill_group
@@ -38,8 +39,6 @@ from .procs import dies_with_parent
 
 TOTAL_CAP = 16 << 30            # the whole stream (rig file: pull_max_size)
 FILE_CAP = 8 << 30              # one file (rig file: pull_max_file_size)
-HEADER_CAP = 1 << 20            # one pax or GNU long-name header, read whole into memory
-HEADERS_CAP = 64 << 20          # all of them together
 REFUSED_CAP = 10000             # refused entries remembered (names below them are refused too)
 TRAILER_CAP = 1 << 20           # what may follow the end of the archive (tar pads to its record size)
 CHUNK = 1 << 20
@@ -51,10 +50,6 @@ class Refused(RigError):
     """The stream held something that is not data below the destination; the rest was kept."""
 
 
-class _Stop(Exception):
-    """A header krig does not read on: the rest of the stream is not taken."""
-
-
 _show = safeio.printable             # a name from the stream as printable text on one line
 
 
@@ -62,25 +57,6 @@ def _size(n: int) -> str:
     return f"{n >> 30} GiB" if n >= 1 << 30 and n % (1 << 30) == 0 else f"{n} bytes"
 
 
-class _Header(tarfile.TarInfo):
-    """tarfile's member header, refusing what would make it read without a bound (_Stop);
-    krig reproduce reads a bundle's headers with it too (BoundedHeader)."""
-
-    def _proc_member(self, tf):
-        if self.type == tarfile.GNUTYPE_SPARSE:
-            raise _Stop(f"a GNU sparse file {_show(self.name)}")
-        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK,
-                         tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE):
-            tf.krig_headers = getattr(tf, "krig_headers", 0) + self.size
-            if self.size > HEADER_CAP or tf.krig_headers > HEADERS_CAP:
-                raise _Stop(f"an extended tar header of {self.size} bytes")
-        return super()._proc_member(tf)
-
-    def _proc_gnusparse_10(self, next, pax_headers, tf):
-        raise _Stop(f"a GNU sparse file {_show(next.name)}")
-
-
-BoundedHeader, HeaderRefused = _Header, _Stop
 
 
 @dataclasses.dataclass

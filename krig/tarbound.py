@@ -1,0 +1,31 @@
+"""Tar headers read with a bound: tarfile reads a pax or GNU long-name header whole into memory,
+and a GNU sparse map as long as the stream says. A stream from a lab server (rigs/ipmi_pull.py) and
+a bundle from a stranger (krig reproduce) are read with BoundedHeader, which stops at the first
+header krig does not read on (HeaderRefused)."""
+import tarfile
+
+from .safeio import printable as _show
+
+HEADER_CAP = 1 << 20            # one pax or GNU long-name header, read whole into memory
+HEADERS_CAP = 64 << 20          # all of them together
+
+
+class HeaderRefused(Exception):
+    """A header krig does not read on: the rest of the stream is not taken."""
+
+
+class BoundedHeader(tarfile.TarInfo):
+    """tarfile's member header, refusing what would make it read without a bound (HeaderRefused)."""
+
+    def _proc_member(self, tf):
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise HeaderRefused(f"a GNU sparse file {_show(self.name)}")
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK,
+                         tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE):
+            tf.krig_headers = getattr(tf, "krig_headers", 0) + self.size
+            if self.size > HEADER_CAP or tf.krig_headers > HEADERS_CAP:
+                raise HeaderRefused(f"an extended tar header of {self.size} bytes")
+        return super()._proc_member(tf)
+
+    def _proc_gnusparse_10(self, next, pax_headers, tf):
+        raise HeaderRefused(f"a GNU sparse file {_show(next.name)}")
