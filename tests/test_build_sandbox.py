@@ -12,7 +12,7 @@ import pytest
 
 from krig.errors import UsageError
 from kernels import incremental as kt
-from kernels import sandbox
+from kernels import overlay, sandbox
 from kernels import spec as kspec
 
 # what a hostile series' Makefile tries: each line leaves a word in seen.txt
@@ -136,13 +136,17 @@ def test_krigs_own_patches_are_not_from_outside():
     assert spec.patches and kt.outside_series(spec) is None
 
 
-def test_a_series_from_outside_is_built_in_the_sandbox_and_taints_the_tree(layout, steps):
+def test_a_series_from_outside_is_built_in_a_layer_over_the_tree(layout, steps, monkeypatch):
+    """Its base is built in the tree (krig's own code), the series only in the overlay."""
+    monkeypatch.setattr(kt, "apply_patch", lambda tree, p, label, state, box=False: steps.append(("patch", box)))
     spec = layout("mailed")
     assert kt.outside_series(spec).endswith("0001-a.patch")
     meta = kt.build_kernel(spec, log=lambda m: None)
-    assert meta["sandbox"] is True and ("make", True) in steps and ("install", True) in steps
+    assert meta["sandbox"] is True and meta["layer"] is True
+    assert ("make", True) in steps, "the series' base, in the tree"
+    assert [s[0] for s in steps if isinstance(s[-1], overlay.Layer)] == ["patch", "make", "install"], steps
     tree, _ = _tree(spec)
-    assert json.loads(tree.with_name(tree.name + ".json").read_text())["tainted"].endswith("0001-a.patch")
+    assert "tainted" not in json.loads(tree.with_name(tree.name + ".json").read_text())
 
 
 def test_without_the_sandbox_a_series_from_outside_is_refused(layout, steps, monkeypatch):
@@ -169,10 +173,11 @@ def test_without_the_sandbox_a_tainted_tree_is_made_again(layout, steps, monkeyp
     assert any("has built a series from outside" in m for m in said), said
 
 
-def test_with_the_sandbox_a_tainted_tree_is_kept(layout, steps):
+def test_with_the_sandbox_too_a_tainted_tree_is_made_again(layout, steps):
+    """A tree a series was once built in (in place) may carry anything of it."""
     spec = layout("base")
     tree, origin = _tree(spec)
     tree.mkdir(parents=True)
     tree.with_name(tree.name + ".json").write_text(json.dumps({"origin": origin, "tainted": "a.patch"}))
     kt.build_kernel(spec, log=lambda m: None)
-    assert ("tree",) not in steps and ("make", True) in steps and os.path.isdir(tree)
+    assert ("tree",) in steps and ("make", True) in steps and os.path.isdir(tree)

@@ -348,12 +348,11 @@ def test_git_tree_moves_between_commits_and_unpatches(tmp_path, layout, monkeypa
 
 def test_build_that_waited_for_the_same_kernel_does_not_rebuild(layout, monkeypatch):
     """Two `krig kernel build` of one kernel at once: the one that waited for the build tree's lock
-    finds what the other published and builds nothing."""
+    finds what the other published and builds nothing (the kernel's own lock)."""
     import threading
     kd, rd, _ = layout
     spec = kspec.resolve_spec("var", kernel_dir=kd, repro_dir=rd)
-    tree_id, _ = kt.origin_of(spec, kt.source_identity(spec))
-    lock = kspec.cache_dir("kbuild", "trees") / f"{tree_id}.lock"
+    lock = kt.kernel_lock(key("var", layout))
     made = []
     monkeypatch.setattr(kt, "create_tree", lambda *a, **k: made.append("tree") or {})
     monkeypatch.setattr(kt, "make_kernel", lambda *a, **k: made.append("make"))
