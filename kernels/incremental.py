@@ -476,7 +476,7 @@ def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool =
     lv = tree / ".krig-localversion.config"
     safeio.write_text(tree, lv.name, localversion_fragment(spec.localversion))
     frags = [p.resolve() for _, p in spec.fragments]
-    argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config"] + [str(p) for p in frags] + [str(lv)]
+    argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config"] + [str(p) for p in frags] + [str(inside(tree, box) / lv.name)]
     if run_logged(boxed(argv, tree, box, readable=tuple(frags)), tree, logf) != 0:
         raise KrigError(f"{spec.where}: merge_config.sh failed: {first_error(logf)}; log: {logf}")
     if run_logged(boxed(["make", f"ARCH={ARCH}", "olddefconfig"], tree, box), tree, logf) != 0:
