@@ -32,7 +32,8 @@ def env(tree: pathlib.Path, writable: bool, where: str) -> dict:
     """What a build in `tree` adds to its environment (nothing without ccache), the cache seen at `where`."""
     if not available():
         return {}
-    out = {"CCACHE_DIR": where, "CCACHE_BASEDIR": str(tree), "CCACHE_TEMPDIR": "/tmp"}
+    # NOHASHDIR: an object compiled in one tree is a hit in another (debug info may name the first)
+    out = {"CCACHE_DIR": where, "CCACHE_BASEDIR": str(tree), "CCACHE_TEMPDIR": "/tmp", "CCACHE_NOHASHDIR": "1"}
     if not writable:
         out.update(CCACHE_READONLY="1", CCACHE_NOSTATS="1")
     return out

@@ -41,7 +41,7 @@ from krig.errors import UsageError
 
 BWRAP = "bwrap"
 ENV_KEEP = ("PATH", "LC_ALL", "LOCALVERSION", "KBUILD_BUILD_USER", "KBUILD_BUILD_HOST", "KBUILD_BUILD_TIMESTAMP",
-            "CCACHE_DIR", "CCACHE_READONLY", "CCACHE_TEMPDIR", "CCACHE_BASEDIR", "CCACHE_NOSTATS")
+            "CCACHE_DIR", "CCACHE_READONLY", "CCACHE_TEMPDIR", "CCACHE_BASEDIR", "CCACHE_NOSTATS", "CCACHE_NOHASHDIR")
 # what of the host's root the toolchain needs, read-only (the rest of the host is not there)
 RO_PATHS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
 ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")

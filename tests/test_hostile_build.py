@@ -12,6 +12,7 @@ the way to a file the next build puts back. Each is refused in one line or dropp
 the key is copied nowhere, nothing outside the tree and krig's cache is touched."""
 import difflib
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -22,6 +23,7 @@ import threading
 
 import pytest
 
+from conftest import build_kernels
 from krig.errors import KrigError, RigError, UsageError, guarded
 from kernels import given
 from kernels import incremental as kt
@@ -367,3 +369,56 @@ def test_a_build_beside_a_series_build_is_incremental_too(host):
     assert out["series"]["layer"] and out["series"]["incremental"], out["series"]
     assert out["step"]["incremental"] and out["step"]["seeded_from"] == out["series"]["tree"], out["step"]
     assert not any("waiting for" in m for m in said["step"]), said["step"]
+
+
+# tiny-6.1 (linux-source-6.1), built for real: a series whose only change is a line in fs/Makefile
+# that appends a function to fs/dcache.c each time kbuild reads it, and an unrelated one after it
+STRANGER = """\
+From: A Stranger <stranger@example.org>
+Subject: [PATCH] fs: a build tweak
+
+---
+--- a/fs/Makefile
++++ b/fs/Makefile
+@@ -7,6 +7,7 @@
+ # 
+ 
+ 
++$(shell grep -q krig_stranger $(srctree)/fs/dcache.c || echo 'int krig_stranger(void) { return 42; }' >> $(srctree)/fs/dcache.c)
+ obj-y :=	open.o read_write.o file_table.o super.o \\
+ 		char_dev.o stat.o exec.o pipe.o namei.o fcntl.o \\
+ 		ioctl.o readdir.o select.o dcache.o inode.o \\
+"""
+BENIGN = """\
+From: A Neighbour <neighbour@example.org>
+Subject: [PATCH] Documentation: a note
+
+---
+--- /dev/null
++++ b/Documentation/krig-note.txt
+@@ -0,0 +1 @@
++A note that changes no code.
+"""
+
+
+@pytest.mark.kbuild
+@pytest.mark.long(6)
+def test_a_real_series_editing_dcache_c_from_its_makefile_leaves_the_next_kernel_clean(tmp_path):
+    """Both kernels are built by this test (their cache entries removed first), in tiny-6.1's tree."""
+    build_kernels("tiny-6.1")
+    built = {}
+    for name, text in (("stranger", STRANGER), ("neighbour", BENIGN)):
+        series = tmp_path / name
+        series.mkdir()
+        (series / "0001.patch").write_text(text)
+        arg = f"tiny-6.1,series={series}"
+        spec, _ = given._spec(given.parse(arg), given.given_series(arg, log=lambda m: None))
+        shutil.rmtree(kspec.kernel_cache(kspec.cache_key(kspec.build_inputs(spec))), ignore_errors=True)
+        kernel = given.load_given(arg, build=True, log=lambda m: None)
+        built[name] = json.loads((kernel.image.parent / "build.json").read_text())
+        built[name]["System.map"] = (kernel.image.parent / "System.map").read_text()
+        shutil.rmtree(kernel.image.parent)          # nothing of this test stays in the kernel cache
+    assert " T krig_stranger\n" in built["stranger"]["System.map"], "the series' build did edit dcache.c"
+    assert "krig_stranger" not in built["neighbour"]["System.map"]
+    assert built["stranger"]["tree"] == built["neighbour"]["tree"] and built["neighbour"]["layer"]
+    assert "krig_stranger" not in (pathlib.Path(built["neighbour"]["tree"]) / "fs" / "dcache.c").read_text()
