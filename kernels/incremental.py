@@ -251,15 +251,15 @@ def create_tree(tree: pathlib.Path, origin: dict, base_config: list = DEFAULT_BA
         pristine = ensure_pristine(pathlib.Path(origin["tarball"]), origin["sha256"], log)
         copy_tree(pristine, tree, log)
         return {"origin": origin, "pristine": str(pristine), "seeded_from": None}
-    seeded, tainted = None, None
+    seeded = None
     for cand in _seed_candidates(tree, base_config)[:1]:
         # a tree in use is waited for, not skipped: a copy needs only a shared lock (a series'
         # overlay over it holds one too), and a build from nothing costs many times the wait
         with locked(tree_lock(cand), log, f"build tree {cand.name} (to copy it)", shared=True):
-            if not cand.is_dir() or not load_state(cand).get("built"):
-                break
+            st = load_state(cand)
+            if not cand.is_dir() or not st.get("built") or st.get("tainted"):
+                break               # a tainted tree is never copied: its mark could not follow
             copy_tree(cand, tree, log)
-            tainted = load_state(cand).get("tainted")
         shutil.rmtree(tree / ".git", ignore_errors=True)
         seeded = str(cand)
     if seeded is None:
@@ -267,10 +267,7 @@ def create_tree(tree: pathlib.Path, origin: dict, base_config: list = DEFAULT_BA
     git(tree, "init", "-q")
     objects = pathlib.Path(git(origin["repo"], "rev-parse", "--path-format=absolute", "--git-common-dir")) / "objects"
     (tree / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
-    state = {"origin": origin, "seeded_from": seeded, "adopt": seeded is not None}
-    if tainted:
-        state["tainted"] = tainted      # the mark goes with every copy
-    return state
+    return {"origin": origin, "seeded_from": seeded, "adopt": seeded is not None}
 
 
 # -- patches -------------------------------------------------------------------

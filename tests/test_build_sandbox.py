@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from conftest import require_program
 from krig.errors import UsageError
 from kernels import incremental as kt
 from kernels import overlay, sandbox
@@ -181,3 +182,36 @@ def test_with_the_sandbox_too_a_tainted_tree_is_made_again(layout, steps):
     tree.with_name(tree.name + ".json").write_text(json.dumps({"origin": origin, "tainted": "a.patch"}))
     kt.build_kernel(spec, log=lambda m: None)
     assert ("tree",) in steps and ("make", True) in steps and os.path.isdir(tree)
+
+
+def test_without_the_sandbox_the_trial_apply_of_a_series_is_refused(tmp_path, monkeypatch):
+    """`patch --dry-run` of a series from outside runs its input through GNU patch: not on the host."""
+    monkeypatch.setenv("KRIG_BUILD_SANDBOX", "off")
+    p = tmp_path / "0001-x.patch"
+    p.write_text("--- a/f.c\n+++ b/f.c\n@@ -1 +1 @@\n-a\n+b\n")
+    ran, read = [], []
+    monkeypatch.setattr(kt.subprocess, "run", lambda *a, **k: ran.append(a))
+    with pytest.raises(UsageError) as e:
+        kt.apply_to_copies(lambda rel: read.append(rel) or b"a\n", [("mail.mbox", p)])
+    assert "built only in the build sandbox" in str(e.value) and "\n" not in str(e.value)
+    assert ran == [] and read == []
+
+
+def test_a_series_build_cannot_write_the_compiler_cache(tmp_path, monkeypatch):
+    """krig's own build writes the cache; the same step in a series' layer finds it read-only."""
+    require_program("ccache", "ccache")
+    monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "cache"))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "Makefile").write_text('all:\n\t@echo "$$CCACHE_DIR $$CCACHE_READONLY" > seen\n'
+                                   '\t@(echo entry > $$CCACHE_DIR/planted && echo wrote || echo refused) >> seen\n')
+    assert kt.run_logged(kt.boxed(["make"], tree, True), tree, tmp_path / "own.log") == 0
+    assert (tree / "seen").read_text().split() == ["/ccache", "wrote"]
+    assert (kt.ccache.directory() / "planted").read_text() == "entry\n"
+    (kt.ccache.directory() / "planted").unlink()
+    (tree / "seen").unlink()
+    with overlay.Layer(tree, tmp_path / "layer") as layer:
+        assert kt.run_logged(kt.boxed(["make"], layer.view, layer), tree, tmp_path / "series.log") == 0
+        seen = (layer.view / "seen").read_text().split()
+    assert seen == ["/ccache", "1", "refused"], seen
+    assert not (kt.ccache.directory() / "planted").exists() and not (tree / "seen").exists()
