@@ -52,6 +52,7 @@ from .spec import (ARCH, DEFAULT_BASE_CONFIG, KernelSpec, sha256_file, build_inp
 STRIP_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "GNUMAKEFLAGS", "O", "KBUILD_OUTPUT",
              "ARCH", "SRCARCH", "CROSS_COMPILE", "LOCALVERSION", "KERNELRELEASE", "KCONFIG_CONFIG", "CC")
 HEARTBEAT = 60.0
+TIMED_OUT = 124         # timeout(1)'s status when the sandbox's wall time ran out
 # the build date in the kernel's version string: fixed, so init/version.o is a ccache hit too
 BUILD_TIMESTAMP = "Thu Jan  1 00:00:00 UTC 2015"
 
@@ -499,7 +500,11 @@ def make_kernel(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool
     targets = ["bzImage"] + (["modules"] if fromtree.dotconfig(tree).get("CONFIG_MODULES") == "y" else [])
     start = os.path.getsize(logf)
     argv = ["nice", "-n", "10", "make", f"ARCH={ARCH}", f"-j{jobs}", *targets]
-    if run_logged(boxed(argv, tree, box), tree, logf, log, what=f"building {spec.name}") != 0:
+    rc = run_logged(boxed(argv, tree, box), tree, logf, log, what=f"building {spec.name}")
+    if rc == TIMED_OUT and box:
+        raise KrigError(f"kernel {spec.name}: build stopped after the sandbox's {sandbox.WALL_SECONDS // 3600} "
+                        f"hours; log: {logf}")
+    if rc != 0:
         raise KrigError(f"kernel {spec.name}: build failed: {first_error(logf, start)}; log: {logf}")
 
 

@@ -53,7 +53,7 @@ class Layer:
         return [NSENTER, f"--target={self.holder.pid}", *enter, "--mount", "--", *map(str, argv)]
 
     def __enter__(self):
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        _remove(self.scratch)
         upper, work = self.scratch / "upper", self.scratch / "work"
         upper.mkdir(parents=True)
         work.mkdir()
@@ -100,5 +100,15 @@ class Layer:
                 self.holder.kill()
                 self.holder.wait()
             self.holder.stderr.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        _remove(self.scratch)
         return False
+
+
+def _remove(d: pathlib.Path) -> None:
+    """rmtree, after making each directory searchable: overlayfs leaves its work/work at mode 0,
+    which stops a user other than root."""
+    if os.geteuid() != 0 and d.is_dir():
+        for top, dirs, _, fd in os.fwalk(d, topdown=True, follow_symlinks=False):
+            for name in dirs:
+                os.chmod(name, 0o700, dir_fd=fd, follow_symlinks=False)
+    shutil.rmtree(d, ignore_errors=True)
