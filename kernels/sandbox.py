@@ -25,10 +25,11 @@ results. So every step of a krig kernel build that runs the tree's code
 
 A build tree is shared by the kernels of one source and config family, and code
 that ran in it can leave programs behind for the next build to run. So a tree is
-always built in the sandbox when bwrap works here. Where it does not (no user
-namespaces), kernels from krig's own tree and the developer's tree still build
-without it, a series from outside is refused with one line, and a tree that has
-ever built one is discarded before a build outside the sandbox (state "tainted").
+always built in the sandbox when bwrap works here, and a series from outside is
+built only in a throwaway overlay over the tree (kernels/overlay.py), never in it.
+Where the sandbox does not work (no user namespaces), kernels from krig's own tree
+and the developer's tree still build without it, and a series from outside is
+refused with one line, its trial apply included.
 """
 import functools
 import os
