@@ -28,8 +28,8 @@ configured and built in the overlay under a shared lock, and the overlay's upper
 removed after the kernel is copied out. Whatever that build wrote, the tree never sees.
 Compiles go through ccache (kernels/ccache.py).
 """
-import dataclasses
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -474,7 +474,8 @@ def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool =
     lv = tree / ".krig-localversion.config"
     safeio.write_text(tree, lv.name, localversion_fragment(spec.localversion))
     frags = [p.resolve() for _, p in spec.fragments]
-    argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config"] + [str(p) for p in frags] + [str(inside(tree, box) / lv.name)]
+    argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config", *map(str, frags),
+            str(inside(tree, box) / lv.name)]
     if run_logged(boxed(argv, tree, box, readable=tuple(frags)), tree, logf) != 0:
         raise KrigError(f"{spec.where}: merge_config.sh failed: {first_error(logf)}; log: {logf}")
     if run_logged(boxed(["make", f"ARCH={ARCH}", "olddefconfig"], tree, box), tree, logf) != 0:
@@ -577,7 +578,7 @@ def _prepare_tree(tree: pathlib.Path, origin: dict, spec: KernelSpec, log) -> di
 
 
 def _build_in(tree, origin, spec, identity, logf, log, box) -> tuple[bool, pathlib.Path]:
-    """A kernel of krig's own, built in the tree itself (its lock held): (incremental, tmp out)."""
+    """A kernel of krig's own, built in the tree itself (its lock held). Returns (incremental, tree)."""
     state = _prepare_tree(tree, origin, spec, log)
     incremental = bool(state.get("built")) or bool(state.get("seeded_from"))
     log(f"kbuild: {spec.name}: tree {tree} ({'incremental' if incremental else 'full build'}), log {logf}")
@@ -664,7 +665,8 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
                     _build_over(tree, tree_id, origin, spec, identity, logf, log))
             else:
                 stack.enter_context(locked(tree_lock(tree), log, f"build tree {tree_id}"))
-                (incremental, where), layer = _build_in(tree, origin, spec, identity, logf, log, box), box
+                incremental, where = _build_in(tree, origin, spec, identity, logf, log, box)
+                layer = box
             t_inst = time.monotonic()
             release = install(where, tmp, logf, layer)
         took = time.monotonic() - t0
