@@ -618,6 +618,7 @@ def _build_over(tree, tree_id, origin, spec, identity, logf, log):
             if not tree.is_dir() or load_state(tree).get("made") != want:
                 continue            # another build moved the tree between the two locks
             log(f"kbuild: {spec.name}: in a throwaway layer over tree {tree} (incremental), log {logf}")
+            overlay.sweep(cache_dir("kbuild", "layers"))
             with overlay.Layer(tree, cache_dir("kbuild", "layers") / f"{tree_id}-{os.getpid()}") as layer:
                 view = layer.view
                 for s, p in series:

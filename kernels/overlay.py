@@ -104,6 +104,14 @@ class Layer:
         return False
 
 
+def sweep(layers: pathlib.Path) -> None:
+    """Remove what a killed krig left of its layers (scratch directories named ...-<pid>)."""
+    for d in layers.iterdir():
+        pid = d.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not pathlib.Path(f"/proc/{pid}").exists():
+            _remove(d)
+
+
 def _remove(d: pathlib.Path) -> None:
     """rmtree, after making each directory searchable: overlayfs leaves its work/work at mode 0,
     which stops a user other than root."""

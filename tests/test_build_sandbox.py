@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import socket
+import subprocess
 import threading
 
 import pytest
@@ -215,3 +216,13 @@ def test_a_series_build_cannot_write_the_compiler_cache(tmp_path, monkeypatch):
         seen = (layer.view / "seen").read_text().split()
     assert seen == ["/ccache", "1", "refused"], seen
     assert not (kt.ccache.directory() / "planted").exists() and not (tree / "seen").exists()
+
+
+def test_a_layer_left_by_a_killed_build_is_swept(tmp_path):
+    layers = tmp_path / "layers"
+    (layers / f"src-x-{os.getpid()}" / "upper").mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (layers / f"src-x-{dead.pid}" / "upper" / "fs").mkdir(parents=True)
+    overlay.sweep(layers)
+    assert [d.name for d in layers.iterdir()] == [f"src-x-{os.getpid()}"]
