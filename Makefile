@@ -19,7 +19,7 @@ SUITE ?= qualify/smoke.toml qualify/ram-scaling.toml
 APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelshark xfsprogs fio \
 	ipmitool openipmi busybox-static inotify-tools gcc make libc6-dev kmod cpio zstd time file \
 	python3 python3-venv python3-pip openssh-client openssh-server procps iproute2 git \
-	bc bison flex libelf-dev libssl-dev dwarves linux-source-6.1 xz-utils patch rsync bubblewrap \
+	bc bison flex libelf-dev libssl-dev dwarves linux-source-6.1 xz-utils patch rsync bubblewrap ccache \
 	libopenipmi-dev libzstd-dev kexec-tools debconf \
 	chromium xvfb xdotool \
 	mmdebstrap ovmf grub-efi-amd64-bin mtools dosfstools fdisk e2fsprogs

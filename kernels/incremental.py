@@ -19,8 +19,17 @@ kernels of one origin are built in that one tree, one after the other:
 The final kernel (bzImage, .config, System.map, modules) is copied out to
 $KRIG_CACHE/kernels/<key>/ as data, no link in the tree followed (kernels/fromtree.py);
 the tree stays for the next build.
+
+Only krig's own kernels (kernels/*.toml, with krig's own patches; TREE@REF) are built in
+the tree itself. A kernel with a series from outside is built in a throwaway overlay over
+it (kernels/overlay.py): the tree is first brought to the series' base and built there
+(once; that lower layer is shared by every series on it), then the series is applied,
+configured and built in the overlay under a shared lock, and the overlay's upper layer is
+removed after the kernel is copied out. Whatever that build wrote, the tree never sees.
+Compiles go through ccache (kernels/ccache.py).
 """
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -36,13 +45,16 @@ from krig import KERNEL_DIR, safeio
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
-from . import fromtree, sandbox
+from . import ccache, fromtree, overlay, sandbox
 from .spec import (ARCH, DEFAULT_BASE_CONFIG, KernelSpec, sha256_file, build_inputs, cache_key, config_mismatches, git, git_env,
                      kernel_cache, localversion_fragment, read_dotconfig, source_identity, wanted_config)
 
 STRIP_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "GNUMAKEFLAGS", "O", "KBUILD_OUTPUT",
              "ARCH", "SRCARCH", "CROSS_COMPILE", "LOCALVERSION", "KERNELRELEASE", "KCONFIG_CONFIG", "CC")
 HEARTBEAT = 60.0
+TIMED_OUT = 124         # timeout(1)'s status when the sandbox's wall time ran out
+# the build date in the kernel's version string: fixed, so init/version.o is a ccache hit too
+BUILD_TIMESTAMP = "Thu Jan  1 00:00:00 UTC 2015"
 
 
 def clean_env() -> dict:
@@ -53,7 +65,10 @@ def clean_env() -> dict:
         if extra not in path.split(":"):
             path += ":" + extra
     # LOCALVERSION set but empty: no "+" appended to the release in git trees.
-    env.update(PATH=path, KBUILD_BUILD_USER="krig", KBUILD_BUILD_HOST="krig", LC_ALL="C", LOCALVERSION="")
+    env.update(PATH=ccache.path(path), KBUILD_BUILD_USER="krig", KBUILD_BUILD_HOST="krig", LC_ALL="C",
+               LOCALVERSION="", KBUILD_BUILD_TIMESTAMP=BUILD_TIMESTAMP)
+    if ccache.available():
+        env["CCACHE_DIR"] = str(ccache.directory())
     return env
 
 
@@ -97,16 +112,19 @@ def first_error(logf, start: int = 0) -> str:
 
 
 @contextlib.contextmanager
-def locked(path: pathlib.Path, log=print, what="", block=True):
+def locked(path: pathlib.Path, log=print, what="", block=True, shared=False):
+    """An flock on path: exclusive (a build in the tree), or shared (reading the tree: a
+    series' overlay over it, a copy of it)."""
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     f = open(path, "a+")
     try:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             if not block:
                 raise
             log(f"kbuild: waiting for {what or path} (another build holds it)")
-            fcntl.flock(f, fcntl.LOCK_EX)
+            fcntl.flock(f, mode)
         yield
     finally:
         f.close()
@@ -176,8 +194,12 @@ def save_state(tree: pathlib.Path, state: dict):
     tmp.replace(p)
 
 
+def tree_lock(tree: pathlib.Path) -> pathlib.Path:
+    return tree.with_name(tree.name + ".lock")
+
+
 def _seed_candidates(exclude: pathlib.Path, base_config: list) -> list:
-    """Built trees of the same config family, most recently used first."""
+    """Built trees of the same config family, most recently used first (a tainted one never)."""
     trees = []
     for sp in cache_dir("kbuild", "trees").glob("*.json"):
         tree = sp.with_suffix("")
@@ -186,7 +208,7 @@ def _seed_candidates(exclude: pathlib.Path, base_config: list) -> list:
         except (OSError, ValueError):
             continue
         same_family = st.get("base_config", DEFAULT_BASE_CONFIG) == list(base_config)
-        if tree != exclude and tree.is_dir() and st.get("built") and same_family:
+        if tree != exclude and tree.is_dir() and st.get("built") and same_family and not st.get("tainted"):
             trees.append((st.get("last_used", 0), tree))
     return [t for _, t in sorted(trees, reverse=True)]
 
@@ -231,15 +253,16 @@ def create_tree(tree: pathlib.Path, origin: dict, base_config: list = DEFAULT_BA
         copy_tree(pristine, tree, log)
         return {"origin": origin, "pristine": str(pristine), "seeded_from": None}
     seeded = None
-    for cand in _seed_candidates(tree, base_config):
-        try:
-            with locked(cand.with_name(cand.name + ".lock"), block=False):
-                copy_tree(cand, tree, log)
-        except BlockingIOError:
-            continue
+    for cand in _seed_candidates(tree, base_config)[:1]:
+        # a tree in use is waited for, not skipped: a copy needs only a shared lock (a series'
+        # overlay over it holds one too), and a build from nothing costs many times the wait
+        with locked(tree_lock(cand), log, f"build tree {cand.name} (to copy it)", shared=True):
+            st = load_state(cand)
+            if not cand.is_dir() or not st.get("built") or st.get("tainted"):
+                break               # a tainted tree is never copied: its mark could not follow
+            copy_tree(cand, tree, log)
         shutil.rmtree(tree / ".git", ignore_errors=True)
         seeded = str(cand)
-        break
     if seeded is None:
         tree.mkdir(parents=True)
     git(tree, "init", "-q")
@@ -323,15 +346,29 @@ def patch_label(series: str, patch: pathlib.Path) -> str:
     return f"kernels/{rel}" if rel else f"{series}: patch {patch.name}"
 
 
-def boxed(argv: list, tree: pathlib.Path, box: bool, writable: tuple = (), readable: tuple = ()) -> list:
-    """argv as it runs on `tree`: in the build sandbox (kernels/sandbox.py) when `box`."""
-    return sandbox.argv(argv, tree, writable, readable, clean_env()) if box else argv
+def boxed(argv: list, tree: pathlib.Path, box, writable: tuple = (), readable: tuple = ()) -> list:
+    """argv as it runs on `tree`: in the build sandbox (kernels/sandbox.py) when `box`; when box
+    is an overlay.Layer, in that layer over the tree (`tree` is then its view), with the
+    compiler cache read-only."""
+    if not box:
+        return argv
+    layer = box if isinstance(box, overlay.Layer) else None
+    real = inside(tree, box)
+    cache = (ccache.directory(), layer is None) if ccache.available() else None
+    env = {**clean_env(), **ccache.env(real, layer is None, sandbox.CACHE_MOUNT)}
+    out = sandbox.argv(argv, real, writable, readable, env, cache)
+    return layer.wrap(out) if layer else out
 
 
-def apply_patch(tree: pathlib.Path, patch: pathlib.Path, label: str, state: dict, box: bool = False) -> None:
+def inside(tree: pathlib.Path, box) -> pathlib.Path:
+    """The tree's path as the build sees it (a layer's view is read by krig through /proc)."""
+    return box.tree if isinstance(box, overlay.Layer) else tree.resolve()
+
+
+def apply_patch(tree: pathlib.Path, patch: pathlib.Path, label: str, state: dict, box=False) -> None:
     """Dry-run, then apply; files touched are recorded in state (modified/created)."""
     targets = checked_targets(patch, label, tree)
-    argv = boxed(["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-d", str(tree.resolve()),
+    argv = boxed(["patch", "-p1", "--forward", "--batch", "--no-backup-if-mismatch", "-d", str(inside(tree, box)),
                   "-i", str(patch.resolve())], tree, box, readable=(patch,))
     p = subprocess.run(argv + ["--dry-run"], capture_output=True, text=True)
     if p.returncode != 0:
@@ -349,7 +386,12 @@ def apply_to_copies(read, patches: list) -> dict:
     """Apply [(series, patch)] in order to copies of the files they touch, read from
     read(rel) -> bytes or None (no such file), in a temporary directory: no tree is
     touched. Returns {rel: the patched bytes, or None if the series removed it}.
-    A patch that does not apply is one line naming it and the file or hunk."""
+    A patch that does not apply is one line naming it and the file or hunk. `patch` runs in
+    the build sandbox; without it, a series from outside is refused before anything runs."""
+    box = sandbox.usable()
+    outside = next((p for _, p in patches if in_krig(p) is None), None)
+    if outside is not None and not box:
+        sandbox.refuse_outside_series(str(outside))
     with tempfile.TemporaryDirectory(prefix="krig-apply-") as td:
         td = pathlib.Path(td)
         rels = list(dict.fromkeys(rel for series, p in patches
@@ -358,7 +400,6 @@ def apply_to_copies(read, patches: list) -> dict:
             data = read(rel)
             if data is not None:
                 safeio.write_bytes(td, rel, data)
-        box = sandbox.usable()
         for series, p in patches:
             apply_patch(td, p, patch_label(series, p), {}, box)
         return {rel: safeio.read_bytes(td, rel) if safeio.is_file(td, rel) else None for rel in rels}
@@ -433,7 +474,8 @@ def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool =
     lv = tree / ".krig-localversion.config"
     safeio.write_text(tree, lv.name, localversion_fragment(spec.localversion))
     frags = [p.resolve() for _, p in spec.fragments]
-    argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config"] + [str(p) for p in frags] + [str(lv)]
+    argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config", *map(str, frags),
+            str(inside(tree, box) / lv.name)]
     if run_logged(boxed(argv, tree, box, readable=tuple(frags)), tree, logf) != 0:
         raise KrigError(f"{spec.where}: merge_config.sh failed: {first_error(logf)}; log: {logf}")
     if run_logged(boxed(["make", f"ARCH={ARCH}", "olddefconfig"], tree, box), tree, logf) != 0:
@@ -459,7 +501,11 @@ def make_kernel(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool
     targets = ["bzImage"] + (["modules"] if fromtree.dotconfig(tree).get("CONFIG_MODULES") == "y" else [])
     start = os.path.getsize(logf)
     argv = ["nice", "-n", "10", "make", f"ARCH={ARCH}", f"-j{jobs}", *targets]
-    if run_logged(boxed(argv, tree, box), tree, logf, log, what=f"building {spec.name}") != 0:
+    rc = run_logged(boxed(argv, tree, box), tree, logf, log, what=f"building {spec.name}")
+    if rc == TIMED_OUT and box:
+        raise KrigError(f"kernel {spec.name}: build stopped after the sandbox's {sandbox.WALL_SECONDS // 3600} "
+                        f"hours; log: {logf}")
+    if rc != 0:
         raise KrigError(f"kernel {spec.name}: build failed: {first_error(logf, start)}; log: {logf}")
 
 
@@ -509,6 +555,87 @@ def _cached(out: pathlib.Path, spec: KernelSpec, key: str, log) -> dict | None:
     return {**meta, "dir": str(out)}
 
 
+def _made(state: dict) -> list:
+    """What the objects in a tree were last built from (its source and krig's own patches)."""
+    return [state.get("source"), state.get("applied")]
+
+
+def _prepare_tree(tree: pathlib.Path, origin: dict, spec: KernelSpec, log) -> dict:
+    """The tree made (or made again) for a build in it, under its exclusive lock; its state."""
+    state = load_state(tree)
+    if tree.is_dir() and state.get("origin") != origin:
+        log(f"kbuild: {tree} was left half-made; making it again")
+        shutil.rmtree(tree)
+    elif tree.is_dir() and state.get("tainted"):
+        log(f"kbuild: {tree} has built a series from outside krig's tree in place ({state['tainted']}): "
+            "anything may have been changed in it; making the tree again")
+        shutil.rmtree(tree)
+    if not tree.is_dir():
+        state = create_tree(tree, origin, spec.base_config, log)
+        state["base_config"] = list(spec.base_config)
+        save_state(tree, state)
+    return state
+
+
+def _build_in(tree, origin, spec, identity, logf, log, box) -> tuple[bool, pathlib.Path]:
+    """A kernel of krig's own, built in the tree itself (its lock held). Returns (incremental, tree)."""
+    state = _prepare_tree(tree, origin, spec, log)
+    incremental = bool(state.get("built")) or bool(state.get("seeded_from"))
+    log(f"kbuild: {spec.name}: tree {tree} ({'incremental' if incremental else 'full build'}), log {logf}")
+    sync_source(tree, spec, identity, state, log, box)
+    configure(tree, spec, logf, log, box)
+    make_kernel(tree, spec, logf, log, box)
+    state.update(built=True, last_used=time.time(), last_kernel=spec.name, made=_made(state))
+    save_state(tree, state)
+    return incremental, tree
+
+
+LAYER_TRIES = 3
+
+
+@contextlib.contextmanager
+def _build_over(tree, tree_id, origin, spec, identity, logf, log):
+    """A kernel with a series from outside: the tree brought to the series' base and built there
+    (exclusive lock, only when it is not already), then the series built in a throwaway layer
+    over it (shared lock). Yields (incremental, the layer's view) with the layer up."""
+    base = dataclasses.replace(spec, patches=[(s, p) for s, p in spec.patches if in_krig(p) is not None])
+    series = [(s, p) for s, p in spec.patches if in_krig(p) is None]
+    for _ in range(LAYER_TRIES):
+        with locked(tree_lock(tree), log, f"build tree {tree_id}"):
+            state = _prepare_tree(tree, origin, base, log)
+            incremental = bool(state.get("built")) or bool(state.get("seeded_from"))
+            sync_source(tree, base, identity, state, log, True)
+            if state.get("made") != _made(state):
+                log(f"kbuild: {spec.name}: building the series' base in tree {tree} first "
+                    f"({'incremental' if incremental else 'full build'}); the series builds over it")
+                configure(tree, base, logf, log, True)
+                make_kernel(tree, base, logf, log, True)
+                state.update(built=True, made=_made(state))
+            state["last_used"] = time.time()
+            save_state(tree, state)
+            want = state["made"]
+        with locked(tree_lock(tree), log, f"build tree {tree_id}", shared=True):
+            if not tree.is_dir() or load_state(tree).get("made") != want:
+                continue            # another build moved the tree between the two locks
+            log(f"kbuild: {spec.name}: in a throwaway layer over tree {tree} (incremental), log {logf}")
+            overlay.sweep(cache_dir("kbuild", "layers"))
+            with overlay.Layer(tree, cache_dir("kbuild", "layers") / f"{tree_id}-{os.getpid()}") as layer:
+                view = layer.view
+                for s, p in series:
+                    apply_patch(view, p, patch_label(s, p), {}, layer)
+                configure(view, spec, logf, log, layer)
+                make_kernel(view, spec, logf, log, layer)
+                yield incremental, view, layer
+            return
+    raise KrigError(f"kernel {spec.name}: build tree {tree} kept changing under other builds "
+                    f"({LAYER_TRIES} tries); try again")
+
+
+def kernel_lock(key: str) -> pathlib.Path:
+    """Held while one kernel (a cache key) is built and published."""
+    return cache_dir("kbuild", "locks") / f"kernel-{key}.lock"
+
+
 def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
     identity = source_identity(spec)
     inputs = build_inputs(spec, identity)
@@ -520,54 +647,39 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
     tree_id, origin = origin_of(spec, identity)
     tree = cache_dir("kbuild", "trees") / tree_id
     logf = cache_dir("kbuild", "logs") / f"{spec.name}-{key}.log"
-    with locked(tree.with_name(tree.name + ".lock"), log, f"build tree {tree_id}"):
+    box, outside = sandbox.usable(), outside_series(spec)
+    if outside and not box:
+        sandbox.refuse_outside_series(f"kernel {spec.name}: {outside}")
+    with locked(kernel_lock(key), log, f"kernel {spec.name}"):
         # a build of the same key that held the lock while this one waited has made it already
         done = None if force else _cached(out, spec, key, log)
         if done:
             return done
         t0 = time.monotonic()
         logf.write_text(f"krig kbuild {spec.name} key {key} {now()}\n{json.dumps(inputs, indent=1)}\n")
-        box, outside = sandbox.usable(), outside_series(spec)
-        if outside and not box:
-            sandbox.refuse_outside_series(f"kernel {spec.name}: {outside}")
-        state = load_state(tree)
-        if tree.is_dir() and state.get("origin") != origin:
-            log(f"kbuild: {tree} was left half-made; making it again")
-            shutil.rmtree(tree)
-        elif tree.is_dir() and state.get("tainted") and not box:
-            log(f"kbuild: {tree} has built a series from outside krig's tree ({state['tainted']}) and the "
-                f"sandbox is off: making the tree again")
-            shutil.rmtree(tree)
-        if not tree.is_dir():
-            state = create_tree(tree, origin, spec.base_config, log)
-            state["base_config"] = list(spec.base_config)
-            save_state(tree, state)
-        incremental = bool(state.get("built")) or bool(state.get("seeded_from"))
-        log(f"kbuild: {spec.name}: key {key}, tree {tree} "
-            f"({'incremental' if incremental else 'full build'}), log {logf}")
-        if outside and not state.get("tainted"):
-            state["tainted"] = outside
-            save_state(tree, state)
-        sync_source(tree, spec, identity, state, log, box)
-        t_cfg = time.monotonic()
-        configure(tree, spec, logf, log, box)
-        t_make = time.monotonic()
-        make_kernel(tree, spec, logf, log, box)
-        t_inst = time.monotonic()
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        release = install(tree, tmp, logf, box)
-        state.update(built=True, last_used=time.time(), last_kernel=spec.name)
-        save_state(tree, state)
+        layered = outside is not None
+        with contextlib.ExitStack() as stack:
+            if layered:
+                incremental, where, layer = stack.enter_context(
+                    _build_over(tree, tree_id, origin, spec, identity, logf, log))
+            else:
+                stack.enter_context(locked(tree_lock(tree), log, f"build tree {tree_id}"))
+                incremental, where = _build_in(tree, origin, spec, identity, logf, log, box)
+                layer = box
+            t_inst = time.monotonic()
+            release = install(where, tmp, logf, layer)
         took = time.monotonic() - t0
         meta = {"name": spec.name, "key": key, "release": release, "finished": now(),
-                "incremental": incremental, "tree": str(tree), "seeded_from": state.get("seeded_from"),
-                "seconds": {"total": round(took, 1), "prepare": round(t_cfg - t0, 1),
-                            "configure": round(t_make - t_cfg, 1), "make": round(t_inst - t_make, 1)},
-                "inputs": inputs, "log": str(logf), "sandbox": box}
+                "incremental": incremental, "tree": str(tree), "layer": layered,
+                "seeded_from": load_state(tree).get("seeded_from"),
+                "seconds": {"total": round(took, 1), "build": round(t_inst - t0, 1),
+                            "install": round(time.monotonic() - t_inst, 1)},
+                "inputs": inputs, "log": str(logf), "sandbox": box, "ccache": ccache.available()}
         shutil.copyfile(logf, tmp / "build.log")
         (tmp / "build.json").write_text(json.dumps(meta, indent=1) + "\n")
         shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)                 # published under the lock: a waiter finds it whole
-    log(f"kbuild: {spec.name}: built {release} in {took / 60:.1f} min (make {meta['seconds']['make']:.0f}s) -> {out}")
+        tmp.rename(out)                 # published under the kernel's lock: a waiter finds it whole
+    log(f"kbuild: {spec.name}: built {release} in {took / 60:.1f} min -> {out}")
     return {**meta, "dir": str(out)}

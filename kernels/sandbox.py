@@ -15,14 +15,21 @@ results. So every step of a krig kernel build that runs the tree's code
 - it has no network, its own PID, IPC and UTS namespaces, no capabilities, and an
   environment of PATH, LC_ALL, LOCALVERSION and the KBUILD_* settings only
   (no inherited variables: a BMC password in the environment stays out);
-- it dies with krig.
+- it dies with krig, and it is bounded: at most WALL_SECONDS of wall time (`timeout`), per
+  process at most MEMORY bytes of address space, FILE_SIZE bytes per file written and no
+  core dumps, at most NPROC processes of its user (`prlimit`; the kernel exempts root from
+  that last one, and the sandbox's user is the caller's: as root, make's -j and the PID
+  namespace are what bound it), and its /tmp is a tmpfs of TMP_SIZE bytes;
+- the compiler cache (ccache, kernels/ccache.py) is the one other directory it reaches: written
+  by builds of krig's own kernels, read-only for a series from outside.
 
 A build tree is shared by the kernels of one source and config family, and code
 that ran in it can leave programs behind for the next build to run. So a tree is
-always built in the sandbox when bwrap works here. Where it does not (no user
-namespaces), kernels from krig's own tree and the developer's tree still build
-without it, a series from outside is refused with one line, and a tree that has
-ever built one is discarded before a build outside the sandbox (state "tainted").
+always built in the sandbox when bwrap works here, and a series from outside is
+built only in a throwaway overlay over the tree (kernels/overlay.py), never in it.
+Where the sandbox does not work (no user namespaces), kernels from krig's own tree
+and the developer's tree still build without it, and a series from outside is
+refused with one line, its trial apply included.
 """
 import functools
 import os
@@ -34,10 +41,23 @@ import tempfile
 from krig.errors import UsageError
 
 BWRAP = "bwrap"
-ENV_KEEP = ("PATH", "LC_ALL", "LOCALVERSION", "KBUILD_BUILD_USER", "KBUILD_BUILD_HOST", "KBUILD_BUILD_TIMESTAMP")
+ENV_KEEP = ("PATH", "LC_ALL", "LOCALVERSION", "KBUILD_BUILD_USER", "KBUILD_BUILD_HOST", "KBUILD_BUILD_TIMESTAMP",
+            "CCACHE_DIR", "CCACHE_READONLY", "CCACHE_TEMPDIR", "CCACHE_BASEDIR", "CCACHE_NOSTATS", "CCACHE_NOHASHDIR")
 # what of the host's root the toolchain needs, read-only (the rest of the host is not there)
 RO_PATHS = ("/usr", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d")
 ROOT_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+WALL_SECONDS = 6 * 3600         # a full defconfig build on 2 busy cores takes about one hour
+MEMORY = 8 << 30                # per process (RLIMIT_AS): ld of vmlinux needs well under 2 GiB
+FILE_SIZE = 8 << 30
+NPROC = 4096
+TMP_SIZE = 1 << 30
+CACHE_MOUNT = "/ccache"
+
+
+def limits() -> list:
+    """The argv prefix that bounds a sandboxed command."""
+    return ["timeout", "--kill-after=60", str(WALL_SECONDS), "prlimit", f"--as={MEMORY}", f"--fsize={FILE_SIZE}",
+            f"--nproc={NPROC}", "--core=0", "--"]
 
 
 def disabled() -> bool:
@@ -48,11 +68,14 @@ def disabled() -> bool:
     return v == "off"
 
 
-def argv(cmd: list, tree: pathlib.Path, writable: tuple = (), readable: tuple = (), env: dict | None = None) -> list:
+def argv(cmd: list, tree: pathlib.Path, writable: tuple = (), readable: tuple = (), env: dict | None = None,
+         cache: tuple | None = None) -> list:
     """cmd as it runs in the sandbox: cwd = tree; the tree and `writable` read-write but the tree's
-    .git (what git runs on the host later: hooks, config); `readable` (patches, fragments) read-only."""
+    .git (what git runs on the host later: hooks, config); `readable` (patches, fragments, a
+    read-only compiler cache) read-only; `cache` = (directory, writable) is the compiler cache,
+    seen at CACHE_MOUNT. Within limits()."""
     env = env or {}
-    out = [BWRAP, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+    out = [*limits(), BWRAP, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
            "--uid", "65534", "--gid", "65534", "--clearenv"]
     for k in ENV_KEEP:
         if env.get(k) is not None:
@@ -66,7 +89,7 @@ def argv(cmd: list, tree: pathlib.Path, writable: tuple = (), readable: tuple = 
     for p in RO_PATHS:
         if os.path.exists(p):
             out += ["--ro-bind", p, p]
-    out += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    out += ["--dev", "/dev", "--proc", "/proc", "--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
     for p in (tree, *writable):
         p = str(pathlib.Path(p).resolve())
         out += ["--bind", p, p]
@@ -76,6 +99,8 @@ def argv(cmd: list, tree: pathlib.Path, writable: tuple = (), readable: tuple = 
     for p in readable:
         p = str(pathlib.Path(p).resolve())
         out += ["--ro-bind", p, p]
+    if cache is not None:
+        out += ["--bind" if cache[1] else "--ro-bind", str(cache[0]), CACHE_MOUNT]
     return out + ["--chdir", str(pathlib.Path(tree).resolve()), "--", *map(str, cmd)]
 
 

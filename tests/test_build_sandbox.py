@@ -6,13 +6,15 @@ import json
 import os
 import pathlib
 import socket
+import subprocess
 import threading
 
 import pytest
 
+from conftest import require_program
 from krig.errors import UsageError
 from kernels import incremental as kt
-from kernels import sandbox
+from kernels import overlay, sandbox
 from kernels import spec as kspec
 
 # what a hostile series' Makefile tries: each line leaves a word in seen.txt
@@ -136,13 +138,17 @@ def test_krigs_own_patches_are_not_from_outside():
     assert spec.patches and kt.outside_series(spec) is None
 
 
-def test_a_series_from_outside_is_built_in_the_sandbox_and_taints_the_tree(layout, steps):
+def test_a_series_from_outside_is_built_in_a_layer_over_the_tree(layout, steps, monkeypatch):
+    """Its base is built in the tree (krig's own code), the series only in the overlay."""
+    monkeypatch.setattr(kt, "apply_patch", lambda tree, p, label, state, box=False: steps.append(("patch", box)))
     spec = layout("mailed")
     assert kt.outside_series(spec).endswith("0001-a.patch")
     meta = kt.build_kernel(spec, log=lambda m: None)
-    assert meta["sandbox"] is True and ("make", True) in steps and ("install", True) in steps
+    assert meta["sandbox"] is True and meta["layer"] is True
+    assert ("make", True) in steps, "the series' base, in the tree"
+    assert [s[0] for s in steps if isinstance(s[-1], overlay.Layer)] == ["patch", "make", "install"], steps
     tree, _ = _tree(spec)
-    assert json.loads(tree.with_name(tree.name + ".json").read_text())["tainted"].endswith("0001-a.patch")
+    assert "tainted" not in json.loads(tree.with_name(tree.name + ".json").read_text())
 
 
 def test_without_the_sandbox_a_series_from_outside_is_refused(layout, steps, monkeypatch):
@@ -169,10 +175,54 @@ def test_without_the_sandbox_a_tainted_tree_is_made_again(layout, steps, monkeyp
     assert any("has built a series from outside" in m for m in said), said
 
 
-def test_with_the_sandbox_a_tainted_tree_is_kept(layout, steps):
+def test_with_the_sandbox_too_a_tainted_tree_is_made_again(layout, steps):
+    """A tree a series was once built in (in place) may carry anything of it."""
     spec = layout("base")
     tree, origin = _tree(spec)
     tree.mkdir(parents=True)
     tree.with_name(tree.name + ".json").write_text(json.dumps({"origin": origin, "tainted": "a.patch"}))
     kt.build_kernel(spec, log=lambda m: None)
-    assert ("tree",) not in steps and ("make", True) in steps and os.path.isdir(tree)
+    assert ("tree",) in steps and ("make", True) in steps and os.path.isdir(tree)
+
+
+def test_without_the_sandbox_the_trial_apply_of_a_series_is_refused(tmp_path, monkeypatch):
+    """`patch --dry-run` of a series from outside runs its input through GNU patch: not on the host."""
+    monkeypatch.setenv("KRIG_BUILD_SANDBOX", "off")
+    p = tmp_path / "0001-x.patch"
+    p.write_text("--- a/f.c\n+++ b/f.c\n@@ -1 +1 @@\n-a\n+b\n")
+    ran, read = [], []
+    monkeypatch.setattr(kt.subprocess, "run", lambda *a, **k: ran.append(a))
+    with pytest.raises(UsageError) as e:
+        kt.apply_to_copies(lambda rel: read.append(rel) or b"a\n", [("mail.mbox", p)])
+    assert "built only in the build sandbox" in str(e.value) and "\n" not in str(e.value)
+    assert ran == [] and read == []
+
+
+def test_a_series_build_cannot_write_the_compiler_cache(tmp_path, monkeypatch):
+    """krig's own build writes the cache; the same step in a series' layer finds it read-only."""
+    require_program("ccache", "ccache")
+    monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "cache"))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "Makefile").write_text('all:\n\t@echo "$$CCACHE_DIR $$CCACHE_READONLY" > seen\n'
+                                   '\t@(echo entry > $$CCACHE_DIR/planted && echo wrote || echo refused) >> seen\n')
+    assert kt.run_logged(kt.boxed(["make"], tree, True), tree, tmp_path / "own.log") == 0
+    assert (tree / "seen").read_text().split() == ["/ccache", "wrote"]
+    assert (kt.ccache.directory() / "planted").read_text() == "entry\n"
+    (kt.ccache.directory() / "planted").unlink()
+    (tree / "seen").unlink()
+    with overlay.Layer(tree, tmp_path / "layer") as layer:
+        assert kt.run_logged(kt.boxed(["make"], layer.view, layer), tree, tmp_path / "series.log") == 0
+        seen = (layer.view / "seen").read_text().split()
+    assert seen == ["/ccache", "1", "refused"], seen
+    assert not (kt.ccache.directory() / "planted").exists() and not (tree / "seen").exists()
+
+
+def test_a_layer_left_by_a_killed_build_is_swept(tmp_path):
+    layers = tmp_path / "layers"
+    (layers / f"src-x-{os.getpid()}" / "upper").mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (layers / f"src-x-{dead.pid}" / "upper" / "fs").mkdir(parents=True)
+    overlay.sweep(layers)
+    assert [d.name for d in layers.iterdir()] == [f"src-x-{os.getpid()}"]

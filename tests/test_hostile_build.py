@@ -10,15 +10,20 @@ to a host key (the test's own file) as `.config` or `System.map`, a FIFO, a rele
 walks out of the cache, symlinks among the installed modules, a symlinked directory on
 the way to a file the next build puts back. Each is refused in one line or dropped, and
 the key is copied nowhere, nothing outside the tree and krig's cache is touched."""
+import difflib
 import hashlib
+import json
 import os
 import pathlib
+import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 
 import pytest
 
+from conftest import build_kernels
 from krig.errors import KrigError, RigError, UsageError, guarded
 from kernels import given
 from kernels import incremental as kt
@@ -41,6 +46,7 @@ olddefconfig:
 \t@:
 bzImage:
 \t@mkdir -p arch/x86/boot && echo image > arch/x86/boot/bzImage && echo "ffffffff81000000 T _text" > System.map
+\t@cat fs/*.c >> System.map
 \t@{plant}
 modules:
 \t@:
@@ -197,15 +203,50 @@ def test_modules_are_kept_as_regular_files_and_directories_only(host):
     assert secret_in_cache(host) == [] and snapshot(host) == before
 
 
-def test_a_file_put_back_through_a_symlinked_directory_is_refused(host, capsys):
-    """The series patched fs/f.c and the build made fs a link to a host directory: the next build,
-    which puts fs/f.c back from the pristine source, refuses instead of writing there."""
-    layout = source(host, plant=f"rm -rf fs && ln -s {host / 'outside'} fs")
-    kt.build_kernel(layout("mailed"), log=lambda m: None)
+def makefile_series(host, plant: str) -> pathlib.Path:
+    """A one-patch series that changes only the Makefile: its bzImage step then runs `plant`."""
+    old = MAKEFILE.format(plant=":", install=":", extraversion="")
+    new = MAKEFILE.format(plant=plant, install=":", extraversion="")
+    patch = host / "kernels" / "patches" / "stranger" / "0001-fs-build-tweak.patch"
+    patch.parent.mkdir(parents=True, exist_ok=True)
+    patch.write_text("".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/Makefile",
+                                                  "b/Makefile")))
+    (host / "kernels" / "stranger.toml").write_text('source = "linux-source"\nextends = "base"\n'
+                                                    'patches = ["stranger"]\n')
+    return patch
+
+
+def test_what_a_series_build_writes_outside_its_patches_is_gone_for_the_next_kernel(host):
+    """The series' patch touches only the Makefile, and its build appends a function to fs/f.c
+    and leaves a new file: the kernel built next in the same tree (System.map: what the build
+    compiled) carries neither, and the tree is as the base left it."""
+    layout = source(host)
+    makefile_series(host, "echo 'int stranger(void) { return 1; }' >> fs/f.c && echo 'int planted;' > fs/g.c "
+                     "&& cat fs/f.c >> System.map")
+    meta = kt.build_kernel(layout("stranger"), log=lambda m: None)
+    assert meta["layer"] is True and meta["sandbox"] is True, meta
+    assert "stranger" in (pathlib.Path(meta["dir"]) / "System.map").read_text(), "the series' build did run"
+    tree = pathlib.Path(meta["tree"])
+    base = kt.build_kernel(layout("base"), log=lambda m: None)
+    assert base["layer"] is False and base["tree"] == meta["tree"]
+    smap = (pathlib.Path(base["dir"]) / "System.map").read_text()
+    assert "stranger" not in smap and "planted" not in smap, smap
+    assert (tree / "fs" / "f.c").read_text() == "a\n" and not (tree / "fs" / "g.c").exists()
+    assert "EXTRAVERSION = \n" in (tree / "Makefile").read_text() and "stranger" not in (tree / "Makefile").read_text()
+    assert not list((host / "cache" / "kbuild" / "layers").iterdir()), "the layer is thrown away"
+
+
+def test_a_series_build_that_links_a_directory_out_changes_nothing_there(host):
+    """The series' build makes fs a link to a host directory: the next kernel built in the tree
+    finds fs as it was, and the host directory is untouched."""
+    layout = source(host)
+    makefile_series(host, f"rm -rf fs && ln -s {host / 'outside'} fs && (echo changed > fs/f.c || true)")
     before = snapshot(host)
-    err = build_fails(layout("base"), capsys)
-    assert "/fs: refused: fs is a symlink, not a directory" in err and "remove " in err, err
-    assert snapshot(host) == before and (host / "outside" / "f.c").read_text() == "precious\n"
+    kt.build_kernel(layout("stranger"), log=lambda m: None)
+    base = kt.build_kernel(layout("base"), log=lambda m: None)
+    tree = pathlib.Path(base["tree"])
+    assert not (tree / "fs").is_symlink() and (tree / "fs" / "f.c").read_text() == "a\n"
+    assert (host / "outside" / "f.c").read_text() == "precious\n" and snapshot(host) == before
 
 
 def test_a_series_patching_through_a_symlinked_directory_is_refused(host, capsys):
@@ -303,3 +344,88 @@ def test_a_release_with_a_newline_or_more_is_refused(release):
     with pytest.raises(UsageError, match="refused: not a kernel release"):
         check_release(release, "the tree's release", UsageError)
     assert check_release("6.1.0-test", "the tree's release", UsageError) == "6.1.0-test"
+def test_a_build_beside_a_series_build_is_incremental_too(host):
+    """A series builds in its layer over the tree (a shared lock, held 3 s by its Makefile): a
+    kernel from a git tree started meanwhile (a bisection step's kind) seeds its new tree from
+    that one at once, without waiting, instead of building from nothing."""
+    layout = source(host)
+    makefile_series(host, "sleep 3")
+    assert kt.build_kernel(layout("base"), log=lambda m: None)["layer"] is False
+    repo = host / "repo"
+    shutil.copytree(host / "src" / "linux", repo)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "import"]):
+        subprocess.run(["git", "-C", str(repo), *argv], check=True, capture_output=True, env=env)
+    (host / "kernels" / "step.toml").write_text(f'source = "git"\ntree = "{repo}"\nref = "HEAD"\n'
+                                                'base_config = ["defconfig"]\nfragments = ["fragments/guest.config"]\n')
+    in_layer, said, out = threading.Event(), {"series": [], "step": []}, {}
+
+    def build(name):
+        def log(m):
+            said[name].append(m)
+            if "throwaway layer" in m:
+                in_layer.set()
+        out[name] = kt.build_kernel(layout({"series": "stranger", "step": "step"}[name]), log=log)
+    series = threading.Thread(target=build, args=("series",), daemon=True)
+    series.start()
+    assert in_layer.wait(120), said["series"]
+    build("step")
+    series.join(120)
+    assert not series.is_alive()
+    assert out["series"]["layer"] and out["series"]["incremental"], out["series"]
+    assert out["step"]["incremental"] and out["step"]["seeded_from"] == out["series"]["tree"], out["step"]
+    assert not any("waiting for" in m for m in said["step"]), said["step"]
+
+
+# tiny-6.1 (linux-source-6.1), built for real: a series whose only change is a line in fs/Makefile
+# that appends a function to fs/dcache.c each time kbuild reads it, and an unrelated one after it
+STRANGER = """\
+From: A Stranger <stranger@example.org>
+Subject: [PATCH] fs: a build tweak
+
+---
+--- a/fs/Makefile
++++ b/fs/Makefile
+@@ -7,6 +7,7 @@
+ # 
+ 
+ 
++$(shell grep -q krig_stranger $(srctree)/fs/dcache.c || echo 'int krig_stranger(void) { return 42; }' >> $(srctree)/fs/dcache.c)
+ obj-y :=	open.o read_write.o file_table.o super.o \\
+ 		char_dev.o stat.o exec.o pipe.o namei.o fcntl.o \\
+ 		ioctl.o readdir.o select.o dcache.o inode.o \\
+"""
+BENIGN = """\
+From: A Neighbour <neighbour@example.org>
+Subject: [PATCH] Documentation: a note
+
+---
+--- /dev/null
++++ b/Documentation/krig-note.txt
+@@ -0,0 +1 @@
++A note that changes no code.
+"""
+
+
+@pytest.mark.kbuild
+@pytest.mark.long(6)
+def test_a_real_series_editing_dcache_c_from_its_makefile_leaves_the_next_kernel_clean(tmp_path):
+    """Both kernels are built by this test (their cache entries removed first), in tiny-6.1's tree."""
+    build_kernels("tiny-6.1")
+    built = {}
+    for name, text in (("stranger", STRANGER), ("neighbour", BENIGN)):
+        series = tmp_path / name
+        series.mkdir()
+        (series / "0001.patch").write_text(text)
+        arg = f"tiny-6.1,series={series}"
+        spec, _ = given._spec(given.parse(arg), given.given_series(arg, log=lambda m: None))
+        shutil.rmtree(kspec.kernel_cache(kspec.cache_key(kspec.build_inputs(spec))), ignore_errors=True)
+        kernel = given.load_given(arg, build=True, log=lambda m: None)
+        built[name] = json.loads((kernel.image.parent / "build.json").read_text())
+        built[name]["System.map"] = (kernel.image.parent / "System.map").read_text()
+        shutil.rmtree(kernel.image.parent)          # nothing of this test stays in the kernel cache
+    assert " T krig_stranger\n" in built["stranger"]["System.map"], "the series' build did edit dcache.c"
+    assert "krig_stranger" not in built["neighbour"]["System.map"]
+    assert built["stranger"]["tree"] == built["neighbour"]["tree"] and built["neighbour"]["layer"]
+    assert "krig_stranger" not in (pathlib.Path(built["neighbour"]["tree"]) / "fs" / "dcache.c").read_text()

@@ -348,12 +348,11 @@ def test_git_tree_moves_between_commits_and_unpatches(tmp_path, layout, monkeypa
 
 def test_build_that_waited_for_the_same_kernel_does_not_rebuild(layout, monkeypatch):
     """Two `krig kernel build` of one kernel at once: the one that waited for the build tree's lock
-    finds what the other published and builds nothing."""
+    finds what the other published and builds nothing (the kernel's own lock)."""
     import threading
     kd, rd, _ = layout
     spec = kspec.resolve_spec("var", kernel_dir=kd, repro_dir=rd)
-    tree_id, _ = kt.origin_of(spec, kt.source_identity(spec))
-    lock = kspec.cache_dir("kbuild", "trees") / f"{tree_id}.lock"
+    lock = kt.kernel_lock(key("var", layout))
     made = []
     monkeypatch.setattr(kt, "create_tree", lambda *a, **k: made.append("tree") or {})
     monkeypatch.setattr(kt, "make_kernel", lambda *a, **k: made.append("make"))
@@ -373,3 +372,19 @@ def test_build_that_waited_for_the_same_kernel_does_not_rebuild(layout, monkeypa
     t.join(60)
     assert not t.is_alive() and made == []
     assert result["meta"]["release"] == "6.1.192-krig-var" and result["meta"]["dir"] == str(out)
+
+
+def test_a_tainted_tree_seeds_no_other(tmp_path, cache):
+    """A new git tree is copied from the most recent built tree of its family, but never from one
+    a series was built in place in: it starts empty instead."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    trees = kspec.cache_dir("kbuild", "trees")
+    for name, tainted in (("src-old", None), ("src-poisoned", "mail.mbox")):
+        write(trees / name / "fs" / "f.c", f"{name}\n")
+        kt.save_state(trees / name, {"built": True, "last_used": 2 if tainted else 1,
+                                     **({"tainted": tainted} if tainted else {})})
+    assert kt._seed_candidates(trees / "git-new", kt.DEFAULT_BASE_CONFIG) == [trees / "src-old"]
+    kt.save_state(trees / "src-old", {"built": True, "last_used": 1, "tainted": "other.mbox"})
+    state = kt.create_tree(trees / "git-new", {"kind": "git", "repo": str(repo)}, log=lambda m: None)
+    assert state["seeded_from"] is None and not (trees / "git-new" / "fs").exists()
