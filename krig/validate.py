@@ -14,8 +14,10 @@ groups, krig/group.py: base/ and new/ in the validation directory), compares the
     inconclusive            3  runs that were not judged (ERROR, SKIP, ...), mixed verdicts, or
                                verdicts that flip with metrics that do not move significantly
     base does not reproduce 4  the base must FAIL first; it PASSed (the validation stops after
-                               the first base run that PASSes while none FAILed)
-    regressed               5  a threshold the base held is crossed with the series, or the
+                               the first run a side when the base PASSed and so did the patched
+                               kernel, none having FAILed)
+    regressed               5  a threshold the base held is crossed with the series (a base that
+                               PASSes included: the series brings the regression), or the
                                patched kernel crashed or hung where the base did not
     (interrupted)         130  Ctrl-C: the same command finishes it
 
@@ -105,17 +107,17 @@ def decide(res: dict, judged_metrics: list, replaced: dict | None = None) -> tup
         return "inconclusive", f"runs that were not judged: {', '.join(unjudged)}"
     if not nb or not nn:
         return "inconclusive", "too few judged runs (none on one side)"
+    only_new = [t for t in res["thresholds"] if t["kind"] == "regression" and t["base"]["state"] == "held"
+                and t["new"]["judged"] and t["new"]["held"] < t["new"]["judged"]]
+    if only_new and not (b.get("FAIL") and b.get("PASS")):
+        t = only_new[0]
+        return "regressed", (f"{t['threshold']} is crossed with the series in {t['new']['judged'] - t['new']['held']}"
+                             f" of {t['new']['judged']} runs and held in every base run")
     if not b.get("FAIL"):
         return "base does not reproduce", (f"the base kernel PASSed {b.get('PASS', 0)} of {nb} runs: there is "
                                            "nothing for the series to fix")
     if b.get("PASS"):
         return "inconclusive", f"mixed verdicts on the base (FAIL {b['FAIL']}/{nb}, PASS {b['PASS']}/{nb})"
-    only_new = [t for t in res["thresholds"] if t["kind"] == "regression" and t["base"]["state"] == "held"
-                and t["new"]["judged"] and t["new"]["held"] < t["new"]["judged"]]
-    if only_new:
-        t = only_new[0]
-        return "regressed", (f"{t['threshold']} is crossed with the series in {t['new']['judged'] - t['new']['held']}"
-                             f" of {t['new']['judged']} runs and held in every base run")
     if n.get("PASS") == nn:
         rows = [r for r in res["metrics"] if r["metric"] in judged_metrics]
         if rows and not any(r["reachable"] for r in rows):
@@ -220,12 +222,13 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     stopped = None
     for i in range(1, repeat + 1):
         bgroup = _run_side(repro.name, rig.name, base_text, preset, set_values, i, repeat, vdir / "base", log)
-        if bgroup["verdicts"].get("PASS") and not bgroup["verdicts"].get("FAIL") \
-                and not (vdir / "new" / "group.json").exists():
+        ngroup = _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat, vdir / "new", log)
+        if i == 1 and not bgroup["verdicts"].get("FAIL") and bgroup["verdicts"].get("PASS") \
+                and not ngroup["verdicts"].get("FAIL"):
             stopped = bgroup
-            log("krig: the base kernel PASSed: it does not reproduce the regression; stopping")
+            log("krig: the base kernel PASSed, and so did the patched one: the base does not reproduce the "
+                "regression; stopping")
             break
-        _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat, vdir / "new", log)
     if stopped:
         res = None
         answer, reason = "base does not reproduce", ("the base kernel PASSed its first run: there is nothing "

@@ -430,10 +430,22 @@ def test_validate_stops_when_the_base_does_not_reproduce(series_repo, tmp_path, 
     calls = _fake_groups(monkeypatch, {"base": ("PASS", 10), "new": ("PASS", 10)})
     vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
                                  sender="Krig Tester <tester@example.org>", log=lambda *a: None)
-    assert calls == [("base", 1)] and (state["answer"], code) == ("base does not reproduce", 4)
+    assert calls == [("base", 1), ("new", 1)] and (state["answer"], code) == ("base does not reproduce", 4)
     text = (vdir / "reply.txt").read_text()
     assert "Tested-by" not in text and "base does not reproduce" in text
     assert all(len(ln) <= 72 for ln in text.splitlines())
+
+
+def test_a_series_that_brings_the_regression_to_a_passing_base_is_regressed(series_repo, tmp_path, monkeypatch):
+    """The base PASSes, the patched kernel FAILs: both sides run all their runs, the answer is regressed."""
+    from krig.validate import validate
+    calls = _fake_groups(monkeypatch, {"base": ("PASS", 10), "new": ("FAIL", -100)})
+    vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 2, out=tmp_path / "v",
+                                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert calls == [("base", 1), ("new", 1), ("base", 2), ("new", 2)]
+    assert (state["answer"], code) == ("regressed", 5), state["reason"]
+    assert "held in every base run" in state["reason"]
+    assert "Tested-by" not in (vdir / "reply.txt").read_text()
 
 
 def test_runs_lost_to_host_contention_are_run_again(series_repo, tmp_path, monkeypatch):
