@@ -44,7 +44,7 @@ from .errors import KrigError, UsageError
 from .group import group_runs, run_group
 from .results import GROUP_FILE
 from .verdict import UNFINISHED as NOT_COUNTED
-from .reply import identity, write_reply
+from .reply import identity, server_line, write_reply
 from .reproducer import load_reproducer
 from .results import git_revision, now, read_json, validation_dir, write_json
 from .record import Manifest, Verdict
@@ -240,8 +240,9 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
         lost = {side: len(contended(vdir / side)) for side in ("base", "new")}
         answer, reason = decide(res, judged, {k: v if v <= repeat else 0 for k, v in lost.items()})
         differences = res["differences"]
+    base_kernel = _kernel_of(vdir / "base")
     state.update(answer=answer, reason=reason, judged_metrics=judged, finished=now(),
-                 base_kernel=_kernel_of(vdir / "base"), new_kernel=_kernel_of(vdir / "new"),
+                 base_kernel=base_kernel, new_kernel=_kernel_of(vdir / "new"), server=server_facts(base_kernel),
                  differences=differences,
                  command=AskedRun(repro.name, rig.name, base, preset, tuple(sets)).validate_argv(
                      series_path, repeat if repeat != DEFAULT_REPEAT else None),
@@ -265,12 +266,25 @@ def _kernel_of(gdir: pathlib.Path) -> dict:
     return {}
 
 
+def server_facts(k: dict) -> dict | None:
+    """A lab server's facts (firmware, system, RAM, CPU, BMC), from the base's first run; None for a
+    rig that is no server (a QEMU guest has its facts in base_kernel.machine)."""
+    f, m = k.get("rig_facts") or {}, k.get("machine") or {}
+    if not (f.get("bmc_info") or f.get("firmware")):
+        return None
+    return {"rig": (k.get("rig") or {}).get("name"), "system": f.get("system"), "firmware": f.get("firmware"),
+            "ram_bytes": m.get("mem_total_bytes"), "cpus": m.get("cpus"), "cpu": (m.get("cpu") or {}).get("model"),
+            "bmc": f.get("bmc_info"), "bmc_address": f.get("bmc")}
+
+
 def format_answer(vdir: pathlib.Path, state: dict) -> str:
     res = state["comparison"]
     lines = [f"{state['answer']}: {state['reason']}"]
     if res:
         lines += [f"base:    {res['base']['verdict_text']} ({', '.join(res['base']['releases'])})",
                   f"patched: {res['new']['verdict_text']} ({', '.join(res['new']['releases'])})"]
+    if state.get("server"):
+        lines.append(f"server:  {state['server'].get('rig')}: {server_line(state['server'])}")
     lines += [f"differs (numbers may not be comparable): {d}" for d in state["differences"]]
     lines += [f"reply: {vdir / 'reply.mbox'} (and reply.txt)", f"validation: {vdir}"]
     return "\n".join(lines)
