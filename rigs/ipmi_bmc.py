@@ -172,7 +172,7 @@ class Bmc:
         except RigError as e:
             return f"unknown ({e})"
         f = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in out.splitlines()) if v.strip()}
-        who = " ".join(x for x in (f.get("Manufacturer Name"), f.get("Product Name")) if x and x != "Unknown")
+        who = " ".join(x for x in (f.get("Manufacturer Name"), f.get("Product Name")) if x and not x.startswith("Unknown"))
         return (f"{who or 'manufacturer id ' + f.get('Manufacturer ID', '?')}, firmware "
                 f"{f.get('Firmware Revision', '?')}, IPMI {f.get('IPMI Version', '?')}")
 

@@ -91,7 +91,7 @@ class LabServer(SimServer):
         for k in ("lan_port", "kcs_port", "sol_port", "vm_serial_port", "ssh_port"):
             setattr(self, k, st[k])
         self.password_file, self.rigs = pathlib.Path(st["password_file"]), pathlib.Path(st["rigs"])
-        self.password = self.password_file.read_text().strip()
+        self.password = self.password_file.read_text().strip() if self.password_file.exists() else ""
         self.logs, self.proc, self.cable = self.base / "logs", None, None
         self.kernel = self.initrd = None
         return self

@@ -299,11 +299,11 @@ loadlib "{b}/krig_diag.so" ""
 
     def processes(self) -> list[str]:
         """Processes whose argv mentions this server (its files or its ports)."""
-        out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
         marks = (str(self.base), f"-p {self.lan_port} ", f"port={self.kcs_port}")
         me = os.getpid()
         return [ln.strip() for ln in out.splitlines()
-                if any(m in ln for m in marks) and int(ln.split()[0]) != me and " ps -eo" not in ln]
+                if any(m in ln for m in marks) and int(ln.split()[0]) != me and " ps -ww -eo" not in ln]
 
     def stop(self):
         try:

@@ -45,8 +45,8 @@ def lab_sim(tmp_path_factory):
         down = subprocess.run(KRIG + ["lab", "sim", "down", NAME], capture_output=True, text=True, cwd=ROOT,
                               env=env, timeout=300)
         assert down.returncode == 0, down.stdout + down.stderr
-    left = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    left = [ln for ln in left.splitlines() if str(base) in ln and " ps -eo" not in ln]
+    left = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    left = [ln for ln in left.splitlines() if str(base) in ln and " ps -ww -eo" not in ln]
     assert not left, f"left running after krig lab sim down: {left}"
     assert not (base / "config" / "krig" / "rigs" / f"{NAME}.toml").exists()
     assert not list((base / "config" / "krig" / "secrets").glob("*"))

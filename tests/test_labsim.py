@@ -32,7 +32,7 @@ from labsim_fixture import GROUP
 from rigs.labsim_bmc import free_port
 from test_ipmi import _cli, _leftovers, _wait_no_leftovers
 
-pytestmark = [pytest.mark.labsim, GROUP, pytest.mark.long(30)]     # minutes on 2 cores, with validate's
+pytestmark = [pytest.mark.labsim, GROUP, pytest.mark.long(36)]     # minutes on 2 cores: its group with test_validate_e2e.py
 KEXEC_KERNEL = "tiny-6.1"
 SMOKE = ("neg-dentry-flood", "smoke", "FAIL")      # 6.1 has no cap on negative dentries
 SMOKE_SETS = {"settle_limit_x": "1"}                # a FAIL at the limit itself: one slow vCPU floods slowly
