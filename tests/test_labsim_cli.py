@@ -91,3 +91,29 @@ def test_up_down_and_a_supervisor_that_dies(tmp_path, downed):
     assert down.returncode == 0 and "stopped" in down.stdout
     assert not rig.exists() and not secret.exists()
     assert _krig(tmp_path, "lab", "sim", "down", "lab1").stdout.strip() == "krig: lab sim lab1: not up"
+
+
+def test_a_bisection_step_on_a_lab_server_boots_its_kernel_by_kexec(tmp_path, downed, monkeypatch):
+    """`krig bisect run --rig lab1`: a step's run takes the IPMI rig's kexec path with the step's
+    kernel (the kexec itself stopped here: the real one is test_labsim.py's and validate's)."""
+    setup_missing(bmc_missing() + labsim_image.missing_tools(), "the lab server tests")
+    from kernels.catalog import load_kernel
+    from krig import bisect
+    from krig.errors import RigError
+    import rigs.ipmi_kexec
+    assert _krig(tmp_path, "lab", "sim", "up", "lab1").returncode == 0
+    for k, v in _env(tmp_path).items():
+        if k.startswith(("XDG_", "KRIG_")):
+            monkeypatch.setenv(k, v)
+    monkeypatch.setenv("KRIG_RESULTS", str(tmp_path / "results"))
+    seen = []
+
+    def kexec_boot(rig, power, kernel, cmdline, timeout):
+        seen.append((rig.name, kernel.release, rig.bmc.power_status()))
+        raise RigError(f"rig {rig.name}: the kexec is not part of this test")
+    monkeypatch.setattr(rigs.ipmi_kexec, "kexec_boot", kexec_boot)
+    state = {"repro": "selftest-pass", "rig": "lab1", "kernel": "distro", "preset": None, "sets": [], "metric": None}
+    attempt = bisect.run_krig(state)
+    assert seen == [("lab1", load_kernel("distro").release, "off")]
+    assert attempt.verdict == "ERROR" and "the kexec is not part of this test" in attempt.reason, attempt
+    assert bisect.asked_of(state).argv()[3:5] == ["--rig", "lab1"]         # the step's command in bisect.log
