@@ -34,9 +34,9 @@ import sys
 import threading
 import time
 
-from krig.config import parse_size
+from krig.config import load_toml, parse_size
 from krig.errors import KrigError, UsageError
-from . import labsim_image, qemu_memory, user_rig_dir
+from . import lab, lab_tags, labsim_image, qemu_memory, user_rig_dir
 from .labsim_bmc import SimServer, missing_tools as bmc_missing
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -233,9 +233,11 @@ def up(name: str, memory: str | None = None, log=print) -> pathlib.Path:
     log(f"krig: lab sim {name}: BMC ipmi_sim on 127.0.0.1:{st['lan_port']} (power off), SSH on 127.0.0.1:"
         f"{st['ssh_port']}, {st['memory_mb']} MiB" + (" sparse" if st["sparse"] else "") +
         f"; the rig powers it on (krig lab sim down {name} stops it)")
-    if os.environ.get("KRIG_LAB_COORDINATOR"):
-        from krig import lab
-        lab.sync([name], log=log)
+    if lab.address():                       # KRIG_LAB_COORDINATOR: a place there, as `krig lab sync NAME` makes
+        spec = load_toml(pathlib.Path(st["rig"]))
+        tags = lab_tags(spec, st["rig"])
+        how = lab.Coordinator(lab.address()).sync_place(name, tags)
+        log(f"lab: place {name}: {how}: " + " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
     return pathlib.Path(st["rig"])
 
 

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import KRIG, ROOT, setup_missing
+from lab_fixture import Coordinator
 from rigs import labsim_image
 from rigs.labsim_bmc import missing_tools as bmc_missing
 
@@ -69,8 +70,19 @@ def test_up_down_and_a_supervisor_that_dies(tmp_path, downed):
     assert _krig(tmp_path, "lab", "sim", "down", "lab1").returncode == 0
     assert not rig.exists() and not secret.exists() and not _mine(tmp_path)
 
+    # with a lab coordinator: up makes the server a place there, as `krig lab sync` would
+    coord = Coordinator(tmp_path / "coord")
+    coord.start()
+    try:
+        env = {**_env(tmp_path), "KRIG_LAB_COORDINATOR": coord.addr}
+        p = subprocess.run(KRIG + ["lab", "sim", "up", "lab1"], capture_output=True, text=True, cwd=ROOT, env=env,
+                           timeout=900)
+        assert p.returncode == 0 and "lab: place lab1: created" in p.stdout, p.stdout + p.stderr
+        assert "lab1" in coord.client("places").stdout
+    finally:
+        coord.kill()
+
     # the supervisor killed: its BMC and the powered-on server die with it
-    assert _krig(tmp_path, "lab", "sim", "up", "lab1").returncode == 0
     state = json.loads((tmp_path / "state" / "krig" / "labsim" / "lab1" / "state.json").read_text())
     env = {**os.environ, "IPMI_PASSWORD": secret.read_text().strip()}
     on = subprocess.run(["ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", str(state["lan_port"]), "-U", "krig",
