@@ -129,3 +129,14 @@ def test_a_bisection_step_on_a_lab_server_boots_its_kernel_by_kexec(tmp_path, do
     assert seen == [("lab1", load_kernel("distro").release, "off")]
     assert attempt.verdict == "ERROR" and "the kexec is not part of this test" in attempt.reason, attempt
     assert bisect.asked_of(state).argv()[3:5] == ["--rig", "lab1"]         # the step's command in bisect.log
+
+
+def test_a_server_larger_than_the_host_is_sparse(tmp_path, downed):
+    """--memory 256G: the server's QEMU is told 256 GiB backed by memory-backend-ram,reserve=off
+    (the QEMU rig's sparse backing); nothing is booted here."""
+    setup_missing(bmc_missing() + labsim_image.missing_tools(), "the lab server tests")
+    p = _krig(tmp_path, "lab", "sim", "up", "lab1", "--memory", "256G")
+    assert p.returncode == 0 and "262144 MiB sparse" in p.stdout, p.stdout + p.stderr
+    start = (tmp_path / "state" / "krig" / "labsim" / "lab1" / "server" / "start-vm").read_text()
+    assert f"'memory-backend-ram,id=m0,size={256 << 30},reserve=off'" in start and "'-m' '262144'" in start
+    assert "(262144 MiB," in (tmp_path / "config" / "krig" / "rigs" / "lab1.toml").read_text()
