@@ -9,7 +9,9 @@ smoke preset PASSes on the base and FAILs with the series: *regressed* (exit 5),
 a kexec of its kernel (modules copied to the server) from the server's installed system,
 the server's facts (firmware, RAM, CPU, BMC) in validate.json and the reply. Then a
 patched run's bundle is reproduced on the same server with `krig reproduce --rig` (--kernel:
-a bundle may name no series itself).
+a bundle may name no series itself), its kernel loaded with kexec_file_load (`kexec -s`).
+In `make test` these runs follow tests/test_labsim.py's wedge on the same server: the
+server works again after a HUNG run's power cycle.
 
 CI budget: 2 runs a side (too few to be significant: the answer rests on the thresholds
 the base held), one reproduced run. The default N=4 is measured in docs/validate.md.
@@ -84,11 +86,17 @@ def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
     bundle = tmp_path / "rmdir-bundle.tar.gz"
     b = _krig(lab_sim, tmp_path, "bundle", str(vdir / "new" / "run-01"), "-o", str(bundle))
     assert b.returncode == 0, b.stdout + b.stderr
-    r = _krig(lab_sim, tmp_path, "reproduce", str(bundle), "--rig", NAME, "--kernel", f"tiny-6.1,series={mbox}")
+    # the same server, its kernel loaded with kexec_file_load this time (`kexec -s`, what a locked-down server needs)
+    lab_sim.rig_file("krig-test-lab-s", boot="kexec", kexec={"append": ["loglevel=6"], "syscall": "kexec_file_load"})
+    r = _krig(lab_sim, tmp_path, "reproduce", str(bundle), "--rig", "krig-test-lab-s", "--kernel",
+              f"tiny-6.1,series={mbox}")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]        # the bundled verdict again
-    assert "rerun:   FAIL (rig krig-test-lab)" in r.stdout.splitlines(), r.stdout
+    assert "rerun:   FAIL (rig krig-test-lab-s)" in r.stdout.splitlines(), r.stdout
     rerun = pathlib.Path(next(ln for ln in r.stdout.splitlines() if ln.startswith("results: "))[9:])
     m = json.loads((rerun / "manifest.json").read_text())
-    assert m["machine"]["release"] == new_release and m["rig_facts"]["kexec_modules"].startswith("copied")
+    f = m["rig_facts"]
+    assert m["machine"]["release"] == new_release and f["kexec_modules"].startswith("copied"), f
+    assert f["kexec"][:2] == ["kexec", "-s"] and f["kexec_syscall"].startswith("kexec_file_load"), f
+    assert f["shutdown"] == "soft", f
     assert lab_sim.power_status() == "off"
     assert not _wait_no_leftovers(lab_sim)
