@@ -96,12 +96,12 @@ test: helpers python test-prereqs
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # Before the tests: the CI kernels (cached; a no-op the second time) and, beside them, the lab
-# server's disk image (tests/labsim_image.py, cached; mostly downloads and dpkg, so it costs the
+# server's disk image (rigs/labsim_image.py, cached; mostly downloads and dpkg, so it costs the
 # builds little). A kernel that fails to build stops `make test` with one line naming it and
 # the error; an image that could not be built is one line (its log: build/labsim-image.log)
 # and the tests go on: the lab server's tests then fail, saying why.
 test-prereqs: helpers python
-	@mkdir -p build; $(PY) tests/labsim_image.py >build/labsim-image.log 2>&1 & img=$$!; \
+	@mkdir -p build; $(PY) rigs/labsim_image.py >build/labsim-image.log 2>&1 & img=$$!; \
 	$(KRIG) kernel build $(CI_KERNELS); rc=$$?; \
 	wait $$img || echo "make test: the lab server's image was not built: $$(tail -n 1 build/labsim-image.log)" >&2; \
 	exit $$rc

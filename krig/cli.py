@@ -147,6 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
     st = lsub.add_parser("status", help="each place: free, allocated or locked (by whom, since, lease); "
                                         "waiting reservations in priority order")
     st.set_defaults(handler="krig.lab:cmd_status")
+    sim = lsub.add_parser("sim", help="a simulated lab server on this machine (ipmi_sim BMC, UEFI, SSH): "
+                          "krig lab sim up NAME / down NAME")
+    simsub = sim.add_subparsers(dest="scmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
+    su = simsub.add_parser("up", help="start it; its last line is the rig file's path (--rig NAME)")
+    su.add_argument("name", metavar="NAME", help="the server's name and rig name (lower-case letters, digits, -)")
+    su.add_argument("--memory", metavar="SIZE", help="its RAM, 1G-64T; sparse above the host's RAM (default 2G)")
+    su.set_defaults(handler="krig.lab:cmd_sim_up")
+    sd = simsub.add_parser("down", help="stop it: nothing of it left running, its rig file and secret removed")
+    sd.add_argument("name", metavar="NAME", help="the name given to up")
+    sd.set_defaults(handler="krig.lab:cmd_sim_down")
     ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
     ls.set_defaults(handler="krig.listing:cmd_list")
     cmp = sub.add_parser("compare", help="compare runs or groups of two kernels: krig compare BASE... -- NEW...",

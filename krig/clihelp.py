@@ -114,6 +114,7 @@ see docs/qualify.md""",
     "lab": f"""examples:
   krig lab sync
   krig lab status
+  krig lab sim up lab1
 
 {SIMPLE_CODES}
 see docs/lab-coordinator.md""",
@@ -128,6 +129,25 @@ see docs/lab-coordinator.md""",
 
 {SIMPLE_CODES} (the coordinator is unreachable)
 see docs/lab-coordinator.md""",
+    "lab sim": f"""examples (a lab server without hardware, docs/lab-server.md):
+  krig lab sim up lab1 --memory 8G
+  krig run selftest-pass --rig lab1
+  krig lab sim down lab1
+
+{SIMPLE_CODES}
+see docs/lab-server.md""",
+    "lab sim up": f"""examples:
+  krig lab sim up lab1
+  krig lab sim up big --memory 256G
+
+The first up builds the server's disk image (Debian 12, about 2 min, as root).
+{SIMPLE_CODES} (the image cannot be built, the simulator did not start)
+see docs/lab-server.md""",
+    "lab sim down": f"""example:
+  krig lab sim down lab1
+
+{SIMPLE_CODES}
+see docs/lab-server.md""",
     "list": """example:
   krig list
 

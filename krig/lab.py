@@ -134,3 +134,16 @@ def cmd_sync(a) -> int:
 def cmd_status(a) -> int:
     """`krig lab status`."""
     return status()
+
+
+def cmd_sim_up(a) -> int:
+    """`krig lab sim up NAME [--memory SIZE]`: its last line is the rig file's path."""
+    from rigs import labsim
+    print(labsim.up(a.name, a.memory))
+    return 0
+
+
+def cmd_sim_down(a) -> int:
+    """`krig lab sim down NAME`."""
+    from rigs import labsim
+    return labsim.down(a.name)

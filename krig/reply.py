@@ -108,6 +108,13 @@ def _rig_line(k: dict) -> str:
     return f"{rig.get('name', '?')}: {m.get('cpus', '?')} CPUs, {mem}, {accel}"
 
 
+def server_line(s: dict) -> str:
+    """A lab server's facts in one line (krig.validate.server_facts)."""
+    ram = f"{s['ram_bytes'] / (1 << 30):.1f} GiB" if s.get("ram_bytes") else "? GiB"
+    return (f"{s.get('system') or '?'}, firmware {s.get('firmware') or '?'}, {ram}, {s.get('cpus') or '?'} x "
+            f"{s.get('cpu') or '?'}; BMC {s.get('bmc') or '?'}")
+
+
 def _cpu_line(cpu: dict | None) -> str:
     cpu = cpu or {}
     parts = [cpu.get("model") or "?"]
@@ -209,10 +216,12 @@ def body(state: dict, res: dict, who: tuple) -> str:
     out += ["  patchset hash (sha256 of each patch's sha256, KCIDB)", f"    {prov['patchset_hash']}",
             f"  rig             {_rig_line(base)}",
             f"  machine CPU     {_cpu_line((base.get('machine') or {}).get('cpu'))}",
+            *(textwrap.wrap(_ascii(server_line(state["server"])), WIDTH, initial_indent="  server          ",
+                            subsequent_indent=" " * 18) if state.get("server") else []),
             f"  host CPU        {_cpu_line(base.get('host_cpu'))}",
             f"  reproducer      {state['reproducer']}, preset {state['preset'] or 'defaults'}",
             f"  runs            base {res['base']['verdict_text']}, patched {res['new']['verdict_text']}"
-            if res else "  runs            the base's first run PASSed; nothing more ran",
+            if res else "  runs            the first run a side PASSed; nothing more ran",
             f"                  ({state['repeat']} a side, alternating)" if res else None,
             f"  krig            version {state.get('krig_version') or version()}, commit",
             f"                  {state.get('krig_revision') or git_revision()}",

@@ -14,8 +14,10 @@ groups, krig/group.py: base/ and new/ in the validation directory), compares the
     inconclusive            3  runs that were not judged (ERROR, SKIP, ...), mixed verdicts, or
                                verdicts that flip with metrics that do not move significantly
     base does not reproduce 4  the base must FAIL first; it PASSed (the validation stops after
-                               the first base run that PASSes while none FAILed)
-    regressed               5  a threshold the base held is crossed with the series, or the
+                               the first run a side when the base PASSed and so did the patched
+                               kernel, none having FAILed)
+    regressed               5  a threshold the base held is crossed with the series (a base that
+                               PASSes included: the series brings the regression), or the
                                patched kernel crashed or hung where the base did not
     (interrupted)         130  Ctrl-C: the same command finishes it
 
@@ -43,7 +45,7 @@ from .errors import KrigError, UsageError
 from .group import group_runs, run_group
 from .results import GROUP_FILE
 from .verdict import UNFINISHED as NOT_COUNTED
-from .reply import identity, write_reply
+from .reply import identity, server_line, write_reply
 from .reproducer import load_reproducer
 from .results import git_revision, now, read_json, validation_dir, write_json
 from .record import Manifest, Verdict
@@ -107,17 +109,17 @@ def decide(res: dict, judged_metrics: list, replaced: dict | None = None) -> tup
         return "inconclusive", f"runs that were not judged: {', '.join(unjudged)}"
     if not nb or not nn:
         return "inconclusive", "too few judged runs (none on one side)"
+    only_new = [t for t in res["thresholds"] if t["kind"] == "regression" and t["base"]["state"] == "held"
+                and t["new"]["judged"] and t["new"]["held"] < t["new"]["judged"]]
+    if only_new and not (b.get("FAIL") and b.get("PASS")):
+        t = only_new[0]
+        return "regressed", (f"{t['threshold']} is crossed with the series in {t['new']['judged'] - t['new']['held']}"
+                             f" of {t['new']['judged']} runs and held in every base run")
     if not b.get("FAIL"):
         return "base does not reproduce", (f"the base kernel PASSed {b.get('PASS', 0)} of {nb} runs: there is "
                                            "nothing for the series to fix")
     if b.get("PASS"):
         return "inconclusive", f"mixed verdicts on the base (FAIL {b['FAIL']}/{nb}, PASS {b['PASS']}/{nb})"
-    only_new = [t for t in res["thresholds"] if t["kind"] == "regression" and t["base"]["state"] == "held"
-                and t["new"]["judged"] and t["new"]["held"] < t["new"]["judged"]]
-    if only_new:
-        t = only_new[0]
-        return "regressed", (f"{t['threshold']} is crossed with the series in {t['new']['judged'] - t['new']['held']}"
-                             f" of {t['new']['judged']} runs and held in every base run")
     if n.get("PASS") == nn:
         rows = [r for r in res["metrics"] if r["metric"] in judged_metrics]
         if rows and not any(r["reachable"] for r in rows):
@@ -231,12 +233,13 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     stopped = None
     for i in range(1, repeat + 1):
         bgroup = _run_side(repro.name, rig.name, base_text, preset, set_values, i, repeat, vdir / "base", log)
-        if bgroup["verdicts"].get("PASS") and not bgroup["verdicts"].get("FAIL") \
-                and not (vdir / "new" / "group.json").exists():
+        ngroup = _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat, vdir / "new", log)
+        if i == 1 and not bgroup["verdicts"].get("FAIL") and bgroup["verdicts"].get("PASS") \
+                and not ngroup["verdicts"].get("FAIL"):
             stopped = bgroup
-            log("krig: the base kernel PASSed: it does not reproduce the regression; stopping")
+            log("krig: the base kernel PASSed, and so did the patched one: the base does not reproduce the "
+                "regression; stopping")
             break
-        _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat, vdir / "new", log)
     if stopped:
         res = None
         answer, reason = "base does not reproduce", ("the base kernel PASSed its first run: there is nothing "
@@ -248,8 +251,9 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
         lost = {side: len(contended(vdir / side)) for side in ("base", "new")}
         answer, reason = decide(res, judged, {k: v if v <= repeat else 0 for k, v in lost.items()})
         differences = res["differences"]
+    base_kernel = _kernel_of(vdir / "base")
     state.update(answer=answer, reason=reason, judged_metrics=judged, finished=now(),
-                 base_kernel=_kernel_of(vdir / "base"), new_kernel=_kernel_of(vdir / "new"),
+                 base_kernel=base_kernel, new_kernel=_kernel_of(vdir / "new"), server=server_facts(base_kernel),
                  differences=differences,
                  command=AskedRun(repro.name, rig.name, base, preset, tuple(sets)).validate_argv(
                      series_path, repeat if repeat != DEFAULT_REPEAT else None),
@@ -273,12 +277,25 @@ def _kernel_of(gdir: pathlib.Path) -> dict:
     return {}
 
 
+def server_facts(k: dict) -> dict | None:
+    """A lab server's facts (firmware, system, RAM, CPU, BMC), from the base's first run; None for a
+    rig that is no server (a QEMU guest has its facts in base_kernel.machine)."""
+    f, m = k.get("rig_facts") or {}, k.get("machine") or {}
+    if not (f.get("bmc_info") or f.get("firmware")):
+        return None
+    return {"rig": (k.get("rig") or {}).get("name"), "system": f.get("system"), "firmware": f.get("firmware"),
+            "ram_bytes": m.get("mem_total_bytes"), "cpus": m.get("cpus"), "cpu": (m.get("cpu") or {}).get("model"),
+            "bmc": f.get("bmc_info"), "bmc_address": f.get("bmc")}
+
+
 def format_answer(vdir: pathlib.Path, state: dict) -> str:
     res = state["comparison"]
     lines = [f"{state['answer']}: {state['reason']}"]
     if res:
         lines += [f"base:    {res['base']['verdict_text']} ({', '.join(res['base']['releases'])})",
                   f"patched: {res['new']['verdict_text']} ({', '.join(res['new']['releases'])})"]
+    if state.get("server"):
+        lines.append(f"server:  {state['server'].get('rig')}: {server_line(state['server'])}")
     lines += [f"differs (numbers may not be comparable): {d}" for d in state["differences"]]
     lines += [f"reply: {vdir / 'reply.mbox'} (and reply.txt)", f"validation: {vdir}"]
     return "\n".join(lines)

@@ -1,8 +1,10 @@
 """Rigs: machines that run reproducers. See rigs/protocol.py for the protocols.
 
 A rig is a file rigs/<name>.toml whose `driver` names an implementation.
-Rig files may also live in the directories listed in KRIG_RIG_PATH
-(':'-separated, searched after rigs/), or be given as a path to a .toml file.
+Rig files may also live in the user's own rig directory ($XDG_CONFIG_HOME/krig/rigs,
+default ~/.config/krig/rigs: `krig lab sim up` writes there) and in the directories
+listed in KRIG_RIG_PATH (':'-separated), searched in that order after rigs/, or be
+given as a path to a .toml file.
 """
 import importlib
 import os
@@ -44,9 +46,14 @@ DRIVERS = {
 }
 
 
+def user_rig_dir() -> pathlib.Path:
+    """The user's own rig files: $XDG_CONFIG_HOME/krig/rigs (default ~/.config/krig/rigs)."""
+    return pathlib.Path(os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "krig", "rigs")
+
+
 def rig_dirs() -> list[pathlib.Path]:
     extra = [pathlib.Path(d) for d in os.environ.get("KRIG_RIG_PATH", "").split(":") if d]
-    return [RIG_DIR] + extra
+    return [RIG_DIR, user_rig_dir()] + extra
 
 
 def rig_names() -> list[str]:

@@ -81,6 +81,7 @@ class IpmiServer(ServerSetup):
         self.facts.update({"bmc": f"{b['host']}:{b['port']}", "ssh": self.ssh.target,
                             "boot_mode": self.spec["boot"], "scratch_dev": self.spec["scratch_dev"]})
         self.facts["power_at_start"] = self.bmc.power_status()   # also proves the login works
+        self.facts["bmc_info"] = self.bmc.mc_info()
         (self.run_dir / "sel-before.txt").write_text(self.bmc.sel_text())
         if b["clear_sel"]:
             self.bmc.sel_clear()

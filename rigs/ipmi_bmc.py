@@ -163,6 +163,19 @@ class Bmc:
             return "off"
         raise RigError(f"rig {self.rig}: {self.where}: unexpected power status {out.strip()!r}")
 
+    def mc_info(self) -> str:
+        """The BMC's identity from `mc info`: manufacturer and product, firmware and IPMI versions."""
+        try:
+            out = self.run("mc", "info", check=False)
+        except BmcAuthError:
+            raise
+        except RigError as e:
+            return f"unknown ({e})"
+        f = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in out.splitlines()) if v.strip()}
+        who = " ".join(x for x in (f.get("Manufacturer Name"), f.get("Product Name")) if x and not x.startswith("Unknown"))
+        return (f"{who or 'manufacturer id ' + f.get('Manufacturer ID', '?')}, firmware "
+                f"{f.get('Firmware Revision', '?')}, IPMI {f.get('IPMI Version', '?')}")
+
     def power(self, action: str) -> None:
         assert action in ("on", "off", "cycle", "reset", "soft", "diag")
         self.run("chassis", "power", action)

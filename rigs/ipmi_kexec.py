@@ -77,6 +77,24 @@ def kexec_args(rig, kernel, cmdline: list, image: str, initrd: str | None, sysca
     return argv
 
 
+# The server's firmware and model as its installed system sees them (DMI): the kernel under
+# test may be built without DMI, so they are read before the kexec.
+DMI = ("bios_vendor", "bios_version", "bios_date", "sys_vendor", "product_name")
+FIRMWARE_FACTS = "; ".join(f"printf 'dmi.{f}=%s\\n' \"$(cat /sys/class/dmi/id/{f} 2>/dev/null)\"" for f in DMI)
+
+
+def firmware_facts(text: str) -> dict:
+    """FIRMWARE_FACTS' lines -> {"firmware": "vendor version (date)", "system": "vendor product"}."""
+    d = {ln[4:].partition("=")[0]: ln.partition("=")[2].strip() for ln in text.splitlines() if ln.startswith("dmi.")}
+    out = {}
+    if d.get("bios_vendor") or d.get("bios_version"):
+        out["firmware"] = " ".join(x for x in (d.get("bios_vendor"), d.get("bios_version")) if x) + \
+            (f" ({d['bios_date']})" if d.get("bios_date") else "")
+    if d.get("sys_vendor") or d.get("product_name"):
+        out["system"] = " ".join(x for x in (d.get("sys_vendor"), d.get("product_name")) if x)
+    return out
+
+
 def exec_command(rig, has_systemd: bool) -> list:
     cmd = rig.spec["kexec"]["exec_command"]
     if cmd:
@@ -134,8 +152,9 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
         raise RigError(f"rig {rig.name}: copying the kernel to the server failed: {e or 'timeout'}") from None
     rig.facts["kexec_modules"] = _ship_modules(rig, kernel)
     rc, out, _ = rig.ssh.run("cat /sys/kernel/security/lockdown 2>/dev/null; "
-                             "[ -d /run/systemd/system ] && echo systemd=yes", timeout=60)
+                             "[ -d /run/systemd/system ] && echo systemd=yes; " + FIRMWARE_FACTS, timeout=60)
     text = out.decode(errors="replace")
+    rig.facts.update(firmware_facts(text))
     lockdown = next((ln for ln in text.splitlines() if "[" in ln), "")
     syscall = syscall_for(rig.spec["kexec"]["syscall"], lockdown)
     rig.facts["kexec_syscall"] = syscall + (f" (lockdown: {lockdown.strip()})" if lockdown else "")

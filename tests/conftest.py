@@ -171,3 +171,6 @@ def no_leftover_qemu(tmp_path):
     yield
     left = qemu_pids(str(tmp_path))
     assert not left, f"qemu processes left behind: {sorted(left)}"
+
+
+from labsim_fixture import lab_sim  # noqa: E402,F401 (one lab server a session: krig lab sim up)

@@ -1,22 +1,23 @@
 """The IPMI rig against a simulated lab server that boots like a real one.
 
-tests/labsim_fixture.py: ipmi_sim as the BMC, UEFI firmware + GRUB booting
+The session's server of `krig lab sim up` (tests/labsim_fixture.py, rigs/labsim.py):
+ipmi_sim as the BMC, UEFI firmware + GRUB booting
 Debian 12 with systemd from the server's own disk, a non-root SSH user with
 sudo, its own host key, an NVMe scratch disk, panic=0. The kernel krig kexecs
 into is tiny-6.1 (a release other than the installed Debian one),
 with krig's own initramfs and its test_lockup module shipped by krig.
 
-A systemd boot under TCG takes minutes, so the tests share one server and
-boot it as few times as possible, in this order:
+A systemd boot under TCG takes minutes, so these tests share the server with
+tests/test_validate_e2e.py and boot it as few times as possible, in this order:
   1. the test powers the server on itself (one boot, timed) and the rig finds
      it running: a changed host key and a missing package are each one line,
      and nothing is started, so the server is left on as found;
   2. a wedged kexec'd kernel: NMI, stacks on the SOL console, HUNG, power
      cycle back into the installed system;
-  3. the next run works: a seed smoke run after kexec into tiny-6.1,
-     loaded this time with kexec_file_load (`kexec -s`, what a locked-down
-     server needs);
-  4. a server that never answers SSH: ERROR, one line.
+  3. a server that never answers SSH: ERROR, one line.
+The next runs on the same server after the wedge are tests/test_validate_e2e.py's
+(its reproduced bundle loaded with kexec_file_load, `kexec -s`, what a locked-down
+server needs).
 """
 import json
 import re
@@ -24,37 +25,24 @@ import time
 
 import pytest
 
-from conftest import build_kernels, setup_missing
-from ipmi_fixture import free_port, missing_tools as ipmi_missing
+from conftest import build_kernels
 from kernels.catalog import load_kernel
 from krig.run import run
-from labsim_fixture import LabServer
-import labsim_image
+from labsim_fixture import GROUP
+from rigs.labsim_bmc import free_port
 from test_ipmi import _cli, _leftovers, _wait_no_leftovers
 
-pytestmark = [pytest.mark.labsim, pytest.mark.long(16)]     # minutes on 2 cores: make test starts it early
+pytestmark = [pytest.mark.labsim, GROUP, pytest.mark.long(36)]     # minutes on 2 cores: its group with test_validate_e2e.py
 KEXEC_KERNEL = "tiny-6.1"
-SMOKE = ("neg-dentry-flood", "smoke", "FAIL")      # 6.1 has no cap on negative dentries
-SMOKE_SETS = {"settle_limit_x": "1"}                # a FAIL at the limit itself: one slow vCPU floods slowly
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    setup_missing(ipmi_missing() + labsim_image.missing_tools(), "the lab server tests")
-    t0 = time.monotonic()
-    image = labsim_image.build()
-    print(f"lab server image ready in {time.monotonic() - t0:.0f}s: {image}")
-    base = tmp_path_factory.mktemp("labsim")
-    server = LabServer(base, image)
+def lab(lab_sim):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KRIG_RIG_PATH", str(server.rigs))
-        mp.setenv("KRIG_LOCK_DIR", str(base / "locks"))
-        try:
-            server.start()
-            server.rig_file("lab", boot="kexec", kexec={"append": ["loglevel=6"]})
-            yield server
-        finally:
-            server.stop()
+        mp.setenv("KRIG_RIG_PATH", str(lab_sim.rigs))
+        mp.setenv("KRIG_LOCK_DIR", lab_sim.env["KRIG_LOCK_DIR"])
+        lab_sim.rig_file("lab", boot="kexec", kexec={"append": ["loglevel=6"]})
+        yield lab_sim
 
 
 def _one_line(out: str, pattern: str) -> str:
@@ -136,26 +124,6 @@ def test_wedged_kexec_kernel_gets_nmi(lab, tmp_path):
     assert console.index("Linux version", nmi) > nmi                  # came back after the power cycle
     assert "NMI/Diag Interrupt" in (run_dir / "sel.txt").read_text()
 
-
-
-def test_next_run_after_the_wedge_is_a_seed_smoke_run(lab, tmp_path):
-    """The next run on the same server works: installed system, kexec into tiny-6.1
-    loaded with kexec_file_load, a seed reproducer's smoke preset, its verdict on that
-    release, an orderly poweroff."""
-    kernel = load_kernel(KEXEC_KERNEL)
-    image = json.loads((lab.image_dir / "image.json").read_text())
-    repro, preset, expected = SMOKE
-    lab.rig_file("lab-s", boot="kexec", kexec={"append": ["loglevel=6"], "syscall": "kexec_file_load"})
-    run_dir, verdict = run(repro, rig_name="lab-s", preset=preset, sets=SMOKE_SETS,
-                           results_root=tmp_path / "smoke", log=print, kernel_name=KEXEC_KERNEL)
-    assert verdict["verdict"] == expected, verdict
-    m = json.loads((run_dir / "manifest.json").read_text())
-    assert m["machine"]["release"] == kernel.release != image["release"]
-    assert m["rig_facts"]["shutdown"] == "soft", m["rig_facts"]
-    assert m["rig_facts"]["kexec"][:2] == ["kexec", "-s"], m["rig_facts"]
-    assert m["rig_facts"]["kexec_syscall"].startswith("kexec_file_load"), m["rig_facts"]
-    assert lab.power_status() == "off"
-    assert not _wait_no_leftovers(lab)
 
 
 def test_server_that_never_answers_is_error(lab, tmp_path):

@@ -521,10 +521,22 @@ def test_validate_stops_when_the_base_does_not_reproduce(series_repo, tmp_path, 
     calls = _fake_groups(monkeypatch, {"base": ("PASS", 10), "new": ("PASS", 10)})
     vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
                                  sender="Krig Tester <tester@example.org>", log=lambda *a: None)
-    assert calls == [("base", 1)] and (state["answer"], code) == ("base does not reproduce", 4)
+    assert calls == [("base", 1), ("new", 1)] and (state["answer"], code) == ("base does not reproduce", 4)
     text = (vdir / "reply.txt").read_text()
     assert "Tested-by" not in text and "base does not reproduce" in text
     assert all(len(ln) <= 72 for ln in text.splitlines())
+
+
+def test_a_series_that_brings_the_regression_to_a_passing_base_is_regressed(series_repo, tmp_path, monkeypatch):
+    """The base PASSes, the patched kernel FAILs: both sides run all their runs, the answer is regressed."""
+    from krig.validate import validate
+    calls = _fake_groups(monkeypatch, {"base": ("PASS", 10), "new": ("FAIL", -100)})
+    vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 2, out=tmp_path / "v",
+                                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert calls == [("base", 1), ("new", 1), ("base", 2), ("new", 2)]
+    assert (state["answer"], code) == ("regressed", 5), state["reason"]
+    assert "held in every base run" in state["reason"]
+    assert "Tested-by" not in (vdir / "reply.txt").read_text()
 
 
 def test_runs_lost_to_host_contention_are_run_again(series_repo, tmp_path, monkeypatch):
@@ -560,3 +572,24 @@ def test_timing_thresholds_a_busy_host_moves_are_not_required():
     assert judged_metrics(res) == ["peak_negative_vs_inflight", "end_nr_negative"]
     res["thresholds"] = [row("peak_negative_vs_inflight", "held"), row("trough_peak_ratio", "crossed")]
     assert judged_metrics(res) == ["trough_peak_ratio"]
+
+
+def test_a_lab_servers_facts_are_the_answers():
+    """What the IPMI rig records of a server (DMI before the kexec, `mc info`, the machine after it)
+    becomes validate.json's "server" and one line of the answer; a QEMU guest has none."""
+    from krig.reply import server_line
+    from krig.validate import server_facts
+    from rigs.ipmi_kexec import firmware_facts
+    facts = firmware_facts("[none] integrity\nsystemd=yes\ndmi.bios_vendor=EFI Development Kit II / OVMF\n"
+                           "dmi.bios_version=0.0.0\ndmi.bios_date=02/06/2015\ndmi.sys_vendor=QEMU\n"
+                           "dmi.product_name=Standard PC (Q35 + ICH9, 2009)\n")
+    assert facts == {"firmware": "EFI Development Kit II / OVMF 0.0.0 (02/06/2015)",
+                     "system": "QEMU Standard PC (Q35 + ICH9, 2009)"}
+    k = {"rig": {"name": "lab1"}, "machine": {"mem_total_bytes": 2 << 30, "cpus": 1, "cpu": {"model": "QEMU TCG"}},
+         "rig_facts": {**facts, "bmc_info": "manufacturer id 4753, firmware 9.08, IPMI 2.0", "bmc": "127.0.0.1:623"}}
+    s = server_facts(k)
+    assert s["firmware"].startswith("EFI Development Kit") and s["ram_bytes"] == 2 << 30 and s["rig"] == "lab1"
+    assert server_line(s) == ("QEMU Standard PC (Q35 + ICH9, 2009), firmware EFI Development Kit II / OVMF 0.0.0 "
+                              "(02/06/2015), 2.0 GiB, 1 x QEMU TCG; BMC manufacturer id 4753, firmware 9.08, IPMI 2.0")
+    assert server_facts({"rig": {"name": "qemu-default"}, "rig_facts": {"accel": "tcg"}}) is None
+    assert firmware_facts("dmi.bios_vendor=\ndmi.sys_vendor=\n") == {}

@@ -1,96 +1,103 @@
-"""`krig validate` end to end on real kernels, real guests, the real b4 and git.
+"""`krig validate` and `krig reproduce` end to end on a lab server: the session's simulated
+one (`krig lab sim up`, tests/labsim_fixture.py), real kernels, kexec, the real b4.
 
-The developer's tree is the bisect demo's history (kernels/demo_repo.py: Debian's
-linux-source-6.1 with the rmdir-keeps-children regression committed in it), its tip
-the base. Two series are made on a branch of it with `git format-patch --cover-letter
---thread`: one puts `shrink_dcache_parent()` back into vfs_rmdir() (the fix), one
-adds a comment to mm/vmscan.c (does not touch the bug). Each kernel is built with
-tiny-6.1's config (`--base TREE@,like=tiny-6.1`: TREE@ is the series' base-commit).
+The series is the rmdir-keeps-children regression as a developer mails it: the demo
+history's culprit commit (kernels/demo_repo.py) with `git format-patch --cover-letter
+--thread`. The base is tiny-6.1 (Debian's linux-source-6.1, also the lab server's kexec
+kernel); the patched kernel is built on the controller from it. unlink-dentry-growth's
+smoke preset PASSes on the base and FAILs with the series: *regressed* (exit 5), every run
+a kexec of its kernel (modules copied to the server) from the server's installed system,
+the server's facts (firmware, RAM, CPU, BMC) in validate.json and the reply. Then a
+patched run's bundle is reproduced on the same server with `krig reproduce --rig` (--kernel:
+a bundle may name no series itself), its kernel loaded with kexec_file_load (`kexec -s`).
+In `make test` these runs follow tests/test_labsim.py's wedge on the same server: the
+server works again after a HUNG run's power cycle.
 
-CI budget: this test uses fewer runs than the default 4 a side: 2 a side for the fix
-(too few to be significant, so the answer rests on the verdicts and says so) and 1 a
-side for the unrelated series. The default N=4 is measured in docs/validate.md.
+CI budget: 2 runs a side (too few to be significant: the answer rests on the thresholds
+the base held), one reproduced run. The default N=4 is measured in docs/validate.md.
 """
 import json
 import mailbox
-import os
 import pathlib
 import subprocess
-import sys
 
 import pytest
 
-from conftest import KRIG, ROOT, build_kernels, qemu_pids
-from kernels.demo_repo import AUTHOR, FIX_LIST, commit_on, fix_series, make_demo_repo, series_mbox
+from conftest import KRIG, ROOT, build_kernels
+from kernels.catalog import load_kernel
+from kernels.demo_repo import FIX_LIST, make_demo_repo, series_mbox
+from labsim_fixture import GROUP, NAME
+from test_ipmi import _wait_no_leftovers
 
-B4 = str(pathlib.Path(sys.executable).with_name("b4"))
-ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, **AUTHOR}
+pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, GROUP, pytest.mark.long(36)]     # the group with test_labsim.py
 TESTER = "Krig Tester <tester@example.org>"
 
 
-def validate(tmp_path, demo, mbox, repeat, name):
-    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
-    return subprocess.run(KRIG + ["validate", "unlink-dentry-growth", "--base", f"{demo}@,like=tiny-6.1",
-                                  "--series", str(mbox), "--repeat", str(repeat), "--preset", "smoke",
-                                  "--from", TESTER, "-o", str(tmp_path / name)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=3600, env=env)
+def _krig(lab, tmp_path, *args, timeout=5400):
+    env = {**lab.env, "KRIG_RESULTS": str(tmp_path / "results")}
+    return subprocess.run(KRIG + list(args), capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
 
 
-@pytest.mark.guest
-@pytest.mark.kbuild
-@pytest.mark.long(14)      # minutes on 2 cores: make test starts it early
-def test_validate_fix_and_unrelated_series(tmp_path):
-    build_kernels("tiny-6.1")               # its build tree seeds the demo tree's (no full build)
+def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
+    build_kernels("tiny-6.1")
+    base_release = load_kernel("tiny-6.1").release
     demo, info = make_demo_repo(log=lambda *a: None)
-    dev = tmp_path / "dev.git"
-    fix_mbox, bad = fix_series(demo, info, dev, tmp_path / "fix.mbox")
-    vmscan = subprocess.run(["git", f"--git-dir={dev}", "cat-file", "blob", f"{bad}:mm/vmscan.c"],
-                            capture_output=True, check=True).stdout
-    other = commit_on(dev, bad, "mm/vmscan.c", vmscan + b"\n/* a comment that changes nothing */\n",
-                      "mm: a comment in vmscan.c\n\nNothing to do with dentries.", tmp_path / "index")
-    other_mbox = series_mbox(dev, bad, other, "mm: a comment", tmp_path / "other.mbox")
+    culprit = info["culprit"]
+    parent = subprocess.run(["git", f"--git-dir={demo}", "rev-parse", f"{culprit}^"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    mbox = series_mbox(demo, parent, culprit, "vfs: rmdir keeps the children", tmp_path / "rmdir.mbox",
+                       to=(FIX_LIST,))
 
-    p = validate(tmp_path, demo, fix_mbox, 2, "v-fix")
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    p = _krig(lab_sim, tmp_path, "validate", "unlink-dentry-growth", "--rig", NAME, "--base", "tiny-6.1",
+              "--series", str(mbox), "--repeat", "2", "--preset", "smoke", "--from", TESTER, "-o", str(tmp_path / "v"))
+    assert p.returncode == 5, p.stdout[-3000:] + p.stderr[-3000:]
     answer = [ln for ln in p.stdout.splitlines() if not ln.startswith(("krig: ", "kbuild: "))]
-    assert answer[0].startswith("fixed: every base run FAILed and every patched run PASSed (2 vs 2 runs: too few")
-    vdir = tmp_path / "v-fix"
+    assert answer[0].startswith("regressed: "), answer
+    assert any(ln.startswith(f"server:  {NAME}: ") and "OVMF" in ln for ln in answer), answer
+    vdir = tmp_path / "v"
     state = json.loads((vdir / "validate.json").read_text())
-    assert state["answer"] == "fixed" and state["base"] == f"{demo}@{bad},like=tiny-6.1"
-    man = json.loads((vdir / "new" / "run-01" / "manifest.json").read_text())
-    prov = man["series"]
-    assert prov["base_commit"] == bad and prov["subject"] == "vfs: rmdir prunes children again"
-    assert prov["author"] == "Pat Developer <pat@example.org>" and prov["message_id"].startswith("cover.")
-    assert man["kernel"]["git"]["commit"] == bad and man["kernel"]["debug_options"]["CONFIG_KASAN"] == "n"
-    assert json.loads((vdir / "new" / "group.json").read_text())["series"] == prov
-    base_man = json.loads((vdir / "base" / "run-01" / "manifest.json").read_text())
-    assert "series" in base_man and base_man["series"] is None
-    assert man["machine"]["release"].endswith(f"-krig-g{bad[:12]}-s{prov['patchset_hash'][:8]}")
+    assert state["answer"] == "regressed" and state["rig"] == NAME
+    server = state["server"]
+    assert "OVMF" in server["firmware"] or "EFI" in server["firmware"], server
+    assert server["ram_bytes"] > 1 << 30 and server["cpus"] == 1 and "IPMI 2.0" in server["bmc"], server
+    assert state["base_kernel"]["release"] == base_release
+    new_release = state["new_kernel"]["release"]
+    assert new_release == f"{base_release}-s{state['series_provenance']['patchset_hash'][:8]}", new_release
+    image = json.loads((lab_sim.image_dir / "image.json").read_text())
+    for side, release in (("base", base_release), ("new", new_release)):
+        runs = sorted((vdir / side).glob("run-*"))
+        assert len(runs) == 2, runs
+        for run in runs:
+            m = json.loads((run / "manifest.json").read_text())
+            f = m["rig_facts"]
+            assert m["machine"]["release"] == release != image["release"]
+            assert f["kexec"][0] == "kexec" and f["kexec_exec"] == ["systemctl", "kexec"], f
+            assert f["kexec_modules"].startswith("copied"), f
+            assert f["bmc_info"] == server["bmc"] and f["firmware"] == server["firmware"], f
+        verdicts = {json.loads((r / "verdict.json").read_text())["verdict"] for r in runs}
+        assert verdicts == ({"PASS"} if side == "base" else {"FAIL"}), (side, verdicts)
     (reply,) = list(mailbox.mbox(str(vdir / "reply.mbox")))
+    prov = state["series_provenance"]
     assert reply["In-Reply-To"] == f"<{prov['message_id']}>" and reply["Cc"] == FIX_LIST   # the list it went to
     text = reply.get_payload()
-    assert f"Tested-by: {TESTER}" in text.splitlines() and all(len(ln) <= 72 for ln in text.splitlines())
-    assert "peak_negative_vs_inflight" in text and prov["patchset_hash"] in text
+    assert "Tested-by" not in text and "regressed" in text and all(len(ln) <= 72 for ln in text.splitlines())
+    assert "  server          " in text and "OVMF" in text
 
-    # the developer: b4 am -m of the series plus the reply, git am: the commit carries Tested-by
-    thread = tmp_path / "thread.mbox"
-    thread.write_bytes(fix_mbox.read_bytes() + (vdir / "reply.mbox").read_bytes())
-    am = subprocess.run([B4, "--offline-mode", "am", "-m", str(thread), "-o", str(tmp_path / "am"), "-n", "fix"],
-                        capture_output=True, text=True, cwd=tmp_path, env=ENV, timeout=120)
-    assert am.returncode == 0, am.stdout + am.stderr
-    work = tmp_path / "work"
-    (work / "fs").mkdir(parents=True)
-    (work / "fs" / "namei.c").write_bytes(subprocess.run(["git", f"--git-dir={dev}", "cat-file", "blob",
-                                                          f"{bad}:fs/namei.c"], capture_output=True).stdout)
-    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"], ["am", "-q", str(tmp_path / "am/fix.mbx")]):
-        subprocess.run(["git", "-C", str(work), *argv], check=True, env=ENV, capture_output=True)
-    body = subprocess.run(["git", "-C", str(work), "log", "-1", "--format=%B"], capture_output=True, text=True).stdout
-    assert f"Tested-by: {TESTER}" in body and "vfs: prune a removed directory" in body
-
-    p = validate(tmp_path, demo, other_mbox, 1, "v-other")
-    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
-    answer = [ln for ln in p.stdout.splitlines() if not ln.startswith(("krig: ", "kbuild: "))]
-    assert answer[0].startswith("not fixed: the patched kernel FAILs like the base (1 of 1 runs)")
-    text = (tmp_path / "v-other" / "reply.txt").read_text()
-    assert "Tested-by" not in text and "not fixed" in text
-    assert not qemu_pids(str(tmp_path))
+    # the patched kernel's run as a bug report, rerun from the bundle on the same server
+    bundle = tmp_path / "rmdir-bundle.tar.gz"
+    b = _krig(lab_sim, tmp_path, "bundle", str(vdir / "new" / "run-01"), "-o", str(bundle))
+    assert b.returncode == 0, b.stdout + b.stderr
+    # the same server, its kernel loaded with kexec_file_load this time (`kexec -s`, what a locked-down server needs)
+    lab_sim.rig_file("krig-test-lab-s", boot="kexec", kexec={"append": ["loglevel=6"], "syscall": "kexec_file_load"})
+    r = _krig(lab_sim, tmp_path, "reproduce", str(bundle), "--rig", "krig-test-lab-s", "--kernel",
+              f"tiny-6.1,series={mbox}")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]        # the bundled verdict again
+    assert "rerun:   FAIL (rig krig-test-lab-s)" in r.stdout.splitlines(), r.stdout
+    rerun = pathlib.Path(next(ln for ln in r.stdout.splitlines() if ln.startswith("results: "))[9:])
+    m = json.loads((rerun / "manifest.json").read_text())
+    f = m["rig_facts"]
+    assert m["machine"]["release"] == new_release and f["kexec_modules"].startswith("copied"), f
+    assert f["kexec"][:2] == ["kexec", "-s"] and f["kexec_syscall"].startswith("kexec_file_load"), f
+    assert f["shutdown"] == "soft", f
+    assert lab_sim.power_status() == "off"
+    assert not _wait_no_leftovers(lab_sim)

@@ -1,7 +1,7 @@
 """The simulated lab server's disk: Debian 12 built with mmdebstrap, booted by UEFI firmware + GRUB.
 
 One image, built once and cached under ~/.cache/krig/labsim/<key>/ (the key
-hashes this file, so a change here builds a new one):
+hashes this file's code, so a change to it builds a new one; this text is not hashed):
   disk.qcow2      GPT: an EFI system partition (FAT, GRUB as \\EFI\\BOOT\\BOOTX64.EFI
                   looking for the root by UUID and reading its /boot/grub/grub.cfg)
                   and an ext4 root with Debian's kernel + initramfs-tools initrd,
@@ -16,7 +16,8 @@ firmware's variable store, so what the server writes survives power cycles.
 Needs root (mmdebstrap's root mode, mkfs.ext4 -d with the right owners) and
 Debian's packages: mmdebstrap, ovmf, grub-efi-amd64-bin, mtools, dosfstools.
 
-    python tests/labsim_image.py        build it (or print where the cached one is)
+    python rigs/labsim_image.py         build it (or print where the cached one is);
+                                        `krig lab sim up` and `make test-prereqs` do too
 """
 import fcntl
 import hashlib
@@ -64,7 +65,8 @@ def missing_tools() -> list[str]:
 
 
 def image_key() -> str:
-    h = hashlib.sha256(pathlib.Path(__file__).read_bytes())
+    code = pathlib.Path(__file__).read_text()
+    h = hashlib.sha256(code[code.index('"""', 3) + 3:].encode())       # the code after this docstring
     h.update(SUITE.encode())
     return h.hexdigest()[:16]
 
