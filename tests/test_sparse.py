@@ -127,9 +127,10 @@ def test_sparse_guest_beyond_the_host_is_judged_by_its_touch(tmp_path):
 
 def test_touch_beyond_the_host_is_refused(krig_cli, tmp_path):
     """The flood's touch at the smoke preset (its bound at settle_limit_x 2 times the 5% limit, plus
-    2%: 12%) of a guest eight times the host's RAM: one line naming the fixed cost, the touch and
-    MemAvailable; nothing starts."""
-    ram = 1 << (host_total() * 8).bit_length()
+    2%: 12%) of a guest 64 times the host's RAM, whose fixed cost and the 2% the flood touches
+    outside its host-budget guard do not fit either: one line naming the fixed cost, the touch,
+    the guarded touch and MemAvailable; nothing starts."""
+    ram = 1 << (host_total() * 64).bit_length()
     rig = rig_file(tmp_path, memory=f"{ram >> 30}G")
     p = krig_cli("run", "neg-dentry-flood", "--preset", "smoke", "--rig", str(rig),
                  env={"KRIG_RESULTS": str(tmp_path / "results")})
@@ -141,7 +142,8 @@ def test_touch_beyond_the_host_is_refused(krig_cli, tmp_path):
     assert re.search(r"touch [\d.]+ GiB fixed \(struct pages \(RAM/64\) ", line), line
     assert re.search(r"\+ [\d.]+ GiB for neg-dentry-flood \(requires\.touch 5% x settle_limit_x=2 \+ 2% of RAM\)",
                      line), line
-    assert re.search(r"more than this host's MemAvailable [\d.]+ GiB less a [\d.]+ GiB margin$", line), line
+    assert re.search(r", and [\d.]+ GiB before its host-budget guard stops it \(requires\.host_budget_guard 2% of "
+                     r"RAM\): more than this host's MemAvailable [\d.]+ GiB less a [\d.]+ GiB margin$", line), line
     assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("manifest.json"))
     assert not qemu_pids(str(tmp_path))
 
