@@ -53,12 +53,20 @@ MAX_REPEATS = 100
 
 # -- the suite ------------------------------------------------------------------
 
-def load_suite(path: pathlib.Path) -> dict:
-    """The suite file, validated: {name, description, cases: [...]} (every problem one line)."""
+def load_suite(path: pathlib.Path, rigs: list | None = None) -> dict:
+    """The suite file, validated: {name, description, cases: [...]} (every problem one line).
+    rigs: names every run goes to instead of the suite's (`krig qualify --rig`)."""
     where = str(path)
     data = load_toml(path)
     reject_unknown(data, TOP, where)
     top_kernels = _names(data, "kernels", where, [DEFAULT_KERNEL])
+    if rigs:                    # the rigs it is given, in place of the suite's own and any [lab]
+        if len(set(rigs)) != len(rigs):
+            raise UsageError(f"--rig: a rig is given twice: {rigs!r}")
+        data = {k: v for k, v in data.items() if k != "lab"}
+        data["rigs"] = list(rigs)
+        data["runs"] = [{k: v for k, v in r.items() if k != "rigs"} if isinstance(r, dict) else r
+                        for r in data.get("runs", [])]
     if "lab" in data:           # servers chosen by tags among the lab coordinator's places
         if "rigs" in data:
             raise UsageError(f"{where}: set rigs (names) or [lab] (tags), not both")
@@ -186,13 +194,14 @@ def finished(qdir: pathlib.Path, cases: list) -> dict:
 
 # -- the command ----------------------------------------------------------------
 
-def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: float | None = None) -> int:
+def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: float | None = None,
+            rigs: list | None = None) -> int:
     path = pathlib.Path(suite_file)
     if prio is not None:        # the workers' runs reserve lab servers with it
         if not math.isfinite(prio):
             raise UsageError(f"--prio {prio}: must be a finite number (higher goes first)")
         os.environ["KRIG_LAB_PRIO"] = repr(float(prio))
-    suite = load_suite(path)
+    suite = load_suite(path, rigs)
     qdir = pathlib.Path(out_dir or qualify_dir(suite["name"])).resolve()
     if fresh:       # forget the records only; earlier run directories stay in runs/
         shutil.rmtree(qdir / "cases", ignore_errors=True)
@@ -279,8 +288,9 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output")
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--prio", type=float)
+    p.add_argument("--rig", action="append")
     a = p.parse_args(argv)
-    return guarded(lambda: qualify(a.suite, a.output, a.fresh, prio=a.prio))
+    return guarded(lambda: qualify(a.suite, a.output, a.fresh, prio=a.prio, rigs=a.rig))
 
 
 if __name__ == "__main__":
