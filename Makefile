@@ -30,7 +30,7 @@ HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
 # the trace reader's page walk in C (analysis/trace/kbuffer.py loads it with ctypes)
 KWALK := analysis/trace/_kwalk.so
 
-.PHONY: help setup apt qemu-user python helpers test test-prereqs test-fast test-bisect run list check bench clean qualify docs-pictures
+.PHONY: help setup apt qemu-user python helpers test test-prereqs test-fast test-bisect run list check bench clean qualify seed-scale docs-pictures
 
 help:
 	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
@@ -42,6 +42,7 @@ help:
 	@echo "make check [RUN=dir]       re-judge a run directory (default results/latest)"
 	@echo "make list                  reproducers, presets, rigs, kernels"
 	@echo "make qualify [SUITE=file..] qualification suites (default qualify/smoke.toml qualify/ram-scaling.toml)"
+	@echo "make seed-scale [SCALE_RIG=name]   the seed reports' scale points (qualify/seed-scale.toml; hours of TCG, resumable)"
 	@echo "make docs-pictures         the pictures and the example reply docs/ ships, made again from real runs"
 	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd)"
 	@echo "make ci-kernels            build the small kernels make test boots (cached)"
@@ -126,6 +127,12 @@ list: python
 # interrupted, the same command finishes it without redoing finished runs.
 qualify: helpers python
 	@rc=0; for s in $(SUITE); do $(KRIG) qualify $$s || rc=$$?; done; exit $$rc
+
+# The seed reports' scale points (qualify/seed-scale.toml), on its rigs or every entry on SCALE_RIG:
+# hours of TCG here, minutes on a lab server; interrupted, the same command resumes.
+seed-scale: helpers python
+	$(KRIG) kernel build tiny-6.1-negative-dentry-per-bucket
+	$(KRIG) qualify qualify/seed-scale.toml $(if $(SCALE_RIG),--rig $(SCALE_RIG))
 
 bench: helpers python
 	$(PY) bench/run_all.py

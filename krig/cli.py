@@ -138,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--prio", type=ascii_float, metavar="N",
                    help="priority of this suite's lab reservations with KRIG_LAB_COORDINATOR; higher goes first "
                         "(default KRIG_LAB_PRIO or 0)")
+    q.add_argument("--rig", action="append", metavar="RIG",
+                   help="run every entry on this rig instead of the suite's rigs (repeatable; default the suite's)")
     q.set_defaults(handler="krig.qualify:cmd_qualify")
     lb = sub.add_parser("lab", help="the lab's labgrid coordinator (KRIG_LAB_COORDINATOR=HOST:PORT)")
     lsub = lb.add_subparsers(dest="lcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)

@@ -7,7 +7,9 @@ its preset declares it writes to the scratch disk: requires.scratch_write, as
 a sparse scratch image grows by that much), and the programs the rig runs. A guest whose RAM
 is backed only where it touches (a sparse QEMU guest) is judged by what it will touch: the
 rig's fixed cost of a boot plus the reproducer's requires.touch and trace buffers, against
-MemAvailable less the rig's margin. A shortfall is bad input (exit 2): one line, nothing started.
+MemAvailable less the rig's margin; a reproducer that stops itself at the host's budget
+(requires.host_budget_guard) by the fixed cost plus what it touches outside that guard. A
+shortfall is bad input (exit 2): one line, nothing started.
 """
 import os
 import pathlib
@@ -101,16 +103,33 @@ def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True, pres
 def sparse_touch(sparse: dict | None, repro, preset, collect: bool, cpus: int, avail: int, params: dict | None,
                  where: str) -> dict:
     """A sparse guest: fixed cost + the workload's touch (requires.touch, trace buffers) must fit
-    in MemAvailable less the margin; what was counted, or one line naming the three numbers."""
+    in MemAvailable less the margin. A workload that stops itself at the host's budget
+    (requires.host_budget_guard) is admitted when the fixed cost + what it touches outside that
+    guard fits: the guard stops it before the host runs short (a run it stops below the
+    reproducer's limit ends ERROR, not a verdict on the kernel). What was counted, or one line
+    naming the numbers."""
     if not sparse:
         return {}
-    touch, how = touch_bytes(repro.requires_for(preset), sparse["ram"], params)
+    req = repro.requires_for(preset)
+    touch, how = touch_bytes(req, sparse["ram"], params)
+    trace, with_trace = 0, ""
     if repro.trace_events and collect:
         trace = repro.buffer_kb_for(preset) * 1024 * cpus
-        touch, how = touch + trace, f"{how} + trace buffers {_mib(trace)}"
-    fixed, total = sparse["fixed"], sparse["fixed"] + touch
-    if total > avail - sparse["margin"]:
-        raise UsageError(f"{where}: a sparse {_mib(sparse['ram'])} guest would touch {_mib(fixed)} fixed "
-                         f"({sparse['fixed_how']}) + {_mib(touch)} for {repro.name} ({how}) = {_mib(total)}, "
-                         f"more than this host's MemAvailable {_mib(avail)} less a {_mib(sparse['margin'])} margin")
-    return {"sparse_fixed": fixed, "sparse_touch": touch, "sparse_touch_how": how, "sparse_margin": sparse["margin"]}
+        with_trace = f" + trace buffers {_mib(trace)}"
+    touch, how = touch + trace, how + with_trace
+    fixed, total, room = sparse["fixed"], sparse["fixed"] + touch, avail - sparse["margin"]
+    out = {"sparse_fixed": fixed, "sparse_touch": touch, "sparse_touch_how": how, "sparse_margin": sparse["margin"]}
+    if total <= room:
+        return out
+    said = (f"{where}: a sparse {_mib(sparse['ram'])} guest would touch {_mib(fixed)} fixed "
+            f"({sparse['fixed_how']}) + {_mib(touch)} for {repro.name} ({how}) = {_mib(total)}")
+    host = f"this host's MemAvailable {_mib(avail)} less a {_mib(sparse['margin'])} margin"
+    if "host_budget_guard" not in req:
+        raise UsageError(f"{said}, more than {host}")
+    guarded, ghow = touch_bytes(req, sparse["ram"], params, "host_budget_guard")
+    guarded, ghow = min(guarded + trace, touch), ghow + with_trace
+    if fixed + guarded > room:
+        raise UsageError(f"{said}, and {_mib(fixed + guarded)} before its host-budget guard stops it "
+                         f"({ghow}): more than {host}")
+    return {**out, "sparse_admitted_by": "host_budget_guard", "sparse_guarded_touch": guarded,
+            "sparse_guarded_touch_how": ghow, "sparse_room": room}

@@ -54,12 +54,20 @@ MAX_REPEATS = 100
 
 # -- the suite ------------------------------------------------------------------
 
-def load_suite(path: pathlib.Path) -> dict:
-    """The suite file, validated: {name, description, cases: [...]} (every problem one line)."""
+def load_suite(path: pathlib.Path, rigs: list | None = None) -> dict:
+    """The suite file, validated: {name, description, cases: [...]} (every problem one line).
+    rigs: names every run goes to instead of the suite's (`krig qualify --rig`)."""
     where = str(path)
     data = load_toml(path)
     reject_unknown(data, TOP, where)
     top_kernels = _names(data, "kernels", where, [DEFAULT_KERNEL])
+    if rigs:                    # the rigs it is given, in place of the suite's own and any [lab]
+        if len(set(rigs)) != len(rigs):
+            raise UsageError(f"--rig: a rig is given twice: {rigs!r}")
+        data = {k: v for k, v in data.items() if k != "lab"}
+        data["rigs"] = list(rigs)
+        data["runs"] = [{k: v for k, v in r.items() if k != "rigs"} if isinstance(r, dict) else r
+                        for r in data.get("runs", [])]
     if "lab" in data:           # servers chosen by tags among the lab coordinator's places
         if "rigs" in data:
             raise UsageError(f"{where}: set rigs (names) or [lab] (tags), not both")
@@ -187,7 +195,8 @@ def finished(qdir: pathlib.Path, cases: list) -> dict:
 
 # -- the command ----------------------------------------------------------------
 
-def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: float | None = None) -> int:
+def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: float | None = None,
+            rigs: list | None = None) -> int:
     path = pathlib.Path(suite_file)
     if out_dir is not None:
         output_dir(out_dir, "-o")
@@ -195,7 +204,7 @@ def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: floa
         if not math.isfinite(prio):
             raise UsageError(f"--prio {prio}: must be a finite number (higher goes first)")
         os.environ["KRIG_LAB_PRIO"] = repr(float(prio))
-    suite = load_suite(path)
+    suite = load_suite(path, rigs)
     qdir = pathlib.Path(out_dir or qualify_dir(suite["name"])).resolve()
     if fresh:       # forget the records only; earlier run directories stay in runs/
         shutil.rmtree(qdir / "cases", ignore_errors=True)
@@ -278,7 +287,7 @@ def test_qualify_case(qualify_case):
 
 def cmd_qualify(a) -> int:
     """`krig qualify SUITE`."""
-    return qualify(a.suite, a.output, a.fresh, prio=a.prio)
+    return qualify(a.suite, a.output, a.fresh, prio=a.prio, rigs=a.rig)
 
 
 def main(argv=None) -> int:
@@ -287,6 +296,7 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output")
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--prio", type=float)
+    p.add_argument("--rig", action="append")
     a = p.parse_args(argv)
     return guarded(lambda: cmd_qualify(a))
 

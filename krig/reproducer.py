@@ -34,7 +34,8 @@ THRESHOLD_KINDS = ("regression", "instrument")
 # reader disturbs the workload; a run whose events do not fit is ERROR with what fit kept);
 # record: trace-cmd record streams them out while the workload runs (longer than memory).
 TRACE_MODES = ("ring", "record")
-REQUIRES_KEYS = {"scratch_size", "scratch_write", "min_memory", "min_cpus", "programs", "output_size", "touch"}
+REQUIRES_KEYS = {"scratch_size", "scratch_write", "min_memory", "min_cpus", "programs", "output_size", "touch",
+                 "host_budget_guard"}
 
 
 @dataclasses.dataclass
@@ -327,10 +328,13 @@ def parse_metrics(tables: dict, w: str) -> dict:
 
 def parse_requires(requires: dict, where: str) -> dict:
     """[requires] or [presets.X.requires]: scratch_size, scratch_write, min_memory, output_size (sizes),
-    min_cpus, programs, touch. scratch_write: how much of the scratch disk the workload writes (a sparse
-    disk image grows by as much on the rig's work directory; the preflight counts it). touch: how much
-    of the guest's RAM the workload may touch, "N%" of it or a size (a sparse guest is backed only
-    where it touches; the preflight counts it, see touch_bytes())."""
+    min_cpus, programs, touch, host_budget_guard. scratch_write: how much of the scratch disk the workload
+    writes (a sparse disk image grows by as much on the rig's work directory; the preflight counts it).
+    touch: how much of the guest's RAM the workload may touch, "N%" of it or a size (a sparse guest is
+    backed only where it touches; the preflight counts it, see touch_bytes()). host_budget_guard: the
+    workload stops itself when a sparse guest's host budget (KRIG_HOST_BUDGET_FILE) falls to 0; its
+    value, in touch's syntax, is what it touches outside that guard, so the preflight may admit it
+    when the fixed cost plus that much fits although its whole touch does not."""
     reject_unknown(requires, REQUIRES_KEYS, where)
     req = {}
     for key in ("scratch_size", "scratch_write", "min_memory"):
@@ -342,8 +346,9 @@ def parse_requires(requires: dict, where: str) -> dict:
         req["programs"] = optional(requires, "programs", list, where, [])
     if "output_size" in requires:
         req["output_size"] = parse_size(requires["output_size"], f"{where}.output_size")
-    if "touch" in requires:
-        req["touch"] = parse_touch(requires["touch"], f"{where}.touch")
+    for key in ("touch", "host_budget_guard"):
+        if key in requires:
+            req[key] = parse_touch(requires[key], f"{where}.{key}")
     return req
 
 
@@ -378,13 +383,13 @@ def _touch_term(amount, value, where: str) -> dict:
     return {"bytes": parse_size(amount, where)}
 
 
-def touch_bytes(requires: dict, ram: int, params: dict | None = None) -> tuple[int, str]:
+def touch_bytes(requires: dict, ram: int, params: dict | None = None, key: str = "touch") -> tuple[int, str]:
     """Bytes of a guest of `ram` bytes the workload may touch, and where the figure comes from:
-    requires.touch with the run's parameters (params), or all of its RAM when the reproducer
-    declares none. Never more than the RAM."""
-    touch = requires.get("touch")
+    requires.touch (or the requires key named) with the run's parameters (params), or all of its
+    RAM when the reproducer declares none. Never more than the RAM."""
+    touch = requires.get(key)
     if touch is None:
-        return ram, "all of its RAM: no requires.touch declared"
+        return ram, f"all of its RAM: no requires.{key} declared"
     terms = touch.get("terms", [touch])
     total, said = 0.0, []
     for term in terms:
@@ -396,17 +401,18 @@ def touch_bytes(requires: dict, ram: int, params: dict | None = None) -> tuple[i
         total += size
         said.append(what)
     of_ram = " of RAM" if any("pct" in t for t in terms) else ""
-    return min(ram, int(total)), f"requires.touch {' + '.join(said)}{of_ram}"
+    return min(ram, int(total)), f"requires.{key} {' + '.join(said)}{of_ram}"
 
 
 def check_touch_params(requires: dict, params: dict, where: str) -> None:
     """A touch term's parameter must be one of the reproducer's numeric parameters."""
     numeric = sorted(k for k, p in params.items() if p["type"] in ("int", "float", "size"))
-    for term in (requires.get("touch") or {}).get("terms", []):
-        name = term.get("param")
-        if name is not None and name not in numeric:
-            raise UsageError(f"{where}.touch: {name!r} is not a numeric parameter of the reproducer "
-                             f"(known: {', '.join(numeric)})")
+    for key in ("touch", "host_budget_guard"):
+        for term in (requires.get(key) or {}).get("terms", []):
+            name = term.get("param")
+            if name is not None and name not in numeric:
+                raise UsageError(f"{where}.{key}: {name!r} is not a numeric parameter of the reproducer "
+                                 f"(known: {', '.join(numeric)})")
 
 
 # ----------------------------------------------------------------- [[plots]] and [session]

@@ -47,6 +47,10 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
                         preflight=host, host_cpu=host_cpu())
     manifest.write(run_dir)
     log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
+    if host.get("sparse_admitted_by") == "host_budget_guard":
+        log(f"krig: admitted by its host-budget guard: {host['sparse_touch'] >> 20} MiB of touch do not fit in "
+            f"{host['sparse_room'] >> 20} MiB, the fixed cost and {host['sparse_guarded_touch'] >> 20} MiB outside the "
+            f"guard do; stopped by the guard below its limit, the run is ERROR")
 
     outcome, reason = "error", "the run did not start"
     try:

@@ -73,7 +73,7 @@ def qemu_version() -> str:
 def validate_spec(name: str, spec: dict, where: str) -> dict:
     reject_unknown(spec, {"driver", "description", "memory", "cpus", "accel", "tcg_thread", "tcg_clocksource",
                           "boot_timeout", "disks", "modules", "extra_args", "keep_disks", "work_dir",
-                          "kernel_entry", "memory_backing", "like_memory"},
+                          "kernel_entry", "memory_backing", "like_memory", "host_margin"},
                   where)
     out = {"driver": "qemu", "description": optional(spec, "description", str, where, "")}
     out["work_dir"] = optional(spec, "work_dir", str, where, None)

@@ -6,7 +6,7 @@ the guest touches it. A guest may then declare more RAM than the host has; what 
 must hold is what the guest will *touch*: the fixed cost of any boot (fixed_cost(): the
 guest's struct pages, its hash tables, page tables, QEMU itself) plus what the reproducer
 declares it may touch (requires.touch), checked by krig/preflight.py against MemAvailable
-less HOST_MARGIN.
+less the host's margin (margin(): the rig's host_margin, else 1 GiB or 5% of MemTotal).
 
 While a sparse guest runs, MemoryWatch samples the host's MemAvailable and QEMU's RSS into
 host-memory.tsv and writes the host budget (MemAvailable less the margin: the bytes of guest
@@ -41,6 +41,7 @@ BUDGET_FILE = "host-budget"        # in the share
 TSV = "host-memory.tsv"
 TSV_HEADER = "mono\tmem_available_bytes\temulator_rss_bytes\thost_budget_bytes\n"
 LIKE_MIN, LIKE_MAX = 512 << 20, 64 << 40
+MARGIN_MAX = 64 << 40
 
 
 def validate(spec: dict, out: dict, where: str) -> None:
@@ -53,6 +54,10 @@ def validate(spec: dict, out: dict, where: str) -> None:
     out["like_memory_bytes"] = None if like is None else parse_size(like, f"{where}.like_memory")
     if like is not None and not LIKE_MIN <= out["like_memory_bytes"] <= LIKE_MAX:
         raise UsageError(f"{where}.like_memory: {like!r} is outside 512M-64T")
+    keep = optional(spec, "host_margin", (str, int), where, None)
+    out["host_margin_bytes"] = None if keep is None else parse_size(keep, f"{where}.host_margin")
+    if keep is not None and not HOST_MARGIN_MIN <= out["host_margin_bytes"] <= MARGIN_MAX:
+        raise UsageError(f"{where}.host_margin: {keep!r} is outside 1G-64T")
 
 
 def machine_args(spec: dict) -> list:
@@ -96,7 +101,12 @@ def meminfo() -> dict:
     return out
 
 
-def margin(mem_total: int | None = None) -> int:
+def margin(mem_total: int | None = None, spec: dict | None = None) -> int:
+    """The host memory a sparse guest never plans on: the rig's host_margin (what the host keeps
+    for everything else, e.g. other guests and builds on a shared machine), else the larger of
+    1 GiB and 5% of MemTotal."""
+    if spec and spec.get("host_margin_bytes"):
+        return spec["host_margin_bytes"]
     total = meminfo().get("MemTotal", 0) if mem_total is None else mem_total
     return max(HOST_MARGIN_MIN, total * HOST_MARGIN_PCT // 100)
 
@@ -117,10 +127,11 @@ class MemoryWatch:
     """Samples the host's MemAvailable and QEMU's RSS every `interval` s into `path` and writes
     the host budget into share/BUDGET_FILE, until QEMU is gone or stop()."""
 
-    def __init__(self, proc, path: pathlib.Path, share: pathlib.Path | None, interval: float = 1.0):
+    def __init__(self, proc, path: pathlib.Path, share: pathlib.Path | None, interval: float = 1.0,
+                 spec: dict | None = None):
         self.proc, self.path, self.share, self.interval = proc, pathlib.Path(path), share, interval
         self.total = meminfo().get("MemTotal", 0)
-        self.margin = margin(self.total)
+        self.margin = margin(self.total, spec)
         self.last: tuple | None = None          # (mem_available, rss) of the latest sample
         self.min_available: int | None = None
         self.peak_rss: int | None = None
@@ -233,12 +244,12 @@ def host_needs(spec: dict) -> dict:
         return {}
     fixed, how = fixed_cost(spec["memory_bytes"], spec.get("like_memory_bytes"))
     return {"memory": None, "sparse_memory": {"ram": spec["memory_bytes"], "fixed": fixed, "fixed_how": how,
-                                              "margin": margin()}}
+                                              "margin": margin(spec=spec)}}
 
 
 def watch(spec: dict, proc, run_dir: pathlib.Path, share: pathlib.Path) -> MemoryWatch | None:
     """A started MemoryWatch for a sparse guest's QEMU, else None."""
-    return MemoryWatch(proc, run_dir / TSV, share).start() if sparse(spec) else None
+    return MemoryWatch(proc, run_dir / TSV, share, spec=spec).start() if sparse(spec) else None
 
 
 def booted(spec: dict, pid: int) -> dict:

@@ -219,10 +219,57 @@ def test_signoff_lines():
         "rig r2: NOT SIGNED OFF: 2 of 2 runs not as expected: a#1@r2 gave ERROR, expected PASS; 1 not run yet"]
 
 
-def test_shipped_suites_load():
+def _known_kernels(monkeypatch):
+    """load_kernel that takes a known kernel the cache has not built yet (`make seed-scale` builds
+    it first) as loaded: a suite is checked for its names, not for this machine's cache."""
+    import krig.qualify as kq
+    real = kq.load_kernel
+
+    def load(name, *a, **k):
+        try:
+            return real(name, *a, **k)
+        except UsageError as e:
+            if " is not built; run `krig kernel build " not in str(e):
+                raise
+            return name
+    monkeypatch.setattr(kq, "load_kernel", load)
+
+
+def test_shipped_suites_load(monkeypatch):
+    _known_kernels(monkeypatch)
     for f in sorted((ROOT / "qualify").glob("*.toml")):
         s = load_suite(f)
         assert s["cases"], f
     ram = load_suite(ROOT / "qualify" / "ram-scaling.toml")
     assert ram["rigs"] == ["qemu-2g", "qemu-default", "qemu-8g"]
     assert {c["expect"] for c in ram["cases"]} == {"FAIL"}
+
+
+def test_seed_scale_suite_names_the_seed_scale_points(monkeypatch):
+    """qualify/seed-scale.toml: the flood on a 256 GB guest (distro FAIL, the per-bucket fixture
+    PASS) stopped at its RAM limit, the AIL storm's seed preset at the report's 1.2M files, unlink
+    at 1.1M files; `--rig NAME` puts every entry on the rig given instead (resumable: its ids
+    name the rig)."""
+    from krig.reproducer import load_reproducer
+    from rigs import load_rig
+    _known_kernels(monkeypatch)
+    s = load_suite(ROOT / "qualify" / "seed-scale.toml")
+    by = {}
+    for c in s["cases"]:
+        by.setdefault(c["reproducer"], []).append(c)
+        assert c["preset"] in load_reproducer(c["reproducer"]).presets, c
+    assert set(by) == {"neg-dentry-flood", "xfs-ail-storm", "unlink-dentry-growth"}
+    flood = {c["kernel"]: c for c in by["neg-dentry-flood"]}
+    assert {k: c["expect"] for k, c in flood.items()} == {"distro": "FAIL",
+                                                          "tiny-6.1-negative-dentry-per-bucket": "PASS"}
+    for c in flood.values():
+        assert load_rig(c["rig"]).spec["memory_bytes"] == 256 << 30 and c["set"]["settle_limit_x"] == "1", c
+    ail, unlink = by["xfs-ail-storm"][0], by["unlink-dentry-growth"][0]
+    assert ail["preset"] == "seed" and int(ail["set"]["files"]) == 1200000
+    params = load_reproducer("unlink-dentry-growth").resolve_params(unlink["preset"], unlink["set"])
+    assert params["top_dirs"] * params["subdirs"] * params["files_per_dir"] == 1100000
+    lab = load_suite(ROOT / "qualify" / "seed-scale.toml", ["qemu-8g"])
+    assert lab["rigs"] == ["qemu-8g"] and len(lab["cases"]) == len(s["cases"])
+    assert {c["rig"] for c in lab["cases"]} == {"qemu-8g"} and all(c["id"].endswith("@qemu-8g#1") for c in lab["cases"])
+    with pytest.raises(UsageError, match=r"^--rig: a rig is given twice"):
+        load_suite(ROOT / "qualify" / "seed-scale.toml", ["qemu-8g", "qemu-8g"])

@@ -127,9 +127,10 @@ def test_sparse_guest_beyond_the_host_is_judged_by_its_touch(tmp_path):
 
 def test_touch_beyond_the_host_is_refused(krig_cli, tmp_path):
     """The flood's touch at the smoke preset (its bound at settle_limit_x 2 times the 5% limit, plus
-    2%: 12%) of a guest eight times the host's RAM: one line naming the fixed cost, the touch and
-    MemAvailable; nothing starts."""
-    ram = 1 << (host_total() * 8).bit_length()
+    2%: 12%) of a guest 64 times the host's RAM, whose fixed cost and the 2% the flood touches
+    outside its host-budget guard do not fit either: one line naming the fixed cost, the touch,
+    the guarded touch and MemAvailable; nothing starts."""
+    ram = 1 << (host_total() * 64).bit_length()
     rig = rig_file(tmp_path, memory=f"{ram >> 30}G")
     p = krig_cli("run", "neg-dentry-flood", "--preset", "smoke", "--rig", str(rig),
                  env={"KRIG_RESULTS": str(tmp_path / "results")})
@@ -141,9 +142,52 @@ def test_touch_beyond_the_host_is_refused(krig_cli, tmp_path):
     assert re.search(r"touch [\d.]+ GiB fixed \(struct pages \(RAM/64\) ", line), line
     assert re.search(r"\+ [\d.]+ GiB for neg-dentry-flood \(requires\.touch 5% x settle_limit_x=2 \+ 2% of RAM\)",
                      line), line
-    assert re.search(r"more than this host's MemAvailable [\d.]+ GiB less a [\d.]+ GiB margin$", line), line
+    assert re.search(r", and [\d.]+ GiB before its host-budget guard stops it \(requires\.host_budget_guard 2% of "
+                     r"RAM\): more than this host's MemAvailable [\d.]+ GiB less a [\d.]+ GiB margin$", line), line
     assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("manifest.json"))
     assert not qemu_pids(str(tmp_path))
+
+
+def _preflight_with(monkeypatch, tmp_path, rig, repro, avail, sets=None, preset="smoke"):
+    import krig.preflight as kp
+    monkeypatch.setattr(kp, "mem_available", lambda: avail)
+    r = load_reproducer(repro)
+    return preflight(rig, r, tmp_path / "results", True, preset, r.resolve_params(preset, sets or {}))
+
+
+def test_a_flood_stopped_by_its_host_budget_guard_is_admitted_by_what_it_touches_outside_it(monkeypatch, tmp_path):
+    """neg-dentry-flood declares host_budget_guard (negflood -H stops it when the host's budget
+    falls to 0): a host short of its whole touch admits it when the fixed cost and the 2% it
+    touches outside the guard fit, and says so; a host short of that too refuses it; a workload
+    without a guard is refused at its whole touch as before."""
+    ram = 256 << 30
+    rig = load_rig(str(rig_file(tmp_path, memory="256G", extra='host_margin = "8G"')))
+    fixed, margin = qemu_memory.fixed_cost(ram)[0], 8 << 30
+    assert rig.host_needs()["sparse_memory"]["margin"] == margin
+    whole, guarded = int(ram * 0.07), int(ram * 0.02)          # settle_limit_x=1: 5% x 1 + 2%
+    got = _preflight_with(monkeypatch, tmp_path, rig, "neg-dentry-flood", margin + fixed + whole,
+                          {"settle_limit_x": "1"})
+    assert got["sparse_touch"] == whole and "sparse_admitted_by" not in got, got
+    short = margin + fixed + guarded + (1 << 30)
+    got = _preflight_with(monkeypatch, tmp_path, rig, "neg-dentry-flood", short, {"settle_limit_x": "1"})
+    assert got["sparse_admitted_by"] == "host_budget_guard" and got["sparse_guarded_touch"] == guarded, got
+    assert got["sparse_touch"] == whole and got["sparse_room"] == short - margin
+    assert got["sparse_guarded_touch_how"] == "requires.host_budget_guard 2% of RAM"
+    with pytest.raises(UsageError, match=r"before its host-budget guard stops it \(requires\.host_budget_guard 2% "
+                                         r"of RAM\): more than this host's MemAvailable"):
+        _preflight_with(monkeypatch, tmp_path, rig, "neg-dentry-flood", margin + fixed + guarded - (1 << 20))
+    assert "host_budget_guard" not in load_reproducer("selftest-pass").requires_for(None)
+    with pytest.raises(UsageError, match=r"= [\d.]+ GiB, more than this host's MemAvailable"):
+        _preflight_with(monkeypatch, tmp_path, rig, "selftest-pass", margin + fixed + (128 << 20), preset=None)
+
+
+@pytest.mark.parametrize("value,needle", [('"512M"', ".host_margin: '512M' is outside 1G-64T"),
+                                          ('"much"', ".host_margin: expected a size like")])
+def test_bad_host_margin(krig_cli, tmp_path, value, needle):
+    rig = rig_file(tmp_path, extra=f"host_margin = {value}")
+    p = krig_cli("run", "selftest-pass", "--rig", str(rig), env={"KRIG_RESULTS": str(tmp_path / "results")})
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
 
 
 # -- the host's OOM kill -------------------------------------------------------------------------
@@ -255,7 +299,12 @@ def test_flood_stops_at_the_host_budget_not_the_oom_killer(tmp_path, monkeypatch
     """neg-dentry-flood's smoke preset on a 1 GB sparse guest whose host has no memory to spare
     once the workload starts (the watch reads a copy of /proc/meminfo the test lowers to the
     margin: a budget of 0): the flood stops at the host budget, a named stop, and the run is
-    ERROR naming it; QEMU is never killed and the kernel is not judged."""
+    ERROR naming it; QEMU is never killed and the kernel is not judged. The preflight saw a host
+    with room for the fixed cost and the 2% the flood touches outside its guard, not for its
+    whole touch: it was admitted by the guard (requires.host_budget_guard)."""
+    import krig.preflight as kp
+    fixed = qemu_memory.fixed_cost(1 << 30)[0]
+    monkeypatch.setattr(kp, "mem_available", lambda: qemu_memory.margin() + fixed + (64 << 20))
     run_dir, verdict = run_with_host_lowered(tmp_path, monkeypatch, "neg-dentry-flood",
                                              rig_file(tmp_path, memory="1G"), qemu_memory.margin() // 1024,
                                              preset="smoke")
@@ -266,3 +315,7 @@ def test_flood_stops_at_the_host_budget_not_the_oom_killer(tmp_path, monkeypatch
     assert verdict["cause"] != "kernel"
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["rig_facts"]["host_budget_at_workload"] is not None and m["outcome"] == "completed", m["outcome"]
+    pre = m["preflight"]
+    assert pre["sparse_admitted_by"] == "host_budget_guard", pre
+    assert pre["sparse_fixed"] + pre["sparse_guarded_touch"] <= pre["sparse_room"] < pre["sparse_fixed"] + \
+        pre["sparse_touch"], pre
