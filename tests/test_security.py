@@ -153,19 +153,7 @@ time.sleep(600)
             if open(f"/proc/{child}/cmdline").read().startswith("sleep"):
                 break
             time.sleep(0.1)
-        parent.kill()
-        parent.wait(10)
-        for _ in range(50):
-            try:
-                state = open(f"/proc/{child}/stat").read().split(")")[1].split()[0]
-            except FileNotFoundError:
-                break
-            if state == "Z":
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(child, signal.SIGKILL)
-            pytest.fail("the child outlived its parent")
+        _gone_after_its_parent(parent, child, "the child", 50)
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -202,19 +190,7 @@ time.sleep(600)
         assert qemu and qemu_confine.process_user(qemu) == want != "root", (qemu, want)
         assert open(f"/proc/{qemu}/cmdline").read().startswith("qemu-system")
         assert pwd.getpwuid((share / "out").stat().st_uid).pw_name == want
-        parent.kill()
-        parent.wait(10)
-        for _ in range(100):
-            try:
-                state = open(f"/proc/{qemu}/stat").read().split(")")[1].split()[0]
-            except FileNotFoundError:
-                break
-            if state == "Z":
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(qemu, signal.SIGKILL)
-            pytest.fail("QEMU outlived its krig process")
+        _gone_after_its_parent(parent, qemu, "QEMU", 100)
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -281,3 +257,19 @@ def test_check_refuses_a_path_as_reproducer(tmp_path, name):
     assert len(lines) == 1 and "field reproducer" in lines[0] and "not a reproducer name" in lines[0], p.stderr
     assert not (tmp_path / "pwned").exists()
     assert not (run_dir / "verdict.json").exists()
+
+
+def _gone_after_its_parent(parent, pid: int, what: str, tries: int) -> None:
+    """SIGKILL `parent`, then `pid` must end (gone or a zombie) within `tries` tenths of a second."""
+    parent.kill()
+    parent.wait(10)
+    for _ in range(tries):
+        try:
+            state = open(f"/proc/{pid}/stat").read().split(")")[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state == "Z":
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    pytest.fail(f"{what} outlived its parent")
