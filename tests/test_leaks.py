@@ -125,7 +125,9 @@ def test_a_tree_without_origin_leaves_no_path_of_this_host(tmp_path, krig_cli):
     state = _state({**rec, "repository": str(tree)})
     state["command"] = ["krig", "validate", "selftest-pass", "--base", f"{tree}@master", "--series", "x"]
     text = body(state, None, ("Krig Tester", "tester@example.org"))
-    assert str(src) not in text and "tree            linux (master)" in text and " linux@master " in text
+    # no public remote: the tree is said to be local, the command names ./linux at the base commit
+    assert str(src) not in text and "tree            a local tree (no public remote)" in text
+    assert f" linux@{rec['commit']} " in " ".join(text.replace("\\\n", " ").split()) + " ", text
 
     assert public_url("https://git.example.org/linux.git?access_token=" + TOKEN) == PUBLIC
 
