@@ -271,7 +271,7 @@ def _kernel_of(gdir: pathlib.Path) -> dict:
         except (OSError, KrigError):
             continue
         k = man.kernel or {}
-        return {"name": k.get("name"), "release": (man.machine or {}).get("release") or k.get("release"),
+        return {"name": k.get("name"), "release": man.release,
                 "git": k.get("git"), "machine": man.machine, "rig": man.rig, "rig_facts": man.rig_facts,
                 "host_cpu": man.host_cpu}
     return {}
