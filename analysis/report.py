@@ -125,7 +125,7 @@ def build_html(run_dir, manifest: Manifest, verdict, metrics, repro, plots, sess
                   f"<p><code>kernelshark -s {esc(session['file'])}</code> opens trace.dat on "
                   f"{esc(session['why'])}: {(session['end_ns'] - session['start_ns']) / 1e9:.3f} s from "
                   f"{session['start_ns'] / 1e9:.6f} s on the trace clock.</p>"]
-    info = [["kernel", f"{esc(mach.get('release') or k.get('release'))} ({esc(k.get('name'))}: "
+    info = [["kernel", f"{esc(manifest.release)} ({esc(k.get('name'))}: "
                        f"{esc(k.get('description'))})"],
             ["kernel image", esc(k.get("image"))], ["kernel config sha256", esc(k.get("config_sha256_16"))]]
     if k.get("patches"):

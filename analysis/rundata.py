@@ -4,6 +4,7 @@ import re
 import numpy as np
 
 from krig.errors import UsageError
+from krig.record import Manifest
 from krig.rundir import RunDir, load_samples  # noqa: F401  (load_samples: analysis' name for it)
 
 
@@ -33,7 +34,7 @@ class RunData(RunDir):
 
     def kernel_version(self) -> tuple[int, int]:
         """(major, minor) of the kernel that ran, from the manifest; (0, 0) if unknown."""
-        rel = self.manifest.get("machine", {}).get("release") or self.manifest.get("kernel", {}).get("release") or ""
+        rel = Manifest.from_json(self.manifest).release or ""
         m = re.match(r"(\d+)\.(\d+)", rel)
         return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 

@@ -140,7 +140,7 @@ def build_summary(run_dir: pathlib.Path, m: Manifest, verdict: dict, metrics: di
     out = [f"krig {repro.name}: {verdict.get('verdict', '?')}"]
     out += _wrap(f"reason: {verdict.get('reason', '')}")
     out.append("")
-    out += _wrap(f"kernel: {mach.get('release') or k.get('release', '?')} ({k.get('name', '?')}: "
+    out += _wrap(f"kernel: {m.release or '?'} ({k.get('name', '?')}: "
                  f"{k.get('description', '')})")
     out += _wrap(f"machine: {mach.get('cpus', rig.get('cpus', '?'))} CPUs, {gib(mach.get('mem_total_bytes'))} "
                  f"RAM (MemTotal), rig {rig.get('name', '?')} ({rig.get('kind', '?')}"

@@ -16,4 +16,4 @@ DEFAULT_KERNEL = "distro"
 # tests/test_layout.py checks every import against this declaration.
 VOCABULARY = ("krig", "krig.errors", "krig.config", "krig.paths", "krig.results", "krig.rundir",
               "krig.reproducer", "krig.verdict", "krig.junit", "krig.safeio", "krig.asked", "krig.record",
-              "krig.version", "krig.tarbound")
+              "krig.version", "krig.tarbound", "krig.hashsize")

@@ -31,7 +31,7 @@ import sys
 import tempfile
 
 from .errors import KrigError, UsageError
-from .results import validations_dir
+from .results import VALIDATE_FILE, validations_dir
 
 STATUS = {"fixed": "pass", "not fixed": "fail", "regressed": "fail",
           "inconclusive": "warn", "base does not reproduce": "warn"}
@@ -51,7 +51,7 @@ def validations(dirs: list) -> list:
     """(directory, validate.json as a dict) of every validation under `dirs`."""
     out = []
     for d in dirs:
-        for vfile in [pathlib.Path(d) / "validate.json", *sorted(pathlib.Path(d).glob("*/validate.json"))]:
+        for vfile in [pathlib.Path(d) / VALIDATE_FILE, *sorted(pathlib.Path(d).glob("*/" + VALIDATE_FILE))]:
             try:
                 state = json.loads(vfile.read_text())
             except (OSError, ValueError):         # none here, or one being written

@@ -44,7 +44,7 @@ from .bisectargs import DEMO_LIKE, add_commands
 from .config import parse_set
 from .errors import KrigError, UsageError, guarded, handler
 from .reproducer import load_reproducer
-from .results import bisect_dir, bisect_tag, now
+from .results import BISECT_GIT_LOG, BISECT_LOG, BISECT_STATE, bisect_dir, bisect_tag, now
 from .record import RunRecord
 from .verdict import JUDGED, KERNEL_STOPPED, host_contended
 from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
@@ -298,12 +298,12 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     name = f"bisect-{tag}"
     out = pathlib.Path(log_dir) if log_dir else bisect_dir(repro, tag)
     out.mkdir(parents=True, exist_ok=True)
-    logp = out / "bisect.log"
+    logp = out / BISECT_LOG
     ktoml = _kernel_toml(name, tree_p, "BISECT_HEAD", like, logp)
     state = {"tree": str(tree_p), "ref": "BISECT_HEAD", "kernel": name, "repro": repro, "preset": preset,
              "repeat": repeat, "rig": rig, "sets": list(sets), "log": str(logp),
              "metric": metric or (r.thresholds[0].metric if r.thresholds else None), "mode": mode}
-    (out / "state.json").write_text(json.dumps(state, indent=1))
+    (out / BISECT_STATE).write_text(json.dumps(state, indent=1))
     with open(logp, "w") as f:
         f.write(f"# krig bisect {now()}\n# tree {tree_p}\n# good {good} = {ends['GOOD']}\n"
                 f"# bad  {bad} = {ends['BAD']}\n# reproducer {repro} preset {preset or '(defaults)'} "
@@ -323,10 +323,10 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
         if metric:
             z = measure_endpoints(state, ends, build_endpoint, lambda k: run_krig({**state, "kernel": k}))
             state["zones"] = to_state(z)
-            (out / "state.json").write_text(json.dumps(state, indent=1))
+            (out / BISECT_STATE).write_text(json.dumps(state, indent=1))
         git(tree_p, "bisect", "start", "--no-checkout", ends["BAD"], ends["GOOD"])
         p = subprocess.Popen(["git", "-C", str(tree_p), "bisect", "run", sys.executable, "-m", "krig.bisect",
-                             "oracle", str(out / "state.json")], stdout=subprocess.PIPE,
+                             "oracle", str(out / BISECT_STATE)], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=this_checkout_env())
         lines = []
         try:
@@ -342,7 +342,7 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
             print(flush=True)
         text = "".join(lines)
         first = first_bad_from_output(text)
-        (out / "git-bisect-log.txt").write_text(git(tree_p, "bisect", "log", check=False) + "\n")
+        (out / BISECT_GIT_LOG).write_text(git(tree_p, "bisect", "log", check=False) + "\n")
     finally:
         subprocess.run(["git", "-C", str(tree_p), "bisect", "reset"], capture_output=True)
         for t in tomls:

@@ -112,8 +112,7 @@ def check_same(base: list, new: list) -> list:
 def _side_info(runs: list) -> dict:
     counts = verdict_counts(runs)
     kernels = sorted({(m.kernel or {}).get("name", "?") for _, _, m in runs})
-    releases = sorted({(m.machine or {}).get("release") or (m.kernel or {}).get("release", "?")
-                       for _, _, m in runs})
+    releases = sorted({m.release or "?" for _, _, m in runs})
     return {"runs": [str(d) for d, _, _ in runs], "verdicts": counts,
             "verdict_text": verdict_text(counts, sum(counts.values())), "judged": sum(counts.get(v, 0) for v in JUDGED), "kernels": kernels, "releases": releases,
             "rigs": sorted({(m.rig or {}).get("name", "?") for _, _, m in runs})}

@@ -26,7 +26,7 @@ from .config import parse_set
 from .argcheck import output_dir
 from .errors import KrigError, UsageError
 from .reproducer import load_reproducer
-from .results import GROUP_FILE, now, read_json, run_dirs_of, run_state, write_json
+from .results import GROUP_FILE, next_group_run, now, read_json, run_dirs_of, run_state, write_json
 from .results import group_dir as group_dir_of
 from .rundir import RunDir
 from .run import run
@@ -147,8 +147,7 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
     log(f"krig: group {gdir}: {group['counted']} of {repeat} runs done")
     try:
         while group["counted"] < repeat:
-            used = [int(d.name.split("-")[1]) for d, _ in runs if d.name.split("-")[1].isdigit()]
-            run_dir = gdir / f"run-{max(used, default=0) + 1:02d}"
+            run_dir = next_group_run(gdir, [d for d, _ in runs])
             log(f"krig: group run {group['counted'] + 1} of {repeat} -> {run_dir}")
             d, verdict = run(repro_name, rig_name, kernel_name, preset, sets, results_root=results_root,
                              log=log, run_dir=run_dir)

@@ -276,7 +276,7 @@ def _tests(run: dict, origin: str, build_id: str) -> list:
         t["duration"] = duration
     misc = {"krig_verdict": v, "reason": _text(verdict.get("reason", "")), "reproducer": repro_name,
             "preset": man.preset, "params": man.params,
-            "kernel_release": (man.machine or {}).get("release") or (man.kernel or {}).get("release"),
+            "kernel_release": man.release,
             "krig_revision": man.krig_revision, "run_dir": run["name"]}
     for k in ("warnings", "notes"):
         if verdict.get(k):

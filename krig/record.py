@@ -77,6 +77,12 @@ class Manifest:
     def machine_answered(self) -> bool:
         return self.machine is not None
 
+    @property
+    def release(self) -> str | None:
+        """The release that ran: the machine's own (`uname -r` once it answered), else the
+        kernel's as built or packaged; None when neither is known."""
+        return (self.machine or {}).get("release") or (self.kernel or {}).get("release") or None
+
 
 @dataclasses.dataclass
 class Verdict:

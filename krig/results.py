@@ -3,9 +3,12 @@ default results/; a caller's -o/--dir wins):
 
     <reproducer>/<kernel-id>/<rig>/<UTC time>/          a run (krig run)
     <reproducer>/<kernel-id>/<rig>/group-<UTC time>/    a group of runs (krig run --repeat)
+        group-<UTC time>/run-01/, run-02/, ...          a group's runs
     validate/<reproducer>-<patchset hash>-<key>/        a validation (krig validate; b4-check reads them)
+        validate.json, base/, new/                      its answer, and a group of runs a side
     compare/<reproducer>-<UTC time>/                    krig compare's pictures
     bisect/<reproducer>-<UTC time>-<pid>/               a bisection's log and state
+        bisect.log, state.json, git-bisect-log.txt
     qualify/<suite name>/                               a qualification (krig qualify)
     ./krig-bundle-<reproducer>-<UTC time>.tar.gz        a bundle (krig bundle, in the working directory)
     latest -> the newest run
@@ -22,6 +25,12 @@ from .rundir import RunDir
 from .version import git_revision  # noqa: F401  (krig.results.git_revision: a run's krig revision)
 
 GROUP_FILE = "group.json"      # a group directory's record (krig run --repeat, krig/group.py)
+GROUP_RUN = "run-"              # a group's runs: run-01, run-02, ...
+VALIDATE_FILE = "validate.json"  # a validation directory's record (krig validate, krig b4-check)
+VALIDATE_SIDES = ("base", "new")  # a validation's two groups of runs: the base kernel, the patched one
+BISECT_LOG = "bisect.log"       # a bisection's steps, one a line
+BISECT_STATE = "state.json"     # what each step's oracle reads
+BISECT_GIT_LOG = "git-bisect-log.txt"
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
 _QUERY = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s?#\"'<>]*)\?[^\s#\"'<>]*")
 # an absolute path not inside a URL or a word: its last component is group 1
@@ -188,4 +197,18 @@ def run_state(d: pathlib.Path) -> str:
 
 
 def run_dirs_of(gdir: pathlib.Path) -> list:
-    return sorted(p for p in gdir.glob("run-*") if p.is_dir())
+    """A group's run directories (run-NN), in order."""
+    return sorted(p for p in gdir.glob(GROUP_RUN + "*") if p.is_dir())
+
+
+def next_group_run(gdir: pathlib.Path, dirs) -> pathlib.Path:
+    """A group's next run directory: run-NN one past the highest number among `dirs` (run-01 first)."""
+    used = [int(n) for d in dirs if (n := pathlib.Path(d).name.removeprefix(GROUP_RUN)).isdigit()]
+    return gdir / f"{GROUP_RUN}{max(used, default=0) + 1:02d}"
+
+
+def validation_side(vdir: pathlib.Path, side: str) -> pathlib.Path:
+    """One side's group of runs in a validation directory (side: one of VALIDATE_SIDES)."""
+    if side not in VALIDATE_SIDES:
+        raise ValueError(f"a validation has no side {side!r}")
+    return vdir / side

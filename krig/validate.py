@@ -47,7 +47,8 @@ from .results import GROUP_FILE
 from .verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, server_line, write_reply
 from .reproducer import load_reproducer
-from .results import git_revision, now, read_json, validation_dir, write_json
+from .results import (VALIDATE_FILE, VALIDATE_SIDES, git_revision, now, read_json, run_dirs_of, validation_dir,
+                      validation_side, write_json)
 from .record import Manifest, Verdict
 from .rundir import RunDir
 from .version import version
@@ -214,7 +215,7 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     phash = series["provenance"]["patchset_hash"]
     key = hashlib.sha256(json.dumps({**asked, "patchset": phash}, sort_keys=True).encode()).hexdigest()[:8]
     vdir = pathlib.Path(out) if out else validation_dir(repro.name, phash, key)
-    vfile = vdir / "validate.json"
+    vfile = vdir / VALIDATE_FILE
     state = json.loads(vfile.read_text()) if vfile.exists() else {}
     for field, value in asked.items():
         if state and state.get(field) != value:
@@ -232,8 +233,10 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     write_json(vfile, state)
     stopped = None
     for i in range(1, repeat + 1):
-        bgroup = _run_side(repro.name, rig.name, base_text, preset, set_values, i, repeat, vdir / "base", log)
-        ngroup = _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat, vdir / "new", log)
+        bgroup = _run_side(repro.name, rig.name, base_text, preset, set_values, i, repeat,
+                           validation_side(vdir, "base"), log)
+        ngroup = _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat,
+                           validation_side(vdir, "new"), log)
         if i == 1 and not bgroup["verdicts"].get("FAIL") and bgroup["verdicts"].get("PASS") \
                 and not ngroup["verdicts"].get("FAIL"):
             stopped = bgroup
@@ -246,14 +249,15 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
                                                      "for the series to fix (the base must FAIL first)")
         judged, differences = [], []
     else:
-        res = compare([str(vdir / "base")], [str(vdir / "new")])
+        res = compare(*([str(validation_side(vdir, side))] for side in VALIDATE_SIDES))
         judged = judged_metrics(res)
-        lost = {side: len(contended(vdir / side)) for side in ("base", "new")}
+        lost = {side: len(contended(validation_side(vdir, side))) for side in VALIDATE_SIDES}
         answer, reason = decide(res, judged, {k: v if v <= repeat else 0 for k, v in lost.items()})
         differences = res["differences"]
-    base_kernel = _kernel_of(vdir / "base")
+    base_kernel = _kernel_of(validation_side(vdir, "base"))
     state.update(answer=answer, reason=reason, judged_metrics=judged, finished=now(),
-                 base_kernel=base_kernel, new_kernel=_kernel_of(vdir / "new"), server=server_facts(base_kernel),
+                 base_kernel=base_kernel, new_kernel=_kernel_of(validation_side(vdir, "new")),
+                 server=server_facts(base_kernel),
                  differences=differences,
                  command=AskedRun(repro.name, rig.name, base, preset, tuple(sets)).validate_argv(
                      series_path, repeat if repeat != DEFAULT_REPEAT else None),
@@ -265,13 +269,13 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
 
 def _kernel_of(gdir: pathlib.Path) -> dict:
     """The kernel the group's first run booted (manifest.json: release, git origin, debug options)."""
-    for d in sorted(gdir.glob("run-*")):
+    for d in run_dirs_of(gdir):
         try:
             man = Manifest.from_json(RunDir(d).manifest)
         except (OSError, KrigError):
             continue
         k = man.kernel or {}
-        return {"name": k.get("name"), "release": (man.machine or {}).get("release") or k.get("release"),
+        return {"name": k.get("name"), "release": man.release,
                 "git": k.get("git"), "machine": man.machine, "rig": man.rig, "rig_facts": man.rig_facts,
                 "host_cpu": man.host_cpu}
     return {}

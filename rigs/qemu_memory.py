@@ -22,8 +22,9 @@ import time
 
 from krig import safeio
 from krig.config import optional, parse_size
+from krig import hashsize
 from krig.errors import KrigError, UsageError
-from . import hashsize
+from .hashsize import like_cmdline
 
 BACKINGS = ("ram", "sparse")
 BACKEND_ID = "m0"
@@ -72,7 +73,7 @@ def hash_cmdline(spec: dict) -> list:
     """dhash_entries=/ihash_entries= giving the guest the density of a like_memory machine."""
     if spec.get("like_memory_bytes") is None:
         return []
-    return hashsize.like_cmdline(spec["memory_bytes"], spec["like_memory_bytes"])
+    return like_cmdline(spec["memory_bytes"], spec["like_memory_bytes"])
 
 
 def fixed_cost(ram: int, like_ram: int | None = None) -> tuple[int, str]:

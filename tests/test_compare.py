@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from analysis import stats
-from krig import group as kg
+from krig import group as kg, results
 from krig.compare import compare, format_text, parse_args
 from krig.errors import UsageError
 
@@ -246,6 +246,21 @@ def test_group_resumes_without_redoing_finished_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(kg, "run", run3)
     kg.run_group("selftest-pass", "qemu-default", "distro", None, {}, 3, g, results_root=tmp_path, log=lambda m: 0)
     assert calls3 == [], "a complete group runs nothing"
+
+
+def test_the_results_layout_names_a_groups_runs_and_a_validations_sides(tmp_path):
+    """krig/results.py makes every name inside a group and a validation: run-NN one past the
+    highest, whatever else the group holds; a side is base or new, nothing else."""
+    g = tmp_path / "g"
+    assert results.next_group_run(g, []) == g / "run-01"
+    assert results.next_group_run(g, [g / "run-01", g / "run-07", g / "run-x"]) == g / "run-08"
+    for n in ("run-02", "run-01", "notes"):
+        (g / n).mkdir(parents=True)
+    assert [d.name for d in results.run_dirs_of(g)] == ["run-01", "run-02"]
+    assert [results.validation_side(tmp_path, s) for s in results.VALIDATE_SIDES] == [tmp_path / "base",
+                                                                                       tmp_path / "new"]
+    with pytest.raises(ValueError, match="no side"):
+        results.validation_side(tmp_path, "../base")
 
 
 def test_group_refuses_other_parameters(tmp_path, monkeypatch):

@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, build_kernels, rig_with_memory, run_dir_of
+from krig import hashsize
 from krig.config import parse_size
-from rigs import hashsize
 from test_flood_stop import NEGFLOOD, PLAIN_KERNEL, _guest_flood, flood_run_dir
 
 RECORDED = ROOT / "tests" / "data" / "neg-dentry-flood-per-bucket.tsv"

@@ -1,13 +1,13 @@
-"""The dcache and inode hash tables a machine's kernel sizes at boot (rigs/hashsize.py): the rule,
-the docs' table, what a run records and what krig compare says; the guest cases hold the rule to
+"""The dcache and inode hash tables a machine's kernel sizes at boot (krig/hashsize.py, the
+rule; rigs/hashsize.py, the command line and console lines): the rule, the docs' table, what a run records and what krig compare says; the guest cases hold the rule to
 the console of real guests (distro kernel)."""
 import pytest
 
 from conftest import ROOT
 from kernels.catalog import load_kernel
-from krig import compare
+from krig import compare, hashsize
 from krig.config import parse_size
-from rigs import hashsize, load_rig
+from rigs import hashsize as rig_hashsize, load_rig
 from test_sparse import rig_file
 
 
@@ -30,15 +30,15 @@ def test_like_memory_gives_a_big_machines_density():
 
 
 def test_docs_table_is_the_rules():
-    assert hashsize.table() in (ROOT / "docs" / "rigs.md").read_text(), \
+    assert rig_hashsize.table() in (ROOT / "docs" / "rigs.md").read_text(), \
         "docs/rigs.md's density table differs from `python -m rigs.hashsize`"
 
 
 def test_hash_tables_from_the_kernel_log():
     log = ("[    0.123] Dentry cache hash table entries: 16777216 (order: 15, 134217728 bytes, linear)\n"
            "[    0.124] Inode-cache hash table entries: 8388608 (order: 14, 67108864 bytes, linear)\n")
-    assert hashsize.from_log(log) == {"dentry_hash_entries": 16777216, "inode_hash_entries": 8388608}
-    assert hashsize.from_log("nothing here") == {}
+    assert rig_hashsize.from_log(log) == {"dentry_hash_entries": 16777216, "inode_hash_entries": 8388608}
+    assert rig_hashsize.from_log("nothing here") == {}
 
 
 # -- krig compare --------------------------------------------------------------------------------
@@ -69,7 +69,7 @@ def test_hash_tables_of_real_guests(tmp_path, memory, like, backing, no_leftover
         rig.prepare(tmp_path / "run", kernel, {})
         rig.boot.boot(kernel, ["loglevel=7"])      # KERN_INFO on the console
         rig.shutdown()
-        seen = hashsize.from_log(rig.console.text())
+        seen = rig_hashsize.from_log(rig.console.text())
     ram = parse_size(memory, "memory")
     want = hashsize.like(ram, parse_size(like, "like")) if like else \
         {"dhash_entries": hashsize.dentry_entries(ram), "ihash_entries": hashsize.inode_entries(ram)}

@@ -4,6 +4,7 @@ module imports itself back through a cycle (read with ast, nothing imported).
     runner  (krig.cli, krig.run, krig.check, krig.qualify, ...)  -> rigs, kernels, analysis, libraries, vocabulary
     rigs, kernels, analysis                                    -> themselves, libraries, vocabulary
     analysis                                                   never -> rigs
+    a reproducer's analyze.py (loaded by krig.reproducer)      as analysis
     libraries (a part's subpackage: analysis/trace)            -> themselves and the vocabulary only
     vocabulary (krig.VOCABULARY, declared in krig/__init__.py)   -> vocabulary only
 """
@@ -66,14 +67,30 @@ def modules() -> dict:
     return out
 
 
+def loaded_by_name(node: ast.AST) -> list:
+    """The module a call `importlib.import_module("x")`, `import_module("x")` or `__import__("x")`
+    names with a literal string: an import the import statements do not show."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return []
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    arg = node.args[0]
+    if called in ("import_module", "__import__") and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [arg.value]
+    return []
+
+
 def imports_of(name: str, path: pathlib.Path, known: set) -> set:
-    """Project modules imported anywhere in the file (function bodies included)."""
+    """Project modules imported anywhere in the file (function bodies included), by an import
+    statement or by name through importlib."""
     tree = ast.parse(path.read_text(), str(path))
     pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             cands = [a.name for a in node.names]
+        elif isinstance(node, ast.Call):
+            cands = loaded_by_name(node)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg.split(".")
@@ -148,6 +165,38 @@ def find_cycle(g: dict) -> list | None:
             if c:
                 return c
     return None
+
+
+def analyzers() -> dict:
+    """Each reproducer's analyze.py (krig.reproducer loads it by path, so no import names it),
+    as the analysis module it is: it may import the vocabulary and analysis, never rigs,
+    kernels or the runner."""
+    return {f"analysis.{p.parent.name.replace('-', '_')}_analyze": p
+            for p in sorted((ROOT / "reproducers").glob("*/analyze.py"))}
+
+
+def test_reproducers_analyzers_import_as_analysis():
+    known = set(modules())
+    names = analyzers()
+    assert "analysis.neg_dentry_flood_analyze" in names
+    bad = [f"{path.relative_to(ROOT)} imports {d} ({part_of(d)})" for name, path in names.items()
+           for d in imports_of(name, path, known) if part_of(d) not in ALLOWED["analysis"]]
+    assert not bad, "a reproducer's analysis against the one-way order:\n" + "\n".join(sorted(bad))
+
+
+def test_the_checker_sees_an_analyzer_reaching_into_a_rig(tmp_path):
+    """An analyze.py loading a rig module, by import or by name through importlib, is named."""
+    known = {"rigs", "rigs.hashsize", "krig", "krig.hashsize", "krig.run"}
+    for line, want in (("from rigs import hashsize\n", "rigs.hashsize"),
+                       ("import importlib\nh = importlib.import_module('rigs.hashsize')\n", "rigs.hashsize"),
+                       ("r = __import__('krig.run')\n", "krig.run")):
+        p = tmp_path / "analyze.py"
+        p.write_text(line)
+        deps = imports_of("analysis.x_analyze", p, known)
+        assert want in deps, line
+        assert part_of(want) not in ALLOWED["analysis"]
+    p.write_text("from krig import hashsize\n")
+    assert all(part_of(d) in ALLOWED["analysis"] for d in imports_of("analysis.x_analyze", p, known))
 
 
 def test_no_import_cycles():

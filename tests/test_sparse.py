@@ -12,10 +12,11 @@ import pytest
 from conftest import krig_run, qemu_pids, run_dir_of
 from krig import run as krun
 from krig.errors import UsageError
+from krig import hashsize
 from krig.preflight import preflight
 from krig.reproducer import load_reproducer, parse_requires, touch_bytes
 from krig.verdict import Evidence, decide
-from rigs import hashsize, load_rig, qemu_memory
+from rigs import load_rig, qemu_memory
 
 SPARSE_RIG = """driver = "qemu"
 memory = "{memory}"

@@ -17,8 +17,8 @@ import statistics
 
 import numpy as np
 
+from krig import hashsize
 from krig.verdict import WARN_PATTERNS
-from rigs import hashsize
 
 LIMIT_PCT_RAM = 5.0   # the peak_negative_pct_ram threshold; growth is judged against it
 # metric stop_reason
