@@ -99,7 +99,10 @@ def check_summary(run_dir: pathlib.Path):
     text = (run_dir / "summary.txt").read_bytes()
     text.decode("ascii")                       # ASCII only
     lines = text.decode().splitlines()
-    assert all(len(line) <= 72 for line in lines), max(lines, key=len)
+    # 72 columns, but a command is never cut: a line of the reproduce command may be longer
+    # only when it holds one argument that is longer by itself (a rig file's path)
+    long = [ln for ln in lines if len(ln) > 72]
+    assert all(len(ln.strip().removesuffix(" \\").split()) == 1 for ln in long), long
     metrics = json.loads((run_dir / "metrics.json").read_text()) if (run_dir / "metrics.json").exists() else {}
     body = "\n".join(lines)
     for name, m in metrics.items():
