@@ -11,9 +11,7 @@ RESULTS_DIR = pathlib.Path(os.environ.get("KRIG_RESULTS") or ROOT / "results")
 DEFAULT_RIG = "qemu-default"
 DEFAULT_KERNEL = "distro"
 
-# The layout: these modules are krig's vocabulary, which every part (the runner, rigs, kernels,
-# analysis) may import and which imports only itself; every other krig module is the runner.
-# tests/test_layout.py checks every import against this declaration.
-VOCABULARY = ("krig", "krig.errors", "krig.config", "krig.paths", "krig.results", "krig.rundir",
-              "krig.reproducer", "krig.verdict", "krig.junit", "krig.safeio", "krig.asked", "krig.record",
-              "krig.version", "krig.tarbound", "krig.hashsize")
+# The layout: this package is krig's vocabulary (the ground floor: errors, config, the safe
+# reader, the run record and run directory, the verdict rule, the reproducer schema, the results
+# layout), which imports only itself; the parts (rigs/, kernels/, analysis/) stand on it and the
+# workflows (workflows/: the commands) on top. tests/test_layout.py checks every import.

@@ -1,12 +1,13 @@
-"""The layout is the design: imports between krig's parts go one way, and no
+"""The layout is the design: the folders are the floors, imports go down only, and no
 module imports itself back through a cycle (read with ast, nothing imported).
 
-    runner  (krig.cli, krig.run, krig.check, krig.qualify, ...)  -> rigs, kernels, analysis, libraries, vocabulary
-    rigs, kernels, analysis                                    -> themselves, libraries, vocabulary
-    analysis                                                   never -> rigs
-    a reproducer's analyze.py (loaded by krig.reproducer)      as analysis
-    libraries (a part's subpackage: analysis/trace)            -> themselves and the vocabulary only
-    vocabulary (krig.VOCABULARY, declared in krig/__init__.py)   -> vocabulary only
+    floor 3  workflows/   (the commands: cli, run, check, validate, bisect, ...)  -> the parts, the vocabulary
+    floor 2  rigs/, kernels/, analysis/   (the parts)                         -> themselves, libraries, the vocabulary
+             analysis                                                          never -> rigs or kernels
+             a reproducer's analyze.py (loaded by krig.reproducer)              as analysis
+             libraries (a part's subpackage: analysis/trace)                   -> themselves and the vocabulary only
+    floor 1  krig/        (the vocabulary: errors, config, safeio, record, rundir, verdict,
+                           reproducer, results, paths)                         -> itself only
 """
 import ast
 import pathlib
@@ -14,29 +15,29 @@ import re
 
 import pytest
 
-import krig
 from conftest import ROOT
 
-PARTS = ("krig", "rigs", "kernels", "analysis")
-VOCABULARY = set(krig.VOCABULARY)
+# the floors, by folder: a module's floor is its top folder's
+FLOORS = {"krig": 1, "rigs": 2, "kernels": 2, "analysis": 2, "workflows": 3}
+PARTS = tuple(FLOORS)
 
 
 def subpackages() -> list:
     """Folders with an __init__.py below a part (analysis/trace: the trace.dat library): each is a
     library of its own, below its part, that imports only itself and the vocabulary."""
-    return sorted(".".join(p.parent.relative_to(ROOT).parts) for part in PARTS
+    return sorted(".".join(p.parent.relative_to(ROOT).parts) for part in PARTS if FLOORS[part] == 2
                   for p in (ROOT / part).glob("*/__init__.py"))
 
 
 def part_of(module: str) -> str:
-    """'vocabulary', 'runner', a subpackage (analysis.trace), or the top package (rigs, kernels, analysis)."""
-    if module in VOCABULARY:
+    """'vocabulary' (krig/), 'workflows', a library (analysis.trace), or its part (rigs, kernels, analysis)."""
+    top = module.split(".")[0]
+    if top == "krig":
         return "vocabulary"
     for sub in subpackages():
         if module == sub or module.startswith(sub + "."):
             return "library"
-    top = module.split(".")[0]
-    return "runner" if top == "krig" else top
+    return top
 
 
 ALLOWED = {
@@ -45,8 +46,16 @@ ALLOWED = {
     "rigs": {"vocabulary", "rigs", "library"},
     "kernels": {"vocabulary", "kernels", "library"},
     "analysis": {"vocabulary", "analysis", "library"},
-    "runner": {"vocabulary", "runner", "rigs", "kernels", "analysis", "library"},
+    "workflows": {"vocabulary", "workflows", "rigs", "kernels", "analysis", "library"},
 }
+
+
+def test_the_floors_are_the_folders():
+    """Every rule above is a floor rule: an allowed import never goes up a floor."""
+    floor = {"vocabulary": 1, "library": 2, "rigs": 2, "kernels": 2, "analysis": 2, "workflows": 3}
+    for part, allowed in ALLOWED.items():
+        assert all(floor[a] <= floor[part] for a in allowed), part
+    assert set(FLOORS) == {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -123,8 +132,8 @@ def graph() -> dict:
 
 def test_the_parts_exist_where_the_layout_says():
     mods = modules()
-    assert "kernels.catalog" in mods and "kernels.build" in mods and "krig.bisect" in mods
-    # bisect drives runs in-process (krig.run), so it sits with the runner, not in kernels/
+    assert "kernels.catalog" in mods and "kernels.build" in mods and "workflows.bisect" in mods
+    # bisect drives runs in-process (workflows.run), so it sits with the runner, not in kernels/
     for gone in ("krig.kbuild", "krig.kbuild_tree", "krig.kernels", "kernels.bisect", "kernels.metric_bisect",
                  "krig.bisect_demo",
                  "rigs.ipmi_fleet", "krig.fleet"):
@@ -186,10 +195,10 @@ def test_reproducers_analyzers_import_as_analysis():
 
 def test_the_checker_sees_an_analyzer_reaching_into_a_rig(tmp_path):
     """An analyze.py loading a rig module, by import or by name through importlib, is named."""
-    known = {"rigs", "rigs.hashsize", "krig", "krig.hashsize", "krig.run"}
+    known = {"rigs", "rigs.hashsize", "krig", "krig.hashsize", "workflows.run"}
     for line, want in (("from rigs import hashsize\n", "rigs.hashsize"),
                        ("import importlib\nh = importlib.import_module('rigs.hashsize')\n", "rigs.hashsize"),
-                       ("r = __import__('krig.run')\n", "krig.run")):
+                       ("r = __import__('workflows.run')\n", "workflows.run")):
         p = tmp_path / "analyze.py"
         p.write_text(line)
         deps = imports_of("analysis.x_analyze", p, known)
@@ -215,24 +224,29 @@ def test_cycle_finder_finds_cycles(g, expect):
 def test_the_checker_sees_a_wrong_way_import(tmp_path):
     """The walk itself works: a rigs module importing the runner is named."""
     p = tmp_path / "x.py"
-    p.write_text("from krig.run import run\nimport numpy\n")
-    deps = imports_of("rigs.x", p, {"krig.run", "krig", "rigs"})
-    assert deps == {"krig.run"}
-    assert part_of("krig.run") not in ALLOWED[part_of("rigs.x")]
+    p.write_text("from workflows.run import run\nimport numpy\n")
+    deps = imports_of("rigs.x", p, {"workflows.run", "krig", "rigs"})
+    assert deps == {"workflows.run"}
+    assert part_of("workflows.run") not in ALLOWED[part_of("rigs.x")]
 
 
-def test_the_vocabulary_is_real_modules():
-    """The declaration names modules that exist (a renamed module is not silently dropped)."""
-    mods = modules()
-    assert VOCABULARY and all(m in mods for m in VOCABULARY), sorted(VOCABULARY - set(mods))
+def vocabulary() -> set:
+    return {m for m in modules() if part_of(m) == "vocabulary"}
 
 
-def test_the_design_page_names_the_declared_vocabulary():
-    """docs/design.md's layout paragraph lists exactly krig.VOCABULARY."""
+def test_the_vocabulary_is_the_ground_folder():
+    """krig/ holds the vocabulary and nothing of a workflow: no module there imports a part or a workflow."""
+    g = graph()
+    assert {"krig.errors", "krig.record", "krig.rundir", "krig.safeio", "krig.verdict"} <= vocabulary()
+    assert all(part_of(d) == "vocabulary" for m in vocabulary() for d in g[m])
+
+
+def test_the_design_page_names_the_vocabulary():
+    """docs/design.md's layout paragraph lists exactly the modules of krig/."""
     text = " ".join((ROOT / "docs" / "design.md").read_text().split())
-    start = text.index("The vocabulary, declared once as `krig.VOCABULARY`")
+    start = text.index("The vocabulary, the folder `krig/`")
     listed = text[start:].split(" is: ", 1)[1].split("; it imports only itself", 1)[0]
-    assert set(re.findall(r"`(krig(?:\.\w+)?)`", listed)) == VOCABULARY, listed
+    assert set(re.findall(r"`(krig(?:\.\w+)?)`", listed)) == vocabulary(), listed
 
 
 def private_imports(name: str, path: pathlib.Path, known: set) -> list[str]:
