@@ -17,7 +17,9 @@ takes host memory only once the server touches it.
 `up` starts a supervisor process (`python -m rigs.labsim serve NAME`, its own
 session) that holds the BMC and the serial cable; ipmi_sim dies with it and
 the server's QEMU with ipmi_sim (setpriv --pdeathsig), so a supervisor that
-dies takes its server with it. Where things go:
+dies takes its server with it. With --owner PID the supervisor also stops by itself
+when that process ends (a CI job's shell, a test session killed with SIGKILL), and
+removes its state. Where things go:
   rig file     user_rig_dir()/NAME.toml (on krig's rig search path, rigs/__init__.py)
   BMC password secret_dir()/labsim-NAME-bmc (mode 0600; the rig file names it, never argv)
   everything   state_dir(NAME): state.json, the disk overlay, logs
@@ -192,9 +194,23 @@ def ensure_image(log) -> pathlib.Path:
         raise KrigError(f"the lab server's disk image: {e}") from None
 
 
-def up(name: str, memory: str | None = None, log=print) -> pathlib.Path:
+def process_start(pid: int) -> str | None:
+    """The start time of process PID (field 22 of /proc/PID/stat), None when it is gone: with the pid,
+    it names one process, not whichever later reuses its number."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def up(name: str, memory: str | None = None, log=print, owner: int | None = None) -> pathlib.Path:
     from . import rig_path
     check_name(name)
+    owner_start = None
+    if owner is not None:
+        owner_start = process_start(owner)
+        if owner <= 0 or owner_start is None:
+            raise UsageError(f"--owner: {owner} is not a running process's pid")
     mem = parse_size(memory or MEMORY_DEFAULT, "--memory")
     if not MEMORY_MIN <= mem <= MEMORY_MAX or mem % (1 << 20):
         raise UsageError(f"--memory: {memory!r} is outside 1G-64T or not a whole number of MiB")
@@ -214,7 +230,8 @@ def up(name: str, memory: str | None = None, log=print) -> pathlib.Path:
         _forget(st)
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True, mode=0o700)
-    (d / "request.json").write_text(json.dumps({"name": name, "memory_mb": mem >> 20, "image_dir": str(image)}))
+    (d / "request.json").write_text(json.dumps({"name": name, "memory_mb": mem >> 20, "image_dir": str(image),
+                                                "owner": [owner, owner_start] if owner else None}))
     logf = open(d / "supervisor.log", "ab")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "rigs.labsim", "serve", name], cwd=ROOT, env=env,
@@ -233,7 +250,8 @@ def up(name: str, memory: str | None = None, log=print) -> pathlib.Path:
         raise KrigError(f"lab sim {name}: the BMC did not answer within {READY_WAIT}s (log {d}/supervisor.log)")
     log(f"krig: lab sim {name}: BMC ipmi_sim on 127.0.0.1:{st['lan_port']} (power off), SSH on 127.0.0.1:"
         f"{st['ssh_port']}, {st['memory_mb']} MiB" + (" sparse" if st["sparse"] else "") +
-        f"; the rig powers it on (krig lab sim down {name} stops it)")
+        f"; the rig powers it on (krig lab sim down {name} stops it" +
+        (f", or process {owner} ending)" if owner else ")"))
     if lab.address():                       # KRIG_LAB_COORDINATOR: a place there, as `krig lab sync NAME` makes
         spec = load_toml(pathlib.Path(st["rig"]))
         tags = lab_tags(spec, st["rig"])
@@ -309,13 +327,19 @@ def serve(name: str) -> int:
         tmp.write_text(json.dumps(state, indent=1) + "\n")
         tmp.rename(d / "state.json")
         print(f"labsim {name}: up, rig {rig}", flush=True)
+        owner = req.get("owner")
         while not stop.wait(1):
             if server.proc.poll() is not None:
                 print(f"labsim {name}: ipmi_sim exited {server.proc.returncode}; stopping", flush=True)
                 break
+            if owner and process_start(owner[0]) != owner[1]:
+                print(f"labsim {name}: its owner, process {owner[0]}, ended; stopping", flush=True)
+                break
     finally:
         server.stop()
         _forget(state)
+        if owner:                   # nobody will say `down`: the state goes with the server
+            shutil.rmtree(d, ignore_errors=True)
     print(f"labsim {name}: stopped", flush=True)
     return 0
 

@@ -5,6 +5,7 @@ supervisor killed with SIGKILL leaves anything of the server running.
 The server's boots, kexecs and runs are tests/test_labsim.py's and tests/test_validate_e2e.py's."""
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import time
@@ -44,6 +45,40 @@ def test_bad_input_is_one_line(tmp_path, args, line):
     p = _krig(tmp_path, "lab", "sim", *args)
     assert p.returncode == 2 and re.search(line, p.stderr) and len(p.stderr.splitlines()) == 1, p.stderr
     assert not (tmp_path / "state").exists()
+
+
+def test_a_server_whose_owner_ends_stops_by_itself(tmp_path, downed):
+    """`--owner PID`: the process that started it (a CI job, a test session) killed without a `down`."""
+    setup_missing(bmc_missing() + labsim_image.missing_tools(), "the lab server tests")
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        p = _krig(tmp_path, "lab", "sim", "up", "lab1", "--owner", str(owner.pid))
+        assert p.returncode == 0 and f"or process {owner.pid} ending" in p.stdout, p.stdout + p.stderr
+        sup = json.loads((tmp_path / "state" / "krig" / "labsim" / "lab1" / "state.json").read_text())["pid"]
+        assert any("ipmi_sim" in ln for ln in _mine(tmp_path)), _mine(tmp_path)
+    finally:
+        owner.kill()
+        owner.wait()
+    for _ in range(300):                # the supervisor polls its owner every second
+        if not _mine(tmp_path) and not pathlib.Path(f"/proc/{sup}").exists():
+            break
+        time.sleep(0.2)
+    assert not _mine(tmp_path) and not pathlib.Path(f"/proc/{sup}").exists()
+    assert not (tmp_path / "config" / "krig" / "rigs" / "lab1.toml").exists()
+    assert not list((tmp_path / "config" / "krig" / "secrets").glob("*"))
+    assert _krig(tmp_path, "lab", "sim", "down", "lab1").stdout.strip() == "krig: lab sim lab1: not up"
+
+
+@pytest.mark.parametrize("args, line", [
+    (["up", "lab1", "--owner", "x"], r"--owner: expected a whole number"),
+    (["up", "lab1", "--owner", "0"], r"--owner: 0 is not a running process's pid"),
+])
+def test_a_bad_owner_is_one_line(tmp_path, args, line):
+    import re
+    setup_missing(bmc_missing() + labsim_image.missing_tools(), "the lab server tests")
+    p = _krig(tmp_path, "lab", "sim", *args)
+    assert p.returncode == 2 and re.search(line, p.stderr) and len(p.stderr.splitlines()) == 1, p.stderr
+    assert not _mine(tmp_path)
 
 
 @pytest.fixture

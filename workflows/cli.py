@@ -156,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     su = simsub.add_parser("up", help="start it; its last line is the rig file's path (--rig NAME)")
     su.add_argument("name", metavar="NAME", help="the server's name and rig name (lower-case letters, digits, -)")
     su.add_argument("--memory", metavar="SIZE", help="its RAM, 1G-64T; sparse above the host's RAM (default 2G)")
+    su.add_argument("--owner", metavar="PID", type=ascii_int, help="stop it by itself when process PID ends (a CI job's shell, a "
+                    "test session; default: it runs until `krig lab sim down NAME`)")
     su.set_defaults(handler="workflows.lab:cmd_sim_up")
     sd = simsub.add_parser("down", help="stop it: nothing of it left running, its rig file and secret removed")
     sd.add_argument("name", metavar="NAME", help="the name given to up")
