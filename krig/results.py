@@ -46,6 +46,15 @@ def public_url(text):
     return _QUERY.sub(r"\1", _USERINFO.sub(r"\1", text)) if isinstance(text, str) else text
 
 
+def is_url(value: str) -> bool:
+    """Whether a tree's name is somewhere else than this host: a URL (scheme://, file: excluded)
+    or scp's host:path; a path on this host is not."""
+    v = value.strip()
+    if not v or v.lower().startswith("file:"):
+        return False
+    return bool(re.match(r"(?i)^[a-z][a-z0-9+.-]*://\S", v) or re.match(r"^[^/\s]+:", v))
+
+
 def public_repository(value):
     """A tree's name fit to leave the host: its URL through public_url, or, for a path on this
     host (/home/alice/src/linux, file:///srv/linux.git), the directory's last name (linux,
@@ -55,7 +64,7 @@ def public_repository(value):
     v = value.strip()
     if v.lower().startswith("file:"):
         v = v[len("file:"):].lstrip("/") or "."
-    elif re.match(r"(?i)^[a-z][a-z0-9+.-]*://", v) or re.match(r"^[^/\s]+:", v):   # a URL, or scp's host:path
+    elif is_url(v):
         return public_url(v)
     return pathlib.PurePosixPath(v.rstrip("/")).name or "."
 
@@ -66,15 +75,28 @@ def public_paths(text):
     return _ABS_PATH.sub(r"\1", public_url(text)) if isinstance(text, str) else text
 
 
-def public_kernel_arg(arg):
-    """A --kernel argument fit to leave the host: a tree, image or file path in it (the head,
-    TREE of TREE@REF, config=, modules=, series= FILE) named by its last name
-    (/home/alice/src/linux@v6.1,like=tiny-6.1 -> linux@v6.1,like=tiny-6.1)."""
-    if not isinstance(arg, str):
-        return arg
+def split_kernel_arg(arg: str) -> tuple:
+    """A --kernel argument's parts: (TREE or NAME or PATH, "@" or "", REF, [option, ...])."""
     head, *opts = arg.split(",")
     tree, at, ref = head.rpartition("@") if "@" in head and "/" not in head.rpartition("@")[2] else (head, "", "")
-    parts = [_path_name(tree) + at + ref]
+    return tree, at, ref, opts
+
+
+def is_path(v: str) -> bool:
+    return "/" in v or v.startswith(("~", "."))
+
+
+def public_kernel_arg(arg, tree_as: str | None = None, ref_as: str | None = None):
+    """A --kernel argument fit to leave the host: a tree, image or file path in it (the head,
+    TREE of TREE@REF, config=, modules=, series= FILE) named by its last name
+    (/home/alice/src/linux@v6.1,like=tiny-6.1 -> linux@v6.1,like=tiny-6.1), or the head's path
+    by `tree_as` (a reply's ./linux, the clone it tells to make) and its REF by `ref_as` (the
+    commit a local branch was)."""
+    if not isinstance(arg, str):
+        return arg
+    tree, at, ref, opts = split_kernel_arg(arg)
+    head = tree_as if tree_as and is_path(tree) else _path_name(tree)
+    parts = [head + at + (ref_as or ref if at else "")]
     for o in opts:
         k, eq, v = o.partition("=")
         parts.append(k + eq + (v if v.startswith("<") else _path_name(v)))
@@ -82,7 +104,7 @@ def public_kernel_arg(arg):
 
 
 def _path_name(v: str) -> str:
-    return pathlib.PurePosixPath(v.rstrip("/")).name or v if ("/" in v or v.startswith("~")) else v
+    return pathlib.PurePosixPath(v.rstrip("/")).name or v if is_path(v) else v
 
 
 def stamp() -> str:

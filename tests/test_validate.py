@@ -290,7 +290,7 @@ def test_compare_lkp_numbers_equal_the_runs(tmp_path):
 PUBLIC_TREE = "https://git.example.org/pub/scm/linux/kernel/git/" + "x" * 60 + "/linux.git"
 
 
-def _state(series, answer, reason, res, tmp_path, tree=None):
+def _state(series, answer, reason, res, tmp_path, tree=None, base=None):
     return {"reproducer": "selftest-pass", "preset": None, "repeat": 4, "answer": answer, "reason": reason,
             "series_provenance": series["provenance"], "reply_subject": series["reply_subject"],
             "judged_metrics": judged_metrics(res), "differences": ["CONFIG_KASAN: BASE n, NEW y"],
@@ -299,7 +299,7 @@ def _state(series, answer, reason, res, tmp_path, tree=None):
                             "machine": {"cpus": 2, "mem_total_bytes": 4 << 30, "cpu": {"model": "QEMU"}},
                             "rig": {"name": "qemu-default"}, "rig_facts": {"accel": "tcg"}},
             "new_kernel": {"release": "6.1.192-krig-gabc-s1234"},
-            "command": ["krig", "validate", "selftest-pass", "--base", f"{tmp_path / ('y' * 90)}@master,like=tiny-6.1",
+            "command": ["krig", "validate", "selftest-pass", "--base", base or f"{tmp_path / ('y' * 90)}@master,like=tiny-6.1",
                         "--series", str(series["source"])], "series": series["source"]}
 
 
@@ -373,6 +373,22 @@ def test_reply_never_names_a_local_tree(series_repo, tmp_path):
     assert "  tree            a local tree (no public remote)" in text and str(tmp_path) not in text
     (krig,) = _command(text)
     assert krig[krig.index("--base") + 1].startswith("linux@") and "clone of the tree" in " ".join(text.split())
+
+
+def test_reply_names_local_files_in_the_base_by_their_last_name(series_repo, tmp_path):
+    """The base's tree becomes the clone (./linux), its image or config file their own names: the
+    same rule the bundle's and the export's --kernel use (krig.results.public_kernel_arg)."""
+    from krig.results import public_kernel_arg
+    tree = f"{tmp_path}/src/linux@master,config={tmp_path}/cfg/my.config"
+    text = _reply(series_repo, tmp_path, base=tree)
+    _, krig = _command(text)
+    assert krig[krig.index("--base") + 1] == "linux@" + "a" * 40 + ",config=my.config"
+    assert public_kernel_arg(tree) == "linux@master,config=my.config"
+    image = f"{tmp_path}/boot/vmlinuz-6.1,config={tmp_path}/boot/config-6.1"
+    (tmp_path / "i").mkdir()
+    text = _reply(series_repo, tmp_path / "i", base=image)
+    (krig,) = _command(text)                        # nothing to clone
+    assert krig[krig.index("--base") + 1] == "vmlinuz-6.1,config=config-6.1" and str(tmp_path) not in text
 
 
 def test_reply_says_what_the_reproducer_measures_and_which_krig(series_repo, tmp_path):

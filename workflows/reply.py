@@ -30,7 +30,7 @@ from analysis.lkp import WIDTH, table_lines
 from analysis.projection import text_lines as projection_lines
 from krig.errors import KrigError, UsageError
 from krig.reproducer import load_reproducer
-from krig.results import public_url
+from krig.results import is_path, is_url, public_kernel_arg, public_repository, public_url, split_kernel_arg
 from krig.version import git_revision, origin, version
 
 _ADDR = re.compile(r"^[^<>@\s]+@[^<>@\s]+\.[^<>@\s]+$")
@@ -148,13 +148,9 @@ def _para_indented(text: str) -> list:
     return textwrap.wrap(text, WIDTH, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
 
 
-_URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://\S+|[\w.-]+@[\w.-]+:\S+)$", re.I)
-
-
 def public_tree(repository) -> str | None:
     """A tree's public name: its origin URL (credentials taken out); None for a local path."""
-    url = public_url(str(repository or "")).strip()
-    return url if _URL.match(url) and not url.startswith("file:") else None
+    return public_repository(repository) if repository and is_url(str(repository)) else None
 
 
 def measures(reproducer: str) -> str | None:
@@ -173,14 +169,12 @@ def reproduce_lines(state: dict, tree: str | None, by_id: bool) -> list:
     cloned = False
     if "--base" in cmd:
         i = cmd.index("--base") + 1
-        head, comma, opts = cmd[i].partition(",")
-        m = re.match(r"^(.+)@([^@]*)$", head)
-        where = m.group(1) if m else head
-        if "/" in where or where.startswith(("~", ".")):
-            ref = m and (m.group(2) and (git.get("commit") or m.group(2)))
-            cmd[i] = ("linux@" + (ref or "") if m else pathlib.PurePath(where).name if
-                      pathlib.PurePath(where).suffix else "linux") + comma + opts
-            cloned = bool(m)
+        where, at, ref, _ = split_kernel_arg(cmd[i])
+        if is_path(where):
+            image = not at and pathlib.PurePath(where).suffix
+            cmd[i] = public_kernel_arg(cmd[i], tree_as=None if image else "linux",
+                                       ref_as=ref and (git.get("commit") or ref))
+            cloned = bool(at)
     if "--series" in cmd:
         i = cmd.index("--series") + 1
         cmd[i] = f"<{state['series']}>" if by_id else pathlib.Path(cmd[i]).name
