@@ -19,8 +19,6 @@ import struct
 import threading
 import zlib
 
-import numpy as np
-
 from analysis.trace import native
 
 try:
@@ -64,6 +62,7 @@ class PageSource:
     def _buffer(self, bufs, slot: int, nbytes: int):
         """bufs[slot], (re)allocated when it holds fewer than nbytes (+ PAD) bytes."""
         if bufs[slot] is None or bufs[slot].size < nbytes + PAD:
+            import numpy as np  # here: the metadata sections need no numpy (`krig trace stats`)
             bufs[slot] = np.empty(max(nbytes, self.batch_bytes) + PAD, np.uint8)
         return bufs[slot]
 
@@ -133,6 +132,7 @@ class PageSource:
         into the buffer: in C (analysis/trace/kwalk.c) for zstd when it is built, else with
         python-zstandard or zlib.  One per thread (it holds a decompression context)."""
         if self.compression == "zstd" and self.native and native.available():
+            import numpy as np
             z, err = native.ZstdChunks(), np.zeros(4, np.int64)
             return lambda job, buf: self._zfill_native(job, buf, z, err)
         unpack = decompressor(self.compression)
