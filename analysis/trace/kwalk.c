@@ -168,6 +168,17 @@ void kz_free(void *dctx)
 	ZSTD_freeDCtx(dctx);
 }
 
+/* One zstd frame of n bytes (exactly one: anything else is left to python-zstandard, which
+ * names the fault) into dst: the bytes it gave, or -1. */
+long kz_one(uint8_t *dst, long cap, const uint8_t *src, long n)
+{
+	size_t size = ZSTD_findFrameCompressedSize(src, n);
+	if (ZSTD_isError(size) || (long)size != n)
+		return -1;
+	size_t got = ZSTD_decompress(dst, cap, src, n);
+	return ZSTD_isError(got) ? -1 : (long)got;
+}
+
 /* Decompress the n chunks laid out one after the other in src (each a csize and a
  * usize word, then a zstd frame of csize bytes) into dst, back to back.  Returns the
  * bytes written, or -1 with err[0] the chunk's index in src, err[1] its offset in src,

@@ -36,6 +36,8 @@ def _load():
     lib.kz_chunks.restype = long_
     lib.kz_chunks.argtypes = [ptr, ctypes.c_char_p, long_, long_, int_, ptr, long_, ptr,
                               ctypes.c_char_p, long_]
+    lib.kz_one.restype = long_
+    lib.kz_one.argtypes = [ptr, long_, ctypes.c_char_p, long_]
     lib.kcount.restype = long_
     lib.kcount.argtypes = [int_, long_, long_, ptr, int_, long_, long_, int_, int_, int_, ptr, ptr]
     return lib
@@ -92,6 +94,14 @@ class ZstdChunks:
         n = lib.kz_chunks(self._dctx, src, len(src), nchunks, int(big_endian), dst.ctypes.data,
                           dst.size, err.ctypes.data, msg, len(msg))
         return n, msg.value.decode(errors="replace")
+
+
+def zstd_frame(data: bytes, size: int) -> bytes | None:
+    """One zstd frame (a metadata section) decompressed, at most size bytes; None if it is not
+    exactly one good frame (python-zstandard then names the fault)."""
+    out = ctypes.create_string_buffer(size or 1)
+    got = lib.kz_one(out, size, data, len(data))
+    return None if got < 0 else ctypes.string_at(out, got)
 
 
 def count(fd: int, fsize: int, cpu_data, compressed: bool, page_size: int, data_start: int,

@@ -14,16 +14,13 @@ from __future__ import annotations
 import os
 import re
 import struct
+import sys
 import zlib
 
 from analysis.trace import native
 from krig import safeio
-from analysis.trace.tracepages import DECOMPRESS_THREADS, PageSource, decompressor
-
-try:
-    import zstandard
-except ImportError:  # pragma: no cover
-    zstandard = None
+from analysis.trace.tracepages import (DECOMPRESS_THREADS, PageSource, unpack_section,
+                                       zstandard_installed)
 
 
 class TraceError(Exception):
@@ -153,6 +150,7 @@ class TraceFile:
             self._f.close()
             if isinstance(e, TraceError):
                 raise
+            zstandard = sys.modules.get("zstandard")  # a ZstdError comes only once it is imported
             if isinstance(e, (struct.error, ValueError, IndexError, zlib.error)) or (
                     zstandard is not None and isinstance(e, zstandard.ZstdError)):
                 raise self._err(f"corrupt header data ({e})") from None
@@ -329,7 +327,7 @@ class TraceFile:
             if size < 8:
                 raise self._err(f"corrupt compressed section {sid} at offset {off}")
             csize, usize = struct.unpack_from(self._e + "II", data)
-            data = decompressor(self.compression)(data[8:8 + csize], usize)
+            data = unpack_section(self.compression, data[8:8 + csize], usize)
             if len(data) != usize:
                 raise self._err(f"corrupt compressed section {sid} at offset {off}")
         return sid, flags, data
@@ -345,7 +343,7 @@ class TraceFile:
         self.compression = None if name in ("none", "") else name
         if self.compression not in (None, "zstd", "zlib"):
             raise self._err(f"unsupported compression algorithm {name!r}")
-        if self.compression == "zstd" and zstandard is None:
+        if self.compression == "zstd" and not zstandard_installed():
             raise self._err("zstd-compressed trace but the 'zstandard' module is missing")
         (opt_off,) = struct.unpack_from(e + "Q", head, z2 + 1)
         # the section table: sections follow each other from here (trace-cmd finds

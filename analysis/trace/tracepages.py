@@ -21,22 +21,34 @@ import zlib
 
 from analysis.trace import native
 
-try:
-    import zstandard
-except ImportError:  # pragma: no cover
-    zstandard = None
-
 PAD = 16
 DECOMPRESS_THREADS = 2  # measured on 2 cores: see docs/measurements.md, "Benchmarks"
 _END = object()
 
 
 def decompressor(kind):
-    """A function (data, uncompressed size) -> bytes for the file's algorithm."""
+    """A function (data, uncompressed size) -> bytes for the file's algorithm (python-zstandard or
+    zlib; python-zstandard is imported here, not with the module: the count in C does not need it)."""
     if kind == "zstd":
+        import zstandard
         dctx = zstandard.ZstdDecompressor()
         return lambda data, n: dctx.decompress(data, max_output_size=n)
     return lambda data, n: zlib.decompress(data)
+
+
+def zstandard_installed() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("zstandard") is not None
+
+
+def unpack_section(kind, data: bytes, n: int) -> bytes:
+    """A compressed metadata section's payload: one zstd frame in C when the library is built,
+    else (or when C finds a fault, so that it is named as before) as decompressor() does."""
+    if kind == "zstd" and native.available():
+        out = native.zstd_frame(data, n)
+        if out is not None:
+            return out
+    return decompressor(kind)(data, n)
 
 
 class PageSource:
