@@ -5,8 +5,12 @@
  * (tests/test_kwalk.py) and the fallback when the library is not built.
  *
  * kz_chunks: a batch of trace-cmd's v7 zstd chunks (csize u32, usize u32, frame).
+ * kz_one: one zstd frame (a v7 metadata section).
  *
  * kwalk: the ring-buffer page walk of analysis/trace/kbuffer.py, record by record.
+ *
+ * kcount: both in one call for a count by type id (`krig trace stats`), in threads of its
+ * own, a chunk at a time (at the end of this file).
  *
  * Semantics (libtraceevent's kbuffer, as `trace-cmd report` reads pages): a page is
  * a 64-bit time stamp, a commit word (4 or 8 bytes: data size, bit 31 missed events,
