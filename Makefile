@@ -82,7 +82,7 @@ $(VENV)/.installed: pyproject.toml
 helpers: $(HELPERS) $(KWALK)
 
 $(KWALK): analysis/trace/kwalk.c
-	$(CC) -O2 -Wall -shared -fPIC -o $@ $< -lzstd
+	$(CC) -O2 -Wall -shared -fPIC -pthread -o $@ $< -lzstd
 
 define helper_rule
 $(dir $(1))bin/$(basename $(notdir $(1))): $(1)

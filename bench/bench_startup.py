@@ -30,6 +30,12 @@ TARGET_S = 0.150
 PACKAGES = ("krig", "kernels", "analysis", "rigs")
 
 
+def compile_bytecode():
+    """The project's bytecode, as after an install (python -m compileall)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *PACKAGES], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL)
+
+
 def one_patch_series(tmp: pathlib.Path) -> pathlib.Path:
     """A one-patch series as git format-patch writes it."""
     repo = tmp / "tree"
@@ -78,8 +84,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average at the start: {load} ({os.cpu_count()} cpus)")
-    subprocess.run([sys.executable, "-m", "compileall", "-q", *PACKAGES], cwd=ROOT, check=True,
-                   stdout=subprocess.DEVNULL)
+    compile_bytecode()
     with tempfile.TemporaryDirectory(prefix="krig-bench-startup-") as td:
         tmp = pathlib.Path(td)
         patch, vdir = one_patch_series(tmp), validations(tmp)

@@ -16,6 +16,8 @@ file times
 Exits 1 if any count differs from the number of events written or from the
 pipeline's, or the groups do not add up to the count.  Prints each target next to
 what was measured, and the load average (the machine is shared).
+The project's bytecode is compiled first (python -m compileall, as bench_startup.py does), so
+start-up is timed as after an install.
 --quick uses 200k events (a CI smoke run).  Run it niced on a shared machine.
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))      # tests/tracegen.py: the synthetic trace writer
 
 from analysis.trace import native  # noqa: E402
+from bench_startup import compile_bytecode  # noqa: E402
 from tracegen import write_synthetic  # noqa: E402
 from analysis.trace.tracepages import DECOMPRESS_THREADS  # noqa: E402
 
@@ -169,8 +172,10 @@ def main(argv=None) -> int:
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"({os.cpu_count()} cpus)")
     print("page walk and zstd: " + (f"C ({native.PATH.name}), {DECOMPRESS_THREADS} decompressing "
-                                    f"threads" if native.available() else
+                                    f"threads; the plain count all in C (kcount, no numpy)"
+                                    if native.available() else
                                     "numpy and python-zstandard (run make helpers for the C code)"))
+    compile_bytecode()  # start-up as after an install, whatever PYTHONDONTWRITEBYTECODE says
     if args.sizes:
         sizes = [int(float(s)) for s in args.sizes.split(",")]
     rows, failed = [], False
@@ -212,7 +217,7 @@ def main(argv=None) -> int:
         print(f"{r['file']:<34} {r['events']:>10} {r['mb']:>7.0f} {o['wall_s']:>7.2f} "
               f"{o['count_s']:>8.2f} {r['trace_cmd']['wall_s']:>11.2f} {r['ratio']:>7.1f}x "
               f"{o['maxrss_kb'] / 1024:>7.0f}MB  {'ok' if r['ok'] else 'MISMATCH'}")
-    print("\nours s: child process wall time incl. interpreter start and numpy import "
+    print("\nours s: child process wall time incl. interpreter start and imports "
           "(best of 2); (count): open + count inside the child")
     ref = [r for r in rows if 1_500_000 <= r["events"] <= 2_500_000]
     if ref:

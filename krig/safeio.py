@@ -22,7 +22,6 @@ import errno
 import json
 import os
 import pathlib
-import secrets
 import stat
 
 from .errors import UsageError
@@ -205,6 +204,7 @@ def write_bytes(base, rel, data: bytes, mode: int = 0o644) -> None:
     """Write base/rel atomically: a new temporary file (O_EXCL|O_NOFOLLOW) renamed over it."""
     rel = pathlib.PurePosixPath(rel)
     with open_dir(base, rel.parent, create=True) as d:
+        import secrets  # here: `krig trace stats` reads files and writes none
         tmp = f".{rel.name}.{secrets.token_hex(6)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=d)
         try:

@@ -12,7 +12,7 @@ import struct
 import numpy as np
 import pytest
 
-from analysis.trace import kbuffer, native
+from analysis.trace import kbuffer, native, tracepages
 from analysis.trace.tracedat import TraceError, TraceFile
 from tracegen import write_synthetic
 
@@ -162,3 +162,93 @@ def test_corrupt_chunks_give_the_same_error(tmp_path):
             msgs.append(str(ei.value))
         assert all(what in m and "\n" not in m and str(bad) in m for m in msgs), msgs
         assert msgs[0].split(":")[:2] == msgs[1].split(":")[:2]  # same chunk and offset
+
+
+COUNT_CASES = {  # name: write_synthetic's arguments
+    "v7 zstd": dict(FEATURES),
+    "v7 zstd, big-endian 32-bit": dict(FEATURES, big_endian=True, long_size=4),
+    "v7 uncompressed": dict(FEATURES, compression=None),
+    "v6 with lost pages": dict(FEATURES, version=6, compression=None,
+                               lost={0: {1: 1234, 3: None}, 1: {0: 7}}),
+    "v7 zstd with lost pages": dict(FEATURES, lost={2: {0: 5, 2: None}}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(COUNT_CASES))
+def test_the_c_count_agrees_with_the_walk(tmp_path, case, monkeypatch):
+    """counts() and lost_events() in one C call (kcount: what `krig trace stats` runs) give what
+    the batch walk gives, with any number of threads sharing the chunks, and what the reader
+    gives without the library."""
+    path = tmp_path / "k.dat"
+    write_synthetic(TEMPLATE, path, 25_000, **COUNT_CASES[case])
+    ref = TraceFile(path)
+    ref.NATIVE = False
+    want = (ref.counts(), ref.lost_events())
+    assert sum(want[0].values()) == 25_000
+    for threads in (1, 2, 5):
+        tf = TraceFile(path)
+        got = native.count(tf._f.fileno(), tf._fsize, tf._cpu_data, tf._data_compressed,
+                           tf.page_size, tf._data_start, tf.commit_size, tf.big_endian, threads)
+        assert got is not None, "the C count gave up on a good file"
+        assert {tf._by_id[i].full_name: n for i, n in got[0].items()} == want[0]
+        monkeypatch.setattr("analysis.trace.tracedat.DECOMPRESS_THREADS", threads)
+        assert (tf.counts(), tf.lost_events()) == want
+    monkeypatch.setattr(native, "lib", None)  # not built: the walk, with the same answer
+    tf = TraceFile(path)
+    assert (tf.counts(), tf.lost_events()) == want
+
+
+def test_the_c_count_of_an_empty_cpu(tmp_path):
+    for comp in ("zstd", None):
+        path = tmp_path / f"e{comp}.dat"
+        write_synthetic(TEMPLATE, path, 2, cpus=3, compression=comp)  # cpu 2 has no page
+        ref, tf = TraceFile(path), TraceFile(path)
+        ref.NATIVE = False
+        assert tf._cpu_data[2][2] == 0
+        assert (tf.counts(), tf.lost_events()) == (ref.counts(), ref.lost_events())
+        assert sum(tf.counts().values()) == 2
+
+
+def test_the_c_count_leaves_a_corrupt_file_to_the_reader(tmp_path):
+    """On a fault the C count answers nothing, and counts() raises the reader's one-line error."""
+    path = tmp_path / "z.dat"
+    write_synthetic(TEMPLATE, path, 20_000, **FEATURES)
+    tf = TraceFile(path)
+    _, off, _ = tf._cpu_data[1]
+    data = bytearray(path.read_bytes())
+    data[off + 20:off + 60] = b"\xff" * 40  # inside cpu 1's first zstd frame
+    bad = tmp_path / "bad.dat"
+    bad.write_bytes(bytes(data))
+    tf, ref = TraceFile(bad), TraceFile(bad)
+    assert native.count(tf._f.fileno(), tf._fsize, tf._cpu_data, True, tf.page_size,
+                        tf._data_start, tf.commit_size, tf.big_endian, 2) is None
+    msgs = []
+    for count in (tf.counts, ref._scan):  # the count, and the batch walk alone
+        with pytest.raises(TraceError) as ei:
+            count()
+        msgs.append(str(ei.value))
+    assert msgs[0] == msgs[1] and "corrupt compressed chunk 0 at offset" in msgs[0]
+
+
+def test_sections_decompress_as_python_zstandard(tmp_path, monkeypatch):
+    """A v7 file's compressed metadata sections: one zstd frame each, in C as python-zstandard
+    gives it; anything but one good frame is left to python-zstandard (which names the fault)."""
+    path = tmp_path / "m.dat"
+    write_synthetic(TEMPLATE, path, 2000, **FEATURES)
+    fast = TraceFile(path)
+    frames = []
+    for sid, off, flags, size in fast.section_table:
+        if flags & 1 and sid != 3:  # 3: the page data, in chunks
+            data = path.read_bytes()[off + 16:off + 16 + size]
+            csize, usize = struct.unpack_from("<II", data)
+            frames.append((data[8:8 + csize], usize))
+    assert len(frames) >= 3
+    for frame, usize in frames:
+        want = tracepages.decompressor("zstd")(frame, usize)
+        assert native.zstd_frame(frame, usize) == want == tracepages.unpack_section("zstd", frame, usize)
+        assert native.zstd_frame(frame + frame, 2 * usize) is None  # two frames
+        assert native.zstd_frame(frame[:-3], usize) is None  # cut short
+    monkeypatch.setattr(native, "lib", None)
+    ref = TraceFile(path)
+    assert ref.formats() == fast.formats() and ref.header_page == fast.header_page
+    assert ref.section_bytes(21) == fast.section_bytes(21)  # cmdlines

@@ -1,6 +1,6 @@
 """A command loads what it uses when it runs: building `krig`'s parser imports no workflow and
 no plotting or statistics library, `krig b4-check` (b4 runs it once per patch) imports neither
-numpy nor matplotlib, and `krig trace stats` draws nothing. Each subcommand names its handler as
+numpy nor matplotlib, and `krig trace stats` draws nothing (and counts without numpy). Each subcommand names its handler as
 "module:function" (workflows/cli.py), so every name is checked here to resolve, not at a user's first run.
 
 The imports are read from sys.modules of a fresh interpreter, never timed (`make bench` times them)."""
@@ -119,3 +119,9 @@ def test_trace_stats_imports_no_plotting_or_statistics():
     assert json.loads(p.stdout)["event"] == "xfs:xfs_ail_insert"
     assert "analysis.trace.tracecli" in mods
     assert not tops(mods, PLOTTING_AND_STATISTICS), tops(mods, PLOTTING_AND_STATISTICS)
+    # the plain count is one call into the C library: numpy is for --group-by
+    assert json.loads(p.stdout)["count"] > 0 and not tops(mods, ("numpy",)), tops(mods, ("numpy",))
+    p, mods = imported(["trace", "stats", str(trace), "--event", "xfs:xfs_ail_insert", "--json",
+                        "--group-by", "new_lsn"])
+    assert p.returncode == 0 and json.loads(p.stdout)["groups"], p.stderr.decode()
+    assert "numpy" in mods

@@ -4,16 +4,18 @@ ctypes lets go of the GIL for the length of each call, so the decompressing thre
 and the page walk run at once.  `lib` is None when the library is not built: the
 reader then walks pages with numpy and decompresses with python-zstandard, the
 references tests/test_kwalk.py holds the C code against.
+
+count() imports no numpy: `krig trace stats` counts a trace without it (numpy's import
+alone is a large share of the command's time).
 """
 from __future__ import annotations
 
 import ctypes
 import pathlib
 
-import numpy as np
-
 PATH = pathlib.Path(__file__).resolve().parent / "_kwalk.so"
-KWALK_ABI = 2  # kwalk_abi() in analysis/trace/kwalk.c
+KWALK_ABI = 3  # kwalk_abi() in analysis/trace/kwalk.c
+NIDS = 1 << 16  # event type ids are 16 bits
 
 
 def _load():
@@ -34,6 +36,10 @@ def _load():
     lib.kz_chunks.restype = long_
     lib.kz_chunks.argtypes = [ptr, ctypes.c_char_p, long_, long_, int_, ptr, long_, ptr,
                               ctypes.c_char_p, long_]
+    lib.kz_one.restype = long_
+    lib.kz_one.argtypes = [ptr, long_, ctypes.c_char_p, long_]
+    lib.kcount.restype = long_
+    lib.kcount.argtypes = [int_, long_, long_, ptr, int_, long_, long_, int_, int_, int_, ptr, ptr]
     return lib
 
 
@@ -53,6 +59,7 @@ def walk(buf, npages, page_size, data_start, commit_size, big_endian, want_pos, 
     offsets or None, time stamps or None, [flagged pages, stored lost count, flagged
     pages without a count], error) where error is None or (code, page, size) as
     analysis/trace/kwalk.c's kwalk() sets them."""
+    import numpy as np
     cap = npages * ((page_size - data_start) // 8 + 1)  # 8 bytes: the smallest event
     tid = np.empty(cap, np.uint32)
     pos = np.empty(cap, np.int64) if want_pos else None
@@ -87,3 +94,31 @@ class ZstdChunks:
         n = lib.kz_chunks(self._dctx, src, len(src), nchunks, int(big_endian), dst.ctypes.data,
                           dst.size, err.ctypes.data, msg, len(msg))
         return n, msg.value.decode(errors="replace")
+
+
+def zstd_frame(data: bytes, size: int) -> bytes | None:
+    """One zstd frame (a metadata section) decompressed, at most size bytes; None if it is not
+    exactly one good frame (python-zstandard then names the fault)."""
+    out = ctypes.create_string_buffer(size or 1)
+    got = lib.kz_one(out, size, data, len(data))
+    return None if got < 0 else ctypes.string_at(out, got)
+
+
+def count(fd: int, fsize: int, cpu_data, compressed: bool, page_size: int, data_start: int,
+          commit_size: int, big_endian: bool, threads: int):
+    """Events by type id of every cpu's pages of the open trace.dat fd (cpu_data: (cpu, offset,
+    size)), read, decompressed (zstd) and walked in C by `threads` threads, a chunk at a time:
+    ({type id: count}, {cpu: (flagged pages, stored lost count, flagged pages without a
+    count)}), or None when anything in the data is unexpected (the numpy reader then reads it
+    and names the fault)."""
+    i64 = ctypes.c_int64
+    ncpu = len(cpu_data)
+    cpus = (i64 * (2 * ncpu or 1))(*[x for _, off, size in cpu_data for x in (off, size)])
+    out, loss = (i64 * (2 * NIDS))(), (i64 * (3 * ncpu or 1))()
+    n = lib.kcount(fd, fsize, ncpu, cpus, int(compressed), page_size, data_start, commit_size,
+                   int(big_endian), threads, out, loss)
+    if n < 0:
+        return None
+    pairs = out[:2 * n]
+    return (dict(zip(pairs[::2], pairs[1::2])),
+            {cpu: tuple(loss[3 * i:3 * i + 3]) for i, (cpu, _, _) in enumerate(cpu_data)})

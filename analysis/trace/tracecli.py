@@ -1,11 +1,12 @@
-"""`krig trace stats`: count one event in a trace.dat, optionally grouped by a field."""
+"""`krig trace stats`: count one event in a trace.dat, optionally grouped by a field.
+
+numpy is imported where a grouping needs it: the plain count is C code called through ctypes
+(analysis/trace/native.py), and numpy's import would be a large share of its time."""
 from __future__ import annotations
 
 import json
 import sys
 from collections import Counter
-
-import numpy as np
 
 from analysis.trace.tracedat import TraceError, TraceFile
 from krig.errors import UsageError
@@ -14,6 +15,7 @@ from krig import safeio
 
 def _plain(v):
     """A JSON/print friendly Python value."""
+    import numpy as np
     if isinstance(v, np.generic):
         return v.item()
     if isinstance(v, np.ndarray):
@@ -23,6 +25,7 @@ def _plain(v):
 
 def group_counts(values: np.ndarray) -> list[tuple[object, int]]:
     """[(value, count)] largest count first; ties by value."""
+    import numpy as np
     if values.size == 0:
         return []
     if values.dtype == object:
@@ -48,6 +51,7 @@ class GroupCounter:
         self._other: Counter = Counter()  # strings and array rows
 
     def add(self, values: np.ndarray):
+        import numpy as np
         if values.size == 0:
             return
         self.total += int(values.shape[0])
@@ -64,6 +68,7 @@ class GroupCounter:
             self._compact()
 
     def _compact(self):
+        import numpy as np
         if len(self._parts) > 1:
             vals = np.concatenate([v for v, _ in self._parts])
             uniq, inv = np.unique(vals, return_inverse=True)
@@ -77,6 +82,7 @@ class GroupCounter:
             items = sorted(self._other.items())
             order = sorted(range(len(items)), key=lambda i: -items[i][1])  # stable
             return [items[i] for i in order]
+        import numpy as np
         self._compact()
         if not self._parts:
             return []

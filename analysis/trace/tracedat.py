@@ -1,5 +1,7 @@
 """Fast reader for trace-cmd's trace.dat (file versions 6 and 7): Python + numpy, with
 the page walk and zstd decompression in C (analysis/trace/kwalk.c) when it is built.
+counts() and lost_events() alone are one call into that C code, and numpy is not even
+imported for them (`krig trace stats` without --group-by).
 
 This module reads the file format: header, sections, options, event formats and
 the per-cpu page data.  Pages go to analysis.trace.kbuffer a batch at a time (2 MB of
@@ -9,22 +11,16 @@ whatever the length of the trace.
 """
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import struct
+import sys
 import zlib
 
-import numpy as np
-
-from analysis.trace.kbuffer import PageDecoder
+from analysis.trace import native
 from krig import safeio
-from analysis.trace.tracepages import PageSource, decompressor
-
-try:
-    import zstandard
-except ImportError:  # pragma: no cover
-    zstandard = None
+from analysis.trace.tracepages import (DECOMPRESS_THREADS, PageSource, unpack_section,
+                                       zstandard_installed)
 
 
 class TraceError(Exception):
@@ -154,6 +150,7 @@ class TraceFile:
             self._f.close()
             if isinstance(e, TraceError):
                 raise
+            zstandard = sys.modules.get("zstandard")  # a ZstdError comes only once it is imported
             if isinstance(e, (struct.error, ValueError, IndexError, zlib.error)) or (
                     zstandard is not None and isinstance(e, zstandard.ZstdError)):
                 raise self._err(f"corrupt header data ({e})") from None
@@ -330,7 +327,7 @@ class TraceFile:
             if size < 8:
                 raise self._err(f"corrupt compressed section {sid} at offset {off}")
             csize, usize = struct.unpack_from(self._e + "II", data)
-            data = decompressor(self.compression)(data[8:8 + csize], usize)
+            data = unpack_section(self.compression, data[8:8 + csize], usize)
             if len(data) != usize:
                 raise self._err(f"corrupt compressed section {sid} at offset {off}")
         return sid, flags, data
@@ -346,7 +343,7 @@ class TraceFile:
         self.compression = None if name in ("none", "") else name
         if self.compression not in (None, "zstd", "zlib"):
             raise self._err(f"unsupported compression algorithm {name!r}")
-        if self.compression == "zstd" and zstandard is None:
+        if self.compression == "zstd" and not zstandard_installed():
             raise self._err("zstd-compressed trace but the 'zstandard' module is missing")
         (opt_off,) = struct.unpack_from(e + "Q", head, z2 + 1)
         # the section table: sections follow each other from here (trace-cmd finds
@@ -433,6 +430,7 @@ class TraceFile:
         if ev is None:
             names = sorted(self._events)
             system = name.partition(":")[0] if ":" in name else None
+            import difflib
             close = difflib.get_close_matches(name, names, n=6, cutoff=0.6)
             same = [n for n in names if system and n.startswith(system + ":")]
             if close or same:
@@ -486,6 +484,9 @@ class TraceFile:
         """One pass over all pages, a batch at a time: yields (cpu, {column: array}) with the
         records of ev_id in that batch ('ts' and 'cpu' only with_ts; file order only if
         ordered); when the pass is complete, sets the counts by id and the loss stats."""
+        import numpy as np
+
+        from analysis.trace.kbuffer import PageDecoder
         kb = PageDecoder(self.page_size, self._data_start, self.commit_size, self.big_endian,
                          self._err, fast=self.FAST_RUNS, native=self.NATIVE)
         counts = np.zeros(1 << 16, np.int64)
@@ -511,11 +512,32 @@ class TraceFile:
             if with_ts:
                 cols["ts"], cols["cpu"] = ts[sel], np.full(p.size, cpu, np.int32)
             yield cpu, cols
+        self._set_counts({i: int(counts[i]) for i in np.flatnonzero(counts).tolist()}, lost, per_cpu)
+
+    def _set_counts(self, by_id: dict, lost: list, per_cpu: dict):
+        """The result of a pass: counts by id (in id order), loss stats of all cpus and by cpu."""
         self._counts = {}
-        for i in np.flatnonzero(counts).tolist():
+        for i, n in by_id.items():
             ev = self._by_id.get(i)
-            self._counts[ev.full_name if ev else f"unknown:id{i}"] = int(counts[i])
+            self._counts[ev.full_name if ev else f"unknown:id{i}"] = n
         self._lost = (lost, per_cpu)
+
+    def _count(self):
+        """counts() and lost_events()'s pass: in C in one call (analysis/trace/kwalk.c's kcount)
+        when it is built and the data is raw or zstd, else (or when the C code finds anything
+        amiss, so that the fault is named as the reader names it) with _scan()."""
+        if self.NATIVE and native.available() and (not self._data_compressed
+                                                     or self.compression == "zstd"):
+            threads = max(1, min(DECOMPRESS_THREADS, os.cpu_count() or 1))
+            got = native.count(self._f.fileno(), self._fsize, self._cpu_data, self._data_compressed,
+                               self.page_size, self._data_start, self.commit_size, self.big_endian,
+                               threads)
+            if got is not None:
+                by_id, by_cpu = got
+                lost = [sum(x[k] for x in by_cpu.values()) for k in range(3)]
+                self._set_counts(by_id, lost, {cpu: x[1] + x[2] for cpu, x in by_cpu.items()})
+                return
+        self._scan()
 
     def _scan(self, ev_id=None, fields=(), with_ts=True):
         """One pass over all pages: counts by id, loss stats, and the columns of ev_id."""
@@ -552,7 +574,7 @@ class TraceFile:
     def counts(self) -> dict[str, int]:
         """Events recorded, by 'system:event' (only events present)."""
         if self._counts is None:
-            self._scan()
+            self._count()
         return dict(self._counts)
 
     def columns(self, event: str, fields=(), *, with_ts: bool = True) -> dict[str, np.ndarray]:
@@ -565,6 +587,7 @@ class TraceFile:
         ev = self.event(event)
         fl = self._fields(ev, fields)
         cols = self._scan(ev.id, fl, with_ts)
+        import numpy as np
         empty = {"ts": np.uint64, "cpu": np.int32}
         empty.update({f.name: object if f.kind in ("str", "dataloc", "relloc") else np.int64
                       for f in fl})
@@ -593,7 +616,7 @@ class TraceFile:
         page flagged without a count lost at least one event).
         """
         if self._lost is None:
-            self._scan()
+            self._count()
         (flagged, stored, uncounted), per_cpu = self._lost
         stats = {int(st.get("CPU", i)): st for i, st in enumerate(self.cpustats)}
         overrun = dropped = total = 0

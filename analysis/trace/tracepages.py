@@ -19,14 +19,7 @@ import struct
 import threading
 import zlib
 
-import numpy as np
-
 from analysis.trace import native
-
-try:
-    import zstandard
-except ImportError:  # pragma: no cover
-    zstandard = None
 
 PAD = 16
 DECOMPRESS_THREADS = 2  # measured on 2 cores: see docs/measurements.md, "Benchmarks"
@@ -34,11 +27,28 @@ _END = object()
 
 
 def decompressor(kind):
-    """A function (data, uncompressed size) -> bytes for the file's algorithm."""
+    """A function (data, uncompressed size) -> bytes for the file's algorithm (python-zstandard or
+    zlib; python-zstandard is imported here, not with the module: the count in C does not need it)."""
     if kind == "zstd":
+        import zstandard
         dctx = zstandard.ZstdDecompressor()
         return lambda data, n: dctx.decompress(data, max_output_size=n)
     return lambda data, n: zlib.decompress(data)
+
+
+def zstandard_installed() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("zstandard") is not None
+
+
+def unpack_section(kind, data: bytes, n: int) -> bytes:
+    """A compressed metadata section's payload: one zstd frame in C when the library is built,
+    else (or when C finds a fault, so that it is named as before) as decompressor() does."""
+    if kind == "zstd" and native.available():
+        out = native.zstd_frame(data, n)
+        if out is not None:
+            return out
+    return decompressor(kind)(data, n)
 
 
 class PageSource:
@@ -64,6 +74,7 @@ class PageSource:
     def _buffer(self, bufs, slot: int, nbytes: int):
         """bufs[slot], (re)allocated when it holds fewer than nbytes (+ PAD) bytes."""
         if bufs[slot] is None or bufs[slot].size < nbytes + PAD:
+            import numpy as np  # here: the metadata sections need no numpy (`krig trace stats`)
             bufs[slot] = np.empty(max(nbytes, self.batch_bytes) + PAD, np.uint8)
         return bufs[slot]
 
@@ -133,6 +144,7 @@ class PageSource:
         into the buffer: in C (analysis/trace/kwalk.c) for zstd when it is built, else with
         python-zstandard or zlib.  One per thread (it holds a decompression context)."""
         if self.compression == "zstd" and self.native and native.available():
+            import numpy as np
             z, err = native.ZstdChunks(), np.zeros(4, np.int64)
             return lambda job, buf: self._zfill_native(job, buf, z, err)
         unpack = decompressor(self.compression)
