@@ -1,7 +1,9 @@
 """Two kernel builds started at the same moment on one host, both from tiny-6.1's built tree:
-a bisection step (a commit of the bisect demo's history, tiny-6.1's config: a git tree krig has
-never built, so its build tree is seeded from tiny-6.1's) and a series from outside krig's tree
-on tiny-6.1 (built in a throwaway layer over that same tree). Each runs in a process of its own;
+a bisection step (a commit of the bisect demo's history with tiny-6.1's config, given as
+`--kernel TREE@COMMIT,like=tiny-6.1`: the same git build `krig bisect` makes of a step, in a git
+tree krig has never built, so its build tree is seeded from a built one) and a series from
+outside krig's tree on tiny-6.1 (built in a throwaway layer over tiny-6.1's tree). Each runs in
+a process of its own;
 for each, what build.json says (incremental, the tree it was seeded from or built over), whether
 it waited for the other's lock, the objects make compiled (`CC` lines of its log, in the tree and
 in the layer), minutes and the load.
