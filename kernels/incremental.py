@@ -198,6 +198,15 @@ def tree_lock(tree: pathlib.Path) -> pathlib.Path:
     return tree.with_name(tree.name + ".lock")
 
 
+def remove_tree(tree: pathlib.Path, log=print) -> None:
+    """A build tree and its state removed, under its lock: a build in it or a copy of it is
+    waited for, and a build waiting to copy it finds it gone and seeds from another. The lock
+    file stays (a waiter may hold it open)."""
+    with locked(tree_lock(tree), log, f"build tree {tree.name} (to remove it)"):
+        _state_path(tree).unlink(missing_ok=True)
+        shutil.rmtree(tree, ignore_errors=True)
+
+
 def _seed_candidates(exclude: pathlib.Path, base_config: list) -> list:
     """Built trees of the same config family, most recently used first (a tainted one never)."""
     trees = []
@@ -253,16 +262,17 @@ def create_tree(tree: pathlib.Path, origin: dict, base_config: list = DEFAULT_BA
         copy_tree(pristine, tree, log)
         return {"origin": origin, "pristine": str(pristine), "seeded_from": None}
     seeded = None
-    for cand in _seed_candidates(tree, base_config)[:1]:
+    for cand in _seed_candidates(tree, base_config):
         # a tree in use is waited for, not skipped: a copy needs only a shared lock (a series'
         # overlay over it holds one too), and a build from nothing costs many times the wait
         with locked(tree_lock(cand), log, f"build tree {cand.name} (to copy it)", shared=True):
             st = load_state(cand)
             if not cand.is_dir() or not st.get("built") or st.get("tainted"):
-                break               # a tainted tree is never copied: its mark could not follow
+                continue            # gone, half-made or tainted while waited for: the next one
             copy_tree(cand, tree, log)
         shutil.rmtree(tree / ".git", ignore_errors=True)
         seeded = str(cand)
+        break
     if seeded is None:
         tree.mkdir(parents=True)
     git(tree, "init", "-q")

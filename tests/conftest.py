@@ -52,12 +52,36 @@ def check_a_copy(run_dir: pathlib.Path, where: pathlib.Path) -> tuple[int, str, 
     return p.returncode, p.stdout.strip(), json.loads((run_dir / "verdict.json").read_text())
 
 
-def build_kernels(*names: str) -> None:
-    """Build kernels as `make kernel KERNEL=...` builds them (a no-op when cached)."""
+def build_kernels(*names: str) -> dict:
+    """Build kernels as `make kernel KERNEL=...` builds them (a no-op when cached). Returns what
+    this call did for each: "cached" (built before, by anyone: nothing done), or "incremental" /
+    "full build" (built now), as the build's own line says. A test asserts how a kernel was
+    built only from this, never from the build.json of a kernel an earlier run may have made."""
     p = subprocess.run([sys.executable, "-m", "kernels.build", "build", *names], cwd=ROOT,
                        capture_output=True, text=True, timeout=3600)
     last = (p.stderr.strip().splitlines() or p.stdout.strip().splitlines() or ["no output"])[-1]
     assert p.returncode == 0, f"kernel build failed: {last}"
+    return {n: how_built(p.stdout, n) for n in names}
+
+
+def tree_ready(name: str) -> bool:
+    """Whether the build tree the cached kernel `name` was built in is there, built: a build in
+    it, or one seeded from it, then compiles only what changed."""
+    from kernels.build import status
+    from kernels.incremental import load_state
+    tree = json.loads((pathlib.Path(status(name)["dir"]) / "build.json").read_text())["tree"]
+    return pathlib.Path(tree).is_dir() and bool(load_state(pathlib.Path(tree)).get("built"))
+
+
+def how_built(output: str, name: str) -> str:
+    """What kbuild's output says it did for kernel `name`: "cached", "incremental" or "full build"."""
+    for line in output.splitlines():
+        if line.startswith(f"kbuild: {name} is built (") and line.endswith("; nothing to do"):
+            return "cached"
+        m = re.match(rf"kbuild: {re.escape(name)}: tree .* \((incremental|full build)\), log ", line)
+        if m:
+            return m.group(1)
+    raise AssertionError(f"kbuild said neither how it built {name} nor that it was cached:\n{output[-3000:]}")
 
 
 def rig_with_memory(directory: pathlib.Path, memory: str) -> pathlib.Path:

@@ -16,11 +16,12 @@ step's answer must be the one its commit deserves.
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 import pytest
 
-from conftest import KRIG, ROOT, build_kernels, judged_as, qemu_pids
+from conftest import KRIG, ROOT, build_kernels, judged_as, qemu_pids, tree_ready
 from kernels.demo_repo import CULPRIT, make_demo_repo
 
 # two real builds and guests: 10-20 min on 2 cores, started first by make test (`make test-bisect`: alone)
@@ -31,6 +32,7 @@ GOOD, CULPRIT_AT, BAD = 1, 3, 4      # indexes in the demo's commits (0 is the i
 
 def test_bisect_names_the_injected_bad_commit(tmp_path):
     build_kernels("tiny-6.1")        # every step's config; its tree seeds the first step's
+    seed = tree_ready("tiny-6.1")
     demo, info = make_demo_repo(log=lambda *a: None)
     assert info["culprit"] == info["commits"][CULPRIT_AT]
     repo = tmp_path / "demo.git"      # git bisect writes its state into the repository: a clone of its own
@@ -50,6 +52,13 @@ def test_bisect_names_the_injected_bad_commit(tmp_path):
              and ln.split()[1] in index]
     assert steps, log
     assert {index[ln.split()[1]] for ln in steps} <= set(range(GOOD + 1, BAD)), "only the commits between good and bad are tested"
+    # what this run built, it built incrementally (its own output says so; a kernel an earlier
+    # run cached is "nothing to do", and says nothing of this one), from tiny-6.1's tree when
+    # that was there to seed the first step (waited for, if another build was in it)
+    builds = [ln for ln in p.stdout.splitlines() if ln.startswith("kbuild: ")
+              and ("(incremental)" in ln or "(full build)" in ln or "nothing to do" in ln)]
+    assert builds and (not seed or not [ln for ln in builds if "(full build)" in ln]), builds
+    built_now = {m.group(1) for m in (re.search(r"-([0-9a-f]{16})\.log$", ln) for ln in builds) if m}
     skipped = False
     for ln in steps:
         _, commit, answer, verdicts = ln.split()[:4]
@@ -63,15 +72,12 @@ def test_bisect_names_the_injected_bad_commit(tmp_path):
             continue
         want = ("bad", "[FAIL]") if index[commit] >= CULPRIT_AT else ("good", "[PASS]")
         assert (answer, verdicts) == want, log
-        # each step's run booted that step's kernel, built in the sandbox
+        # each step's run booted that step's kernel; one this run built, it built in the sandbox
         m = json.loads((run / "manifest.json").read_text())
-        meta = json.loads((pathlib.Path(m["kernel"]["image"]).parent / "build.json").read_text())
-        assert meta["sandbox"] is True, meta
-    # what this run built, it built incrementally (its own output says so; a kernel an earlier
-    # run cached is "nothing to do", and says nothing of this one)
-    builds = [ln for ln in p.stdout.splitlines() if ln.startswith("kbuild: ")
-              and ("(incremental)" in ln or "(full build)" in ln or "nothing to do" in ln)]
-    assert builds and not [ln for ln in builds if "(full build)" in ln], builds
+        kdir = pathlib.Path(m["kernel"]["image"]).parent
+        meta = json.loads((kdir / "build.json").read_text())
+        assert kdir.name in built_now or f"key {kdir.name}); nothing to do" in p.stdout, (kdir, builds)
+        assert kdir.name not in built_now or meta["sandbox"] is True, meta
     if skipped:     # git bisect can then only narrow the range, which must still hold the culprit
         assert p.returncode == 1 and info["culprit"] in p.stdout, p.stdout[-3000:]
         return

@@ -14,8 +14,9 @@ import pathlib
 
 import pytest
 
-from conftest import build_kernels, judged_as, krig_run, qemu_pids, run_dir_of
+from conftest import build_kernels, judged_as, krig_run, qemu_pids, run_dir_of, tree_ready
 from workflows.bisect import read_attempt
+from kernels import sandbox
 from kernels.build import status
 from workflows.metric_bisect import attempt_vote, zones
 from krig.errors import UsageError
@@ -29,9 +30,13 @@ REPRO = "unlink-dentry-growth"
 
 @pytest.fixture(scope="module")
 def built():
-    """Both kernels, built as `make kernel KERNEL=...` builds them (a no-op when cached)."""
-    build_kernels(GOOD, BAD)
-    return {n: status(n) for n in (GOOD, BAD)}
+    """Both kernels, built as `make kernel KERNEL=...` builds them (a no-op when cached), GOOD
+    first; with each, how this run got it ("how": cached, incremental or full build) and whether
+    the build tree GOOD was built in was there, built, when BAD's build started ("tree_ready")."""
+    how = build_kernels(GOOD)
+    ready = tree_ready(GOOD)
+    how.update(build_kernels(BAD))
+    return {n: {**status(n), "how": how[n], "tree_ready": ready} for n in (GOOD, BAD)}
 
 
 def test_tiny_kernels_built(built):
@@ -44,11 +49,19 @@ def test_tiny_kernels_built(built):
         for opt in ("CONFIG_XFS_FS", "CONFIG_BLK_DEV_NVME", "CONFIG_9P_FS", "CONFIG_EVENT_TRACING", "CONFIG_SLUB"):
             assert cfg.get(opt) == "y", f"{name}: {opt}"
         assert cfg.get("CONFIG_SLOB", "n") == "n", "tinyconfig's SLOB has no /proc/slabinfo"
-        # make ran boxed (kernels/sandbox.py, bubblewrap from `make setup`): the build says so
-        assert json.loads((out / "build.json").read_text())["sandbox"] is True, f"{name}: built unboxed"
-    meta = json.loads((pathlib.Path(built[BAD]["dir"]) / "build.json").read_text())
-    assert meta["incremental"], "the patched variant reuses the unpatched kernel's tree"
-    assert [p["series"] for p in meta["inputs"]["patches"]] == ["rmdir-keeps-children"]
+    # how a kernel was built is asserted only of a build this run made (a cached build.json tells
+    # the history of the cache, whoever built it and however): make ran boxed (kernels/sandbox.py,
+    # bubblewrap from `make setup`), and in the tree GOOD's build left built, BAD's was incremental
+    meta = {n: json.loads((pathlib.Path(st["dir"]) / "build.json").read_text()) for n, st in built.items()}
+    for name, st in built.items():
+        if st["how"] != "cached":
+            assert meta[name]["sandbox"] is True, f"{name}: built unboxed"
+    if built[BAD]["how"] != "cached" and built[BAD]["tree_ready"]:
+        assert built[BAD]["how"] == "incremental", built[BAD]
+    assert sandbox.usable(), f"the build sandbox cannot run here: {sandbox.problem() or 'KRIG_BUILD_SANDBOX=off'}"
+    assert [p["series"] for p in meta[BAD]["inputs"]["patches"]] == ["rmdir-keeps-children"]
+    # both are built in one tree, whenever and by whichever run: the variant reuses its objects
+    assert meta[BAD]["tree"] == meta[GOOD]["tree"] and not meta[BAD].get("layer")
 
 
 @pytest.fixture(scope="module")

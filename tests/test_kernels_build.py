@@ -4,6 +4,7 @@ the merge_config.sh and real-patch checks run only when the extracted 6.1
 source is already in the cache)."""
 import os
 import pathlib
+import shutil
 import subprocess
 
 import pytest
@@ -388,3 +389,36 @@ def test_a_tainted_tree_seeds_no_other(tmp_path, cache):
     kt.save_state(trees / "src-old", {"built": True, "last_used": 1, "tainted": "other.mbox"})
     state = kt.create_tree(trees / "git-new", {"kind": "git", "repo": str(repo)}, log=lambda m: None)
     assert state["seeded_from"] is None and not (trees / "git-new" / "fs").exists()
+
+
+def test_a_seed_tree_in_use_is_waited_for_and_one_removed_meanwhile_gives_way_to_the_next(tmp_path, cache):
+    """A new git tree is seeded from the most recent built tree even while another build holds
+    that tree (it waits for its lock, then copies); when the tree it waited for is gone by then
+    (removed, as kt.remove_tree does, under that lock), it seeds from the next one, never from nothing."""
+    import threading
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    trees = kspec.cache_dir("kbuild", "trees")
+    for name, used in (("src-old", 1), ("src-busy", 2)):
+        write(trees / name / "fs" / "f.c", f"{name}\n")
+        kt.save_state(trees / name, {"built": True, "last_used": used})
+    for new, remove in (("git-new", False), ("git-other", True)):
+        waiting, out = threading.Event(), {}
+
+        def log(msg):
+            if "waiting for build tree src-busy (to copy it)" in msg:
+                waiting.set()
+        with kt.locked(kt.tree_lock(trees / "src-busy")):          # another build in the tree
+            t = threading.Thread(target=lambda: out.update(state=kt.create_tree(
+                trees / new, {"kind": "git", "repo": str(repo)}, log=log)), daemon=True)
+            t.start()
+            assert waiting.wait(60), "the new tree did not wait for the busy one"
+            assert not (trees / new).exists()
+            if remove:
+                (trees / "src-busy.json").unlink()
+                shutil.rmtree(trees / "src-busy")
+        t.join(60)
+        assert not t.is_alive()
+        seed = "src-old" if remove else "src-busy"
+        assert out["state"]["seeded_from"] == str(trees / seed) and out["state"]["adopt"], out
+        assert (trees / new / "fs" / "f.c").read_text() == f"{seed}\n"
