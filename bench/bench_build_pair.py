@@ -30,7 +30,7 @@ import uuid
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels import given, incremental as kt          # noqa: E402
+from kernels import given, trees as kt          # noqa: E402
 from kernels.demo_repo import commit_on, make_demo_repo     # noqa: E402
 from kernels.spec import build_inputs, cache_key, kernel_cache, source_identity      # noqa: E402
 from krig.paths import cache_dir      # noqa: E402

@@ -26,7 +26,8 @@ import time
 from krig import KERNEL_DIR
 from krig.errors import KrigError
 from krig.paths import cache_dir
-from .incremental import apply_to_copies, ensure_pristine
+from .patching import apply_to_copies
+from .trees import ensure_pristine
 from .spec import DEFAULT_TARBALL, tarball_sha256
 
 CULPRIT = "vfs: do not prune a removed directory's children in vfs_rmdir() (demo regression)"

@@ -33,8 +33,10 @@ from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import public_repository
 from . import fromtree
-from .incremental import (apply_to_copies, build_kernel, clean_env, ensure_pristine, first_error,
-                          run_logged)
+from .incremental import build_kernel
+from .makelog import clean_env, first_error, run_logged
+from .patching import apply_to_copies
+from .trees import ensure_pristine
 from .kernel import Kernel
 from .series import load_series
 from .spec import (KernelSpec, build_inputs, cache_key, git, is_distro, kernel_cache, parse_fragment, read_dotconfig,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from kernels.incremental import ensure_pristine
+from kernels.trees import ensure_pristine
 from kernels.spec import DEFAULT_TARBALL, tarball_sha256
 
 from xdist_groups import pytest_collection_modifyitems  # noqa: F401 (make test's worker groups)
@@ -68,7 +68,7 @@ def tree_ready(name: str) -> bool:
     """Whether the build tree the cached kernel `name` was built in is there, built: a build in
     it, or one seeded from it, then compiles only what changed."""
     from kernels.build import status
-    from kernels.incremental import load_state
+    from kernels.trees import load_state
     tree = json.loads((pathlib.Path(status(name)["dir"]) / "build.json").read_text())["tree"]
     return pathlib.Path(tree).is_dir() and bool(load_state(pathlib.Path(tree)).get("built"))
 

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import KRIG, ROOT
 from workflows import b4check
-from kernels.incremental import pristine_dir
+from kernels.trees import pristine_dir
 from kernels.spec import DEFAULT_TARBALL, sha256_file
 from workflows.validate import validate
 from test_validate import _fake_groups, git, series_repo  # noqa: F401  (series_repo is a fixture)

@@ -14,6 +14,7 @@ import pytest
 from conftest import require_program
 from krig.errors import UsageError
 from kernels import incremental as kt
+from kernels import patching
 from kernels import overlay, sandbox
 from kernels import spec as kspec
 
@@ -193,7 +194,7 @@ def test_without_the_sandbox_the_trial_apply_of_a_series_is_refused(tmp_path, mo
     ran, read = [], []
     monkeypatch.setattr(kt.subprocess, "run", lambda *a, **k: ran.append(a))
     with pytest.raises(UsageError) as e:
-        kt.apply_to_copies(lambda rel: read.append(rel) or b"a\n", [("mail.mbox", p)])
+        patching.apply_to_copies(lambda rel: read.append(rel) or b"a\n", [("mail.mbox", p)])
     assert "built only in the build sandbox" in str(e.value) and "\n" not in str(e.value)
     assert ran == [] and read == []
 

@@ -27,6 +27,7 @@ from conftest import build_kernels
 from krig.errors import KrigError, RigError, UsageError, guarded
 from kernels import given
 from kernels import incremental as kt
+from kernels import patching
 from kernels import sandbox
 from kernels.fromtree import check_release
 from kernels import spec as kspec
@@ -284,7 +285,7 @@ def test_a_series_touching_a_path_out_of_the_tree_is_refused_before_anything_is_
     read = []
     before = snapshot(host)
     with pytest.raises(UsageError) as e:
-        kt.apply_to_copies(lambda rel: read.append(rel) or b"a\n", [("mail.mbox", patch)])
+        patching.apply_to_copies(lambda rel: read.append(rel) or b"a\n", [("mail.mbox", patch)])
     assert str(e.value).startswith("mail.mbox: patch 0001-out.patch touches ") and "\n" not in str(e.value)
     assert "not a path below the tree" in str(e.value)
     assert read == [] and snapshot(host) == before
@@ -299,7 +300,7 @@ def test_a_series_cannot_patch_through_a_link_it_made(host):
     p2.write_text("--- a/d/f.c\n+++ b/d/f.c\n@@ -1 +1 @@\n-precious\n+changed\n")
     before = snapshot(host)
     with pytest.raises(UsageError) as e:
-        kt.apply_to_copies(lambda rel: None, [("mail.mbox", p1), ("mail.mbox", p2)])
+        patching.apply_to_copies(lambda rel: None, [("mail.mbox", p1), ("mail.mbox", p2)])
     assert "0002-through.patch touches d/f.c: " in str(e.value) and "d is a symlink, not a directory" in str(e.value)
     assert snapshot(host) == before
 

@@ -15,6 +15,9 @@ from krig.errors import UsageError
 from kernels import spec as kspec
 from kernels.build import buildable_kernels
 from kernels import incremental as kt
+from kernels import patching
+from kernels import spec
+from kernels import trees as kt_trees
 
 
 @pytest.fixture(autouse=True)
@@ -286,7 +289,7 @@ def test_rebase_paths_rewrites_text_keeps_mtime(tmp_path):
     obj = new / "tools/objtool/check.o"
     obj.write_bytes(b"\0ELF" + str(old).encode())
     os.utime(cmd, (1000, 1000))
-    assert kt.rebase_paths(new, old, new) == 1
+    assert kt_trees.rebase_paths(new, old, new) == 1
     assert cmd.read_text() == f"cmd := gcc -I{new}/tools/include -o {new}/tools/objtool/check.o\n"
     assert cmd.stat().st_mtime == 1000
     assert str(old).encode() in obj.read_bytes(), "binary objects are left alone"
@@ -298,7 +301,7 @@ def test_real_patch_series_headers_and_targets():
         [p] = sorted((KERNEL_DIR / "patches" / series).glob("*.patch"))
         text = p.read_text()
         assert text.startswith("Subject: ") and "Why:" in text and "Where from:" in text
-        assert kt.patch_targets(p) == [target]
+        assert patching.patch_targets(p) == [target]
 
 
 @pytest.mark.kbuild
@@ -306,7 +309,7 @@ def test_real_patches_apply_to_6_1(linux_source):
     for p in sorted((KERNEL_DIR / "patches").glob("*/*.patch")):
         r = subprocess.run(["patch", "--dry-run", "-p1", "--batch", "-d", str(linux_source), "-i", str(p)],
                            capture_output=True, text=True)
-        assert r.returncode == 0, kt.patch_error(p.name, r.stdout)
+        assert r.returncode == 0, patching.patch_error(p.name, r.stdout)
 
 
 # -- git build tree -------------------------------------------------------------
@@ -385,7 +388,7 @@ def test_a_tainted_tree_seeds_no_other(tmp_path, cache):
         write(trees / name / "fs" / "f.c", f"{name}\n")
         kt.save_state(trees / name, {"built": True, "last_used": 2 if tainted else 1,
                                      **({"tainted": tainted} if tainted else {})})
-    assert kt._seed_candidates(trees / "git-new", kt.DEFAULT_BASE_CONFIG) == [trees / "src-old"]
+    assert kt_trees._seed_candidates(trees / "git-new", spec.DEFAULT_BASE_CONFIG) == [trees / "src-old"]
     kt.save_state(trees / "src-old", {"built": True, "last_used": 1, "tainted": "other.mbox"})
     state = kt.create_tree(trees / "git-new", {"kind": "git", "repo": str(repo)}, log=lambda m: None)
     assert state["seeded_from"] is None and not (trees / "git-new" / "fs").exists()
@@ -394,7 +397,7 @@ def test_a_tainted_tree_seeds_no_other(tmp_path, cache):
 def test_a_seed_tree_in_use_is_waited_for_and_one_removed_meanwhile_gives_way_to_the_next(tmp_path, cache):
     """A new git tree is seeded from the most recent built tree even while another build holds
     that tree (it waits for its lock, then copies); when the tree it waited for is gone by then
-    (removed, as kt.remove_tree does, under that lock), it seeds from the next one, never from nothing."""
+    (removed, as kt_trees.remove_tree does, under that lock), it seeds from the next one, never from nothing."""
     import threading
     repo = tmp_path / "repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)

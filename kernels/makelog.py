@@ -1,0 +1,73 @@
+"""Running make and its helpers with a log: the environment a build starts from (nothing of the
+caller's make or kernel variables), a heartbeat while it runs, the first error it printed."""
+import contextlib
+import os
+import pathlib
+import re
+import subprocess
+import time
+
+from krig.results import now
+from . import ccache
+
+
+STRIP_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "GNUMAKEFLAGS", "O", "KBUILD_OUTPUT",
+             "ARCH", "SRCARCH", "CROSS_COMPILE", "LOCALVERSION", "KERNELRELEASE", "KCONFIG_CONFIG", "CC")
+HEARTBEAT = 60.0
+TIMED_OUT = 124         # timeout(1)'s status when the sandbox's wall time ran out
+# the build date in the kernel's version string: fixed, so init/version.o is a ccache hit too
+BUILD_TIMESTAMP = "Thu Jan  1 00:00:00 UTC 2015"
+
+
+def clean_env() -> dict:
+    """The environment for the kernel's make: nothing inherited from an outer make."""
+    env = {k: v for k, v in os.environ.items() if k not in STRIP_ENV and not k.startswith("GIT_")}
+    path = env.get("PATH", "/usr/bin:/bin")
+    for extra in ("/usr/sbin", "/sbin"):
+        if extra not in path.split(":"):
+            path += ":" + extra
+    # LOCALVERSION set but empty: no "+" appended to the release in git trees.
+    env.update(PATH=ccache.path(path), KBUILD_BUILD_USER="krig", KBUILD_BUILD_HOST="krig", LC_ALL="C",
+               LOCALVERSION="", KBUILD_BUILD_TIMESTAMP=BUILD_TIMESTAMP)
+    if ccache.available():
+        env["CCACHE_DIR"] = str(ccache.directory())
+    return env
+
+
+def run_logged(argv, cwd, logf, log=print, what="", env=None) -> int:
+    """Run argv with output appended to logf; print a heartbeat line every minute."""
+    with open(logf, "ab") as f:
+        f.write(f"\n$ {' '.join(map(str, argv))}    (cwd {cwd}, {now()})\n".encode())
+        f.flush()
+        p = subprocess.Popen(argv, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL, env=env or clean_env())
+        t0 = last = time.monotonic()
+        try:
+            while p.poll() is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=1)       # back as soon as it ends: a short step takes no whole second
+                if what and time.monotonic() - last >= HEARTBEAT:
+                    last = time.monotonic()
+                    log(f"kbuild: {what}: {(last - t0) / 60:.0f} min, at {_last_step(logf)}")
+        except BaseException:
+            p.terminate()
+            p.wait()
+            raise
+    return p.returncode
+
+
+def _last_step(logf) -> str:
+    with open(logf, "rb") as f:
+        f.seek(max(0, os.path.getsize(logf) - 4096))
+        lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.startswith("  ")]
+    return lines[-1] if lines else "..."
+
+
+def first_error(logf, start: int = 0) -> str:
+    text = pathlib.Path(logf).read_text(errors="replace")[start:]
+    for pat in (r"^.*\berror:.*$", r"^.*\*\*\*.*$", r"^.*Error \d+.*$"):
+        m = re.search(pat, text, re.M)
+        if m:
+            return m.group(0).strip()[:300]
+    tail = text.strip().splitlines()[-1:] or ["no output"]
+    return tail[0][:300]

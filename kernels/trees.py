@@ -1,0 +1,189 @@
+"""The reused build trees: one per source origin under $KRIG_CACHE/kbuild/trees/, its lock and
+state, the pristine source it starts from, and how a new tree is seeded from a built one (a copy
+with timestamps kept, so make reuses its objects). kernels/incremental.py builds in them."""
+import contextlib
+import fcntl
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import time
+
+from krig.errors import KrigError
+from krig.paths import cache_dir
+from .spec import DEFAULT_BASE_CONFIG, KernelSpec, cache_key, git
+
+
+@contextlib.contextmanager
+def locked(path: pathlib.Path, log=print, what="", block=True, shared=False):
+    """An flock on path: exclusive (a build in the tree), or shared (reading the tree: a
+    series' overlay over it, a copy of it)."""
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+    f = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not block:
+                raise
+            log(f"kbuild: waiting for {what or path} (another build holds it)")
+            fcntl.flock(f, mode)
+        yield
+    finally:
+        f.close()
+
+
+# -- sources -----------------------------------------------------------------
+
+def pristine_dir(tarball: pathlib.Path, sha: str) -> pathlib.Path:
+    stem = re.sub(r"\.tar(\.\w+)?$", "", tarball.name)
+    return cache_dir("kbuild", "src") / f"{stem}-{sha[:12]}"
+
+
+def ensure_pristine(tarball: pathlib.Path, sha: str, log=print) -> pathlib.Path:
+    """The tarball extracted once (top directory stripped); never built in."""
+    dest = pristine_dir(tarball, sha)
+    if dest.is_dir():
+        return dest
+    with locked(cache_dir("kbuild", "locks") / f"src-{sha[:12]}.lock", log, "the source extraction"):
+        if dest.is_dir():
+            return dest
+        tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        log(f"kbuild: extracting {tarball} into {dest}")
+        p = subprocess.run(["tar", "-xf", str(tarball), "-C", str(tmp), "--strip-components=1"],
+                           capture_output=True, text=True)
+        if p.returncode != 0 or not (tmp / "Makefile").exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise KrigError(f"cannot extract {tarball}: {p.stderr.strip()[:300] or 'no Makefile inside'}")
+        tmp.rename(dest)
+    return dest
+
+
+def config_family(spec: KernelSpec) -> str:
+    """Suffix of the build tree's name: kernels whose base config differs (tinyconfig vs
+    defconfig) share almost no objects, so each family gets its own tree and switching
+    between them never rebuilds a whole kernel. The default family keeps the plain name."""
+    if list(spec.base_config) == DEFAULT_BASE_CONFIG:
+        return ""
+    return "-" + cache_key({"base_config": list(spec.base_config)})[:8]
+
+
+def origin_of(spec: KernelSpec, identity: dict) -> tuple[str, dict]:
+    family = config_family(spec)
+    if spec.source == "linux-source":
+        sha = identity["tarball_sha256"]
+        return f"src-{sha[:16]}{family}", {"kind": "linux-source", "tarball": str(spec.tarball), "sha256": sha}
+    repo = str(spec.tree.resolve())
+    return f"git-{cache_key({'repo': repo})}{family}", {"kind": "git", "repo": repo}
+
+
+def _state_path(tree: pathlib.Path) -> pathlib.Path:
+    return tree.with_name(tree.name + ".json")
+
+
+def load_state(tree: pathlib.Path) -> dict:
+    try:
+        return json.loads(_state_path(tree).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def save_state(tree: pathlib.Path, state: dict):
+    p = _state_path(tree)
+    tmp = p.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(state, indent=1))
+    tmp.replace(p)
+
+
+def tree_lock(tree: pathlib.Path) -> pathlib.Path:
+    return tree.with_name(tree.name + ".lock")
+
+
+def remove_tree(tree: pathlib.Path, log=print) -> None:
+    """A build tree and its state removed, under its lock: a build in it or a copy of it is
+    waited for, and a build waiting to copy it finds it gone and seeds from another. The lock
+    file stays (a waiter may hold it open)."""
+    with locked(tree_lock(tree), log, f"build tree {tree.name} (to remove it)"):
+        _state_path(tree).unlink(missing_ok=True)
+        shutil.rmtree(tree, ignore_errors=True)
+
+
+def _seed_candidates(exclude: pathlib.Path, base_config: list) -> list:
+    """Built trees of the same config family, most recently used first (a tainted one never)."""
+    trees = []
+    for sp in cache_dir("kbuild", "trees").glob("*.json"):
+        tree = sp.with_suffix("")
+        try:
+            st = json.loads(sp.read_text())
+        except (OSError, ValueError):
+            continue
+        same_family = st.get("base_config", DEFAULT_BASE_CONFIG) == list(base_config)
+        if tree != exclude and tree.is_dir() and st.get("built") and same_family and not st.get("tainted"):
+            trees.append((st.get("last_used", 0), tree))
+    return [t for _, t in sorted(trees, reverse=True)]
+
+
+def copy_tree(src: pathlib.Path, dst: pathlib.Path, log=print) -> None:
+    tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    t0 = time.monotonic()
+    p = subprocess.run(["cp", "-a", str(src), str(tmp)], capture_output=True, text=True)
+    if p.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise KrigError(f"cp -a {src} {tmp}: {p.stderr.strip()[:300]}")
+    fixed = rebase_paths(tmp, src, dst)
+    tmp.rename(dst)
+    log(f"kbuild: copied {src.name} -> {dst.name} in {time.monotonic() - t0:.0f}s (timestamps kept, "
+        f"{fixed} build files re-pointed)")
+
+
+def rebase_paths(tree: pathlib.Path, old: pathlib.Path, new: pathlib.Path) -> int:
+    """Kbuild records relative paths, but tools/objtool (built with O=$(abspath ..)) records
+    absolute ones in its .cmd/.d files: a changed path changes its command lines, objtool is
+    rebuilt, and every object that depends on objtool with it. Rewrite the old tree's path
+    to the new one in those text files, keeping their mtimes."""
+    p = subprocess.run(["grep", "-rlZF", "--binary-files=without-match", str(old), str(tree)],
+                       capture_output=True, text=True)
+    old_b, new_b, n = str(old).encode(), str(new).encode(), 0
+    for name in filter(None, p.stdout.split("\0")):     # a name may hold a newline
+        f = pathlib.Path(name)
+        if f.is_symlink() or not f.is_file():
+            continue
+        st = f.stat()
+        f.write_bytes(f.read_bytes().replace(old_b, new_b))
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+        n += 1
+    return n
+
+
+def create_tree(tree: pathlib.Path, origin: dict, base_config: list = DEFAULT_BASE_CONFIG, log=print) -> dict:
+    """A new build tree for an origin. Returns its fresh state."""
+    if origin["kind"] == "linux-source":
+        pristine = ensure_pristine(pathlib.Path(origin["tarball"]), origin["sha256"], log)
+        copy_tree(pristine, tree, log)
+        return {"origin": origin, "pristine": str(pristine), "seeded_from": None}
+    seeded = None
+    for cand in _seed_candidates(tree, base_config):
+        # a tree in use is waited for, not skipped: a copy needs only a shared lock (a series'
+        # overlay over it holds one too), and a build from nothing costs many times the wait
+        with locked(tree_lock(cand), log, f"build tree {cand.name} (to copy it)", shared=True):
+            st = load_state(cand)
+            if not cand.is_dir() or not st.get("built") or st.get("tainted"):
+                continue            # gone, half-made or tainted while waited for: the next one
+            copy_tree(cand, tree, log)
+        shutil.rmtree(tree / ".git", ignore_errors=True)
+        seeded = str(cand)
+        break
+    if seeded is None:
+        tree.mkdir(parents=True)
+    git(tree, "init", "-q")
+    objects = pathlib.Path(git(origin["repo"], "rev-parse", "--path-format=absolute", "--git-common-dir")) / "objects"
+    (tree / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+    return {"origin": origin, "seeded_from": seeded, "adopt": seeded is not None}
+
+
+# -- patches -------------------------------------------------------------------
