@@ -20,9 +20,8 @@ from analysis.projection import require_model
 from analysis.report import write_report
 from analysis.rundata import RunData
 
-from krig import ROOT, safeio
+from krig import ROOT, junit, safeio
 from krig.errors import KrigError, UsageError
-from krig import junit
 from .hostload import contended_pct
 from krig.paths import owner_alive
 from krig.record import Manifest, Verdict
@@ -128,13 +127,13 @@ PYTEST_JUDGED = (0, 1, 5)
 
 def threshold_tests(rows: list) -> dict:
     """The judge's phases (conftest.py's rows) -> per threshold test id: whether a phase failed,
-    the phase and the line that says it, and the properties the test recorded."""
+    the line that says it, and the properties the test recorded."""
     tests = {}
     for r in rows:
-        t = tests.setdefault(r["id"], {"failed": False, "when": "", "properties": {}, "message": ""})
+        t = tests.setdefault(r["id"], {"failed": False, "properties": {}, "message": ""})
         t["properties"].update(r.get("properties") or {})
         if r["outcome"] == "failed" and not t["failed"]:
-            t["failed"], t["when"], t["message"] = True, r.get("when", ""), r.get("message") or ""
+            t["failed"], t["message"] = True, r.get("message") or ""
     return tests
 
 
