@@ -9,7 +9,7 @@ def pytest_addoption(parser):
                      help="run directory whose thresholds analysis/test_thresholds.py judges")
     parser.addoption("--krig-outcomes", default=None,
                      help="file the judge appends each threshold test's outcome to, one JSON line a phase "
-                          "(krig check reads it; junit.xml is for other tools)")
+                          "(krig check reads it and writes junit.xml from it)")
 
 
 @pytest.hookimpl(hookwrapper=True)

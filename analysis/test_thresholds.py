@@ -1,8 +1,8 @@
 """One test per threshold of the run's reproducer: pytest is the judge.
 
 Run by `krig check RUN_DIR` as
-  pytest analysis/test_thresholds.py --krig-run-dir=RUN_DIR --krig-outcomes=FILE --junitxml=FILE2
-(krig reads the outcomes, conftest.py's JSON lines, and keeps junit.xml for other tools)
+  pytest analysis/test_thresholds.py --krig-run-dir=RUN_DIR --krig-outcomes=FILE
+(krig reads the outcomes, conftest.py's JSON lines, and writes the run's junit.xml from them)
 """
 import math
 import pathlib
@@ -36,20 +36,6 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture(scope="module")
 def metrics(request):
     return RunDir(_run_dir(request.config)).metrics()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _properties(request, record_testsuite_property):
-    d = request.config.getoption("krig_run_dir")
-    if not d:
-        return
-    m = RunDir(d).manifest
-    facts = m.get("rig_facts", {})
-    for k, v in {"reproducer": m.get("reproducer"), "preset": m.get("preset"),
-                 "kernel": m.get("kernel", {}).get("release"), "kernel_config": m.get("kernel", {}).get("config_sha256_16"),
-                 "rig": m.get("rig", {}).get("name"), "accel": facts.get("accel"),
-                 "qemu": facts.get("qemu_version"), "krig_revision": m.get("krig_revision")}.items():
-        record_testsuite_property(k, v)
 
 
 def judge_value(threshold, value, unit) -> tuple[str, str]:

@@ -17,7 +17,7 @@ from krig.errors import UsageError, guarded, handler
 from .buildargs import add_commands
 from .spec import is_distro
 from .incremental import build_kernel
-from .spec import build_inputs, cache_key, kernel_cache, resolve_spec
+from .spec import build_inputs, cache_key, kernel_cache, kernel_toml, resolve_spec
 
 
 def status(name: str) -> dict:
@@ -49,7 +49,7 @@ def say(msg: str) -> None:
 
 def buildable(name: str):
     """The spec of kernels/<name>.toml if krig builds it; one line naming it otherwise."""
-    path = KERNEL_DIR / f"{name}.toml"
+    path = kernel_toml(name)
     if not path.exists():
         raise UsageError(f"{name}: unknown kernel (no kernels/{name}.toml); buildable: {', '.join(buildable_kernels()) or '(none)'}")
     data = load_toml(path)

@@ -13,7 +13,7 @@ from krig.config import load_toml, optional, reject_unknown
 from krig.errors import UsageError
 from .given import is_given, load_given
 from .kernel import Kernel
-from .spec import is_distro, load_built_kernel
+from .spec import is_distro, kernel_toml, load_built_kernel
 
 
 def kernel_names() -> list[str]:
@@ -43,7 +43,7 @@ def load_kernel(name: str, build: bool = False, log=print) -> Kernel:
     build: build a given git kernel or series that is not built yet (krig run, krig validate)."""
     if is_given(name):
         return load_given(name, build, log)
-    path = KERNEL_DIR / f"{name}.toml"
+    path = kernel_toml(name, KERNEL_DIR)
     if not path.exists():
         raise UsageError(f"--kernel {name!r}: unknown kernel; allowed: {', '.join(kernel_names()) or '(none)'}")
     data = load_toml(path)

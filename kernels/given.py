@@ -39,8 +39,8 @@ from .patching import apply_to_copies
 from .trees import ensure_pristine
 from .kernel import Kernel
 from .series import load_series
-from .spec import (KernelSpec, build_inputs, cache_key, git, is_distro, kernel_cache, parse_fragment, read_dotconfig,
-                   resolve_commit, resolve_spec, resolved_table, sha256_file, source_identity)
+from .spec import (KernelSpec, build_inputs, cache_key, git, is_distro, kernel_cache, kernel_toml, parse_fragment,
+                   read_dotconfig, resolve_commit, resolve_spec, resolved_table, sha256_file, source_identity)
 
 OPTIONS = ("config", "modules", "like", "series")
 DEFAULT_LIKE = "linux-6.1"
@@ -246,7 +246,7 @@ def _image_kernel(g: Given) -> Kernel:
 
 def _spec(g: Given, series: dict | None) -> tuple[KernelSpec, dict | None]:
     if g.kind == "toml":
-        path = KERNEL_DIR / f"{g.name}.toml"
+        path = kernel_toml(g.name)
         if not path.exists():
             raise UsageError(f"--kernel {g.text}: unknown kernel {g.name!r}")
         data, _ = resolved_table(g.name, KERNEL_DIR)

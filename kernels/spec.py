@@ -137,10 +137,24 @@ def is_distro(data: dict) -> bool:
     return data.get("source", None if "extends" in data else "distro") == "distro"
 
 
+# Directories of kernel tomls a workflow wrote for itself outside the checkout (krig bisect's,
+# in its results directory: workflows/bisect.py), searched after kernels/ while it runs.
+GENERATED_DIRS: list[pathlib.Path] = []
+
+
+def kernel_toml(name: str, kernel_dir: pathlib.Path = KERNEL_DIR) -> pathlib.Path:
+    """kernel_dir/<name>.toml, or for kernels/ a generated toml of that name when kernels/ has
+    none (the kernels/ path, missing, when neither has it)."""
+    path = kernel_dir / f"{name}.toml"
+    if path.exists() or kernel_dir != KERNEL_DIR:
+        return path
+    return next((d / f"{name}.toml" for d in GENERATED_DIRS if (d / f"{name}.toml").is_file()), path)
+
+
 def resolved_table(name: str, kernel_dir: pathlib.Path, seen=()) -> tuple[dict, str]:
     """The toml's table with `extends` resolved (the child's keys win)."""
     where = f"kernels/{name}.toml"
-    path = kernel_dir / f"{name}.toml"
+    path = kernel_toml(name, kernel_dir)
     if not path.exists() and not seen:
         known = ", ".join(sorted(p.stem for p in kernel_dir.glob("*.toml")))
         raise UsageError(f"{name}: unknown kernel (no {where}); known: {known}")

@@ -1,46 +1,65 @@
-"""JUnit files: one for runs that never reached analysis (HUNG, CRASHED, ERROR...), and the
-judge's own made to say what thresholds.json says of a contended host."""
+"""JUnit files, for CI dashboards (never read back by krig): one writer for all of them.
+
+A run's junit.xml is the judge's (one case per threshold) or, for a run that never reached
+the thresholds (HUNG, CRASHED, ERROR, SKIP...), one `run` case saying why; a qualification's
+is one case per run. Each is a suite of Cases, its counts taken from the cases."""
+import dataclasses
 import xml.etree.ElementTree as ET
 
 from . import safeio
 
 
-def write_single(path, suite: str, verdict: str, reason: str, properties: dict):
-    ts = ET.Element("testsuite", name=suite, tests="1", failures="0",
-                    errors="0" if verdict == "SKIP" else "1", skipped="1" if verdict == "SKIP" else "0")
-    props = ET.SubElement(ts, "properties")
-    for k, v in properties.items():
-        ET.SubElement(props, "property", name=str(k), value=str(v))
-    tc = ET.SubElement(ts, "testcase", classname=suite, name="run")
-    if verdict == "SKIP":
-        ET.SubElement(tc, "skipped", message=reason)
-    else:
-        ET.SubElement(tc, "error", message=f"{verdict}: {reason}").text = reason
+@dataclasses.dataclass
+class Case:
+    """One test case: `result` is None (passed) or ("failure" | "error" | "skipped", message,
+    text); `kind`, when set, is the result's type attribute (krig.contended)."""
+    classname: str
+    name: str
+    properties: list = dataclasses.field(default_factory=list)     # (name, value) pairs, in order
+    result: tuple | None = None
+    seconds: float | None = None
+    kind: str | None = None
+
+
+def suite_xml(name: str, cases: list, properties=(), seconds: float | None = None) -> bytes:
+    """The <testsuites> document of one suite; `properties`: the suite's (name, value) pairs."""
+    count = {r: sum(1 for c in cases if c.result and c.result[0] == r) for r in ("failure", "error", "skipped")}
+    ts = ET.Element("testsuite", name=name, tests=str(len(cases)), failures=str(count["failure"]),
+                    errors=str(count["error"]), skipped=str(count["skipped"]))
+    if seconds is not None:
+        ts.set("time", f"{seconds:.1f}")
+    add_properties(ts, properties)
+    for c in cases:
+        tc = ET.SubElement(ts, "testcase", classname=c.classname, name=c.name)
+        if c.seconds is not None:
+            tc.set("time", f"{c.seconds:.1f}")
+        add_properties(tc, c.properties)
+        if c.result:
+            what, message, text = c.result
+            el = ET.SubElement(tc, what, message=message)
+            if c.kind:
+                el.set("type", c.kind)
+            if text is not None:
+                el.text = text
     suites = ET.Element("testsuites")
     suites.append(ts)
-    raw = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
-    safeio.write_bytes(*safeio.split(path), raw)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
-def mark_contended(raw: bytes, thresholds: set) -> bytes:
-    """The judge's junit.xml (pytest's, made by krig in its own temporary directory) of a run
-    whose host was contended: the failed case of each threshold the judge recorded as
-    "contended" in thresholds.json (`thresholds`: their krig_threshold) becomes a skipped one
-    saying why, so that a CI dashboard reading junit.xml does not count a busy host's timing
-    crossing as the kernel's failure. The suites' failure and skip counts follow."""
-    root = ET.fromstring(raw)
-    for ts in root.iter("testsuite"):
-        moved = 0
-        for tc in ts.iter("testcase"):
-            props = {p.get("name"): p.get("value") for p in tc.iter("property")}
-            failure = tc.find("failure")
-            if failure is None or props.get("krig_threshold") not in thresholds:
-                continue
-            tc.remove(failure)
-            ET.SubElement(tc, "skipped", type="krig.contended",
-                          message=f"host contended, not blamed on the kernel: {props.get('krig_message', '')}")
-            moved += 1
-        if moved:
-            ts.set("failures", str(int(ts.get("failures", "0")) - moved))
-            ts.set("skipped", str(int(ts.get("skipped", "0")) + moved))
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+def add_properties(parent: ET.Element, properties) -> None:
+    pairs = list(properties.items() if isinstance(properties, dict) else properties)
+    if pairs:
+        props = ET.SubElement(parent, "properties")
+        for k, v in pairs:
+            ET.SubElement(props, "property", name=str(k), value=str(v))
+
+
+def write(path, name: str, cases: list, properties=(), seconds: float | None = None) -> None:
+    """Write the suite to `path` through safeio (never through a link someone left there)."""
+    safeio.write_bytes(*safeio.split(path), suite_xml(name, cases, properties, seconds))
+
+
+def write_single(path, suite: str, verdict: str, reason: str, properties: dict):
+    """A run that was not judged: one `run` case, skipped for SKIP, an error otherwise."""
+    result = ("skipped", reason, None) if verdict == "SKIP" else ("error", f"{verdict}: {reason}", reason)
+    write(path, suite, [Case(suite, "run", result=result)], properties)

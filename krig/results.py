@@ -9,6 +9,7 @@ default results/; a caller's -o/--dir wins):
     compare/<reproducer>-<UTC time>/                    krig compare's pictures
     bisect/<reproducer>-<UTC time>-<pid>/               a bisection's log and state
         bisect.log, state.json, git-bisect-log.txt
+        kernels/bisect-<id>*.toml                       the kernels it built (never in the checkout)
     qualify/<suite name>/                               a qualification (krig qualify)
     ./krig-bundle-<reproducer>-<UTC time>.tar.gz        a bundle (krig bundle, in the working directory)
     latest -> the newest run
@@ -31,6 +32,7 @@ VALIDATE_SIDES = ("base", "new")  # a validation's two groups of runs: the base 
 BISECT_LOG = "bisect.log"       # a bisection's steps, one a line
 BISECT_STATE = "state.json"     # what each step's oracle reads
 BISECT_GIT_LOG = "git-bisect-log.txt"
+BISECT_KERNELS = "kernels"      # the kernel tomls a bisection generates and builds (kernels.spec.GENERATED_DIRS)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
 _QUERY = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s?#\"'<>]*)\?[^\s#\"'<>]*")
 # an absolute path not inside a URL or a word: its last component is group 1

@@ -11,7 +11,8 @@ import pytest
 from workflows import bisect as kb
 from krig.errors import KrigError
 from workflows.bisect import Attempt
-from kernels.spec import resolve_spec
+from conftest import ROOT
+from kernels.spec import GENERATED_DIRS, resolve_spec
 
 
 @pytest.mark.parametrize("verdict, booted, vote", [
@@ -284,14 +285,15 @@ def test_unknown_metric_is_one_line(tmp_path, repo):
 
 def test_bisect_on_a_metric_refuses_overlapping_endpoints_and_cleans_up(tmp_path, repo, monkeypatch):
     """bisect() wired end to end up to the endpoints (builds and runs faked): both endpoints are
-    built from their own commits, measured REPEAT times, refused on overlap before any git bisect,
-    and no generated kernels/bisect-*.toml is left behind."""
+    built from their own commits (their tomls, in the bisection's directory, found by name),
+    measured REPEAT times, refused on overlap before any git bisect; nothing is written into
+    the checkout (`git status` as before)."""
     r, shas = repo
     built, values = [], {"good": iter([1.0, 3.0]), "bad": iter([2.0, 4.0])}
     monkeypatch.setattr(kb, "build_kernel", lambda name, log=None: built.append((name, resolve_spec(name))))
     monkeypatch.setattr(kb, "run_krig", lambda st: Attempt("PASS", "", "/r", True,
                                                            next(values[st["kernel"].rsplit("-", 1)[1]])))
-    before = set(kb.KERNEL_DIR.glob("bisect-*.toml"))
+    before = checkout_status()
     with pytest.raises(UsageError, match="overlap"):
         kb.bisect(str(r), shas[0], shas[5], "unlink-dentry-growth", "smoke", 2, like="tiny-6.1",
                   log_dir=tmp_path / "b", metric="peak_negative_vs_inflight")
@@ -302,5 +304,13 @@ def test_bisect_on_a_metric_refuses_overlapping_endpoints_and_cleans_up(tmp_path
     assert "bisecting on the metric: peak_negative_vs_inflight" in log
     assert "peak_negative_vs_inflight=1(skip)" not in log and "=1/3" in log and "=2/4" in log
     assert "refused: --metric peak_negative_vs_inflight: GOOD (1 to 3) and BAD (2 to 4) overlap" in log
-    assert set(kb.KERNEL_DIR.glob("bisect-*.toml")) == before
-    assert not kb._bisect_in_progress(r)
+    assert checkout_status() == before
+    steps = built[0][0].rsplit("-", 1)[0]          # the steps' kernel, beside the endpoints'
+    assert {p.stem for p in (tmp_path / "b" / "kernels").iterdir()} == {steps} | {n for n, _ in built}
+    assert not GENERATED_DIRS and not kb._bisect_in_progress(r)
+
+
+def checkout_status() -> str:
+    """What git sees changed in krig's own checkout (a run must add nothing there)."""
+    return subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
+                          capture_output=True, text=True, check=True).stdout

@@ -163,3 +163,32 @@ def test_report_oscillation_fails_the_unlink_rate_threshold():
     rng = np.random.default_rng(1)
     drift = _rate_stats(lambda t: (1600 - 7.5 * t) * (1 + 0.05 * rng.standard_normal(t.size)))[2]
     assert bad < 0.35 < limit < drift, (bad, drift)
+
+
+def test_the_judges_junit_says_what_thresholds_json_says(tmp_path):
+    """junit.xml (krig's, from the judge's outcomes): a crossed threshold a failure, a timing one
+    crossed on a contended host a skipped case saying so, an unmeasured metric an error; the
+    suite's counts follow and every case carries its threshold's properties."""
+    import xml.etree.ElementTree as ET
+    name = "unlink-dentry-growth"
+    values = {**FIXED[name], "trough_peak_ratio": 0.45, "end_nr_negative": 10e6, "peak_negative_vs_inflight": None}
+    repro = load_reproducer(name)
+    (tmp_path / "manifest.json").write_text(json.dumps({"reproducer": name, "preset": "smoke"}))
+    metrics = {m: {"value": values.get(m, 0.0), **meta} for m, meta in repro.metrics.items()}
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    judge(tmp_path, contended=True, properties={"kernel": "6.1.0", "accel": "tcg"})
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    (suite,) = root.iter("testsuite")
+    cases = {tc.get("name").split("[")[1].split()[0]: tc for tc in suite.iter("testcase")}
+    assert len(cases) == len(repro.thresholds)
+    assert cases["end_nr_negative"].find("failure") is not None
+    skipped = cases["trough_peak_ratio"].find("skipped")
+    assert skipped.get("type") == "krig.contended" and "trough_peak_ratio = 0.45" in skipped.get("message")
+    assert cases["peak_negative_vs_inflight"].find("error") is not None
+    assert (suite.get("failures"), suite.get("skipped"), suite.get("errors")) == ("1", "1", "1")
+    props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert props == {"kernel": "6.1.0", "accel": "tcg"}
+    (outcome,) = [p.get("value") for p in cases["end_nr_negative"].iter("property") if p.get("name") == "krig_outcome"]
+    assert outcome == "fail"
+    recorded = {r["threshold"].split()[0]: r["outcome"] for r in json.loads((tmp_path / "thresholds.json").read_text())}
+    assert (recorded["end_nr_negative"], recorded["trough_peak_ratio"]) == ("fail", "contended")

@@ -12,6 +12,7 @@ module imports itself back through a cycle (read with ast, nothing imported).
 import ast
 import pathlib
 import re
+import subprocess
 
 import pytest
 
@@ -300,3 +301,43 @@ def test_the_runner_names_no_rig_drivers_module():
     bad = sorted(f"{mod} imports {d}" for mod, deps in g.items() if part_of(mod) == "runner" for d in deps
                  if d.startswith("rigs.") and any(d.split(".")[1].startswith(drv) for drv in drivers))
     assert not bad, "\n".join(bad)
+
+
+# Files and functions allowed past the size where one idea stays one (a file over 500 lines, a
+# function over 80) for now; these lists only shrink.
+LONG_FILES = {"kernels/incremental.py", "analysis/trace/tracedat.py", "krig/reproducer.py"}
+LONG_FUNCTIONS = {("krig/reproducer.py", "parse_reproducer"), ("rigs/ipmi_spec.py", "validate_spec")}
+MAX_FILE_LINES, MAX_FUNCTION_LINES = 500, 80
+
+
+def sizes(rel: str, text: str) -> tuple[list, list]:
+    """(the file if it is too long, [(file, function) too long]) of one Python file, measured with ast."""
+    lines = len(text.splitlines())
+    long_file = [(rel, lines)] if lines > MAX_FILE_LINES else []
+    long_functions = [((rel, n.name), n.end_lineno - n.lineno + 1) for n in ast.walk(ast.parse(text, rel))
+                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
+    return long_file, long_functions
+
+
+def test_no_file_or_function_too_long():
+    """Every tracked .py file: at most 500 lines, no function over 80 (but the allowed ones)."""
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "*.py"], capture_output=True, text=True,
+                             check=True).stdout.split()
+    assert "krig/record.py" in tracked
+    files, functions = [], []
+    for rel in tracked:
+        if not (ROOT / rel).is_file():
+            continue
+        f, fn = sizes(rel, (ROOT / rel).read_text())
+        files += [f"{name}: {n} lines" for name, n in f if name not in LONG_FILES]
+        functions += [f"{name}:{func}: {n} lines" for (name, func), n in fn if (name, func) not in LONG_FUNCTIONS]
+    assert not files and not functions, "\n".join(["too long (split by idea):"] + files + functions)
+
+
+def test_the_size_check_sees_a_long_file_and_function():
+    body = "".join(f"    x{i} = {i}\n" for i in range(81))
+    text = "def f():\n" + body + "\n" * 500
+    f, fn = sizes("x.py", text)
+    assert f == [("x.py", len(text.splitlines()))] and fn == [(("x.py", "f"), 82)]
+    assert sizes("y.py", "def g():\n    pass\n") == ([], [])

@@ -2,7 +2,8 @@
 
 The metadata (header page, event formats, printk, cmdlines, optionally kallsyms)
 is copied from a real template trace; the ring-buffer pages are either
-synthesised (`write_synthetic`) or copied from the template (`trim_trace`).
+synthesised (`write_synthetic`) or copied from the template (`trim_trace`), then
+written into the container by tests/tracegen_container.py.
 Everything streams page batch by page batch, so a 17M-event trace never holds
 more than one batch of events in memory.
 
@@ -14,20 +15,13 @@ from __future__ import annotations
 
 import re
 import struct
-import zlib
 
 import numpy as np
 
 from analysis.trace.kbuffer import MISSED_EVENTS, MISSED_STORED
-from analysis.trace.tracedat import (MAGIC, OPT_BUFFER, OPT_CMDLINES, OPT_CPUCOUNT, OPT_CPUSTAT, OPT_DONE,
-                               OPT_EVENT_FORMATS, OPT_FTRACE_EVENTS, OPT_HEADER_INFO, OPT_KALLSYMS,
-                               OPT_PRINTK, OPT_STRINGS, OPT_TRACECLOCK, OPT_UNAME, OPT_VERSION,
-                               TraceFile)
-
-try:
-    import zstandard
-except ImportError:  # pragma: no cover
-    zstandard = None
+from analysis.trace.tracedat import (OPT_CMDLINES, OPT_KALLSYMS, OPT_PRINTK, OPT_TRACECLOCK, OPT_UNAME,
+                                     OPT_VERSION, TraceFile)
+from tracegen_container import write_container
 
 TS_SHIFT = 27
 DELTA_MASK = (1 << TS_SHIFT) - 1
@@ -308,201 +302,6 @@ def _cpu_pages(meta: _Meta, specs, weights, n, cpu, seed, batch, opts):
     pages = packer.finish()
     if pages.shape[0]:
         yield pages
-
-
-# -------------------------------------------------------------- container
-class _Out:
-    def __init__(self, path, e):
-        self.f = open(path, "wb")
-        self.e = e
-
-    def w(self, b: bytes):
-        self.f.write(b)
-
-    def pack(self, fmt, *a):
-        self.f.write(struct.pack(self.e + fmt, *a))
-
-    def tell(self):
-        return self.f.tell()
-
-    def patch(self, off, fmt, *a):
-        here = self.f.tell()
-        self.f.seek(off)
-        self.pack(fmt, *a)
-        self.f.seek(here)
-
-    def align(self, n):
-        pad = -self.f.tell() % n
-        self.f.write(bytes(pad))
-
-
-def _compress(kind, data: bytes, level=3) -> bytes:
-    if kind == "zstd":
-        return zstandard.ZstdCompressor(level=level).compress(data)
-    return zlib.compress(data, 1)
-
-
-def _meta_blobs(meta: _Meta, e):
-    hi = (b"header_page\0" + struct.pack(e + "Q", len(meta.header_page)) + meta.header_page
-          + b"header_event\0" + struct.pack(e + "Q", len(meta.header_event)) + meta.header_event)
-    ft = struct.pack(e + "I", len(meta.ftrace)) + b"".join(
-        struct.pack(e + "Q", len(r)) + r for r in meta.ftrace)
-    ev = [struct.pack(e + "I", len(meta.systems))]
-    for s, raws in meta.systems.items():
-        ev.append(s.encode() + b"\0" + struct.pack(e + "I", len(raws)))
-        ev += [struct.pack(e + "Q", len(r)) + r for r in raws]
-    ks = struct.pack(e + "I", len(meta.kallsyms)) + meta.kallsyms
-    pk = struct.pack(e + "I", len(meta.printk)) + meta.printk
-    cl = struct.pack(e + "Q", len(meta.cmdlines)) + meta.cmdlines
-    return [(OPT_HEADER_INFO, "headers", hi), (OPT_FTRACE_EVENTS, "ftrace events", ft),
-            (OPT_EVENT_FORMATS, "events format", b"".join(ev)), (OPT_KALLSYMS, "kallsyms", ks),
-            (OPT_PRINTK, "printk", pk), (OPT_CMDLINES, "command lines", cl)]
-
-
-def _cpustat(cpu, st):
-    return (f"CPU: {cpu}\nentries: {st.get('entries', 0)}\noverrun: {st.get('overrun', 0)}\n"
-            f"commit overrun: 0\nbytes: 0\noldest event ts: 5.000000\nnow ts: 9.000000\n"
-            f"dropped events: {st.get('dropped', 0)}\nread events: {st.get('read', 0)}\n"
-            ).encode() + b"\0"
-
-
-def write_container(meta: _Meta, path, cpu_pages, *, version=7, compression="zstd",
-                    cpustats=None, chunk_pages=10, level=3):
-    """Write a trace.dat; cpu_pages is a list (one per cpu) of iterables of page arrays."""
-    e, ps = meta.e, meta.page_size
-    ncpu = len(cpu_pages)
-    cpustats = cpustats or {}
-    if compression in ("none", ""):
-        compression = None
-    if version == 6 and compression:
-        raise ValueError("v6 files are not compressed")
-    if compression == "zstd" and zstandard is None:
-        raise RuntimeError("zstd output needs the 'zstandard' module")
-    out = _Out(path, e)
-    out.w(MAGIC + str(version).encode() + b"\0")
-    out.w(bytes([1 if meta.big_endian else 0, meta.long_size]))
-    out.pack("I", ps)
-    stats_opts = [(OPT_CPUSTAT, _cpustat(c, cpustats.get(c, {}))) for c in range(ncpu)]
-    common_opts = [(OPT_TRACECLOCK, meta.traceclock), (OPT_UNAME, meta.uname),
-                   (OPT_VERSION, meta.version)] + stats_opts + [
-                  (OPT_CPUCOUNT, struct.pack(e + "I", ncpu))]
-    blobs = _meta_blobs(meta, e)
-    if version == 6:
-        for sid, _desc, blob in blobs:
-            out.w(blob)
-        out.pack("I", ncpu)
-        out.w(b"options  \0")
-        for oid, data in common_opts:
-            out.pack("HI", oid, len(data))
-            out.w(data)
-        out.pack("H", OPT_DONE)
-        out.w(b"flyrecord\0")
-        table = out.tell()
-        out.w(bytes(16 * ncpu))
-        clock = b"[" + meta.clock + b"]"
-        out.pack("Q", len(clock))
-        out.w(clock)
-        for cpu, pages in enumerate(cpu_pages):
-            out.align(ps)
-            start = out.tell()
-            for arr in pages:
-                out.w(arr.tobytes())
-            out.patch(table + 16 * cpu, "QQ", start, out.tell() - start)
-        out.f.close()
-        return
-    strings = bytearray()
-
-    def sid_str(s):
-        strings.extend(s.encode() + b"\0")
-        return len(strings) - len(s) - 1
-
-    comp = compression.encode() if compression else b"none"
-    cver = ""
-    if compression:
-        cver = ".".join(map(str, zstandard.ZSTD_VERSION)) if compression == "zstd" else zlib.ZLIB_VERSION
-    out.w(comp + b"\0" + cver.encode() + b"\0")
-    opt_ptr = out.tell()
-    out.pack("Q", 0)
-
-    def section(sid, desc, payload, compress):
-        start = out.tell()
-        if compress and compression:
-            c = _compress(compression, payload, level)
-            body = struct.pack(e + "II", len(c), len(payload)) + c
-            flags = 1
-        else:
-            body, flags = payload, 0
-        out.pack("HHIQ", sid, flags, sid_str(desc), len(body))
-        out.w(body)
-        return start
-
-    offs = {sid: section(sid, desc, blob, True) for sid, desc, blob in blobs}
-    opts1 = [(sid, struct.pack(e + "Q", off)) for sid, off in offs.items()] + common_opts
-    o1 = out.tell()
-    out.patch(opt_ptr, "Q", o1)
-    body = b"".join(struct.pack(e + "HI", i, len(d)) + d for i, d in opts1)
-    out.pack("HHIQ", OPT_DONE, 0, sid_str("options"), len(body) + 14)
-    out.w(body)
-    done1 = out.tell()
-    out.pack("HIQ", OPT_DONE, 8, 0)
-    # flyrecord section
-    fly = out.tell()
-    out.pack("HHIQ", OPT_BUFFER, 1 if compression else 0, sid_str("buffer flyrecord "), 0)
-    cpu_tab = []
-    for cpu, pages in enumerate(cpu_pages):
-        out.align(ps)
-        start = out.tell()
-        if compression:
-            out.pack("I", 0)
-            nch = 0
-            pend = []
-            npend = 0
-
-            def flush(data):
-                c = _compress(compression, data, level)
-                out.pack("II", len(c), len(data))
-                out.w(c)
-
-            for arr in pages:
-                pend.append(arr)
-                npend += arr.shape[0]
-                while npend >= chunk_pages:
-                    allp = np.concatenate(pend) if len(pend) > 1 else pend[0]
-                    nfull = (npend // chunk_pages) * chunk_pages
-                    for k in range(0, nfull, chunk_pages):
-                        flush(allp[k:k + chunk_pages].tobytes())
-                        nch += 1
-                    pend = [allp[nfull:]] if nfull < npend else []
-                    npend -= nfull
-            if npend:
-                flush(np.concatenate(pend).tobytes())
-                nch += 1
-            out.patch(start, "I", nch)
-            cpu_tab.append((cpu, start, out.tell() - start - 4))
-        else:
-            for arr in pages:
-                out.w(arr.tobytes())
-            cpu_tab.append((cpu, start, out.tell() - start))
-    end = out.tell()
-    out.patch(fly + 8, "Q", end - fly - 16)
-    buf = struct.pack(e + "Q", fly) + b"\0" + meta.clock + b"\0" + struct.pack(e + "II", ps, ncpu)
-    buf += b"".join(struct.pack(e + "IQQ", c, o, s) for c, o, s in cpu_tab)
-    o2 = out.tell()
-    out.patch(done1 + 6, "Q", o2)
-    body = struct.pack(e + "HI", OPT_BUFFER, len(buf)) + buf
-    out.pack("HHIQ", OPT_DONE, 0, sid_str("options"), len(body) + 14)
-    out.w(body)
-    out.pack("HIQ", OPT_DONE, 8, 0)
-    sid_str("strings")
-    payload = bytes(strings)
-    if compression:
-        c = _compress(compression, payload, level)
-        body, flags = struct.pack(e + "II", len(c), len(payload)) + c, 1
-    else:
-        body, flags = payload, 0
-    out.pack("HHIQ", OPT_STRINGS, flags, len(strings) - 8, len(body))
-    out.w(body)
-    out.f.close()
 
 
 # --------------------------------------------------------------- public API

@@ -90,56 +90,16 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
     trace = run_dir / TRACE
     try:
         with tarfile.open(out, "w:gz") as tar:
-            def add_bytes(name, data: bytes, mode=0o644):
-                ti = tarfile.TarInfo(f"{top}/{name}")
-                ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())
-                tar.addfile(ti, io.BytesIO(data))
-
-            def add_text(name, text: str, mode=0o644):
-                add_bytes(name, scrub(text, subs).encode(), mode)
-
-            def add_open(src, name: str) -> str:
-                """An open file as top/name, owned by nobody in particular; its sha256."""
-                ti = tar.gettarinfo(fileobj=src, arcname=f"{top}/{name}")
-                ti.uid = ti.gid = 0
-                ti.uname = ti.gname = ""
-                h = hashlib.sha256()
-                tar.addfile(ti, _Hashing(src, h))
-                return h.hexdigest()
-
-            def add_file(path: pathlib.Path, name: str) -> str:
-                """A host file krig keeps, read as data (a regular file, no link, never blocking)."""
-                with safeio.open_file(*safeio.split(path), cap=1 << 40) as src:
-                    return add_open(src, name)
-
-            add_text("README", readme(meta, out.name))
-            add_text("reproduce.sh", (pathlib.Path(__file__).with_name("reproduce.sh")).read_text(), 0o755)
-            add_text("bundle.json", json.dumps(meta, indent=2, default=str) + "\n")
-            add_text("run-args", "".join(a + "\n" for a in run_args(manifest, repro)))
-            add_text("rig.toml", rig_toml(_rig_spec(man.rig or {}), man.rig or {}))
+            w = TarWriter(tar, top, subs)
+            w.add_text("README", readme(meta, out.name))
+            w.add_text("reproduce.sh", (pathlib.Path(__file__).with_name("reproduce.sh")).read_text(), 0o755)
+            w.add_text("bundle.json", json.dumps(meta, indent=2, default=str) + "\n")
+            w.add_text("run-args", "".join(a + "\n" for a in run_args(manifest, repro)))
+            w.add_text("rig.toml", rig_toml(_rig_spec(man.rig or {}), man.rig or {}))
             for src in sorted(_sources(REPRO_DIR / repro.name)) + sorted(_sources(REPRO_DIR / "lib")):
                 tar.add(src, f"{top}/reproducer/{src.relative_to(REPRO_DIR)}", recursive=False)
-            sums = []
-            for name, path in kernel_files(man.kernel or {}, man.series, with_config):
-                digest = add_file(path, f"kernel/{name}")
-                if name == "config":
-                    sums.append((digest, "config"))
-            if image is not None:
-                sums.insert(0, (add_file(image, "kernel/image"), "image"))
-                mods = kernel_file((man.kernel or {}).get("modules_dir"), "modules")
-                for f in _regular_files(mods) if mods else []:
-                    rel = f"modules/{f.relative_to(mods)}"
-                    sums.append((add_file(f, f"kernel/{rel}"), rel))
-                add_bytes("kernel/SHA256SUMS", "".join(f"{d}  {name}\n" for d, name in sums).encode())
-            for f in sorted(run_dir.iterdir()):
-                # a run's files may come from a guest: regular files only, no link followed (krig/safeio.py)
-                if not run.is_file(f.name) or (f.name == TRACE and not with_trace):
-                    continue
-                if f.suffix in BINARY_SUFFIXES:
-                    with run.open(f.name, cap=1 << 50) as src:
-                        add_open(src, f"run/{f.name}")
-                else:
-                    add_text(f"run/{f.name}", run.read_bytes(f.name).decode(errors="replace"))
+            add_kernel(w, man.kernel or {}, man.series, with_config, image)
+            add_run_files(w, run, with_trace)
     except BaseException:
         out.unlink(missing_ok=True)          # no half-written tarball
         raise
@@ -150,6 +110,65 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
         msg += f"; trace.dat ({_human(trace.stat().st_size)}) left out (--with-trace adds it)"
     log(msg)
     return out
+
+
+class TarWriter:
+    """Members of the bundle's tarball, each under its top directory: text scrubbed of the
+    host's identity (subs), bytes and files as they are."""
+
+    def __init__(self, tar: tarfile.TarFile, top: str, subs):
+        self.tar, self.top, self.subs = tar, top, subs
+
+    def add_bytes(self, name, data: bytes, mode=0o644):
+        ti = tarfile.TarInfo(f"{self.top}/{name}")
+        ti.size, ti.mode, ti.mtime = len(data), mode, int(time.time())
+        self.tar.addfile(ti, io.BytesIO(data))
+
+    def add_text(self, name, text: str, mode=0o644):
+        self.add_bytes(name, scrub(text, self.subs).encode(), mode)
+
+    def add_open(self, src, name: str) -> str:
+        """An open file as top/name, owned by nobody in particular; its sha256."""
+        ti = self.tar.gettarinfo(fileobj=src, arcname=f"{self.top}/{name}")
+        ti.uid = ti.gid = 0
+        ti.uname = ti.gname = ""
+        h = hashlib.sha256()
+        self.tar.addfile(ti, _Hashing(src, h))
+        return h.hexdigest()
+
+    def add_file(self, path: pathlib.Path, name: str) -> str:
+        """A host file krig keeps, read as data (a regular file, no link, never blocking)."""
+        with safeio.open_file(*safeio.split(path), cap=1 << 40) as src:
+            return self.add_open(src, name)
+
+
+def add_kernel(w: TarWriter, kernel: dict, series, with_config: bool, image: pathlib.Path | None) -> None:
+    """kernel/: its config (with_config), and with the image its modules and SHA256SUMS."""
+    sums = []
+    for name, path in kernel_files(kernel, series, with_config):
+        digest = w.add_file(path, f"kernel/{name}")
+        if name == "config":
+            sums.append((digest, "config"))
+    if image is not None:
+        sums.insert(0, (w.add_file(image, "kernel/image"), "image"))
+        mods = kernel_file(kernel.get("modules_dir"), "modules")
+        for f in _regular_files(mods) if mods else []:
+            rel = f"modules/{f.relative_to(mods)}"
+            sums.append((w.add_file(f, f"kernel/{rel}"), rel))
+        w.add_bytes("kernel/SHA256SUMS", "".join(f"{d}  {name}\n" for d, name in sums).encode())
+
+
+def add_run_files(w: TarWriter, run: RunDir, with_trace: bool) -> None:
+    """run/: the run directory's files (trace.dat only with_trace)."""
+    for f in sorted(run.dir.iterdir()):
+        # a run's files may come from a guest: regular files only, no link followed (krig/safeio.py)
+        if not run.is_file(f.name) or (f.name == TRACE and not with_trace):
+            continue
+        if f.suffix in BINARY_SUFFIXES:
+            with run.open(f.name, cap=1 << 50) as src:
+                w.add_open(src, f"run/{f.name}")
+        else:
+            w.add_text(f"run/{f.name}", run.read_bytes(f.name).decode(errors="replace"))
 
 
 def _kernel_image(k: dict) -> pathlib.Path:

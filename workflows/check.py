@@ -5,8 +5,8 @@ evidence() reads what the run directory records about how the run ended
 krig.verdict.decide() rules on it; a completed workload's metrics are
 computed here and its thresholds judged. Thresholds are judged by pytest (one test per
 threshold, analysis/test_thresholds.py); each one's outcome comes back as data
-(conftest.py's --krig-outcomes) into the run's thresholds.json, and pytest's junit.xml
-is kept beside it for other tools, never read back.
+(conftest.py's --krig-outcomes) into the run's thresholds.json, and junit.xml is written
+from the same outcomes beside it for other tools, never read back.
 """
 import json
 import math
@@ -20,9 +20,8 @@ from analysis.projection import require_model
 from analysis.report import write_report
 from analysis.rundata import RunData
 
-from krig import ROOT, safeio
+from krig import ROOT, junit, safeio
 from krig.errors import KrigError, UsageError
-from krig.junit import mark_contended, write_single
 from .hostload import contended_pct
 from krig.paths import owner_alive
 from krig.record import Manifest, Verdict
@@ -87,52 +86,61 @@ def compute_metrics(data: RunData, repro, analyzer) -> dict:
     return out
 
 
-def judge(run_dir: pathlib.Path, contended: bool = False) -> dict:
+def judge(run_dir: pathlib.Path, contended: bool = False, properties: dict | None = None) -> dict:
     """Run the threshold tests with pytest; returns counts and one line per threshold not passed,
     and writes the run's thresholds.json (each threshold's outcome, as data) and junit.xml (the
-    same, for other tools; never read back). `contended`: the run's host was contended
-    (krig.verdict.host_contended); a timing (host_sensitive) threshold crossed then is recorded
-    as "contended" in thresholds.json and as a skipped case in junit.xml (the counts keep it a
-    failure: the verdict rule says what it makes of it).
+    same, for other tools; never read back; `properties`: its suite's, what ran where).
+    `contended`: the run's host was contended (krig.verdict.host_contended); a timing
+    (host_sensitive) threshold crossed then is recorded as "contended" in thresholds.json and as
+    a skipped case in junit.xml (the counts keep it a failure: the verdict rule says what it
+    makes of it).
 
     Each test case records krig_outcome (pass, fail, unmeasured, instrument) and krig_message;
     a case without them is pytest itself erring (a bug), reported as an error."""
     run_dir = run_dir.resolve()        # pytest runs in ROOT: a relative path would judge another directory
     with tempfile.TemporaryDirectory(prefix="krig-judge-") as tmp:
         # pytest writes where krig chose, never through a name in the run directory
-        junit, said = pathlib.Path(tmp) / "junit.xml", pathlib.Path(tmp) / "outcomes.jsonl"
+        said = pathlib.Path(tmp) / "outcomes.jsonl"
         argv = [sys.executable, "-m", "pytest", str(ROOT / "analysis" / "test_thresholds.py"),
-                f"--krig-run-dir={run_dir}", f"--krig-outcomes={said}", f"--junitxml={junit}", "-q",
-                "-p", "no:cacheprovider", "--rootdir", str(ROOT), "-o", "junit_family=xunit1",
-                "-o", "junit_suite_name=krig"]
+                f"--krig-run-dir={run_dir}", f"--krig-outcomes={said}", "-q",
+                "-p", "no:cacheprovider", "--rootdir", str(ROOT)]
         p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
         safeio.write_text(run_dir, "analysis.log", p.stdout + p.stderr)
-        if not junit.exists():
-            raise KrigError(f"analysis did not produce junit.xml (pytest exit {p.returncode}); see analysis.log")
+        if p.returncode not in PYTEST_JUDGED:
+            raise KrigError(f"analysis did not complete (pytest exit {p.returncode}); see analysis.log")
         rows = [json.loads(ln) for ln in said.read_text().splitlines()] if said.exists() else []
-        cases = junit.read_bytes()
-    record = outcomes(rows)
+    tests = threshold_tests(rows)
+    record = outcomes(tests)
     counts = tally(record)
     if contended:
         for r in record:
             if r["outcome"] == "fail" and r["host_sensitive"]:
                 r["outcome"] = "contended"
-        cases = mark_contended(cases, {r["threshold"] for r in record if r["outcome"] == "contended"})
-    safeio.write_bytes(run_dir, "junit.xml", cases)
+    junit.write(run_dir / "junit.xml", "krig", junit_cases(tests, record), properties or {})
     RunDir(run_dir).write_json(THRESHOLDS, record)
     return counts
 
 
-def outcomes(rows: list) -> list:
-    """The judge's phases (conftest.py's rows) -> one entry per threshold test: its threshold id,
-    the outcome (pass, fail, unmeasured, instrument; error when the judge itself broke), the
-    line that says it, and whether the threshold is host-sensitive."""
+# pytest's exit codes of a judge that ran: all passed, some failed, no threshold to test
+PYTEST_JUDGED = (0, 1, 5)
+
+
+def threshold_tests(rows: list) -> dict:
+    """The judge's phases (conftest.py's rows) -> per threshold test id: whether a phase failed,
+    the line that says it, and the properties the test recorded."""
     tests = {}
     for r in rows:
         t = tests.setdefault(r["id"], {"failed": False, "properties": {}, "message": ""})
         t["properties"].update(r.get("properties") or {})
         if r["outcome"] == "failed" and not t["failed"]:
             t["failed"], t["message"] = True, r.get("message") or ""
+    return tests
+
+
+def outcomes(tests: dict) -> list:
+    """One entry per threshold test: its threshold id, the outcome (pass, fail, unmeasured,
+    instrument; error when the judge itself broke), the line that says it, and whether the
+    threshold is host-sensitive."""
     out = []
     for tid, t in tests.items():
         props = t["properties"]
@@ -143,6 +151,27 @@ def outcomes(rows: list) -> list:
         out.append({"threshold": props.get("krig_threshold") or tid, "outcome": outcome, "message": message,
                     "host_sensitive": props.get("krig_host_sensitive") == "1"})
     return out
+
+
+def junit_cases(tests: dict, record: list) -> list:
+    """The judge's junit.xml cases, one per threshold test (as pytest names it), with the
+    properties the test recorded: a crossed threshold a failure, one the judge could not
+    judge (unmeasured, instrument, a broken test) an error, a timing threshold crossed on a
+    contended host a skipped case saying why."""
+    cases = []
+    for (tid, t), r in zip(tests.items(), record):
+        result, kind = None, None
+        if r["outcome"] == "fail":
+            result = ("failure", r["message"], r["message"])
+        elif r["outcome"] == "contended":
+            result = ("skipped", "host contended, not blamed on the kernel: "
+                      f"{t['properties'].get('krig_message', '')}", None)
+            kind = "krig.contended"
+        elif r["outcome"] != "pass":
+            result = ("error", r["message"], r["message"])
+        cases.append(junit.Case("analysis.test_thresholds", f"test_threshold[{tid}]",
+                                list(t["properties"].items()), result, kind=kind))
+    return cases
 
 
 def tally(record: list) -> dict:
@@ -220,7 +249,8 @@ def check(run_dir, project: tuple = ()) -> dict:
                 verdict.warn(f"the trace lost {lost:.0f} events: metrics computed from it are lower bounds; "
                              "enlarge trace.buffer_kb")
             ev.host_contended_pct = metrics.get("host_contended_pct", {}).get("value")
-            ev.thresholds = verdict.thresholds = judge(run_dir, host_contended(ev.host_contended_pct))
+            ev.thresholds = verdict.thresholds = judge(run_dir, host_contended(ev.host_contended_pct),
+                                                       junit_properties(manifest))
             notes = run_notes(analyzer, metrics)
         decided = decide(ev)
         v, why = decided
@@ -234,13 +264,19 @@ def check(run_dir, project: tuple = ()) -> dict:
     if ev.thresholds is None:    # not judged this time: no outcome of an earlier check stays
         data.write_json(THRESHOLDS, [])
     if v not in JUDGED:          # the judge wrote junit.xml for PASS/FAIL: one case saying why otherwise
-        props = {"kernel": (manifest.kernel or {}).get("release"), "rig": (manifest.rig or {}).get("name"),
-                 "accel": (manifest.rig_facts or {}).get("accel"), "krig_revision": manifest.krig_revision}
-        write_single(data.path("junit.xml"), repro.name, v, why, props)
+        junit.write_single(data.path("junit.xml"), repro.name, v, why, junit_properties(manifest))
     written = verdict.to_json()
     data.write_json(VERDICT, written)
     report(data, repro, project)
     return written
+
+
+def junit_properties(m: Manifest) -> dict:
+    """What ran where, as the properties of the run's junit.xml suite (what a CI dashboard groups by)."""
+    kernel, facts = m.kernel or {}, m.rig_facts or {}
+    return {"reproducer": m.reproducer, "preset": m.preset, "kernel": kernel.get("release"),
+            "kernel_config": kernel.get("config_sha256_16"), "rig": (m.rig or {}).get("name"),
+            "accel": facts.get("accel"), "qemu": facts.get("qemu_version"), "krig_revision": m.krig_revision}
 
 
 def report(run, repro=None, project: tuple = ()) -> None:

@@ -66,6 +66,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action=_Version, nargs=0,
                    help="print krig's version and the git commit of its checkout, and exit")
     sub = p.add_subparsers(dest="cmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
+    add_run_commands(sub)
+    add_share_commands(sub)
+    add_series_commands(sub)
+    add_lab_commands(sub)
+    ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
+    ls.set_defaults(handler="workflows.listing:cmd_list")
+    add_reading_commands(sub)
+    k = sub.add_parser("kernel", help="build kernels from kernels/<name>.toml (cached) and show the cache")
+    buildargs.add_commands(k.add_subparsers(dest="kcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
+    bs = sub.add_parser("bisect", help="git bisect a kernel tree with a reproducer's verdict (or a metric)")
+    bisectargs.add_commands(bs.add_subparsers(dest="bcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
+    clihelp.apply(p)
+    return p
+
+
+def add_run_commands(sub) -> None:
+    """`krig run`, and `krig check` and `krig report` of a run."""
     r = sub.add_parser("run", help="run a reproducer on a rig")
     r.add_argument("reproducer", metavar="REPRODUCER", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
     r.add_argument("--rig", default=DEFAULT_RIG, help="rig name (rigs/<RIG>.toml) or a rig file's path "
@@ -86,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (results/latest is the newest run)")
     rp.add_argument("--project", action="append", metavar="RAM[:CPUS]", help=PROJECT_HELP)
     rp.set_defaults(handler="analysis.report:cmd_report")
+
+
+def add_share_commands(sub) -> None:
+    """`krig bundle` a run, and `krig reproduce` a bundle."""
     b = sub.add_parser("bundle", help="one tarball of a run that anyone reruns with `krig reproduce`")
     b.add_argument("run_dir", metavar="RUN_DIR", help="a judged run directory (results/latest is the newest run)")
     b.add_argument("--with-trace", action="store_true", help="include trace.dat (left out by default)")
@@ -104,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "or name; a bundled image with --with-kernel is used only when given as bundled)")
     rr.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help="the rig (default qemu-default)")
     rr.set_defaults(handler="workflows.reproduce:cmd_reproduce")
+
+
+def add_series_commands(sub) -> None:
+    """`krig validate` a patch series, and `krig b4-check` for b4."""
     v = sub.add_parser("validate",
                        help="does a patch series fix a reproducer's regression? base vs base+series, a reply")
     v.add_argument("reproducer", metavar="REPRODUCER", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
@@ -131,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a validation directory (krig validate -o DIR) or a directory of them (repeatable; "
                      "default results/validate)")
     b4c.set_defaults(handler="workflows.b4check:cmd_b4_check")
+
+
+def add_lab_commands(sub) -> None:
+    """`krig qualify` rigs with a suite, and `krig lab` (its coordinator, a simulated server)."""
     q = sub.add_parser("qualify", help="run a qualification suite: reproducers x kernels x rigs x repeats")
     q.add_argument("suite", metavar="SUITE.toml", help="a qualification suite file (e.g. qualify/smoke.toml)")
     q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
@@ -162,8 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     sd = simsub.add_parser("down", help="stop it: nothing of it left running, its rig file and secret removed")
     sd.add_argument("name", metavar="NAME", help="the name given to up")
     sd.set_defaults(handler="workflows.lab:cmd_sim_down")
-    ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
-    ls.set_defaults(handler="workflows.listing:cmd_list")
+
+
+def add_reading_commands(sub) -> None:
+    """`krig compare` runs, `krig export` them, `krig trace` a trace.dat."""
     cmp = sub.add_parser("compare", help="compare runs or groups of two kernels: krig compare BASE... -- NEW...",
                          usage="krig compare [--json | --format text|lkp] [--out DIR] BASE... -- NEW...")
     cmp.add_argument("--json", action="store_true", help="the comparison as JSON (default: text)")
@@ -199,12 +230,6 @@ def build_parser() -> argparse.ArgumentParser:
     ts.add_argument("--group-by", metavar="FIELD", help="count per value of this field (default: one total)")
     ts.add_argument("--json", action="store_true", help="the counts as JSON (default: text)")
     ts.set_defaults(handler="analysis.trace.tracecli:cmd_stats")
-    k = sub.add_parser("kernel", help="build kernels from kernels/<name>.toml (cached) and show the cache")
-    buildargs.add_commands(k.add_subparsers(dest="kcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
-    bs = sub.add_parser("bisect", help="git bisect a kernel tree with a reproducer's verdict (or a metric)")
-    bisectargs.add_commands(bs.add_subparsers(dest="bcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
-    clihelp.apply(p)
-    return p
 
 
 def main(argv=None) -> int:

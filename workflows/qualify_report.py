@@ -2,10 +2,10 @@
 import html
 import os
 import pathlib
-import xml.etree.ElementTree as ET
 
 from analysis.summary import threshold_measurements, threshold_properties
 
+from krig import junit
 from krig.errors import KrigError
 from krig.reproducer import load_reproducer
 from krig.results import git_revision, now, write_json
@@ -52,29 +52,20 @@ def signoff_lines(rigs: list, cases: list) -> list[str]:
 
 def write_junit(path: pathlib.Path, suite: dict, cases: list) -> None:
     """One test case per run: a failure when the verdict is not the expected one."""
-    bad = [c for c in cases if c["verdict"] is not None and not c.get("ok")]
-    todo = [c for c in cases if c["verdict"] is None]
-    ts = ET.Element("testsuite", name=f"qualify.{suite['name']}", tests=str(len(cases)), failures=str(len(bad)),
-                    errors="0", skipped=str(len(todo)),
-                    time=f"{sum(c.get('seconds') or 0 for c in cases):.1f}")
-    props = ET.SubElement(ts, "properties")
-    for k, v in (("suite_file", suite["file"]), ("krig_revision", git_revision())):
-        ET.SubElement(props, "property", name=k, value=str(v))
+    out = []
     for c in cases:
-        tc = ET.SubElement(ts, "testcase", classname=f"qualify.{suite['name']}.{c['rig']}", name=c["id"],
-                           time=f"{c.get('seconds') or 0:.1f}")
-        p = ET.SubElement(tc, "properties")
-        for k in ("reproducer", "preset", "kernel", "rig", "repeat", "expect", "verdict", "run_dir"):
-            ET.SubElement(p, "property", name=k, value=str(c.get(k)))
-        for k, v in threshold_property_items(c):
-            ET.SubElement(p, "property", name=k, value=v)
+        props = [(k, c.get(k)) for k in ("reproducer", "preset", "kernel", "rig", "repeat", "expect", "verdict",
+                                         "run_dir")] + threshold_property_items(c)
+        result = None
         if c["verdict"] is None:
-            ET.SubElement(tc, "skipped", message="not run yet (interrupted); run the same command again")
+            result = ("skipped", "not run yet (interrupted); run the same command again", None)
         elif not c.get("ok"):
-            ET.SubElement(tc, "failure", message=f"{c['verdict']}, expected {c['expect']}").text = c.get("reason")
-    suites = ET.Element("testsuites")
-    suites.append(ts)
-    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+            result = ("failure", f"{c['verdict']}, expected {c['expect']}", c.get("reason"))
+        out.append(junit.Case(f"qualify.{suite['name']}.{c['rig']}", c["id"], props, result,
+                              seconds=c.get("seconds") or 0))
+    junit.write(path, f"qualify.{suite['name']}", out,
+                [("suite_file", suite["file"]), ("krig_revision", git_revision())],
+                seconds=sum(c.get("seconds") or 0 for c in cases))
 
 
 def threshold_property_items(case: dict) -> list[tuple[str, str]]:
