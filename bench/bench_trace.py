@@ -158,6 +158,29 @@ def print_stats(rows, key: str, targets: list, flags: str):
               + ("; ".join(verdicts) or "-"))
 
 
+def print_summary(rows: list) -> None:
+    """The table of every file, the speed-up against trace-cmd and the targets."""
+    print()
+    header(f"{'file':<34} {'events':>10} {'MB':>7} {'ours s':>7} {'(count)':>8} "
+           f"{'trace-cmd s':>11} {'speed-up':>8} {'peak RSS':>9}  counts")
+    for r in rows:
+        o = r["ours"]
+        print(f"{r['file']:<34} {r['events']:>10} {r['mb']:>7.0f} {o['wall_s']:>7.2f} "
+              f"{o['count_s']:>8.2f} {r['trace_cmd']['wall_s']:>11.2f} {r['ratio']:>7.1f}x "
+              f"{o['maxrss_kb'] / 1024:>7.0f}MB  {'ok' if r['ok'] else 'MISMATCH'}")
+    print("\nours s: child process wall time incl. interpreter start and imports "
+          "(best of 2); (count): open + count inside the child")
+    ref = [r for r in rows if 1_500_000 <= r["events"] <= 2_500_000]
+    if ref:
+        worst = min(r["ratio"] for r in ref)
+        print(f"{TARGET:.0f}x target on ~2M-event files: "
+              f"{'MET' if worst >= TARGET else 'NOT MET'} (lowest speed-up {worst:.1f}x)")
+    else:
+        print(f"({TARGET:.0f}x target is judged on ~2M-event files; none in this run)")
+    print_stats(rows, "stats", STATS_TARGETS, "")
+    print_stats(rows, "grouped", GROUP_TARGETS, f" --group-by {GROUP_BY}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="200k events only (CI smoke)")
@@ -209,25 +232,7 @@ def main(argv=None) -> int:
                       f"groups), trace-cmd {theirs['wall_s']:.2f} s (count {theirs['count']})",
                       flush=True)
                 os.unlink(path)
-    print()
-    header(f"{'file':<34} {'events':>10} {'MB':>7} {'ours s':>7} {'(count)':>8} "
-           f"{'trace-cmd s':>11} {'speed-up':>8} {'peak RSS':>9}  counts")
-    for r in rows:
-        o = r["ours"]
-        print(f"{r['file']:<34} {r['events']:>10} {r['mb']:>7.0f} {o['wall_s']:>7.2f} "
-              f"{o['count_s']:>8.2f} {r['trace_cmd']['wall_s']:>11.2f} {r['ratio']:>7.1f}x "
-              f"{o['maxrss_kb'] / 1024:>7.0f}MB  {'ok' if r['ok'] else 'MISMATCH'}")
-    print("\nours s: child process wall time incl. interpreter start and imports "
-          "(best of 2); (count): open + count inside the child")
-    ref = [r for r in rows if 1_500_000 <= r["events"] <= 2_500_000]
-    if ref:
-        worst = min(r["ratio"] for r in ref)
-        print(f"{TARGET:.0f}x target on ~2M-event files: "
-              f"{'MET' if worst >= TARGET else 'NOT MET'} (lowest speed-up {worst:.1f}x)")
-    else:
-        print(f"({TARGET:.0f}x target is judged on ~2M-event files; none in this run)")
-    print_stats(rows, "stats", STATS_TARGETS, "")
-    print_stats(rows, "grouped", GROUP_TARGETS, f" --group-by {GROUP_BY}")
+    print_summary(rows)
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           f"({os.cpu_count()} cpus)")
     if failed:
