@@ -19,8 +19,8 @@ import struct
 import numpy as np
 
 from analysis.trace.kbuffer import MISSED_EVENTS, MISSED_STORED
-from analysis.trace.tracedat import (OPT_CMDLINES, OPT_KALLSYMS, OPT_PRINTK, OPT_TRACECLOCK, OPT_UNAME,
-                                     OPT_VERSION, TraceFile)
+from analysis.trace.formats import OPT_CMDLINES, OPT_KALLSYMS, OPT_PRINTK, OPT_TRACECLOCK, OPT_UNAME, OPT_VERSION
+from analysis.trace.tracedat import TraceFile
 from tracegen_container import write_container
 
 TS_SHIFT = 27

@@ -9,7 +9,7 @@ import zlib
 
 import numpy as np
 
-from analysis.trace.tracedat import (MAGIC, OPT_BUFFER, OPT_CMDLINES, OPT_CPUCOUNT, OPT_CPUSTAT, OPT_DONE,
+from analysis.trace.formats import (MAGIC, OPT_BUFFER, OPT_CMDLINES, OPT_CPUCOUNT, OPT_CPUSTAT, OPT_DONE,
                                      OPT_EVENT_FORMATS, OPT_FTRACE_EVENTS, OPT_HEADER_INFO, OPT_KALLSYMS,
                                      OPT_PRINTK, OPT_STRINGS, OPT_TRACECLOCK, OPT_UNAME, OPT_VERSION)
 
