@@ -10,6 +10,7 @@ import pathlib
 import pytest
 
 from analysis.summary import threshold_id, threshold_properties
+from krig.record import RunRecord
 from krig.reproducer import load_reproducer
 from krig.rundir import RunDir
 
@@ -28,7 +29,7 @@ def pytest_generate_tests(metafunc):
     if not d:
         metafunc.parametrize("threshold", [])
         return
-    repro = load_reproducer(RunDir(d).manifest["reproducer"])
+    repro = load_reproducer(RunRecord.read(d).manifest.reproducer or "?")
     metafunc.parametrize("threshold", repro.thresholds,
                          ids=[f"{t.metric} {t.describe()}" for t in repro.thresholds])
 
@@ -43,12 +44,12 @@ def _properties(request, record_testsuite_property):
     d = request.config.getoption("krig_run_dir")
     if not d:
         return
-    m = RunDir(d).manifest
-    facts = m.get("rig_facts", {})
-    for k, v in {"reproducer": m.get("reproducer"), "preset": m.get("preset"),
-                 "kernel": m.get("kernel", {}).get("release"), "kernel_config": m.get("kernel", {}).get("config_sha256_16"),
-                 "rig": m.get("rig", {}).get("name"), "accel": facts.get("accel"),
-                 "qemu": facts.get("qemu_version"), "krig_revision": m.get("krig_revision")}.items():
+    m = RunRecord.read(d).manifest
+    facts = m.rig_facts or {}
+    for k, v in {"reproducer": m.reproducer, "preset": m.preset,
+                 "kernel": m.kernel.release, "kernel_config": m.kernel.config_sha256_16,
+                 "rig": m.rig_name, "accel": facts.get("accel"),
+                 "qemu": facts.get("qemu_version"), "krig_revision": m.krig_revision}.items():
         record_testsuite_property(k, v)
 
 

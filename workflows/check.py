@@ -25,7 +25,7 @@ from krig.errors import KrigError, UsageError
 from krig.junit import mark_contended, write_single
 from .hostload import contended_pct
 from krig.paths import owner_alive
-from krig.record import Manifest, Verdict
+from krig.record import Manifest, RunRecord, Verdict
 from krig.reproducer import load_analyzer, load_reproducer  # noqa: F401 (load_analyzer: callers' name)
 from krig.rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
 from .stall import still_progressing
@@ -70,7 +70,7 @@ def compute_metrics(data: RunData, repro, analyzer) -> dict:
     if data.exists("samples.tsv"):
         # ... and every sampled run whether its sampler kept its interval.
         values.setdefault("sampler_max_gap_intervals", data.sampler_max_gap_intervals())
-    host = data.manifest.get("host") or {}
+    host = data.record.manifest.host or {}
     if data.exists("host.tsv") and host.get("cpus"):
         # ... and every emulated run how much the host's other load took from it.
         values.setdefault("host_contended_pct", contended_pct(data.path("host.tsv"), host["cpus"]))
@@ -87,7 +87,7 @@ def compute_metrics(data: RunData, repro, analyzer) -> dict:
     return out
 
 
-def judge(run_dir: pathlib.Path, contended: bool = False) -> dict:
+def judge(run, contended: bool = False) -> dict:
     """Run the threshold tests with pytest; returns counts and one line per threshold not passed,
     and writes the run's thresholds.json (each threshold's outcome, as data) and junit.xml (the
     same, for other tools; never read back). `contended`: the run's host was contended
@@ -96,8 +96,10 @@ def judge(run_dir: pathlib.Path, contended: bool = False) -> dict:
     failure: the verdict rule says what it makes of it).
 
     Each test case records krig_outcome (pass, fail, unmeasured, instrument) and krig_message;
-    a case without them is pytest itself erring (a bug), reported as an error."""
-    run_dir = run_dir.resolve()        # pytest runs in ROOT: a relative path would judge another directory
+    a case without them is pytest itself erring (a bug), reported as an error. run: a run
+    directory or its RunDir (whose later reads then see thresholds.json)."""
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    run_dir = run.dir.resolve()        # pytest runs in ROOT: a relative path would judge another directory
     with tempfile.TemporaryDirectory(prefix="krig-judge-") as tmp:
         # pytest writes where krig chose, never through a name in the run directory
         junit, said = pathlib.Path(tmp) / "junit.xml", pathlib.Path(tmp) / "outcomes.jsonl"
@@ -119,7 +121,7 @@ def judge(run_dir: pathlib.Path, contended: bool = False) -> dict:
                 r["outcome"] = "contended"
         cases = mark_contended(cases, {r["threshold"] for r in record if r["outcome"] == "contended"})
     safeio.write_bytes(run_dir, "junit.xml", cases)
-    RunDir(run_dir).write_json(THRESHOLDS, record)
+    run.write_json(THRESHOLDS, record)
     return counts
 
 
@@ -173,10 +175,10 @@ def tally(record: list) -> dict:
 def evidence(run: RunDir, m: Manifest | None = None) -> Evidence:
     """What the run directory records about how the run ended (krig.verdict.Evidence); m: its
     manifest, when the caller has read it."""
-    m = Manifest.from_json(run.manifest) if m is None else m
+    m = RunRecord.read(run).manifest if m is None else m
     ev = Evidence(m.outcome, m.reason or "", run.text("console.log"),
                   rig_fault=m.rig_fault, host_fault=m.host_fault,
-                  machine_answered=bool(m.machine), pull_error=m.pull_error,
+                  machine_answered=m.machine_answered, pull_error=m.pull_error,
                   timeout=(m.params or {}).get("timeout"), host_load=m.host_load,
                   last_phase=run.last_phase())
     if ev.outcome == "hung" and ev.timeout:
@@ -186,7 +188,7 @@ def evidence(run: RunDir, m: Manifest | None = None) -> Evidence:
 
 def check(run_dir, project: tuple = ()) -> dict:
     data = RunData(safeio.given(run_dir))       # the user's own path: results/latest is followed
-    run_dir, manifest = data.dir, Manifest.from_json(data.manifest)
+    run_dir, manifest = data.dir, data.record.manifest
     if manifest.outcome is None and owner_alive(manifest.owner):
         raise UsageError(f"{run_dir}: still running (krig pid {manifest.owner['pid']}); check it when it ends")
     try:
@@ -220,7 +222,7 @@ def check(run_dir, project: tuple = ()) -> dict:
                 verdict.warn(f"the trace lost {lost:.0f} events: metrics computed from it are lower bounds; "
                              "enlarge trace.buffer_kb")
             ev.host_contended_pct = metrics.get("host_contended_pct", {}).get("value")
-            ev.thresholds = verdict.thresholds = judge(run_dir, host_contended(ev.host_contended_pct))
+            ev.thresholds = verdict.thresholds = judge(data, host_contended(ev.host_contended_pct))
             notes = run_notes(analyzer, metrics)
         decided = decide(ev)
         v, why = decided
@@ -234,7 +236,7 @@ def check(run_dir, project: tuple = ()) -> dict:
     if ev.thresholds is None:    # not judged this time: no outcome of an earlier check stays
         data.write_json(THRESHOLDS, [])
     if v not in JUDGED:          # the judge wrote junit.xml for PASS/FAIL: one case saying why otherwise
-        props = {"kernel": (manifest.kernel or {}).get("release"), "rig": (manifest.rig or {}).get("name"),
+        props = {"kernel": manifest.kernel.release, "rig": manifest.rig_name,
                  "accel": (manifest.rig_facts or {}).get("accel"), "krig_revision": manifest.krig_revision}
         write_single(data.path("junit.xml"), repro.name, v, why, props)
     written = verdict.to_json()
