@@ -4,6 +4,7 @@ Run by `krig check RUN_DIR` as
   pytest analysis/test_thresholds.py --krig-run-dir=RUN_DIR --krig-outcomes=FILE --junitxml=FILE2
 (krig reads the outcomes, conftest.py's JSON lines, and keeps junit.xml for other tools)
 """
+import functools
 import math
 import pathlib
 
@@ -12,7 +13,6 @@ import pytest
 from analysis.summary import threshold_id, threshold_properties
 from krig.record import RunRecord
 from krig.reproducer import load_reproducer
-from krig.rundir import RunDir
 
 
 def _run_dir(config) -> pathlib.Path:
@@ -22,6 +22,12 @@ def _run_dir(config) -> pathlib.Path:
     return pathlib.Path(d)
 
 
+@functools.cache
+def _record(d: str) -> RunRecord:
+    """The judged run's record, read once for every hook and fixture of this judge."""
+    return RunRecord.read(d)
+
+
 def pytest_generate_tests(metafunc):
     if "threshold" not in metafunc.fixturenames:
         return
@@ -29,14 +35,14 @@ def pytest_generate_tests(metafunc):
     if not d:
         metafunc.parametrize("threshold", [])
         return
-    repro = load_reproducer(RunRecord.read(d).manifest.reproducer or "?")
+    repro = load_reproducer(_record(d).manifest.reproducer or "?")
     metafunc.parametrize("threshold", repro.thresholds,
                          ids=[f"{t.metric} {t.describe()}" for t in repro.thresholds])
 
 
 @pytest.fixture(scope="module")
 def metrics(request):
-    return RunDir(_run_dir(request.config)).metrics()
+    return _record(str(_run_dir(request.config))).run.metrics()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -44,7 +50,7 @@ def _properties(request, record_testsuite_property):
     d = request.config.getoption("krig_run_dir")
     if not d:
         return
-    m = RunRecord.read(d).manifest
+    m = _record(d).manifest
     facts = m.rig_facts or {}
     for k, v in {"reproducer": m.reproducer, "preset": m.preset,
                  "kernel": m.kernel.release, "kernel_config": m.kernel.config_sha256_16,

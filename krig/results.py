@@ -176,10 +176,11 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def run_state(d: pathlib.Path) -> str:
-    """The verdict of a run directory, 'RUNNING' if its krig still runs, 'INCOMPLETE' without one."""
+def run_state(d) -> str:
+    """The verdict of a run directory (a path or its RunDir), 'RUNNING' if its krig still runs,
+    'INCOMPLETE' without one."""
     try:
-        run = RunDir(d)
+        run = RunDir.of(d)
     except (OSError, KrigError):
         return "INCOMPLETE"
     try:

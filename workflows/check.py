@@ -25,7 +25,7 @@ from krig.errors import KrigError, UsageError
 from krig.junit import mark_contended, write_single
 from .hostload import contended_pct
 from krig.paths import owner_alive
-from krig.record import Manifest, RunRecord, Verdict
+from krig.record import Manifest, Verdict
 from krig.reproducer import load_analyzer, load_reproducer  # noqa: F401 (load_analyzer: callers' name)
 from krig.rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
 from .stall import still_progressing
@@ -172,10 +172,9 @@ def tally(record: list) -> dict:
     return res
 
 
-def evidence(run: RunDir, m: Manifest | None = None) -> Evidence:
+def evidence(run: RunDir, m: Manifest) -> Evidence:
     """What the run directory records about how the run ended (krig.verdict.Evidence); m: its
-    manifest, when the caller has read it."""
-    m = RunRecord.read(run).manifest if m is None else m
+    manifest (the run's krig.record.RunRecord's)."""
     ev = Evidence(m.outcome, m.reason or "", run.text("console.log"),
                   rig_fault=m.rig_fault, host_fault=m.host_fault,
                   machine_answered=m.machine_answered, pull_error=m.pull_error,
