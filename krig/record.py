@@ -3,12 +3,18 @@ as typed values. manifest.json (the runner's, written as the run goes: workflows
 verdict.json (the judge's: workflows/check.py) are written from these values and read back into
 them here; thresholds.json (each threshold's outcome) and metrics.json are read with them.
 
-    RunRecord            one run directory, read through krig/rundir.py (safe reads)
+    RunRecord            one run directory, read through krig/rundir.py (safe reads); `.run` is
+                         its RunDir, which every later read of the run goes through
       .manifest          Manifest: asked (reproducer, preset, params, kernel, rig, series), the
-                         kernel and machine facts, how the run ended (outcome, reason, faults)
+                         kernel and machine facts, how the run ended (outcome, reason, faults);
+                         .kernel, .rig, .machine typed (krig/record_machine.py); what is derived
+                         from them decided once here: .release, .rig_name, .cpus, .mem_total_bytes
       .verdict           Verdict or None (never judged): verdict, reason, cause, tallies, notes
       .thresholds        [ThresholdOutcome]: threshold id, outcome, sentence, host-sensitive
       .metrics           {name: value or None}
+
+The manifest is read at once (a missing or unreadable one is one line); the rest when asked.
+This module is the one place manifest.json's object becomes a Manifest (tests/test_layout.py).
 
 A key a newer or an older krig wrote that this one does not know is kept (`extra`) and written
 back as it was, so a run directory made by any krig reads and re-judges the same
@@ -95,7 +101,7 @@ class Manifest:
     def release(self) -> str | None:
         """The release that ran: the machine's own (`uname -r` once it answered), else the
         kernel's as built or packaged; None when neither is known."""
-        return (self.machine and self.machine.release) or self.kernel.release or None
+        return self.machine_said.release or self.kernel.release or None
 
     @property
     def rig_name(self) -> str | None:
@@ -104,12 +110,12 @@ class Manifest:
     @property
     def cpus(self) -> int | None:
         """The machine's CPUs as it counted them once it answered, else the rig file's."""
-        return (self.machine and self.machine.cpus) or self.rig.cpus or None
+        return self.machine_said.cpus or self.rig.cpus or None
 
     @property
     def mem_total_bytes(self) -> int | None:
         """The machine's RAM (MemTotal) once it answered; None before."""
-        return (self.machine and self.machine.mem_total_bytes) or None
+        return self.machine_said.mem_total_bytes or None
 
 
 @dataclasses.dataclass
