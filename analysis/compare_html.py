@@ -20,9 +20,9 @@ SIDES = {"base": {"label": "BASE", "linestyle": "--", "alpha": 0.75, "colors": [
          "new": {"label": "NEW", "linestyle": "-", "alpha": 0.75, "colors": ["#d62728", "#ff7f0e", "#9467bd"]}}
 
 
-def _metrics_of(d: pathlib.Path) -> dict:
+def _metrics_of(run: RunDir) -> dict:
     try:
-        return RunDir(d).metrics()
+        return run.metrics()
     except (KrigError, OSError):
         return {}
 
@@ -38,7 +38,8 @@ def overlay_plot(spec: dict, repro, runs: dict, out: pathlib.Path) -> pathlib.Pa
         for side, dirs in runs.items():
             st = SIDES[side]
             for d in dirs:
-                data = plot_data(spec, RunData(d), repro, _metrics_of(d))
+                run = RunData(d)
+                data = plot_data(spec, run, repro, _metrics_of(run))
                 title = data.title
                 hs, ax2 = draw(ax, data, ax2, style={"alpha": st["alpha"], "linestyle": st["linestyle"],
                                                      "suffix": f" ({st['label']})", "colors": st["colors"],

@@ -115,7 +115,7 @@ def write_session(run, repro) -> dict | None:
         if not len(ts):
             raise PlotError("trace.dat has no events of the reproducer")
         a, b, why = int(ts.min()), int(ts.max()), "the whole trace (no [session] in repro.toml)"
-    cpus = int(run.manifest.get("machine", {}).get("cpus") or len(trace.cpustats) or 1)
+    cpus = int(run.record.manifest.machine_said.cpus or len(trace.cpustats) or 1)
     doc = session_doc(path, a, b, repro.trace_events, cpus, rows_before(trace, a))
     out = run.path(SESSION_FILE)
     safeio.write_text(out.parent, out.name, json.dumps(doc, indent=2) + "\n")

@@ -2,7 +2,7 @@
 would do there, labelled as a projection and never mixed with what was measured.
 
 The model is the reproducer's (analyze.py `projection(values, machine, extra)`: values are
-the run's metric values, machine its manifest's machine facts, extra more (RAM, CPUs) to
+the run's metric values, machine its manifest's machine facts (krig.record_machine.Machine), extra more (RAM, CPUs) to
 project to); a reproducer without one is not projected (docs/reproducers.md says what
 scales and what does not). `krig check`/`krig report --project 512G[:CPUS]` add a size.
 """
@@ -46,14 +46,15 @@ def require_model(repro, analyzer, extra: tuple) -> None:
                          f"projection()); reproducers that have one: {', '.join(with_model()) or 'none'}")
 
 
-def project(run, analyzer, metrics: dict, extra: tuple = ()) -> dict | None:
-    """The projection of this run by its reproducer's analyze.py (`load_analyzer(repro)`, loaded
-    once by the caller); None: it has no model, or the run tells none."""
+def project(manifest, analyzer, metrics: dict, extra: tuple = ()) -> dict | None:
+    """The projection of a run (its krig.record.Manifest and metrics.json) by its reproducer's
+    analyze.py (`load_analyzer(repro)`, loaded once by the caller); None: it has no model, or the
+    run tells none."""
     fn = getattr(analyzer, "projection", None)
     if fn is None or not metrics:
         return None
     values = {k: (v or {}).get("value") for k, v in metrics.items()}
-    return fn(values, run.manifest.get("machine") or {}, tuple(extra))
+    return fn(values, manifest.machine_said, tuple(extra))
 
 
 def _gb(n: float) -> str:

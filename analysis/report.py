@@ -4,13 +4,12 @@ trace.kshark.json in the run directory. Also run at the end of every
 in the returned notes, and never changes the verdict or touches the results.
 """
 import html
-import pathlib
 import sys
 
 from krig import safeio
 from krig.rundir import RunDir, is_run_dir
 from krig.errors import KrigError, UsageError
-from krig.record import Manifest
+from krig.record import Manifest, RunRecord
 from krig.reproducer import load_analyzer, load_reproducer
 from krig.verdict import KERNEL_STOPPED
 
@@ -49,7 +48,7 @@ def _load_json(run: RunData, which: str) -> dict:
         return {}
 
 
-def console_lines(run_dir: pathlib.Path, verdict: dict) -> list[str]:
+def console_lines(run: RunDir, verdict: dict) -> list[str]:
     """The console lines that explain a HUNG/CRASHED/ERROR run: the crash context
     and the console's findings, else its last lines."""
     ctx = verdict.get("crash_context")
@@ -58,14 +57,14 @@ def console_lines(run_dir: pathlib.Path, verdict: dict) -> list[str]:
     if isinstance(ctx, str) and ctx:
         return ctx.splitlines()
     found = [line for lines in (verdict.get("console") or {}).values() for line in lines]
-    tail = _text(run_dir, "console.log").splitlines()[-CONSOLE_TAIL:]
+    tail = _text(run, "console.log").splitlines()[-CONSOLE_TAIL:]
     return found + (["..."] if found and tail else []) + tail
 
 
-def _text(run_dir, name: str) -> str:
+def _text(run: RunDir, name: str) -> str:
     """A text file of the run for the report ("" when missing; a refusal's line when unsafe)."""
     try:
-        return RunDir(run_dir).text(name, "")
+        return run.text(name, "")
     except UsageError as e:
         return f"krig: {e}"
 
@@ -86,14 +85,32 @@ def projection_html(proj: dict | None) -> list[str]:
             html_table(header, [[esc(c) for c in r] for r in rows], range(1, len(header)))]
 
 
-def build_html(run_dir, manifest: Manifest, verdict, metrics, repro, plots, session, notes, proj=None) -> str:
+def run_info(manifest: Manifest) -> list[list[str]]:
+    """The report's table of what ran where: kernel, rig, machine, preset, parameters, times."""
+    k, rig, facts = manifest.kernel, manifest.rig, manifest.rig_facts or {}
+    info = [["kernel", f"{esc(manifest.release)} ({esc(k.name)}: {esc(k.description)})"],
+            ["kernel image", esc(k.image)], ["kernel config sha256", esc(k.config_sha256_16)]]
+    if k.extra.get("patches"):
+        info.append(["patches", esc(", ".join(map(str, k.extra["patches"])))])
+    if k.extra.get("source"):
+        info.append(["source", esc(k.extra.get("source"))])
+    info += [["rig", f"{esc(rig.name)} ({esc(rig.kind)}, accelerator {esc(facts.get('accel'))})"],
+             ["machine", f"{esc(manifest.cpus)} CPUs, {esc(fmt((manifest.mem_total_bytes or 0) / (1 << 20)))} MiB RAM"],
+             ["preset", esc(manifest.preset or "(defaults)")],
+             ["parameters", esc(" ".join(f"{a}={b}" for a, b in (manifest.params or {}).items()))],
+             ["started / ended", f"{esc(manifest.started)} / {esc(manifest.ended)}"],
+             ["krig revision", esc(manifest.krig_revision)]]
+    return info
+
+
+def build_html(rec: RunRecord, verdict, metrics, repro, plots, session, notes, proj=None) -> str:
     v = verdict.get("verdict", "?")
-    k, rig, facts, mach = (x or {} for x in (manifest.kernel, manifest.rig, manifest.rig_facts, manifest.machine))
+    run, manifest = rec.run, rec.manifest
     parts = [f"<h1>{esc(repro.name)} <span class=\"v {esc(v)}\">{esc(v)}</span></h1>",
              f"<p><b>Reason:</b> {esc(verdict.get('reason'))}</p>"]
     for w in verdict.get("warnings") or []:
         parts.append(f"<p class=\"note\">warning: {esc(w)}</p>")
-    judged = threshold_outcomes(run_dir, repro)
+    judged = threshold_outcomes(run, repro)
     rows = []
     for t in repro.thresholds:
         m = metrics.get(t.metric) or {}
@@ -116,8 +133,8 @@ def build_html(run_dir, manifest: Manifest, verdict, metrics, repro, plots, sess
             parts.append("<p>no plots declared for this reproducer</p>")
     parts += projection_html(proj)
     if v in NO_PLOTS:
-        parts += ["<h2>Console</h2>", f"<pre>{esc(chr(10).join(console_lines(run_dir, verdict)))}</pre>"]
-        tail = _text(run_dir, "stderr").splitlines()[-CONSOLE_TAIL:]
+        parts += ["<h2>Console</h2>", f"<pre>{esc(chr(10).join(console_lines(run, verdict)))}</pre>"]
+        tail = _text(run, "stderr").splitlines()[-CONSOLE_TAIL:]
         if tail:
             parts += ["<h2>Workload stderr (last lines)</h2>", f"<pre>{esc(chr(10).join(tail))}</pre>"]
     if session:
@@ -125,28 +142,14 @@ def build_html(run_dir, manifest: Manifest, verdict, metrics, repro, plots, sess
                   f"<p><code>kernelshark -s {esc(session['file'])}</code> opens trace.dat on "
                   f"{esc(session['why'])}: {(session['end_ns'] - session['start_ns']) / 1e9:.3f} s from "
                   f"{session['start_ns'] / 1e9:.6f} s on the trace clock.</p>"]
-    info = [["kernel", f"{esc(manifest.release)} ({esc(k.get('name'))}: "
-                       f"{esc(k.get('description'))})"],
-            ["kernel image", esc(k.get("image"))], ["kernel config sha256", esc(k.get("config_sha256_16"))]]
-    if k.get("patches"):
-        info.append(["patches", esc(", ".join(map(str, k["patches"])))])
-    if k.get("source"):
-        info.append(["source", esc(k.get("source"))])
-    info += [["rig", f"{esc(rig.get('name'))} ({esc(rig.get('kind'))}, accelerator {esc(facts.get('accel'))})"],
-             ["machine", f"{esc(mach.get('cpus', rig.get('cpus')))} CPUs, "
-                         f"{esc(fmt((mach.get('mem_total_bytes') or 0) / (1 << 20)))} MiB RAM"],
-             ["preset", esc(manifest.preset or "(defaults)")],
-             ["parameters", esc(" ".join(f"{a}={b}" for a, b in (manifest.params or {}).items()))],
-             ["started / ended", f"{esc(manifest.started)} / {esc(manifest.ended)}"],
-             ["krig revision", esc(manifest.krig_revision)]]
-    parts += ["<h2>Run</h2>", html_table(["", ""], info)]
+    parts += ["<h2>Run</h2>", html_table(["", ""], run_info(manifest))]
     mrows = [[esc(n), esc(fmt(m.get("value"))), esc(m.get("unit")), esc(m.get("better")),
               esc(m.get("description"))] for n, m in metrics.items()]
     parts += ["<h2>Metrics</h2>", html_table(["metric", "value", "unit", "better", "description"], mrows, (1,))
               if mrows else "<p>no metrics (the run did not complete)</p>"]
     for n in notes:
         parts.append(f"<p class=\"note\">report: {esc(n)}</p>")
-    links = [f"<a href=\"{esc(n)}\">{esc(n)}</a>" for n in LINKS if (run_dir / n).exists()]
+    links = [f"<a href=\"{esc(n)}\">{esc(n)}</a>" for n in LINKS if (rec.dir / n).exists()]
     parts += ["<h2>Files</h2>", "<p>" + " &middot; ".join(links) + "</p>"]
     title = f"krig {repro.name}: {v}"
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
@@ -163,7 +166,7 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
         if not is_run_dir(run):
             raise UsageError(f"{run}: not a krig run directory (no manifest.json)")
         run = RunData(run)
-    run_dir, manifest = run.dir, Manifest.from_json(run.manifest)
+    run_dir, manifest = run.dir, run.record.manifest
     repro = repro or load_reproducer(manifest.reproducer or "?")
     projection.require_model(repro, load_analyzer(repro) if project else None, project)
     verdict, metrics = _load_json(run, "verdict"), _load_json(run, "metrics")
@@ -186,18 +189,18 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
         notes.append(f"{SESSION_FILE}: {type(e).__name__}: {e}")
     proj = None
     try:
-        proj = projection.project(run, load_analyzer(repro), metrics, project) if verdict.get("thresholds") else None
+        proj = projection.project(manifest, load_analyzer(repro), metrics, project) if verdict.get("thresholds") else None
         projection.write(run_dir, proj)
         if proj:
             files.append(run_dir / projection.PROJECTION)
     except Exception as e:
         notes.append(f"{projection.PROJECTION}: {type(e).__name__}: {e}")
     try:
-        run.write_text("summary.txt", build_summary(run_dir, manifest, verdict, metrics, repro, proj))
+        run.write_text("summary.txt", build_summary(run.record, verdict, metrics, repro, proj))
         files.append(run_dir / "summary.txt")
     except Exception as e:
         notes.append(f"summary.txt: {type(e).__name__}: {e}")
-    run.write_text("report.html", build_html(run_dir, manifest, verdict, metrics, repro, plots, session, notes, proj))
+    run.write_text("report.html", build_html(run.record, verdict, metrics, repro, plots, session, notes, proj))
     files.append(run_dir / "report.html")
     return {"files": files, "notes": notes}
 

@@ -4,7 +4,7 @@ import re
 import numpy as np
 
 from krig.errors import UsageError
-from krig.record import Manifest
+from krig.record import RunRecord
 from krig.rundir import RunDir, load_samples  # noqa: F401  (load_samples: analysis' name for it)
 
 
@@ -13,11 +13,16 @@ class RunData(RunDir):
 
     def __init__(self, run_dir):
         super().__init__(run_dir)
-        self.params = self.manifest.get("params", {})
+        self.params = self.record.manifest.params or {}
+
+    @property
+    def record(self) -> RunRecord:
+        """The run's record (krig/record.py), read once through this RunDir."""
+        return self._once("record", lambda: RunRecord.read(self))
 
     @property
     def mem_total_bytes(self) -> int:
-        m = self.manifest.get("machine", {}).get("mem_total_bytes")
+        m = self.record.manifest.mem_total_bytes
         if m:
             return int(m)
         s = self.samples()
@@ -34,7 +39,7 @@ class RunData(RunDir):
 
     def kernel_version(self) -> tuple[int, int]:
         """(major, minor) of the kernel that ran, from the manifest; (0, 0) if unknown."""
-        rel = Manifest.from_json(self.manifest).release or ""
+        rel = self.record.manifest.release or ""
         m = re.match(r"(\d+)\.(\d+)", rel)
         return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 

@@ -2,12 +2,11 @@
 as in metrics.json (6 significant digits), and the one command that
 reproduces the run."""
 import math
-import pathlib
 import textwrap
 
 from krig.asked import AskedRun
 from krig.errors import UsageError
-from krig.record import Manifest
+from krig.record import Manifest, RunRecord
 from krig.rundir import RunDir
 from krig.verdict import host_contended
 
@@ -30,14 +29,14 @@ def gib(n) -> str:
     return f"{n / (1 << 30):.2f} GiB" if n else "?"
 
 
-def threshold_outcomes(run_dir: pathlib.Path, repro) -> dict:
+def threshold_outcomes(run, repro) -> dict:
     """threshold id -> the judge's outcome as the run's thresholds.json records it: "pass",
     "fail", "unmeasured", "instrument", or "error" (the judge itself broke); "contended" for a
     timing (host_sensitive) threshold crossed while the run's host was contended (the verdict
     rule's host_contended_pct limit): the host moved it, so no reader counts it as the kernel's.
     The judge records "contended" itself; a run judged by an older krig has "fail" there, read
-    the same way. {} if not judged."""
-    run = RunDir(run_dir)
+    the same way. {} if not judged. run: a RunDir (or a run directory's path)."""
+    run = RunDir.of(run)
     try:
         judged = run.thresholds()
     except UsageError:
@@ -55,10 +54,10 @@ def threshold_outcomes(run_dir: pathlib.Path, repro) -> dict:
     return out
 
 
-def threshold_results(run_dir: pathlib.Path, repro) -> dict:
+def threshold_results(run, repro) -> dict:
     """threshold id -> True (held) / False (crossed or not judged), as the judge recorded it
     (thresholds.json), without the timing crossings the host's contention made; {} if not judged."""
-    return {k: o == "pass" for k, o in threshold_outcomes(run_dir, repro).items() if o != "contended"}
+    return {k: o == "pass" for k, o in threshold_outcomes(run, repro).items() if o != "contended"}
 
 
 def threshold_tag(outcome: str | None) -> str:
@@ -66,15 +65,17 @@ def threshold_tag(outcome: str | None) -> str:
     return {"pass": "held", "fail": "CROSSED", "contended": "crossed, host contended"}.get(outcome, "not judged")
 
 
-def threshold_measurements(run_dir: pathlib.Path, repro) -> list[dict]:
+def threshold_measurements(run, repro) -> list[dict]:
     """Per threshold of the reproducer: the threshold, its metric's value, unit and better
     direction (metrics.json) and the judge's outcome (thresholds.json; None if not judged). Only a
-    judged run's (PASS or FAIL) numbers are measurements; the caller checks the verdict."""
+    judged run's (PASS or FAIL) numbers are measurements; the caller checks the verdict. run: a
+    RunDir (or a run directory's path)."""
+    run = RunDir.of(run)
     try:
-        metrics = RunDir(run_dir).metrics()
+        metrics = run.metrics()
     except UsageError:
         metrics = {}
-    outcomes = threshold_outcomes(run_dir, repro)
+    outcomes = threshold_outcomes(run, repro)
     out = []
     for t in repro.thresholds:
         m = metrics.get(t.metric) or {}
@@ -108,7 +109,7 @@ def threshold_id(t) -> str:
     return f"{t.metric} {t.describe()}"
 
 
-def reproduce_argv(manifest: dict, repro) -> list[str]:
+def reproduce_argv(manifest: Manifest, repro) -> list[str]:
     """`krig run ...` with the rig, kernel, preset and every parameter the preset does not give."""
     return AskedRun.from_manifest(manifest, repro).argv()
 
@@ -131,19 +132,24 @@ def _wrap(text: str, indent: str = "") -> list[str]:
                          break_long_words=True, break_on_hyphens=False) or [indent.rstrip()]
 
 
+def _or(value, default):
+    """A recorded fact, or `default` when the manifest has none (as summary.txt says it)."""
+    return default if value is None else value
+
+
 def ascii_only(s: str) -> str:
     return s.encode("ascii", "replace").decode("ascii")
 
 
-def build_summary(run_dir: pathlib.Path, m: Manifest, verdict: dict, metrics: dict, repro, proj=None) -> str:
-    k, rig, mach, facts = m.kernel or {}, m.rig or {}, m.machine or {}, m.rig_facts or {}
+def build_summary(rec: RunRecord, verdict: dict, metrics: dict, repro, proj=None) -> str:
+    m, run = rec.manifest, rec.run
+    k, rig, facts = m.kernel, m.rig, m.rig_facts or {}
     out = [f"krig {repro.name}: {verdict.get('verdict', '?')}"]
     out += _wrap(f"reason: {verdict.get('reason', '')}")
     out.append("")
-    out += _wrap(f"kernel: {m.release or '?'} ({k.get('name', '?')}: "
-                 f"{k.get('description', '')})")
-    out += _wrap(f"machine: {mach.get('cpus', rig.get('cpus', '?'))} CPUs, {gib(mach.get('mem_total_bytes'))} "
-                 f"RAM (MemTotal), rig {rig.get('name', '?')} ({rig.get('kind', '?')}"
+    out += _wrap(f"kernel: {m.release or '?'} ({_or(k.name, '?')}: {_or(k.description, '')})")
+    out += _wrap(f"machine: {_or(m.cpus, '?')} CPUs, {gib(m.mem_total_bytes)} "
+                 f"RAM (MemTotal), rig {_or(rig.name, '?')} ({_or(rig.kind, '?')}"
                  f"{', ' + facts['accel'] if facts.get('accel') else ''})")
     params = " ".join(f"{a}={b}" for a, b in (m.params or {}).items())
     out += _wrap(f"preset: {m.preset or '(defaults)'}; params: {params}")
@@ -154,7 +160,7 @@ def build_summary(run_dir: pathlib.Path, m: Manifest, verdict: dict, metrics: di
         for name, v in metrics.items():
             line = f"  {name} = {fmt(v.get('value'))} {v.get('unit', '')}".rstrip()
             out += [line] if len(line) <= WIDTH else [f"  {name} =", f"    {fmt(v.get('value'))} {v.get('unit', '')}"]
-    judged = threshold_outcomes(run_dir, repro)
+    judged = threshold_outcomes(run, repro)
     if repro.thresholds:
         out += ["", "thresholds:"]
         for t in repro.thresholds:
@@ -168,19 +174,19 @@ def build_summary(run_dir: pathlib.Path, m: Manifest, verdict: dict, metrics: di
         out += ["", "projection to other machines (not a measurement):"]
         out += _wrap(proj["basis"] + ".", "  ")
         out += ["  " + line for line in text_lines(proj)]
-    times = sorted(p.name for p in run_dir.glob("*.time"))
-    if (run_dir / "time.txt").exists():
+    times = sorted(p.name for p in rec.dir.glob("*.time"))
+    if run.exists("time.txt"):
         times.insert(0, "time.txt")
     if times:
         out += ["", "/usr/bin/time:"]
         for name in times:
             try:
-                body = " ".join(RunDir(run_dir).read_bytes(name, cap=1 << 20).decode(errors="replace").split())
+                body = " ".join(run.read_bytes(name, cap=1 << 20).decode(errors="replace").split())
             except UsageError as e:
                 body = str(e)
             out += _wrap(f"{name}: {body}", "  ")
     out += ["", "reproduce (from a krig checkout, after `make setup`):"]
     text = [ascii_only(line)[:WIDTH] for line in out]
     # a command is never cut: an argument longer than the width (a rig file's path) stays whole
-    text += [ascii_only(line) for line in wrap_command(reproduce_argv(m.to_json(), repro))]
+    text += [ascii_only(line) for line in wrap_command(reproduce_argv(m, repro))]
     return "\n".join(text) + "\n"

@@ -4,14 +4,15 @@ Run by `krig check RUN_DIR` as
   pytest analysis/test_thresholds.py --krig-run-dir=RUN_DIR --krig-outcomes=FILE
 (krig reads the outcomes, conftest.py's JSON lines, and writes the run's junit.xml from them)
 """
+import functools
 import math
 import pathlib
 
 import pytest
 
 from analysis.summary import threshold_id, threshold_properties
+from krig.record import RunRecord
 from krig.reproducer import load_reproducer
-from krig.rundir import RunDir
 
 
 def _run_dir(config) -> pathlib.Path:
@@ -21,6 +22,12 @@ def _run_dir(config) -> pathlib.Path:
     return pathlib.Path(d)
 
 
+@functools.cache
+def _record(d: str) -> RunRecord:
+    """The judged run's record, read once for every hook and fixture of this judge."""
+    return RunRecord.read(d)
+
+
 def pytest_generate_tests(metafunc):
     if "threshold" not in metafunc.fixturenames:
         return
@@ -28,14 +35,14 @@ def pytest_generate_tests(metafunc):
     if not d:
         metafunc.parametrize("threshold", [])
         return
-    repro = load_reproducer(RunDir(d).manifest["reproducer"])
+    repro = load_reproducer(_record(d).manifest.reproducer or "?")
     metafunc.parametrize("threshold", repro.thresholds,
                          ids=[f"{t.metric} {t.describe()}" for t in repro.thresholds])
 
 
 @pytest.fixture(scope="module")
 def metrics(request):
-    return RunDir(_run_dir(request.config)).metrics()
+    return _record(str(_run_dir(request.config))).run.metrics()
 
 
 def judge_value(threshold, value, unit) -> tuple[str, str]:

@@ -51,7 +51,7 @@ def main():
                            results_root=pathlib.Path(td), log=lambda *_: None, collect=collect)
                 t = create_seconds(d)
                 times[collect].append(t)
-                clock = RunData(d).manifest.get("machine", {}).get("clocksource", "?")
+                clock = RunData(d).record.manifest.machine_said.clocksource or "?"
                 print(f"pair {i + 1} {'traced+sampled' if collect else 'bare          '}: create {t:.1f} s"
                       f" (clocksource {clock}{', ' + v['verdict'] if collect else ''})", flush=True)
     ratios = [f / b for f, b in zip(times[True], times[False])]

@@ -64,18 +64,17 @@ class AskedRun:
         return cls(**out, sets=tuple(sets))
 
     @classmethod
-    def from_manifest(cls, manifest: dict, repro) -> "AskedRun":
-        """The run a manifest records: its rig, its kernel argument (or name), its preset, and as
-        --set every parameter the preset (or the default) does not give."""
-        preset = manifest.get("preset")
+    def from_manifest(cls, manifest, repro) -> "AskedRun":
+        """The run a manifest (krig.record.Manifest) records: its rig, its kernel argument (or
+        name), its preset, and as --set every parameter the preset (or the default) does not give."""
+        preset = manifest.preset
         base = {k: p["default"] for k, p in repro.params.items()}
         if preset and preset in repro.presets:
             base.update(repro.presets[preset])
         else:
             preset = None
         sets = tuple(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
-                     for k, v in (manifest.get("params") or {}).items() if base.get(k) != v)
-        kernel = manifest.get("kernel") or {}
-        rig = manifest.get("rig") or {}
-        return cls(repro.name, rig.get("arg") or rig.get("name", DEFAULT_RIG),
-                   kernel.get("arg") or kernel.get("name", DEFAULT_KERNEL), preset, sets)
+                     for k, v in (manifest.params or {}).items() if base.get(k) != v)
+        kernel, rig = manifest.kernel, manifest.rig
+        return cls(repro.name, rig.arg or rig.name or DEFAULT_RIG, kernel.arg or kernel.name or DEFAULT_KERNEL,
+                   preset, sets)

@@ -3,20 +3,26 @@ as typed values. manifest.json (the runner's, written as the run goes: workflows
 verdict.json (the judge's: workflows/check.py) are written from these values and read back into
 them here; thresholds.json (each threshold's outcome) and metrics.json are read with them.
 
-    RunRecord            one run directory, read through krig/rundir.py (safe reads)
+    RunRecord            one run directory, read through krig/rundir.py (safe reads); `.run` is
+                         its RunDir, which every later read of the run goes through
       .manifest          Manifest: asked (reproducer, preset, params, kernel, rig, series), the
-                         kernel and machine facts, how the run ended (outcome, reason, faults)
+                         kernel and machine facts, how the run ended (outcome, reason, faults);
+                         .kernel, .rig, .machine typed (krig/record_machine.py); what is derived
+                         from them decided once here: .release, .rig_name, .cpus, .mem_total_bytes
       .verdict           Verdict or None (never judged): verdict, reason, cause, tallies, notes
       .thresholds        [ThresholdOutcome]: threshold id, outcome, sentence, host-sensitive
       .metrics           {name: value or None}
+
+The manifest is read at once (a missing or unreadable one is one line); the rest when asked.
+This module is the one place manifest.json's object becomes a Manifest (tests/test_layout.py).
 
 A key a newer or an older krig wrote that this one does not know is kept (`extra`) and written
 back as it was, so a run directory made by any krig reads and re-judges the same
 (tests/test_old_rundir.py keeps one as a fixture).
 """
 import dataclasses
-import pathlib
 
+from .record_machine import KernelRecord, Machine, RigRecord
 from .rundir import MANIFEST, RunDir
 
 # Facts the run adds as it goes: absent from manifest.json until known (a reader asks "did the
@@ -30,9 +36,9 @@ class Manifest:
     reproducer: str | None = None
     preset: str | None = None
     params: dict = dataclasses.field(default_factory=dict)
-    kernel: dict = dataclasses.field(default_factory=dict)      # kernels.kernel.Kernel.describe()
+    kernel: KernelRecord = dataclasses.field(default_factory=KernelRecord)  # kernels.kernel.Kernel.describe()
     series: dict | None = None
-    rig: dict = dataclasses.field(default_factory=dict)         # the rig's describe()
+    rig: RigRecord = dataclasses.field(default_factory=RigRecord)           # the rig's describe()
     krig_revision: str | None = None
     started: str | None = None
     ended: str | None = None
@@ -44,7 +50,7 @@ class Manifest:
     owner: dict | None = None
     preflight: dict | None = None
     host_cpu: dict | None = None
-    machine: dict | None = None     # what the machine said of itself once it answered
+    machine: Machine | None = None  # what the machine said of itself once it answered
     host: dict | None = None        # the host sampler's CPUs and interval
     workload: dict | None = None    # argv, exit code, seconds
     rig_fault: str | None = None
@@ -54,6 +60,15 @@ class Manifest:
     pull_error: str | None = None
     host_load: str | None = None
     extra: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        """The nested records typed, whether given as manifest.json's objects or as records."""
+        if not isinstance(self.kernel, KernelRecord):
+            self.kernel = KernelRecord.from_json(self.kernel)
+        if not isinstance(self.rig, RigRecord):
+            self.rig = RigRecord.from_json(self.rig)
+        if self.machine is not None and not isinstance(self.machine, Machine):
+            self.machine = Machine.from_json(self.machine)
 
     @classmethod
     def from_json(cls, data: dict) -> "Manifest":
@@ -67,7 +82,7 @@ class Manifest:
             value = getattr(self, f.name)
             if f.name == "extra" or (f.name in _WHEN_KNOWN and value is None):
                 continue
-            out[f.name] = value
+            out[f.name] = value.to_json() if isinstance(value, (KernelRecord, RigRecord, Machine)) else value
         return {**out, **self.extra}
 
     def write(self, run_dir) -> None:
@@ -75,13 +90,32 @@ class Manifest:
 
     @property
     def machine_answered(self) -> bool:
-        return self.machine is not None
+        return self.machine is not None and bool(self.machine.to_json())
+
+    @property
+    def machine_said(self) -> Machine:
+        """What the machine said of itself; an empty Machine (every fact None) when it never answered."""
+        return self.machine if self.machine is not None else Machine()
 
     @property
     def release(self) -> str | None:
         """The release that ran: the machine's own (`uname -r` once it answered), else the
         kernel's as built or packaged; None when neither is known."""
-        return (self.machine or {}).get("release") or (self.kernel or {}).get("release") or None
+        return self.machine_said.release or self.kernel.release or None
+
+    @property
+    def rig_name(self) -> str | None:
+        return self.rig.name
+
+    @property
+    def cpus(self) -> int | None:
+        """The machine's CPUs as it counted them once it answered, else the rig file's."""
+        return self.machine_said.cpus or self.rig.cpus or None
+
+    @property
+    def mem_total_bytes(self) -> int | None:
+        """The machine's RAM (MemTotal) once it answered; None before."""
+        return self.machine_said.mem_total_bytes or None
 
 
 @dataclasses.dataclass
@@ -126,20 +160,35 @@ class ThresholdOutcome:
     host_sensitive: bool = False
 
 
-@dataclasses.dataclass
 class RunRecord:
-    dir: pathlib.Path
-    manifest: Manifest
-    verdict: Verdict | None
-    thresholds: list
-    metrics: dict
+    """One run directory read as a record: the manifest at once (a missing or unreadable one is one
+    line), the verdict, thresholds and metrics when first asked, through the same RunDir (each
+    file read once, whoever asks)."""
+
+    def __init__(self, run: RunDir, manifest: Manifest):
+        self.run, self.dir, self.manifest = run, run.dir, manifest
 
     @classmethod
-    def read(cls, run) -> "RunRecord":
-        """A run directory (a path or a RunDir); a missing or unreadable manifest is one line."""
+    def read(cls, run, required: bool = True) -> "RunRecord":
+        """A run directory (a path or a RunDir); required=False reads a missing manifest.json as an
+        empty one (a run directory krig had only begun)."""
         run = run if isinstance(run, RunDir) else RunDir(run)
-        v = run.verdict()
-        return cls(run.dir, Manifest.from_json(run.manifest), Verdict.from_json(v) if v else None,
-                   [ThresholdOutcome(r["threshold"], str(r.get("outcome")), str(r.get("message") or ""),
-                                     bool(r.get("host_sensitive"))) for r in run.thresholds().values()],
-                   {k: (m.get("value") if isinstance(m, dict) else None) for k, m in run.metrics().items()})
+        if not required and not run.exists(MANIFEST):
+            return cls(run, Manifest())
+        return cls(run, Manifest.from_json(run.manifest_json()))
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """verdict.json, or None when the run was never judged."""
+        v = self.run.verdict()
+        return Verdict.from_json(v) if v else None
+
+    @property
+    def thresholds(self) -> list[ThresholdOutcome]:
+        return [ThresholdOutcome(r["threshold"], str(r.get("outcome")), str(r.get("message") or ""),
+                                 bool(r.get("host_sensitive"))) for r in self.run.thresholds().values()]
+
+    @property
+    def metrics(self) -> dict:
+        """{name: value or None} of metrics.json."""
+        return {k: (m.get("value") if isinstance(m, dict) else None) for k, m in self.run.metrics().items()}

@@ -22,6 +22,7 @@ import re
 from . import RESULTS_DIR, ROOT, safeio
 from .errors import KrigError
 from .paths import owner_alive
+from .record import RunRecord
 from .rundir import RunDir
 from .version import git_revision  # noqa: F401  (krig.results.git_revision: a run's krig revision)
 
@@ -199,10 +200,11 @@ def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def run_state(d: pathlib.Path) -> str:
-    """The verdict of a run directory, 'RUNNING' if its krig still runs, 'INCOMPLETE' without one."""
+def run_state(d) -> str:
+    """The verdict of a run directory (a path or its RunDir), 'RUNNING' if its krig still runs,
+    'INCOMPLETE' without one."""
     try:
-        run = RunDir(d)
+        run = RunDir.of(d)
     except (OSError, KrigError):
         return "INCOMPLETE"
     try:
@@ -212,10 +214,10 @@ def run_state(d: pathlib.Path) -> str:
     if v and isinstance(v, str) and v != "INCOMPLETE":
         return v
     try:
-        man = run.manifest
+        man = RunRecord.read(run).manifest
     except (OSError, KrigError):
         return "INCOMPLETE"
-    if not man.get("ended") and owner_alive(man.get("owner")):
+    if not man.ended and owner_alive(man.owner):
         return "RUNNING"
     return "INCOMPLETE"
 

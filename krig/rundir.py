@@ -35,6 +35,11 @@ class RunDir:
             raise UsageError(f"{run_dir}: not a run directory")
         self._cache = {}
 
+    @classmethod
+    def of(cls, run) -> "RunDir":
+        """`run` itself when it is a RunDir already (its reads cached), else a RunDir of the path."""
+        return run if isinstance(run, RunDir) else cls(run)
+
     def path(self, name: str) -> pathlib.Path:
         return self.dir / name
 
@@ -84,8 +89,8 @@ class RunDir:
             return got
         return self._once(("json", name), load)
 
-    @property
-    def manifest(self) -> dict:
+    def manifest_json(self) -> dict:
+        """manifest.json's object as written; a run is read through krig/record.py's RunRecord."""
         man = self.json(MANIFEST)
         if not isinstance(man, dict):
             raise UsageError(f"{self.path(MANIFEST)}: not a JSON object (not a krig run directory)")

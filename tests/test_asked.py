@@ -14,6 +14,7 @@ from workflows import bisect
 from workflows.cli import build_parser
 from krig.asked import AskedRun
 from krig.errors import UsageError
+from krig.record import Manifest
 from krig.reproducer import load_reproducer
 
 FAKE = """driver = "fake"
@@ -29,7 +30,7 @@ def test_round_trips():
     repro = load_reproducer("neg-dentry-flood")
     man = {"rig": {"name": "qemu-2g"}, "kernel": {"name": "tiny-6.1", "arg": "~/linux@v6.1,like=tiny-6.1"},
            "preset": "smoke", "params": {**repro.resolve_params("smoke", {}), "fs": "ext4", "min_duration": 30}}
-    asked = AskedRun.from_manifest(man, repro)
+    asked = AskedRun.from_manifest(Manifest.from_json(man), repro)
     assert asked.argv() == ["krig", "run", "neg-dentry-flood", "--rig", "qemu-2g", "--kernel",
                             "~/linux@v6.1,like=tiny-6.1", "--preset", "smoke", "--set", "fs=ext4",
                             "--set", "min_duration=30"]

@@ -16,6 +16,8 @@ import pytest
 
 from bundle_checks import bundle_and_rerun, check_rerun, unpack
 from conftest import KRIG, ROOT, build_kernels, krig_run, qemu_pids, run_dir_of
+from krig.record import Manifest
+from krig.record_machine import RigRecord
 from workflows.bundle import identity_substitutions, rig_toml, scrub
 
 
@@ -54,7 +56,7 @@ IPMI_MANIFEST = {
 
 
 def test_identities_become_placeholders():
-    subs = identity_substitutions(IPMI_MANIFEST)
+    subs = identity_substitutions(Manifest.from_json(IPMI_MANIFEST))
     text = ("ipmitool -H bmc-lab7.corp.example -p 6230 -U qualadmin -f /home/alice/.config/krig/lab7.pw\n"
             "ssh -i /home/alice/.ssh/lab_key -o UserKnownHostsFile=/home/alice/.ssh/lab_known "
             "root@lab7.corp.example\nkrig on buildhost-42\nroot=/dev/nvme0n1 rootwait\n")
@@ -65,9 +67,9 @@ def test_identities_become_placeholders():
     assert "root=/dev/nvme0n1 rootwait" in out          # a generic account name is not a word to replace
     assert "<BMC_HOST>" in out and "<SSH_KEY>" in out and "<SSH_USER>@<SSH_HOST>" in out
     ip = {**IPMI_MANIFEST, "rig": {**IPMI_MANIFEST["rig"], "bmc": {"host": "10.1.2.3", "user": "u7"}}}
-    assert scrub("lock locks/ipmi-10.1.2.3-623.lock, bmc 10.1.2.3:623", identity_substitutions(ip)) == \
+    assert scrub("lock locks/ipmi-10.1.2.3-623.lock, bmc 10.1.2.3:623", identity_substitutions(Manifest.from_json(ip))) == \
         "lock locks/ipmi-<BMC_HOST>-623.lock, bmc <BMC_HOST>:623"
-    toml = rig_toml(IPMI_MANIFEST["rig"], IPMI_MANIFEST["rig"])
+    toml = rig_toml(IPMI_MANIFEST["rig"], RigRecord.from_json(IPMI_MANIFEST["rig"]))
     assert 'host = "<BMC_HOST>"' in toml and 'key = "<SSH_KEY>"' in toml and 'port = "<BMC_PORT>"' in toml
     assert 'scratch_dev = "/dev/nvme1n1"' in toml
     assert not any(s in toml for s in ("qualadmin", "alice", "corp.example"))

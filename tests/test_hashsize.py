@@ -1,6 +1,8 @@
 """The dcache and inode hash tables a machine's kernel sizes at boot (krig/hashsize.py, the
 rule; rigs/hashsize.py, the command line and console lines): the rule, the docs' table, what a run records and what krig compare says; the guest cases hold the rule to
 the console of real guests (distro kernel)."""
+import types
+
 import pytest
 
 from conftest import ROOT
@@ -8,6 +10,7 @@ from kernels.catalog import load_kernel
 from krig import hashsize
 from workflows import compare
 from krig.config import parse_size
+from krig.record import Manifest
 from rigs import hashsize as rig_hashsize, load_rig
 from test_sparse import rig_file
 
@@ -45,8 +48,9 @@ def test_hash_tables_from_the_kernel_log():
 # -- krig compare --------------------------------------------------------------------------------
 
 def test_compare_notes_different_hash_tables():
-    def man(d):
-        return {"machine": {"dentry_hash_entries": d, "inode_hash_entries": d // 2}}
+    def man(d):         # a run's record as compare reads it: its typed manifest
+        return types.SimpleNamespace(manifest=Manifest.from_json(
+            {"machine": {"dentry_hash_entries": d, "inode_hash_entries": d // 2}}))
     diff = compare.differences([("a", "FAIL", man(524288))], [("b", "FAIL", man(65536))])
     assert "machine dentry_hash_entries: BASE 524288, NEW 65536" in diff
     assert not compare.differences([("a", "FAIL", man(524288))], [("b", "FAIL", man(524288))])

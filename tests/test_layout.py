@@ -341,3 +341,58 @@ def test_the_size_check_sees_a_long_file_and_function():
     f, fn = sizes("x.py", text)
     assert f == [("x.py", len(text.splitlines()))] and fn == [(("x.py", "f"), 82)]
     assert sizes("y.py", "def g():\n    pass\n") == ([], [])
+
+
+# -- one way to read a run ---------------------------------------------------------
+
+# Where manifest.json's object may be read and typed: the run record and the run-directory reader.
+RECORD_MODULES = {"krig/record.py", "krig/record_machine.py", "krig/rundir.py"}
+# What reads a run's manifest around the record: by key, by hand, or into a record of one's own.
+MANIFEST_READS = {
+    "reads the manifest by key": re.compile(r"\.manifest(?:\[|\.get\()"),
+    "makes a record from JSON": re.compile(r"\bfrom_json\b"),
+    "reads manifest.json's raw object": re.compile(r"\bmanifest_json\b"),
+    "reads manifest.json by hand": re.compile(r"(?:\bjson\.loads?|\bread_json|\.json|\bopen|\bread_bytes|\bread_text)\("
+                                              r"[^\n]*(?:\bMANIFEST\b|manifest\.json)|manifest\.json\W*\.(?:read|open)"),
+}
+
+
+def manifest_reads(source: str) -> list[str]:
+    """'line N: what' for each way `source` reads a run's manifest other than through
+    krig.record.RunRecord (comments left out: a sentence about them reads nothing)."""
+    import io
+    import tokenize
+    comments = {(t.start[0], t.start[1]) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+                if t.type == tokenize.COMMENT}
+    out = []
+    for n, line in enumerate(source.splitlines(), 1):
+        cut = min((col for row, col in comments if row == n), default=len(line))
+        out += [f"line {n}: {what}" for what, pat in MANIFEST_READS.items() if pat.search(line[:cut])]
+    return out
+
+
+def test_a_run_is_read_only_through_the_run_record():
+    """krig/record.py's RunRecord is the one way a run is read: outside the record modules no
+    code reads the manifest by key, makes a Manifest (or Verdict) from JSON, or reads
+    manifest.json itself; reproducers' analyze.py and the benchmarks included."""
+    files = [p for top in (*PARTS, "reproducers", "bench") for p in sorted((ROOT / top).rglob("*.py"))]
+    assert len(files) > 50
+    bad = [f"{p.relative_to(ROOT)} {hit}" for p in files if str(p.relative_to(ROOT)) not in RECORD_MODULES
+           for hit in manifest_reads(p.read_text())]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("snippet, found", [
+    ("cpus = run.manifest.get('machine', {}).get('cpus')\n", ["line 1: reads the manifest by key"]),
+    ("x = 1\nrepro = RunDir(d).manifest['reproducer']\n", ["line 2: reads the manifest by key"]),
+    ("man = Manifest.from_json(RunDir(d).manifest_json())\n",
+     ["line 1: makes a record from JSON", "line 1: reads manifest.json's raw object"]),
+    ("m = json.loads((d / 'manifest.json').read_text())\n", ["line 1: reads manifest.json by hand"]),
+    ("m = safeio.read_json(d, MANIFEST)\n", ["line 1: reads manifest.json by hand"]),
+    ("m = run.json(MANIFEST)\n", ["line 1: reads manifest.json by hand"]),
+    ("raise UsageError(f'{d}: no {MANIFEST}')\n", []),
+    ("m = RunRecord.read(d).manifest  # not .manifest.get( nor from_json\n", []),
+    ("rel = RunRecord.read(d).manifest.release\n", []),
+])
+def test_the_checker_sees_a_manifest_read_around_the_record(snippet, found):
+    assert manifest_reads(snippet) == found

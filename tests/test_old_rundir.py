@@ -13,6 +13,7 @@ import shutil
 
 from conftest import ROOT
 from krig.asked import AskedRun
+from krig.record import RunRecord
 from krig.reproducer import load_reproducer
 from krig.rundir import RunDir
 
@@ -47,7 +48,7 @@ def test_check_on_an_old_run_directory_gives_the_same_verdict_and_metrics(tmp_pa
     assert len(crossed) == old_verdict["thresholds"]["failed"] == 2, new.thresholds()
 
     # the run's command, as the summary (and a bundle, bisect and reproduce) say it
-    asked = AskedRun.from_manifest(new.manifest, load_reproducer("neg-dentry-flood"))
+    asked = AskedRun.from_manifest(RunRecord.read(new).manifest, load_reproducer("neg-dentry-flood"))
     assert asked == AskedRun("neg-dentry-flood", "qemu-1g", "distro", "smoke", ())
     assert shlex.join(asked.argv()) == "krig run neg-dentry-flood --rig qemu-1g --kernel distro --preset smoke"
     assert AskedRun.from_args(asked.args(), "summary.txt") == asked

@@ -36,7 +36,8 @@ from krig.errors import UsageError
 from krig.paths import cache_dir, kernel_file
 from krig.reproducer import load_reproducer
 from krig.results import bundle_name, public_kernel_arg, public_paths, public_repository, public_url
-from krig.record import Manifest
+from krig.record import Manifest, RunRecord
+from krig.record_machine import KernelRecord, RigRecord
 from krig.rundir import MANIFEST, VERDICT, RunDir
 
 TRACE = "trace.dat"
@@ -68,25 +69,24 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
     if not run.exists(VERDICT):
         raise UsageError(f"{run_dir}: the run has no {VERDICT}; judge it first with `krig check {run_dir}`")
     try:
-        manifest, verdict = run.manifest, run.verdict()
+        man, verdict = RunRecord.read(run).manifest, run.verdict()
     except UsageError as e:
         raise UsageError(f"{run_dir}: unreadable manifest.json or verdict.json: {e}") from None
-    man = Manifest.from_json(manifest)
     repro = load_reproducer(man.reproducer)
     top = bundle_name(repro.name)
     stamp = top.rsplit("-", 1)[1]
     out = pathlib.Path(output) if output else pathlib.Path.cwd() / f"{top}.tar.gz"
-    subs = identity_substitutions(manifest)
+    subs = identity_substitutions(man)
     meta = {
         "reproducer": repro.name, "preset": man.preset, "params": man.params,
-        "kernel": kernel_identity(man.kernel or {}),
-        "rig": {"name": (man.rig or {}).get("name"), "kind": (man.rig or {}).get("kind")},
+        "kernel": kernel_identity(man.kernel),
+        "rig": {"name": man.rig.name, "kind": man.rig.kind},
         "verdict": verdict.get("verdict"), "reason": verdict.get("reason"),
         "krig_revision": man.krig_revision, "bundled": stamp, "with_trace": with_trace,
         "series": man.series, "with_kernel": with_kernel, "with_config": with_config or with_kernel,
     }
     with_config = with_config or with_kernel
-    image = _kernel_image(man.kernel or {}) if with_kernel else None
+    image = _kernel_image(man.kernel) if with_kernel else None
     trace = run_dir / TRACE
     try:
         with tarfile.open(out, "w:gz") as tar:
@@ -94,11 +94,11 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
             w.add_text("README", readme(meta, out.name))
             w.add_text("reproduce.sh", (pathlib.Path(__file__).with_name("reproduce.sh")).read_text(), 0o755)
             w.add_text("bundle.json", json.dumps(meta, indent=2, default=str) + "\n")
-            w.add_text("run-args", "".join(a + "\n" for a in run_args(manifest, repro)))
-            w.add_text("rig.toml", rig_toml(_rig_spec(man.rig or {}), man.rig or {}))
+            w.add_text("run-args", "".join(a + "\n" for a in run_args(man, repro)))
+            w.add_text("rig.toml", rig_toml(_rig_spec(man.rig), man.rig))
             for src in sorted(_sources(REPRO_DIR / repro.name)) + sorted(_sources(REPRO_DIR / "lib")):
                 tar.add(src, f"{top}/reproducer/{src.relative_to(REPRO_DIR)}", recursive=False)
-            add_kernel(w, man.kernel or {}, man.series, with_config, image)
+            add_kernel(w, man.kernel, man.series, with_config, image)
             add_run_files(w, run, with_trace)
     except BaseException:
         out.unlink(missing_ok=True)          # no half-written tarball
@@ -142,7 +142,7 @@ class TarWriter:
             return self.add_open(src, name)
 
 
-def add_kernel(w: TarWriter, kernel: dict, series, with_config: bool, image: pathlib.Path | None) -> None:
+def add_kernel(w: TarWriter, kernel: KernelRecord, series, with_config: bool, image: pathlib.Path | None) -> None:
     """kernel/: its config (with_config), and with the image its modules and SHA256SUMS."""
     sums = []
     for name, path in kernel_files(kernel, series, with_config):
@@ -151,7 +151,7 @@ def add_kernel(w: TarWriter, kernel: dict, series, with_config: bool, image: pat
             sums.append((digest, "config"))
     if image is not None:
         sums.insert(0, (w.add_file(image, "kernel/image"), "image"))
-        mods = kernel_file(kernel.get("modules_dir"), "modules")
+        mods = kernel_file(kernel.modules_dir, "modules")
         for f in _regular_files(mods) if mods else []:
             rel = f"modules/{f.relative_to(mods)}"
             sums.append((w.add_file(f, f"kernel/{rel}"), rel))
@@ -171,10 +171,10 @@ def add_run_files(w: TarWriter, run: RunDir, with_trace: bool) -> None:
             w.add_text(f"run/{f.name}", run.read_bytes(f.name).decode(errors="replace"))
 
 
-def _kernel_image(k: dict) -> pathlib.Path:
-    image = kernel_file(k.get("image"), "image")
+def _kernel_image(k: KernelRecord) -> pathlib.Path:
+    image = kernel_file(k.image, "image")
     if image is None:
-        raise UsageError(f"--with-kernel: the run's kernel image {str(k.get('image'))[:200]!r} is not a kernel "
+        raise UsageError(f"--with-kernel: the run's kernel image {str(k.image)[:200]!r} is not a kernel "
                          "krig keeps (one it built or unpacked in its cache, or the distro's in /boot), or it is "
                          "gone: not bundled (rebuild the kernel, or bundle without --with-kernel)")
     return image
@@ -226,7 +226,7 @@ def readme(meta: dict, tarball: str) -> str:
             "copy a setting from it only after reading it, and put your own values where it has <PLACEHOLDERS>.\n")
 
 
-def run_args(manifest: dict, repro) -> list[str]:
+def run_args(manifest: Manifest, repro) -> list[str]:
     """`krig run` arguments minus the rig (reproduce.sh adds its own): the summary's command."""
     args = AskedRun.from_manifest(manifest, repro).args(rig=False)
     return [public_kernel_arg(a) if i and args[i - 1] == "--kernel" else a for i, a in enumerate(args)]
@@ -234,12 +234,11 @@ def run_args(manifest: dict, repro) -> list[str]:
 
 # -- identities -------------------------------------------------------------
 
-def identity_substitutions(manifest: dict) -> list[tuple[re.Pattern, str]]:
+def identity_substitutions(manifest: Manifest) -> list[tuple[re.Pattern, str]]:
     """(pattern, placeholder) pairs for every identity of the rig and of this machine."""
-    rig = manifest.get("rig") or {}
     pairs: list[tuple[str, str, bool]] = []       # (value, placeholder, as a bare word too)
     for (table, key), ph in IDENTITY_FIELDS.items():
-        v = (rig.get(table) or {}).get(key)
+        v = manifest.rig.table(table).get(key)
         if v in (None, "") or key == "port":
             continue
         v = str(v)
@@ -253,10 +252,10 @@ def identity_substitutions(manifest: dict) -> list[tuple[re.Pattern, str]]:
     node = os.uname().nodename
     if len(node) >= 3:
         pairs.append((node, "<KRIG_HOST>", True))
-    owner = (manifest.get("owner") or {}).get("host")
+    owner = (manifest.owner or {}).get("host")
     if owner and len(owner) >= 3:
         pairs.append((owner, "<KRIG_HOST>", True))
-    pairs += [(path, name, False) for path, name in local_paths(manifest.get("kernel") or {})]
+    pairs += [(path, name, False) for path, name in local_paths(manifest.kernel)]
     home = str(pathlib.Path.home())
     if home not in ("/", ""):
         pairs.append((home, "<HOME>", False))
@@ -273,23 +272,23 @@ def identity_substitutions(manifest: dict) -> list[tuple[re.Pattern, str]]:
     return out
 
 
-def local_paths(k: dict) -> list[tuple[str, str]]:
+def local_paths(k: KernelRecord) -> list[tuple[str, str]]:
     """(path, its last name) for every tree or file of this host the kernel record names that is
     not a kernel krig keeps: a built tree (the directory above arch/x86/boot/bzImage), an image,
     its config and modules, the --kernel argument's paths, a local origin."""
     out = []
     for what, key in (("image", "image"), ("config", "config"), ("modules", "modules_dir")):
-        v = k.get(key)
+        v = getattr(k, key)
         if isinstance(v, str) and v.startswith("/") and kernel_file(v, what) is None:
             tree = v[:-len(_TREE_IMAGE)] if v.endswith(_TREE_IMAGE) else v
             out.append((tree, pathlib.PurePosixPath(tree).name))
-    arg = k.get("arg") if isinstance(k.get("arg"), str) else ""
+    arg = k.arg if isinstance(k.arg, str) else ""
     head, *opts = arg.split(",")
     for v in [head.rpartition("@")[0] if "@" in head else head] + [o.partition("=")[2] for o in opts]:
         if "/" in v or v.startswith("~"):
             p = os.path.abspath(os.path.expanduser(v)).rstrip("/")
             out.append((p, pathlib.PurePosixPath(p).name))
-    repo = (k.get("git") or {}).get("repository") if isinstance(k.get("git"), dict) else None
+    repo = k.git.get("repository") if isinstance(k.git, dict) else None
     if isinstance(repo, str) and repo.startswith("/"):
         out.append((repo.rstrip("/"), public_repository(repo)))
     return [(p, n) for p, n in out if len(pathlib.PurePosixPath(p).parts) > 2 and n]
@@ -304,11 +303,11 @@ def scrub(text: str, subs) -> str:
     return text
 
 
-def _rig_spec(described: dict) -> dict:
+def _rig_spec(described: RigRecord) -> dict:
     """The rig file as written (loadable again), or the manifest's description if the file is gone.
     Only a rig of this host's rig directories, by a plain name: the manifest's name is data, never
     a path to read (a toml file of secrets elsewhere would enter the bundle)."""
-    name = described.get("name")
+    name = described.name
     plain = isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name)
     path = rig_path(name) if plain else None
     if path is not None:
@@ -316,15 +315,15 @@ def _rig_spec(described: dict) -> dict:
             return load_toml(path)
         except UsageError:
             pass
-    return {k: v for k, v in described.items() if k not in ("name", "kind", "arg")}
+    return dict(described.spec)
 
 
-def rig_toml(rig: dict, described: dict) -> str:
+def rig_toml(rig: dict, described: RigRecord) -> str:
     """The rig's description as TOML, every identity field a placeholder."""
     lines = ["# The rig this run used, as a description to read: a bundle's file is not a rig to run as it",
              "# is. Fields in <ANGLE_BRACKETS> were removed from the bundle; in a rig file of your own,",
              "# put your own values there (a password goes in a 0600 file or an environment variable).",
-             f"# Was: rig {described.get('name', '?')} (driver {described.get('kind', '?')})"]
+             f"# Was: rig {described.name or '?'} (driver {described.kind or '?'})"]
     tables = []
     for k, v in rig.items():
         if k in ("name", "kind", "arg") or v is None:
@@ -348,21 +347,21 @@ def rig_toml(rig: dict, described: dict) -> str:
 
 # -- the kernel's identity ----------------------------------------------------
 
-def kernel_identity(k: dict) -> dict:
+def kernel_identity(k: KernelRecord) -> dict:
     """What the kernel was: its name and release, and the distro package or the toml it was built from."""
-    out = {key: k.get(key) for key in ("name", "release", "config_sha256_16", "extra_cmdline", "debug_options")}
+    out = {key: getattr(k, key) for key in ("name", "release", "config_sha256_16", "extra_cmdline", "debug_options")}
     # a tree or file of this host by its last name, an origin without credentials (results.py)
-    out.update(description=public_paths(k.get("description")), arg=public_kernel_arg(k.get("arg")),
-               git={**k["git"], "repository": public_repository(k["git"].get("repository"))}
-               if isinstance(k.get("git"), dict) and "repository" in k["git"] else k.get("git"))
-    image = k.get("image")
+    out.update(description=public_paths(k.description), arg=public_kernel_arg(k.arg),
+               git={**k.git, "repository": public_repository(k.git.get("repository"))}
+               if isinstance(k.git, dict) and "repository" in k.git else k.git)
+    image = k.image
     if image and image.startswith("/boot/"):
         pkg = _dpkg(["dpkg-query", "-S", image])
         if pkg:
             name = pkg.split(":")[0]
             ver = _dpkg(["dpkg-query", "-W", "-f", "${Version}", name])
             out["distro_package"] = {"package": name, "version": ver}
-    toml = KERNEL_DIR / f"{k.get('name')}.toml"
+    toml = KERNEL_DIR / f"{k.name}.toml"
     if toml.exists():
         out["toml"] = f"kernels/{toml.name}"
     return out
@@ -376,7 +375,7 @@ def _dpkg(argv) -> str | None:
     return p.stdout.strip() if p.returncode == 0 and p.stdout.strip() else None
 
 
-def kernel_files(k: dict, series: dict | None = None, with_config: bool = False) -> list[tuple[str, pathlib.Path]]:
+def kernel_files(k: KernelRecord, series: dict | None = None, with_config: bool = False) -> list[tuple[str, pathlib.Path]]:
     """(name in kernel/, path): the toml and those it extends, patches, fragments, a series given
     on the command line (kernel/series/, from krig's series cache), and with_config the .config
     (only that of a kernel krig keeps: paths.kernel_file)."""
@@ -384,10 +383,10 @@ def kernel_files(k: dict, series: dict | None = None, with_config: bool = False)
     if series and re.fullmatch(r"[0-9a-f]{16,64}", str(series.get("patchset_hash") or "")):
         store = cache_dir("series") / series["patchset_hash"][:16]
         out += [(f"series/{p.name}", p) for p in sorted(store.glob("*.patch")) if p.is_file() and not p.is_symlink()]
-    cfg = kernel_file(k.get("config"), "config") if with_config else None
+    cfg = kernel_file(k.config, "config") if with_config else None
     if cfg:
         out.append(("config", cfg))
-    name, seen = k.get("name"), set()
+    name, seen = k.name, set()
     while name and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", str(name)) and name not in seen:
         seen.add(name)
         toml = KERNEL_DIR / f"{name}.toml"

@@ -69,7 +69,7 @@ def compute_metrics(data: RunData, repro, analyzer) -> dict:
     if data.exists("samples.tsv"):
         # ... and every sampled run whether its sampler kept its interval.
         values.setdefault("sampler_max_gap_intervals", data.sampler_max_gap_intervals())
-    host = data.manifest.get("host") or {}
+    host = data.record.manifest.host or {}
     if data.exists("host.tsv") and host.get("cpus"):
         # ... and every emulated run how much the host's other load took from it.
         values.setdefault("host_contended_pct", contended_pct(data.path("host.tsv"), host["cpus"]))
@@ -86,7 +86,7 @@ def compute_metrics(data: RunData, repro, analyzer) -> dict:
     return out
 
 
-def judge(run_dir: pathlib.Path, contended: bool = False, properties: dict | None = None) -> dict:
+def judge(run, contended: bool = False, properties: dict | None = None) -> dict:
     """Run the threshold tests with pytest; returns counts and one line per threshold not passed,
     and writes the run's thresholds.json (each threshold's outcome, as data) and junit.xml (the
     same, for other tools; never read back; `properties`: its suite's, what ran where).
@@ -96,8 +96,10 @@ def judge(run_dir: pathlib.Path, contended: bool = False, properties: dict | Non
     makes of it).
 
     Each test case records krig_outcome (pass, fail, unmeasured, instrument) and krig_message;
-    a case without them is pytest itself erring (a bug), reported as an error."""
-    run_dir = run_dir.resolve()        # pytest runs in ROOT: a relative path would judge another directory
+    a case without them is pytest itself erring (a bug), reported as an error. run: a run
+    directory or its RunDir (whose later reads then see thresholds.json)."""
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    run_dir = run.dir.resolve()        # pytest runs in ROOT: a relative path would judge another directory
     with tempfile.TemporaryDirectory(prefix="krig-judge-") as tmp:
         # pytest writes where krig chose, never through a name in the run directory
         said = pathlib.Path(tmp) / "outcomes.jsonl"
@@ -117,7 +119,7 @@ def judge(run_dir: pathlib.Path, contended: bool = False, properties: dict | Non
             if r["outcome"] == "fail" and r["host_sensitive"]:
                 r["outcome"] = "contended"
     junit.write(run_dir / "junit.xml", "krig", junit_cases(tests, record), properties or {})
-    RunDir(run_dir).write_json(THRESHOLDS, record)
+    run.write_json(THRESHOLDS, record)
     return counts
 
 
@@ -199,13 +201,12 @@ def tally(record: list) -> dict:
     return res
 
 
-def evidence(run: RunDir, m: Manifest | None = None) -> Evidence:
+def evidence(run: RunDir, m: Manifest) -> Evidence:
     """What the run directory records about how the run ended (krig.verdict.Evidence); m: its
-    manifest, when the caller has read it."""
-    m = Manifest.from_json(run.manifest) if m is None else m
+    manifest (the run's krig.record.RunRecord's)."""
     ev = Evidence(m.outcome, m.reason or "", run.text("console.log"),
                   rig_fault=m.rig_fault, host_fault=m.host_fault,
-                  machine_answered=bool(m.machine), pull_error=m.pull_error,
+                  machine_answered=m.machine_answered, pull_error=m.pull_error,
                   timeout=(m.params or {}).get("timeout"), host_load=m.host_load,
                   last_phase=run.last_phase())
     if ev.outcome == "hung" and ev.timeout:
@@ -215,7 +216,7 @@ def evidence(run: RunDir, m: Manifest | None = None) -> Evidence:
 
 def check(run_dir, project: tuple = ()) -> dict:
     data = RunData(safeio.given(run_dir))       # the user's own path: results/latest is followed
-    run_dir, manifest = data.dir, Manifest.from_json(data.manifest)
+    run_dir, manifest = data.dir, data.record.manifest
     if manifest.outcome is None and owner_alive(manifest.owner):
         raise UsageError(f"{run_dir}: still running (krig pid {manifest.owner['pid']}); check it when it ends")
     try:
@@ -249,7 +250,7 @@ def check(run_dir, project: tuple = ()) -> dict:
                 verdict.warn(f"the trace lost {lost:.0f} events: metrics computed from it are lower bounds; "
                              "enlarge trace.buffer_kb")
             ev.host_contended_pct = metrics.get("host_contended_pct", {}).get("value")
-            ev.thresholds = verdict.thresholds = judge(run_dir, host_contended(ev.host_contended_pct),
+            ev.thresholds = verdict.thresholds = judge(data, host_contended(ev.host_contended_pct),
                                                        junit_properties(manifest))
             notes = run_notes(analyzer, metrics)
         decided = decide(ev)
@@ -273,9 +274,9 @@ def check(run_dir, project: tuple = ()) -> dict:
 
 def junit_properties(m: Manifest) -> dict:
     """What ran where, as the properties of the run's junit.xml suite (what a CI dashboard groups by)."""
-    kernel, facts = m.kernel or {}, m.rig_facts or {}
-    return {"reproducer": m.reproducer, "preset": m.preset, "kernel": kernel.get("release"),
-            "kernel_config": kernel.get("config_sha256_16"), "rig": (m.rig or {}).get("name"),
+    facts = m.rig_facts or {}
+    return {"reproducer": m.reproducer, "preset": m.preset, "kernel": m.kernel.release,
+            "kernel_config": m.kernel.config_sha256_16, "rig": m.rig_name,
             "accel": facts.get("accel"), "qemu": facts.get("qemu_version"), "krig_revision": m.krig_revision}
 
 

@@ -24,7 +24,6 @@ from analysis.compare_html import write_compare_html
 from analysis.stats import ALPHA, TEST, change_pct, compare_samples, describe, direction, min_n_per_side, min_p
 from analysis.summary import threshold_id, threshold_outcomes
 from analysis.lkp import format_lkp
-from analysis.rundata import RunData
 
 from krig import safeio
 from .argcheck import output_dir
@@ -32,8 +31,8 @@ from krig.errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
 from krig.reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
 from krig.results import GROUP_FILE, compare_dir, run_state
-from krig.record import Manifest
-from krig.rundir import RunDir, is_run_dir
+from krig.record import Manifest, RunRecord
+from krig.rundir import is_run_dir
 from krig.verdict import JUDGED
 
 WIDTH = 100
@@ -73,7 +72,7 @@ def parse_args(tokens: list) -> dict:
 
 
 def load_side(label: str, paths: list) -> list:
-    """[(run_dir, verdict, Manifest)] of the runs the given directories hold (krig/record.py)."""
+    """[(run_dir, verdict, RunRecord)] of the runs the given directories hold (krig/record.py)."""
     runs = []
     for p in map(safeio.given, paths):       # the user's own path: results/latest is followed
         if (p / GROUP_FILE).is_file():
@@ -86,23 +85,24 @@ def load_side(label: str, paths: list) -> list:
             raise UsageError(f"{label} {p}: not a run or group directory (no manifest.json or {GROUP_FILE})")
         for d, v in found:
             try:
-                man = Manifest.from_json(RunDir(d).manifest)
+                rec = RunRecord.read(d)
             except (UsageError, OSError) as e:
                 raise UsageError(f"{label} {d}: manifest.json unreadable ({e})") from None
-            runs.append((d, v, man))
+            runs.append((d, v, rec))
     return runs
 
 
 def check_same(base: list, new: list) -> list:
     """One line (UsageError) for a reproducer/preset/parameter mismatch; warnings for rigs."""
-    ref_dir, _, ref = base[0]
+    ref_dir, ref = base[0][0], base[0][2].manifest
     for label, runs in (("BASE", base), ("NEW", new)):
-        for d, _, m in runs:
+        for d, _, rec in runs:
+            m = rec.manifest
             for field in ("reproducer", "preset", "params"):
                 if getattr(m, field) != getattr(ref, field):
                     raise UsageError(f"{label} {d}: {field} {getattr(m, field)!r}, but BASE {ref_dir} has "
                                      f"{getattr(ref, field)!r}: runs of different {field}s cannot be compared")
-    rigs = {lab: sorted({(m.rig or {}).get("name", "?") for _, _, m in runs})
+    rigs = {lab: sorted({r.manifest.rig_name or "?" for _, _, r in runs})
             for lab, runs in (("BASE", base), ("NEW", new))}
     if rigs["BASE"] != rigs["NEW"] or len(rigs["BASE"]) > 1:
         return [f"different rigs: BASE {', '.join(rigs['BASE'])}, NEW {', '.join(rigs['NEW'])}"]
@@ -111,11 +111,11 @@ def check_same(base: list, new: list) -> list:
 
 def _side_info(runs: list) -> dict:
     counts = verdict_counts(runs)
-    kernels = sorted({(m.kernel or {}).get("name", "?") for _, _, m in runs})
-    releases = sorted({m.release or "?" for _, _, m in runs})
+    kernels = sorted({r.manifest.kernel.name or "?" for _, _, r in runs})
+    releases = sorted({r.manifest.release or "?" for _, _, r in runs})
     return {"runs": [str(d) for d, _, _ in runs], "verdicts": counts,
             "verdict_text": verdict_text(counts, sum(counts.values())), "judged": sum(counts.get(v, 0) for v in JUDGED), "kernels": kernels, "releases": releases,
-            "rigs": sorted({(m.rig or {}).get("name", "?") for _, _, m in runs})}
+            "rigs": sorted({r.manifest.rig_name or "?" for _, _, r in runs})}
 
 
 def side_outcome(repro, runs: list) -> str | None:
@@ -125,10 +125,10 @@ def side_outcome(repro, runs: list) -> str | None:
     if fn is None:
         return None
     values = []
-    for d, v, _ in runs:
+    for _, v, rec in runs:
         if v in JUDGED:
             try:
-                values.append({k: m.get("value") for k, m in RunDir(d).metrics().items()})
+                values.append({k: m.get("value") for k, m in rec.run.metrics().items()})
             except (OSError, KrigError, AttributeError):
                 continue
     return fn(values) if values else None
@@ -138,11 +138,10 @@ def side_projection(repro, runs: list) -> dict | None:
     """The reproducer's projection of a side to other machine sizes (analysis/projection.py): that
     of the judged run whose measured level is the side's median, or None."""
     projs, analyzer = [], load_analyzer(repro)       # analyze.py once, not once a run
-    for d, v, _ in runs:
+    for _, v, rec in runs:
         if v in JUDGED:
             try:
-                run = RunData(d)
-                p = projection.project(run, analyzer, run.metrics())
+                p = projection.project(rec.manifest, analyzer, rec.run.metrics())
             except (OSError, KrigError, AttributeError, ValueError):
                 continue
             if p:
@@ -161,7 +160,7 @@ def _thresholds(repro, base: list, new: list) -> list:
     and a run FAILed on other thresholds kept that crossing in its reason, not as the kernel's."""
     rows = []
     # each judged run's record read once (thresholds.json, and metrics.json for a timing crossing)
-    judged = {label: [threshold_outcomes(d, repro) for d, v, _ in runs if v in JUDGED]
+    judged = {label: [threshold_outcomes(rec.run, repro) for _, v, rec in runs if v in JUDGED]
               for label, runs in (("base", base), ("new", new))}
     for t in repro.thresholds:
         row = {"threshold": threshold_id(t), "metric": t.metric, "kind": t.kind}
@@ -178,21 +177,19 @@ def _thresholds(repro, base: list, new: list) -> list:
     return rows
 
 
-def _facts(man) -> dict:
-    """The facts of one run (its Manifest, or a manifest.json's object) that make its numbers
-    incomparable with another's when they differ."""
-    man = man if isinstance(man, Manifest) else Manifest.from_json(man)
-    machine = man.machine or {}
+def _facts(man: Manifest) -> dict:
+    """The facts of one run that make its numbers incomparable with another's when they differ."""
+    machine = man.machine_said
     out = {}
-    for k, v in ((man.kernel or {}).get("debug_options") or {}).items():
+    for k, v in (man.kernel.debug_options or {}).items():
         out[k] = v
-    for where, cpu in (("machine", machine.get("cpu")), ("host", man.host_cpu)):
+    for where, cpu in (("machine", machine.cpu), ("host", man.host_cpu)):
         for k, v in (cpu or {}).items():
             if k != "mhz":          # the current clock moves with load; governor and turbo decide it
                 out[f"{where} cpu {k}"] = v
     for k in ("dentry_hash_entries", "inode_hash_entries"):    # a per-bucket bound's share of RAM
-        if k in machine:
-            out[f"machine {k}"] = machine[k]
+        if getattr(machine, k) is not None:
+            out[f"machine {k}"] = getattr(machine, k)
     return out
 
 
@@ -201,8 +198,8 @@ def differences(base: list, new: list) -> list:
     sides = []
     for runs in (base, new):
         vals = {}
-        for _, _, m in runs:
-            for k, v in _facts(m).items():
+        for _, _, rec in runs:
+            for k, v in _facts(rec.manifest).items():
                 vals.setdefault(k, set()).add("-" if v is None else str(v))
         sides.append(vals)
     out = []
@@ -220,7 +217,7 @@ def compare(base_paths: list, new_paths: list) -> dict:
         raise UsageError(f"NEW {new_paths[0]}: {len(both)} of its runs are BASE's too ({sorted(both)[0]}); "
                          "compare the runs of one kernel with those of another: BASE... -- NEW...")
     warnings = check_same(base, new)
-    man = base[0][2]
+    man = base[0][2].manifest
     repro = load_reproducer(man.reproducer or "?")
     bvals, bmeta = metric_values(base)
     nvals, nmeta = metric_values(new)

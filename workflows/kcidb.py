@@ -38,8 +38,8 @@ from krig.errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
 from krig.reproducer import load_reproducer
 from krig.results import GROUP_FILE, public_paths, public_repository, read_json, run_dirs_of, run_state
-from krig.record import Manifest
-from krig.rundir import MANIFEST, RunDir, is_run_dir
+from krig.record import Manifest, RunRecord
+from krig.rundir import RunDir, is_run_dir
 from krig.verdict import JUDGED, VERDICTS
 
 SCHEMA = kcidb_io.schema.V5_3            # what the report says it is; validated with LATEST
@@ -160,7 +160,7 @@ def validate(report: dict) -> None:
 
 def _read_run(d: pathlib.Path) -> dict:
     run = RunDir(d)         # a run directory is read only through RunDir (docs/security.md)
-    manifest = Manifest.from_json(run.manifest if run.exists(MANIFEST) else {})
+    manifest = RunRecord.read(run, required=False).manifest
     state = run_state(d)
     if state == "RUNNING":
         pid = (manifest.owner or {}).get("pid")
@@ -171,7 +171,7 @@ def _read_run(d: pathlib.Path) -> dict:
     if verdict.get("verdict") != state:           # no verdict recorded: the run never ended
         verdict = {"verdict": state, "reason": verdict.get("reason") or "the krig process ended without "
                    "recording an end (killed?)"}
-    return {"dir": d, "manifest": manifest, "verdict": verdict, "console": run.text("console.log"),
+    return {"dir": d, "run": run, "manifest": manifest, "verdict": verdict, "console": run.text("console.log"),
             "metrics": run.metrics}
 
 
@@ -181,15 +181,15 @@ def _id(origin: str, *parts) -> str:
 
 def _checkout(run: dict, origin: str) -> dict:
     """The source: git and patch series where the manifest has them (keys kernel.git and series)."""
-    kernel = run["manifest"].kernel or {}
-    git, series = dict(kernel.get("git") or {}), run["manifest"].series or {}
+    kernel = run["manifest"].kernel
+    git, series = dict(kernel.git or {}), run["manifest"].series or {}
     if "repository" in git:             # an older manifest's may carry user:token@ or a path of this host
         git["repository"] = public_repository(git["repository"])
     identity = {"git": git, "patchset_hash": series.get("patchset_hash"), "message_id": series.get("message_id")}
     if not git:         # a kernel without a recorded source (a distro package) is its release
-        identity.update(kernel=kernel.get("name"), release=kernel.get("release"))
+        identity.update(kernel=kernel.name, release=kernel.release)
     c = {"id": _id(origin, "checkout", identity), "origin": origin, "valid": True}
-    misc = {"krig_kernel": kernel.get("name")}
+    misc = {"krig_kernel": kernel.name}
     repo = git.get("repository")
     if isinstance(repo, str) and repo.startswith("https://"):
         c["git_repository_url"] = repo
@@ -213,28 +213,29 @@ def _checkout(run: dict, origin: str) -> dict:
                           if series.get(k)}
         if series.get("subject"):
             c["comment"] = _text(series["subject"])[:1000]
-    if "comment" not in c and kernel.get("description"):
-        c["comment"] = _text(public_paths(kernel["description"]))[:1000]
+    if "comment" not in c and kernel.description:
+        c["comment"] = _text(public_paths(kernel.description))[:1000]
     c["misc"] = _pruned(misc)
     return c
 
 
 def _build(run: dict, origin: str, checkout_id: str) -> dict:
-    kernel = run["manifest"].kernel or {}
-    b = {"id": _id(origin, "build", checkout_id, kernel.get("name"), kernel.get("release"),
-                   kernel.get("config_sha256_16"), kernel.get("debug_options")),
+    kernel = run["manifest"].kernel
+    b = {"id": _id(origin, "build", checkout_id, kernel.name, kernel.release,
+                   kernel.config_sha256_16, kernel.debug_options),
          "checkout_id": checkout_id, "origin": origin, "status": "PASS"}   # krig booted what was built
-    if kernel.get("name"):
-        b["config_name"] = _text(kernel["name"])
+    if kernel.name:
+        b["config_name"] = _text(kernel.name)
     arch = _architecture(run)
     if arch:
         b["architecture"] = arch
     m = _BANNER.search(run["console"])
     if m:           # the compiler, without the linker that follows it
         b["compiler"] = _text(re.split(r", (?:GNU ld|LLD|ld\.)", m.group("tools"))[0]).strip()
-    if kernel.get("description"):
-        b["comment"] = _text(public_paths(kernel["description"]))[:1000]
-    misc = {k: kernel[k] for k in ("release", "config_sha256_16", "debug_options", "extra_cmdline") if kernel.get(k)}
+    if kernel.description:
+        b["comment"] = _text(public_paths(kernel.description))[:1000]
+    misc = {k: getattr(kernel, k) for k in ("release", "config_sha256_16", "debug_options", "extra_cmdline")
+            if getattr(kernel, k)}
     b["misc"] = _pruned(misc)
     return b
 
@@ -242,11 +243,11 @@ def _build(run: dict, origin: str, checkout_id: str) -> dict:
 def _architecture(run: dict) -> str | None:
     """From the kernel's config when it is on this host and is the one the run recorded, else
     from the emulator that ran it (qemu-system-<arch>)."""
-    kernel = run["manifest"].kernel or {}
+    kernel = run["manifest"].kernel
     try:
         # a path the run directory names: read as data (a regular file, no link, capped, never blocking)
-        data = safeio.read_bytes(*safeio.split(kernel["config"]), cap=CONFIG_CAP)
-        if hashlib.sha256(data).hexdigest()[:16] == kernel.get("config_sha256_16"):
+        data = safeio.read_bytes(*safeio.split(kernel.config), cap=CONFIG_CAP)
+        if hashlib.sha256(data).hexdigest()[:16] == kernel.config_sha256_16:
             for opt, arch in (("CONFIG_X86_64", "x86_64"), ("CONFIG_ARM64", "arm64"), ("CONFIG_X86_32", "i386"),
                               ("CONFIG_RISCV", "riscv"), ("CONFIG_PPC64", "powerpc"), ("CONFIG_S390", "s390")):
                 if f"\n{opt}=y\n".encode() in data:
@@ -263,7 +264,7 @@ def _tests(run: dict, origin: str, build_id: str) -> list:
     v = verdict.get("verdict", "INCOMPLETE")
     repro_name = man.reproducer or "unknown"
     owner = man.owner or {}
-    run_id = _id(origin, "run", repro_name, (man.rig or {}).get("name"), man.started,
+    run_id = _id(origin, "run", repro_name, man.rig_name, man.started,
                  owner.get("host"), owner.get("pid"), owner.get("start"), run["dir"].name)
     base = {"build_id": build_id, "origin": origin, "environment": _environment(man)}
     start, duration = _times(man)
@@ -304,7 +305,7 @@ def _threshold_tests(run: dict, repro_name: str, base: dict, run_id: str, path: 
     except UsageError as e:
         raise UsageError(f"{run['dir']}/manifest.json: field reproducer: {e}") from None
     out, seen = [], {}
-    for m in threshold_measurements(run["dir"], repro):
+    for m in threshold_measurements(run["run"], repro):
         thr, outcome = m["threshold"], m["outcome"]
         if outcome is None:             # the judge did not record it
             continue
@@ -330,13 +331,13 @@ def _threshold_tests(run: dict, repro_name: str, base: dict, run_id: str, path: 
 
 
 def _environment(man: Manifest) -> dict:
-    rig, facts, mach = man.rig or {}, man.rig_facts or {}, man.machine or {}
-    cpus = mach.get("cpus") or rig.get("cpus")
-    mem = mach.get("mem_total_bytes") or rig.get("memory_bytes")
+    rig, facts = man.rig, man.rig_facts or {}
+    cpus = man.cpus
+    mem = man.mem_total_bytes or rig.memory_bytes
     accel = facts.get("accel")
-    misc = {"rig": rig.get("name"), "rig_kind": rig.get("kind"), "cpus": cpus, "mem_total_bytes": mem,
-            "accelerator": accel, "emulator": facts.get("qemu_version"), "description": rig.get("description")}
-    text = f"rig {rig.get('name', '?')} ({rig.get('kind', '?')}{', accelerator ' + accel if accel else ''})"
+    misc = {"rig": rig.name, "rig_kind": rig.kind, "cpus": cpus, "mem_total_bytes": mem,
+            "accelerator": accel, "emulator": facts.get("qemu_version"), "description": rig.spec.get("description")}
+    text = f"rig {rig.name or '?'} ({rig.kind or '?'}{', accelerator ' + accel if accel else ''})"
     if cpus:
         text += f": {cpus} CPUs"
     if mem:

@@ -18,6 +18,7 @@ from krig.paths import owner_record
 from .preflight import preflight
 from krig.reproducer import load_reproducer
 from krig.record import Manifest
+from krig.record_machine import Machine
 from krig.results import claim_run_dir, git_revision, new_run_dir, now
 from rigs import load_rig
 from rigs.hashsize import from_log as hash_tables
@@ -185,12 +186,10 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
         return "error", f"could not read the machine's facts: {facts.stderr.decode(errors='replace').strip()}"
     release, cmdline, ncpu, memkb = lines[:4]
     # the clock every trace event and sample reads (HPET under TCG unless the rig says tsc)
-    manifest.machine = {"release": release, "cmdline": cmdline, "cpus": int(ncpu),
-                        "mem_total_bytes": int(memkb) * 1024,
-                        "clocksource": lines[4] if len(lines) > 4 else "unknown",
-                        "cpu": cpu_facts(lines[5:]),
-                        # the dcache and inode hash tables the kernel sized at boot (rigs/hashsize.py)
-                        **(hash_tables(facts.stdout.decode(errors="replace")) or hash_tables(rig.console.text()))}
+    manifest.machine = Machine(
+        release, cmdline, int(ncpu), int(memkb) * 1024, lines[4] if len(lines) > 4 else "unknown", cpu_facts(lines[5:]),
+        # the dcache and inode hash tables the kernel sized at boot (rigs/hashsize.py)
+        **(hash_tables(facts.stdout.decode(errors="replace")) or hash_tables(rig.console.text())))
     manifest.write(run_dir)
     if release != kernel.release:
         return "error", f"machine runs kernel {release}, not the {kernel.release} asked for"

@@ -49,8 +49,7 @@ from .reply import identity, server_line, write_reply
 from krig.reproducer import load_reproducer
 from krig.results import (VALIDATE_FILE, VALIDATE_SIDES, git_revision, now, read_json, run_dirs_of, validation_dir,
                       validation_side, write_json)
-from krig.record import Manifest, Verdict
-from krig.rundir import RunDir
+from krig.record import RunRecord
 from krig.version import version
 
 ANSWERS = {"fixed": 0, "not fixed": 1, "inconclusive": 3, "base does not reproduce": 4, "regressed": 5}
@@ -64,12 +63,12 @@ def contended(gdir: pathlib.Path) -> list:
     for d, v in group_runs(gdir) if gdir.is_dir() else []:
         if v == "ERROR":
             try:
-                verdict = Verdict.from_json(RunDir(d).verdict())
+                verdict = RunRecord.read(d, required=False).verdict
             except (OSError, KrigError):
                 continue
             # the verdict's cause, never its sentence (a verdict from before causes were recorded
             # has none: `krig check` on the run records it)
-            if verdict.cause == "host-contention":
+            if verdict is not None and verdict.cause == "host-contention":
                 out.append(d)
     return out
 
@@ -271,13 +270,13 @@ def _kernel_of(gdir: pathlib.Path) -> dict:
     """The kernel the group's first run booted (manifest.json: release, git origin, debug options)."""
     for d in run_dirs_of(gdir):
         try:
-            man = Manifest.from_json(RunDir(d).manifest)
+            man = RunRecord.read(d).manifest
         except (OSError, KrigError):
             continue
-        k = man.kernel or {}
-        return {"name": k.get("name"), "release": man.release,
-                "git": k.get("git"), "machine": man.machine, "rig": man.rig, "rig_facts": man.rig_facts,
-                "host_cpu": man.host_cpu}
+        # validate.json's record of it (base_kernel): the manifest's objects as they were written
+        return {"name": man.kernel.name, "release": man.release, "git": man.kernel.git,
+                "machine": man.machine.to_json() if man.machine is not None else None, "rig": man.rig.to_json(),
+                "rig_facts": man.rig_facts, "host_cpu": man.host_cpu}
     return {}
 
 

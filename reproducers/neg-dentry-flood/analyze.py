@@ -121,17 +121,18 @@ def _size(ram: int) -> str:
     return f"{ram / (1 << 40):g} TB" if ram >= 1 << 40 else f"{ram / (1 << 30):g} GB"
 
 
-def projection(values: dict, machine: dict, extra: tuple = ()) -> dict | None:
+def projection(values: dict, machine, extra: tuple = ()) -> dict | None:
     """From this run to machines of other sizes, said as a projection, never as a measurement.
 
     Bounded: the settled level as negatives per dentry hash bucket (the buckets the kernel
     printed at boot), times the buckets 6.1's sizing rule gives each size: what a bound *per
     bucket* would hold there. Unbounded: the rate of new names per CPU, and the time an
     unbounded dcache takes to 5% of RAM at that rate on each size's CPUs. extra: more
-    (ram, cpus) to project to (cpus None: this run's). None when the run tells neither."""
-    sizes = sorted(set(PROJECT_TO) | {(ram, cpus or machine.get("cpus")) for ram, cpus in extra})
+    (ram, cpus) to project to (cpus None: this run's). machine: the machine's facts as the run
+    recorded them (krig.record_machine.Machine). None when the run tells neither."""
+    sizes = sorted(set(PROJECT_TO) | {(ram, cpus or machine.cpus) for ram, cpus in extra})
     objsize = values.get("dentry_objsize_bytes") or hashsize.DENTRY_BYTES
-    buckets, ram_here = machine.get("dentry_hash_entries"), machine.get("mem_total_bytes")
+    buckets, ram_here = machine.dentry_hash_entries, machine.mem_total_bytes
     if values.get("bounded") == 1 and values.get("settled_nr_negative") is not None and buckets:
         per = values["settled_nr_negative"] / buckets
         rows = []
@@ -201,7 +202,7 @@ def report_metrics(run, fl: dict) -> dict:
     """The metrics of the flood's own report (why and when it stopped, its rates, whether the
     negatives were bounded), the console's and the first inotify watch's: none needs a sample."""
     ram = run.mem_total_bytes
-    ncpu = run.manifest.get("machine", {}).get("cpus") or math.nan
+    ncpu = run.record.manifest.machine_said.cpus or math.nan
     inotify_us = float(run.text("inotify-us.txt").strip() or "nan")
     console = run.text("console.log")
     out = {
@@ -269,7 +270,7 @@ def metrics(run) -> dict:
     })
     if not out["nr_negative_reported"]:
         return {**out, **{n: math.nan for n in NEGATIVE_METRICS}}
-    buckets = run.manifest.get("machine", {}).get("dentry_hash_entries")
+    buckets = run.record.manifest.machine_said.dentry_hash_entries
     base_neg = last_finite(s["nr_negative"][before], float(np.nanmin(s["nr_negative"])))
     neg = s["nr_negative"][during]
     ok = np.isfinite(neg)

@@ -1,0 +1,98 @@
+"""The three nested records of a run's manifest, typed: the machine (what it said of itself once it
+answered), the kernel (as built or packaged: kernels.kernel.Kernel.describe()) and the rig (its
+describe(): name, kind, the --rig argument and the rig file's settings).
+
+Each keeps a key it does not know (`extra`; for the rig, every rig-file setting is `spec`) and
+writes it back as it was, so a manifest any krig wrote reads and writes back the same.
+"""
+import dataclasses
+
+
+def _known(cls, data: dict) -> tuple[dict, dict]:
+    """(the keys `cls` declares, the rest) of a manifest's object; None or a non-object reads as {}."""
+    data = data if isinstance(data, dict) else {}
+    names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+    return {k: v for k, v in data.items() if k in names}, {k: v for k, v in data.items() if k not in names}
+
+
+@dataclasses.dataclass
+class Machine:
+    """What the machine said of itself (workflows/run.py asks it once it answers)."""
+    release: str | None = None              # uname -r
+    cmdline: str | None = None
+    cpus: int | None = None
+    mem_total_bytes: int | None = None      # MemTotal
+    clocksource: str | None = None
+    cpu: dict | None = None                 # model, governor, turbo, mhz
+    dentry_hash_entries: int | None = None  # the hash tables the kernel sized at boot (rigs/hashsize.py)
+    inode_hash_entries: int | None = None
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Machine":
+        known, extra = _known(cls, data)
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {**{k: v for k, v in out.items() if v is not None}, **self.extra}
+
+
+@dataclasses.dataclass
+class KernelRecord:
+    """The kernel as krig built, packaged or was given it (kernels.kernel.Kernel.describe())."""
+    name: str | None = None
+    release: str | None = None
+    image: str | None = None
+    modules_dir: str | None = None
+    config: str | None = None
+    config_sha256_16: str | None = None
+    extra_cmdline: str | None = None
+    description: str | None = None
+    arg: str | None = None                  # the --kernel argument as given
+    debug_options: dict | None = None
+    git: dict | None = None                 # repository, commit, branch: a kernel from a git tree
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "KernelRecord":
+        known, extra = _known(cls, data)
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "git")}
+        return {**out, **({"git": self.git} if self.git else {}), **self.extra}
+
+
+@dataclasses.dataclass
+class RigRecord:
+    """The rig as it described itself: its name, kind, the --rig argument, and the rig file's settings."""
+    name: str | None = None
+    kind: str | None = None
+    arg: str | None = None
+    spec: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RigRecord":
+        data = data if isinstance(data, dict) else {}
+        return cls(data.get("name"), data.get("kind"), data.get("arg"),
+                   {k: v for k, v in data.items() if k not in ("name", "kind", "arg")})
+
+    def to_json(self) -> dict:
+        head = {"name": self.name, "kind": self.kind, **({"arg": self.arg} if self.arg else {})}
+        return {**{k: v for k, v in head.items() if v is not None}, **self.spec}
+
+    @property
+    def cpus(self):
+        """The CPUs the rig file gives the machine (a QEMU guest's), or None."""
+        return self.spec.get("cpus")
+
+    @property
+    def memory_bytes(self):
+        """The RAM the rig file gives the machine (a QEMU guest's), or None."""
+        return self.spec.get("memory_bytes")
+
+    def table(self, name: str) -> dict:
+        """A table of the rig file ([bmc], [ssh], ...), {} when it has none."""
+        t = self.spec.get(name)
+        return t if isinstance(t, dict) else {}
