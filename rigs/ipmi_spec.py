@@ -1,6 +1,7 @@
 """Rig files of IPMI servers (driver = "ipmi"): validation on load.
 
-Every problem is one line naming the file and the field (UsageError, exit 2).
+The fields are declared as tables (TOP, and BMC, SSH, KEXEC, LAB below it; krig/schema.py);
+every problem is one line naming the file and the field (UsageError, exit 2).
 The BMC password is read here from the environment variable or the 0600 file
 the rig file names; it is returned apart from the spec, so it never reaches
 describe(), the manifest, a log or an error message.
