@@ -12,7 +12,7 @@ import re
 from . import REPRO_DIR
 from .config import coerce, load_toml
 from .errors import UsageError
-from .reproducer_plots import parse_plots, parse_session
+from .reproducer_plots import PLOTS_DOC, parse_plots, parse_session  # noqa: F401 (PLOTS_DOC: the [[plots]] fields)
 # MIN_CHANGE_PCT and parse_requires: read from here by `krig compare` and the tests
 from .reproducer_schema import (MIN_CHANGE_PCT, TOP, check_range, check_touch_params, mib, parse_metrics,  # noqa: F401
                                 parse_params, parse_presets, parse_requires, parse_thresholds)

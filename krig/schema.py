@@ -30,8 +30,8 @@ class Field:
     """One key of a TOML table and what its value may be.
 
     types: a type or a tuple of them (bool is never an int, a number is finite), or ANY.
-    default: the value when the key is absent, or REQUIRED, or OMIT (neither defaults nor
-      convert are checked: the file's author does not write them).
+    default: the value when the key is absent (converted, never held to the rules: the file's
+      author did not write it), or REQUIRED, or OMIT (an absent key stays absent).
     convert: (value, field) -> the value kept (parse_size: '4G' -> bytes); refuses with its own line.
     choices / min / max / pattern (a regular expression a string matches whole) / test (a
       predicate) / each (the rule for every item of a list: a type, a pattern or a predicate):
