@@ -24,8 +24,8 @@ import subprocess
 import tempfile
 import time
 
-from krig.config import optional, reject_unknown
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError, os_fault
+from krig.schema import Field, check
 from .procs import dies_with_parent, stopped_by_host
 from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol, FilesProtocol,
                        PowerProtocol, Rig)
@@ -45,19 +45,20 @@ PANIC = "[    1.000000] Kernel panic - not syncing: VFS: Unable to mount root fs
 RESULTS = "/fake/out"
 
 
+FIELDS = (
+    Field("driver", str, "fake", choices=("fake",)),
+    Field("description", str, "a fake machine"),
+    Field("fault", str, "none", choices=tuple(FAULTS)),
+    Field("samples", str, "none", choices=SAMPLES),
+    Field("output_bytes", int, 0),
+    Field("metrics", dict, {}),
+    Field("work_dir", str, None),
+)
+
+
 def validate_spec(spec: dict, where: str) -> dict:
-    reject_unknown(spec, {"driver", "description", "fault", "samples", "output_bytes", "metrics", "work_dir"},
-                   where)
-    out = {"driver": "fake", "description": optional(spec, "description", str, where, "a fake machine"),
-           "fault": optional(spec, "fault", str, where, "none"),
-           "samples": optional(spec, "samples", str, where, "none"),
-           "output_bytes": optional(spec, "output_bytes", int, where, 0),
-           "metrics": optional(spec, "metrics", dict, where, {}),
-           "work_dir": optional(spec, "work_dir", str, where, None)}
-    if out["fault"] not in FAULTS:
-        raise UsageError(f"{where}.fault: {out['fault']!r} is not one of {', '.join(FAULTS)}")
-    if out["samples"] not in SAMPLES:
-        raise UsageError(f"{where}.samples: {out['samples']!r} is not one of {', '.join(SAMPLES)}")
+    """A fake rig file (FIELDS), checked."""
+    out = check(spec, FIELDS, where)
     for k, v in out["metrics"].items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise UsageError(f"{where}.metrics.{k}: expected a number, got {v!r}")

@@ -1,6 +1,7 @@
 """Rig files of IPMI servers (driver = "ipmi"): validation on load.
 
-Every problem is one line naming the file and the field (UsageError, exit 2).
+The fields are declared as tables (TOP, and BMC, SSH, KEXEC, LAB below it; krig/schema.py);
+every problem is one line naming the file and the field (UsageError, exit 2).
 The BMC password is read here from the environment variable or the 0600 file
 the rig file names; it is returned apart from the spec, so it never reaches
 describe(), the manifest, a log or an error message.
@@ -11,22 +12,14 @@ import pathlib
 import re
 import stat
 
-from krig.config import optional, parse_size, read_secret_file, reject_unknown, require
+from krig.config import parse_size, read_secret_file
 from krig.errors import UsageError
+from krig.schema import ANY, OMIT, Field, check
 from .ipmi_pull import FILE_CAP, TOTAL_CAP
 from .protocol import SECRETS_FILE_ENV
 
-TOP = {"driver", "description", "scratch_dev", "remote_dir", "boot", "boot_timeout", "shutdown_timeout",
-       "shutdown_command", "hang_timeout", "nmi_wait", "nmi_panic", "recover_after_hang",
-       "pull_timeout", "pull_max_size", "pull_max_file_size", "bmc", "ssh", "kexec", "lab"}
-BMC = {"host", "port", "user", "password_env", "password_file", "cipher_suite", "privilege", "timeout",
-       "retries", "boot_device", "clear_sel"}
-SSH = {"host", "port", "user", "key", "known_hosts", "host_key_alias", "connect_timeout",
-       "alive_interval", "alive_count", "options"}
-KEXEC = {"cmdline", "append", "initrd", "exec_command", "syscall"}
-LAB = {"model", "memory", "cpus", "numa", "scratch_size", "tags"}
 TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]+$")
-TAG_VAL_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+TAG_VAL_RE = r"[a-z0-9][a-z0-9._-]*"
 RESERVED_TAGS = ("name", "krig_holder", "krig_since", "krig_lease")
 PRIVILEGES = ("USER", "OPERATOR", "ADMINISTRATOR")
 BOOT_DEVICES = ("none", "pxe", "disk", "safe", "diag", "cdrom", "bios")
@@ -37,58 +30,120 @@ SSH_ALLOWED = ("AddressFamily", "BindAddress", "CASignatureAlgorithms", "CheckHo
                "Compression", "ConnectionAttempts", "HostKeyAlgorithms", "IPQoS", "KexAlgorithms", "LogLevel",
                "MACs", "PubkeyAcceptedAlgorithms", "PubkeyAcceptedKeyTypes", "RekeyLimit", "TCPKeepAlive")
 HOST_RE = re.compile(r"^[A-Za-z0-9._:-]+$")
-USER_RE = re.compile(r"^[A-Za-z0-9._-]+$")
-ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-DEV_RE = re.compile(r"^/dev/[A-Za-z0-9._/-]+$")
+USER_RE = r"[A-Za-z0-9._][A-Za-z0-9._-]*"          # never an option: no leading '-'
+ENV_RE = r"[A-Za-z_][A-Za-z0-9_]*"
 _ENV_SECRETS: dict[str, str] = {}      # password_env values, taken out of os.environ
 
 
-def _number(table, key, where, default, minimum=0.0):
-    v = optional(table, key, (int, float), where, default)
-    if v < minimum:
-        raise UsageError(f"{where}.{key}: must be at least {minimum:g}, got {v!r}")
-    return v
+def _host_name(v: str) -> bool:
+    return bool(HOST_RE.match(v)) and not v.startswith("-")
 
 
-def _port(table, key, where, default):
-    v = optional(table, key, int, where, default)
-    if not 1 <= v <= 65535:
-        raise UsageError(f"{where}.{key}: {v} is not a port number (1-65535)")
-    return v
+def _dedicated_dir(v: str) -> bool:
+    """remote_dir (its trailing '/' gone): absolute, plain, not a shared directory such as /tmp."""
+    return (v not in ("", "/tmp", "/var/tmp", "/run", "/root", "/home") and re.fullmatch(r"/[A-Za-z0-9._/-]+", v)
+            is not None and ".." not in v.split("/"))
 
 
-def _host(table, where):
-    h = require(table, "host", str, where)
-    if not HOST_RE.match(h) or h.startswith("-"):
-        raise UsageError(f"{where}.host: {h!r} is not a host name or IP address")
-    return h
-
-
-def _user(table, where, default=None):
-    u = optional(table, "user", str, where, default) if default is not None else require(table, "user", str, where)
-    if not USER_RE.match(u) or u.startswith("-"):
-        raise UsageError(f"{where}.user: {u!r}: use letters, digits, '.', '_' or '-'")
-    return u
-
-
-def _path(table, key, where, required=True, must_exist=True):
-    v = require(table, key, str, where) if required else optional(table, key, str, where)
-    if v is None:
-        return None
-    p = pathlib.Path(v).expanduser()
+def _absolute(value: str, field: str) -> str:
+    """A path on this machine: absolute or ~/..., expanded."""
+    p = pathlib.Path(value).expanduser()
     if not p.is_absolute():
-        raise UsageError(f"{where}.{key}: {v!r}: use an absolute path or one starting with ~/")
-    if must_exist and not p.is_file():
-        raise UsageError(f"{where}.{key}: {p} does not exist or is not a file")
+        raise UsageError(f"{field}: {value!r}: use an absolute path or one starting with ~/")
+    return str(p)
+
+
+def _a_file(value: str, field: str) -> str:
+    p = _absolute(value, field)
+    if not pathlib.Path(p).is_file():
+        raise UsageError(f"{field}: {p} does not exist or is not a file")
     return p
 
 
-def _strings(table, key, where, default):
-    v = optional(table, key, list, where, default)
-    for s in v:
-        if not isinstance(s, str) or not s:
-            raise UsageError(f"{where}.{key}: expected a list of non-empty strings, got {s!r}")
-    return list(v)
+def _gib(value, field: str) -> str:
+    """A size as a lab tag: whole GiB, at least 1."""
+    return str(max(1, parse_size(value, field) >> 30))
+
+
+def _seconds(key: str, default, least) -> Field:
+    return Field(key, (int, float), default, min=least)
+
+
+def _words(key: str, default=()) -> Field:
+    return Field(key, list, list(default), each=lambda s: isinstance(s, str) and s != "",
+                 says="expected a list of non-empty strings, got {item!r}")
+
+
+HOST = Field("host", str, test=_host_name, says="{v!r} is not a host name or IP address")
+USER = "{v!r}: use letters, digits, '.', '_' or '-'"
+BMC = (
+    HOST,
+    Field("port", int, 623, min=1, max=65535, says="{v} is not a port number (1-65535)"),
+    Field("user", str, pattern=USER_RE, says=USER),
+    Field("password_env", str, OMIT, pattern=ENV_RE, says="{v!r} is not an environment variable name"),
+    Field("password_file", str, OMIT, convert=_absolute),
+    Field("cipher_suite", int, 17, min=0, max=17, says="{v} is not an IPMI cipher suite (0-17; 3 or 17 usual)"),
+    Field("privilege", str, "ADMINISTRATOR", convert=lambda v, _: v.upper(), choices=PRIVILEGES),
+    Field("timeout", int, 5, min=1, max=60, says="must be 1-60 s, got {v}"),
+    Field("retries", int, 3, min=1, max=10, says="must be 1-10, got {v}"),
+    Field("boot_device", str, "", choices=("", *BOOT_DEVICES), says="{v!r} is not one of " + ", ".join(BOOT_DEVICES)),
+    Field("clear_sel", bool, True),
+)
+SSH = (
+    HOST,
+    Field("port", int, 22, min=1, max=65535, says="{v} is not a port number (1-65535)"),
+    Field("user", str, "root", pattern=USER_RE, says=USER),
+    Field("key", str, convert=_a_file),
+    Field("known_hosts", str, convert=_a_file),
+    Field("host_key_alias", str, "", test=lambda v: not v or bool(HOST_RE.match(v.strip("[]").replace("]:", ":"))),
+          says="{v!r} is not a host name"),
+    Field("connect_timeout", int, 15, min=1),
+    Field("alive_interval", int, 10, min=1),
+    Field("alive_count", int, 6, min=1),
+    _words("options"),
+)
+KEXEC = (
+    Field("cmdline", str, "reuse"),
+    _words("append"),
+    Field("initrd", str, "auto", test=lambda v: v in ("auto", "none") or v.startswith(("/", "~/")),
+          says="{v!r}: use auto, none or an absolute path on this machine"),
+    _words("exec_command"),
+    Field("syscall", str, "auto", choices=("auto", "kexec_load", "kexec_file_load")),
+)
+# [lab]: the labgrid place tags of the server (lab_tags), by tag name
+LAB = (
+    Field("model", str, OMIT, convert=lambda v, _: v.lower(), pattern=TAG_VAL_RE,
+          says="{raw!r}: use letters, digits, '.', '_', '-'"),
+    Field("memory", ANY, OMIT, convert=_gib, name="memory_gib"),
+    Field("scratch_size", ANY, OMIT, convert=_gib, name="scratch_gib"),
+    Field("cpus", int, OMIT, min=1),
+    Field("numa", int, OMIT, min=1),
+    Field("tags", dict, {}),
+)
+LAB_TABLE = Field("lab", dict, {}, table=LAB)
+TOP = (
+    Field("driver", str, "ipmi", choices=("ipmi",)),
+    Field("description", str, ""),
+    Field("scratch_dev", str, "", pattern=r"(/dev/[A-Za-z0-9._/-]+)?",
+          says="{v!r} is not a device path like /dev/nvme0n1"),
+    Field("remote_dir", str, "/var/lib/krig", convert=lambda v, _: v.rstrip("/"), test=_dedicated_dir,
+          says="{raw!r}: use a dedicated absolute directory like /var/lib/krig"),
+    Field("boot", str, "installed", choices=("installed", "kexec")),
+    _seconds("boot_timeout", 600, 1),
+    _seconds("shutdown_timeout", 120, 0),
+    _words("shutdown_command", ["systemctl", "poweroff"]),
+    _seconds("hang_timeout", 120, 1),
+    _seconds("nmi_wait", 20, 0),
+    Field("nmi_panic", bool, True),
+    Field("recover_after_hang", bool, True),
+    _seconds("pull_timeout", 300, 1),
+    Field("pull_max_size", (str, int), TOTAL_CAP, convert=parse_size),
+    Field("pull_max_file_size", (str, int), FILE_CAP, convert=parse_size),
+    Field("bmc", dict, table=BMC),
+    Field("ssh", dict, table=SSH),
+    Field("kexec", dict, {}, table=KEXEC),
+    Field("lab", dict, {}),
+)
 
 
 def read_password(bmc: dict, where: str) -> str:
@@ -147,137 +202,42 @@ def _read_password(bmc: dict, where: str) -> str:
 
 
 def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict, str]:
-    """Returns (normalized spec, BMC password)."""
+    """The rig file (TOP) checked: (normalized spec, BMC password)."""
     where = where or f"rigs/{name}.toml"
-    reject_unknown(spec, TOP, where)
-    out = {"driver": "ipmi", "description": optional(spec, "description", str, where, "")}
-    scratch = optional(spec, "scratch_dev", str, where, "")
-    if scratch and not DEV_RE.match(scratch):
-        raise UsageError(f"{where}.scratch_dev: {scratch!r} is not a device path like /dev/nvme0n1")
-    out["scratch_dev"] = scratch
-    rd = optional(spec, "remote_dir", str, where, "/var/lib/krig")
-    if not rd.startswith("/") or rd.rstrip("/") in ("", "/tmp", "/var/tmp", "/run", "/root", "/home") \
-            or not re.match(r"^/[A-Za-z0-9._/-]+$", rd) or ".." in rd.split("/"):
-        raise UsageError(f"{where}.remote_dir: {rd!r}: use a dedicated absolute directory like /var/lib/krig")
-    out["remote_dir"] = rd.rstrip("/")
-    out["boot"] = optional(spec, "boot", str, where, "installed")
-    if out["boot"] not in ("installed", "kexec"):
-        raise UsageError(f"{where}.boot: {out['boot']!r} is not one of installed, kexec")
-    out["boot_timeout"] = _number(spec, "boot_timeout", where, 600, 1)
-    out["shutdown_timeout"] = _number(spec, "shutdown_timeout", where, 120, 0)
-    out["shutdown_command"] = _strings(spec, "shutdown_command", where, ["systemctl", "poweroff"])
-    out["hang_timeout"] = _number(spec, "hang_timeout", where, 120, 1)
-    out["nmi_wait"] = _number(spec, "nmi_wait", where, 20, 0)
-    out["nmi_panic"] = optional(spec, "nmi_panic", bool, where, True)
-    out["recover_after_hang"] = optional(spec, "recover_after_hang", bool, where, True)
-    out["pull_timeout"] = _number(spec, "pull_timeout", where, 300, 1)
-    for key, default in (("pull_max_size", TOTAL_CAP), ("pull_max_file_size", FILE_CAP)):
-        out[key] = parse_size(optional(spec, key, (str, int), where, default), f"{where}.{key}")
-
-    bw = f"{where}.bmc"
-    bmc = require(spec, "bmc", dict, where)
-    reject_unknown(bmc, BMC, bw)
-    b = {"host": _host(bmc, bw), "port": _port(bmc, "port", bw, 623), "user": _user(bmc, bw)}
-    has_env, has_file = "password_env" in bmc, "password_file" in bmc
-    if has_env == has_file:
+    out = check(spec, TOP, where)
+    bw, sw = f"{where}.bmc", f"{where}.ssh"
+    if ("password_env" in out["bmc"]) == ("password_file" in out["bmc"]):
         raise UsageError(f"{bw}: set exactly one of password_env (an environment variable's name) "
                          "or password_file (a file of mode 0600)")
-    if has_env:
-        b["password_env"] = require(bmc, "password_env", str, bw)
-        if not ENV_RE.match(b["password_env"]):
-            raise UsageError(f"{bw}.password_env: {b['password_env']!r} is not an environment variable name")
-    else:
-        b["password_file"] = str(_path(bmc, "password_file", bw, must_exist=False))
-    b["cipher_suite"] = optional(bmc, "cipher_suite", int, bw, 17)
-    if not 0 <= b["cipher_suite"] <= 17:
-        raise UsageError(f"{bw}.cipher_suite: {b['cipher_suite']} is not an IPMI cipher suite (0-17; 3 or 17 usual)")
-    b["privilege"] = optional(bmc, "privilege", str, bw, "ADMINISTRATOR").upper()
-    if b["privilege"] not in PRIVILEGES:
-        raise UsageError(f"{bw}.privilege: {b['privilege']!r} is not one of {', '.join(PRIVILEGES)}")
-    b["timeout"] = optional(bmc, "timeout", int, bw, 5)
-    b["retries"] = optional(bmc, "retries", int, bw, 3)
-    if not 1 <= b["timeout"] <= 60 or not 1 <= b["retries"] <= 10:
-        raise UsageError(f"{bw}: timeout must be 1-60 s and retries 1-10")
-    b["boot_device"] = optional(bmc, "boot_device", str, bw, "")
-    if b["boot_device"] and b["boot_device"] not in BOOT_DEVICES:
-        raise UsageError(f"{bw}.boot_device: {b['boot_device']!r} is not one of {', '.join(BOOT_DEVICES)}")
-    b["clear_sel"] = optional(bmc, "clear_sel", bool, bw, True)
-    out["bmc"] = b
-    password = read_password(b, bw)
-
-    sw = f"{where}.ssh"
-    ssh = require(spec, "ssh", dict, where)
-    reject_unknown(ssh, SSH, sw)
-    s = {"host": _host(ssh, sw), "port": _port(ssh, "port", sw, 22), "user": _user(ssh, sw, "root"),
-         "key": str(_path(ssh, "key", sw)), "known_hosts": str(_path(ssh, "known_hosts", sw))}
-    s["host_key_alias"] = optional(ssh, "host_key_alias", str, sw, "")
-    if s["host_key_alias"] and not HOST_RE.match(s["host_key_alias"].strip("[]").replace("]:", ":")):
-        raise UsageError(f"{sw}.host_key_alias: {s['host_key_alias']!r} is not a host name")
-    s["connect_timeout"] = optional(ssh, "connect_timeout", int, sw, 15)
-    s["alive_interval"] = optional(ssh, "alive_interval", int, sw, 10)
-    s["alive_count"] = optional(ssh, "alive_count", int, sw, 6)
-    for k in ("connect_timeout", "alive_interval", "alive_count"):
-        if s[k] < 1:
-            raise UsageError(f"{sw}.{k}: must be at least 1, got {s[k]}")
-    s["options"] = _strings(ssh, "options", sw, [])
-    for o in s["options"]:
-        key = o.split("=", 1)[0].strip().lower()
+    for o in out["ssh"]["options"]:
+        key = o.split("=", 1)[0].strip()
         if "=" not in o or not key.isalnum():
             raise UsageError(f"{sw}.options: {o!r}: expected Name=value (an ssh -o option)")
-        if key not in {a.lower() for a in SSH_ALLOWED}:
-            raise UsageError(f"{sw}.options: {o.split('=', 1)[0].strip()} is not allowed; "
-                             f"allowed: {', '.join(SSH_ALLOWED)}")
-    key_mode = stat.S_IMODE(pathlib.Path(s["key"]).stat().st_mode)
+        if key.lower() not in {a.lower() for a in SSH_ALLOWED}:
+            raise UsageError(f"{sw}.options: {key} is not allowed; allowed: {', '.join(SSH_ALLOWED)}")
+    password = read_password(out["bmc"], bw)
+    key = out["ssh"]["key"]
+    key_mode = stat.S_IMODE(pathlib.Path(key).stat().st_mode)
     if key_mode & 0o077:
-        raise UsageError(f"{sw}.key: {s['key']} has mode {key_mode:04o}; ssh refuses a private key others "
-                         f"can read: run `chmod 600 {s['key']}`")
-    out["ssh"] = s
-
-    kw = f"{where}.kexec"
-    k = optional(spec, "kexec", dict, where, {})
-    reject_unknown(k, KEXEC, kw)
-    out["kexec"] = {"cmdline": optional(k, "cmdline", str, kw, "reuse"),
-                    "append": _strings(k, "append", kw, []),
-                    "initrd": optional(k, "initrd", str, kw, "auto"),
-                    "exec_command": _strings(k, "exec_command", kw, []),
-                    "syscall": optional(k, "syscall", str, kw, "auto")}
-    if out["kexec"]["syscall"] not in ("auto", "kexec_load", "kexec_file_load"):
-        raise UsageError(f"{kw}.syscall: {out['kexec']['syscall']!r} is not one of auto, kexec_load, "
-                         "kexec_file_load")
-    ini = out["kexec"]["initrd"]
-    if ini not in ("auto", "none") and not ini.startswith(("/", "~/")):
-        raise UsageError(f"{kw}.initrd: {ini!r}: use auto, none or an absolute path on this machine")
+        raise UsageError(f"{sw}.key: {key} has mode {key_mode:04o}; ssh refuses a private key others "
+                         f"can read: run `chmod 600 {key}`")
     out["lab"] = lab_tags(spec, where)
     return out, password
 
 
 def lab_tags(spec: dict, where: str) -> dict[str, str]:
-    """The labgrid place tags of a rig, from its [lab] table and scratch_dev (nothing secret:
+    """The labgrid place tags of a rig, from its [lab] table (LAB) and scratch_dev (nothing secret:
     no BMC or SSH address, user or path). Sizes become whole GiB."""
     lw = f"{where}.lab"
-    lab = optional(spec, "lab", dict, where, {})
-    reject_unknown(lab, LAB, lw)
-    tags = {"driver": "ipmi", "scratch": "yes" if spec.get("scratch_dev") else "no"}
-    if "model" in lab:
-        tags["model"] = require(lab, "model", str, lw).lower()
-    for key, tag in (("memory", "memory_gib"), ("scratch_size", "scratch_gib")):
-        if key in lab:
-            tags[tag] = str(max(1, parse_size(lab[key], f"{lw}.{key}") >> 30))
-    for key in ("cpus", "numa"):
-        if key in lab:
-            n = require(lab, key, int, lw)
-            if n < 1:
-                raise UsageError(f"{lw}.{key}: must be at least 1, got {n}")
-            tags[key] = str(n)
-    extra = optional(lab, "tags", dict, lw, {})
-    for k, v in extra.items():
+    lab = LAB_TABLE.value(spec, where)
+    tags = {"driver": "ipmi", "scratch": "yes" if spec.get("scratch_dev") else "no",
+            **{k: str(v) for k, v in lab.items() if k != "tags"}}
+    for k, v in lab["tags"].items():
         if not TAG_KEY_RE.match(k) or k in RESERVED_TAGS or k in tags:
             raise UsageError(f"{lw}.tags.{k}: a tag name is lowercase letters, digits and '_' (2+ characters), "
                              f"not one krig sets ({', '.join(sorted(set(tags) | set(RESERVED_TAGS)))})")
         tags[k] = str(v).lower() if isinstance(v, (str, int)) and not isinstance(v, bool) else ""
-        if not TAG_VAL_RE.match(tags[k]):
+        if not re.fullmatch(TAG_VAL_RE, tags[k]):
             raise UsageError(f"{lw}.tags.{k}: {v!r}: a tag value is a number or a word "
                              "(letters, digits, '.', '_', '-')")
-    if "model" in tags and not TAG_VAL_RE.match(tags["model"]):
-        raise UsageError(f"{lw}.model: {lab['model']!r}: use letters, digits, '.', '_', '-'")
     return tags

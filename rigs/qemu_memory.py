@@ -21,9 +21,10 @@ import threading
 import time
 
 from krig import safeio
-from krig.config import optional, parse_size
+from krig.config import parse_size
 from krig import hashsize
-from krig.errors import KrigError, UsageError
+from krig.errors import KrigError
+from krig.schema import Field
 from .hashsize import like_cmdline
 
 BACKINGS = ("ram", "sparse")
@@ -45,20 +46,20 @@ LIKE_MIN, LIKE_MAX = 512 << 20, 64 << 40
 MARGIN_MAX = 64 << 40
 
 
+# a QEMU rig file's memory fields (krig/schema.py): the backing, the density of hash tables, the host's margin
+FIELDS = (
+    Field("memory_backing", str, "ram", choices=BACKINGS),
+    Field("like_memory", (str, int), None),
+    Field("like_memory", (str, int), None, convert=parse_size, test=lambda v: LIKE_MIN <= v <= LIKE_MAX,
+          says="{raw!r} is outside 512M-64T", name="like_memory_bytes"),
+    Field("host_margin", (str, int), None, convert=parse_size, test=lambda v: HOST_MARGIN_MIN <= v <= MARGIN_MAX,
+          says="{raw!r} is outside 1G-64T", name="host_margin_bytes"),
+)
+
+
 def validate(spec: dict, out: dict, where: str) -> None:
-    """memory_backing and like_memory of a rig file, into out."""
-    out["memory_backing"] = optional(spec, "memory_backing", str, where, "ram")
-    if out["memory_backing"] not in BACKINGS:
-        raise UsageError(f"{where}.memory_backing: {out['memory_backing']!r} is not one of {', '.join(BACKINGS)}")
-    like = optional(spec, "like_memory", (str, int), where, None)
-    out["like_memory"] = like
-    out["like_memory_bytes"] = None if like is None else parse_size(like, f"{where}.like_memory")
-    if like is not None and not LIKE_MIN <= out["like_memory_bytes"] <= LIKE_MAX:
-        raise UsageError(f"{where}.like_memory: {like!r} is outside 512M-64T")
-    keep = optional(spec, "host_margin", (str, int), where, None)
-    out["host_margin_bytes"] = None if keep is None else parse_size(keep, f"{where}.host_margin")
-    if keep is not None and not HOST_MARGIN_MIN <= out["host_margin_bytes"] <= MARGIN_MAX:
-        raise UsageError(f"{where}.host_margin: {keep!r} is outside 1G-64T")
+    """memory_backing, like_memory and host_margin of a rig file (FIELDS), into out."""
+    out.update({f.name or f.key: f.value(spec, where) for f in FIELDS})
 
 
 def machine_args(spec: dict) -> list:

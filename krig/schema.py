@@ -1,0 +1,171 @@
+"""Declarative schemas for krig's TOML tables: a table is a tuple of Fields, and check() reads it.
+
+A Field is one key of a table: the types TOML may give it, whether it is required or its
+default, and the rules its value follows (one of some choices, a range, a pattern, a test,
+a rule for each item of a list, or a table of its own), the way labgrid declares attrs
+fields with validators. Every refused value is one UsageError line naming the file and the
+field and saying what is allowed (exit 2), like every other bad input:
+
+    PORT = Field("port", int, 623, min=1, max=65535, says="{v} is not a port number (1-65535)")
+    check({"port": 70000}, (PORT,), "rigs/lab.toml.bmc")
+    -> UsageError: rigs/lab.toml.bmc.port: 70000 is not a port number (1-65535)
+
+What one field cannot say alone (exactly one of two keys, a name that must be declared in
+another table) stays a few lines of code after check(), next to the table.
+"""
+import dataclasses
+import re
+from typing import Any, Callable
+
+from .config import reject_unknown, require
+from .errors import UsageError
+
+REQUIRED = object()     # a field's default: the key must be there ("missing required field")
+OMIT = object()         # a field's default: an absent key stays absent from check()'s result
+ANY = None              # a field's types: any TOML value, left to `convert` to judge
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One key of a TOML table and what its value may be.
+
+    types: a type or a tuple of them (bool is never an int, a number is finite), or ANY.
+    default: the value when the key is absent (converted, never held to the rules: the file's
+      author did not write it), or REQUIRED, or OMIT (an absent key stays absent).
+    convert: (value, field) -> the value kept (parse_size: '4G' -> bytes); refuses with its own line.
+    choices / min / max / pattern (a regular expression a string matches whole) / test (a
+      predicate) / each (the rule for every item of a list: a type, a pattern or a predicate):
+      the rules, checked on the converted value in that order.
+    table: the Fields of a sub-table (a dict value is checked against them); rows: the Fields
+      of every table of a list of tables; entries: the Fields of every table of a table of
+      named tables ([metrics.<name>]).
+    says: what the error says after "file.field: " when a rule refuses the value, a str.format
+      template of v (the value), raw (as written), item (each: the item refused), min and max;
+      without it the line is the usual "'x' is not one of a, b" or "must be at least 1, got 0".
+    name: the key of the result (default: the key), so two fields may read one key.
+    """
+    key: str
+    types: Any = str
+    default: Any = REQUIRED
+    convert: Callable[[Any, str], Any] | None = None
+    choices: tuple | None = None
+    min: float | None = None
+    max: float | None = None
+    pattern: str | None = None
+    test: Callable[[Any], bool] | None = None
+    each: Any = None
+    table: tuple | None = None
+    rows: tuple | None = None
+    entries: tuple | None = None
+    says: str | None = None
+    name: str | None = None
+
+    def __post_init__(self):
+        if (self.pattern or self.test or self.each is not None) and not self.says:
+            raise TypeError(f"Field {self.key!r}: a pattern, test or each rule needs `says`")
+
+    def value(self, table: dict, where: str):
+        """The field's value in `table` (a table of the file at `where`), checked; OMIT if absent and omitted."""
+        field = f"{where}.{self.key}"
+        if self.key not in table:
+            if self.default is REQUIRED:
+                raise UsageError(f"{where}: missing required field '{self.key}'")
+            if self.default is OMIT or self.default is None:
+                return self.default
+            v = _fresh(self.default)
+            v = self.convert(v, field) if self.convert else v
+            return check(v, self.table, field) if self.table is not None else v
+        raw = table[self.key] if self.types is ANY else require(table, self.key, self.types, where)
+        v = self.convert(raw, field) if self.convert else raw
+        self.refuse_unless_allowed(v, raw, field)
+        if self.table is not None:
+            return check(v, self.table, field)
+        if self.rows is not None:
+            return check_rows(v, self.rows, field, self.says)
+        if self.entries is not None:
+            return check_entries(v, self.entries, field, self.says)
+        return v
+
+    def refuse_unless_allowed(self, v, raw, field: str) -> None:
+        """One UsageError line naming `field` when v breaks a rule."""
+        def refuse(default: str, **more):
+            said = self.says or default
+            raise UsageError(f"{field}: " + said.format(v=v, raw=raw, min=_num(self.min), max=_num(self.max), **more))
+        if self.choices is not None and v not in self.choices:
+            refuse("{v!r} is not one of " + ", ".join(map(str, self.choices)))
+        if self.min is not None and v < self.min or self.max is not None and v > self.max:
+            if self.min is not None and self.max is not None:
+                refuse("{v!r} is outside {min}-{max}")
+            refuse("must be at least {min}, got {v!r}" if self.min is not None else "must be at most {max}, got {v!r}")
+        if self.pattern is not None and not (isinstance(v, str) and re.fullmatch(self.pattern, v)):
+            refuse("")
+        if self.test is not None and not self.test(v):
+            refuse("")
+        if self.each is not None:
+            for item in v:
+                if not _item_ok(self.each, item):
+                    refuse("", item=item)
+
+
+def check(table: dict, fields: tuple, where: str) -> dict:
+    """`table` (a TOML table of the file at `where`) against its Fields: no key outside them,
+    every field's checked value (defaults filled) by its name, OMIT fields absent."""
+    reject_unknown(table, {f.key for f in fields}, where)
+    out = {}
+    for f in fields:
+        v = f.value(table, where)
+        if v is not OMIT:
+            out[f.name or f.key] = v
+    return out
+
+
+def check_rows(rows: list, fields: tuple, where: str, says: str | None = None) -> list:
+    """A list of tables ([[thresholds]]), each against `fields`; an item that is no table is
+    refused with `says` ("expected a table" without it)."""
+    return [check(a_table(t, f"{where}[{i}]", says), fields, f"{where}[{i}]") for i, t in enumerate(rows)]
+
+
+def check_entries(tables: dict, fields: tuple, where: str, says: str | None = None) -> dict:
+    """A table of named tables ([metrics.<name>]), each against `fields`."""
+    return {k: check(a_table(t, f"{where}.{k}", says), fields, f"{where}.{k}") for k, t in tables.items()}
+
+
+def with_defaults(fields: tuple, **defaults) -> tuple:
+    """The same fields, some with another default (a table that fills what another leaves out)."""
+    return tuple(dataclasses.replace(f, default=defaults[f.key]) if f.key in defaults else f for f in fields)
+
+
+def a_table(t, where: str, says: str | None = None) -> dict:
+    """t, when it is a table; else one line: `says` ("expected a table" without it)."""
+    if not isinstance(t, dict):
+        raise UsageError(f"{where}: {says or 'expected a table'}")
+    return t
+
+
+def missing(table: dict, key: str, where: str):
+    """table[key], a field required only in some cases: absent (or None) is the usual line."""
+    if table.get(key) is None:
+        raise UsageError(f"{where}: missing required field '{key}'")
+    return table[key]
+
+
+def _item_ok(rule, item) -> bool:
+    if isinstance(rule, str):
+        return isinstance(item, str) and re.fullmatch(rule, item) is not None
+    if isinstance(rule, (type, tuple)):
+        return isinstance(item, rule) and not (isinstance(item, bool) and bool not in _as_tuple(rule))
+    return rule(item)
+
+
+def _as_tuple(t) -> tuple:
+    return t if isinstance(t, tuple) else (t,)
+
+
+def _fresh(default):
+    """A default list or table, a copy: a caller may change its result."""
+    return type(default)(default) if isinstance(default, (list, dict)) else default
+
+
+def _num(x):
+    """A bound as the error says it: 1, not 1.0."""
+    return int(x) if isinstance(x, float) and x.is_integer() else x
