@@ -3,8 +3,9 @@ traceback; extra_args only from a short list of options that reach no host file,
 network, monitor or device."""
 import re
 
-from krig.config import optional, parse_size, reject_unknown, require
+from krig.config import parse_size
 from krig.errors import UsageError
+from krig.schema import Field, check
 from . import qemu_memory
 
 # How TCG runs the vCPUs: "multi" (one host thread per vCPU, QEMU's default) or
@@ -35,58 +36,42 @@ BACKEND_REF = re.compile(r"(?:^|[,.])((?:file|path|chardev|drive|netdev|fsdev|me
 MACHINE_PROPS = ("type", "accel", "smm", "vmport", "kernel-irqchip", "hpet", "usb", "nvdimm", "hmat",
                  "dump-guest-core", "mem-merge", "suppress-vmdesc", "pic", "pit", "sata", "smbus", "graphics",
                  "i8042", "acpi", "max-ram-below-4g", "default-bus-bypass-iommu", "x-oem-id", "x-oem-table-id")
-MODULE_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+MODULE_RE = r"[A-Za-z0-9_-]+"
+
+
+DISK = (
+    Field("size", (str, int), convert=parse_size),
+    Field("serial", str, test=lambda s: s.isascii() and s.replace("-", "").isalnum() and len(s) <= 20,
+          says="{v!r}: use up to 20 letters, digits or '-'"),
+    Field("role", str, None),                   # default: "scratch" for the first disk, "extra" after it
+)
+FIELDS = (
+    Field("driver", str, "qemu", choices=("qemu",)),
+    Field("description", str, ""),
+    Field("work_dir", str, None),
+    Field("memory", (str, int), "4G"),
+    Field("memory", (str, int), "4G", convert=parse_size, name="memory_bytes"),
+    *qemu_memory.FIELDS,
+    Field("cpus", int, 2, min=1),
+    Field("accel", str, "auto", choices=("auto", "kvm", "tcg")),
+    Field("tcg_thread", str, TCG_THREAD, choices=("single", "multi")),
+    Field("tcg_clocksource", str, TCG_CLOCKSOURCE, choices=("tsc", "kernel")),
+    Field("boot_timeout", (int, float), 180),
+    Field("kernel_entry", str, "auto", choices=("auto", "bzimage")),
+    Field("modules", list, [], each=MODULE_RE, says="{item!r} is not a module name"),
+    Field("extra_args", list, [], each=str, says="expected a list of strings, got {item!r}"),
+    Field("keep_disks", bool, False),
+    Field("disks", list, [], rows=DISK, says="expected a table with size and serial"),
+)
 
 
 def validate_spec(name: str, spec: dict, where: str) -> dict:
-    reject_unknown(spec, {"driver", "description", "memory", "cpus", "accel", "tcg_thread", "tcg_clocksource",
-                          "boot_timeout", "disks", "modules", "extra_args", "keep_disks", "work_dir",
-                          "kernel_entry", "memory_backing", "like_memory", "host_margin"},
-                  where)
-    out = {"driver": "qemu", "description": optional(spec, "description", str, where, "")}
-    out["work_dir"] = optional(spec, "work_dir", str, where, None)
-    out["memory_bytes"] = parse_size(optional(spec, "memory", (str, int), where, "4G"), f"{where}.memory")
-    out["memory"] = optional(spec, "memory", (str, int), where, "4G")
-    qemu_memory.validate(spec, out, where)
-    out["cpus"] = optional(spec, "cpus", int, where, 2)
-    if out["cpus"] < 1:
-        raise UsageError(f"{where}.cpus: must be at least 1, got {out['cpus']}")
-    out["accel"] = optional(spec, "accel", str, where, "auto")
-    if out["accel"] not in ("auto", "kvm", "tcg"):
-        raise UsageError(f"{where}.accel: {out['accel']!r} is not one of auto, kvm, tcg")
-    out["tcg_thread"] = optional(spec, "tcg_thread", str, where, TCG_THREAD)
-    if out["tcg_thread"] not in ("single", "multi"):
-        raise UsageError(f"{where}.tcg_thread: {out['tcg_thread']!r} is not one of single, multi")
-    out["tcg_clocksource"] = optional(spec, "tcg_clocksource", str, where, TCG_CLOCKSOURCE)
-    if out["tcg_clocksource"] not in ("tsc", "kernel"):
-        raise UsageError(f"{where}.tcg_clocksource: {out['tcg_clocksource']!r} is not one of tsc, kernel")
-    out["boot_timeout"] = optional(spec, "boot_timeout", (int, float), where, 180)
-    out["kernel_entry"] = optional(spec, "kernel_entry", str, where, "auto")
-    if out["kernel_entry"] not in ("auto", "bzimage"):
-        raise UsageError(f"{where}.kernel_entry: {out['kernel_entry']!r} is not one of auto, bzimage")
-    out["modules"] = optional(spec, "modules", list, where, [])
-    out["extra_args"] = optional(spec, "extra_args", list, where, [])
-    for a in out["extra_args"] + out["modules"]:
-        if not isinstance(a, str):
-            raise UsageError(f"{where}: extra_args and modules must be lists of strings, got {a!r}")
-    for m in out["modules"]:
-        if not MODULE_RE.match(m):
-            raise UsageError(f"{where}.modules: {m!r} is not a module name")
+    """A QEMU rig file (FIELDS), checked."""
+    out = check(spec, FIELDS, where)
     check_extra_args(out["extra_args"], f"{where}.extra_args")
-    out["keep_disks"] = optional(spec, "keep_disks", bool, where, False)
-    disks = []
-    for i, d in enumerate(optional(spec, "disks", list, where, [])):
-        dw = f"{where}.disks[{i}]"
-        if not isinstance(d, dict):
-            raise UsageError(f"{dw}: expected a table with size and serial")
-        reject_unknown(d, {"size", "serial", "role"}, dw)
-        size = parse_size(require(d, "size", (str, int), dw), f"{dw}.size")
-        serial = require(d, "serial", str, dw)
-        if not serial.isascii() or not serial.replace("-", "").isalnum() or len(serial) > 20:
-            raise UsageError(f"{dw}.serial: {serial!r}: use up to 20 letters, digits or '-'")
-        role = optional(d, "role", str, dw, "scratch" if i == 0 else "extra")
-        disks.append({"size": size, "serial": serial, "role": role})
-    out["disks"] = disks
+    for i, d in enumerate(out["disks"]):
+        if d["role"] is None:
+            d["role"] = "scratch" if i == 0 else "extra"
     return out
 
 
