@@ -1,4 +1,5 @@
-"""krig: kernel reproducer rig."""
+"""krig's vocabulary, the ground floor: errors, config, the safe reader, the run record, the
+verdict rule, the reproducer schema, the results layout."""
 import os
 import pathlib
 
