@@ -22,7 +22,6 @@ import re
 from . import RESULTS_DIR, ROOT, safeio
 from .errors import KrigError
 from .paths import owner_alive
-from .record import RunRecord
 from .rundir import RunDir
 from .version import git_revision  # noqa: F401  (krig.results.git_revision: a run's krig revision)
 
@@ -213,6 +212,7 @@ def run_state(d) -> str:
         v = None
     if v and isinstance(v, str) and v != "INCOMPLETE":
         return v
+    from .record import RunRecord      # the typed record only for a run without a verdict (b4-check needs none)
     try:
         man = RunRecord.read(run).manifest
     except (OSError, KrigError):

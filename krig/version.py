@@ -1,6 +1,5 @@
 """krig's version and the git commit of the checkout it runs from (`krig --version`, the
 manifests, the reply's signature). Standard library only: `krig --version` imports nothing else."""
-import importlib.metadata
 import pathlib
 import subprocess
 import tomllib
@@ -13,6 +12,7 @@ def version() -> str:
     try:
         return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     except (OSError, KeyError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        import importlib.metadata        # ~20 ms: only for an installed krig without its checkout
         try:
             return importlib.metadata.version("krig")
         except importlib.metadata.PackageNotFoundError:
