@@ -15,8 +15,17 @@ def _known(cls, data: dict) -> tuple[dict, dict]:
     return {k: v for k, v in data.items() if k in names}, {k: v for k, v in data.items() if k not in names}
 
 
+class _KeepsExtra:
+    """A record of a JSON object that keeps the keys it does not know (`extra`) and writes them back."""
+
+    @classmethod
+    def from_json(cls, data: dict):
+        known, extra = _known(cls, data)
+        return cls(**known, extra=extra)
+
+
 @dataclasses.dataclass
-class Machine:
+class Machine(_KeepsExtra):
     """What the machine said of itself (workflows/run.py asks it once it answers)."""
     release: str | None = None              # uname -r
     cmdline: str | None = None
@@ -28,18 +37,13 @@ class Machine:
     inode_hash_entries: int | None = None
     extra: dict = dataclasses.field(default_factory=dict)
 
-    @classmethod
-    def from_json(cls, data: dict) -> "Machine":
-        known, extra = _known(cls, data)
-        return cls(**known, extra=extra)
-
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         return {**{k: v for k, v in out.items() if v is not None}, **self.extra}
 
 
 @dataclasses.dataclass
-class KernelRecord:
+class KernelRecord(_KeepsExtra):
     """The kernel as krig built, packaged or was given it (kernels.kernel.Kernel.describe())."""
     name: str | None = None
     release: str | None = None
@@ -53,11 +57,6 @@ class KernelRecord:
     debug_options: dict | None = None
     git: dict | None = None                 # repository, commit, branch: a kernel from a git tree
     extra: dict = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, data: dict) -> "KernelRecord":
-        known, extra = _known(cls, data)
-        return cls(**known, extra=extra)
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "git")}
