@@ -5,7 +5,7 @@ The format is what KernelShark 2.x itself saves (File > Save session, or
 with the data stream (file path + its mtime, which KernelShark checks), the
 visible range ("Model": [first ns, last ns] on the trace clock) and a show-event
 filter with the reproducer's events. Which window is "worst" is declared in
-repro.toml ([session], see PLOTS_DOC in krig/reproducer.py).
+repro.toml ([session], see krig/reproducer_plots.py).
 """
 import json
 import os

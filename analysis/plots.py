@@ -1,4 +1,4 @@
-"""Plots a reproducer declares in repro.toml ([[plots]], see PLOTS_DOC in krig/reproducer.py).
+"""Plots a reproducer declares in repro.toml ([[plots]], see krig/reproducer_plots.py).
 
 Data first, drawing second: `plot_data()` turns one plot spec and a run into
 plain arrays (series, lines, phase marks, shaded spans), `draw()` puts them
