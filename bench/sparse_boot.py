@@ -41,12 +41,12 @@ def peak_rss(pid: int) -> int | None:
 
 
 def boot_once(kernel, size: str, backing: str, like: str | None = None, timeout: float = 300,
-              logs: str | None = None) -> dict:
+              logs: str | None = None, tcg_thread: str = "single") -> dict:
     """Boot a guest of `size` (a size like 64G), read its facts and hash tables, power it off;
     its console log and dmesg kept as `logs`.console.log and `logs`.dmesg when given."""
     rig = load_rig("qemu-default")
     ram = parse_size(size, "size")
-    rig.spec.update(memory=size, memory_bytes=ram, memory_backing=backing, accel="tcg", disks=[],
+    rig.spec.update(memory=size, memory_bytes=ram, memory_backing=backing, accel="tcg", disks=[], tcg_thread=tcg_thread,
                     like_memory=like, like_memory_bytes=parse_size(like, "like") if like else None)
     with tempfile.TemporaryDirectory(prefix="krig-sparse-") as td, rig:
         t0 = time.monotonic()
@@ -63,7 +63,7 @@ def boot_once(kernel, size: str, backing: str, like: str | None = None, timeout:
     seen = hashsize.from_log(out)
     want = hashsize.like(ram, parse_size(like, "like")) if like else \
         {"dhash_entries": hashsize.dentry_entries(ram), "ihash_entries": hashsize.inode_entries(ram)}
-    return {"size": size, "backing": backing, "like_memory": like, "boot_seconds": facts.get("boot_seconds"),
+    return {"size": size, "backing": backing, "like_memory": like, "tcg_thread": tcg_thread, "boot_seconds": facts.get("boot_seconds"),
             "seconds": round(time.monotonic() - t0, 1), "qemu_rss_after_boot": facts.get("qemu_rss_after_boot"),
             "qemu_rss_peak": peak, "kernel_run_init_seconds": float(run_init.group(1)) if run_init else None,
             "deferred": DEFERRED_RE.findall(out),
@@ -78,6 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel", default="distro")
     ap.add_argument("--backing", choices=qemu_memory.BACKINGS, default="sparse")
     ap.add_argument("--like", help="like_memory for every boot, e.g. 3T")
+    ap.add_argument("--tcg-thread", choices=("single", "multi"), default="single",
+                    help="TCG's vCPU threads (default single, as the rigs)")
     ap.add_argument("--repeat", type=int, default=1, help="boots of each size (default 1)")
     ap.add_argument("--json", type=pathlib.Path)
     ap.add_argument("--logs", type=pathlib.Path, help="a directory to keep each boot's console log and dmesg in")
@@ -89,7 +91,7 @@ def main(argv=None) -> int:
         a.logs.mkdir(parents=True, exist_ok=True)
     for i, size in enumerate([s for s in a.sizes for _ in range(a.repeat)]):
         logs = f"{a.logs}/{kernel.name}-{size}-{time.strftime('%H%M%S')}-{i}" if a.logs else None
-        r = boot_once(kernel, size, a.backing, a.like, logs=logs)
+        r = boot_once(kernel, size, a.backing, a.like, logs=logs, tcg_thread=a.tcg_thread)
         r["kernel"] = kernel.name
         gib = lambda n: f"{n / 2**30:.2f} GiB" if n else "-"   # noqa: E731
         print(f"{size} {a.backing}: boot {r['boot_seconds']} s (/init at {r['kernel_run_init_seconds']} s "
