@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))
 from analysis.rundata import RunData  # noqa: E402
 from kernels.catalog import load_kernel  # noqa: E402
 from krig.errors import KrigError  # noqa: E402
-from krig.run import run  # noqa: E402
+from workflows.run import run  # noqa: E402
 
 
 def create_seconds(run_dir) -> float:

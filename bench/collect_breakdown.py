@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from analysis.trace.tracedat import TraceFile  # noqa: E402
 from kernels.catalog import load_kernel  # noqa: E402
-from krig.run import CLOCKSOURCE  # noqa: E402
+from workflows.run import CLOCKSOURCE  # noqa: E402
 from rigs import load_rig  # noqa: E402
 from rigs.qemu import GUEST_SHARE  # noqa: E402
 

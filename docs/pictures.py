@@ -24,7 +24,7 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))          # this checkout's packages, whatever the venv points at
-KRIG = [sys.executable, "-m", "krig.cli"]
+KRIG = [sys.executable, "-m", "workflows.cli"]
 OUT = ROOT / "build" / "pictures"
 RIG = "qemu-2g"
 SENDER = "Krig Example <krig@example.org>"
@@ -82,7 +82,7 @@ def write_example(validation: pathlib.Path, demo: pathlib.Path) -> None:
     replaced by the URL a developer's published tree would have (PUBLISHED: the demo tree has
     no remote, and this machine's paths are not the example's business), written again by the
     real reply code, so the tree is named and cloned as a real one would be."""
-    from krig.reply import identity, write_reply
+    from workflows.reply import identity, write_reply
     from krig.results import read_json
     text = json.dumps(read_json(validation / "validate.json"))
     state = json.loads(text.replace(json.dumps(str(demo))[1:-1], PUBLISHED))

@@ -9,6 +9,6 @@ source with patch series and config fragments, and bisecting between them.
     bisect.py       `make bisect` / `make bisect-demo`, with a reproducer as the oracle
     demo_repo.py    the small 6.1 history with one injected bad commit for the demo
 
-This package never imports krig's runner (krig.run, krig.check, krig.cli):
+This package never imports krig's runner (workflows.run, workflows.check, workflows.cli):
 bisect drives runs through the `krig run` command.
 """

@@ -1,6 +1,6 @@
 """The run record: what a run asked, what it measured, how it ended and what the judge decided,
-as typed values. manifest.json (the runner's, written as the run goes: krig/run.py) and
-verdict.json (the judge's: krig/check.py) are written from these values and read back into
+as typed values. manifest.json (the runner's, written as the run goes: workflows/run.py) and
+verdict.json (the judge's: workflows/check.py) are written from these values and read back into
 them here; thresholds.json (each threshold's outcome) and metrics.json are read with them.
 
     RunRecord            one run directory, read through krig/rundir.py (safe reads)
@@ -95,7 +95,7 @@ class Verdict:
     console: dict = dataclasses.field(default_factory=dict)
     oom_kill: list | None = None
     warnings: list | None = None
-    thresholds: dict | None = None  # the judge's tally (krig.check.tally); None when not judged
+    thresholds: dict | None = None  # the judge's tally (workflows.check.tally); None when not judged
     notes: list | None = None
     crash_context: list | None = None
     extra: dict = dataclasses.field(default_factory=dict)

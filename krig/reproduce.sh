@@ -21,7 +21,7 @@ done
 
 if [ -n "${KRIG:-}" ]; then
     if [ -x "$KRIG/.venv/bin/krig" ]; then krig=("$KRIG/.venv/bin/krig")
-    elif [ -f "$KRIG/krig/cli.py" ]; then krig=(env "PYTHONPATH=$KRIG" python3 -m krig.cli)
+    elif [ -f "$KRIG/workflows/cli.py" ]; then krig=(env "PYTHONPATH=$KRIG" python3 -m workflows.cli)
     else echo "reproduce.sh: KRIG=$KRIG is not a krig checkout (no .venv/bin/krig); run make setup there" >&2; exit 2
     fi
     checkout=$KRIG

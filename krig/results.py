@@ -24,7 +24,7 @@ from .paths import owner_alive
 from .rundir import RunDir
 from .version import git_revision  # noqa: F401  (krig.results.git_revision: a run's krig revision)
 
-GROUP_FILE = "group.json"      # a group directory's record (krig run --repeat, krig/group.py)
+GROUP_FILE = "group.json"      # a group directory's record (krig run --repeat, workflows/group.py)
 GROUP_RUN = "run-"              # a group's runs: run-01, run-02, ...
 VALIDATE_FILE = "validate.json"  # a validation directory's record (krig validate, krig b4-check)
 VALIDATE_SIDES = ("base", "new")  # a validation's two groups of runs: the base kernel, the patched one

@@ -20,7 +20,7 @@ KERNEL_STOPPED = ("HUNG", "CRASHED")         # the kernel under test stopped or 
 # mixed verdicts (a group, a suite): the exit code is that of the first of these that occurred
 SEVERITY = ("CRASHED", "HUNG", "FAIL", "ERROR", "SKIP", "PASS")
 # a FAIL resting only on host_sensitive thresholds is ERROR when the host was contended in more
-# than this % of the workload's seconds (host.tsv, krig/hostload.py)
+# than this % of the workload's seconds (host.tsv, workflows/hostload.py)
 CONTENDED_LIMIT_PCT = 10.0
 
 CRASH_PATTERNS = [
@@ -94,7 +94,7 @@ def kernel_ran(console: str) -> bool:
 class Evidence:
     """What a run directory records about how the run ended: everything the rule looks at.
 
-    krig.check.evidence() reads it from the run directory (manifest.json, console.log,
+    workflows.check.evidence() reads it from the run directory (manifest.json, console.log,
     samples.tsv, phases.tsv, host.tsv, the thresholds' junit.xml), so `krig check` on a
     copy of a run directory decides exactly what `krig run` decided."""
     outcome: str | None                   # how the rig saw the run end: completed, hung, crashed, ...
@@ -104,11 +104,11 @@ class Evidence:
     host_fault: str | None = None         # the host failed the run: the emulator stopped, a disk filled
     machine_answered: bool = False        # the kernel under test answered the runner's commands
     pull_error: str | None = None         # the results could not be brought back
-    progress: str | None = None           # what still moved before a timeout (krig/stall.py)
+    progress: str | None = None           # what still moved before a timeout (workflows/stall.py)
     last_phase: str | None = None
     timeout: float | None = None
     host_load: str | None = None          # the host's load average when the run ended
-    thresholds: dict | None = None        # the judge's tally (krig.check.tally), once judged
+    thresholds: dict | None = None        # the judge's tally (workflows.check.tally), once judged
     analysis_error: str | None = None     # metrics could not be computed
     host_contended_pct: float | None = None
 
@@ -176,7 +176,7 @@ def lockups(console: str) -> list[str]:
 
 def host_contended(host_contended_pct: float | None) -> bool:
     """The host's other load took the CPUs in more of the workload's seconds than a timing
-    (host_sensitive) threshold can be judged through (host.tsv's share, krig/hostload.py)."""
+    (host_sensitive) threshold can be judged through (host.tsv's share, workflows/hostload.py)."""
     return host_contended_pct is not None and host_contended_pct > CONTENDED_LIMIT_PCT
 
 

@@ -10,7 +10,7 @@
 #   make bisect GOOD=<ref> BAD=<ref> REPRO=<name> [PRESET=..] [TREE=<git tree>] [REPEAT=n] [LIKE=linux-6.1] [METRIC=<name>]
 #   make bisect-demo [METRIC=<name>] [LIKE=..]   make a 6-commit 6.1 history with one bad commit and bisect it
 #                                     (each step with LIKE's config; unless given: tiny-6.1 for the demo, linux-6.1 for
-#                                     make bisect, the defaults in krig/bisect.py)
+#                                     make bisect, the defaults in workflows/bisect.py)
 TREE ?=
 GOOD ?=
 BAD ?=

@@ -133,12 +133,12 @@ class Rig(abc.ABC):
 
     def emulator_pid(self) -> int | None:
         """The local process that runs the machine (QEMU), whose speed the host's other load
-        sets; None for a real machine. krig samples the host next to it (krig/hostload.py)."""
+        sets; None for a real machine. krig samples the host next to it (workflows/hostload.py)."""
         return None
 
     def host_needs(self) -> dict:
         """What a run on this rig takes from the host running krig, checked before anything
-        starts (krig/preflight.py): any of memory (bytes), cpus, programs (names on PATH),
+        starts (workflows/preflight.py): any of memory (bytes), cpus, programs (names on PATH),
         work_dir (where per-run files such as disk images go)."""
         return {}
 

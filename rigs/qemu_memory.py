@@ -5,7 +5,7 @@ QEMU reserves no swap or commit for it, and a page of guest RAM takes host memor
 the guest touches it. A guest may then declare more RAM than the host has; what the host
 must hold is what the guest will *touch*: the fixed cost of any boot (fixed_cost(): the
 guest's struct pages, its hash tables, page tables, QEMU itself) plus what the reproducer
-declares it may touch (requires.touch), checked by krig/preflight.py against MemAvailable
+declares it may touch (requires.touch), checked by workflows/preflight.py against MemAvailable
 less the host's margin (margin(): the rig's host_margin, else 1 GiB or 5% of MemTotal).
 
 While a sparse guest runs, MemoryWatch samples the host's MemAvailable and QEMU's RSS into
@@ -240,7 +240,7 @@ def sparse(spec: dict) -> bool:
 
 
 def host_needs(spec: dict) -> dict:
-    """A sparse guest is judged by what it will touch, not by its RAM (krig/preflight.py)."""
+    """A sparse guest is judged by what it will touch, not by its RAM (workflows/preflight.py)."""
     if not sparse(spec):
         return {}
     fixed, how = fixed_cost(spec["memory_bytes"], spec.get("like_memory_bytes"))

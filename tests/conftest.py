@@ -14,7 +14,7 @@ from kernels.spec import DEFAULT_TARBALL, tarball_sha256
 from xdist_groups import pytest_collection_modifyitems  # noqa: F401 (make test's worker groups)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-KRIG = [sys.executable, "-m", "krig.cli"]
+KRIG = [sys.executable, "-m", "workflows.cli"]
 
 
 def qemu_pids(mark: str = "") -> set:
@@ -86,9 +86,9 @@ def require_program(program: str, package: str) -> None:
 
 def recorded_contention(run_dir: pathlib.Path) -> float | None:
     """What the contention rule gives for the host.tsv a run recorded: the % of its samples in
-    which the host was contended (krig/hostload.py), from the host CPU count the manifest
+    which the host was contended (workflows/hostload.py), from the host CPU count the manifest
     recorded; None when the run recorded no host.tsv."""
-    from krig.hostload import contended_pct
+    from workflows.hostload import contended_pct
     host = json.loads((run_dir / "manifest.json").read_text()).get("host") or {}
     if not (run_dir / "host.tsv").exists() or not host.get("cpus"):
         return None

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from conftest import KRIG, ROOT
-from krig import bisect
-from krig.cli import build_parser
+from workflows import bisect
+from workflows.cli import build_parser
 from krig.asked import AskedRun
 from krig.errors import UsageError
 from krig.reproducer import load_reproducer

@@ -19,13 +19,13 @@ import b4.review.checks as checks
 import pytest
 
 from conftest import KRIG, ROOT
-from krig import b4check
+from workflows import b4check
 from kernels.incremental import pristine_dir
 from kernels.spec import DEFAULT_TARBALL, sha256_file
-from krig.validate import validate
+from workflows.validate import validate
 from test_validate import _fake_groups, git, series_repo  # noqa: F401  (series_repo is a fixture)
 
-CMD = f"{sys.executable} -m krig.cli b4-check"
+CMD = f"{sys.executable} -m workflows.cli b4-check"
 
 
 def messages(mbox_path) -> list:

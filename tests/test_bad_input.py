@@ -245,7 +245,7 @@ NEVER = ("Traceback", "[Errno", "Errno ", ".tmp", ".tree:", "None is not one of"
 
 DRIVER = """
 import contextlib, io, json, sys
-from krig.cli import main
+from workflows.cli import main
 for argv in json.loads(sys.argv[1]):
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -263,14 +263,14 @@ for argv in json.loads(sys.argv[1]):
 
 @pytest.fixture(scope="module")
 def table_answers(tmp_path_factory):
-    """Every case of TABLE, answered by krig.cli.main in one process (with its own results and
+    """Every case of TABLE, answered by workflows.cli.main in one process (with its own results and
     cache directories: a case that started work would leave something there)."""
     import json
     import os
     import subprocess
     import sys
     from conftest import ROOT
-    from krig.bundle import bundle
+    from workflows.bundle import bundle
     from test_fake_rig import fake_run
     tmp = tmp_path_factory.mktemp("badtable")
     (tmp / "made").mkdir()
@@ -299,7 +299,7 @@ def table_answers(tmp_path_factory):
 
 
 def test_the_table_covers_every_subcommand():
-    from krig.cli import build_parser
+    from workflows.cli import build_parser
     sub = next(a for a in build_parser()._actions if a.dest == "cmd")
     asked = {argv[0] for argv, _ in TABLE}
     assert set(sub.choices) - asked == {"list"}, set(sub.choices) - asked      # list takes no input

@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from krig import bisect as kb
+from workflows import bisect as kb
 from krig.errors import KrigError
-from krig.bisect import Attempt
+from workflows.bisect import Attempt
 from kernels.spec import resolve_spec
 
 
@@ -131,7 +131,7 @@ def test_oracle_maps_majority_to_exit_code(tmp_path, repo):
 ORACLE_HEAD = textwrap.dedent("""
     import pathlib, subprocess, sys
     sys.path.insert(0, {root!r})
-    from krig import bisect as kb
+    from workflows import bisect as kb
     state = pathlib.Path(sys.argv[1])
     tree = {tree!r}
     def has(path):
@@ -172,9 +172,9 @@ def test_git_bisect_run_with_the_oracle_finds_the_first_bad_commit(tmp_path, rep
     assert "skip [-]" in log and "build failed: nobuild" in log
 
 
-# -- bisection on a metric (krig/metric_bisect.py) ------------------------------
+# -- bisection on a metric (workflows/metric_bisect.py) ------------------------------
 
-from krig import metric_bisect as mb  # noqa: E402
+from workflows import metric_bisect as mb  # noqa: E402
 from krig.errors import UsageError  # noqa: E402
 
 

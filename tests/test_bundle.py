@@ -16,7 +16,7 @@ import pytest
 
 from bundle_checks import bundle_and_rerun, check_rerun, unpack
 from conftest import KRIG, ROOT, build_kernels, krig_run, qemu_pids, run_dir_of
-from krig.bundle import identity_substitutions, rig_toml, scrub
+from workflows.bundle import identity_substitutions, rig_toml, scrub
 
 
 @pytest.mark.guest

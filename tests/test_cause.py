@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from krig import validate
+from workflows import validate
 from krig.verdict import CAUSES, Evidence, decide, judged
 
 TALLY = {"passed": 2, "failed": 0, "failed_host_sensitive": 0, "unmeasured": 0, "instrument": 0,

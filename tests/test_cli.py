@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 from conftest import KRIG, ROOT
-from krig.cli import build_parser
-from krig.clihelp import subcommands
-from krig.listing import first_sentence
+from workflows.cli import build_parser
+from workflows.clihelp import subcommands
+from workflows.listing import first_sentence
 from krig.reproducer import load_reproducer, reproducer_names
 
 

@@ -11,8 +11,9 @@ import subprocess
 import pytest
 
 from analysis import stats
-from krig import group as kg, results
-from krig.compare import compare, format_text, parse_args
+from krig import results
+from workflows import group as kg
+from workflows.compare import compare, format_text, parse_args
 from krig.errors import UsageError
 
 from conftest import KRIG, ROOT

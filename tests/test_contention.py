@@ -1,5 +1,5 @@
 """Host contention end to end: a run directory's host.tsv, through `krig check` and `krig run`,
-gives exactly the verdict the rule states (krig/verdict.py judged(), krig/hostload.py).
+gives exactly the verdict the rule states (krig/verdict.py judged(), workflows/hostload.py).
 
 The rule: a sample of host.tsv is contended when busy_cpus >= SATURATED x the host's CPUs
 and others_cpus >= OTHERS_CPUS; host_contended_pct is the share of contended samples; a FAIL
@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import KRIG, ROOT, krig_run, qemu_pids, recorded_contention, run_dir_of
-from krig.hostload import HEADER, OTHERS_CPUS, SATURATED
+from workflows.hostload import HEADER, OTHERS_CPUS, SATURATED
 from krig.reproducer import load_reproducer
 from krig.verdict import CONTENDED_LIMIT_PCT, exit_code
 
@@ -241,12 +241,12 @@ def test_timing_crossing_beside_a_real_fail_is_said_apart_and_not_counted(tmp_pa
     (line,) = [ln for ln in rows if ln.startswith("files_seen")]
     assert line[52:].split() == (["1/1", "0/0", "+1", "-"] if contended else ["1/1", "0/1", "FLIPS"]), text
     assert ("not counted (1)" in text) == contended, text
-    from krig.validate import decide
+    from workflows.validate import decide
     answer_is = decide(res, ["answer"])[0]
     assert answer_is == ("not fixed" if contended else "regressed"), answer_is
     # a metric bisection reads the run as this: the timing metric's value is left out on the
     # contended host (a skip vote), a number the host cannot move is used either way
-    code = ("import json, sys\nfrom krig.bisect import log_line, read_attempt\n"
+    code = ("import json, sys\nfrom workflows.bisect import log_line, read_attempt\n"
             "t, a = read_attempt(sys.argv[1], 'files_seen'), read_attempt(sys.argv[1], 'answer')\n"
             "print(json.dumps([t.metric, t.contended, a.metric, a.contended, "
             "log_line('c' * 40, 's', 'skip', [t], 'files_seen')]))")

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from krig.cli import build_parser
+from workflows.cli import build_parser
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

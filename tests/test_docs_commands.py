@@ -25,9 +25,9 @@ import pytest
 
 from conftest import KRIG
 
-from krig.cli import build_parser
-from krig.clihelp import subcommands
-from krig.compare import parse_args as compare_args
+from workflows.cli import build_parser
+from workflows.clihelp import subcommands
+from workflows.compare import parse_args as compare_args
 from krig.errors import UsageError
 from krig.reproducer import load_reproducer, reproducer_names
 
@@ -124,7 +124,7 @@ def krig_problems(words: list, page_text: str) -> list:
     if rig and _NAME.match(rig) and not rig.endswith(".toml") and not (ROOT / "rigs" / f"{rig}.toml").is_file() \
             and page_text.count(f"{rig}.toml") == 0:
         out.append(f"--rig {rig}: no rigs/{rig}.toml, and the page never shows the reader writing it")
-    if getattr(a, "handler", None) == "krig.compare:cmd_compare":
+    if getattr(a, "handler", None) == "workflows.compare:cmd_compare":
         try:
             compare_args(a.dirs)
         except UsageError as e:

@@ -1,6 +1,6 @@
 """Every failure branch of the runner, driven through the fake rig (rigs/fake.py): no guest boots.
 
-Each case runs the real pipeline (krig.run.run: preflight, run directory, rig protocols,
+Each case runs the real pipeline (workflows.run.run: preflight, run directory, rig protocols,
 pull, power-off, krig check with the pytest judge) and asserts the verdict, its one line,
 and that `krig check` on a copy of the run directory decides exactly the same.
 """
@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from krig.check import check
-from krig.run import accel_said, run
+from workflows.check import check
+from workflows.run import accel_said, run
 from rigs import load_rig
 from rigs.fake import FAULTS
 

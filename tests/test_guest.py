@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import KRIG, ROOT, check_a_copy, krig_run, qemu_pids, run_dir_of
-from krig.stall import window_for
+from workflows.stall import window_for
 from rigs import qemu_confine
 
 pytestmark = pytest.mark.guest
@@ -95,7 +95,7 @@ def test_slow_workload_is_error_not_hung(tmp_path, no_leftover_qemu):
 
     Whether a million files take more than 25 s is the machine's business; what is asserted
     is the verdict for what the run recorded: the files the scratch filesystem gained over
-    the samples' last window before the timeout (the rule's progress, krig/stall.py), or,
+    the samples' last window before the timeout (the rule's progress, workflows/stall.py), or,
     had the workload finished, a PASS with every file seen."""
     p = krig_run(tmp_path, "selftest-pass", "--set", "files=1000000", "--set", "timeout=25")
     d = run_dir_of(p)

@@ -13,7 +13,7 @@ import pytest
 
 from kernels.catalog import load_kernel
 from krig.errors import UsageError
-from krig.run import CLOCKSOURCE
+from workflows.run import CLOCKSOURCE
 from rigs import load_rig
 from rigs.qemu import validate_spec
 

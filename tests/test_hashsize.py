@@ -5,7 +5,8 @@ import pytest
 
 from conftest import ROOT
 from kernels.catalog import load_kernel
-from krig import compare, hashsize
+from krig import hashsize
+from workflows import compare
 from krig.config import parse_size
 from rigs import hashsize as rig_hashsize, load_rig
 from test_sparse import rig_file

@@ -12,7 +12,7 @@ import tarfile
 
 import pytest
 
-from krig import reproduce as kr
+from workflows import reproduce as kr
 
 RELEASE = "6.1.0-test"
 IMAGE = b"MZ" + bytes(range(256)) * 1200          # stands in for a bzImage

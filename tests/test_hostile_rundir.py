@@ -22,12 +22,12 @@ import pytest
 from conftest import ROOT
 from test_fake_rig import fake_run
 
-# Each command runs over every mutated directory in one process (krig.cli.main per directory):
+# Each command runs over every mutated directory in one process (workflows.cli.main per directory):
 # a read that blocks on a FIFO would hold it until this runs out, and that fails the test.
 PER_DIR_TIMEOUT = 20
 DRIVER = """
 import contextlib, io, json, sys, traceback
-from krig.cli import main
+from workflows.cli import main
 for argv in json.loads(sys.argv[1]):
     err = io.StringIO()
     out = io.StringIO()

@@ -1,4 +1,4 @@
-"""Host contention (krig/hostload.py): the host sampler on this host's real /proc, and the
+"""Host contention (workflows/hostload.py): the host sampler on this host's real /proc, and the
 verdict rule that keeps a timing threshold crossed on a contended host from blaming the
 kernel (fed through the real pytest judge, as tests/test_judge.py)."""
 import json
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from krig import hostload
-from krig.check import judge
+from workflows import hostload
+from workflows.check import judge
 from krig.verdict import judged as verdict_of
 from krig.errors import UsageError
 from krig.reproducer import load_reproducer, parse_reproducer

@@ -24,7 +24,7 @@ from conftest import KRIG, ROOT
 from ipmi_fixture import running_sim
 from krig.errors import RigError
 from kernels.catalog import load_kernel
-from krig.run import run
+from workflows.run import run
 from rigs.ipmi import IpmiRig
 from rigs import load_rig
 

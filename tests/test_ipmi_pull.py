@@ -361,7 +361,7 @@ def test_run_whose_results_hold_hostile_entries_is_error(sim, tmp_path, monkeypa
     """selftest-pass on the server; before the pull, its results get a symlink to a host file,
     a symlinked directory, a hard link, a FIFO and a character device (the server is root).
     The verdict is ERROR naming the refusal; the host file is untouched; the data is kept."""
-    from krig.run import run
+    from workflows.run import run
     from rigs import ipmi
     from rigs.ipmi_ssh import remote_command
     secret = tmp_path / "host-secret"

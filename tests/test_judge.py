@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from krig.check import judge, load_analyzer
+from workflows.check import judge, load_analyzer
 from krig.verdict import judged as verdict_of
 from krig.errors import UsageError
 from krig.reproducer import load_reproducer, parse_reproducer

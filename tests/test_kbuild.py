@@ -15,9 +15,9 @@ import pathlib
 import pytest
 
 from conftest import build_kernels, judged_as, krig_run, qemu_pids, run_dir_of
-from krig.bisect import read_attempt
+from workflows.bisect import read_attempt
 from kernels.build import status
-from krig.metric_bisect import attempt_vote, zones
+from workflows.metric_bisect import attempt_vote, zones
 from krig.errors import UsageError
 from kernels.spec import read_dotconfig
 

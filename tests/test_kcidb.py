@@ -17,10 +17,10 @@ import pytest
 
 import kcidb_checks
 from conftest import ROOT
-from krig.check import check
+from workflows.check import check
 from krig.errors import UsageError
-from krig.kcidb import check_origin
-from krig.qualify_report import write_junit
+from workflows.kcidb import check_origin
+from workflows.qualify_report import write_junit
 
 BANNER = ("[    0.000000] Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org) (gcc-12 (Debian "
           "12.2.0-14+deb12u1) 12.2.0, GNU ld (GNU Binutils for Debian) 2.40) #1 SMP PREEMPT_DYNAMIC Debian 6.1.192-2\n")

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import KRIG, ROOT
 from krig.errors import UsageError
-from krig.lab import select_rigs
+from workflows.lab import select_rigs
 from rigs import lab
 from lab_fixture import Coordinator, facts_of, start_holder, wait_for
 

@@ -27,7 +27,7 @@ import pytest
 
 from conftest import build_kernels
 from kernels.catalog import load_kernel
-from krig.run import run
+from workflows.run import run
 from labsim_fixture import GROUP
 from rigs.labsim_bmc import free_port
 from test_ipmi import _cli, _leftovers, _wait_no_leftovers

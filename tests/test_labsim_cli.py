@@ -110,7 +110,7 @@ def test_a_bisection_step_on_a_lab_server_boots_its_kernel_by_kexec(tmp_path, do
     kernel (the kexec itself stopped here: the real one is test_labsim.py's and validate's)."""
     setup_missing(bmc_missing() + labsim_image.missing_tools(), "the lab server tests")
     from kernels.catalog import load_kernel
-    from krig import bisect
+    from workflows import bisect
     from krig.errors import RigError
     import rigs.ipmi_kexec
     assert _krig(tmp_path, "lab", "sim", "up", "lab1").returncode == 0

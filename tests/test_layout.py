@@ -1,7 +1,7 @@
 """The layout is the design: imports between krig's parts go one way, and no
 module imports itself back through a cycle (read with ast, nothing imported).
 
-    runner  (krig.cli, krig.run, krig.check, krig.qualify, ...)  -> rigs, kernels, analysis, libraries, vocabulary
+    runner  (workflows.cli, workflows.run, workflows.check, workflows.qualify, ...)  -> rigs, kernels, analysis, libraries, vocabulary
     rigs, kernels, analysis                                    -> themselves, libraries, vocabulary
     analysis                                                   never -> rigs
     a reproducer's analyze.py (loaded by krig.reproducer)      as analysis
@@ -123,8 +123,8 @@ def graph() -> dict:
 
 def test_the_parts_exist_where_the_layout_says():
     mods = modules()
-    assert "kernels.catalog" in mods and "kernels.build" in mods and "krig.bisect" in mods
-    # bisect drives runs in-process (krig.run), so it sits with the runner, not in kernels/
+    assert "kernels.catalog" in mods and "kernels.build" in mods and "workflows.bisect" in mods
+    # bisect drives runs in-process (workflows.run), so it sits with the runner, not in kernels/
     for gone in ("krig.kbuild", "krig.kbuild_tree", "krig.kernels", "kernels.bisect", "kernels.metric_bisect",
                  "krig.bisect_demo",
                  "rigs.ipmi_fleet", "krig.fleet"):
@@ -186,10 +186,10 @@ def test_reproducers_analyzers_import_as_analysis():
 
 def test_the_checker_sees_an_analyzer_reaching_into_a_rig(tmp_path):
     """An analyze.py loading a rig module, by import or by name through importlib, is named."""
-    known = {"rigs", "rigs.hashsize", "krig", "krig.hashsize", "krig.run"}
+    known = {"rigs", "rigs.hashsize", "krig", "krig.hashsize", "workflows.run"}
     for line, want in (("from rigs import hashsize\n", "rigs.hashsize"),
                        ("import importlib\nh = importlib.import_module('rigs.hashsize')\n", "rigs.hashsize"),
-                       ("r = __import__('krig.run')\n", "krig.run")):
+                       ("r = __import__('workflows.run')\n", "workflows.run")):
         p = tmp_path / "analyze.py"
         p.write_text(line)
         deps = imports_of("analysis.x_analyze", p, known)
@@ -215,10 +215,10 @@ def test_cycle_finder_finds_cycles(g, expect):
 def test_the_checker_sees_a_wrong_way_import(tmp_path):
     """The walk itself works: a rigs module importing the runner is named."""
     p = tmp_path / "x.py"
-    p.write_text("from krig.run import run\nimport numpy\n")
-    deps = imports_of("rigs.x", p, {"krig.run", "krig", "rigs"})
-    assert deps == {"krig.run"}
-    assert part_of("krig.run") not in ALLOWED[part_of("rigs.x")]
+    p.write_text("from workflows.run import run\nimport numpy\n")
+    deps = imports_of("rigs.x", p, {"workflows.run", "krig", "rigs"})
+    assert deps == {"workflows.run"}
+    assert part_of("workflows.run") not in ALLOWED[part_of("rigs.x")]
 
 
 def test_the_vocabulary_is_real_modules():

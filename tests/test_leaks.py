@@ -13,7 +13,7 @@ import pytest
 
 from conftest import KRIG, ROOT
 from kernels.given import _git_origin
-from krig.reply import body
+from workflows.reply import body
 from krig.results import public_url
 from test_kcidb import made_run
 
@@ -149,7 +149,7 @@ def test_worker_gets_the_secret_and_its_children_nothing():
 HOLDER = '''
 import os, sys
 import pytest
-from krig.qualify import worker_spec
+from workflows.qualify import worker_spec
 from rigs.ipmi_spec import SECRETS_FILE_ENV, hand_over_secrets, take_env_secret
 take_env_secret("KRIG_TEST_QUAL_PW")
 fd, path = hand_over_secrets()

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from krig import hashsize
-from krig.compare import compare
-from krig.reply import write_reply
+from workflows.compare import compare
+from workflows.reply import write_reply
 from test_flood_stop import GIB2, LIMIT_2G, _past_limit, flood_run_dir
 
 BUCKETS_2G = 262144            # 6.1's dentry hash table on 2 GiB: one bucket per 8 KiB

@@ -19,8 +19,8 @@ import pytest
 import kcidb_checks
 from conftest import KRIG, ROOT, qemu_pids
 from krig.errors import UsageError
-from krig.qualify import case_id, load_suite
-from krig.qualify_report import signoff_lines
+from workflows.qualify import case_id, load_suite
+from workflows.qualify_report import signoff_lines
 
 # Two of the seed smokes, the smallest that still give their verdicts on Debian's 6.1 with
 # two TCG guests sharing the 2 cores (docs/qualify.md): the flood's own
@@ -222,7 +222,7 @@ def test_signoff_lines():
 def _known_kernels(monkeypatch):
     """load_kernel that takes a known kernel the cache has not built yet (`make seed-scale` builds
     it first) as loaded: a suite is checked for its names, not for this machine's cache."""
-    import krig.qualify as kq
+    import workflows.qualify as kq
     real = kq.load_kernel
 
     def load(name, *a, **k):

@@ -56,7 +56,7 @@ def test_two_ipmi_servers_in_parallel_and_clean_bundle(tmp_path):
             m = json.loads(open(os.path.join(c["run_dir"], "manifest.json")).read())
             assert m["rig"]["name"] == c["rig"] and m["rig"]["kind"] == "ipmi"
             owners[c["rig"]] = (m["owner"]["pid"], m["owner"]["start"])
-        # one worker per rig (krig/qualify.py): each server's run was made by its own process,
+        # one worker per rig (workflows/qualify.py): each server's run was made by its own process,
         # so neither waited for the other (whether they overlapped is the scheduler's business)
         assert len(set(owners.values())) == 2, owners
         assert all(s.power_status() == "off" for s in sims)

@@ -13,7 +13,7 @@ import report_checks
 import viewers
 from conftest import KRIG, ROOT
 from analysis.report import write_report
-from krig import check as krig_check
+from workflows import check as krig_check
 from krig.errors import UsageError
 from krig.reproducer import load_reproducer, parse_reproducer
 from krig.config import load_toml

@@ -10,10 +10,10 @@ import time
 import pytest
 
 from conftest import krig_run, qemu_pids, run_dir_of
-from krig import run as krun
+from workflows import run as krun
 from krig.errors import UsageError
 from krig import hashsize
-from krig.preflight import preflight
+from workflows.preflight import preflight
 from krig.reproducer import load_reproducer, parse_requires, touch_bytes
 from krig.verdict import Evidence, decide
 from rigs import load_rig, qemu_memory
@@ -150,7 +150,7 @@ def test_touch_beyond_the_host_is_refused(krig_cli, tmp_path):
 
 
 def _preflight_with(monkeypatch, tmp_path, rig, repro, avail, sets=None, preset="smoke"):
-    import krig.preflight as kp
+    import workflows.preflight as kp
     monkeypatch.setattr(kp, "mem_available", lambda: avail)
     r = load_reproducer(repro)
     return preflight(rig, r, tmp_path / "results", True, preset, r.resolve_params(preset, sets or {}))
@@ -253,7 +253,7 @@ def test_sparse_guest_larger_than_the_host(tmp_path, no_leftover_qemu):
 
 
 def run_with_host_lowered(tmp_path, monkeypatch, repro, rig, mem_available_kib, then=None, wait=600, **kw):
-    """krig.run.run of repro on rig in a thread while the host watch reads a copy of /proc/meminfo;
+    """workflows.run.run of repro on rig in a thread while the host watch reads a copy of /proc/meminfo;
     once the workload has started, the copy says MemAvailable is mem_available_kib, then
     then() runs. Returns (run_dir, verdict)."""
     fake = tmp_path / "meminfo"
@@ -303,7 +303,7 @@ def test_flood_stops_at_the_host_budget_not_the_oom_killer(tmp_path, monkeypatch
     ERROR naming it; QEMU is never killed and the kernel is not judged. The preflight saw a host
     with room for the fixed cost and the 2% the flood touches outside its guard, not for its
     whole touch: it was admitted by the guard (requires.host_budget_guard)."""
-    import krig.preflight as kp
+    import workflows.preflight as kp
     fixed = qemu_memory.fixed_cost(1 << 30)[0]
     monkeypatch.setattr(kp, "mem_available", lambda: qemu_memory.margin() + fixed + (64 << 20))
     run_dir, verdict = run_with_host_lowered(tmp_path, monkeypatch, "neg-dentry-flood",

@@ -6,7 +6,7 @@ Unit cases on written samples.tsv files; the real guests are in test_guest.py
 import pytest
 
 from krig.rundir import RunDir
-from krig.stall import still_progressing as _progressing, window_for
+from workflows.stall import still_progressing as _progressing, window_for
 from krig.verdict import Evidence, decide
 
 BANNER = "[    0.000000] Linux version 6.1.0\n"

@@ -1,7 +1,7 @@
 """A command loads what it uses when it runs: building `krig`'s parser imports no workflow and
 no plotting or statistics library, `krig b4-check` (b4 runs it once per patch) imports neither
 numpy nor matplotlib, and `krig trace stats` draws nothing. Each subcommand names its handler as
-"module:function" (krig/cli.py), so every name is checked here to resolve, not at a user's first run.
+"module:function" (workflows/cli.py), so every name is checked here to resolve, not at a user's first run.
 
 The imports are read from sys.modules of a fresh interpreter, never timed (`make bench` times them)."""
 import argparse
@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from conftest import ROOT
-from krig import bisectargs
-from krig.cli import build_parser
-from krig.clihelp import subcommands
+from workflows import bisectargs
+from workflows.cli import build_parser
+from workflows.clihelp import subcommands
 from krig.errors import handler
 
 PLOTTING_AND_STATISTICS = ("matplotlib", "scipy", "pandas", "PIL", "fontTools")
@@ -23,7 +23,7 @@ HEAVY = PLOTTING_AND_STATISTICS + ("numpy", "jinja2", "jsonschema", "kcidb_io", 
 # run a krig command line in this interpreter, then name every module it imported on stderr
 AFTER = """
 import json, sys
-from krig import cli
+from workflows import cli
 code = cli.main(sys.argv[1:]) if len(sys.argv) > 1 else (cli.build_parser() and 0)
 print("MODULES " + json.dumps(sorted(sys.modules)), file=sys.stderr)
 sys.exit(code)
@@ -64,12 +64,12 @@ def tops(modules: set, names) -> list:
 
 def declared_handlers() -> dict:
     """'krig kernel build' -> its handler name, for every subcommand that runs something, with
-    the `python -m krig.bisect` oracle step."""
+    the `python -m workflows.bisect` oracle step."""
     out = {" ".join(path): sub.get_default("handler") for path, sub in subcommands(build_parser())
            if not any(isinstance(a, argparse._SubParsersAction) for a in sub._actions)}
     sub = argparse.ArgumentParser().add_subparsers()
     bisectargs.add_commands(sub, oracle_step=True)
-    out["python -m krig.bisect oracle"] = sub.choices["oracle"].get_default("handler")
+    out["python -m workflows.bisect oracle"] = sub.choices["oracle"].get_default("handler")
     return out
 
 
@@ -78,12 +78,12 @@ def test_building_the_parser_imports_no_workflow_and_no_heavy_library():
     workflows = {h.partition(":")[0] for h in declared_handlers().values()}
     assert not tops(mods, HEAVY), tops(mods, HEAVY)
     assert not sorted(workflows & mods), sorted(workflows & mods)
-    assert "krig.cli" in mods and "krig.bisectargs" in mods and "kernels.buildargs" in mods
+    assert "workflows.cli" in mods and "workflows.bisectargs" in mods and "kernels.buildargs" in mods
 
 
 def test_every_subcommand_names_a_handler_that_resolves():
     handlers = declared_handlers()
-    assert len(handlers) >= 17 and handlers["b4-check"] == "krig.b4check:cmd_b4_check"
+    assert len(handlers) >= 17 and handlers["b4-check"] == "workflows.b4check:cmd_b4_check"
     missing = [cmd for cmd, name in handlers.items() if not isinstance(name, str) or name.count(":") != 1]
     assert not missing, f"no module:function handler: {missing}"
     for cmd, name in handlers.items():
@@ -92,7 +92,7 @@ def test_every_subcommand_names_a_handler_that_resolves():
 
 def test_a_misspelled_handler_fails_at_resolution():
     with pytest.raises(AttributeError):
-        handler("krig.b4check:cmd_b4_chek")
+        handler("workflows.b4check:cmd_b4_chek")
     with pytest.raises(ModuleNotFoundError):
         handler("krig.b4chek:cmd_b4_check")
 
@@ -108,7 +108,7 @@ def test_b4_check_imports_neither_numpy_nor_plotting(tmp_path):
     p, mods = imported(["b4-check", "--dir", str(tmp_path)], stdin=PATCH)
     assert p.returncode == 0, p.stderr.decode()
     assert [e["status"] for e in json.loads(p.stdout)] == ["warn"]
-    assert "krig.b4check" in mods and "kernels.series" in mods
+    assert "workflows.b4check" in mods and "kernels.series" in mods
     assert not tops(mods, HEAVY), tops(mods, HEAVY)
 
 

@@ -20,11 +20,11 @@ import pytest
 from conftest import KRIG, ROOT
 from kernels.given import image_release, parse
 from kernels.series import load_series
-from krig.compare import compare
+from workflows.compare import compare
 from krig.errors import UsageError
-from krig.reply import wrap_shell, write_reply
-from krig.reproduce import parse_run_args
-from krig.validate import decide, judged_metrics
+from workflows.reply import wrap_shell, write_reply
+from workflows.reproduce import parse_run_args
+from workflows.validate import decide, judged_metrics
 from test_compare import fake_group
 
 B4 = str(pathlib.Path(sys.executable).with_name("b4"))      # pyproject.toml's b4, in krig's environment
@@ -474,9 +474,9 @@ def test_reproduce_refuses_foreign_arguments():
 # -- the orchestration, with the groups faked (the real ones: tests/test_validate_e2e.py) ---
 
 def _fake_groups(monkeypatch, verdicts: dict):
-    """run_group/load_kernel of krig.validate replaced: each call adds fake runs up to `repeat`."""
-    from krig import validate as kv
-    from krig.group import group_runs, summarize
+    """run_group/load_kernel of workflows.validate replaced: each call adds fake runs up to `repeat`."""
+    from workflows import validate as kv
+    from workflows.group import group_runs, summarize
     from test_compare import fake_run
     calls = []
 
@@ -496,7 +496,7 @@ def _fake_groups(monkeypatch, verdicts: dict):
 
 
 def test_validate_alternates_the_kernels(series_repo, tmp_path, monkeypatch):
-    from krig.validate import validate
+    from workflows.validate import validate
     calls = _fake_groups(monkeypatch, {"base": ("FAIL", -100), "new": ("PASS", 10)})
     vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
                                  sender="Krig Tester <tester@example.org>", log=lambda *a: None)
@@ -517,7 +517,7 @@ def test_validate_alternates_the_kernels(series_repo, tmp_path, monkeypatch):
 
 
 def test_validate_stops_when_the_base_does_not_reproduce(series_repo, tmp_path, monkeypatch):
-    from krig.validate import validate
+    from workflows.validate import validate
     calls = _fake_groups(monkeypatch, {"base": ("PASS", 10), "new": ("PASS", 10)})
     vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
                                  sender="Krig Tester <tester@example.org>", log=lambda *a: None)
@@ -529,7 +529,7 @@ def test_validate_stops_when_the_base_does_not_reproduce(series_repo, tmp_path, 
 
 def test_a_series_that_brings_the_regression_to_a_passing_base_is_regressed(series_repo, tmp_path, monkeypatch):
     """The base PASSes, the patched kernel FAILs: both sides run all their runs, the answer is regressed."""
-    from krig.validate import validate
+    from workflows.validate import validate
     calls = _fake_groups(monkeypatch, {"base": ("PASS", 10), "new": ("FAIL", -100)})
     vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 2, out=tmp_path / "v",
                                  sender="Krig Tester <tester@example.org>", log=lambda *a: None)
@@ -541,9 +541,9 @@ def test_a_series_that_brings_the_regression_to_a_passing_base_is_regressed(seri
 
 def test_runs_lost_to_host_contention_are_run_again(series_repo, tmp_path, monkeypatch):
     """A patched run that ended ERROR on host contention is replaced; the answer rests on the others."""
-    from krig.validate import validate
+    from workflows.validate import validate
     calls = _fake_groups(monkeypatch, {"base": ("FAIL", -100), "new": ("PASS", 10)})
-    from krig import validate as kv
+    from workflows import validate as kv
     plain = kv.run_group
 
     def contended_once(repro, rig, kernel, preset, sets, repeat, gdir, log=print):
@@ -577,8 +577,8 @@ def test_timing_thresholds_a_busy_host_moves_are_not_required():
 def test_a_lab_servers_facts_are_the_answers():
     """What the IPMI rig records of a server (DMI before the kexec, `mc info`, the machine after it)
     becomes validate.json's "server" and one line of the answer; a QEMU guest has none."""
-    from krig.reply import server_line
-    from krig.validate import server_facts
+    from workflows.reply import server_line
+    from workflows.validate import server_facts
     from rigs.ipmi_kexec import firmware_facts
     facts = firmware_facts("[none] integrity\nsystemd=yes\ndmi.bios_vendor=EFI Development Kit II / OVMF\n"
                            "dmi.bios_version=0.0.0\ndmi.bios_date=02/06/2015\ndmi.sys_vendor=QEMU\n"

@@ -23,7 +23,7 @@ import pathlib
 import threading
 import time
 
-from .rundir import RunDir
+from krig.rundir import RunDir
 
 SATURATED = 0.9        # of the host's CPUs busy
 OTHERS_CPUS = 0.5      # CPUs used by processes other than the emulator

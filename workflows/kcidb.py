@@ -32,15 +32,15 @@ import kcidb_io
 
 from analysis.summary import threshold_measurements
 
-from . import RESULTS_DIR, safeio
+from krig import RESULTS_DIR, safeio
 from .argcheck import output_file
-from .errors import KrigError, UsageError
+from krig.errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
-from .reproducer import load_reproducer
-from .results import GROUP_FILE, public_paths, public_repository, read_json, run_dirs_of, run_state
-from .record import Manifest
-from .rundir import MANIFEST, RunDir, is_run_dir
-from .verdict import JUDGED, VERDICTS
+from krig.reproducer import load_reproducer
+from krig.results import GROUP_FILE, public_paths, public_repository, read_json, run_dirs_of, run_state
+from krig.record import Manifest
+from krig.rundir import MANIFEST, RunDir, is_run_dir
+from krig.verdict import JUDGED, VERDICTS
 
 SCHEMA = kcidb_io.schema.V5_3            # what the report says it is; validated with LATEST
 ORIGIN_RE = re.compile(f"^{kcidb_io.schema.LATEST.origin_pattern}$")

@@ -4,7 +4,7 @@ Each subcommand's epilog is kept here, one entry per subcommand path, and set on
 by apply(); tests/test_cli.py checks that every subcommand has one with all three parts."""
 import argparse
 
-from .verdict import VERDICTS
+from krig.verdict import VERDICTS
 
 VERDICT_CODES = "\n".join(f"  {c:3d} {v:12s} {m}" for v, (c, m) in VERDICTS.items() if v != "INTERRUPTED")
 RUN_CODES = (f"exit codes (the verdict's):\n{VERDICT_CODES}\n"

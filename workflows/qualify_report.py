@@ -6,11 +6,11 @@ import xml.etree.ElementTree as ET
 
 from analysis.summary import threshold_measurements, threshold_properties
 
-from .errors import KrigError
-from .reproducer import load_reproducer
-from .results import git_revision, now, write_json
-from .rundir import RunDir
-from .verdict import JUDGED
+from krig.errors import KrigError
+from krig.reproducer import load_reproducer
+from krig.results import git_revision, now, write_json
+from krig.rundir import RunDir
+from krig.verdict import JUDGED
 
 
 def write_outputs(qdir: pathlib.Path, suite: dict, done: dict, started: str, complete: bool) -> dict:

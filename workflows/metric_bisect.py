@@ -12,13 +12,13 @@ vote), on BAD's side of the bad edge with BAD ("bad"), in the middle third it
 is undecidable ("skip"). A run without a value, or not judged (only PASS and
 FAIL runs have trustworthy numbers: an ERROR may be a broken instrument), is
 a skip vote. The step's answer is the strict majority of the REPEAT votes
-(krig.bisect.decide), else skip. Which side is lower comes from the data,
+(workflows.bisect.decide), else skip. Which side is lower comes from the data,
 not from the metric's declared direction.
 """
 import dataclasses
 
-from .errors import UsageError
-from .verdict import JUDGED
+from krig.errors import UsageError
+from krig.verdict import JUDGED
 
 
 

@@ -1,6 +1,6 @@
-"""The arguments of `krig bisect ...` and `python -m krig.bisect ...`, apart from the bisection
-itself: `krig` builds its parser from this without importing the runner (krig/bisect.py)."""
-from . import DEFAULT_RIG
+"""The arguments of `krig bisect ...` and `python -m workflows.bisect ...`, apart from the bisection
+itself: `krig` builds its parser from this without importing the runner (workflows/bisect.py)."""
+from krig import DEFAULT_RIG
 from .argcheck import ascii_int
 
 # The demo builds every step with the kernel `make test` builds (tiny-6.1 carries every
@@ -9,7 +9,7 @@ DEMO_LIKE = "tiny-6.1"
 
 
 def add_commands(sub, oracle_step: bool = False) -> None:
-    """`run` and `demo`, as `krig bisect ...` and `python -m krig.bisect ...` (which also has
+    """`run` and `demo`, as `krig bisect ...` and `python -m workflows.bisect ...` (which also has
     `oracle`, the one step `git bisect run` calls)."""
     r = sub.add_parser("run", help="bisect a git tree between a good and a bad commit with a reproducer")
     r.add_argument("--tree", metavar="DIR", help="git tree of the kernel (default: the demo repository, if made)")
@@ -26,7 +26,7 @@ def add_commands(sub, oracle_step: bool = False) -> None:
                    help="override a reproducer parameter (repeatable; default none)")
     r.add_argument("--metric", metavar="NAME",
                    help="bisect on this metric's value instead of the verdict (default: the verdict)")
-    r.set_defaults(handler="krig.bisect:cmd_run")
+    r.set_defaults(handler="workflows.bisect:cmd_run")
     d = sub.add_parser("demo", help="make a small 6.1 history with one injected bad commit and bisect it")
     d.add_argument("--repro", default="unlink-dentry-growth", metavar="NAME",
                    help="the reproducer that judges each step (default unlink-dentry-growth)")
@@ -36,8 +36,8 @@ def add_commands(sub, oracle_step: bool = False) -> None:
                    help=f"kernel whose config and fragments each step uses (default {DEMO_LIKE})")
     d.add_argument("--metric", metavar="NAME",
                    help="bisect on this metric's value instead of the verdict (default: the verdict)")
-    d.set_defaults(handler="krig.bisect:cmd_demo")
+    d.set_defaults(handler="workflows.bisect:cmd_demo")
     if oracle_step:
         o = sub.add_parser("oracle", help="one step (called by git bisect run)")
         o.add_argument("state", help="the bisection's state.json")
-        o.set_defaults(handler="krig.bisect:cmd_oracle")
+        o.set_defaults(handler="workflows.bisect:cmd_oracle")

@@ -9,7 +9,7 @@ in KRIG_LOCK_DIR (shared by a lab's users), or with KRIG_LAB_COORDINATOR held
 through a labgrid coordinator (reservation in priority order, lock, lease;
 rigs/lab.py), so two qualifications never share a server; here a run waits for
 it (KRIG_LOCK_WAIT, default 3600 s) instead of failing. A suite may choose its
-servers by tags instead of names ([lab], krig/lab.py). Each finished run is
+servers by tags instead of names ([lab], workflows/lab.py). Each finished run is
 recorded at once in DIR/cases/<id>.json; the same
 command again (after Ctrl-C, a crash, a reboot) runs only the cases without a
 finished record. DIR (default results/qualify/<suite name>) gets suite.json,
@@ -32,16 +32,16 @@ import time
 
 import pytest
 
-from . import DEFAULT_KERNEL, DEFAULT_RIG, ROOT
+from krig import DEFAULT_KERNEL, DEFAULT_RIG, ROOT
 from .argcheck import output_dir
-from .config import load_toml, optional, reject_unknown, require
-from .errors import KrigError, UsageError, guarded
+from krig.config import load_toml, optional, reject_unknown, require
+from krig.errors import KrigError, UsageError, guarded
 from .lab import select_rigs
 from .qualify_report import write_outputs
-from .reproducer import load_reproducer
-from .results import now, qualify_dir, read_json, write_json
+from krig.reproducer import load_reproducer
+from krig.results import now, qualify_dir, read_json, write_json
 from .run import run
-from .verdict import UNFINISHED, VERDICTS
+from krig.verdict import UNFINISHED, VERDICTS
 from kernels.catalog import load_kernel
 from rigs import SECRETS_FILE_ENV, hand_over_secrets, load_rig, take_handed_secrets
 from rigs.procs import dies_with_parent
@@ -291,7 +291,7 @@ def cmd_qualify(a) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m krig.qualify")
+    p = argparse.ArgumentParser(prog="python -m workflows.qualify")
     p.add_argument("suite")
     p.add_argument("-o", "--output")
     p.add_argument("--fresh", action="store_true")

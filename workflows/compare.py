@@ -26,15 +26,15 @@ from analysis.summary import threshold_id, threshold_outcomes
 from analysis.lkp import format_lkp
 from analysis.rundata import RunData
 
-from . import safeio
+from krig import safeio
 from .argcheck import output_dir
-from .errors import KrigError, UsageError
+from krig.errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
-from .reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
-from .results import GROUP_FILE, compare_dir, run_state
-from .record import Manifest
-from .rundir import RunDir, is_run_dir
-from .verdict import JUDGED
+from krig.reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
+from krig.results import GROUP_FILE, compare_dir, run_state
+from krig.record import Manifest
+from krig.rundir import RunDir, is_run_dir
+from krig.verdict import JUDGED
 
 WIDTH = 100
 USAGE = ("usage: krig compare [--json | --format text|lkp] [--out DIR] BASE... -- NEW... "

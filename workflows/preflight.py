@@ -15,8 +15,8 @@ import os
 import pathlib
 import shutil
 
-from .errors import UsageError
-from .reproducer import touch_bytes
+from krig.errors import UsageError
+from krig.reproducer import touch_bytes
 
 LOG_ALLOWANCE = 1 << 20      # console.log, manifest, verdict, junit, samples of a short run
 

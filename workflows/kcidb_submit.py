@@ -14,8 +14,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .config import read_secret_file
-from .errors import KrigError, UsageError
+from krig.config import read_secret_file
+from krig.errors import KrigError, UsageError
 
 TIMEOUT = 120
 MAX_ANSWER = 1 << 20

@@ -2,8 +2,8 @@
 
 Builds the base kernel and base + series (kernels/given.py, kernels/series.py; cached
 like every built kernel), runs the reproducer on them alternately, N runs each (two
-groups, krig/group.py: base/ and new/ in the validation directory), compares them
-(krig/compare.py) and answers one of:
+groups, workflows/group.py: base/ and new/ in the validation directory), compares them
+(workflows/compare.py) and answers one of:
 
     fixed                   0  every base run FAILs, every patched run PASSes, and each metric
                                of a threshold the base crossed changes significantly in the
@@ -24,7 +24,7 @@ groups, krig/group.py: base/ and new/ in the validation directory), compares the
 Resumable: the validation directory (default results/validate/<repro>-<patchset>-<key>/,
 the key a hash of everything asked) keeps both groups; the same command keeps every
 finished run and runs what is missing. validate.json holds the answer, reply.mbox and
-reply.txt the mail (krig/reply.py).
+reply.txt the mail (workflows/reply.py).
 """
 import hashlib
 import json
@@ -36,22 +36,22 @@ from kernels.given import parse as parse_kernel
 from kernels.series import load_series, series_source
 from rigs import load_rig
 
-from . import DEFAULT_RIG, KERNEL_DIR
+from krig import DEFAULT_RIG, KERNEL_DIR
 from .argcheck import output_dir
-from .asked import AskedRun
+from krig.asked import AskedRun
 from .compare import compare
-from .config import parse_set
-from .errors import KrigError, UsageError
+from krig.config import parse_set
+from krig.errors import KrigError, UsageError
 from .group import group_runs, run_group
-from .results import GROUP_FILE
-from .verdict import UNFINISHED as NOT_COUNTED
+from krig.results import GROUP_FILE
+from krig.verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, server_line, write_reply
-from .reproducer import load_reproducer
-from .results import (VALIDATE_FILE, VALIDATE_SIDES, git_revision, now, read_json, run_dirs_of, validation_dir,
+from krig.reproducer import load_reproducer
+from krig.results import (VALIDATE_FILE, VALIDATE_SIDES, git_revision, now, read_json, run_dirs_of, validation_dir,
                       validation_side, write_json)
-from .record import Manifest, Verdict
-from .rundir import RunDir
-from .version import version
+from krig.record import Manifest, Verdict
+from krig.rundir import RunDir
+from krig.version import version
 
 ANSWERS = {"fixed": 0, "not fixed": 1, "inconclusive": 3, "base does not reproduce": 4, "regressed": 5}
 DEFAULT_REPEAT = 4
@@ -88,7 +88,7 @@ def _run_side(repro, rig, kernel, preset, sets, want: int, repeat: int, gdir: pa
 
 
 def decide(res: dict, judged_metrics: list, replaced: dict | None = None) -> tuple[str, str]:
-    """A comparison (krig.compare.compare) -> (answer, the reason in one sentence).
+    """A comparison (workflows.compare.compare) -> (answer, the reason in one sentence).
 
     replaced: {"base": k, "new": k}: ERROR runs lost to host contention that were run again;
     they are left out of the counts (the rest of the side was judged without them)."""

@@ -33,18 +33,18 @@ import tarfile
 import tempfile
 import zlib
 
-from . import DEFAULT_KERNEL, DEFAULT_RIG, REPRO_DIR, RESULTS_DIR
-from . import safeio
+from krig import DEFAULT_KERNEL, DEFAULT_RIG, REPRO_DIR, RESULTS_DIR
+from krig import safeio
 from .argcheck import input_file, kernel_arg, run_args
-from .asked import AskedRun
-from .config import parse_set
-from .errors import UsageError
-from .paths import cache_dir
-from .reproducer import reproducer_names
+from krig.asked import AskedRun
+from krig.config import parse_set
+from krig.errors import UsageError
+from krig.paths import cache_dir
+from krig.reproducer import reproducer_names
 from .run import run
 from kernels.catalog import kernel_names
 from rigs import load_rig
-from .tarbound import BoundedHeader, HeaderRefused
+from krig.tarbound import BoundedHeader, HeaderRefused
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _NAME_RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")

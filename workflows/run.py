@@ -8,17 +8,17 @@ import signal
 import subprocess
 import time
 
-from . import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT, safeio
+from krig import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT, safeio
 from .check import check
-from .errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
+from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
 from .hostload import HostSampler
 from kernels.catalog import load_kernel
 from kernels.given import check_config
-from .paths import owner_record
+from krig.paths import owner_record
 from .preflight import preflight
-from .reproducer import load_reproducer
-from .record import Manifest
-from .results import claim_run_dir, git_revision, new_run_dir, now
+from krig.reproducer import load_reproducer
+from krig.record import Manifest
+from krig.results import claim_run_dir, git_revision, new_run_dir, now
 from rigs import load_rig
 from rigs.hashsize import from_log as hash_tables
 

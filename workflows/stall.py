@@ -14,8 +14,8 @@ is hung, so the newest sample must be recent too.
 """
 import numpy as np
 
-from .errors import UsageError
-from .rundir import RunDir
+from krig.errors import UsageError
+from krig.rundir import RunDir
 
 # (column or derived counter, smallest change that counts as progress). Dentry
 # counts move a little with the rig's own agent and the sampler; file and log

@@ -28,10 +28,10 @@ import time
 
 from analysis.lkp import WIDTH, table_lines
 from analysis.projection import text_lines as projection_lines
-from .errors import KrigError, UsageError
-from .reproducer import load_reproducer
-from .results import public_url
-from .version import git_revision, origin, version
+from krig.errors import KrigError, UsageError
+from krig.reproducer import load_reproducer
+from krig.results import public_url
+from krig.version import git_revision, origin, version
 
 _ADDR = re.compile(r"^[^<>@\s]+@[^<>@\s]+\.[^<>@\s]+$")
 
@@ -109,7 +109,7 @@ def _rig_line(k: dict) -> str:
 
 
 def server_line(s: dict) -> str:
-    """A lab server's facts in one line (krig.validate.server_facts)."""
+    """A lab server's facts in one line (workflows.validate.server_facts)."""
     ram = f"{s['ram_bytes'] / (1 << 30):.1f} GiB" if s.get("ram_bytes") else "? GiB"
     return (f"{s.get('system') or '?'}, firmware {s.get('firmware') or '?'}, {ram}, {s.get('cpus') or '?'} x "
             f"{s.get('cpu') or '?'}; BMC {s.get('bmc') or '?'}")

@@ -20,16 +20,16 @@ from analysis.projection import require_model
 from analysis.report import write_report
 from analysis.rundata import RunData
 
-from . import ROOT, safeio
-from .errors import KrigError, UsageError
-from .junit import mark_contended, write_single
+from krig import ROOT, safeio
+from krig.errors import KrigError, UsageError
+from krig.junit import mark_contended, write_single
 from .hostload import contended_pct
-from .paths import owner_alive
-from .record import Manifest, Verdict
-from .reproducer import load_analyzer, load_reproducer  # noqa: F401 (load_analyzer: callers' name)
-from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
+from krig.paths import owner_alive
+from krig.record import Manifest, Verdict
+from krig.reproducer import load_analyzer, load_reproducer  # noqa: F401 (load_analyzer: callers' name)
+from krig.rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
 from .stall import still_progressing
-from .verdict import JUDGED, Evidence, decide, exit_code, host_contended, scan_console
+from krig.verdict import JUDGED, Evidence, decide, exit_code, host_contended, scan_console
 
 
 # metrics krig adds to every run that has the data, unless the reproducer declares them

@@ -5,7 +5,7 @@ import argparse
 import os
 import pathlib
 
-from .errors import UsageError
+from krig.errors import UsageError
 
 
 def _nearest(p: pathlib.Path) -> pathlib.Path:
@@ -94,8 +94,8 @@ def run_args(reproducer: str, rig: str, preset=None, sets=(), kernel: str | None
     checks them, without building, unpacking or booting anything: the reproducer, its preset and
     --set values, the rig, and the form of --kernel (a name krig has, or a path/TREE@REF that is
     there). Returns the parameters the run will have."""
-    from .config import parse_set
-    from .reproducer import load_reproducer
+    from krig.config import parse_set
+    from krig.reproducer import load_reproducer
     from rigs import load_rig
     repro = load_reproducer(reproducer)
     params = repro.resolve_params(preset, parse_set(list(sets)),

@@ -16,11 +16,12 @@ import sys
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from kernels import buildargs
-from . import DEFAULT_KERNEL, DEFAULT_RIG, bisectargs, clihelp
+from krig import DEFAULT_KERNEL, DEFAULT_RIG
+from . import bisectargs, clihelp
 from .argcheck import ascii_float, ascii_int
 from .clihelp import KERNEL_HELP, PROJECT_HELP
-from .errors import guarded, handler
-from .verdict import USAGE_EXIT
+from krig.errors import guarded, handler
+from krig.verdict import USAGE_EXIT
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,7 +54,7 @@ class _Version(argparse.Action):
     """--version: the version and the checkout's commit, computed only when asked."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from .version import version_line
+        from krig.version import version_line
         print(version_line())
         parser.exit(0)
 
@@ -76,11 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeat", type=ascii_int, metavar="N", help="N runs as one group (group.json; default one run)")
     r.add_argument("--group", metavar="DIR", help="the group directory to make or continue "
                    "(default results/<repro>/<kernel>/<rig>/group-<time>)")
-    r.set_defaults(handler="krig.group:cmd_run")
+    r.set_defaults(handler="workflows.group:cmd_run")
     c = sub.add_parser("check", help="re-run the analysis of an existing run directory")
     c.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (any copy of one; results/latest is the newest run)")
     c.add_argument("--project", action="append", metavar="RAM[:CPUS]", help=PROJECT_HELP)
-    c.set_defaults(handler="krig.check:cmd_check")
+    c.set_defaults(handler="workflows.check:cmd_check")
     rp = sub.add_parser("report", help="write report.html, plots, summary.txt and trace.kshark.json of a run")
     rp.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (results/latest is the newest run)")
     rp.add_argument("--project", action="append", metavar="RAM[:CPUS]", help=PROJECT_HELP)
@@ -95,14 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="include the kernel's .config (left out by default; only a kernel krig keeps)")
     b.add_argument("-o", "--output", metavar="FILE", help="where the tarball goes "
                    "(default ./krig-bundle-<repro>-<time>.tar.gz in the current directory)")
-    b.set_defaults(handler="krig.bundle:cmd_bundle")
+    b.set_defaults(handler="workflows.bundle:cmd_bundle")
     rr = sub.add_parser("reproduce", help="rerun a bundle from its data (bundle.json, run-args); runs no file "
                         "from the bundle")
     rr.add_argument("bundle", metavar="BUNDLE.tar.gz", help="a bundle written by krig bundle")
     rr.add_argument("--kernel", metavar="KERNEL", help="the kernel to run (default: the bundle's kernel argument "
                     "or name; a bundled image with --with-kernel is used only when given as bundled)")
     rr.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help="the rig (default qemu-default)")
-    rr.set_defaults(handler="krig.reproduce:cmd_reproduce")
+    rr.set_defaults(handler="workflows.reproduce:cmd_reproduce")
     v = sub.add_parser("validate",
                        help="does a patch series fix a reproducer's regression? base vs base+series, a reply")
     v.add_argument("reproducer", metavar="REPRODUCER", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
@@ -124,12 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the validation directory (default results/validate/<repro>-<patchset>-<key>)")
     v.add_argument("--from", dest="sender", metavar="'NAME <ADDR>'",
                    help="the reply's sender and Tested-by (default: git config user.name/user.email)")
-    v.set_defaults(handler="krig.validate:cmd_validate")
+    v.set_defaults(handler="workflows.validate:cmd_validate")
     b4c = sub.add_parser("b4-check", help="krig's validations of a series as a `b4 review` check (JSON on stdout)")
     b4c.add_argument("--dir", action="append", metavar="DIR",
                      help="a validation directory (krig validate -o DIR) or a directory of them (repeatable; "
                      "default results/validate)")
-    b4c.set_defaults(handler="krig.b4check:cmd_b4_check")
+    b4c.set_defaults(handler="workflows.b4check:cmd_b4_check")
     q = sub.add_parser("qualify", help="run a qualification suite: reproducers x kernels x rigs x repeats")
     q.add_argument("suite", metavar="SUITE.toml", help="a qualification suite file (e.g. qualify/smoke.toml)")
     q.add_argument("-o", "--output", metavar="DIR", help="qualification directory (default results/qualify/<suite>)")
@@ -140,27 +141,27 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default KRIG_LAB_PRIO or 0)")
     q.add_argument("--rig", action="append", metavar="RIG",
                    help="run every entry on this rig instead of the suite's rigs (repeatable; default the suite's)")
-    q.set_defaults(handler="krig.qualify:cmd_qualify")
+    q.set_defaults(handler="workflows.qualify:cmd_qualify")
     lb = sub.add_parser("lab", help="the lab's labgrid coordinator (KRIG_LAB_COORDINATOR=HOST:PORT)")
     lsub = lb.add_subparsers(dest="lcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     sy = lsub.add_parser("sync", help="create or update a place per IPMI rig, tags from its [lab] table")
     sy.add_argument("rigs", nargs="*", metavar="RIG", help="rig names (default: every IPMI rig found)")
-    sy.set_defaults(handler="krig.lab:cmd_sync")
+    sy.set_defaults(handler="workflows.lab:cmd_sync")
     st = lsub.add_parser("status", help="each place: free, allocated or locked (by whom, since, lease); "
                                         "waiting reservations in priority order")
-    st.set_defaults(handler="krig.lab:cmd_status")
+    st.set_defaults(handler="workflows.lab:cmd_status")
     sim = lsub.add_parser("sim", help="a simulated lab server on this machine (ipmi_sim BMC, UEFI, SSH): "
                           "krig lab sim up NAME / down NAME")
     simsub = sim.add_subparsers(dest="scmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     su = simsub.add_parser("up", help="start it; its last line is the rig file's path (--rig NAME)")
     su.add_argument("name", metavar="NAME", help="the server's name and rig name (lower-case letters, digits, -)")
     su.add_argument("--memory", metavar="SIZE", help="its RAM, 1G-64T; sparse above the host's RAM (default 2G)")
-    su.set_defaults(handler="krig.lab:cmd_sim_up")
+    su.set_defaults(handler="workflows.lab:cmd_sim_up")
     sd = simsub.add_parser("down", help="stop it: nothing of it left running, its rig file and secret removed")
     sd.add_argument("name", metavar="NAME", help="the name given to up")
-    sd.set_defaults(handler="krig.lab:cmd_sim_down")
+    sd.set_defaults(handler="workflows.lab:cmd_sim_down")
     ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
-    ls.set_defaults(handler="krig.listing:cmd_list")
+    ls.set_defaults(handler="workflows.listing:cmd_list")
     cmp = sub.add_parser("compare", help="compare runs or groups of two kernels: krig compare BASE... -- NEW...",
                          usage="krig compare [--json | --format text|lkp] [--out DIR] BASE... -- NEW...")
     cmp.add_argument("--json", action="store_true", help="the comparison as JSON (default: text)")
@@ -169,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", metavar="DIR", help="where compare.html goes (default results/compare/<repro>-<time>)")
     cmp.add_argument("dirs", nargs=argparse.REMAINDER, metavar="BASE... -- NEW...",
                      help="run or group directories of the base kernel, `--`, then those of the new one")
-    cmp.set_defaults(handler="krig.compare:cmd_compare")
+    cmp.set_defaults(handler="workflows.compare:cmd_compare")
     ex = sub.add_parser("export", help="runs in other systems' formats: krig export kcidb ...")
     exsub = ex.add_subparsers(dest="ecmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     kc = exsub.add_parser("kcidb", help="runs, groups or qualifications as a KCIDB v5.3 report for KernelCI "
@@ -187,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "/submit endpoint) and print the submission id; needs --token-file (default: not sent)")
     kc.add_argument("--token-file", metavar="FILE",
                     help="the origin's KCIDB-ng token on the first line of a file of mode 0600 (with --submit; no default)")
-    kc.set_defaults(handler="krig.kcidb:cmd_export")
+    kc.set_defaults(handler="workflows.kcidb:cmd_export")
     t = sub.add_parser("trace", help="read trace.dat files")
     tsub = t.add_subparsers(dest="tcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     ts = tsub.add_parser("stats", help="count an event, optionally grouped by a field")

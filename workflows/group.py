@@ -21,16 +21,16 @@ from analysis.summary import fmt
 from kernels.catalog import load_kernel
 from rigs import load_rig
 
-from . import RESULTS_DIR
-from .config import parse_set
+from krig import RESULTS_DIR
+from krig.config import parse_set
 from .argcheck import output_dir
-from .errors import KrigError, UsageError
-from .reproducer import load_reproducer
-from .results import GROUP_FILE, next_group_run, now, read_json, run_dirs_of, run_state, write_json
-from .results import group_dir as group_dir_of
-from .rundir import RunDir
+from krig.errors import KrigError, UsageError
+from krig.reproducer import load_reproducer
+from krig.results import GROUP_FILE, next_group_run, now, read_json, run_dirs_of, run_state, write_json
+from krig.results import group_dir as group_dir_of
+from krig.rundir import RunDir
 from .run import run
-from .verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
+from krig.verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
 
 
 def _same(group: dict, asked: dict, gdir) -> None:

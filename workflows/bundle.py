@@ -27,17 +27,17 @@ import subprocess
 import tarfile
 import time
 
-from . import KERNEL_DIR, REPRO_DIR, safeio
+from krig import KERNEL_DIR, REPRO_DIR, safeio
 from .argcheck import output_file
-from .asked import AskedRun
-from .config import load_toml, toml_value
+from krig.asked import AskedRun
+from krig.config import load_toml, toml_value
 from rigs import rig_path
-from .errors import UsageError
-from .paths import cache_dir, kernel_file
-from .reproducer import load_reproducer
-from .results import bundle_name, public_kernel_arg, public_paths, public_repository, public_url
-from .record import Manifest
-from .rundir import MANIFEST, VERDICT, RunDir
+from krig.errors import UsageError
+from krig.paths import cache_dir, kernel_file
+from krig.reproducer import load_reproducer
+from krig.results import bundle_name, public_kernel_arg, public_paths, public_repository, public_url
+from krig.record import Manifest
+from krig.rundir import MANIFEST, VERDICT, RunDir
 
 TRACE = "trace.dat"
 _TREE_IMAGE = "/arch/x86/boot/bzImage"

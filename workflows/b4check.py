@@ -30,8 +30,8 @@ import shlex
 import sys
 import tempfile
 
-from .errors import KrigError, UsageError
-from .results import VALIDATE_FILE, validations_dir
+from krig.errors import KrigError, UsageError
+from krig.results import VALIDATE_FILE, validations_dir
 
 STATUS = {"fixed": "pass", "not fixed": "fail", "regressed": "fail",
           "inconclusive": "warn", "base does not reproduce": "warn"}

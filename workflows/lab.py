@@ -7,8 +7,8 @@ coordinator goes away. Holding a server during a run is rigs/lab.py.
 """
 import time
 
-from .config import load_toml, optional, reject_unknown
-from .errors import UsageError
+from krig.config import load_toml, optional, reject_unknown
+from krig.errors import UsageError
 from rigs import lab, lab_tags, load_rig, rig_names, rig_path
 
 SELECT = {"tags", "min", "count"}

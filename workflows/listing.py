@@ -6,8 +6,8 @@ import textwrap
 
 from kernels.catalog import kernel_names, load_kernel
 from rigs import load_rig, rig_names
-from .errors import KrigError
-from .reproducer import load_reproducer, reproducer_names
+from krig.errors import KrigError
+from krig.reproducer import load_reproducer, reproducer_names
 
 WIDTH = 80
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(])")
