@@ -312,6 +312,7 @@ def serve(name: str) -> int:
     server.rigs = user_rig_dir()
     server.password_file = secret_dir() / f"labsim-{name}-bmc"
     stop = threading.Event()
+    owner, orphaned = req.get("owner"), False
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *a: stop.set())
     state = {"name": name, "pid": os.getpid(), "base": str(server.base), "image_dir": req["image_dir"],
@@ -327,18 +328,18 @@ def serve(name: str) -> int:
         tmp.write_text(json.dumps(state, indent=1) + "\n")
         tmp.rename(d / "state.json")
         print(f"labsim {name}: up, rig {rig}", flush=True)
-        owner = req.get("owner")
         while not stop.wait(1):
             if server.proc.poll() is not None:
                 print(f"labsim {name}: ipmi_sim exited {server.proc.returncode}; stopping", flush=True)
                 break
             if owner and process_start(owner[0]) != owner[1]:
                 print(f"labsim {name}: its owner, process {owner[0]}, ended; stopping", flush=True)
+                orphaned = True
                 break
     finally:
         server.stop()
         _forget(state)
-        if owner:                   # nobody will say `down`: the state goes with the server
+        if orphaned:                # nobody will say `down`: the state goes with the server
             shutil.rmtree(d, ignore_errors=True)
     print(f"labsim {name}: stopped", flush=True)
     return 0

@@ -67,6 +67,12 @@ def test_a_server_whose_owner_ends_stops_by_itself(tmp_path, downed):
     assert not (tmp_path / "config" / "krig" / "rigs" / "lab1.toml").exists()
     assert not list((tmp_path / "config" / "krig" / "secrets").glob("*"))
     assert _krig(tmp_path, "lab", "sim", "down", "lab1").stdout.strip() == "krig: lab sim lab1: not up"
+    # an owner still running: `down` stops the server as without one
+    p = _krig(tmp_path, "lab", "sim", "up", "lab1", "--owner", str(os.getpid()))
+    assert p.returncode == 0, p.stdout + p.stderr
+    down = _krig(tmp_path, "lab", "sim", "down", "lab1")
+    assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
+    assert not _mine(tmp_path)
 
 
 @pytest.mark.parametrize("args, line", [
