@@ -42,7 +42,8 @@ from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
 from . import ccache, fromtree, overlay, sandbox
-from .spec import (ARCH, KernelSpec, sha256_file, build_inputs, cache_key, config_mismatches, git, git_env, kernel_cache, localversion_fragment, read_dotconfig, source_identity, wanted_config)
+from .spec import (ARCH, KernelSpec, build_inputs, cache_key, config_mismatches, git, git_env, kernel_cache,
+                   localversion_fragment, read_dotconfig, sha256_file, source_identity, wanted_config)
 from .makelog import TIMED_OUT, clean_env, first_error, run_logged
 from .trees import create_tree, load_state, locked, origin_of, save_state, tree_lock
 from .patching import apply_patch, boxed, in_krig, inside, patch_label, restore

@@ -21,9 +21,16 @@ def _start_ticks(pid: int) -> str | None:
     return stat.rpartition(")")[2].split()[19]
 
 
+def process_record(pid: int) -> dict | None:
+    """Process pid as owner_alive() knows it again (pid + start time, so a reused pid is not it),
+    None if there is no such process."""
+    start = _start_ticks(pid) if pid > 0 else None
+    return None if start is None else {"pid": pid, "start": start, "host": os.uname().nodename}
+
+
 def owner_record() -> dict:
-    """Who owns a run or a work directory: this process (pid + start time, so a reused pid is not it)."""
-    return {"pid": os.getpid(), "start": _start_ticks(os.getpid()), "host": os.uname().nodename}
+    """Who owns a run or a work directory: this process."""
+    return process_record(os.getpid())
 
 
 def owner_alive(rec: dict | None) -> bool:

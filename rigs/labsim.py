@@ -38,6 +38,7 @@ import time
 
 from krig.config import load_toml, parse_size
 from krig.errors import KrigError, UsageError
+from krig.paths import owner_alive, process_record
 from . import lab, lab_tags, labsim_image, qemu_confine, qemu_memory, user_rig_dir
 from .labsim_bmc import SimServer, missing_tools as bmc_missing
 
@@ -194,23 +195,12 @@ def ensure_image(log) -> pathlib.Path:
         raise KrigError(f"the lab server's disk image: {e}") from None
 
 
-def process_start(pid: int) -> str | None:
-    """The start time of process PID (field 22 of /proc/PID/stat), None when it is gone: with the pid,
-    it names one process, not whichever later reuses its number."""
-    try:
-        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 def up(name: str, memory: str | None = None, log=print, owner: int | None = None) -> pathlib.Path:
     from . import rig_path
     check_name(name)
-    owner_start = None
-    if owner is not None:
-        owner_start = process_start(owner)
-        if owner <= 0 or owner_start is None:
-            raise UsageError(f"--owner: {owner} is not a running process's pid")
+    owner_rec = None if owner is None else process_record(owner)
+    if owner is not None and owner_rec is None:
+        raise UsageError(f"--owner: {owner} is not a running process's pid")
     mem = parse_size(memory or MEMORY_DEFAULT, "--memory")
     if not MEMORY_MIN <= mem <= MEMORY_MAX or mem % (1 << 20):
         raise UsageError(f"--memory: {memory!r} is outside 1G-64T or not a whole number of MiB")
@@ -231,7 +221,7 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True, mode=0o700)
     (d / "request.json").write_text(json.dumps({"name": name, "memory_mb": mem >> 20, "image_dir": str(image),
-                                                "owner": [owner, owner_start] if owner else None}))
+                                                "owner": owner_rec}))
     logf = open(d / "supervisor.log", "ab")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "rigs.labsim", "serve", name], cwd=ROOT, env=env,
@@ -332,8 +322,8 @@ def serve(name: str) -> int:
             if server.proc.poll() is not None:
                 print(f"labsim {name}: ipmi_sim exited {server.proc.returncode}; stopping", flush=True)
                 break
-            if owner and process_start(owner[0]) != owner[1]:
-                print(f"labsim {name}: its owner, process {owner[0]}, ended; stopping", flush=True)
+            if owner and not owner_alive(owner):
+                print(f"labsim {name}: its owner, process {owner['pid']}, ended; stopping", flush=True)
                 orphaned = True
                 break
     finally:

@@ -30,8 +30,8 @@ def lab_sim(tmp_path_factory):
     env = {**os.environ, "XDG_CONFIG_HOME": str(base / "config"), "XDG_STATE_HOME": str(base / "state"),
            "KRIG_LOCK_DIR": str(base / "locks")}
     # --owner: a session killed before its `down` (SIGKILL, a CI timeout) takes the server with it
-    p = subprocess.run(KRIG + ["lab", "sim", "up", NAME, "--owner", str(os.getpid())], capture_output=True, text=True, cwd=ROOT, env=env,
-                       timeout=3600)
+    p = subprocess.run(KRIG + ["lab", "sim", "up", NAME, "--owner", str(os.getpid())], capture_output=True,
+                       text=True, cwd=ROOT, env=env, timeout=3600)
     try:
         assert p.returncode == 0, p.stdout + p.stderr
         rig = p.stdout.strip().splitlines()[-1]
