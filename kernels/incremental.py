@@ -45,7 +45,7 @@ from . import ccache, fromtree, overlay, sandbox
 from .spec import (ARCH, KernelSpec, build_inputs, cache_key, config_mismatches, git, git_env, kernel_cache,
                    localversion_fragment, read_dotconfig, sha256_file, source_identity, wanted_config)
 from .makelog import TIMED_OUT, clean_env, first_error, run_logged
-from .trees import create_tree, load_state, locked, origin_of, save_state, tree_lock
+from .trees import create_tree, load_state, locked, origin_of, prune_orphans, save_state, tree_lock
 from .patching import apply_patch, boxed, in_krig, inside, patch_label, restore
 
 
@@ -184,6 +184,7 @@ def _prepare_tree(tree: pathlib.Path, origin: dict, spec: KernelSpec, log) -> di
         state = create_tree(tree, origin, spec.base_config, log)
         state["base_config"] = list(spec.base_config)
         save_state(tree, state)
+        prune_orphans(tree, log)       # after the copy: an orphan may just have seeded this one
     return state
 
 

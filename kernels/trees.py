@@ -112,6 +112,30 @@ def remove_tree(tree: pathlib.Path, log=print) -> None:
         shutil.rmtree(tree, ignore_errors=True)
 
 
+def prune_orphans(keep: pathlib.Path | None, log=print) -> list:
+    """Build trees of git origins whose repository is gone, removed: such a tree borrows the
+    repository's objects (alternates) and no build can use it again; each one is ~1.7 GB. A
+    tree another build holds is left for the next prune. Returns what was removed."""
+    removed = []
+    for sp in cache_dir("kbuild", "trees").glob("git-*.json"):
+        tree = sp.with_suffix("")
+        try:
+            repo = json.loads(sp.read_text())["origin"]["repo"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if tree == keep or not isinstance(repo, str) or pathlib.Path(repo).is_dir():
+            continue
+        try:
+            with locked(tree_lock(tree), log, block=False):
+                sp.unlink(missing_ok=True)
+                shutil.rmtree(tree, ignore_errors=True)
+        except BlockingIOError:
+            continue
+        log(f"kbuild: removed build tree {tree.name} (its repository {repo} is gone)")
+        removed.append(tree)
+    return removed
+
+
 def _seed_candidates(exclude: pathlib.Path, base_config: list) -> list:
     """Built trees of the same config family, most recently used first (a tainted one never)."""
     trees = []

@@ -432,3 +432,33 @@ def test_a_seed_tree_in_use_is_waited_for_and_one_removed_meanwhile_gives_way_to
         seed = "src-old" if remove else "src-busy"
         assert out["state"]["seeded_from"] == str(trees / seed) and out["state"]["adopt"], out
         assert (trees / new / "fs" / "f.c").read_text() == f"{seed}\n"
+
+
+def test_a_git_tree_whose_repository_is_gone_is_pruned_when_a_new_tree_is_made(tmp_path, cache):
+    """A git origin's tree borrows its repository's objects: once the repository is gone no
+    build can use it, so making a new tree removes it (after the new one is seeded from it).
+    A tree whose repository is still there, a linux-source tree, the tree being made and a tree
+    another build holds all stay."""
+    trees = kspec.cache_dir("kbuild", "trees")
+    live, gone = tmp_path / "live.git", tmp_path / "gone.git"
+    for repo in (live, gone):
+        subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
+    for name, origin in (("git-live", {"kind": "git", "repo": str(live)}),
+                         ("git-gone", {"kind": "git", "repo": str(gone)}),
+                         ("git-held", {"kind": "git", "repo": str(tmp_path / "held.git")}),
+                         ("src-old", {"kind": "linux-source", "tarball": str(tmp_path / "gone.tar.xz")})):
+        write(trees / name / "fs" / "f.c", f"{name}\n")
+        kt.save_state(trees / name, {"origin": origin, "built": True, "last_used": 3 if name == "git-gone" else 1})
+    shutil.rmtree(gone)
+    removed, said = [], []
+    with kt.locked(kt.tree_lock(trees / "git-held")):                     # another build in it
+        state = kt.create_tree(trees / "git-new", {"kind": "git", "repo": str(live)}, log=said.append)
+        kt.save_state(trees / "git-new", state)
+        removed = kt_trees.prune_orphans(trees / "git-new", log=said.append)
+    assert state["seeded_from"] == str(trees / "git-gone")                # the orphan seeded the new tree first
+    assert removed == [trees / "git-gone"], said
+    assert not (trees / "git-gone").exists() and not (trees / "git-gone.json").exists()
+    assert [m for m in said if "git-gone" in m and str(gone) in m and "is gone" in m], said
+    for name in ("git-live", "git-held", "src-old", "git-new"):
+        assert (trees / name / "fs" / "f.c").exists(), name
+    assert kt_trees.prune_orphans(trees / "git-new", log=said.append) == [trees / "git-held"]   # free now
