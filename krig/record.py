@@ -172,7 +172,7 @@ class RunRecord:
     def read(cls, run, required: bool = True) -> "RunRecord":
         """A run directory (a path or a RunDir); required=False reads a missing manifest.json as an
         empty one (a run directory krig had only begun)."""
-        run = run if isinstance(run, RunDir) else RunDir(run)
+        run = RunDir.of(run)
         if not required and not run.exists(MANIFEST):
             return cls(run, Manifest())
         return cls(run, Manifest.from_json(run.manifest_json()))

@@ -98,7 +98,7 @@ def judge(run, contended: bool = False, properties: dict | None = None) -> dict:
     Each test case records krig_outcome (pass, fail, unmeasured, instrument) and krig_message;
     a case without them is pytest itself erring (a bug), reported as an error. run: a run
     directory or its RunDir (whose later reads then see thresholds.json)."""
-    run = run if isinstance(run, RunDir) else RunDir(run)
+    run = RunDir.of(run)
     run_dir = run.dir.resolve()        # pytest runs in ROOT: a relative path would judge another directory
     with tempfile.TemporaryDirectory(prefix="krig-judge-") as tmp:
         # pytest writes where krig chose, never through a name in the run directory
