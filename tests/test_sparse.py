@@ -13,7 +13,7 @@ from conftest import krig_run, qemu_pids, run_dir_of
 from workflows import run as krun
 from krig.errors import UsageError
 from krig import hashsize
-from workflows.preflight import preflight
+from workflows.preflight import admission_line, preflight
 from krig.reproducer import load_reproducer, parse_requires, touch_bytes
 from krig.verdict import Evidence, decide
 from rigs import load_rig, qemu_memory
@@ -174,6 +174,9 @@ def test_a_flood_stopped_by_its_host_budget_guard_is_admitted_by_what_it_touches
     assert got["sparse_admitted_by"] == "host_budget_guard" and got["sparse_guarded_touch"] == guarded, got
     assert got["sparse_touch"] == whole and got["sparse_room"] == short - margin
     assert got["sparse_guarded_touch_how"] == "requires.host_budget_guard 2% of RAM"
+    line = admission_line(got)      # what the run's log says: the sum that does not fit, and what does
+    assert f"{fixed >> 20} MiB fixed + {whole >> 20} MiB of touch do not fit in {(short - margin) >> 20} MiB" in line, line
+    assert f"the fixed cost + {guarded >> 20} MiB outside the guard do" in line and line.endswith("the run is ERROR")
     with pytest.raises(UsageError, match=r"before its host-budget guard stops it \(requires\.host_budget_guard 2% "
                                          r"of RAM\): more than this host's MemAvailable"):
         _preflight_with(monkeypatch, tmp_path, rig, "neg-dentry-flood", margin + fixed + guarded - (1 << 20))

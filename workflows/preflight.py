@@ -133,3 +133,12 @@ def sparse_touch(sparse: dict | None, repro, preset, collect: bool, cpus: int, a
                          f"({ghow}): more than {host}")
     return {**out, "sparse_admitted_by": "host_budget_guard", "sparse_guarded_touch": guarded,
             "sparse_guarded_touch_how": ghow, "sparse_room": room}
+
+
+def admission_line(host: dict) -> str:
+    """What the log says of a sparse run admitted by its host-budget guard (host: preflight's facts)."""
+    mib = {k: host[k] >> 20 for k in ("sparse_fixed", "sparse_touch", "sparse_room", "sparse_guarded_touch")}
+    return (f"krig: admitted by its host-budget guard: {mib['sparse_fixed']} MiB fixed + {mib['sparse_touch']} MiB "
+            f"of touch do not fit in {mib['sparse_room']} MiB (MemAvailable less the margin), the fixed cost + "
+            f"{mib['sparse_guarded_touch']} MiB outside the guard do; if the guard stops it below its limit, "
+            f"the run is ERROR")

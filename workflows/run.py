@@ -15,7 +15,7 @@ from .hostload import HostSampler
 from kernels.catalog import load_kernel
 from kernels.given import check_config
 from krig.paths import owner_record
-from .preflight import preflight
+from .preflight import admission_line, preflight
 from krig.reproducer import load_reproducer
 from krig.record import Manifest
 from krig.record_machine import Machine
@@ -49,9 +49,7 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
     manifest.write(run_dir)
     log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
     if host.get("sparse_admitted_by") == "host_budget_guard":
-        log(f"krig: admitted by its host-budget guard: {host['sparse_touch'] >> 20} MiB of touch do not fit in "
-            f"{host['sparse_room'] >> 20} MiB, the fixed cost and {host['sparse_guarded_touch'] >> 20} MiB outside the "
-            f"guard do; stopped by the guard below its limit, the run is ERROR")
+        log(admission_line(host))
 
     outcome, reason = "error", "the run did not start"
     try:
