@@ -103,13 +103,20 @@ def tree_lock(tree: pathlib.Path) -> pathlib.Path:
     return tree.with_name(tree.name + ".lock")
 
 
-def remove_tree(tree: pathlib.Path, log=print) -> None:
+def remove_tree(tree: pathlib.Path, log=print, block: bool = True) -> None:
     """A build tree and its state removed, under its lock: a build in it or a copy of it is
-    waited for, and a build waiting to copy it finds it gone and seeds from another. The lock
-    file stays (a waiter may hold it open)."""
-    with locked(tree_lock(tree), log, f"build tree {tree.name} (to remove it)"):
+    waited for (block=False: BlockingIOError instead), and a build waiting to copy it finds it
+    gone and seeds from another. The lock file stays (a waiter may hold it open)."""
+    with locked(tree_lock(tree), log, f"build tree {tree.name} (to remove it)", block=block):
         _state_path(tree).unlink(missing_ok=True)
         shutil.rmtree(tree, ignore_errors=True)
+
+
+def git_repo_of(tree: pathlib.Path) -> str | None:
+    """The repository a git origin's build tree was made for (its state's origin), or None."""
+    origin = load_state(tree).get("origin")
+    repo = origin.get("repo") if isinstance(origin, dict) and origin.get("kind") == "git" else None
+    return repo if isinstance(repo, str) else None
 
 
 def prune_orphans(keep: pathlib.Path | None, log=print) -> list:
@@ -119,16 +126,11 @@ def prune_orphans(keep: pathlib.Path | None, log=print) -> list:
     removed = []
     for sp in cache_dir("kbuild", "trees").glob("git-*.json"):
         tree = sp.with_suffix("")
-        try:
-            repo = json.loads(sp.read_text())["origin"]["repo"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if tree == keep or not isinstance(repo, str) or pathlib.Path(repo).is_dir():
+        repo = git_repo_of(tree)
+        if tree == keep or repo is None or pathlib.Path(repo).is_dir():
             continue
         try:
-            with locked(tree_lock(tree), log, block=False):
-                sp.unlink(missing_ok=True)
-                shutil.rmtree(tree, ignore_errors=True)
+            remove_tree(tree, log, block=False)
         except BlockingIOError:
             continue
         log(f"kbuild: removed build tree {tree.name} (its repository {repo} is gone)")

@@ -24,7 +24,7 @@ import pytest
 
 from conftest import KRIG, ROOT, build_kernels, judged_as, qemu_pids, tree_ready
 from kernels.demo_repo import CULPRIT, make_demo_repo
-from kernels.trees import prune_orphans
+from kernels.trees import git_repo_of, prune_orphans
 from krig.paths import cache_dir
 
 # two real builds and guests: 10-20 min on 2 cores, started first by make test (`make test-bisect`: alone)
@@ -49,7 +49,7 @@ def test_bisect_names_the_injected_bad_commit(tmp_path):
     # the bisection's build tree borrows the clone's objects: gone with it, at the next new tree
     # or here, not ~1.7 GB left in the cache for every run of this test
     mine = [sp.with_suffix("") for sp in cache_dir("kbuild", "trees").glob("git-*.json")
-            if json.loads(sp.read_text()).get("origin", {}).get("repo") == str(repo.resolve())]
+            if git_repo_of(sp.with_suffix("")) == str(repo.resolve())]
     shutil.rmtree(repo)
     pruned = prune_orphans(None, log=lambda m: None)
     built = "(incremental)" in p.stdout or "(full build)" in p.stdout     # not every step cached already
