@@ -1,0 +1,120 @@
+"""QEMU opens nothing as root (rigs/qemu_launch.py): a real QEMU, started as the rig starts it,
+has its unprivileged user from its exec on, so a root-only file named on its command line
+(the rig file's filter bypassed) is refused to it by the kernel, while what krig hands it
+(console, disk image, 9p share, all in a directory only root may enter) still works."""
+import json
+import os
+import pathlib
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from krig.errors import RigError
+from rigs import qemu, qemu_confine, qemu_launch
+
+BASE = [qemu.QEMU, "-machine", "q35", "-accel", "tcg", "-m", "128", "-display", "none", "-vga", "none",
+        "-nodefaults", "-S", "-sandbox", qemu.SANDBOX]
+# the user QEMU runs as: krig-qemu when the tests run as root
+USER = qemu_confine.runas_user() or pwd.getpwuid(os.geteuid()).pw_name
+
+
+@pytest.fixture
+def secret():
+    """A file only its owner may read (mode 0600 under root; 0000 otherwise, which its owner
+    cannot read either), in a directory everyone may enter: only the file's mode guards it."""
+    d = pathlib.Path(tempfile.mkdtemp(prefix="krig-secret-"))
+    d.chmod(0o755)
+    f = d / "secret"
+    f.write_bytes(b"KRIG-SECRET-" + os.urandom(8).hex().encode())
+    f.chmod(0o600 if os.geteuid() == 0 else 0)
+    yield f
+    shutil.rmtree(d)
+
+
+def _start(argv, extra=(), owned=()):
+    p, guard, facts = qemu_launch.start(argv, extra, owned=owned, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, start_new_session=True)
+    return p, guard, facts
+
+
+def _stop(p, guard):
+    if p.poll() is None:
+        p.kill()
+    out, err = p.communicate(timeout=60)
+    qemu_confine.end_guard(guard)
+    return err.decode(errors="replace")
+
+
+@pytest.mark.parametrize("extra", [
+    lambda f: ["-device", json.dumps({"driver": "loader", "file": str(f), "addr": 4096})],
+    lambda f: ["-device", f"loader,file={f},addr=0x1000"],
+])
+def test_a_root_only_file_named_to_qemu_is_refused_to_it(secret, extra):
+    """The loader device copies a host file into guest memory. Named to QEMU directly (the
+    rig file's filter bypassed), the 0600 root-only file cannot be opened: QEMU exits at once
+    with "Permission denied" naming it. QEMU that opened its command line as root (-runas)
+    would load it and keep running, stopped (-S), with the bytes in the guest's memory."""
+    p, guard, facts = _start(BASE, extra(secret))
+    try:
+        p.wait(30)
+    except subprocess.TimeoutExpired:
+        pass
+    err = _stop(p, guard)
+    assert p.returncode not in (None, 0, -9), (p.returncode, err)
+    assert f"{secret}: Permission denied" in err, err
+    assert "-runas" not in facts["qemu_started_as"]
+
+
+def test_qemu_has_its_user_from_its_exec_and_cannot_be_read_by_its_kin(tmp_path, secret):
+    """From the first moment the process is QEMU (its /proc cmdline), it has its user; when the
+    tests run as root it is not dumpable (its real group is not its effective one), so another
+    process of that same user (another run's QEMU) cannot open its descriptors through /proc.
+    What krig hands over, in a directory only root may enter (console.log, a disk image, the
+    9p share), QEMU opened: it runs, stopped (-S), and the share is its user's."""
+    work = tmp_path / "work"
+    (work / "share").mkdir(parents=True)
+    work.chmod(0o700)
+    (work / "disk.img").write_bytes(b"\0" * (1 << 20))
+    argv = [*BASE, "-chardev", f"file,id=con,path={work / 'console.log'}", "-serial", "chardev:con",
+            "-virtfs", f"local,path={work / 'share'},mount_tag=krig,security_model=mapped-xattr,multidevs=remap",
+            "-drive", f"file={work / 'disk.img'},if=none,id=d0,format=raw,cache=unsafe",
+            "-device", "nvme,drive=d0,serial=krig-test"]
+    p, guard, facts = _start(argv, owned=[work / "share"])
+    try:
+        uid, status = None, ""
+        for _ in range(1000):           # bounded: setpriv execs QEMU at once
+            status = pathlib.Path(f"/proc/{p.pid}/status").read_text()
+            if pathlib.Path(f"/proc/{p.pid}/cmdline").read_bytes().startswith(b"qemu-system"):
+                uid = next(ln.split()[1:] for ln in status.splitlines() if ln.startswith("Uid:"))
+                break
+            time.sleep(0.005)
+        want = pwd.getpwnam(USER).pw_uid
+        assert uid == [str(want)] * 4, uid      # real, effective, saved, filesystem
+        time.sleep(2)
+        assert p.poll() is None, _stop(p, guard)       # it opened every file it was handed
+        assert pwd.getpwuid((work / "share").stat().st_uid).pw_name == USER
+        if os.geteuid() == 0:
+            assert sorted(facts["qemu_files"].values()) == sorted(
+                str(work / n) for n in ("console.log", "share", "disk.img"))
+            gid = next(ln.split()[1:3] for ln in status.splitlines() if ln.startswith("Gid:"))
+            assert gid[0] != gid[1], gid
+            fds = sorted(os.listdir(f"/proc/{p.pid}/fd"))
+            kin = subprocess.run(["setpriv", f"--reuid={want}", f"--regid={pwd.getpwnam(USER).pw_gid}",
+                                  "--clear-groups", "--", "cat", f"/proc/{p.pid}/fd/{fds[-1]}"],
+                                 capture_output=True, text=True, timeout=30)
+            assert kin.returncode != 0 and "Permission denied" in kin.stderr, kin
+    finally:
+        _stop(p, guard)
+
+
+def test_a_file_qemu_user_cannot_read_is_one_line(tmp_path, secret):
+    """A file QEMU reads by name (the kernel, the initrd) that its user could not read: one line
+    naming it, before QEMU starts."""
+    secret.chmod(0o600)
+    with pytest.raises(RigError) as e:
+        qemu_launch.Handover(qemu_confine.USER if os.geteuid() == 0 else "nobody").by_name(secret)
+    assert str(e.value).startswith(f"{secret} is not readable by ") and "\n" not in str(e.value)
