@@ -9,7 +9,7 @@ and hands over as descriptors, so krig's cache under /root (0700) is never trave
 - the kernel and the initrd QEMU reads by name, and the roots of its 9p shares:
   /proc/self/fd/N (a reopen of krig's descriptor: the file or directory must be readable by
   QEMU's user; the writable share is made that user's);
-- console.log and the disk images it writes: `-add-fd fd=N,set=N` and /dev/fdset/N (QEMU
+- console.log and the disk images it writes: `-add-fd fd=N,set=N,opaque=PATH` and /dev/fdset/N (QEMU
   dups krig's descriptor: the files stay krig's, mode and owner).
 QEMU's real group (65534) is not its effective one (its user's group): the kernel makes a
 process whose real and effective ids differ non-dumpable at exec, as it does a process that
@@ -65,8 +65,9 @@ class Handover:
     def fdset(self, path, *flags: int) -> str:
         """A file QEMU writes: /dev/fdset/N, a set of krig's descriptors (one per flags)."""
         fds = [self._open(path, f) for f in flags]
-        for fd in fds:
-            self.add_fd += ["-add-fd", f"fd={fd},set={fds[0]}"]
+        for fd in fds:              # opaque: the host path, for query-fdsets and ps
+            self.add_fd += ["-add-fd", qemu_args.join_opts([("fd", str(fd)), ("set", str(fds[0])),
+                                                            ("opaque", str(path))])]
         self.files[f"/dev/fdset/{fds[0]}"] = str(path)
         return f"/dev/fdset/{fds[0]}"
 
