@@ -351,6 +351,7 @@ class _Power(PowerProtocol):
             raise RigError(f"rig {r.name}: power on before a kernel was chosen")
         qlog = open(r.run_dir / "qemu.log", "ab")
         try:
+            # the guest writes the share as QEMU's user
             r.proc, r.guard, started = qemu_launch.start(r.argv, r.extra, owned=[r.share], stdin=subprocess.DEVNULL,
                                                          stdout=qlog, stderr=qlog, start_new_session=True)
         except OSError as e:
@@ -412,7 +413,7 @@ class _Boot(BootProtocol):
         for i, d in enumerate(r.disks):
             argv += ["-drive", f"file={d['path']},if=none,id=nvme{i},format=raw,cache=unsafe",
                      "-device", f"nvme,drive=nvme{i},serial={d['serial']}"]
-        r.argv, r.extra = argv, spec["extra_args"]      # the guest writes the share as QEMU's user
+        r.argv, r.extra = argv, spec["extra_args"]      # started by power.on() (rigs/qemu_launch.py)
         r.facts["kernel_cmdline"] = " ".join(append)
         # the run has a console.log from the start, even if QEMU is stopped before it opens it
         self.console.log_path.touch()

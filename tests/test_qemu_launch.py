@@ -118,3 +118,33 @@ def test_a_file_qemu_user_cannot_read_is_one_line(tmp_path, secret):
     with pytest.raises(RigError) as e:
         qemu_launch.Handover(qemu_confine.USER if os.geteuid() == 0 else "nobody").by_name(secret)
     assert str(e.value).startswith(f"{secret} is not readable by ") and "\n" not in str(e.value)
+
+
+def test_only_krigs_own_host_paths_are_handed_over(tmp_path):
+    """The kernel, a 9p root, the console and a disk image become descriptors (the disk one
+    read-write and one read-only, in one set; its host path as the set's opaque label); every
+    other option, a rig file's extra_args among them, goes to QEMU as it is."""
+    for name in ("vmlinuz", "disk.img", "console.log"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "vmlinuz").chmod(0o644)
+    (tmp_path / "share").mkdir()
+    h = qemu_launch.Handover("nobody")
+    try:
+        argv = h.rewrite([qemu.QEMU, "-nodefaults", "-kernel", tmp_path / "vmlinuz", "-name", "-kernel",
+                          "-chardev", f"file,id=con,path={tmp_path / 'console.log'}",
+                          "-virtfs", f"local,path={tmp_path / 'share'},mount_tag=krig,readonly=on",
+                          "-drive", f"file={tmp_path / 'disk.img'},if=none,id=d0,format=raw"])
+        k, c, s, d = h.fds[:4]
+        assert argv == [qemu.QEMU, "-add-fd", f"fd={c},set={c},opaque={tmp_path / 'console.log'}",
+                        "-add-fd", f"fd={d},set={d},opaque={tmp_path / 'disk.img'}",
+                        "-add-fd", f"fd={h.fds[4]},set={d},opaque={tmp_path / 'disk.img'}",
+                        "-nodefaults", "-kernel", f"/proc/self/fd/{k}", "-name", "-kernel",
+                        "-chardev", f"file,id=con,path=/dev/fdset/{c}",
+                        "-virtfs", f"local,path=/proc/self/fd/{s},mount_tag=krig,readonly=on",
+                        "-drive", f"file=/dev/fdset/{d},if=none,id=d0,format=raw"]
+        assert os.readlink(f"/proc/self/fd/{k}") == str(tmp_path / "vmlinuz")
+        assert h.files[f"/dev/fdset/{d}"] == str(tmp_path / "disk.img")
+        cmd = h.command(argv)
+        assert cmd[cmd.index("--") + 1:] == argv and f"--reuid={pwd.getpwnam('nobody').pw_uid}" in cmd
+    finally:
+        h.close()
