@@ -8,7 +8,8 @@ everything its command line names). What the guest needs of the host krig opens 
 and hands over as descriptors, so krig's cache under /root (0700) is never traversed:
 - the kernel and the initrd QEMU reads by name, and the roots of its 9p shares:
   /proc/self/fd/N (a reopen of krig's descriptor: the file or directory must be readable by
-  QEMU's user; the writable share is made that user's);
+  QEMU's user; the writable share is made that user's; a kernel or initrd it may not read,
+  mode 0600, goes as a sealed in-memory copy);
 - console.log and the disk images it writes: `-add-fd fd=N,set=N,opaque=PATH` and /dev/fdset/N (QEMU
   dups krig's descriptor: the files stay krig's, mode and owner).
 QEMU's real group (65534) is not its effective one (its user's group): the kernel makes a
@@ -19,9 +20,11 @@ descriptors through /proc. That exec also clears the parent-death signal, so the
 /dev/kvm's, when that group may open it (KVM); none otherwise.
 krig not root: QEMU runs as krig's user, its command line as given.
 """
+import fcntl
 import os
 import pathlib
 import pwd
+import shutil
 import stat
 import subprocess
 
@@ -53,14 +56,30 @@ class Handover:
         return fd
 
     def by_name(self, path, directory: bool = False) -> str:
-        """A file (or directory) QEMU opens by name: /proc/self/fd/N, readable by QEMU's user."""
+        """A file (or directory) QEMU opens by name: /proc/self/fd/N, which QEMU's user reopens.
+        A file that user may not read (a kernel image of mode 0600) is handed over as a sealed
+        in-memory copy: its bytes go to the guest anyway. A directory it may not read is refused."""
         fd = self._open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
         st, need = os.fstat(fd), (stat.S_IROTH | stat.S_IXOTH) if directory else stat.S_IROTH
+        name, shown = f"/proc/self/fd/{fd}", str(path)
         if st.st_uid != self.pw.pw_uid and st.st_mode & need != need:
-            raise RigError(f"{path} is not readable by {self.pw.pw_name}, the user QEMU runs as "
-                           f"(mode {stat.S_IMODE(st.st_mode):o}); make it readable by all")
-        self.files[f"/proc/self/fd/{fd}"] = str(path)
-        return f"/proc/self/fd/{fd}"
+            if directory:
+                raise RigError(f"{path} is not readable by {self.pw.pw_name}, the user QEMU runs as "
+                               f"(mode {stat.S_IMODE(st.st_mode):o}); make it readable by all")
+            name, shown = f"/proc/self/fd/{self._copy(fd, path)}", f"{path} (a copy: mode {stat.S_IMODE(st.st_mode):o})"
+            self.fds.remove(fd)         # QEMU gets the copy, not the file
+            os.close(fd)
+        self.files[name] = shown
+        return name
+
+    def _copy(self, src: int, path) -> int:
+        fd = os.memfd_create(pathlib.Path(path).name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        self.fds.append(fd)
+        with open(src, "rb", closefd=False) as f_in, open(fd, "wb", closefd=False) as f_out:
+            shutil.copyfileobj(f_in, f_out, 1 << 20)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
+                    | fcntl.F_SEAL_SEAL)
+        return fd
 
     def fdset(self, path, *flags: int) -> str:
         """A file QEMU writes: /dev/fdset/N, a set of krig's descriptors (one per flags)."""

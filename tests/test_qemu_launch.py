@@ -111,13 +111,24 @@ def test_qemu_has_its_user_from_its_exec_and_cannot_be_read_by_its_kin(tmp_path,
         _stop(p, guard)
 
 
-def test_a_file_qemu_user_cannot_read_is_one_line(tmp_path, secret):
-    """A file QEMU reads by name (the kernel, the initrd) that its user could not read: one line
-    naming it, before QEMU starts."""
+def test_a_kernel_qemu_user_cannot_read_goes_as_a_sealed_copy(tmp_path, secret):
+    """A file QEMU reads by name (the kernel, the initrd; a distribution may install its kernel
+    0600) that its user may not read is handed over as a sealed in-memory copy, not as the
+    file; a share root that user may not read is one line naming it, before QEMU starts."""
     secret.chmod(0o600)
-    with pytest.raises(RigError) as e:
-        qemu_launch.Handover(qemu_confine.USER if os.geteuid() == 0 else "nobody").by_name(secret)
-    assert str(e.value).startswith(f"{secret} is not readable by ") and "\n" not in str(e.value)
+    h = qemu_launch.Handover(qemu_confine.USER if os.geteuid() == 0 else "nobody")
+    try:
+        name = h.by_name(secret)
+        assert h.files[name] == f"{secret} (a copy: mode 600)" and len(h.fds) == 1
+        assert os.readlink(name).startswith("/memfd:") and pathlib.Path(name).read_bytes() == secret.read_bytes()
+        with pytest.raises(OSError):
+            pathlib.Path(name).write_bytes(b"changed")     # sealed
+        (tmp_path / "closed").mkdir(mode=0o700)
+        with pytest.raises(RigError) as e:
+            h.by_name(tmp_path / "closed", directory=True)
+        assert str(e.value).startswith(f"{tmp_path / 'closed'} is not readable by ") and "\n" not in str(e.value)
+    finally:
+        h.close()
 
 
 def test_only_krigs_own_host_paths_are_handed_over(tmp_path):
