@@ -17,8 +17,8 @@ import time
 from krig import ROOT, safeio
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError, os_fault
 from krig.paths import cache_dir, owner_alive, owner_record
-from . import guestroot, initramfs, kimage, qemu_confine, qemu_memory, qemu_share
-from .procs import dies_with_parent, stopped_by_host
+from . import guestroot, initramfs, kimage, qemu_confine, qemu_launch, qemu_memory, qemu_share
+from .procs import stopped_by_host
 from .protocol import BootProtocol, ConsoleProtocol, FilesProtocol, PowerProtocol, Rig
 from .qemu_mailbox import MailboxCommand
 from .qemu_spec import TCG_TSC_CMDLINE, validate_spec
@@ -31,7 +31,7 @@ PROBE_CACHE_SECONDS = 24 * 3600
 GUEST_SHARE = "/run/krig/share"
 # QEMU's own seccomp filter: a guest that escapes into QEMU cannot exec, fork, raise its
 # privileges, or change scheduling and resource limits (docs/security.md); when krig is
-# root, QEMU runs as an unprivileged user and the filter lets it drop (rigs/qemu_confine.py)
+# root, QEMU is started as an unprivileged user (rigs/qemu_launch.py)
 SANDBOX = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
 
 
@@ -57,16 +57,14 @@ def probe_accel(kernel, initrd: pathlib.Path) -> tuple[str, str]:
         pass
     with tempfile.TemporaryDirectory(prefix="krig-probe-") as td:
         log = pathlib.Path(td, "console.log")
-        argv = qemu_confine.confine([
-            QEMU, "-accel", "kvm", "-cpu", "host", "-m", "512M", "-smp", "1",
-            "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot", "-sandbox", SANDBOX,
-            "-chardev", f"file,id=con,path={log}", "-serial", "chardev:con",
-            "-kernel", str(kernel.image), "-initrd", str(initrd),
-            "-append", "console=ttyS0 panic=-1 krig.mode=probe"])
+        argv = [QEMU, "-accel", "kvm", "-cpu", "host", "-m", "512M", "-smp", "1",
+                "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot", "-sandbox", SANDBOX,
+                "-chardev", f"file,id=con,path={log}", "-serial", "chardev:con",
+                "-kernel", str(kernel.image), "-initrd", str(initrd),
+                "-append", "console=ttyS0 panic=-1 krig.mode=probe"]
         t0 = time.monotonic()
-        p = subprocess.Popen(dies_with_parent(argv), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, start_new_session=True)
-        guard = qemu_confine.start_guard(p)
+        p, guard, _ = qemu_launch.start(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, start_new_session=True)
         try:
             _, err = p.communicate(timeout=PROBE_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -198,7 +196,8 @@ class QemuMachine:
         self.run_dir: pathlib.Path | None = None
         self.workdir: pathlib.Path | None = None
         self.share: pathlib.Path | None = None
-        self.argv: list = []
+        self.argv: list = []        # krig's own QEMU options, naming host paths (rigs/qemu_launch.py)
+        self.extra: list = []       # the rig file's extra_args, checked (rigs/qemu_args.py)
         self.disks: list = []
         self.facts: dict = {}
         self.keep_share = False     # results that could not be moved stay in the share
@@ -352,13 +351,14 @@ class _Power(PowerProtocol):
             raise RigError(f"rig {r.name}: power on before a kernel was chosen")
         qlog = open(r.run_dir / "qemu.log", "ab")
         try:
-            r.proc = subprocess.Popen(dies_with_parent(r.argv), stdin=subprocess.DEVNULL, stdout=qlog, stderr=qlog,
-                                      start_new_session=True)
+            # the guest writes the share as QEMU's user
+            r.proc, r.guard, started = qemu_launch.start(r.argv, r.extra, owned=[r.share], stdin=subprocess.DEVNULL,
+                                                         stdout=qlog, stderr=qlog, start_new_session=True)
         except OSError as e:
             raise RigError(f"cannot start {QEMU}: {e}") from None
         finally:
             qlog.close()
-        r.guard = qemu_confine.start_guard(r.proc)
+        r.facts.update(started)
 
     def off(self):
         if self.m.proc is not None:
@@ -413,10 +413,7 @@ class _Boot(BootProtocol):
         for i, d in enumerate(r.disks):
             argv += ["-drive", f"file={d['path']},if=none,id=nvme{i},format=raw,cache=unsafe",
                      "-device", f"nvme,drive=nvme{i},serial={d['serial']}"]
-        argv += spec["extra_args"]
-        argv = qemu_confine.confine(argv, owned=[r.share])     # the guest writes the share as QEMU's user
-        r.argv = argv
-        r.facts["qemu_argv"] = argv
+        r.argv, r.extra = argv, spec["extra_args"]      # started by power.on() (rigs/qemu_launch.py)
         r.facts["kernel_cmdline"] = " ".join(append)
         # the run has a console.log from the start, even if QEMU is stopped before it opens it
         self.console.log_path.touch()
@@ -433,7 +430,7 @@ class _Boot(BootProtocol):
                 raise GuestHung(f"guest did not come up within {timeout or spec['boot_timeout']:.0f}s")
             time.sleep(0.1)
         r.facts["boot_seconds"] = round(time.monotonic() - t0, 2)
-        r.facts["qemu_user"] = qemu_confine.process_user(r.proc.pid)     # the guest runs: QEMU dropped
+        r.facts["qemu_user"] = qemu_confine.process_user(r.proc.pid)     # the user the guest runs under
         r.facts.update(qemu_memory.booted(spec, r.proc.pid))
 
 

@@ -1,23 +1,19 @@
 """QEMU as an unprivileged user: when krig runs as root, the emulator does not.
 
 A guest that escapes the emulator (9p and NVMe emulation are where QEMU's escapes have
-been) has QEMU's user. So when krig runs as root, QEMU gets `-runas krig-qemu` (a system
-user `make setup` creates; `nobody` where it does not exist). QEMU opens what its command
-line names as root while it sets the machine up (the kernel and initrd, the disk images,
-the console file, the roots of its 9p shares, /dev/kvm), then drops to that user before
-the guest's first instruction. What it opens after that, the files below a 9p share's
-root, it opens as that user: the writable share is made that user's (`owned`), and what a
-read-only share holds must be readable by it. krig not root: QEMU runs as krig's user and
-nothing here changes its command line.
+been) has QEMU's user: `krig-qemu` when krig runs as root (a system user `make setup`
+creates; `nobody` where it does not exist), krig's own user otherwise. The QEMU rig's
+QEMU is exec'd as that user from its first instruction, its host files handed over as
+descriptors (rigs/qemu_launch.py). `confine` is the older way, for a QEMU a shell script
+starts (the simulated lab server's): `-runas USER`, which drops to that user only after
+QEMU opened, as root, what its command line names; there the seccomp filter must let QEMU
+make the set*id calls of the drop itself (`elevateprivileges=allow`).
 
-Two consequences of the drop:
-- QEMU's seccomp filter must let it make the set*id calls of the drop itself
-  (`elevateprivileges=allow`; `deny` kills QEMU at the drop). After it they raise
-  nothing: the user has no capability, and `spawn=deny` forbids exec of a set-uid program.
-- The kernel clears a process's parent-death signal when its user changes, so QEMU no
-  longer dies with krig through `setpriv --pdeathsig` (rigs/procs.py). A guard does it: a
-  small process of krig's user in its own session that waits on pidfds of krig and QEMU,
-  SIGKILLs QEMU when krig goes first and exits when QEMU does.
+Either way QEMU ends up non-dumpable (its user changed, or its real and effective groups
+differ at exec), and the kernel clears its parent-death signal (`setpriv --pdeathsig`,
+rigs/procs.py). A guard does that job: a small process of krig's user in its own session
+that waits on pidfds of krig and QEMU, SIGKILLs QEMU when krig goes first and exits when
+QEMU does.
 
 This file runs as that guard too (`python -I qemu_confine.py fd|pid WATCH QEMU`): the
 standard library only.
@@ -35,7 +31,7 @@ FALLBACK_USER = "nobody"
 
 
 def runas_user() -> str | None:
-    """The user QEMU drops to: None when krig is not root (QEMU then runs as krig's user)."""
+    """The user QEMU runs as: None when krig is not root (QEMU then runs as krig's user)."""
     if os.geteuid() != 0:
         return None
     for name in (USER, FALLBACK_USER):
@@ -55,14 +51,20 @@ def confine(argv: list, owned=()) -> list:
     who = runas_user()
     if who is None:
         return list(argv)
-    pw = pwd.getpwnam(who)
-    for top in owned:
-        _chown_tree(pathlib.Path(top), pw.pw_uid, pw.pw_gid)
+    give(owned, who)
     rest = [str(a) for a in argv[1:]]
     for i in range(len(rest) - 1):
         if rest[i] == "-sandbox":
             rest[i + 1] = rest[i + 1].replace("elevateprivileges=deny", "elevateprivileges=allow")
     return [str(argv[0]), "-runas", who, *rest]
+
+
+def give(owned, who: str) -> None:
+    """Each path of `owned` (a directory with everything below it, links not followed) made
+    the user `who`'s."""
+    pw = pwd.getpwnam(who)
+    for top in owned:
+        _chown_tree(pathlib.Path(top), pw.pw_uid, pw.pw_gid)
 
 
 def _chown_tree(top: pathlib.Path, uid: int, gid: int) -> None:

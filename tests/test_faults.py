@@ -280,14 +280,14 @@ def test_reap_takes_no_forged_verdict_and_no_link(tmp_path):
 
 @pytest.mark.guest
 def test_qemu_refuses_to_start(tmp_path, no_leftover_qemu):
-    """QEMU's own error (here an unknown device) is ERROR quoting QEMU, not CRASHED."""
-    rig = rig_file(tmp_path, extra=["-device", "no-such-device-krig"])
+    """QEMU's own error (here an unknown CPU model) is ERROR quoting QEMU, not CRASHED."""
+    rig = rig_file(tmp_path, extra=["-cpu", "no-such-cpu-krig"])
     p = krig_run(tmp_path, "selftest-pass", "--rig", str(rig))
     assert p.returncode == 3, p.stdout + p.stderr
     line = verdict_line(p.stdout)
-    assert line.startswith("ERROR: rig faulty: QEMU exited with status 1: ") and "no-such-device-krig" in line, line
+    assert line.startswith("ERROR: rig faulty: QEMU exited with status 1: ") and "no-such-cpu-krig" in line, line
     d = run_dir_of(p)
-    assert "no-such-device-krig" in (d / "qemu.log").read_text()
+    assert "no-such-cpu-krig" in (d / "qemu.log").read_text()
     assert not list((tmp_path / "work").iterdir()), "the work directory was left behind"
 
 
@@ -326,7 +326,7 @@ def test_kill9_incomplete_then_reaped(tmp_path, krig_cli, no_leftover_qemu):
     c = krig_cli("check", str(d))
     assert c.returncode == 7 and one_line(c.stdout) == f"INCOMPLETE: {INCOMPLETE_REASON}"
     # the next run on a rig with the same work directory reaps it (this one fails fast: QEMU refuses)
-    q = krig_run(tmp_path, "selftest-pass", "--rig", str(rig_file(tmp_path, "next", extra=["-device", "nope"])))
+    q = krig_run(tmp_path, "selftest-pass", "--rig", str(rig_file(tmp_path, "next", extra=["-cpu", "nope"])))
     assert q.returncode == 3, q.stdout + q.stderr
     assert not list((tmp_path / "work").iterdir()), "the stale work directory (and its image) is still there"
     assert "hanging now" in (d / "stdout").read_text(), "the killed run's output was lost"

@@ -36,7 +36,9 @@ def test_pass_has_every_file(tmp_path, no_leftover_qemu):
     assert m["rig_facts"]["accel"] in ("kvm", "tcg") and m["rig_facts"]["accel_reason"]
     # QEMU ran the guest as its own user, never as root (the guest still wrote its share)
     assert m["rig_facts"]["qemu_user"] == QEMU_USER and QEMU_USER != "root", m["rig_facts"]["qemu_user"]
-    assert ("-runas" in m["rig_facts"]["qemu_argv"]) == (os.geteuid() == 0)
+    # started as that user (rigs/qemu_launch.py), never root's to begin with and drop later
+    started = m["rig_facts"]["qemu_started_as"]
+    assert "-runas" not in started and (f"--reuid={pwd.getpwnam(QEMU_USER).pw_uid}" in started) == (os.geteuid() == 0)
     booted = next(ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith("krig: booted in "))
     assert f"({m['rig_facts']['accel']}" in booted, booted
     if m["rig_facts"]["accel"] == "tcg":    # the console says why not KVM, as the manifest does

@@ -160,9 +160,10 @@ time.sleep(600)
 
 
 def test_qemu_runs_as_its_own_user_and_dies_with_krig(tmp_path):
-    """QEMU as the rig starts it (rigs/qemu_confine.py): when the tests run as root, it drops to
-    its own unprivileged user under the rig's seccomp filter, the share it writes is that
-    user's, and, its parent-death signal gone with the drop, the guard kills it when its krig
+    """QEMU as the rig starts it (rigs/qemu_launch.py): when the tests run as root, it is its own
+    unprivileged user from its exec on, under the rig's seccomp filter (set*id calls still
+    denied: it never changes user itself), the share it writes is that user's, and, its
+    parent-death signal gone with its non-dumpable exec, the guard kills it when its krig
     process is SIGKILLed. A real QEMU without a guest (-machine none)."""
     from rigs import qemu_confine
     want = qemu_confine.runas_user() or pwd.getpwuid(os.geteuid()).pw_name
@@ -170,12 +171,11 @@ def test_qemu_runs_as_its_own_user_and_dies_with_krig(tmp_path):
     (share / "out").mkdir(parents=True)
     parent = subprocess.Popen([sys.executable, "-c", f"""
 import pathlib, subprocess, time
-from rigs import qemu, qemu_confine
-from rigs.procs import dies_with_parent
-argv = qemu_confine.confine([qemu.QEMU, "-machine", "none", "-display", "none", "-nodefaults",
-                             "-sandbox", qemu.SANDBOX], owned=[{str(share)!r}])
-p = subprocess.Popen(dies_with_parent(argv), stdin=subprocess.DEVNULL, start_new_session=True)
-qemu_confine.start_guard(p)
+from rigs import qemu, qemu_launch
+p, guard, facts = qemu_launch.start([qemu.QEMU, "-machine", "none", "-display", "none", "-nodefaults",
+                                     "-sandbox", qemu.SANDBOX], owned=[{str(share)!r}],
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+assert "elevateprivileges=deny" in " ".join(facts["qemu_started_as"])
 pathlib.Path({str(pidfile)!r}).write_text(str(p.pid))
 time.sleep(600)
 """], cwd=ROOT)
@@ -184,7 +184,7 @@ time.sleep(600)
         for _ in range(300):
             if pidfile.exists() and pidfile.read_text():
                 qemu = int(pidfile.read_text())
-                if qemu_confine.process_user(qemu) == want:
+                if open(f"/proc/{qemu}/cmdline").read().startswith("qemu-system"):
                     break
             time.sleep(0.1)
         assert qemu and qemu_confine.process_user(qemu) == want != "root", (qemu, want)
@@ -212,7 +212,8 @@ def _krig(*args, env=None):
                                            (["-machine", "pc,firmware=/root/x"], "firmware= is not allowed"),
                                            (["-machine", "q35,dtb=/root/x"], "dtb= is not allowed"),
                                            (["-global", "guest-loader.kernel=/etc/shadow"], "kernel= is not allowed"),
-                                           (["-device", "guest-loader,initrd=/etc/shadow"], "initrd= is not allowed"),
+                                           (["-device", "guest-loader,initrd=/etc/shadow"],
+                                            "-device guest-loader is not allowed"),
                                            (["-global", "fw_cfg.bios=/etc/shadow"], "bios= is not allowed")])
 def test_qemu_extra_args_allow_list(tmp_path, extra, refused):
     """Case 3 (QEMU): extra_args outside the allow-list, or a property naming a host file: exit 2,
