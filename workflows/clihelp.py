@@ -23,6 +23,10 @@ PROJECT_HELP = ("also project the run to a machine of RAM bytes (and CPUS; defau
                 "3T:384; repeatable. Where the reproducer has a model (neg-dentry-flood): a projection, "
                 "never a measurement (default: 4 GB, 256 GB and 3 TB only)")
 
+RIG_HELP = ("a rig's name, found as RIG.toml in rigs/, then ~/.config/krig/rigs ($XDG_CONFIG_HOME/krig/rigs: "
+            "`krig lab sim up` writes there), then each directory of KRIG_RIG_PATH (':'-separated); or a rig "
+            "file's path")
+
 SIMPLE_CODES = "exit codes: 0 done, 2 bad input (one line names what was wrong), 3 krig or the host broke"
 
 MAIN_EPILOG = f"""examples:
@@ -115,6 +119,7 @@ see docs/qualify.md""",
   krig lab sync
   krig lab status
   krig lab sim up lab1
+  krig lab sim list
 
 {SIMPLE_CODES}
 see docs/lab-coordinator.md""",
@@ -131,6 +136,7 @@ see docs/lab-coordinator.md""",
 see docs/lab-coordinator.md""",
     "lab sim": f"""examples (a lab server without hardware, docs/lab-server.md):
   krig lab sim up lab1 --memory 8G
+  krig lab sim list
   krig run selftest-pass --rig lab1
   krig lab sim down lab1
 
@@ -147,6 +153,13 @@ see docs/lab-server.md""",
   krig lab sim down lab1
 
 {SIMPLE_CODES}
+see docs/lab-server.md""",
+    "lab sim list": """example:
+  krig lab sim list
+
+state: up (its BMC answers; the rig powers the server on), starting, or stopped (its
+supervisor is gone: `krig lab sim down NAME` clears what it left)
+exit codes: 0 listed (none is not an error)
 see docs/lab-server.md""",
     "list": """example:
   krig list

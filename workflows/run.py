@@ -15,7 +15,7 @@ from .hostload import HostSampler
 from kernels.catalog import load_kernel
 from kernels.given import check_config
 from krig.paths import owner_record
-from .preflight import admission_line, preflight
+from .preflight import admission_line, before_build
 from krig.reproducer import load_reproducer
 from krig.record import Manifest
 from krig.record_machine import Machine
@@ -37,9 +37,9 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
+    host = before_build(rig, repro, results_root, [("--kernel", kernel_name)], collect, preset, params)
     kernel = load_kernel(kernel_name, build=True, log=log)
     check_config(kernel, repro.name)
-    host = preflight(rig, repro, results_root, collect, preset, params)
 
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
