@@ -53,7 +53,7 @@ class IpmiRig(Rig):
         if self.spec["boot"] != "installed":
             return None
         return (f'{self.where} says boot = "installed": it powers the server on into the kernel installed '
-                'there, never one krig builds (boot = "kexec" boots it)')
+                'there (boot = "kexec" boots the kernel asked)')
 
     def scratch_env(self):
         return {"KRIG_SCRATCH_DEV": self.spec["scratch_dev"]} if self.spec["scratch_dev"] else {}

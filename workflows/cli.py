@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog=clihelp.MAIN_EPILOG)
     p.add_argument("--version", action=_Version, nargs=0,
                    help="print krig's version and the git commit of its checkout, and exit")
+    add_quiet(p, False)
     sub = p.add_subparsers(dest="cmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     add_run_commands(sub)
     add_share_commands(sub)
@@ -81,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def add_quiet(p, default=argparse.SUPPRESS) -> None:
+    """-q: long waits (a boot, the workload, a lab server's power and POST) say nothing on the terminal."""
+    p.add_argument("-q", "--quiet", action="store_true", default=default,
+                   help="no progress lines on the terminal; they still go to each run's krig.log (default: "
+                   "one line at least every 30 s of a long wait, saying what krig waits for)")
+
+
 def add_run_commands(sub) -> None:
     """`krig run`, and `krig check` and `krig report` of a run."""
     r = sub.add_parser("run", help="run a reproducer on a rig")
@@ -93,6 +101,7 @@ def add_run_commands(sub) -> None:
     r.add_argument("--repeat", type=ascii_int, metavar="N", help="N runs as one group (group.json; default one run)")
     r.add_argument("--group", metavar="DIR", help="the group directory to make or continue "
                    "(default results/<repro>/<kernel>/<rig>/group-<time>)")
+    add_quiet(r)
     r.set_defaults(handler="workflows.group:cmd_run")
     c = sub.add_parser("check", help="re-run the analysis of an existing run directory")
     c.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (any copy of one; results/latest is the newest run)")
@@ -123,6 +132,7 @@ def add_share_commands(sub) -> None:
     rr.add_argument("--kernel", metavar="KERNEL", help="the kernel to run (default: the bundle's kernel argument "
                     "or name; a bundled image with --with-kernel is used only when given as bundled)")
     rr.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help=f"the rig: {RIG_HELP} (default qemu-default)")
+    add_quiet(rr)
     rr.set_defaults(handler="workflows.reproduce:cmd_reproduce")
 
 
@@ -149,6 +159,7 @@ def add_series_commands(sub) -> None:
                    help="the validation directory (default results/validate/<repro>-<patchset>-<key>)")
     v.add_argument("--from", dest="sender", metavar="'NAME <ADDR>'",
                    help="the reply's sender and Tested-by (default: git config user.name/user.email)")
+    add_quiet(v)
     v.set_defaults(handler="workflows.validate:cmd_validate")
     b4c = sub.add_parser("b4-check", help="krig's validations of a series as a `b4 review` check (JSON on stdout)")
     b4c.add_argument("--dir", action="append", metavar="DIR",
@@ -172,6 +183,7 @@ def add_lab_commands(sub) -> None:
                    "default the suite's)")
     q.add_argument("--check", action="store_true", help="only check the suite, its rigs (each boots its kernels) "
                    "and the host budget of each run, then exit: nothing built or run (default: run the suite)")
+    add_quiet(q)
     q.set_defaults(handler="workflows.qualify:cmd_qualify")
     lb = sub.add_parser("lab", help="the lab: its labgrid coordinator (KRIG_LAB_COORDINATOR=HOST:PORT), and "
                         "simulated lab servers on this machine (krig lab sim)")
@@ -240,6 +252,8 @@ def add_reading_commands(sub) -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.quiet:              # in the environment: qualify's and bisect's worker processes inherit it
+        os.environ["KRIG_QUIET"] = "1"
 
     def call():
         try:
