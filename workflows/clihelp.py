@@ -107,11 +107,13 @@ see docs/b4-review.md""",
     "qualify": """examples:
   krig qualify qualify/smoke.toml
   krig qualify qualify/ram-scaling.toml --fresh
+  krig qualify qualify/seed-scale.toml --check
 
 exit codes (differ from run's: one answer for the whole suite):
     0 every run finished as the suite expects
     1 every run finished, and some did not give the expected verdict (signoff.txt names them)
-    2 bad input (the suite file, a rig, a reproducer)
+    2 bad input (the suite file, a rig, a reproducer; a rig that cannot boot a kernel asked or a host that
+      cannot give a run: before anything is built)
     3 runs missing (an error stopped them): the same command finishes the suite
   130 interrupted: the same command finishes the suite
 see docs/qualify.md""",
