@@ -439,7 +439,8 @@ def test_a_rig_that_cannot_run_it_is_refused_before_any_build(series_repo, tmp_p
         path, line = installed_rig(tmp_path / "lab"), (r'^--base tiny-6\.1: rig installed cannot boot a kernel krig '
                                                         r'builds: .*boot = "installed".*; nothing was built$')
     else:
-        path, line = rig_with_memory(tmp_path, "64T"), r"qemu-64t\.toml\.memory: 65536\.0 GiB is more than this host can give now"
+        path, line = rig_with_memory(tmp_path, "64T"), (r"qemu-64t\.toml\.memory: 65536\.0 GiB is more than this host "
+                                                         r"can give now")
     with pytest.raises(UsageError, match=line):
         kv.validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 2, rig_name=str(path),
                     out=tmp_path / "v", sender="Krig Tester <tester@example.org>", log=lambda *a: None)
