@@ -85,8 +85,8 @@ def load_rig(name: str, what: str = "--rig"):
     if path is None and (name.endswith(".toml") or "/" in name):
         p = pathlib.Path(name).expanduser()
         why = "a directory, not a rig file" if p.is_dir() else "no such file"
-        raise UsageError(f"{what} {name}: {why} (a rig file's path, or a name of rigs/: "
-                         f"{', '.join(rig_names())})")
+        raise UsageError(f"{what} {name}: {why} (a rig file's path, or a rig's name: {', '.join(rig_names())}, "
+                         f"found in {rig_places()})")
     if path is None:
         raise UsageError(f"{what} {name!r}: unknown rig; allowed: {', '.join(rig_names())} (rig files are "
                          f"found in {rig_places()}; or give a rig file's path)")

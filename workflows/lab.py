@@ -9,7 +9,7 @@ import time
 
 from krig.config import load_toml, optional, reject_unknown
 from krig.errors import UsageError
-from rigs import lab, lab_tags, load_rig, rig_names, rig_path
+from rigs import lab, lab_tags, load_rig, rig_names, rig_path, rig_places
 
 SELECT = {"tags", "min", "count"}
 
@@ -43,7 +43,7 @@ def sync(names: list[str] | None = None, log=print) -> int:
     rigs = ipmi_rigs(names)         # the names first: a wrong one is said before the coordinator is asked
     coord = _coordinator()
     if not rigs:
-        raise UsageError("krig lab sync: no IPMI rig files found (rigs/ or KRIG_RIG_PATH)")
+        raise UsageError(f"krig lab sync: no IPMI rig files found in {rig_places()}")
     for name, tags in rigs.items():
         how = coord.sync_place(name, tags)
         log(f"lab: place {name}: {how}: " + " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
