@@ -359,3 +359,18 @@ def test_bisect_demo_checks_its_arguments_before_unpacking(krig_cli, tmp_path):
     assert_one_line(p, "--repro nope", "allowed:")
     assert not (cache / "bisect-demo").exists() or not any((cache / "bisect-demo").iterdir())
     assert not (cache / "kbuild").exists() or not any((cache / "kbuild").rglob("*.c"))
+
+
+def test_a_rig_that_boots_only_the_installed_kernel_still_runs_one_krig_does_not_build(tmp_path):
+    """boot = "installed" refuses what krig builds, never the distro's kernel or an image built
+    elsewhere (the server may have it installed: `uname -r` decides); boot = "kexec" takes both."""
+    from rigs import load_rig
+    from workflows.preflight import check_boots
+    path = installed_rig(tmp_path / "lab")
+    rig = load_rig(str(path))
+    check_boots(rig, [("--kernel", "distro"), ("--kernel", str(path))])      # (a file given as an image)
+    for text in ("tiny-6.1", f"tiny-6.1,series={path}", None):
+        with pytest.raises(UsageError, match=r"rig installed cannot boot a kernel krig builds"):
+            check_boots(rig, [("--kernel", text)])
+    path.write_text(path.read_text().replace('boot = "installed"', 'boot = "kexec"'))
+    check_boots(load_rig(str(path)), [("--kernel", "tiny-6.1"), ("--tree", None)])
