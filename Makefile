@@ -135,7 +135,7 @@ qualify: helpers python
 export SCALE_RIG
 seed-scale: helpers python
 	@if [[ -n "$$SCALE_RIG" && ! "$$SCALE_RIG" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$$ ]]; then \
-		echo "make seed-scale: SCALE_RIG=$$(printf %q "$$SCALE_RIG") is not a rig name (letters, digits, . _ -;" \
+		echo "make seed-scale: SCALE_RIG='$$SCALE_RIG' is not a rig name (letters, digits, . _ -;" \
 			"a rig of rigs/, ~/.config/krig/rigs or KRIG_RIG_PATH)" >&2; exit 2; fi
 	$(KRIG) qualify qualify/seed-scale.toml --check $${SCALE_RIG:+--rig "$$SCALE_RIG"}
 	$(KRIG) kernel build tiny-6.1-negative-dentry-per-bucket
