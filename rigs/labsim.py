@@ -274,7 +274,7 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
 def servers() -> list[dict]:
     """Every simulated server `up` left state for (this user's): its name, state (up; starting;
     stopped: its supervisor is gone, `down` clears it), memory, ports, rig file and owner."""
-    root = state_dir("x").parent
+    root = _xdg("XDG_STATE_HOME", "~/.local/state") / "labsim"      # state_dir(NAME)'s parent
     out = []
     for d in sorted(root.iterdir()) if root.is_dir() else []:
         if not NAME_RE.match(d.name) or not d.is_dir():
