@@ -129,10 +129,17 @@ qualify: helpers python
 	@rc=0; for s in $(SUITE); do $(KRIG) qualify $$s || rc=$$?; done; exit $$rc
 
 # The seed reports' scale points (qualify/seed-scale.toml), on its rigs or every entry on SCALE_RIG:
-# hours of TCG here, minutes on a lab server; interrupted, the same command resumes.
+# hours of TCG here, minutes on a lab server; interrupted, the same command resumes. SCALE_RIG is
+# read from the environment (one word, quoted: never options) and checked, with the suite's rigs
+# and the host, before the kernel is built.
+export SCALE_RIG
 seed-scale: helpers python
+	@if [[ -n "$$SCALE_RIG" && ! "$$SCALE_RIG" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$$ ]]; then \
+		echo "make seed-scale: SCALE_RIG='$$SCALE_RIG' is not a rig name (letters, digits, . _ -;" \
+			"a rig of rigs/, ~/.config/krig/rigs or KRIG_RIG_PATH)" >&2; exit 2; fi
+	$(KRIG) qualify qualify/seed-scale.toml --check $${SCALE_RIG:+--rig "$$SCALE_RIG"}
 	$(KRIG) kernel build tiny-6.1-negative-dentry-per-bucket
-	$(KRIG) qualify qualify/seed-scale.toml $(if $(SCALE_RIG),--rig $(SCALE_RIG))
+	$(KRIG) qualify qualify/seed-scale.toml $${SCALE_RIG:+--rig "$$SCALE_RIG"}
 
 bench: helpers python
 	$(PY) bench/run_all.py

@@ -56,3 +56,19 @@ def load_kernel(name: str, build: bool = False, log=print) -> Kernel:
                       cmdline=list(optional(data, "cmdline", list, where, [])),
                       description=optional(data, "description", str, where, ""))
     return load_built_kernel(name, data, where)
+
+
+def krig_builds(name: str) -> bool:
+    """Whether `name` asks for a kernel krig builds: a kernels/ toml of a built source, TREE@REF,
+    anything with ,series=. Not the distro's packaged kernel, nor a tree or an image built
+    elsewhere (one a lab server may have installed). Nothing is read but the tomls."""
+    from .given import parse
+    if is_given(name):
+        g = parse(name)
+        if g.kind == "git" or "series" in g.opts:
+            return True
+        if g.kind != "toml":
+            return False
+        name = g.name
+    path = kernel_toml(name, KERNEL_DIR)
+    return path.exists() and not is_distro(load_toml(path))

@@ -19,7 +19,7 @@ MISSING = -1            # krig-sampler writes -1 for a source it could not read
 # Files krig itself writes into a run directory: the guest's results never take these names.
 KRIG_FILES = frozenset({MANIFEST, VERDICT, METRICS, THRESHOLDS, "console.log", "qemu.log", "host.tsv", "stdout", "stderr",
                         "exit_code", "analysis.log", "junit.xml", "report.html", "summary.txt", "sel.txt",
-                        "sel-before.txt", "sol-notes.log", "ssh.log", "plots"})
+                        "sel-before.txt", "sol-notes.log", "ssh.log", "plots", "krig.log"})
 
 
 def is_run_dir(path) -> bool:

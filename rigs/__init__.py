@@ -60,6 +60,13 @@ def rig_names() -> list[str]:
     return sorted({p.stem for d in rig_dirs() for p in d.glob("*.toml")})
 
 
+def rig_places() -> str:
+    """Where rig files are found, as errors and --help say it."""
+    extra = os.environ.get("KRIG_RIG_PATH", "")
+    return (f"rigs/, {user_rig_dir()} (`krig lab sim up` writes there), then KRIG_RIG_PATH "
+            + (f"({extra})" if extra else "(not set)"))
+
+
 def rig_path(name: str) -> pathlib.Path | None:
     if name.endswith(".toml") or "/" in name:
         p = pathlib.Path(name).expanduser()
@@ -78,10 +85,11 @@ def load_rig(name: str, what: str = "--rig"):
     if path is None and (name.endswith(".toml") or "/" in name):
         p = pathlib.Path(name).expanduser()
         why = "a directory, not a rig file" if p.is_dir() else "no such file"
-        raise UsageError(f"{what} {name}: {why} (a rig file's path, or a name of rigs/: "
-                         f"{', '.join(rig_names())})")
+        raise UsageError(f"{what} {name}: {why} (a rig file's path, or a rig's name: {', '.join(rig_names())}, "
+                         f"found in {rig_places()})")
     if path is None:
-        raise UsageError(f"{what} {name!r}: unknown rig; allowed: {', '.join(rig_names())}")
+        raise UsageError(f"{what} {name!r}: unknown rig; allowed: {', '.join(rig_names())} (rig files are "
+                         f"found in {rig_places()}; or give a rig file's path)")
     if name.endswith(".toml") or "/" in name:
         where = name                    # the path exactly as the user gave it
     else:

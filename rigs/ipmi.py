@@ -49,6 +49,12 @@ class IpmiRig(Rig):
     def prepare(self, run_dir, kernel, needs):
         self.server.prepare(run_dir, needs)
 
+    def boots_installed_only(self):
+        if self.spec["boot"] != "installed":
+            return None
+        return (f'{self.where} says boot = "installed": it powers the server on into the kernel installed '
+                'there (boot = "kexec" boots the kernel asked)')
+
     def scratch_env(self):
         return {"KRIG_SCRATCH_DEV": self.spec["scratch_dev"]} if self.spec["scratch_dev"] else {}
 

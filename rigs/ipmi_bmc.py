@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 
+from krig import progress
 from krig.errors import RigError
 from .procs import dies_with_parent
 
@@ -185,12 +186,13 @@ class Bmc:
 
     def wait_power(self, want: str, timeout: float, poll: float = 1.0) -> bool:
         deadline = time.monotonic() + timeout
-        for _ in range(int(timeout / poll) + 2):
-            if self.power_status() == want:
-                return True
-            if time.monotonic() > deadline:
-                break
-            time.sleep(poll)
+        with progress.waiting(f"the server {self.rig}'s power to be {want} (its BMC)", timeout):
+            for _ in range(int(timeout / poll) + 2):
+                if self.power_status() == want:
+                    return True
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(poll)
         return False
 
     # -- SEL ----------------------------------------------------------------

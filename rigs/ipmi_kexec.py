@@ -16,6 +16,7 @@ import pathlib
 import shlex
 import subprocess
 
+from krig import progress
 from krig.errors import RigError, UsageError
 from . import initramfs
 from .ipmi_ssh import SshLost, remote_command
@@ -147,7 +148,9 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     producer = ["tar", "-ch"] + [a for f in files for a in ("-C", str(f.parent), f.name)] + ["-f", "-"]
     q = shlex.quote(bootdir)
     try:
-        rig.ssh.pipe_to(f"rm -rf {q} && mkdir -p {q} && tar -xf - -C {q}", producer, rig.spec["pull_timeout"])
+        with progress.waiting(f"the kernel {kernel.release} to copy to the server {rig.name}",
+                              rig.spec["pull_timeout"]):
+            rig.ssh.pipe_to(f"rm -rf {q} && mkdir -p {q} && tar -xf - -C {q}", producer, rig.spec["pull_timeout"])
     except (SshLost, subprocess.TimeoutExpired) as e:
         raise RigError(f"rig {rig.name}: copying the kernel to the server failed: {e or 'timeout'}") from None
     rig.facts["kexec_modules"] = _ship_modules(rig, kernel)
@@ -165,7 +168,8 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     argv = kexec_args(rig, kernel, [*cmdline, *initrd_words], f"{bootdir}/{image.name}",
                       f"{bootdir}/{initrd.name}" if initrd else None, syscall)
     rig.facts["kexec"] = argv
-    rc, _, err = rig.ssh_call("loading the kernel with kexec", remote_command(argv, None), 120)
+    with progress.waiting(f"kexec to load the kernel {kernel.release} on the server {rig.name}", 120):
+        rc, _, err = rig.ssh_call("loading the kernel with kexec", remote_command(argv, None), 120)
     if rc != 0:
         msg = err.decode(errors="replace").strip().splitlines()
         why = msg[-1] if msg else f"exit {rc}"

@@ -8,6 +8,7 @@ import subprocess
 import tempfile
 import time
 
+from krig import progress
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
 from krig.paths import cache_dir
 from krig.verdict import first_crash
@@ -169,23 +170,24 @@ class IpmiServer(ServerSetup):
     def wait_up(self, timeout: float, what: str, old_boot_id=None):
         """Until SSH answers with a boot_id other than old_boot_id; crash/off/timeout raise."""
         mark, t0 = self.console_size(), time.monotonic()
-        for n in range(int(timeout / POLL) + 2):
-            left = timeout - (time.monotonic() - t0)
-            bid = self.ssh.probe(max(1.0, min(self.spec["ssh"]["connect_timeout"], left)))
-            if bid and bid != old_boot_id:
-                self.boot_id, self.state = bid, "up"
-                self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir)
-                return
-            crash = self.console_crash(mark)
-            if crash:
-                self.state = "crashed"
-                raise GuestCrashed(f"the kernel crashed {what}: {crash}")
-            if n % 5 == 4 and self.bmc.power_status() == "off":
-                self.state = "crashed"
-                raise GuestCrashed(f"the server powered off {what}")
-            if time.monotonic() - t0 > timeout:
-                break
-            time.sleep(POLL)
+        with progress.waiting(f"the server {self.name} to answer SSH {what}", timeout):
+            for n in range(int(timeout / POLL) + 2):
+                left = timeout - (time.monotonic() - t0)
+                bid = self.ssh.probe(max(1.0, min(self.spec["ssh"]["connect_timeout"], left)))
+                if bid and bid != old_boot_id:
+                    self.boot_id, self.state = bid, "up"
+                    self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir)
+                    return
+                crash = self.console_crash(mark)
+                if crash:
+                    self.state = "crashed"
+                    raise GuestCrashed(f"the kernel crashed {what}: {crash}")
+                if n % 5 == 4 and self.bmc.power_status() == "off":
+                    self.state = "crashed"
+                    raise GuestCrashed(f"the server powered off {what}")
+                if time.monotonic() - t0 > timeout:
+                    break
+                time.sleep(POLL)
         self.state = "hung"
         raise BootTimeout(f"rig {self.name}: the server did not answer SSH within {timeout:.0f}s {what}; "
                           f"krig powers it off: see console.log, then power it on by hand (ipmitool ... "
@@ -321,4 +323,6 @@ class IpmiServer(ServerSetup):
     def pull_over_ssh(self, remote: str, local: pathlib.Path, timeout: float):
         """The directory remote into local: only regular files and directories (rigs/ipmi_pull.py)."""
         local.mkdir(parents=True, exist_ok=True)
-        pull_results(self.ssh, remote, local, timeout, self.spec["pull_max_size"], self.spec["pull_max_file_size"])
+        with progress.waiting(f"the results to come over SSH from the server {self.name}", timeout):
+            pull_results(self.ssh, remote, local, timeout, self.spec["pull_max_size"],
+                         self.spec["pull_max_file_size"])

@@ -163,6 +163,29 @@ def check_name(name: str) -> str:
     return name
 
 
+def check_memory(memory: str | None) -> int:
+    """--memory (default 2G) in bytes, admitted by the host budget (admission); else one line."""
+    if memory is not None and not memory.strip():
+        raise UsageError(f"--memory: {memory!r} is empty; give the server's RAM, 1G-64T (default {MEMORY_DEFAULT})")
+    mem = parse_size(MEMORY_DEFAULT if memory is None else memory, "--memory")
+    if not MEMORY_MIN <= mem <= MEMORY_MAX or mem % (1 << 20):
+        raise UsageError(f"--memory: {memory!r} is outside 1G-64T or not a whole number of MiB")
+    info = qemu_memory.meminfo()
+    said = admission(mem, info.get("MemAvailable", 0), info.get("MemTotal", 0))
+    if said:
+        raise UsageError(f"--memory {memory or MEMORY_DEFAULT}: {said} (the host budget, as for the QEMU rig)")
+    return mem
+
+
+def admission(mem: int, avail: int, total: int) -> str | None:
+    """A server of `mem` bytes on a host of `total` bytes with `avail` available, by the QEMU
+    rig's host-budget rule (rigs/qemu_memory.py: refusal): up to the host's RAM it is backed by
+    RAM, which must fit in MemAvailable; above, sparse, what its boot touches (struct pages,
+    hash tables, page tables, QEMU) must fit in MemAvailable less the margin. None: admitted."""
+    sparse = qemu_memory.sparse_needs(mem, qemu_memory.margin(total)) if mem > total else None
+    return qemu_memory.refusal(mem, avail, sparse)
+
+
 def read_state(name: str) -> dict | None:
     try:
         return json.loads((state_dir(name) / "state.json").read_text())
@@ -201,9 +224,7 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
     owner_rec = None if owner is None else process_record(owner)
     if owner is not None and owner_rec is None:
         raise UsageError(f"--owner: {owner} is not a running process's pid")
-    mem = parse_size(memory or MEMORY_DEFAULT, "--memory")
-    if not MEMORY_MIN <= mem <= MEMORY_MAX or mem % (1 << 20):
-        raise UsageError(f"--memory: {memory!r} is outside 1G-64T or not a whole number of MiB")
+    mem = check_memory(memory)
     st = read_state(name)
     if _supervisor_alive(st):
         log(f"krig: lab sim {name}: already up ({st['memory_mb']} MiB); krig lab sim down {name} stops it")
@@ -248,6 +269,27 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
         how = lab.Coordinator(lab.address()).sync_place(name, tags)
         log(f"lab: place {name}: {how}: " + " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
     return pathlib.Path(st["rig"])
+
+
+def servers() -> list[dict]:
+    """Every simulated server `up` left state for (this user's): its name, state (up; starting;
+    stopped: its supervisor is gone, `down` clears it), memory, ports, rig file and owner."""
+    root = _xdg("XDG_STATE_HOME", "~/.local/state") / "labsim"      # state_dir(NAME)'s parent
+    out = []
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        if not NAME_RE.match(d.name) or not d.is_dir():
+            continue
+        st = read_state(d.name) or {}
+        try:
+            req = json.loads((d / "request.json").read_text())
+        except (OSError, ValueError):
+            req = {}
+        alive = _supervisor_alive(st)
+        state = "up" if alive and st.get("ready") else "starting" if alive or (req and not st) else "stopped"
+        out.append({"name": d.name, "state": state, "memory_mb": st.get("memory_mb", req.get("memory_mb")),
+                    "sparse": st.get("sparse"), "bmc_port": st.get("lan_port"), "ssh_port": st.get("ssh_port"),
+                    "rig": st.get("rig"), "owner": (req.get("owner") or {}).get("pid")})
+    return out
 
 
 def _stop_supervisor(pid: int) -> None:

@@ -142,6 +142,12 @@ class Rig(abc.ABC):
         work_dir (where per-run files such as disk images go)."""
         return {}
 
+    def boots_installed_only(self) -> str | None:
+        """None when the rig boots the kernel it is given; else why it boots only the kernel the
+        machine has installed (the IPMI rig with boot = "installed"), said before anything is
+        built for it (workflows/preflight.py: check_boots)."""
+        return None
+
     def shutdown(self) -> None:
         """Orderly power off after a finished run; drivers may do better than a hard off."""
         self.power.off()

@@ -244,9 +244,29 @@ def host_needs(spec: dict) -> dict:
     """A sparse guest is judged by what it will touch, not by its RAM (workflows/preflight.py)."""
     if not sparse(spec):
         return {}
-    fixed, how = fixed_cost(spec["memory_bytes"], spec.get("like_memory_bytes"))
-    return {"memory": None, "sparse_memory": {"ram": spec["memory_bytes"], "fixed": fixed, "fixed_how": how,
-                                              "margin": margin(spec=spec)}}
+    return {"memory": None, "sparse_memory": sparse_needs(spec["memory_bytes"], margin(spec=spec),
+                                                          spec.get("like_memory_bytes"))}
+
+
+def sparse_needs(ram: int, margin_bytes: int, like_ram: int | None = None) -> dict:
+    """What a sparse guest of `ram` bytes takes from the host before its workload: host_needs()'
+    sparse_memory (its RAM, the fixed cost of a boot and how it is made up, the host's margin)."""
+    fixed, how = fixed_cost(ram, like_ram)
+    return {"ram": ram, "fixed": fixed, "fixed_how": how, "margin": margin_bytes}
+
+
+def refusal(ram: int, avail: int, sparse_memory: dict | None = None) -> str | None:
+    """The host-budget rule of a guest before any workload is counted (workflows/preflight.py for
+    the QEMU rig, `krig lab sim up` for a simulated lab server): backed by RAM, its RAM must fit
+    in MemAvailable; sparse (sparse_needs()), what any boot of it touches must fit in MemAvailable
+    less the host's margin. None when it fits, else what does not, in one line."""
+    if sparse_memory is None:
+        return None if ram <= avail else f"{mib(ram)} is more than this host can give now (MemAvailable {mib(avail)})"
+    fixed, room = sparse_memory["fixed"], avail - sparse_memory["margin"]
+    if fixed <= room:
+        return None
+    return (f"a sparse {mib(ram)} guest would touch {mib(fixed)} at boot alone ({sparse_memory['fixed_how']}), "
+            f"more than this host's MemAvailable {mib(avail)} less a {mib(sparse_memory['margin'])} margin")
 
 
 def watch(spec: dict, proc, run_dir: pathlib.Path, share: pathlib.Path) -> MemoryWatch | None:

@@ -159,7 +159,8 @@ def test_coerce_refuses_what_is_not_finite(value, ptype):
 # -- every subcommand: a table of bad input, all run in one process ---------------------------
 # Each case: (argv, needles). In argv, {RUN} is a judged run directory (fake rig), {BUNDLE} its
 # bundle, {DIR} a directory, {FILE} a regular file, {MISSING} a path that is not there, {RAND}
-# random bytes, {LATIN1} a TOML file in Latin-1, {EMPTY} an empty file, {NUL} TOML with a NUL byte.
+# random bytes, {LATIN1} a TOML file in Latin-1, {EMPTY} an empty file, {NUL} TOML with a NUL byte,
+# {INSTALLED} a lab server's rig file with boot = "installed" (it never boots a kernel krig builds).
 # Every answer: exit 2, one line on stderr naming the option (and the value), no traceback.
 FW8, FW15 = "\uff18", "\uff11.5"          # full-width digits: Python's int() and float() read them
 TABLE = [
@@ -179,6 +180,8 @@ TABLE = [
     (["run", "selftest-pass", "--repeat", "0"], ("--repeat", "minimum 1")),
     (["run", "selftest-pass", "--set", "timeout=-5"], ("--set timeout", "-5")),
     (["run", "selftest-pass", "--preset", ""], ("--preset", "allowed")),
+    (["run", "selftest-pass", "--kernel", "tiny-6.1", "--rig", "{INSTALLED}"], ("--kernel tiny-6.1: rig installed cannot boot a kernel krig builds", 'boot = "installed"')),
+    (["run", "selftest-pass", "--kernel", "tiny-6.1,series={FILE}", "--repeat", "2", "--rig", "{INSTALLED}"], ("--kernel tiny-6.1,series={FILE}: rig installed cannot boot",)),
     (["check", "{RUN}", "--project", "-5G"], ("--project", "-5G")),
     (["check", "{RUN}", "--project", "4G"], ("--project", "selftest-pass", "neg-dentry-flood")),
     (["check", "{RUN}", "--project", f"4G:{FW8}"], ("--project", "CPUs")),
@@ -203,6 +206,7 @@ TABLE = [
     (["validate", "selftest-pass", "--from", "A B <a@b.example>", "--base", "tiny-6.1", "--series", "{RAND}"], ("--series", "no patch")),
     (["validate", "selftest-pass", "--from", "A B <a@b.example>", "--base", "tiny-6.1", "--series", "{FILE}", "--repeat", FW8], ("--repeat", "ASCII")),
     (["validate", "selftest-pass", "--from", "A B <a@b.example>", "--base", "tiny-6.1", "--series", "{FILE}", "--rig", "{RAND}"], ("--rig", "UTF-8")),
+    (["validate", "selftest-pass", "--from", "A B <a@b.example>", "--base", "tiny-6.1", "--series", "{FILE}", "--rig", "{INSTALLED}"], ("--base tiny-6.1: rig installed cannot boot a kernel krig builds", 'boot = "installed"', "nothing was built")),
     (["b4-check", "--dir", "{MISSING}"], ("--dir {MISSING}", "no such directory")),
     (["b4-check", "--dir", "{FILE}"], ("--dir {FILE}", "not a directory")),
     (["qualify", "{DIR}"], ("{DIR}", "a directory")),
@@ -212,6 +216,9 @@ TABLE = [
     (["qualify", "qualify/smoke.toml", "-o", "{FILE}"], ("-o {FILE}", "not a directory")),
     (["qualify", "qualify/smoke.toml", "-o", "{FILE}/q"], ("-o {FILE}/q", "not a directory")),
     (["qualify", "qualify/smoke.toml", "--prio", FW8], ("--prio", "ASCII")),
+    (["qualify", "qualify/seed-scale.toml", "--check", "--rig", "{INSTALLED}"], ("runs[0] on rig {INSTALLED}: kernels tiny-6.1-negative-dentry-per-bucket: rig installed cannot boot",)),
+    (["lab", "sim", "up", "x", "--memory", ""], ("--memory: '' is empty", "1G-64T")),
+    (["lab", "sim", "up", "x", "--memory", "64T"], ("--memory 64T: a sparse 65536.0 GiB guest would touch", "struct pages", "MemAvailable")),
     (["lab", "sync", "nope"], ("RIG 'nope'", "qemu-default")),
     (["lab", "sync", "{RAND}"], ("RIG {RAND}", "not UTF-8")),
     (["compare", "{MISSING}", "--", "{RUN}"], ("BASE {MISSING}",)),
@@ -239,6 +246,8 @@ TABLE = [
       "--rig", "nope"], ("--rig 'nope'",)),
     (["bisect", "run", "--tree", "{DIR}", "--good", "a", "--bad", "b", "--repro", "unlink-dentry-growth",
       "--like", "nope"], ("--like 'nope'",)),
+    (["bisect", "run", "--tree", "{DIR}", "--good", "a", "--bad", "b", "--repro", "unlink-dentry-growth",
+      "--rig", "{INSTALLED}"], ("--tree: rig installed cannot boot a kernel krig builds", 'boot = "installed"')),
 ]
 # words an answer never has: an errno tuple, krig's temporary names, a file the user did not name
 NEVER = ("Traceback", "[Errno", "Errno ", ".tmp", ".tree:", "None is not one of", "expected one argument")
@@ -259,6 +268,20 @@ for argv in json.loads(sys.argv[1]):
             code = -1
     print(json.dumps({"code": code, "stderr": err.getvalue()}), flush=True)
 """
+
+
+def installed_rig(d: pathlib.Path) -> pathlib.Path:
+    """A lab server's rig file that loads here (its key, known_hosts and password file exist) and
+    boots the kernel installed on the server (boot = "installed"); its BMC is never asked."""
+    d.mkdir()
+    for name, text in (("key", "not really a key\n"), ("pw", "s3cret-Pw\n"), ("known_hosts", "")):
+        (d / name).write_text(text)
+        (d / name).chmod(0o600)
+    rig = d / "installed.toml"
+    rig.write_text(f'driver = "ipmi"\nboot = "installed"\nscratch_dev = "/dev/nvme0n1"\n'
+                   f'[bmc]\nhost = "192.0.2.5"\nuser = "krig"\npassword_file = "{d / "pw"}"\n'
+                   f'[ssh]\nhost = "192.0.2.6"\nkey = "{d / "key"}"\nknown_hosts = "{d / "known_hosts"}"\n')
+    return rig
 
 
 @pytest.fixture(scope="module")
@@ -286,6 +309,7 @@ def table_answers(tmp_path_factory):
     paths["LATIN1"].write_bytes('driver = "qemu"\ndescription = "caf\u00e9"\n'.encode("latin-1"))
     paths["EMPTY"].write_bytes(b"")
     paths["NUL"].write_bytes(b'driver = "qemu"\x00\n')
+    paths["INSTALLED"] = installed_rig(tmp / "installed")
     fill = {k: str(v) for k, v in paths.items()}
     argvs = [[a.format(**fill) for a in argv] for argv, _ in TABLE]
     env = {k: v for k, v in os.environ.items() if k not in ("KRIG_LAB_COORDINATOR", "KRIG_RIG_PATH")}
@@ -335,3 +359,18 @@ def test_bisect_demo_checks_its_arguments_before_unpacking(krig_cli, tmp_path):
     assert_one_line(p, "--repro nope", "allowed:")
     assert not (cache / "bisect-demo").exists() or not any((cache / "bisect-demo").iterdir())
     assert not (cache / "kbuild").exists() or not any((cache / "kbuild").rglob("*.c"))
+
+
+def test_a_rig_that_boots_only_the_installed_kernel_still_runs_one_krig_does_not_build(tmp_path):
+    """boot = "installed" refuses what krig builds, never the distro's kernel or an image built
+    elsewhere (the server may have it installed: `uname -r` decides); boot = "kexec" takes both."""
+    from rigs import load_rig
+    from workflows.preflight import check_boots
+    path = installed_rig(tmp_path / "lab")
+    rig = load_rig(str(path))
+    check_boots(rig, [("--kernel", "distro"), ("--kernel", str(path))])      # (a file given as an image)
+    for text in ("tiny-6.1", f"tiny-6.1,series={path}", None):
+        with pytest.raises(UsageError, match=r"rig installed cannot boot a kernel krig builds"):
+            check_boots(rig, [("--kernel", text)])
+    path.write_text(path.read_text().replace('boot = "installed"', 'boot = "kexec"'))
+    check_boots(load_rig(str(path)), [("--kernel", "tiny-6.1"), ("--tree", None)])

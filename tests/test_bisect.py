@@ -314,3 +314,16 @@ def checkout_status() -> str:
     """What git sees changed in krig's own checkout (a run must add nothing there)."""
     return subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
                           capture_output=True, text=True, check=True).stdout
+
+
+def test_a_rig_that_boots_only_the_installed_kernel_is_refused_before_any_build(tmp_path, monkeypatch):
+    """Every bisection step builds its commit: a lab server with boot = "installed" never boots
+    one, so the bisection stops before a step or an endpoint is built (one line)."""
+    from krig.errors import UsageError
+    from test_bad_input import installed_rig
+    built = []
+    monkeypatch.setattr(kb, "build_kernel", lambda *a, **k: built.append(a))
+    with pytest.raises(UsageError, match=r'^--tree: rig installed cannot boot a kernel krig builds: .*"installed"'):
+        kb.bisect(str(tmp_path), "v1", "v2", "selftest-pass", rig=str(installed_rig(tmp_path / "lab")),
+                  log_dir=tmp_path / "b")
+    assert built == [] and not (tmp_path / "b").exists()

@@ -94,3 +94,18 @@ def test_list_fits_80_columns_and_says_whole_sentences():
     for name in reproducer_names():
         sentence = first_sentence(load_reproducer(name).description)
         assert sentence.endswith((".", "!", "?")) and " ".join(sentence.split()) in flat, (name, sentence)
+
+
+def test_make_seed_scale_checks_its_rig_before_it_builds(tmp_path):
+    """SCALE_RIG is one rig name, never options, and is checked (with the suite and the host)
+    before the suite's kernel is built: a bad one is said, and the kernel cache stays empty."""
+    import os
+    cache = tmp_path / "cache"
+    env = {**os.environ, "KRIG_CACHE": str(cache), "KRIG_RESULTS": str(tmp_path / "results")}
+    for value, said in (("lab1 --fresh", "make seed-scale: SCALE_RIG='lab1 --fresh' is not a rig name"),
+                        ("nope", "--rig 'nope': unknown rig")):
+        p = subprocess.run(["make", "-s", "-o", "helpers", "-o", "python", "seed-scale", f"SCALE_RIG={value}",
+                            f"KRIG={' '.join(KRIG)}"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+        assert p.returncode == 2 and said in p.stderr and "Traceback" not in p.stderr, p.stdout + p.stderr
+        assert "kernel build" not in p.stdout + p.stderr
+        assert not (cache / "kbuild").exists() or not any((cache / "kbuild").rglob("*")), p.stdout

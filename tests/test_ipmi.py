@@ -38,7 +38,7 @@ PASS_CASES = [("selftest-pass", None, "PASS"), ("neg-dentry-flood", "smoke", "FA
 SETS = {"neg-dentry-flood": {"settle_limit_x": "1"}}
 
 # What every run directory has on the QEMU rig (minus qemu.log), and what the IPMI rig adds.
-COMMON_FILES = {"manifest.json", "verdict.json", "junit.xml", "console.log", "stdout", "stderr", "exit_code",
+COMMON_FILES = {"manifest.json", "verdict.json", "junit.xml", "console.log", "krig.log", "stdout", "stderr", "exit_code",
                 "facts.txt", "samples.tsv", "phases.tsv", "time.txt", "workload.rc", "metrics.json"}
 IPMI_FILES = {"sel.txt", "sel-before.txt", "bmc.log", "sol.log", "ssh.log"}
 
@@ -274,12 +274,13 @@ def test_kexec_boot_then_ctrl_c(sim, tmp_path):
 
 
 @pytest.mark.parametrize("repro,preset,expected", PASS_CASES)
-def test_run_passes(sim, tmp_path, repro, preset, expected, monkeypatch):
+def test_run_passes(sim, tmp_path, repro, preset, expected, monkeypatch, capfd):
     """The normal pipeline on the server; no argv ever holds the BMC password, and no file does.
     The password comes from the environment (password_env): krig takes it out of its own
     environment, and no child but ipmitool gets it (every child's /proc/PID/environ is read)."""
     sim.rig_file("simenv", bmc={"password_file": None, "password_env": "KRIG_TEST_BMC_PW"})
     monkeypatch.setenv("KRIG_TEST_BMC_PW", sim.password)
+    monkeypatch.setenv("KRIG_PROGRESS_INTERVAL", "1")       # the progress of its waits, every second
     watch = PasswordWatch(sim.password)
     watch.start()
     try:
@@ -303,6 +304,13 @@ def test_run_passes(sim, tmp_path, repro, preset, expected, monkeypatch):
     assert m["rig"]["kind"] == "ipmi" and m["rig_facts"]["shutdown"] == "soft" and "power_off_error" not in m
     assert m["rig_facts"]["results_pull"] == "pulled before the power off"
     assert "Linux version" in (run_dir / "console.log").read_text(errors="replace")
+    # what it waited for, said as it waited: the boot (power on, firmware, kernel to SSH) and the workload
+    said = (run_dir / "krig.log").read_text()
+    assert re.search(r"(?m)^krig: waiting for kernel \S+ to boot on simenv, \d+ s so far \(at most \d+ (s|min)\): "
+                     r"the server simenv to answer SSH after power on, \d+ s so far", said), said
+    if m["workload"]["seconds"] >= 2:
+        assert re.search(rf"(?m)^krig: waiting for the workload {repro} on simenv, \d+ s so far", said), said
+    assert "\nkrig: waiting for kernel " in capfd.readouterr().out         # and on the terminal
     g = subprocess.run(["grep", "-rl", "-F", sim.password, str(tmp_path), str(sim.logs)],
                        capture_output=True, text=True)
     assert g.returncode == 1 and not g.stdout, f"the BMC password is in {g.stdout}"

@@ -38,6 +38,10 @@ def _mine(tmp_path) -> list:
     (["up", "Lab_1"], r"NAME: 'Lab_1' is not a lab server name"),
     (["up", "lab1", "--memory", "512M"], r"--memory: '512M' is outside 1G-64T"),
     (["up", "lab1", "--memory", "lots"], r"--memory: expected a size like 512M"),
+    (["up", "lab1", "--memory", ""], r"^krig: error: --memory: '' is empty; give the server's RAM, 1G-64T"),
+    (["up", "lab1", "--memory", "64T"], r"^krig: error: --memory 64T: a sparse 65536\.0 GiB guest would touch [\d.]+ GiB "
+     r"at boot alone \(struct pages \(RAM/64\) 1024\.0 GiB .*more than this host's MemAvailable [\d.]+ GiB less a "
+     r"[\d.]+ GiB margin \(the host budget, as for the QEMU rig\)$"),
     (["up", "qemu-default"], r"NAME: 'qemu-default' is already the rig .*rigs/qemu-default\.toml"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, line):
@@ -73,6 +77,25 @@ def test_a_server_whose_owner_ends_stops_by_itself(tmp_path, downed):
     down = _krig(tmp_path, "lab", "sim", "down", "lab1")
     assert down.returncode == 0 and "stopped" in down.stdout, down.stdout + down.stderr
     assert not _mine(tmp_path)
+
+
+def test_a_server_is_admitted_by_the_qemu_rigs_host_budget():
+    """The decision, without booting, on a 24 GiB host with 22 GiB available: a 64 TiB server's
+    struct pages alone exceed the host; a 256 GiB one is sparse and fits as the QEMU rig's 256 GiB
+    sparse guest does; up to the host's RAM a server is backed by RAM, which must be available."""
+    from rigs import load_rig, qemu_memory
+    from rigs.labsim import admission
+    gib = 1 << 30
+    total, avail = 24 * gib, 22 * gib
+    said = admission(64 << 40, avail, total)
+    assert said.startswith("a sparse 65536.0 GiB guest would touch ") and "struct pages (RAM/64) 1024.0 GiB" in said
+    assert said.endswith("more than this host's MemAvailable 22.0 GiB less a 1.2 GiB margin"), said
+    assert admission(256 * gib, avail, total) is None
+    sparse = load_rig("qemu-256g-sparse").host_needs()["sparse_memory"]
+    assert qemu_memory.refusal(256 * gib, avail, {**sparse, "margin": qemu_memory.margin(total)}) is None
+    assert admission(256 * gib, 5 * gib, total).startswith("a sparse 256.0 GiB guest would touch 4.7 GiB at boot alone")
+    assert admission(2 * gib, avail, total) is None
+    assert admission(16 * gib, 8 * gib, total) == "16.0 GiB is more than this host can give now (MemAvailable 8.0 GiB)"
 
 
 @pytest.mark.parametrize("args, line", [
@@ -140,6 +163,8 @@ def test_up_down_and_a_supervisor_that_dies(tmp_path, downed):
             break
         time.sleep(0.2)
     assert not _mine(tmp_path)
+    listed = _krig(tmp_path, "lab", "sim", "list")       # what it left, until `down` clears it
+    assert listed.returncode == 0 and listed.stdout.splitlines()[1].split()[:2] == ["lab1", "stopped"], listed.stdout
     down = _krig(tmp_path, "lab", "sim", "down", "lab1")
     assert down.returncode == 0 and "stopped" in down.stdout
     assert not rig.exists() and not secret.exists()
@@ -180,4 +205,13 @@ def test_a_server_larger_than_the_host_is_sparse(tmp_path, downed):
     assert p.returncode == 0 and "262144 MiB sparse" in p.stdout, p.stdout + p.stderr
     start = (tmp_path / "state" / "krig" / "labsim" / "lab1" / "server" / "start-vm").read_text()
     assert f"'memory-backend-ram,id=m0,size={256 << 30},reserve=off'" in start and "'-m' '262144'" in start
-    assert "(262144 MiB," in (tmp_path / "config" / "krig" / "rigs" / "lab1.toml").read_text()
+    rig = tmp_path / "config" / "krig" / "rigs" / "lab1.toml"
+    assert "(262144 MiB," in rig.read_text()
+    state = json.loads((tmp_path / "state" / "krig" / "labsim" / "lab1" / "state.json").read_text())
+    listed = _krig(tmp_path, "lab", "sim", "list")
+    head, row = listed.stdout.splitlines()
+    assert head.split()[:4] == ["NAME", "STATE", "MEMORY", "BMC"] and head.endswith("RIG FILE"), listed.stdout
+    assert row.split() == ["lab1", "up", "262144", "MiB", "sparse", f"127.0.0.1:{state['lan_port']}",
+                           f"127.0.0.1:{state['ssh_port']}", "-", str(rig)], row
+    assert _krig(tmp_path, "lab", "sim", "down", "lab1").returncode == 0
+    assert _krig(tmp_path, "lab", "sim", "list").stdout.startswith("no simulated lab servers")

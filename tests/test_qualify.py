@@ -191,6 +191,21 @@ def test_bad_suite_is_one_line(tmp_path, text, message):
     assert not (tmp_path / "q").exists()
 
 
+def test_check_checks_and_runs_nothing(tmp_path):
+    """`krig qualify --check`: the suite, its rigs and kernels and the host checked, exit 0, no
+    qualification directory, nothing built (an empty kernel cache)."""
+    from test_fake_rig import fake_rig
+    rig = fake_rig(tmp_path)
+    env = {**os.environ, "KRIG_CACHE": str(tmp_path / "cache"), "KRIG_RESULTS": str(tmp_path / "results")}
+    p = subprocess.run(KRIG + ["qualify", "qualify/seed-scale.toml", "--check", "--rig", rig, "-o", str(tmp_path / "q")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip() == (f"qualify: seed-scale: 4 runs on {rig}: checked (each rig boots its kernels, the "
+                                "host can give each run); nothing built or run"), p.stdout
+    assert not (tmp_path / "q").exists() and not (tmp_path / "results").exists()
+    assert not (tmp_path / "cache" / "kbuild").exists()
+
+
 def test_one_server_twice_is_refused(tmp_path, monkeypatch):
     d = tmp_path / "rigs"
     d.mkdir()
@@ -221,8 +236,11 @@ def test_signoff_lines():
 
 def _known_kernels(monkeypatch):
     """load_kernel that takes a known kernel the cache has not built yet (`make seed-scale` builds
-    it first) as loaded: a suite is checked for its names, not for this machine's cache."""
+    it first) as loaded, and the rigs checked for the kernels they boot but not against this
+    host's memory now: a suite is checked for its names, not for this machine's cache or load."""
     import workflows.qualify as kq
+    from workflows.preflight import check_boots
+    monkeypatch.setattr(kq, "before_build", lambda rig, repro, root, asked, **k: check_boots(rig, asked))
     real = kq.load_kernel
 
     def load(name, *a, **k):

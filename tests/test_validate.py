@@ -422,3 +422,26 @@ def test_a_lab_servers_facts_are_the_answers():
                               "(02/06/2015), 2.0 GiB, 1 x QEMU TCG; BMC manufacturer id 4753, firmware 9.08, IPMI 2.0")
     assert server_facts({"rig": {"name": "qemu-default"}, "rig_facts": {"accel": "tcg"}}) is None
     assert firmware_facts("dmi.bios_vendor=\ndmi.sys_vendor=\n") == {}
+
+
+# -- the rig and the host, checked before any kernel is built ----------------------------------
+
+@pytest.mark.parametrize("rig", ["installed", "too-big"])
+def test_a_rig_that_cannot_run_it_is_refused_before_any_build(series_repo, tmp_path, monkeypatch, rig):
+    """A lab server that boots only its installed kernel (boot = "installed"), or a guest larger
+    than the host can give: one line, and the kernels' build was never entered."""
+    from conftest import rig_with_memory
+    from test_bad_input import installed_rig
+    from workflows import validate as kv
+    entered = []
+    monkeypatch.setattr(kv, "load_kernel", lambda *a, **k: entered.append(a))
+    if rig == "installed":
+        path, line = installed_rig(tmp_path / "lab"), (r'^--base tiny-6\.1: rig installed cannot boot a kernel krig '
+                                                        r'builds: .*boot = "installed".*; nothing was built$')
+    else:
+        path, line = rig_with_memory(tmp_path, "64T"), (r"qemu-64t\.toml\.memory: 65536\.0 GiB is more than this host "
+                                                         r"can give now")
+    with pytest.raises(UsageError, match=line):
+        kv.validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 2, rig_name=str(path),
+                    out=tmp_path / "v", sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert entered == [] and not (tmp_path / "v").exists()

@@ -38,8 +38,9 @@ import subprocess
 import sys
 import time
 
-from krig import DEFAULT_RIG, ROOT
+from krig import DEFAULT_RIG, RESULTS_DIR, ROOT
 from . import run as runner
+from .preflight import before_build
 from .argcheck import ascii_int, like_kernel, run_args
 from krig.asked import AskedRun
 from .bisectargs import DEMO_LIKE, add_commands
@@ -53,6 +54,7 @@ from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
 from kernels.build import build as build_kernel
 from kernels.demo_repo import CULPRIT, existing_demo_repo, make_demo_repo
 from kernels.spec import GENERATED_DIRS, git
+from rigs import load_rig
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 255
 CODES = {"good": GOOD, "bad": BAD, "skip": SKIP}
@@ -262,16 +264,19 @@ def _bisect_in_progress(tree) -> bool:
 
 def check_args(repro: str, preset: str | None, repeat: int, like: str, rig: str, sets, metric: str | None):
     """Every argument of a bisection but the tree and its commits, checked before anything is
-    made, unpacked, built or started: the reproducer, --preset, --set, --rig, --like, --metric."""
+    made, unpacked, built or started: the reproducer, --preset, --set, --rig (and that it boots a kernel
+    krig builds), --like, --metric, and the preflight of a run on that rig."""
     if repeat < 1:
         raise UsageError(f"--repeat {repeat}: must be at least 1")
     try:
         load_reproducer(repro)
     except UsageError as e:
         raise UsageError(f"--repro {repro}: {e}") from None
-    run_args(repro, rig, preset, sets)
+    params = run_args(repro, rig, preset, sets)
     like_kernel(like)
     r = load_reproducer(repro)
+    # every step builds its commit: a rig that cannot boot it, or a host that cannot run it, before any
+    before_build(load_rig(rig), r, RESULTS_DIR, [("--tree", None)], preset=preset, params=params)
     known = sorted(set(r.metrics) | {"trace_lost_events", "sampler_max_gap_intervals"})
     if metric is not None and metric not in known:
         raise UsageError(f"--metric {metric}: not a metric of {repro} (one of: {', '.join(known)})")

@@ -2,6 +2,7 @@
 itself: `krig` builds its parser from this without importing the runner (workflows/bisect.py)."""
 from krig import DEFAULT_RIG
 from .argcheck import ascii_int
+from .clihelp import RIG_HELP
 
 # The demo builds every step with the kernel `make test` builds (tiny-6.1 carries every
 # reproducer's fragment): on a machine that ran `make test` it needs no defconfig build.
@@ -21,7 +22,7 @@ def add_commands(sub, oracle_step: bool = False) -> None:
                    help="runs per step; the step's answer is their strict majority (default 1)")
     r.add_argument("--like", default="linux-6.1", metavar="KERNEL",
                    help="kernel whose config and fragments each step uses (default linux-6.1)")
-    r.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help="rig name or rig file (default qemu-default)")
+    r.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help=f"{RIG_HELP} (default qemu-default)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a reproducer parameter (repeatable; default none)")
     r.add_argument("--metric", metavar="NAME",

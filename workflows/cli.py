@@ -19,7 +19,7 @@ from kernels import buildargs
 from krig import DEFAULT_KERNEL, DEFAULT_RIG
 from . import bisectargs, clihelp
 from .argcheck import ascii_float, ascii_int
-from .clihelp import KERNEL_HELP, PROJECT_HELP
+from .clihelp import KERNEL_HELP, PROJECT_HELP, RIG_HELP
 from krig.errors import guarded, handler
 from krig.verdict import USAGE_EXIT
 
@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog=clihelp.MAIN_EPILOG)
     p.add_argument("--version", action=_Version, nargs=0,
                    help="print krig's version and the git commit of its checkout, and exit")
+    add_quiet(p, False)
     sub = p.add_subparsers(dest="cmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     add_run_commands(sub)
     add_share_commands(sub)
@@ -81,12 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def add_quiet(p, default=argparse.SUPPRESS) -> None:
+    """-q: long waits (a boot, the workload, a lab server's power and POST) say nothing on the terminal."""
+    p.add_argument("-q", "--quiet", action="store_true", default=default,
+                   help="no progress lines on the terminal; they still go to each run's krig.log (default: "
+                   "one line at least every 30 s of a long wait, saying what krig waits for)")
+
+
 def add_run_commands(sub) -> None:
     """`krig run`, and `krig check` and `krig report` of a run."""
     r = sub.add_parser("run", help="run a reproducer on a rig")
     r.add_argument("reproducer", metavar="REPRODUCER", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
-    r.add_argument("--rig", default=DEFAULT_RIG, help="rig name (rigs/<RIG>.toml) or a rig file's path "
-                   "(default qemu-default)")
+    r.add_argument("--rig", default=DEFAULT_RIG, help=f"{RIG_HELP} (default qemu-default)")
     r.add_argument("--kernel", default=DEFAULT_KERNEL, metavar="KERNEL", help=KERNEL_HELP)
     r.add_argument("--preset", default=None, help="one of the reproducer's presets (default: its defaults)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -94,6 +101,7 @@ def add_run_commands(sub) -> None:
     r.add_argument("--repeat", type=ascii_int, metavar="N", help="N runs as one group (group.json; default one run)")
     r.add_argument("--group", metavar="DIR", help="the group directory to make or continue "
                    "(default results/<repro>/<kernel>/<rig>/group-<time>)")
+    add_quiet(r)
     r.set_defaults(handler="workflows.group:cmd_run")
     c = sub.add_parser("check", help="re-run the analysis of an existing run directory")
     c.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (any copy of one; results/latest is the newest run)")
@@ -123,7 +131,8 @@ def add_share_commands(sub) -> None:
     rr.add_argument("bundle", metavar="BUNDLE.tar.gz", help="a bundle written by krig bundle")
     rr.add_argument("--kernel", metavar="KERNEL", help="the kernel to run (default: the bundle's kernel argument "
                     "or name; a bundled image with --with-kernel is used only when given as bundled)")
-    rr.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help="the rig (default qemu-default)")
+    rr.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help=f"the rig: {RIG_HELP} (default qemu-default)")
+    add_quiet(rr)
     rr.set_defaults(handler="workflows.reproduce:cmd_reproduce")
 
 
@@ -141,8 +150,8 @@ def add_series_commands(sub) -> None:
                    "fetched once with b4 mbox from b4.midmask, lore.kernel.org by default)")
     v.add_argument("--repeat", type=ascii_int, default=4, metavar="N",
                    help="runs a side, alternating (default 4, the fewest that can be significant)")
-    v.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help="the rig both kernels run on: a name of "
-                   "rigs/<RIG>.toml or a rig file's path (default qemu-default)")
+    v.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help=f"the rig both kernels run on: {RIG_HELP} "
+                   "(default qemu-default)")
     v.add_argument("--preset", default=None, help="the reproducer's preset (default: its defaults)")
     v.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a parameter on both sides (repeatable; default none)")
@@ -150,6 +159,7 @@ def add_series_commands(sub) -> None:
                    help="the validation directory (default results/validate/<repro>-<patchset>-<key>)")
     v.add_argument("--from", dest="sender", metavar="'NAME <ADDR>'",
                    help="the reply's sender and Tested-by (default: git config user.name/user.email)")
+    add_quiet(v)
     v.set_defaults(handler="workflows.validate:cmd_validate")
     b4c = sub.add_parser("b4-check", help="krig's validations of a series as a `b4 review` check (JSON on stdout)")
     b4c.add_argument("--dir", action="append", metavar="DIR",
@@ -169,9 +179,14 @@ def add_lab_commands(sub) -> None:
                    help="priority of this suite's lab reservations with KRIG_LAB_COORDINATOR; higher goes first "
                         "(default KRIG_LAB_PRIO or 0)")
     q.add_argument("--rig", action="append", metavar="RIG",
-                   help="run every entry on this rig instead of the suite's rigs (repeatable; default the suite's)")
+                   help=f"run every entry on this rig instead of the suite's rigs: {RIG_HELP} (repeatable; "
+                   "default the suite's)")
+    q.add_argument("--check", action="store_true", help="only check the suite, its rigs (each boots its kernels) "
+                   "and the host budget of each run, then exit: nothing built or run (default: run the suite)")
+    add_quiet(q)
     q.set_defaults(handler="workflows.qualify:cmd_qualify")
-    lb = sub.add_parser("lab", help="the lab's labgrid coordinator (KRIG_LAB_COORDINATOR=HOST:PORT)")
+    lb = sub.add_parser("lab", help="the lab: its labgrid coordinator (KRIG_LAB_COORDINATOR=HOST:PORT), and "
+                        "simulated lab servers on this machine (krig lab sim)")
     lsub = lb.add_subparsers(dest="lcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     sy = lsub.add_parser("sync", help="create or update a place per IPMI rig, tags from its [lab] table")
     sy.add_argument("rigs", nargs="*", metavar="RIG", help="rig names (default: every IPMI rig found)")
@@ -180,7 +195,7 @@ def add_lab_commands(sub) -> None:
                                         "waiting reservations in priority order")
     st.set_defaults(handler="workflows.lab:cmd_status")
     sim = lsub.add_parser("sim", help="a simulated lab server on this machine (ipmi_sim BMC, UEFI, SSH): "
-                          "krig lab sim up NAME / down NAME")
+                          "krig lab sim up NAME / down NAME / list")
     simsub = sim.add_subparsers(dest="scmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     su = simsub.add_parser("up", help="start it; its last line is the rig file's path (--rig NAME)")
     su.add_argument("name", metavar="NAME", help="the server's name and rig name (lower-case letters, digits, -)")
@@ -191,6 +206,9 @@ def add_lab_commands(sub) -> None:
     sd = simsub.add_parser("down", help="stop it: nothing of it left running, its rig file and secret removed")
     sd.add_argument("name", metavar="NAME", help="the name given to up")
     sd.set_defaults(handler="workflows.lab:cmd_sim_down")
+    sl = simsub.add_parser("list", help="each simulated server of this user: name, state (up, starting, stopped), "
+                           "memory, BMC and SSH ports, owner, rig file")
+    sl.set_defaults(handler="workflows.lab:cmd_sim_list")
 
 
 def add_reading_commands(sub) -> None:
@@ -234,6 +252,8 @@ def add_reading_commands(sub) -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.quiet:              # in the environment: qualify's and bisect's worker processes inherit it
+        os.environ["KRIG_QUIET"] = "1"
 
     def call():
         try:

@@ -23,6 +23,10 @@ PROJECT_HELP = ("also project the run to a machine of RAM bytes (and CPUS; defau
                 "3T:384; repeatable. Where the reproducer has a model (neg-dentry-flood): a projection, "
                 "never a measurement (default: 4 GB, 256 GB and 3 TB only)")
 
+RIG_HELP = ("a rig's name, found as RIG.toml in rigs/, then ~/.config/krig/rigs ($XDG_CONFIG_HOME/krig/rigs: "
+            "`krig lab sim up` writes there), then each directory of KRIG_RIG_PATH (':'-separated); or a rig "
+            "file's path")
+
 SIMPLE_CODES = "exit codes: 0 done, 2 bad input (one line names what was wrong), 3 krig or the host broke"
 
 MAIN_EPILOG = f"""examples:
@@ -103,11 +107,13 @@ see docs/b4-review.md""",
     "qualify": """examples:
   krig qualify qualify/smoke.toml
   krig qualify qualify/ram-scaling.toml --fresh
+  krig qualify qualify/seed-scale.toml --check
 
 exit codes (differ from run's: one answer for the whole suite):
     0 every run finished as the suite expects
     1 every run finished, and some did not give the expected verdict (signoff.txt names them)
-    2 bad input (the suite file, a rig, a reproducer)
+    2 bad input (the suite file, a rig, a reproducer; a rig that cannot boot a kernel asked or a host that
+      cannot give a run: before anything is built)
     3 runs missing (an error stopped them): the same command finishes the suite
   130 interrupted: the same command finishes the suite
 see docs/qualify.md""",
@@ -115,6 +121,7 @@ see docs/qualify.md""",
   krig lab sync
   krig lab status
   krig lab sim up lab1
+  krig lab sim list
 
 {SIMPLE_CODES}
 see docs/lab-coordinator.md""",
@@ -131,6 +138,7 @@ see docs/lab-coordinator.md""",
 see docs/lab-coordinator.md""",
     "lab sim": f"""examples (a lab server without hardware, docs/lab-server.md):
   krig lab sim up lab1 --memory 8G
+  krig lab sim list
   krig run selftest-pass --rig lab1
   krig lab sim down lab1
 
@@ -147,6 +155,13 @@ see docs/lab-server.md""",
   krig lab sim down lab1
 
 {SIMPLE_CODES}
+see docs/lab-server.md""",
+    "lab sim list": """example:
+  krig lab sim list
+
+state: up (its BMC answers; the rig powers the server on), starting, or stopped (its
+supervisor is gone: `krig lab sim down NAME` clears what it left)
+exit codes: 0 listed (none is not an error)
 see docs/lab-server.md""",
     "list": """example:
   krig list

@@ -29,6 +29,7 @@ from krig.reproducer import load_reproducer
 from krig.results import GROUP_FILE, next_group_run, now, read_json, run_dirs_of, run_state, write_json
 from krig.results import group_dir as group_dir_of
 from krig.rundir import RunDir
+from .preflight import before_build
 from .run import run
 from krig.verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
 
@@ -117,6 +118,7 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
+    before_build(rig, repro, results_root, [("--kernel", kernel_name)], preset=preset, params=params)
     kernel = load_kernel(kernel_name, build=True, log=log)
     asked = {"reproducer": repro.name, "rig": rig.name, "kernel": kernel_name, "kernel_id": kernel.kernel_id,
              "preset": preset, "params": json.loads(json.dumps(params, default=str))}

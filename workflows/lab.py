@@ -9,7 +9,7 @@ import time
 
 from krig.config import load_toml, optional, reject_unknown
 from krig.errors import UsageError
-from rigs import lab, lab_tags, load_rig, rig_names, rig_path
+from rigs import lab, lab_tags, load_rig, rig_names, rig_path, rig_places
 
 SELECT = {"tags", "min", "count"}
 
@@ -43,7 +43,7 @@ def sync(names: list[str] | None = None, log=print) -> int:
     rigs = ipmi_rigs(names)         # the names first: a wrong one is said before the coordinator is asked
     coord = _coordinator()
     if not rigs:
-        raise UsageError("krig lab sync: no IPMI rig files found (rigs/ or KRIG_RIG_PATH)")
+        raise UsageError(f"krig lab sync: no IPMI rig files found in {rig_places()}")
     for name, tags in rigs.items():
         how = coord.sync_place(name, tags)
         log(f"lab: place {name}: {how}: " + " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
@@ -147,3 +147,22 @@ def cmd_sim_down(a) -> int:
     """`krig lab sim down NAME`."""
     from rigs import labsim
     return labsim.down(a.name)
+
+
+def cmd_sim_list(a) -> int:
+    """`krig lab sim list`: one line per simulated server."""
+    from rigs import labsim
+    rows = labsim.servers()
+    if not rows:
+        print("no simulated lab servers (krig lab sim up NAME starts one)")
+        return 0
+    table = [("NAME", "STATE", "MEMORY", "BMC", "SSH", "OWNER", "RIG FILE")]
+    for r in rows:
+        mem = "-" if r["memory_mb"] is None else f"{r['memory_mb']} MiB" + (" sparse" if r["sparse"] else "")
+        port = lambda n: "-" if n is None else f"127.0.0.1:{n}"    # noqa: E731
+        table.append((r["name"], r["state"], mem, port(r["bmc_port"]), port(r["ssh_port"]),
+                      "-" if r["owner"] is None else f"pid {r['owner']}", r["rig"] or "-"))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+    return 0

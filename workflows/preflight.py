@@ -10,13 +10,19 @@ rig's fixed cost of a boot plus the reproducer's requires.touch and trace buffer
 MemAvailable less the rig's margin; a reproducer that stops itself at the host's budget
 (requires.host_budget_guard) by the fixed cost plus what it touches outside that guard. A
 shortfall is bad input (exit 2): one line, nothing started.
+
+Every workflow that boots kernels on a rig (run, a group, validate, bisect, qualify) checks
+before it builds any of them (before_build): the rig can boot the kernels asked (a rig that boots
+only the machine's installed kernel never boots one krig builds: check_boots), and the preflight.
 """
 import os
 import pathlib
 import shutil
 
+from kernels.catalog import krig_builds
 from krig.errors import UsageError
 from krig.reproducer import touch_bytes
+from rigs.qemu_memory import refusal
 
 LOG_ALLOWANCE = 1 << 20      # console.log, manifest, verdict, junit, samples of a short run
 
@@ -71,9 +77,9 @@ def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True, pres
             raise UsageError(f"{where}: the rig needs the program {prog}, which is not on PATH; run `make setup`")
     mem = needs.get("memory")
     avail = mem_available()
-    if mem and mem > avail:
-        raise UsageError(f"{where}.memory: {_mib(mem)} is more than this host can give now "
-                         f"(MemAvailable {_mib(avail)})")
+    said = refusal(mem, avail) if mem else None     # a sparse guest: by its touch, below
+    if said:
+        raise UsageError(f"{where}.memory: {said}")
     touched = sparse_touch(needs.get("sparse_memory"), repro, preset, collect, needs.get("cpus") or 1, avail, params,
                            where)
     cpus = needs.get("cpus")
@@ -142,3 +148,26 @@ def admission_line(host: dict) -> str:
             f"of touch do not fit in {mib['sparse_room']} MiB (MemAvailable less the margin), the fixed cost + "
             f"{mib['sparse_guarded_touch']} MiB outside the guard do; if the guard stops it below its limit, "
             f"the run is ERROR")
+
+
+def check_boots(rig, asked: list) -> None:
+    """Kernels the rig cannot boot, refused before any is built: a rig that boots only the
+    machine's installed kernel (Rig.boots_installed_only) never boots one krig builds.
+    asked: (option, kernel text) pairs; a text of None is a kernel krig builds whatever it is
+    (a bisection's commits)."""
+    only = rig.boots_installed_only()
+    if not only:
+        return
+    for option, text in asked:
+        if text is None or krig_builds(text):
+            said = option if text is None else f"{option} {text}"
+            raise UsageError(f"{said}: rig {rig.name} cannot boot a kernel krig builds: {only}; nothing was built")
+
+
+def before_build(rig, repro, results_root: pathlib.Path, asked: list, collect: bool = True,
+                 preset: str | None = None, params: dict | None = None) -> dict:
+    """What a workflow checks before it builds a kernel for a run on `rig`: the kernels asked
+    (check_boots), then the host (preflight: memory, a sparse guest's budget, CPUs, free space,
+    programs). Returns the preflight's facts."""
+    check_boots(rig, asked)
+    return preflight(rig, repro, results_root, collect, preset, params)

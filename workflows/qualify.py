@@ -32,17 +32,18 @@ import time
 
 import pytest
 
-from krig import DEFAULT_KERNEL, DEFAULT_RIG, ROOT
-from .argcheck import output_dir
+from krig import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT
+from .argcheck import kernel_arg, output_dir
 from krig.config import load_toml, optional, reject_unknown, require
 from krig.errors import KrigError, UsageError, guarded
 from .lab import select_rigs
+from .preflight import before_build
 from .qualify_report import write_outputs
 from krig.reproducer import load_reproducer
 from krig.results import now, qualify_dir, read_json, write_json
 from .run import run
 from krig.verdict import UNFINISHED, VERDICTS
-from kernels.catalog import load_kernel
+from kernels.catalog import krig_builds, load_kernel
 from rigs import SECRETS_FILE_ENV, hand_over_secrets, load_rig, take_handed_secrets
 from rigs.procs import dies_with_parent
 
@@ -54,9 +55,10 @@ MAX_REPEATS = 100
 
 # -- the suite ------------------------------------------------------------------
 
-def load_suite(path: pathlib.Path, rigs: list | None = None) -> dict:
+def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = False) -> dict:
     """The suite file, validated: {name, description, cases: [...]} (every problem one line).
-    rigs: names every run goes to instead of the suite's (`krig qualify --rig`)."""
+    rigs: names every run goes to instead of the suite's (`krig qualify --rig`); unbuilt: a kernel
+    krig builds need not be built yet (`krig qualify --check`, before the builds)."""
     where = str(path)
     data = load_toml(path)
     reject_unknown(data, TOP, where)
@@ -91,15 +93,17 @@ def load_suite(path: pathlib.Path, rigs: list | None = None) -> dict:
         kernels = _names(r, "kernels", w, top_kernels)
         rigs = _names(r, "rigs", w, top_rigs)
         expect = _expect(r, w, kernels)
+        for k in kernels:
+            _named(w, kernel_arg if unbuilt and krig_builds(k) else load_kernel, k)
         for rig in rigs:
             if rig not in rig_objs:
                 rig_objs[rig] = _named(w, load_rig, rig)
-            try:
-                repro.resolve_params(preset, sets, cpus=rig_objs[rig].host_needs().get("cpus"))
+            try:            # the rig boots the kernels, the host can give the run: before any build
+                params = repro.resolve_params(preset, sets, cpus=rig_objs[rig].host_needs().get("cpus"))
+                before_build(rig_objs[rig], repro, RESULTS_DIR, [("kernels", k) for k in kernels], preset=preset,
+                             params=params)
             except UsageError as e:
                 raise UsageError(f"{w} on rig {rig}: {e}") from None
-        for k in kernels:
-            _named(w, load_kernel, k)
         for k in kernels:
             for rig in rigs:
                 for n in range(1, _repeats(r, w, top_repeats) + 1):
@@ -196,7 +200,7 @@ def finished(qdir: pathlib.Path, cases: list) -> dict:
 # -- the command ----------------------------------------------------------------
 
 def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: float | None = None,
-            rigs: list | None = None) -> int:
+            rigs: list | None = None, check_only: bool = False) -> int:
     path = pathlib.Path(suite_file)
     if out_dir is not None:
         output_dir(out_dir, "-o")
@@ -204,7 +208,11 @@ def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: floa
         if not math.isfinite(prio):
             raise UsageError(f"--prio {prio}: must be a finite number (higher goes first)")
         os.environ["KRIG_LAB_PRIO"] = repr(float(prio))
-    suite = load_suite(path, rigs)
+    suite = load_suite(path, rigs, unbuilt=check_only)
+    if check_only:              # the suite, its rigs and kernels, the host: nothing built, run or written
+        log(f"qualify: {suite['name']}: {len(suite['cases'])} runs on {', '.join(suite['rigs'])}: checked "
+            "(each rig boots its kernels, the host can give each run); nothing built or run")
+        return 0
     qdir = pathlib.Path(out_dir or qualify_dir(suite["name"])).resolve()
     if fresh:       # forget the records only; earlier run directories stay in runs/
         shutil.rmtree(qdir / "cases", ignore_errors=True)
@@ -287,7 +295,7 @@ def test_qualify_case(qualify_case):
 
 def cmd_qualify(a) -> int:
     """`krig qualify SUITE`."""
-    return qualify(a.suite, a.output, a.fresh, prio=a.prio, rigs=a.rig)
+    return qualify(a.suite, a.output, a.fresh, prio=a.prio, rigs=a.rig, check_only=a.check)
 
 
 def main(argv=None) -> int:
@@ -297,6 +305,7 @@ def main(argv=None) -> int:
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--prio", type=float)
     p.add_argument("--rig", action="append")
+    p.add_argument("--check", action="store_true")
     a = p.parse_args(argv)
     return guarded(lambda: cmd_qualify(a))
 

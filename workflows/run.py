@@ -2,20 +2,21 @@
 
 Never branches on the kind of rig: only the protocols of rigs/protocol.py.
 """
+import contextlib
 import os
 import pathlib
 import signal
 import subprocess
 import time
 
-from krig import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT, safeio
+from krig import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT, progress, safeio
 from .check import check
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
 from .hostload import HostSampler
 from kernels.catalog import load_kernel
 from kernels.given import check_config
 from krig.paths import owner_record
-from .preflight import admission_line, preflight
+from .preflight import admission_line, before_build
 from krig.reproducer import load_reproducer
 from krig.record import Manifest
 from krig.record_machine import Machine
@@ -24,6 +25,7 @@ from rigs import load_rig
 from rigs.hashsize import from_log as hash_tables
 
 FACTS_TIMEOUT = 60
+RUN_LOG = "krig.log"         # what krig said of the run, progress included (run_log)
 
 
 def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT_KERNEL,
@@ -37,9 +39,9 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
+    host = before_build(rig, repro, results_root, [("--kernel", kernel_name)], collect, preset, params)
     kernel = load_kernel(kernel_name, build=True, log=log)
     check_config(kernel, repro.name)
-    host = preflight(rig, repro, results_root, collect, preset, params)
 
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
@@ -47,10 +49,20 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
                         krig_revision=git_revision(), started=now(), collect=collect, owner=owner_record(),
                         preflight=host, host_cpu=host_cpu())
     manifest.write(run_dir)
-    log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
-    if host.get("sparse_admitted_by") == "host_budget_guard":
-        log(admission_line(host))
+    with run_log(run_dir, log) as log:
+        log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
+        if host.get("sparse_admitted_by") == "host_budget_guard":
+            log(admission_line(host))
+        reason = _attempt(rig, repro, params, kernel, run_dir, manifest, log, collect)
+    try:
+        verdict = check(run_dir)
+    except OSError as e:
+        raise RigError(f"cannot record the verdict in {run_dir}: {os_fault(e)} (run ended: {reason})") from None
+    return run_dir, verdict
 
+
+def _attempt(rig, repro, params, kernel, run_dir, manifest: Manifest, log, collect) -> str:
+    """Boot, run and pull on the rig; how the run ended recorded in the manifest. Returns the reason."""
     outcome, reason = "error", "the run did not start"
     try:
         with rig:
@@ -90,11 +102,30 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
         manifest.status = "complete" if outcome != "interrupted" else "incomplete"
         manifest.complete = outcome != "interrupted"
         _final_write(run_dir, manifest)
+    return reason
+
+
+@contextlib.contextmanager
+def run_log(run_dir: pathlib.Path, log):
+    """The run's log, RUN_LOG in its directory: krig's lines of the run and the progress of its long
+    waits (krig/progress.py). Yields `log` writing there too; a directory that refuses the file
+    costs the run nothing but its log."""
     try:
-        verdict = check(run_dir)
-    except OSError as e:
-        raise RigError(f"cannot record the verdict in {run_dir}: {os_fault(e)} (run ended: {reason})") from None
-    return run_dir, verdict
+        fd = os.open(pathlib.Path(run_dir) / RUN_LOG, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                     | os.O_APPEND, 0o644)
+    except OSError:
+        yield log
+        return
+
+    def both(msg, *a, **k):
+        log(msg, *a, **k)
+        try:
+            f.write(f"{msg}\n")
+            f.flush()
+        except (OSError, ValueError):
+            pass
+    with os.fdopen(fd, "a", encoding="utf-8", errors="replace") as f, progress.run_log(f):
+        yield both
 
 
 def _final_write(run_dir, manifest: Manifest):
@@ -109,7 +140,8 @@ def _final_write(run_dir, manifest: Manifest):
 
 def _power_down(rig, orderly: bool, manifest: Manifest):
     try:
-        rig.shutdown() if orderly else rig.power.off()
+        with progress.waiting(f"{rig.name} to power off"):
+            rig.shutdown() if orderly else rig.power.off()
     except KrigError as e:
         manifest.power_off_error = str(e)
 
@@ -118,7 +150,8 @@ def _pull(rig, run_dir, manifest):
     """Bring the results back; a pull that fails is recorded (the verdict rule makes a finished
     run an ERROR saying where the results are)."""
     try:
-        rig.files.pull(rig.files.results_dir(), run_dir)
+        with progress.waiting(f"the results to come back from {rig.name}"):
+            rig.files.pull(rig.files.results_dir(), run_dir)
     except KrigError as e:
         manifest.pull_error = str(e)
 
@@ -173,7 +206,8 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     requires = repro.requires_for(manifest.preset)
     rig.prepare(run_dir, kernel, requires)
     t0 = time.monotonic()
-    rig.boot.boot(kernel, [])
+    with progress.waiting(f"kernel {kernel.release} to boot on {rig.name}", rig.spec.get("boot_timeout")):
+        rig.boot.boot(kernel, [])
     log(f"krig: booted in {time.monotonic() - t0:.1f}s ({accel_said(rig.facts(), rig.kind)})")
     facts = rig.command.run(["bash", "-c", 'uname -r; cat /proc/cmdline; nproc; '
                              'awk "/^MemTotal:/ {print \\$2}" /proc/meminfo; '
@@ -211,7 +245,8 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     pid = rig.emulator_pid()  # an emulator runs as fast as the host lets it: sample the host
     host = HostSampler(run_dir / "host.tsv", pid).start() if pid else None
     try:
-        res = rig.command.run(argv, env=env, timeout=params["timeout"], salvage=salvage)
+        with progress.waiting(f"the workload {repro.name} on {rig.name}", params["timeout"]):
+            res = rig.command.run(argv, env=env, timeout=params["timeout"], salvage=salvage)
     finally:
         if host is not None:
             host.stop()

@@ -43,6 +43,7 @@ from .compare import compare
 from krig.config import parse_set
 from krig.errors import KrigError, UsageError
 from .group import group_runs, run_group
+from .preflight import before_build, check_boots
 from krig.results import GROUP_FILE
 from krig.verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, server_line, write_reply
@@ -203,6 +204,7 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     set_values = parse_set(list(sets))
     params = repro.resolve_params(preset, set_values, cpus=rig.host_needs().get("cpus"))
     _check_base(base)
+    check_boots(rig, [("--base", base)])         # a rig that cannot boot what is built: before the series is read
     who = identity(sender)
     source = series_source(series_path)          # a Message-ID, or the mbox's full path
     said = []                                     # the series' line, said once (the build reads it again)
@@ -221,6 +223,7 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
             raise UsageError(f"-o {vdir}: the validation was made for {field} {state.get(field)!r}, not {value!r}")
     log(f"krig: validating {len(series['patches'])} patch(es) {series['provenance']['subject']!r} on {base_text}"
         f" with {repro.name}, {repeat} run(s) a side -> {vdir}")
+    before_build(rig, repro, vdir, [("--base", base_text), ("--series", new_text)], preset=preset, params=params)
     # the patched kernel first: a series that does not apply stops here, before any long build
     for text in (new_text, base_text):
         load_kernel(text, build=True, log=lambda m, *a, **k: None if m in said else log(m, *a, **k))
