@@ -56,7 +56,8 @@ def test_a_server_whose_owner_ends_stops_by_itself(tmp_path, downed):
     try:
         p = _krig(tmp_path, "lab", "sim", "up", "lab1", "--owner", str(owner.pid))
         assert p.returncode == 0 and f"or process {owner.pid} ending" in p.stdout, p.stdout + p.stderr
-        sup = json.loads((tmp_path / "state" / "krig" / "labsim" / "lab1" / "state.json").read_text())["pid"]
+        state = json.loads((tmp_path / "state" / "krig" / "labsim" / "lab1" / "state.json").read_text())
+        sup = state["supervisor"]["pid"]
         assert any("ipmi_sim" in ln for ln in _mine(tmp_path)), _mine(tmp_path)
     finally:
         owner.kill()
@@ -136,7 +137,7 @@ def test_up_down_and_a_supervisor_that_dies(tmp_path, downed):
             break
         time.sleep(0.2)
     assert any("qemu-system-x86_64" in ln for ln in _mine(tmp_path)), _mine(tmp_path)
-    os.kill(state["pid"], signal.SIGKILL)
+    os.kill(state["supervisor"]["pid"], signal.SIGKILL)
     for _ in range(100):
         if not _mine(tmp_path):
             break
