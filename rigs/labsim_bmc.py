@@ -153,7 +153,7 @@ class SimServer:
         log = os.open(self.logs / "qemu.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self.fds.append(log)
         start = w / "start-vm"                  # root's when krig is: ipmi_sim runs it, cannot change it
-        start.write_text("#!/bin/sh\n# ipmi_sim's startcmd: the server's power\n" + self._guard_line() + "exec "
+        start.write_text("#!/bin/bash\n# ipmi_sim's startcmd: the server's power\n" + self._guard_line() + "exec "
                          + " ".join(f"'{a}'" for a in self._vm_argv()) + f" >&{log} 2>&1\n")
         start.chmod(0o755)
         for src in (DIAG_SRC, UNIX_SRC):
