@@ -221,6 +221,7 @@ loadlib "{w}/krig_diag.so" ""
         log.close()
         self.bmc_record = process_record(self.proc.pid)
         self.cable.peer = self.proc.pid
+        self.cable.vm_ok = lambda pid: pid in session_members(self.bmc_record)
         kcs = self.wire / "run" / "kcs.sock"
         for _ in range(50):
             if self.proc.poll() is not None:
@@ -228,7 +229,7 @@ loadlib "{w}/krig_diag.so" ""
                                    f"{(self.logs / 'ipmi_sim.log').read_text()[-500:]}")
             if self.ipmitool("chassis", "power", "status", timeout=5).returncode == 0:
                 if not self.BMC_USER and qemu_confine.runas_user() is not None:
-                    os.chown(kcs, *user_ids(qemu_confine.runas_user()))    # QEMU reconnects as its user
+                    os.chown(kcs, *user_ids(qemu_confine.runas_user()), follow_symlinks=False)  # QEMU reconnects
                 return
             time.sleep(0.2)
         raise RuntimeError("ipmi_sim does not answer on its LAN port")

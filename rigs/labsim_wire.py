@@ -13,8 +13,10 @@ group and mode 0710 (the user goes through it, lists and creates nothing in it:
 its configuration and the libraries preloaded into ipmi_sim stay root's), and
 `run` and `state` are that user's (0700). No other user reaches a socket.
 
-The serial cable also checks its peer: only ipmi_sim's own process (SO_PEERCRED)
-is the BMC end; another connection is closed at once and never displaces it.
+The serial cable also checks its peers: only ipmi_sim's own process (SO_PEERCRED)
+is the BMC end, another connection is closed at once and never displaces it; and
+the COM port it connects to must be served by a process of ipmi_sim's session
+(the server's QEMU), so a socket put in its place is never fed the console.
 
 What a server started is known by record, never by a command line: ipmi_sim's
 process (krig.paths.process_record: pid + start time) leads a session of its own,
@@ -76,7 +78,8 @@ def peer_pid(conn: socket.socket) -> int:
 class SerialCable(threading.Thread):
     """The wire between the BMC's SOL UART and the server's COM port, which stays connected
     across power cycles. ipmi_sim's SOL connects to `bmc_path` (its process only: `peer`, set
-    once it runs); the cable connects to QEMU's serial socket `vm_path` whenever a server runs."""
+    once it runs); the cable connects to QEMU's serial socket `vm_path` whenever a server runs,
+    and keeps the connection when `vm_ok(pid of the socket's server)` says it is the server's."""
 
     def __init__(self, bmc_path: pathlib.Path, vm_path: pathlib.Path, owner: tuple[int, int] | None = None):
         super().__init__(name="ipmi-serial-cable", daemon=True)
@@ -88,11 +91,12 @@ class SerialCable(threading.Thread):
         finally:
             os.umask(old)
         if owner is not None:
-            os.chown(bmc_path, *owner)
+            os.chown(bmc_path, *owner, follow_symlinks=False)
         self.listener.listen(4)
         self.stop_flag = threading.Event()
         self.bmc = self.vm = None
         self.peer: int | None = None        # ipmi_sim's pid
+        self.vm_ok = lambda pid: True
         self.pending: list[socket.socket] = []
         self.refused = 0
 
@@ -101,6 +105,8 @@ class SerialCable(threading.Thread):
         s.settimeout(0.2)
         try:
             s.connect(self.vm_path)
+            if not self.vm_ok(peer_pid(s)):
+                raise OSError("not the server's COM port")
             s.settimeout(None)
             self.vm = s
         except OSError:

@@ -127,3 +127,21 @@ def test_a_stop_signals_the_session_and_nothing_else(tmp_path):
             p.kill()
             p.wait()
     assert os.path.exists(tmp_path)
+
+
+def test_the_cable_feeds_no_com_port_but_its_servers(wires):
+    """A socket put at the COM port's name by a process that is not the server's QEMU (vm_ok
+    says no): the cable hangs up on it and sends it nothing."""
+    com = FakeCom(wires / "run" / "serial.sock")
+    com.start()
+    cable = SerialCable(wires / "run" / "sol.sock", wires / "run" / "serial.sock")
+    seen = []
+    cable.vm_ok = lambda pid: seen.append(pid) or False
+    cable.start()
+    try:
+        _wait(lambda: com.conn is not None, "the cable to knock")
+        com.conn.settimeout(10)
+        assert com.conn.recv(100) == b"" and cable.vm is None
+        assert seen and seen[0] == os.getpid()          # asked about the socket's server: this process
+    finally:
+        cable.stop()
