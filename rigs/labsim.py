@@ -17,33 +17,49 @@ takes host memory only once the server touches it.
 `up` starts a supervisor process (`python -m rigs.labsim serve NAME`, its own
 session) that holds the BMC and the serial cable; ipmi_sim dies with it and
 the server's QEMU with ipmi_sim (setpriv --pdeathsig), so a supervisor that
-dies takes its server with it. With --owner PID the supervisor also stops by itself
+dies takes its server with it. When krig is root, ipmi_sim runs as
+rigs/qemu_confine's unprivileged user from its first instruction, and so does
+the server's QEMU it starts: the supervisor opens the server's disk, its image,
+firmware variables and scratch disk and hands them down (QEMU's -add-fd); the
+BMC's wires are Unix sockets in a private directory (rigs/labsim_wire.py).
+One `up` or `down` of a NAME at a time (a lock on the name); `down` signals the
+supervisor and the session of the ipmi_sim it started, both known by their
+process records (pid + start time), never by a command line. With --owner PID the supervisor also stops by itself
 when that process ends (a CI job's shell, a test session killed with SIGKILL), and
 removes its state. Where things go:
   rig file     user_rig_dir()/NAME.toml (on krig's rig search path, rigs/__init__.py)
   BMC password secret_dir()/labsim-NAME-bmc (mode 0600; the rig file names it, never argv)
   everything   state_dir(NAME): state.json, the disk overlay, logs
+  the lock     state_dir(NAME)/../NAME.lock
+  the wires    a private directory in the temp directory (state.json names it)
+Both files are written as new files renamed over their name (a link planted there is
+replaced, never written through), in directories made 0700 and refused when a link.
 With KRIG_LAB_COORDINATOR set, `up` also makes the server a place there (krig lab sync).
 """
+import fcntl
 import json
 import os
 import pathlib
 import re
+import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
 
+from krig import safeio
 from krig.config import load_toml, parse_size
 from krig.errors import KrigError, UsageError
 from krig.paths import owner_alive, process_record
-from . import lab, lab_tags, labsim_image, qemu_confine, qemu_memory, user_rig_dir
+from . import lab, lab_tags, labsim_image, qemu_memory, user_rig_dir
 from .labsim_bmc import SimServer, missing_tools as bmc_missing
+from .labsim_wire import kill_session, remove_wire_dir
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,31}\Z")
 MEMORY_DEFAULT = "2G"
 MEMORY_MIN, MEMORY_MAX = 1 << 30, 64 << 40
 READY_WAIT = 120            # seconds for the supervisor to have its BMC answering
@@ -54,12 +70,27 @@ def _xdg(var: str, default: str) -> pathlib.Path:
     return pathlib.Path(os.environ.get(var) or os.path.expanduser(default)) / "krig"
 
 
+def own_dir(d: pathlib.Path, private: bool = False) -> pathlib.Path:
+    """d, made with mode 0700 (its parent too) when missing; refused when it is a link or not the
+    user's own directory. private: mode 0700 even when it was there."""
+    d.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        d.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(d)
+    what = (safeio.kind(st.st_mode) if not stat.S_ISDIR(st.st_mode) else
+            "a directory of another user" if st.st_uid != os.geteuid() else None)
+    if what:
+        raise KrigError(f"{d}: refused: {what}, not a directory of the user's own")
+    if private and st.st_mode & 0o077:
+        d.chmod(0o700)
+    return d
+
+
 def secret_dir() -> pathlib.Path:
     """krig's secret store: files of mode 0600 in a directory of mode 0700."""
-    d = _xdg("XDG_CONFIG_HOME", "~/.config") / "secrets"
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    d.chmod(0o700)
-    return d
+    return own_dir(_xdg("XDG_CONFIG_HOME", "~/.config") / "secrets", private=True)
 
 
 def state_dir(name: str) -> pathlib.Path:
@@ -76,6 +107,7 @@ def host_ram() -> int:
 class LabServer(SimServer):
     """The simulated lab server: SimServer's BMC, a server booting firmware + GRUB from its own disk."""
     USER = "krig"
+    BMC_USER = True             # ipmi_sim and the QEMU it starts: qemu_confine's user when krig is root
 
     def __init__(self, base: pathlib.Path, image_dir: pathlib.Path, memory_mb: int = 2048,
                  scratch_bytes: int = 16 << 30):
@@ -91,11 +123,11 @@ class LabServer(SimServer):
         self = cls.__new__(cls)
         self.base, self.image_dir = pathlib.Path(st["base"]), pathlib.Path(st["image_dir"])
         self.memory_mb, self.scratch_bytes = st["memory_mb"], st["scratch_bytes"]
-        for k in ("lan_port", "kcs_port", "sol_port", "vm_serial_port", "ssh_port"):
-            setattr(self, k, st[k])
+        self.lan_port, self.ssh_port = st["lan_port"], st["ssh_port"]
         self.password_file, self.rigs = pathlib.Path(st["password_file"]), pathlib.Path(st["rigs"])
         self.password = self.password_file.read_text().strip() if self.password_file.exists() else ""
         self.logs, self.proc, self.cable = self.base / "logs", None, None
+        self.wire, self.bmc_record, self.fds = pathlib.Path(st["wire"]), st["bmc"], []
         self.kernel = self.initrd = None
         return self
 
@@ -116,27 +148,42 @@ class LabServer(SimServer):
                         "-b", str(self.image_dir / "disk.qcow2"), str(b / "disk.qcow2")], check=True, timeout=60)
         shutil.copy(labsim_image.OVMF_VARS, b / "OVMF_VARS.fd")
 
-    def _vm_argv(self) -> list:
+    def _guard_line(self) -> str:
+        return ""               # QEMU keeps ipmi_sim's user: its parent-death signal holds
+
+    def _disk_fdsets(self) -> list:
+        """-add-fd arguments: the server's disk, its image, firmware variables and scratch disk,
+        opened here and handed to QEMU through ipmi_sim (QEMU's user reaches none of their paths),
+        fd set n for /dev/fdset/n, read-only and (but the image) read-write."""
         b = self.base
+        args = []
+        for n, (path, rw) in enumerate(((b / "disk.qcow2", True), (self.image_dir / "disk.qcow2", False),
+                                        (b / "OVMF_VARS.fd", True), (b / "scratch.img", True)), 1):
+            for flags in (os.O_RDONLY, os.O_RDWR)[:1 + rw]:
+                self.fds.append(os.open(path, flags))
+                args += ["-add-fd", f"fd={self.fds[-1]},set={n}"]
+        return args
+
+    def _vm_argv(self) -> list:
         mem = self.memory_mb << 20
         machine = qemu_memory.machine_args({"memory_backing": "sparse" if mem > host_ram() else "ram",
                                             "memory_bytes": mem})
-        return ["setpriv", "--pdeathsig", "KILL", *qemu_confine.confine([
+        return ["setpriv", "--pdeathsig", "KILL",
                 "qemu-system-x86_64", "-name", "krig-labsim-server",
                 *machine, "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb),
-                "-display", "none", "-vga", "none", "-nodefaults", "-pidfile", f"{b}/qemu.pid",
+                "-display", "none", "-vga", "none", "-nodefaults", *self._disk_fdsets(),
                 "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={labsim_image.OVMF_CODE}",
-                "-drive", f"if=pflash,format=raw,unit=1,file={b}/OVMF_VARS.fd",
-                "-chardev", f"socket,id=ipmi0,host=127.0.0.1,port={self.kcs_port},reconnect=2",
-                "-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0", "-device", "isa-ipmi-kcs,bmc=bmc0",
-                "-chardev", f"socket,id=ser0,host=127.0.0.1,port={self.vm_serial_port},server=on,wait=on",
-                "-serial", "chardev:ser0",
+                "-drive", "if=pflash,format=raw,unit=1,file=/dev/fdset/3,file.locking=off",
+                *self._wires(),
                 "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
                 "-device", "virtio-net-pci,netdev=n0,romfile=",
-                "-drive", f"file={b}/disk.qcow2,if=none,id=disk0,format=qcow2",
+                "-blockdev", "driver=file,node-name=image,filename=/dev/fdset/2,read-only=on,locking=off",
+                "-blockdev", "driver=qcow2,node-name=base,file=image,read-only=on",
+                "-blockdev", "driver=file,node-name=top,filename=/dev/fdset/1,locking=off",
+                "-blockdev", "driver=qcow2,node-name=disk0,file=top,backing=base",
                 "-device", "virtio-blk-pci,drive=disk0,bootindex=0",
-                "-drive", f"file={b}/scratch.img,if=none,id=nvme0,format=raw,cache=unsafe",
-                "-device", "nvme,drive=nvme0,serial=krig-scratch"])]
+                "-drive", "file=/dev/fdset/4,if=none,id=nvme0,format=raw,cache=unsafe,file.locking=off",
+                "-device", "nvme,drive=nvme0,serial=krig-scratch"]
 
     def rig_file(self, name: str, bmc: dict | None = None, ssh: dict | None = None, **top) -> pathlib.Path:
         top = {"description": f"simulated lab server ({self.memory_mb} MiB, ipmi_sim on 127.0.0.1:{self.lan_port})",
@@ -157,7 +204,7 @@ class LabServer(SimServer):
 # -- up / down ------------------------------------------------------------------
 
 def check_name(name: str) -> str:
-    if not NAME_RE.match(name or ""):
+    if not NAME_RE.fullmatch(name or ""):
         raise UsageError(f"NAME: {name!r} is not a lab server name (lower-case letters, digits and -, "
                          "a letter first, at most 32)")
     return name
@@ -193,14 +240,21 @@ def read_state(name: str) -> dict | None:
         return None
 
 
-def _supervisor_alive(st: dict | None) -> bool:
-    if not st or not st.get("pid"):
-        return False
+def _lock(name: str) -> int:
+    """The name's lock (flock of state_dir(NAME)/../NAME.lock), held by an `up` until its server
+    answers and by a `down`: a second one at once is one line."""
+    top = own_dir(state_dir(name).parent, private=True)
+    fd = os.open(top / f"{name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        cmd = pathlib.Path(f"/proc/{st['pid']}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"rigs.labsim" in cmd and st["name"].encode() in cmd
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise KrigError(f"lab sim {name}: being started or stopped by another krig lab sim (process {holder}); "
+                        f"try again once it is done") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
 
 
 def ensure_image(log) -> pathlib.Path:
@@ -219,46 +273,24 @@ def ensure_image(log) -> pathlib.Path:
 
 
 def up(name: str, memory: str | None = None, log=print, owner: int | None = None) -> pathlib.Path:
-    from . import rig_path
     check_name(name)
     owner_rec = None if owner is None else process_record(owner)
     if owner is not None and owner_rec is None:
         raise UsageError(f"--owner: {owner} is not a running process's pid")
     mem = check_memory(memory)
-    st = read_state(name)
-    if _supervisor_alive(st):
-        log(f"krig: lab sim {name}: already up ({st['memory_mb']} MiB); krig lab sim down {name} stops it")
-        return pathlib.Path(st["rig"])
+    from . import rig_path
     existing = rig_path(name)
     if existing is not None and existing.parent != user_rig_dir():
         raise UsageError(f"NAME: {name!r} is already the rig {existing}; choose another name")
-    miss = bmc_missing()
-    if miss:
-        raise KrigError(f"a simulated lab server needs {', '.join(miss)} (make setup installs them)")
-    image = ensure_image(log)
-    d = state_dir(name)
-    if st:                                  # a supervisor that died: its leftovers
-        _forget(st)
-    shutil.rmtree(d, ignore_errors=True)
-    d.mkdir(parents=True, mode=0o700)
-    (d / "request.json").write_text(json.dumps({"name": name, "memory_mb": mem >> 20, "image_dir": str(image),
-                                                "owner": owner_rec}))
-    logf = open(d / "supervisor.log", "ab")
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen([sys.executable, "-m", "rigs.labsim", "serve", name], cwd=ROOT, env=env,
-                            stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
-    logf.close()
-    for _ in range(READY_WAIT * 5):
+    lock = _lock(name)
+    try:
         st = read_state(name)
-        if st and st.get("ready"):
-            break
-        if proc.poll() is not None:
-            tail = (d / "supervisor.log").read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
-            raise KrigError(f"lab sim {name}: the simulator stopped at start: {tail[0]} (log {d}/supervisor.log)")
-        time.sleep(0.2)
-    else:
-        _stop_supervisor(proc.pid)
-        raise KrigError(f"lab sim {name}: the BMC did not answer within {READY_WAIT}s (log {d}/supervisor.log)")
+        if st and owner_alive(st.get("supervisor")):
+            log(f"krig: lab sim {name}: already up ({st['memory_mb']} MiB); krig lab sim down {name} stops it")
+            return pathlib.Path(st["rig"])
+        st = _start(name, mem, owner_rec, st, log)
+    finally:
+        os.close(lock)
     log(f"krig: lab sim {name}: BMC ipmi_sim on 127.0.0.1:{st['lan_port']} (power off), SSH on 127.0.0.1:"
         f"{st['ssh_port']}, {st['memory_mb']} MiB" + (" sparse" if st["sparse"] else "") +
         f"; the rig powers it on (krig lab sim down {name} stops it" +
@@ -277,14 +309,14 @@ def servers() -> list[dict]:
     root = _xdg("XDG_STATE_HOME", "~/.local/state") / "labsim"      # state_dir(NAME)'s parent
     out = []
     for d in sorted(root.iterdir()) if root.is_dir() else []:
-        if not NAME_RE.match(d.name) or not d.is_dir():
+        if not NAME_RE.fullmatch(d.name) or not d.is_dir():
             continue
         st = read_state(d.name) or {}
         try:
             req = json.loads((d / "request.json").read_text())
         except (OSError, ValueError):
             req = {}
-        alive = _supervisor_alive(st)
+        alive = owner_alive(st.get("supervisor"))
         state = "up" if alive and st.get("ready") else "starting" if alive or (req and not st) else "stopped"
         out.append({"name": d.name, "state": state, "memory_mb": st.get("memory_mb", req.get("memory_mb")),
                     "sparse": st.get("sparse"), "bmc_port": st.get("lan_port"), "ssh_port": st.get("ssh_port"),
@@ -292,40 +324,85 @@ def servers() -> list[dict]:
     return out
 
 
-def _stop_supervisor(pid: int) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
+def _start(name: str, mem: int, owner_rec: dict | None, old: dict | None, log) -> dict:
+    """Start the supervisor (under the name's lock) and wait for its BMC: its state."""
+    miss = bmc_missing()
+    if miss:
+        raise KrigError(f"a simulated lab server needs {', '.join(miss)} (make setup installs them)")
+    own_dir(user_rig_dir())                 # refused in one line here when a link, not in the supervisor
+    secret_dir()
+    image = ensure_image(log)
+    d = state_dir(name)
+    if old:                                 # a supervisor that died: its leftovers
+        _clean(old)
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(mode=0o700)
+    (d / "request.json").write_text(json.dumps({"name": name, "memory_mb": mem >> 20, "image_dir": str(image),
+                                                "owner": owner_rec}))
+    logf = open(d / "supervisor.log", "ab")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "rigs.labsim", "serve", name], cwd=ROOT, env=env,
+                            stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
+    logf.close()
+    for _ in range(READY_WAIT * 5):
+        st = read_state(name)
+        if st and st.get("ready"):
+            return st
+        if proc.poll() is not None:
+            tail = (d / "supervisor.log").read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
+            raise KrigError(f"lab sim {name}: the simulator stopped at start: {tail[0]} (log {d}/supervisor.log)")
+        time.sleep(0.2)
+    _stop_supervisor(process_record(proc.pid))
+    raise KrigError(f"lab sim {name}: the BMC did not answer within {READY_WAIT}s (log {d}/supervisor.log)")
+
+
+def _stop_supervisor(rec: dict | None) -> None:
+    """SIGTERM, then SIGKILL, the process of record rec if it is still that process (a pidfd: a
+    pid used again since is never signalled)."""
+    if not rec:
+        return
+    try:
+        fd = os.pidfd_open(int(rec["pid"]))
+    except (ProcessLookupError, OSError):
+        return
+    try:
+        if not owner_alive(rec):
             return
-        for _ in range(STOP_WAIT * 5):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
-                os.kill(pid, 0)
-                if pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                    return
-            except (ProcessLookupError, FileNotFoundError):
+                signal.pidfd_send_signal(fd, sig)
+            except ProcessLookupError:
                 return
-            time.sleep(0.2)
+            if select.select([fd], [], [], STOP_WAIT)[0]:       # readable: it ended
+                return
+    finally:
+        os.close(fd)
 
 
 def down(name: str, log=print) -> int:
     check_name(name)
-    st = read_state(name)
-    if st is None:
-        log(f"krig: lab sim {name}: not up")
-        return 0
-    if _supervisor_alive(st):
-        _stop_supervisor(st["pid"])
-    left = LabServer.attach(name).processes() if st.get("ready") else []
-    for ln in left:                        # the supervisor was killed before it stopped them
-        try:
-            os.kill(int(ln.split()[0]), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
-    _forget(st)
-    shutil.rmtree(state_dir(name), ignore_errors=True)
+    lock = _lock(name)
+    try:
+        st = read_state(name)
+        if st is None:
+            log(f"krig: lab sim {name}: not up")
+            return 0
+        _stop_supervisor(st.get("supervisor"))        # it stops its server
+        left = _clean(st)
+        shutil.rmtree(state_dir(name), ignore_errors=True)
+    finally:
+        os.close(lock)
     log(f"krig: lab sim {name}: stopped" + (f" ({len(left)} process(es) killed)" if left else ""))
     return 0
+
+
+def _clean(st: dict) -> list[int]:
+    """What a server's state names and its supervisor left: the processes of its ipmi_sim's
+    session (killed), its private directory, its rig file and password."""
+    left = kill_session(st.get("bmc"))
+    remove_wire_dir(st.get("wire"))
+    _forget(st)
+    return left
 
 
 def _forget(st: dict) -> None:
@@ -341,24 +418,22 @@ def serve(name: str) -> int:
     req = json.loads((d / "request.json").read_text())
     server = LabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"])
     server.base.mkdir()
-    server.rigs = user_rig_dir()
+    server.rigs = own_dir(user_rig_dir())
     server.password_file = secret_dir() / f"labsim-{name}-bmc"
     stop = threading.Event()
     owner, orphaned = req.get("owner"), False
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *a: stop.set())
-    state = {"name": name, "pid": os.getpid(), "base": str(server.base), "image_dir": req["image_dir"],
-             "memory_mb": server.memory_mb, "sparse": (server.memory_mb << 20) > host_ram(),
-             "scratch_bytes": server.scratch_bytes, "password_file": str(server.password_file),
-             "rigs": str(server.rigs), **{k: getattr(server, k) for k in
-                                          ("lan_port", "kcs_port", "sol_port", "vm_serial_port", "ssh_port")}}
+    state = {"name": name, "supervisor": process_record(os.getpid()), "base": str(server.base),
+             "image_dir": req["image_dir"], "memory_mb": server.memory_mb,
+             "sparse": (server.memory_mb << 20) > host_ram(), "scratch_bytes": server.scratch_bytes,
+             "password_file": str(server.password_file), "rigs": str(server.rigs),
+             "lan_port": server.lan_port, "ssh_port": server.ssh_port}
     try:
         server.start()
         rig = server.rig_file(name, boot="kexec", kexec={"append": ["loglevel=6"]})
-        state.update(rig=str(rig), ready=True)
-        tmp = d / "state.json.tmp"
-        tmp.write_text(json.dumps(state, indent=1) + "\n")
-        tmp.rename(d / "state.json")
+        state.update(rig=str(rig), ready=True, wire=str(server.wire), bmc=server.bmc_record)
+        safeio.write_text(d, "state.json", json.dumps(state, indent=1) + "\n", mode=0o600)
         print(f"labsim {name}: up, rig {rig}", flush=True)
         while not stop.wait(1):
             if server.proc.poll() is not None:

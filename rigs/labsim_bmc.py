@@ -12,31 +12,43 @@ scratch disk and user networking with ssh forwarded to 127.0.0.1 only.
 Two pieces model what a real server has and ipmi_sim lacks:
 - rigs/ipmisim/krig_diag.c (loaded with `loadlib`): the "pulse diagnostic
   interrupt" chassis control, so `ipmitool chassis power diag` sends an NMI.
-- SerialCable: the wire between the BMC's SOL UART and the server's COM port,
-  which stays connected across power cycles (QEMU's socket would not; and
-  ipmi_sim stops reconnecting to it once a SOL session is active).
+- SerialCable (rigs/labsim_wire.py): the wire between the BMC's SOL UART and
+  the server's COM port, which stays connected across power cycles (QEMU's
+  socket would not; and ipmi_sim stops reconnecting to it once a SOL session
+  is active).
+
+The BMC's side channels (the KCS wire, SOL, QEMU's COM port) are Unix sockets
+in the server's private directory, never TCP ports (rigs/labsim_wire.py); what
+stays on 127.0.0.1 is what a real BMC and server offer: the IPMI LAN (RMCP+,
+password) and SSH (key). `BMC_USER`: ipmi_sim runs as rigs/qemu_confine's
+user when krig is root (the lab server's), or as root with QEMU dropping to
+that user itself (the IPMI rig tests' server, which boots a root-only
+/boot/vmlinuz).
 
 ipmi_sim dies with the thread that started it and the server's QEMU with
-ipmi_sim (setpriv --pdeathsig); stop() ends everything started here, and
-every wait is bounded.
+ipmi_sim (setpriv --pdeathsig); stop() ends everything started here (the
+session ipmi_sim leads, known by its process record), and every wait is bounded.
 """
 import os
 import pathlib
 import secrets
-import select
 import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 
+from krig import safeio
 from krig.config import toml_value
+from krig.paths import process_record
 from rigs import guestroot, qemu_confine
-from rigs.procs import dies_with_parent
+from rigs.labsim_wire import (KCS_MARK, SOL_MARK, SerialCable, kill_session,  # noqa: F401 (SerialCable: tests)
+                              remove_wire_dir, session_members, user_ids, wire_dir)
+from rigs.procs import SETPRIV
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DIAG_SRC = ROOT / "rigs" / "ipmisim" / "krig_diag.c"
+UNIX_SRC = ROOT / "rigs" / "ipmisim" / "krig_unix.c"
 GUEST_MODULES_EXTRA = ["virtio_net", "ipmi_si", "ipmi_devintf"]
 NEEDED = {"ipmi_sim": "openipmi", "ipmitool": "ipmitool", "sshd": "openssh-server", "ssh": "openssh-client",
           "qemu-system-x86_64": "qemu-system-x86", "gcc": "gcc"}
@@ -56,76 +68,9 @@ def free_port(kind=socket.SOCK_STREAM) -> int:
         return s.getsockname()[1]
 
 
-class SerialCable(threading.Thread):
-    """Relay: ipmi_sim's SOL connects to `bmc_port` (and stays connected); the
-    relay connects to QEMU's serial server on `vm_port` whenever a guest runs."""
-
-    def __init__(self, bmc_port: int, vm_port: int):
-        super().__init__(name="ipmi-serial-cable", daemon=True)
-        self.vm_port = vm_port
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", bmc_port))
-        self.listener.listen(1)
-        self.stop_flag = threading.Event()
-        self.bmc = self.vm = None
-
-    def _try_vm(self):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.settimeout(0.2)
-        try:
-            s.connect(("127.0.0.1", self.vm_port))
-            s.settimeout(None)
-            self.vm = s
-        except OSError:
-            s.close()
-
-    def run(self):
-        last_try = 0.0
-        while not self.stop_flag.is_set():
-            if self.vm is None and time.monotonic() - last_try > 0.1:
-                last_try = time.monotonic()
-                self._try_vm()
-            socks = [s for s in (self.listener, self.bmc, self.vm) if s is not None]
-            try:
-                ready, _, _ = select.select(socks, [], [], 0.1)
-            except (OSError, ValueError):
-                continue
-            for s in ready:
-                if s is self.listener:
-                    conn, _ = self.listener.accept()
-                    if self.bmc is not None:
-                        self.bmc.close()
-                    self.bmc = conn
-                    continue
-                try:
-                    data = s.recv(65536)
-                except OSError:
-                    data = b""
-                other = self.vm if s is self.bmc else self.bmc
-                if not data:
-                    s.close()
-                    if s is self.vm:
-                        self.vm = None
-                    else:
-                        self.bmc = None
-                    continue
-                if other is not None:
-                    try:
-                        other.sendall(data)
-                    except OSError:
-                        pass
-        for s in (self.listener, self.bmc, self.vm):
-            if s is not None:
-                s.close()
-
-    def stop(self):
-        self.stop_flag.set()
-        self.join(5)
-
-
 class SimServer:
     USER = "krig"
+    BMC_USER = False            # ipmi_sim as root; QEMU drops to qemu_confine's user itself
 
     def __init__(self, base: pathlib.Path, kernel, initrd: pathlib.Path, memory_mb: int = 2048,
                  scratch_bytes: int = 16 << 30):
@@ -136,12 +81,12 @@ class SimServer:
         self.initrd = initrd
         self.password = "krigpw" + secrets.token_hex(5)      # ipmi_sim keeps 16 bytes
         self.lan_port = free_port(socket.SOCK_DGRAM)
-        self.kcs_port = free_port()
-        self.sol_port = free_port()
-        self.vm_serial_port = free_port()
         self.ssh_port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.bmc_record: dict | None = None    # ipmi_sim's process record: its session is the server's
         self.cable: SerialCable | None = None
+        self.wire: pathlib.Path | None = None   # the private directory (rigs/labsim_wire.py)
+        self.fds: list[int] = []                # what ipmi_sim hands on to the server's QEMU
         self.rigs = base / "rigs"              # where rig_file() writes
         self.logs = base / "logs"
         self.password_file = base / "bmc-password"
@@ -170,10 +115,18 @@ class SimServer:
         self.write_password()
 
     def write_password(self):
-        pw = self.password_file
-        pw.touch(mode=0o600)
-        pw.chmod(0o600)
-        pw.write_text(self.password + "\n")
+        """The BMC password, mode 0600: a new file renamed over the name (a link there is replaced)."""
+        safeio.write_text(self.password_file.parent, self.password_file.name, self.password + "\n", mode=0o600)
+
+    def _wires(self) -> list:
+        """QEMU's end of the KCS wire and its COM port (Unix sockets in the private directory)."""
+        w = self.wire / "run"
+        return ["-pidfile", f"{w}/qemu.pid", "-chardev", f"socket,id=ipmi0,path={w}/kcs.sock,reconnect=2",
+                "-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0", "-device", "isa-ipmi-kcs,bmc=bmc0",
+                "-chardev", f"socket,id=ser0,path={w}/serial.sock,server=on,wait=on", "-serial", "chardev:ser0"]
+
+    def _guard_line(self) -> str:
+        return qemu_confine.guard_shell_line()
 
     def _vm_argv(self) -> list:
         b = self.base
@@ -184,11 +137,7 @@ class SimServer:
         return ["setpriv", "--pdeathsig", "KILL", *qemu_confine.confine([
                 "qemu-system-x86_64", "-name", "krig-ipmi-sim-guest",
                 "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb),
-                "-display", "none", "-vga", "none", "-nodefaults", "-pidfile", f"{b}/qemu.pid",
-                "-chardev", f"socket,id=ipmi0,host=127.0.0.1,port={self.kcs_port},reconnect=2",
-                "-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0", "-device", "isa-ipmi-kcs,bmc=bmc0",
-                "-chardev", f"socket,id=ser0,host=127.0.0.1,port={self.vm_serial_port},server=on,wait=on",
-                "-serial", "chardev:ser0",
+                "-display", "none", "-vga", "none", "-nodefaults", *self._wires(),
                 "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
                 "-device", "virtio-net-pci,netdev=n0",
                 "-kernel", str(self.kernel.image), "-initrd", str(self.initrd), "-append", append,
@@ -198,17 +147,22 @@ class SimServer:
                 "-device", "nvme,drive=nvme0,serial=krig-scratch"], owned=[b / "cfg" / "ssh_host_ed25519_key"])]
 
     def _configs(self):
-        b = self.base
+        b, w = self.base, self.wire
         with open(b / "scratch.img", "wb") as f:
             f.truncate(self.scratch_bytes)      # sparse
-        start = b / "start-vm"
-        start.write_text("#!/bin/sh\n# ipmi_sim's startcmd: the server's power\n"
-                         + qemu_confine.guard_shell_line() + "exec "
-                         + " ".join(f"'{a}'" for a in self._vm_argv()) + f" >>{self.logs}/qemu.log 2>&1\n")
+        log = os.open(self.logs / "qemu.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.fds.append(log)
+        start = w / "start-vm"                  # root's when krig is: ipmi_sim runs it, cannot change it
+        start.write_text("#!/bin/bash\n# ipmi_sim's startcmd: the server's power\n" + self._guard_line() + "exec "
+                         + " ".join(f"'{a}'" for a in self._vm_argv()) + f" >&{log} 2>&1\n")
         start.chmod(0o755)
-        subprocess.run(["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", str(b / "krig_diag.so"), str(DIAG_SRC)],
-                       check=True, timeout=120, capture_output=True)
-        (b / "lan.conf").write_text(f"""name "krigsim"
+        for src in (DIAG_SRC, UNIX_SRC):
+            subprocess.run(["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", str(w / f"{src.stem}.so"), str(src),
+                            "-ldl"], check=True, timeout=120, capture_output=True)
+        conf = os.open(w / "lan.conf", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        os.fchown(conf, -1, user_ids(qemu_confine.runas_user())[1])     # its password: root and ipmi_sim's user
+        with os.fdopen(conf, "w") as f:
+            f.write(f"""name "krigsim"
 set_working_mc 0x20
   startlan 1
     addr 127.0.0.1 {self.lan_port}
@@ -219,17 +173,16 @@ set_working_mc 0x20
     allowed_auths_admin none md2 md5 straight
     guid a123456789abcdefa123456789abcdef
   endlan
-  serial 15 127.0.0.1 {self.kcs_port} codec VM
+  serial 15 127.0.0.1 {KCS_MARK} codec VM
   startcmd "{start}"
-  sol "tcp:127.0.0.1:{self.sol_port}" 115200
+  sol "tcp:127.0.0.1:{SOL_MARK}" 115200
   startnow false
   poweroff_wait 5
   kill_wait 5
   user 2 true "{self.USER}" "{self.password}" admin 10 none md2 md5 straight
-loadlib "{b}/krig_diag.so" ""
+loadlib "{w}/krig_diag.so" ""
 """)
-        (b / "lan.conf").chmod(0o600)
-        (b / "sim.emu").write_text(
+        (w / "sim.emu").write_text(
             "mc_setbmc 0x20\n"
             "mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr\n"
             "sel_enable 0x20 1000 0x0a\n"
@@ -237,29 +190,46 @@ loadlib "{b}/krig_diag.so" ""
             "sensor_set_event_support 0x20 0 0 enable scanning per-state "
             "000000000001111 000000000000000 000000000001111 000000000000000\n"
             "mc_enable 0x20\n")
-        (b / "state").mkdir()
 
     def start(self):
         self.rigs.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir()
+        user = qemu_confine.runas_user()
+        self.wire = wire_dir(user)
         self._keys()
         self._configs()
-        self.cable = SerialCable(self.sol_port, self.vm_serial_port)
+        self.cable = SerialCable(self.wire / "run" / "sol.sock", self.wire / "run" / "serial.sock",
+                                 owner=user_ids(user) if self.BMC_USER else None)
         self.cable.start()
         self.start_bmc()
+
+    def _bmc_argv(self) -> list:
+        """ipmi_sim with krig_unix.so preloaded (rigs/labsim_wire.py), as BMC_USER says; dies with
+        the starting thread (--pdeathsig, set after the user changes)."""
+        w = self.wire
+        who = qemu_confine.runas_user() if self.BMC_USER else None
+        drop = [] if who is None else ["--reuid", who, "--regid", str(user_ids(who)[1]), "--clear-groups"]
+        return [SETPRIV, *drop, "--pdeathsig", "KILL", "--", "env", f"LD_PRELOAD={w}/krig_unix.so",
+                f"KRIG_BMC_LISTEN={KCS_MARK}:{w}/run/kcs.sock", f"KRIG_BMC_CONNECT={SOL_MARK}:{w}/run/sol.sock",
+                "ipmi_sim", "-c", f"{w}/lan.conf", "-f", f"{w}/sim.emu", "-s", f"{w}/state", "-n"]
 
     def start_bmc(self):
         """ipmi_sim (the BMC) on its LAN port; the chassis starts powered off."""
         log = open(self.logs / "ipmi_sim.log", "ab")
-        self.proc = subprocess.Popen(dies_with_parent(["ipmi_sim", "-c", str(self.base / "lan.conf"), "-f",
-                                                       str(self.base / "sim.emu"), "-s", str(self.base / "state"), "-n"]),
-                                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        self.proc = subprocess.Popen(self._bmc_argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
+                                     pass_fds=self.fds, start_new_session=True)
         log.close()
+        self.bmc_record = process_record(self.proc.pid)
+        self.cable.peer = self.proc.pid
+        self.cable.vm_ok = lambda pid: pid in session_members(self.bmc_record)
+        kcs = self.wire / "run" / "kcs.sock"
         for _ in range(50):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ipmi_sim exited {self.proc.returncode}: "
                                    f"{(self.logs / 'ipmi_sim.log').read_text()[-500:]}")
             if self.ipmitool("chassis", "power", "status", timeout=5).returncode == 0:
+                if not self.BMC_USER and qemu_confine.runas_user() is not None:
+                    os.chown(kcs, *user_ids(qemu_confine.runas_user()), follow_symlinks=False)  # QEMU reconnects
                 return
             time.sleep(0.2)
         raise RuntimeError("ipmi_sim does not answer on its LAN port")
@@ -296,14 +266,14 @@ loadlib "{b}/krig_diag.so" ""
         text = "".join(f"{k} = {toml_value(v)}\n" for k, v in spec.items() if v is not None)
         for table, d in (("bmc", b), ("ssh", s), *tables.items()):
             text += f"\n[{table}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in d.items() if v is not None)
-        path = self.rigs / f"{name}.toml"
-        path.write_text(text)
-        return path
+        safeio.write_text(self.rigs, f"{name}.toml", text)
+        return self.rigs / f"{name}.toml"
 
     def processes(self) -> list[str]:
-        """Processes whose argv mentions this server (its files or its ports)."""
+        """What a test looks at for leftovers (never what is stopped: that is own()): processes
+        whose argv mentions this server (its files, its private directory or its LAN port)."""
         out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-        marks = (str(self.base), f"-p {self.lan_port} ", f"port={self.kcs_port}")
+        marks = (str(self.base), f"-p {self.lan_port} ") + ((str(self.wire),) if self.wire else ())
         me = os.getpid()
         return [ln.strip() for ln in out.splitlines()
                 if any(m in ln for m in marks) and int(ln.split()[0]) != me and " ps -ww -eo" not in ln]
@@ -325,18 +295,15 @@ loadlib "{b}/krig_diag.so" ""
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        pidfile = self.base / "qemu.pid"
-        for _ in range(50):
-            try:
-                pid = int(pidfile.read_text().strip())
-                os.kill(pid, signal.SIGKILL)
-            except (OSError, ValueError):
-                break
-            time.sleep(0.1)
+        kill_session(self.bmc_record)      # the server's QEMU, if it outlived ipmi_sim
         if self.cable is not None:
             self.cable.stop()
-        for _ in range(50):                 # let killed children disappear
-            if not self.processes():
-                break
-            time.sleep(0.2)
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+        remove_wire_dir(self.wire)
+
+    def own(self) -> list[int]:
+        """The processes this server started that still run (ipmi_sim's session)."""
+        return session_members(self.bmc_record)
 

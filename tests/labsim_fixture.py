@@ -11,6 +11,7 @@ worker holds the server and the tests take turns on it. At the end `krig lab sim
 down`; nothing of it may be left running.
 """
 import os
+import pathlib
 import subprocess
 
 import pytest
@@ -46,8 +47,24 @@ def lab_sim(tmp_path_factory):
         down = subprocess.run(KRIG + ["lab", "sim", "down", NAME], capture_output=True, text=True, cwd=ROOT,
                               env=env, timeout=300)
         assert down.returncode == 0, down.stdout + down.stderr
-    left = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    left = [ln for ln in left.splitlines() if str(base) in ln and " ps -ww -eo" not in ln]
+    left = started_under(base / "state")
     assert not left, f"left running after krig lab sim down: {left}"
     assert not (base / "config" / "krig" / "rigs" / f"{NAME}.toml").exists()
     assert not list((base / "config" / "krig" / "secrets").glob("*"))
+
+
+def started_under(state_home) -> list[str]:
+    """"pid argv" of every process running with XDG_STATE_HOME=state_home in its environment: what
+    a `krig lab sim up` with it started (the supervisor, ipmi_sim, the server's QEMU inherit it;
+    their command lines name the server's private directory, not the test's)."""
+    mark = f"XDG_STATE_HOME={state_home}".encode()
+    out = []
+    for d in pathlib.Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if mark in (d / "environ").read_bytes().split(b"\0"):
+                out.append(f"{d.name} " + (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return out

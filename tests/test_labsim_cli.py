@@ -14,6 +14,7 @@ import pytest
 
 from conftest import KRIG, ROOT, setup_missing
 from lab_fixture import Coordinator
+from labsim_fixture import started_under
 from rigs import labsim_image
 from rigs.labsim_bmc import missing_tools as bmc_missing
 
@@ -30,8 +31,7 @@ def _krig(tmp_path, *args):
 
 
 def _mine(tmp_path) -> list:
-    out = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    return [ln for ln in out.splitlines() if str(tmp_path) in ln and " ps -ww -eo" not in ln]
+    return started_under(tmp_path / "state")
 
 
 @pytest.mark.parametrize("args, line", [
@@ -43,6 +43,8 @@ def _mine(tmp_path) -> list:
      r"at boot alone \(struct pages \(RAM/64\) 1024\.0 GiB .*more than this host's MemAvailable [\d.]+ GiB less a "
      r"[\d.]+ GiB margin \(the host budget, as for the QEMU rig\)$"),
     (["up", "qemu-default"], r"NAME: 'qemu-default' is already the rig .*rigs/qemu-default\.toml"),
+    (["up", "lab1\n"], r"NAME: 'lab1\\n' is not a lab server name"),
+    (["down", "lab1\n"], r"NAME: 'lab1\\n' is not a lab server name"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, line):
     import re
@@ -58,7 +60,8 @@ def test_a_server_whose_owner_ends_stops_by_itself(tmp_path, downed):
     try:
         p = _krig(tmp_path, "lab", "sim", "up", "lab1", "--owner", str(owner.pid))
         assert p.returncode == 0 and f"or process {owner.pid} ending" in p.stdout, p.stdout + p.stderr
-        sup = json.loads((tmp_path / "state" / "krig" / "labsim" / "lab1" / "state.json").read_text())["pid"]
+        state = json.loads((tmp_path / "state" / "krig" / "labsim" / "lab1" / "state.json").read_text())
+        sup = state["supervisor"]["pid"]
         assert any("ipmi_sim" in ln for ln in _mine(tmp_path)), _mine(tmp_path)
     finally:
         owner.kill()
@@ -157,7 +160,7 @@ def test_up_down_and_a_supervisor_that_dies(tmp_path, downed):
             break
         time.sleep(0.2)
     assert any("qemu-system-x86_64" in ln for ln in _mine(tmp_path)), _mine(tmp_path)
-    os.kill(state["pid"], signal.SIGKILL)
+    os.kill(state["supervisor"]["pid"], signal.SIGKILL)
     for _ in range(100):
         if not _mine(tmp_path):
             break
@@ -203,7 +206,8 @@ def test_a_server_larger_than_the_host_is_sparse(tmp_path, downed):
     setup_missing(bmc_missing() + labsim_image.missing_tools(), "the lab server tests")
     p = _krig(tmp_path, "lab", "sim", "up", "lab1", "--memory", "256G")
     assert p.returncode == 0 and "262144 MiB sparse" in p.stdout, p.stdout + p.stderr
-    start = (tmp_path / "state" / "krig" / "labsim" / "lab1" / "server" / "start-vm").read_text()
+    state = json.loads((tmp_path / "state" / "krig" / "labsim" / "lab1" / "state.json").read_text())
+    start = (pathlib.Path(state["wire"]) / "start-vm").read_text()
     assert f"'memory-backend-ram,id=m0,size={256 << 30},reserve=off'" in start and "'-m' '262144'" in start
     rig = tmp_path / "config" / "krig" / "rigs" / "lab1.toml"
     assert "(262144 MiB," in rig.read_text()
