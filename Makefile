@@ -81,8 +81,8 @@ $(VENV)/.installed: pyproject.toml
 
 helpers: $(HELPERS) $(KWALK)
 
-$(KWALK): analysis/trace/kwalk.c
-	$(CC) -O2 -Wall -shared -fPIC -pthread -o $@ $< -lzstd
+$(KWALK): analysis/trace/kwalk.c analysis/trace/kcount.c analysis/trace/kwalk.h
+	$(CC) -O2 -Wall -shared -fPIC -pthread -o $@ $(filter %.c,$^) -lzstd
 
 define helper_rule
 $(dir $(1))bin/$(basename $(notdir $(1))): $(1)

@@ -35,17 +35,34 @@ BISECT_GIT_LOG = "git-bisect-log.txt"
 BISECT_KERNELS = "kernels"      # the kernel tomls a bisection generates and builds (kernels.spec.GENERATED_DIRS)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
 _QUERY = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s?#\"'<>]*)\?[^\s#\"'<>]*")
+_FRAGMENT = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s#\"'<>]*)#[^\s\"'<>]*")
+# scp's [USER@]HOST:PATH (no scheme): USER is group 1, HOST: group 2, PATH's end a #fragment (group 3)
+_SCP = re.compile(r"(?i)(?<![^\s\"'(<,\[])(?:([^\s\"'<>()\[\],/]+)@)?([a-z0-9][a-z0-9.-]*:)(?!//)"
+                  r"([^\s\"'<>#]+)(#[^\s\"'<>]*)?")
+SSH_USERS = {"git"}  # the conventional user of a git host's ssh (git@github.com:org/repo): no secret
 # an absolute path not inside a URL or a word: its last component is group 1
 _ABS_PATH = re.compile(r"(?<![\w.~:/@-])/(?:[^\s/'\"]+/)*([^\s/'\"]+)/?")
 
 
 def public_url(text):
     """`text` with the user name and password taken out of every URL in it
-    (https://user:TOKEN@host/linux.git -> https://host/linux.git), and the query string too
-    (https://host/linux.git?access_token=T -> https://host/linux.git). A tree's origin URL is
+    (https://user:TOKEN@host/linux.git -> https://host/linux.git), and the query string and
+    fragment too (https://host/linux.git?access_token=T or #T -> https://host/linux.git); in
+    scp's form, a user other than the conventional git (TOKEN@host:org/linux.git ->
+    host:org/linux.git; git@host:org/linux.git stays) and the fragment. A tree's origin URL is
     recorded through this, and read through it again from older manifests, before it goes
     into a manifest, a bundle, a reply or a KCIDB report. Anything but a string is returned as is."""
-    return _QUERY.sub(r"\1", _USERINFO.sub(r"\1", text)) if isinstance(text, str) else text
+    if not isinstance(text, str):
+        return text
+    text = _FRAGMENT.sub(r"\1", _QUERY.sub(r"\1", _USERINFO.sub(r"\1", text)))
+    return _SCP.sub(_scp_public, text)
+
+
+def _scp_public(m: re.Match) -> str:
+    user, host, path = m.group(1), m.group(2), m.group(3)
+    if user is None and m.group(4) is None:
+        return m.group(0)
+    return (f"{user}@" if user in SSH_USERS else "") + host + path
 
 
 def is_url(value: str) -> bool:

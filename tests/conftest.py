@@ -8,10 +8,15 @@ import sys
 
 import pytest
 
-from kernels.trees import ensure_pristine
-from kernels.spec import DEFAULT_TARBALL, tarball_sha256
+import hermetic  # before anything imports krig: krig reads where results go at its import
 
-from xdist_groups import pytest_collection_modifyitems  # noqa: F401 (make test's worker groups)
+HERMETIC_BASE, HERMETIC_OWNER, USER_DIRS = hermetic.enter()
+USER_SNAPSHOT = hermetic.snapshot(USER_DIRS) if HERMETIC_OWNER else None
+
+from kernels.trees import ensure_pristine  # noqa: E402
+from kernels.spec import DEFAULT_TARBALL, tarball_sha256  # noqa: E402
+
+from xdist_groups import pytest_collection_modifyitems  # noqa: F401,E402 (make test's worker groups)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KRIG = [sys.executable, "-m", "workflows.cli"]
@@ -198,3 +203,19 @@ def no_leftover_qemu(tmp_path):
 
 
 from labsim_fixture import lab_sim  # noqa: E402,F401 (one lab server a session: krig lab sim up)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The session's end, in the process that made its directory (not an xdist worker): the
+    user's real krig directories as they were at its start (tests/hermetic.py), else the
+    session fails naming what changed."""
+    if not HERMETIC_OWNER or hasattr(session.config, "workerinput"):
+        return
+    changed = hermetic.leave(HERMETIC_BASE, USER_DIRS, USER_SNAPSHOT)
+    if changed:
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"the user's krig directories changed during the session ({len(changed)}):"]
+        lines += changed[:20] + (["..."] if len(changed) > 20 else [])
+        if tr:
+            tr.write_line("\n".join(lines), red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.guest
 def planted(tmp_path):
     token = "krig-planted-" + secrets.token_hex(8)
     home = pathlib.Path(os.path.expanduser("~"))
+    config = pathlib.Path(os.environ["XDG_CONFIG_HOME"])  # krig's, as the session set it (tests/hermetic.py)
     paths = [home / f".{token}", pathlib.Path("/home") / token / "secret",
-             home / ".config" / "krig" / f"{token}.pw", home / ".ssh" / f"id_{token}"]
+             config / "krig" / f"{token}.pw", home / ".ssh" / f"id_{token}"]
     made = []
     for p in paths:
         for d in reversed([p.parent, *p.parent.parents]):

@@ -7,6 +7,7 @@ turn: a symlink to a host file holding a secret, a FIFO, a symlink krig would wr
 through, garbage, JSON of the wrong shape. No mutation may leak the secret into
 anything krig writes, change the host file, or leave a command running past its timeout.
 """
+import hashlib
 import json
 import os
 import pathlib
@@ -180,9 +181,12 @@ def test_kernel_paths_the_manifest_names_are_data(tmp_path, krig_cli):
     token = "krig-cache-secret-" + secrets.token_hex(8)
     key = cache / "labsim" / "client_key"
     fake = cache / "kernels" / "0123456789abcdef"          # no build.json: not a kernel krig built
+    # read as a config, each would say arm64 (and its hash is the one the run recorded): the
+    # export's x86_64 (the emulator's) shows it was not read
+    body = token + "\nCONFIG_ARM64=y\n"
     for f in (key, fake / "config", fake / "bzImage"):
         f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(token + "\n")
+        f.write_text(body)
         f.chmod(0o600)
     os.mkfifo(tmp_path / "fifo")
     env = {"KRIG_CACHE": str(cache)}
@@ -192,7 +196,7 @@ def test_kernel_paths_the_manifest_names_are_data(tmp_path, krig_cli):
              "fifo": {"config": str(tmp_path / "fifo"), "image": str(tmp_path / "fifo")},
              "dev-zero": {"config": "/dev/zero", "image": "/dev/zero", "modules_dir": "/dev"}}
     for name, kernel in cases.items():
-        run = _kernel_run(tmp_path, name, {**kernel, "config_sha256_16": "0" * 16})
+        run = _kernel_run(tmp_path, name, {**kernel, "config_sha256_16": hashlib.sha256(body.encode()).hexdigest()[:16]})
         for flags in ([], ["--with-config"], ["--with-kernel"]):
             out = tmp_path / f"{name}{''.join(flags)}.tar.gz"
             p = krig_cli("bundle", str(run), *flags, "-o", str(out), env=env, timeout=60)

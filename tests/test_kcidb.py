@@ -365,3 +365,27 @@ def test_smoke_run_judged_error_has_no_measurement(smoke_run, tmp_path, krig_cli
     # and the report does not depend on the measurements at all: without metrics.json it is the same
     (err / "metrics.json").unlink()
     assert kcidb_checks.export(krig_cli, tmp_path / "without-metrics", err) == report
+
+
+def test_the_kernel_config_read_is_only_one_krig_keeps(tmp_path, krig_cli):
+    """The architecture comes from the kernel's config only when the manifest names a config krig
+    keeps (krig.paths.kernel_file, the rule `krig bundle` reads a host file by), else from the
+    emulator. A host file of anyone's choosing with the hash the run recorded is not read; the
+    distro's /boot/config-RELEASE is."""
+    import glob
+    import hashlib
+    planted = tmp_path / "not-a-kernel-config"
+    planted.write_bytes(b"# any host file\nCONFIG_ARM64=y\n")
+    boot = sorted(glob.glob("/boot/config-*"))
+    assert boot, "no /boot/config-*: the distro kernel (linux-image-amd64) is not installed"
+    arch = {}
+    for name, config in (("planted", planted), ("boot", pathlib.Path(boot[0]))):
+        d = made_run(tmp_path / name, "pass")
+        man = json.loads((d / "manifest.json").read_text())
+        man["kernel"].update(config=str(config),
+                             config_sha256_16=hashlib.sha256(config.read_bytes()).hexdigest()[:16])
+        man["rig_facts"]["qemu_argv"] = ["qemu-system-riscv64", "-m", "4096"]
+        (d / "manifest.json").write_text(json.dumps(man))
+        report = kcidb_checks.export(krig_cli, tmp_path / f"out-{name}", d)
+        arch[name] = report["builds"][0]["architecture"]
+    assert arch == {"planted": "riscv64", "boot": "x86_64"}, arch

@@ -10,6 +10,7 @@ module imports itself back through a cycle (read with ast, nothing imported).
                            reproducer, results, paths)                         -> itself only
 """
 import ast
+import functools
 import pathlib
 import re
 import subprocess
@@ -23,19 +24,23 @@ FLOORS = {"krig": 1, "rigs": 2, "kernels": 2, "analysis": 2, "workflows": 3}
 PARTS = tuple(FLOORS)
 
 
-def subpackages() -> list:
+# Each rule is a function of a tree's root (the checkout, or a copy a test breaks on purpose:
+# tests/test_layout_checks.py) that returns what breaks it, a line each.
+
+@functools.lru_cache(maxsize=8)
+def subpackages(root: pathlib.Path = ROOT) -> list:
     """Folders with an __init__.py below a part (analysis/trace: the trace.dat library): each is a
     library of its own, below its part, that imports only itself and the vocabulary."""
-    return sorted(".".join(p.parent.relative_to(ROOT).parts) for part in PARTS if FLOORS[part] == 2
-                  for p in (ROOT / part).glob("*/__init__.py"))
+    return sorted(".".join(p.parent.relative_to(root).parts) for part in PARTS if FLOORS[part] == 2
+                  for p in (root / part).glob("*/__init__.py"))
 
 
-def part_of(module: str) -> str:
+def part_of(module: str, root: pathlib.Path = ROOT) -> str:
     """'vocabulary' (krig/), 'workflows', a library (analysis.trace), or its part (rigs, kernels, analysis)."""
     top = module.split(".")[0]
     if top == "krig":
         return "vocabulary"
-    for sub in subpackages():
+    for sub in subpackages(root):
         if module == sub or module.startswith(sub + "."):
             return "library"
     return top
@@ -59,21 +64,21 @@ def test_the_floors_are_the_folders():
     assert set(FLOORS) == {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
 
 
-def module_name(path: pathlib.Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def module_name(path: pathlib.Path, root: pathlib.Path = ROOT) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def modules() -> dict:
+def modules(root: pathlib.Path = ROOT) -> dict:
     out = {}
     for part in PARTS:
-        for p in sorted((ROOT / part).rglob("*.py")):
+        for p in sorted((root / part).rglob("*.py")):
             if "bin" in p.parts or "__pycache__" in p.parts:
                 continue
-            out[module_name(p)] = p
+            out[module_name(p, root)] = p
     return out
 
 
@@ -120,8 +125,8 @@ def imports_of(name: str, path: pathlib.Path, known: set) -> set:
     return found
 
 
-def graph() -> dict:
-    mods = modules()
+def graph(root: pathlib.Path = ROOT) -> dict:
+    mods = modules(root)
     known = set(mods)
     g = {}
     for name, path in mods.items():
@@ -141,13 +146,15 @@ def test_the_parts_exist_where_the_layout_says():
         assert gone not in mods, f"{gone} should have moved"
 
 
+def wrong_way_imports(root: pathlib.Path = ROOT) -> list:
+    return sorted(f"{mod} ({part_of(mod, root)}) imports {d} ({part_of(d, root)})"
+                  for mod, deps in graph(root).items() for d in deps
+                  if part_of(d, root) not in ALLOWED[part_of(mod, root)])
+
+
 def test_imports_go_one_way():
-    bad = []
-    for mod, deps in graph().items():
-        for d in deps:
-            if part_of(d) not in ALLOWED[part_of(mod)]:
-                bad.append(f"{mod} ({part_of(mod)}) imports {d} ({part_of(d)})")
-    assert not bad, "imports against the one-way order:\n" + "\n".join(sorted(bad))
+    bad = wrong_way_imports()
+    assert not bad, "imports against the one-way order:\n" + "\n".join(bad)
 
 
 def find_cycle(g: dict) -> list | None:
@@ -177,20 +184,24 @@ def find_cycle(g: dict) -> list | None:
     return None
 
 
-def analyzers() -> dict:
+def analyzers(root: pathlib.Path = ROOT) -> dict:
     """Each reproducer's analyze.py (krig.reproducer loads it by path, so no import names it),
     as the analysis module it is: it may import the vocabulary and analysis, never rigs,
     kernels or the runner."""
     return {f"analysis.{p.parent.name.replace('-', '_')}_analyze": p
-            for p in sorted((ROOT / "reproducers").glob("*/analyze.py"))}
+            for p in sorted((root / "reproducers").glob("*/analyze.py"))}
+
+
+def analyzer_imports(root: pathlib.Path = ROOT) -> list:
+    known = set(modules(root))
+    return sorted(f"{path.relative_to(root)} imports {d} ({part_of(d, root)})"
+                  for name, path in analyzers(root).items()
+                  for d in imports_of(name, path, known) if part_of(d, root) not in ALLOWED["analysis"])
 
 
 def test_reproducers_analyzers_import_as_analysis():
-    known = set(modules())
-    names = analyzers()
-    assert "analysis.neg_dentry_flood_analyze" in names
-    bad = [f"{path.relative_to(ROOT)} imports {d} ({part_of(d)})" for name, path in names.items()
-           for d in imports_of(name, path, known) if part_of(d) not in ALLOWED["analysis"]]
+    assert "analysis.neg_dentry_flood_analyze" in analyzers()
+    bad = analyzer_imports()
     assert not bad, "a reproducer's analysis against the one-way order:\n" + "\n".join(sorted(bad))
 
 
@@ -209,8 +220,13 @@ def test_the_checker_sees_an_analyzer_reaching_into_a_rig(tmp_path):
     assert all(part_of(d) in ALLOWED["analysis"] for d in imports_of("analysis.x_analyze", p, known))
 
 
+def import_cycle(root: pathlib.Path = ROOT) -> list:
+    """The modules of an import cycle, [] if there is none."""
+    return find_cycle(graph(root)) or []
+
+
 def test_no_import_cycles():
-    cycle = find_cycle(graph())
+    cycle = import_cycle() or None
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
@@ -231,15 +247,20 @@ def test_the_checker_sees_a_wrong_way_import(tmp_path):
     assert part_of("workflows.run") not in ALLOWED[part_of("rigs.x")]
 
 
-def vocabulary() -> set:
-    return {m for m in modules() if part_of(m) == "vocabulary"}
+def vocabulary(root: pathlib.Path = ROOT) -> set:
+    return {m for m in modules(root) if part_of(m, root) == "vocabulary"}
+
+
+def vocabulary_imports(root: pathlib.Path = ROOT) -> list:
+    g = graph(root)
+    return sorted(f"{m} imports {d}" for m in vocabulary(root) for d in g[m]
+                  if part_of(d, root) != "vocabulary")
 
 
 def test_the_vocabulary_is_the_ground_folder():
     """krig/ holds the vocabulary and nothing of a workflow: no module there imports a part or a workflow."""
-    g = graph()
     assert {"krig.errors", "krig.record", "krig.rundir", "krig.safeio", "krig.verdict"} <= vocabulary()
-    assert all(part_of(d) == "vocabulary" for m in vocabulary() for d in g[m])
+    assert not vocabulary_imports()
 
 
 def test_the_design_page_names_the_vocabulary():
@@ -268,9 +289,13 @@ def private_imports(name: str, path: pathlib.Path, known: set) -> list[str]:
     return out
 
 
+def private_name_imports(root: pathlib.Path = ROOT) -> list:
+    mods = modules(root)
+    return [line for name, path in mods.items() for line in private_imports(name, path, set(mods))]
+
+
 def test_no_module_imports_another_modules_private_name(tmp_path):
-    mods = modules()
-    bad = [line for name, path in mods.items() for line in private_imports(name, path, set(mods))]
+    bad = private_name_imports()
     assert not bad, "\n".join(bad)
     p = tmp_path / "x.py"
     p.write_text("from .spec import _raw, public\nfrom . import __version__\n")
@@ -291,15 +316,21 @@ def test_the_trace_library_is_its_own_folder():
     assert not private, f"tests/tracegen.py reads TraceFile's private fields: {private}"
 
 
-def test_the_runner_names_no_rig_drivers_module():
-    """The runner reaches rigs through the rigs package (load_rig, and what rigs/__init__.py
-    exports) and rigs/protocol.py, never a driver's own modules (rigs/qemu*.py, rigs/ipmi*.py,
-    rigs/fake.py: every module named after a driver of rigs.DRIVERS)."""
+def driver_imports(root: pathlib.Path = ROOT) -> list:
+    """Modules of the workflows (the runner, workflows/run.py, and every command beside it) that
+    import a rig driver's own module: rigs/qemu*.py, rigs/ipmi*.py, rigs/fake.py, every module
+    named after a driver of rigs.DRIVERS."""
     import rigs
     drivers = set(rigs.DRIVERS)
-    g = graph()
-    bad = sorted(f"{mod} imports {d}" for mod, deps in g.items() if part_of(mod) == "runner" for d in deps
-                 if d.startswith("rigs.") and any(d.split(".")[1].startswith(drv) for drv in drivers))
+    return sorted(f"{mod} imports {d}" for mod, deps in graph(root).items()
+                  if part_of(mod, root) == "workflows" for d in deps
+                  if d.startswith("rigs.") and any(d.split(".")[1].startswith(drv) for drv in drivers))
+
+
+def test_the_runner_names_no_rig_drivers_module():
+    """The runner reaches rigs through the rigs package (load_rig, and what rigs/__init__.py
+    exports) and rigs/protocol.py, never a driver's own modules."""
+    bad = driver_imports()
     assert not bad, "\n".join(bad)
 
 
@@ -320,19 +351,25 @@ def sizes(rel: str, text: str) -> tuple[list, list]:
     return long_file, long_functions
 
 
+def too_long(root: pathlib.Path, rels: list) -> list:
+    """The files (root-relative) over 500 lines and functions over 80, but the allowed ones."""
+    files, functions = [], []
+    for rel in rels:
+        if not (root / rel).is_file():
+            continue
+        f, fn = sizes(rel, (root / rel).read_text())
+        files += [f"{name}: {n} lines" for name, n in f if name not in LONG_FILES]
+        functions += [f"{name}:{func}: {n} lines" for (name, func), n in fn if (name, func) not in LONG_FUNCTIONS]
+    return files + functions
+
+
 def test_no_file_or_function_too_long():
     """Every tracked .py file: at most 500 lines, no function over 80 (but the allowed ones)."""
     tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files", "*.py"], capture_output=True, text=True,
                              check=True).stdout.split()
     assert "krig/record.py" in tracked
-    files, functions = [], []
-    for rel in tracked:
-        if not (ROOT / rel).is_file():
-            continue
-        f, fn = sizes(rel, (ROOT / rel).read_text())
-        files += [f"{name}: {n} lines" for name, n in f if name not in LONG_FILES]
-        functions += [f"{name}:{func}: {n} lines" for (name, func), n in fn if (name, func) not in LONG_FUNCTIONS]
-    assert not files and not functions, "\n".join(["too long (split by idea):"] + files + functions)
+    bad = too_long(ROOT, tracked)
+    assert not bad, "\n".join(["too long (split by idea):"] + bad)
 
 
 def test_the_size_check_sees_a_long_file_and_function():
@@ -371,14 +408,18 @@ def manifest_reads(source: str) -> list[str]:
     return out
 
 
+def manifest_reads_under(root: pathlib.Path = ROOT) -> list:
+    files = [p for top in (*PARTS, "reproducers", "bench") for p in sorted((root / top).rglob("*.py"))]
+    assert len(files) > 50
+    return [f"{p.relative_to(root)} {hit}" for p in files if str(p.relative_to(root)) not in RECORD_MODULES
+            for hit in manifest_reads(p.read_text())]
+
+
 def test_a_run_is_read_only_through_the_run_record():
     """krig/record.py's RunRecord is the one way a run is read: outside the record modules no
     code reads the manifest by key, makes a Manifest (or Verdict) from JSON, or reads
     manifest.json itself; reproducers' analyze.py and the benchmarks included."""
-    files = [p for top in (*PARTS, "reproducers", "bench") for p in sorted((ROOT / top).rglob("*.py"))]
-    assert len(files) > 50
-    bad = [f"{p.relative_to(ROOT)} {hit}" for p in files if str(p.relative_to(ROOT)) not in RECORD_MODULES
-           for hit in manifest_reads(p.read_text())]
+    bad = manifest_reads_under()
     assert not bad, "\n".join(bad)
 
 

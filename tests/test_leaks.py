@@ -31,20 +31,36 @@ PUBLIC = "https://git.example.org/linux.git"
     ("https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git",
      "https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git"),
     ("/srv/linux", "/srv/linux"), ("git@github.com:torvalds/linux.git", "git@github.com:torvalds/linux.git"),
+    # scp's form: the conventional git user stays, any other (a token, a person) goes
+    (f"{TOKEN}@github.com:org/linux.git", "github.com:org/linux.git"),
+    (f"krig-bot:{TOKEN}@git.example.org:org/linux.git", "git.example.org:org/linux.git"),
+    (f"user:p@ss{TOKEN}@git.example.org:linux.git", "git.example.org:linux.git"),   # a raw @ in it
+    ("alice@build-host:src/linux", "build-host:src/linux"),
+    (f'{{"repository": "{TOKEN}@git.example.org:org/linux.git"}}', '{"repository": "git.example.org:org/linux.git"}'),
+    # a fragment: of a URL, of scp's form
+    (f"https://git.example.org/linux.git#{TOKEN}", PUBLIC),
+    (f"https://git.example.org/linux.git?x=1#{TOKEN}", PUBLIC),
+    (f"git@github.com:org/linux.git#{TOKEN}", "git@github.com:org/linux.git"),
+    # words that only look like it stay
+    ("host:path", "host:path"), ("Reported-by: a@example.org", "Reported-by: a@example.org"),
+    ("ask a@b: c", "ask a@b: c"), ("at 12:30 ok", "at 12:30 ok"),
     (None, None),
 ])
 def test_public_url(text, public):
     assert public_url(text) == public
 
 
-def test_origin_is_recorded_without_its_token(tmp_path):
+@pytest.mark.parametrize("origin,public", [
+    (ORIGIN, PUBLIC), (f"git@git.example.org:org/linux.git#{TOKEN}", "git@git.example.org:org/linux.git"),
+    (f"{TOKEN}@git.example.org:org/linux.git", "git.example.org:org/linux.git")])
+def test_origin_is_recorded_without_its_token(tmp_path, origin, public):
     tree = tmp_path / "linux"
     git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@example.org"]
     subprocess.run(["git", "init", "-q", "-b", "master", str(tree)], check=True)
     subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "x"], check=True)
-    subprocess.run(git + ["remote", "add", "origin", ORIGIN], check=True)
+    subprocess.run(git + ["remote", "add", "origin", origin], check=True)
     rec = _git_origin(tree)
-    assert rec["repository"] == PUBLIC and rec["branch"] == "master"
+    assert rec["repository"] == public and rec["branch"] == "master"
 
 
 def _state(git: dict) -> dict:

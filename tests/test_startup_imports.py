@@ -123,7 +123,12 @@ def test_trace_stats_imports_no_plotting_or_statistics():
     assert not tops(mods, PLOTTING_AND_STATISTICS), tops(mods, PLOTTING_AND_STATISTICS)
     # the plain count is one call into the C library: numpy is for --group-by
     assert json.loads(p.stdout)["count"] > 0 and not tops(mods, ("numpy",)), tops(mods, ("numpy",))
+    # and so is the grouping by a number field; strings are grouped over numpy columns
     p, mods = imported(["trace", "stats", str(trace), "--event", "xfs:xfs_ail_insert", "--json",
                         "--group-by", "new_lsn"])
+    assert p.returncode == 0 and json.loads(p.stdout)["groups"], p.stderr.decode()
+    assert not tops(mods, ("numpy",)), tops(mods, ("numpy",))
+    p, mods = imported(["trace", "stats", str(ROOT / "tests" / "data" / "host618_sched_xfs_v7.dat"),
+                        "--event", "sched:sched_switch", "--json", "--group-by", "prev_comm"])
     assert p.returncode == 0 and json.loads(p.stdout)["groups"], p.stderr.decode()
     assert "numpy" in mods

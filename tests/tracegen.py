@@ -19,6 +19,7 @@ import struct
 import numpy as np
 
 from analysis.trace.kbuffer import MISSED_EVENTS, MISSED_STORED
+from analysis.trace.formats import ID_RE, NAME_RE, EventFormat
 from analysis.trace.formats import OPT_CMDLINES, OPT_KALLSYMS, OPT_PRINTK, OPT_TRACECLOCK, OPT_UNAME, OPT_VERSION
 from analysis.trace.tracedat import TraceFile
 from tracegen_container import write_container
@@ -159,6 +160,21 @@ class _EventSpec:
         size = self.fixed + len(self.dataloc) * self.strlen
         self.plen = (size + 3) & ~3
 
+    wide_numbers = False  # number fields over their whole range, not 0..999 (see wide())
+
+    @staticmethod
+    def wide(f, n, rng) -> np.ndarray:
+        """n values of number field f from a pool of 40 spanning its type: its least and
+        greatest values, -1 (or the top bit alone), 0, 1 and random ones (the same pool for
+        every batch: a field of the event always has the same few dozen values)."""
+        bits = 8 * f.size
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if f.signed else (0, (1 << bits) - 1)
+        edge = [lo, hi, 0, 1, -1 if f.signed else 1 << (bits - 1), lo + 1, hi - 1]
+        pick = np.random.default_rng([f.offset, f.size, f.signed])
+        pool = edge + [lo + int(x * (hi - lo)) for x in pick.random(40 - len(edge))]
+        dt = np.int64 if f.signed else np.uint64
+        return np.array(pool, dtype=object).astype(dt)[rng.integers(0, len(pool), n)]
+
     def build(self, n: int, rng, idx0: int, state: dict) -> np.ndarray:
         pay = np.zeros((n, self.plen), np.uint8)
         vals = _xfs_values(n, rng, state) if self.ev.name.startswith("xfs_ail") else {}
@@ -189,7 +205,7 @@ class _EventSpec:
                 pay[:, start:start + self.strlen] = txt[s].view(np.uint8).reshape(n, self.strlen)
                 continue
             elif f.kind == "num":
-                v = rng.integers(0, 1000, n)
+                v = self.wide(f, n, rng) if self.wide_numbers else rng.integers(0, 1000, n)
             else:
                 continue
             dt = np.dtype(f"{self.e}{'i' if f.signed else 'u'}{f.size}")
@@ -308,16 +324,24 @@ def _cpu_pages(meta: _Meta, specs, weights, n, cpu, seed, batch, opts):
 def write_synthetic(template, path, n_events, *, event="xfs:xfs_ail_insert", extra=(),
                     version=7, compression="zstd", cpus=2, seed=1, systems=None,
                     kallsyms=True, batch=200_000, lost=None, cpustats=None,
-                    big_endian=None, long_size=None, **opts):
+                    big_endian=None, long_size=None, formats=(), wide_numbers=False, **opts):
     """Write `n_events` synthetic records (event plus `extra` [(name, weight)]) to path.
 
     opts: extend_every, abs_every, discard_every, big_every (0 disables each),
     max_gap (ns), start_ns; lost={cpu: {page_no: count or None}} sets the
     missed-events flag on those pages; big_endian / long_size=4 write the page
-    data as a big-endian / 32-bit kernel would.  Returns {'system:event': count}.
+    data as a big-endian / 32-bit kernel would; formats [(system, format file text)] adds
+    event formats to the template's; wide_numbers fills number fields over their whole range
+    (negative ones too), not with 0..999.  Returns {'system:event': count}.
     """
     tf = template if isinstance(template, TraceFile) else TraceFile(template)
     meta = _Meta(tf, systems, kallsyms)
+    for system, raw in formats:
+        raw = raw.encode() if isinstance(raw, str) else raw
+        meta.systems.setdefault(system, []).append(raw)
+        ev = EventFormat(system, NAME_RE.search(raw).group(1).decode(),
+                         int(ID_RE.search(raw).group(1)), raw)
+        meta.events[ev.full_name] = ev
     if big_endian is not None:
         meta.big_endian, meta.e = big_endian, (">" if big_endian else "<")
     if long_size == 4 and meta.commit_size == 8:  # as a 32-bit kernel writes it
@@ -331,6 +355,8 @@ def write_synthetic(template, path, n_events, *, event="xfs:xfs_ail_insert", ext
     names = [event] + [n for n, _ in extra]
     w = np.array([1.0 - sum(x for _, x in extra)] + [x for _, x in extra])
     specs = [_EventSpec(meta, n) for n in names]
+    for spec in specs:
+        spec.wide_numbers = wide_numbers
     per = [n_events // cpus + (1 if c < n_events % cpus else 0) for c in range(cpus)]
     opts["lost"] = lost or {}
     opts["written"] = np.zeros(len(specs), np.int64)

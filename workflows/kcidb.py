@@ -33,6 +33,7 @@ import kcidb_io
 from analysis.summary import threshold_measurements
 
 from krig import RESULTS_DIR, safeio
+from krig.paths import kernel_file
 from .argcheck import output_file
 from krig.errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
@@ -241,12 +242,17 @@ def _build(run: dict, origin: str, checkout_id: str) -> dict:
 
 
 def _architecture(run: dict) -> str | None:
-    """From the kernel's config when it is on this host and is the one the run recorded, else
-    from the emulator that ran it (qemu-system-<arch>)."""
+    """From the kernel's config when it is a config krig keeps (paths.kernel_file, the rule a bundle
+    reads a host file by) and is the one the run recorded, else from the emulator that ran it
+    (qemu-system-<arch>)."""
     kernel = run["manifest"].kernel
     try:
-        # a path the run directory names: read as data (a regular file, no link, capped, never blocking)
-        data = safeio.read_bytes(*safeio.split(kernel.config), cap=CONFIG_CAP)
+        # a path the run directory names: only a kernel's config krig keeps, read as data (a
+        # regular file, no link, capped, never blocking); any other host file is not read
+        cfg = kernel_file(kernel.config, "config")
+        if cfg is None:
+            raise ValueError("not a kernel config krig keeps")
+        data = safeio.read_bytes(*safeio.split(str(cfg)), cap=CONFIG_CAP)
         if hashlib.sha256(data).hexdigest()[:16] == kernel.config_sha256_16:
             for opt, arch in (("CONFIG_X86_64", "x86_64"), ("CONFIG_ARM64", "arm64"), ("CONFIG_X86_32", "i386"),
                               ("CONFIG_RISCV", "riscv"), ("CONFIG_PPC64", "powerpc"), ("CONFIG_S390", "s390")):

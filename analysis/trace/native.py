@@ -14,7 +14,7 @@ import ctypes
 import pathlib
 
 PATH = pathlib.Path(__file__).resolve().parent / "_kwalk.so"
-KWALK_ABI = 3  # kwalk_abi() in analysis/trace/kwalk.c
+KWALK_ABI = 4  # kwalk_abi() in analysis/trace/kwalk.c
 NIDS = 1 << 16  # event type ids are 16 bits
 
 
@@ -39,7 +39,10 @@ def _load():
     lib.kz_one.restype = long_
     lib.kz_one.argtypes = [ptr, long_, ctypes.c_char_p, long_]
     lib.kcount.restype = long_
-    lib.kcount.argtypes = [int_, long_, long_, ptr, int_, long_, long_, int_, int_, int_, ptr, ptr]
+    lib.kcount.argtypes = [int_, long_, long_, ptr, int_, long_, long_, int_, int_, int_, ptr, ptr,
+                           ptr, ptr, ptr]
+    lib.kfree.restype = None
+    lib.kfree.argtypes = [ptr]
     return lib
 
 
@@ -104,21 +107,47 @@ def zstd_frame(data: bytes, size: int) -> bytes | None:
     return None if got < 0 else ctypes.string_at(out, got)
 
 
+# kcount's answers when it gives up (analysis/trace/kwalk.h): why, said to the user
+GAVE_UP = {-5: "a record of the event is shorter than the field's end",
+           -6: "no memory for the C count"}
+
+
 def count(fd: int, fsize: int, cpu_data, compressed: bool, page_size: int, data_start: int,
-          commit_size: int, big_endian: bool, threads: int):
+          commit_size: int, big_endian: bool, threads: int, group=None):
     """Events by type id of every cpu's pages of the open trace.dat fd (cpu_data: (cpu, offset,
     size)), read, decompressed (zstd) and walked in C by `threads` threads, a chunk at a time:
     ({type id: count}, {cpu: (flagged pages, stored lost count, flagged pages without a
-    count)}), or None when anything in the data is unexpected (the numpy reader then reads it
-    and names the fault)."""
+    count)}, groups), or None when anything in the data is unexpected (the numpy reader then
+    reads it and names the fault).
+
+    group: None (groups is None), or (type id, field offset, size 1/2/4/8, signed): groups is
+    [(value, count)] of that field in that event's records, largest count first, ties by value;
+    a str instead of the whole answer says why C gave up on a good file (GAVE_UP)."""
     i64 = ctypes.c_int64
     ncpu = len(cpu_data)
     cpus = (i64 * (2 * ncpu or 1))(*[x for _, off, size in cpu_data for x in (off, size)])
     out, loss = (i64 * (2 * NIDS))(), (i64 * (3 * ncpu or 1))()
+    spec = None if group is None else (i64 * 4)(*(int(x) for x in group))
+    gout, gn = ctypes.POINTER(i64)(), ctypes.c_long(0)
     n = lib.kcount(fd, fsize, ncpu, cpus, int(compressed), page_size, data_start, commit_size,
-                   int(big_endian), threads, out, loss)
+                   int(big_endian), threads, out, loss, spec, ctypes.byref(gout), ctypes.byref(gn))
+    groups = None
+    if gout:
+        try:
+            groups = _pairs(gout[:2 * gn.value], group[2], group[3])
+        finally:
+            lib.kfree(gout)
     if n < 0:
-        return None
+        return GAVE_UP.get(n) if group is not None else None
     pairs = out[:2 * n]
     return (dict(zip(pairs[::2], pairs[1::2])),
-            {cpu: tuple(loss[3 * i:3 * i + 3]) for i, (cpu, _, _) in enumerate(cpu_data)})
+            {cpu: tuple(loss[3 * i:3 * i + 3]) for i, (cpu, _, _) in enumerate(cpu_data)}, groups)
+
+
+def _pairs(flat: list, size: int, signed: bool) -> list[tuple[int, int]]:
+    """kcount's (value, count) pairs as Python ints: values come as int64 (sign-extended when
+    the field is signed), so an unsigned 8-byte value past 2**63 is made positive again."""
+    vals = flat[::2]
+    if not signed and size == 8:
+        vals = [v & 0xFFFF_FFFF_FFFF_FFFF for v in vals]
+    return list(zip(vals, flat[1::2]))

@@ -1,7 +1,8 @@
 """`krig trace stats`: count one event in a trace.dat, optionally grouped by a field.
 
-numpy is imported where a grouping needs it: the plain count is C code called through ctypes
-(analysis/trace/native.py), and numpy's import would be a large share of its time."""
+numpy is imported where a grouping needs it: the plain count and the grouping by a number
+field are C code called through ctypes (analysis/trace/native.py), and numpy's import would be
+a large share of their time; strings and arrays are grouped over numpy columns."""
 from __future__ import annotations
 
 import json
@@ -91,6 +92,22 @@ class GroupCounter:
         return [(_plain(uniq[i]), int(counts[i])) for i in order.tolist()]
 
 
+def _groups(tf: TraceFile, path: str, ev, field: str):
+    """([(value, count)] of `field` in ev's records, why C did not count them or None): a number
+    field in C (TraceFile.native_groups, no numpy), strings and arrays (or a trace C cannot
+    read) with GroupCounter over the page batches."""
+    if field not in ev.fields:
+        raise TraceError(f"{path}: event {ev.full_name} has no field {field!r}; "
+                         f"fields: " + ", ".join(ev.fields))
+    got = tf.native_groups(ev.full_name, field)
+    if not isinstance(got, str):
+        return got, None
+    counter = GroupCounter()
+    for batch in tf.field_batches(ev.full_name, (field,)):
+        counter.add(batch[field])
+    return counter.groups(), got if ev.fields[field].kind == "num" else None
+
+
 def stats_main(path: str, event: str, group_by: str | None, as_json: bool,
                out=None) -> int:
     """Print the count of `event` in the trace at `path` (and groups of `group_by`).
@@ -102,20 +119,18 @@ def stats_main(path: str, event: str, group_by: str | None, as_json: bool,
     tf = TraceFile(safeio.given_file(path))     # RUN/trace.dat: the user's RUN followed, not trace.dat
     try:
         ev = tf.event(event)  # validates the name, lists known ones if unknown
-        groups = None
+        groups = fallback = None
         if group_by:
-            if group_by not in ev.fields:
-                raise TraceError(f"{path}: event {ev.full_name} has no field {group_by!r}; "
-                                 f"fields: " + ", ".join(ev.fields))
-            counter = GroupCounter()
-            for batch in tf.field_batches(ev.full_name, (group_by,)):
-                counter.add(batch[group_by])
-            groups, count = counter.groups(), counter.total
+            groups, fallback = _groups(tf, path, ev, group_by)
+            count = sum(c for _, c in groups)
         else:
             count = tf.counts().get(ev.full_name, 0)
         lost = tf.lost_events()
     finally:
         tf.close()
+    if fallback:  # said once the answer is known: a fault in the file is the one line instead
+        print(f"krig trace stats: --group-by {group_by} counted in Python: {fallback}",
+              file=sys.stderr)
     if as_json:
         doc = {"event": ev.full_name, "count": count}
         if groups is not None:

@@ -172,18 +172,42 @@ class TraceFile(TraceHeader):
         """counts() and lost_events()'s pass: in C in one call (analysis/trace/kwalk.c's kcount)
         when it is built and the data is raw or zstd, else (or when the C code finds anything
         amiss, so that the fault is named as the reader names it) with _scan()."""
-        if self.NATIVE and native.available() and (not self._data_compressed
-                                                     or self.compression == "zstd"):
-            threads = max(1, min(DECOMPRESS_THREADS, os.cpu_count() or 1))
-            got = native.count(self._f.fileno(), self._fsize, self._cpu_data, self._data_compressed,
-                               self.page_size, self._data_start, self.commit_size, self.big_endian,
-                               threads)
-            if got is not None:
-                by_id, by_cpu = got
-                lost = [sum(x[k] for x in by_cpu.values()) for k in range(3)]
-                self._set_counts(by_id, lost, {cpu: x[1] + x[2] for cpu, x in by_cpu.items()})
-                return
-        self._scan()
+        if self._native_pass() is None:
+            self._scan()
+
+    def _native_pass(self, group=None):
+        """One pass in C (kcount): sets the counts and loss stats and returns kcount's groups of
+        `group` (see native.count; [] without it), or None if C did not read the file (not built,
+        zlib, or a fault for the batch walk to name), or a str: why C gave up on a good file."""
+        if not (self.NATIVE and native.available() and (not self._data_compressed
+                                                          or self.compression == "zstd")):
+            return None
+        threads = max(1, min(DECOMPRESS_THREADS, os.cpu_count() or 1))
+        got = native.count(self._f.fileno(), self._fsize, self._cpu_data, self._data_compressed,
+                           self.page_size, self._data_start, self.commit_size, self.big_endian,
+                           threads, group)
+        if got is None or isinstance(got, str):
+            return got
+        by_id, by_cpu, groups = got
+        lost = [sum(x[k] for x in by_cpu.values()) for k in range(3)]
+        self._set_counts(by_id, lost, {cpu: x[1] + x[2] for cpu, x in by_cpu.items()})
+        return groups or []
+
+    def native_groups(self, event: str, field: str):
+        """[(value, count)] of a number field (1, 2, 4 or 8 bytes) of the `event` records, largest
+        count first, ties by value, counted in C in one pass with counts() and lost_events();
+        or a str saying why not (the caller then groups field_batches(), which also names a
+        fault in the file)."""
+        ev = self.event(event)
+        (f,) = self._fields(ev, (field,))
+        if f.kind != "num":
+            return f"{field} is not a number field ({f.type}, {f.size} bytes)"
+        if not (self.NATIVE and native.available()):
+            return f"the C library is not built or not used ({native.PATH.name}: make helpers)"
+        if self._data_compressed and self.compression != "zstd":
+            return f"{self.compression}-compressed pages are read by the batch walk"
+        got = self._native_pass((ev.id, f.offset, f.size, f.signed))
+        return "the C walk gave up on the page data" if got is None else got
 
     def _scan(self, ev_id=None, fields=(), with_ts=True):
         """One pass over all pages: counts by id, loss stats, and the columns of ev_id."""
