@@ -77,11 +77,13 @@ def leave(base: pathlib.Path, user: list[pathlib.Path], before: dict) -> list[st
 
 def _alive_labsim(state: pathlib.Path) -> set[str]:
     """Subdirectories of the user's simulated lab servers that are up (their own processes write
-    there whatever the tests do): labsim/NAME whose supervisor (state.json's pid) runs."""
+    there whatever the tests do): labsim/NAME whose supervisor (state.json's `supervisor`
+    record, or the `pid` of an older state) runs."""
     alive = set()
     for st in (state / "labsim").glob("*/state.json"):
         try:
-            pid = int(json.loads(st.read_text())["pid"])
+            rec = json.loads(st.read_text())
+            pid = int((rec.get("supervisor") or {}).get("pid") or rec["pid"])
             cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, ValueError, KeyError, TypeError):
             continue
