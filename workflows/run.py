@@ -12,10 +12,12 @@ from krig import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT, safeio
 from .check import check
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
 from .hostload import HostSampler
+from kernels import drivers as kernel_drivers
 from kernels.catalog import load_kernel
 from kernels.given import check_config
 from krig.paths import owner_record
 from .preflight import admission_line, preflight
+from .serverdrivers import server_drivers
 from krig.reproducer import load_reproducer
 from krig.record import Manifest
 from krig.record_machine import Machine
@@ -24,6 +26,7 @@ from rigs import load_rig
 from rigs.hashsize import from_log as hash_tables
 
 FACTS_TIMEOUT = 60
+kernel_drivers.rig_reader = server_drivers        # --kernel KERNEL,drivers=RIG reads the rig's server
 
 
 def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT_KERNEL,
