@@ -22,7 +22,7 @@ SCRIPT = """w() { printf '%s' "$1" | tr -c 'A-Za-z0-9_.:+@-' '_'; }
 echo 'krig-drivers 1'
 echo "release $(uname -r)"
 echo '== modules'
-cat /proc/modules
+cat /proc/modules 2>/dev/null
 echo '== bound'
 for l in /sys/bus/*/devices/*/driver; do
   [ -e "$l" ] || continue

@@ -8,7 +8,8 @@ xfsprogs, trace-cmd, fio), never -kernel. Its disk is a qcow2 overlay on the
 cached image, made once per server: what the server writes survives power
 cycles, as on a real disk. krig logs in as the non-root user `krig` (sudo
 without a password) and checks the image's own host key. The scratch disk is
-an emulated NVMe (/dev/nvme0n1); the root disk is virtio-blk (/dev/vda). The
+an emulated NVMe (/dev/nvme0n1); the root disk is virtio-blk (/dev/vda); the network card is
+virtio-net, or --nic e1000e / e1000 (a card a kernel built for QEMU lacks the driver of). The
 server's kernel runs with panic=0: after a panic only krig's power cycle
 through the BMC brings it back. Its RAM is --memory (default 2G); above the
 host's RAM it is sparse, as the QEMU rig's `memory_backing = "sparse"`: a page
@@ -45,6 +46,7 @@ from .labsim_bmc import SimServer, missing_tools as bmc_missing
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 MEMORY_DEFAULT = "2G"
+NICS = {"virtio-net": "virtio-net-pci", "e1000e": "e1000e", "e1000": "e1000"}     # --nic: QEMU's device
 MEMORY_MIN, MEMORY_MAX = 1 << 30, 64 << 40
 READY_WAIT = 120            # seconds for the supervisor to have its BMC answering
 STOP_WAIT = 60
@@ -78,9 +80,9 @@ class LabServer(SimServer):
     USER = "krig"
 
     def __init__(self, base: pathlib.Path, image_dir: pathlib.Path, memory_mb: int = 2048,
-                 scratch_bytes: int = 16 << 30):
+                 scratch_bytes: int = 16 << 30, nic: str = "virtio-net"):
         super().__init__(base, kernel=None, initrd=None, memory_mb=memory_mb, scratch_bytes=scratch_bytes)
-        self.image_dir = image_dir
+        self.image_dir, self.nic = image_dir, nic
 
     @classmethod
     def attach(cls, name: str) -> "LabServer":
@@ -90,7 +92,7 @@ class LabServer(SimServer):
             raise UsageError(f"lab sim {name}: not up (krig lab sim up {name} starts it)")
         self = cls.__new__(cls)
         self.base, self.image_dir = pathlib.Path(st["base"]), pathlib.Path(st["image_dir"])
-        self.memory_mb, self.scratch_bytes = st["memory_mb"], st["scratch_bytes"]
+        self.memory_mb, self.scratch_bytes, self.nic = st["memory_mb"], st["scratch_bytes"], st.get("nic", "virtio-net")
         for k in ("lan_port", "kcs_port", "sol_port", "vm_serial_port", "ssh_port"):
             setattr(self, k, st[k])
         self.password_file, self.rigs = pathlib.Path(st["password_file"]), pathlib.Path(st["rigs"])
@@ -132,7 +134,7 @@ class LabServer(SimServer):
                 "-chardev", f"socket,id=ser0,host=127.0.0.1,port={self.vm_serial_port},server=on,wait=on",
                 "-serial", "chardev:ser0",
                 "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
-                "-device", "virtio-net-pci,netdev=n0,romfile=",
+                "-device", f"{NICS[self.nic]},netdev=n0,romfile=",
                 "-drive", f"file={b}/disk.qcow2,if=none,id=disk0,format=qcow2",
                 "-device", "virtio-blk-pci,drive=disk0,bootindex=0",
                 "-drive", f"file={b}/scratch.img,if=none,id=nvme0,format=raw,cache=unsafe",
@@ -195,7 +197,7 @@ def ensure_image(log) -> pathlib.Path:
         raise KrigError(f"the lab server's disk image: {e}") from None
 
 
-def up(name: str, memory: str | None = None, log=print, owner: int | None = None) -> pathlib.Path:
+def up(name: str, memory: str | None = None, log=print, owner: int | None = None, nic: str | None = None) -> pathlib.Path:
     from . import rig_path
     check_name(name)
     owner_rec = None if owner is None else process_record(owner)
@@ -204,9 +206,13 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
     mem = parse_size(memory or MEMORY_DEFAULT, "--memory")
     if not MEMORY_MIN <= mem <= MEMORY_MAX or mem % (1 << 20):
         raise UsageError(f"--memory: {memory!r} is outside 1G-64T or not a whole number of MiB")
+    nic = nic or "virtio-net"
+    if nic not in NICS:
+        raise UsageError(f"--nic: {nic!r} is not a network card the server can have; allowed: {', '.join(NICS)}")
     st = read_state(name)
     if _supervisor_alive(st):
-        log(f"krig: lab sim {name}: already up ({st['memory_mb']} MiB); krig lab sim down {name} stops it")
+        log(f"krig: lab sim {name}: already up ({st['memory_mb']} MiB, {st.get('nic', 'virtio-net')}); "
+            f"krig lab sim down {name} stops it")
         return pathlib.Path(st["rig"])
     existing = rig_path(name)
     if existing is not None and existing.parent != user_rig_dir():
@@ -221,7 +227,7 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True, mode=0o700)
     (d / "request.json").write_text(json.dumps({"name": name, "memory_mb": mem >> 20, "image_dir": str(image),
-                                                "owner": owner_rec}))
+                                                "owner": owner_rec, "nic": nic}))
     logf = open(d / "supervisor.log", "ab")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "rigs.labsim", "serve", name], cwd=ROOT, env=env,
@@ -239,7 +245,7 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
         _stop_supervisor(proc.pid)
         raise KrigError(f"lab sim {name}: the BMC did not answer within {READY_WAIT}s (log {d}/supervisor.log)")
     log(f"krig: lab sim {name}: BMC ipmi_sim on 127.0.0.1:{st['lan_port']} (power off), SSH on 127.0.0.1:"
-        f"{st['ssh_port']}, {st['memory_mb']} MiB" + (" sparse" if st["sparse"] else "") +
+        f"{st['ssh_port']}, {st['memory_mb']} MiB" + (" sparse" if st["sparse"] else "") + f", NIC {nic}" +
         f"; the rig powers it on (krig lab sim down {name} stops it" +
         (f", or process {owner} ending)" if owner else ")"))
     if lab.address():                       # KRIG_LAB_COORDINATOR: a place there, as `krig lab sync NAME` makes
@@ -297,7 +303,8 @@ def _forget(st: dict) -> None:
 def serve(name: str) -> int:
     d = state_dir(name)
     req = json.loads((d / "request.json").read_text())
-    server = LabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"])
+    server = LabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"],
+                       nic=req.get("nic") or "virtio-net")
     server.base.mkdir()
     server.rigs = user_rig_dir()
     server.password_file = secret_dir() / f"labsim-{name}-bmc"
@@ -306,7 +313,7 @@ def serve(name: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *a: stop.set())
     state = {"name": name, "pid": os.getpid(), "base": str(server.base), "image_dir": req["image_dir"],
-             "memory_mb": server.memory_mb, "sparse": (server.memory_mb << 20) > host_ram(),
+             "memory_mb": server.memory_mb, "sparse": (server.memory_mb << 20) > host_ram(), "nic": server.nic,
              "scratch_bytes": server.scratch_bytes, "password_file": str(server.password_file),
              "rigs": str(server.rigs), **{k: getattr(server, k) for k in
                                           ("lan_port", "kcs_port", "sol_port", "vm_serial_port", "ssh_port")}}

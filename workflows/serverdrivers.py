@@ -9,7 +9,8 @@ import time
 
 from kernels import drivers
 from krig.paths import cache_dir
-from rigs import load_rig
+from krig.errors import UsageError
+from rigs import load_rig, rig_names, rig_path
 from rigs.ipmi_drivers import read
 
 _READ: dict = {}            # rig name -> inventory, this process
@@ -23,6 +24,9 @@ def server_drivers(name: str, log=print) -> dict:
     """The inventory of rig `name`'s server (kernels.drivers.rig_reader)."""
     if name in _READ:
         return _READ[name]
+    if rig_path(name) is None:
+        raise UsageError(f"drivers={name}: no such file or directory, and no rig of that name; rigs: "
+                         f"{', '.join(rig_names())}")
     rig = load_rig(name, "drivers=")
     kept = _kept(rig.name)
     if kept.is_file() and getattr(rig, "kind", None) == "ipmi" and rig.bmc.power_status() == "off":
