@@ -34,6 +34,7 @@ import re
 
 from krig.errors import UsageError
 from . import kbuildmap
+from .spec import parse_dotconfig
 
 FORMAT = "krig-drivers 1"
 SECTIONS = ("modules", "bound", "config")
@@ -81,7 +82,6 @@ def _bound(lines, label: str) -> list:
 
 
 def _config(text: str, label: str) -> dict:
-    from .spec import parse_dotconfig
     cfg = parse_dotconfig(text)
     if not cfg:
         raise UsageError(f"{label}: no CONFIG_ line: not a kernel config")
@@ -90,6 +90,8 @@ def _config(text: str, label: str) -> dict:
 
 def parse_inventory(text: str, label: str) -> dict:
     """The text form -> {"source", "release", "modules", "bound", "config"}; bad input: one line."""
+    if len(text) > MAX_BYTES:
+        raise UsageError(f"{label}: larger than {MAX_BYTES >> 20} MiB: not a driver inventory")
     lines = text.splitlines()
     if not lines or lines[0].strip() != FORMAT:
         raise UsageError(f"{label}: not a driver inventory (its first line is not {FORMAT!r})")
@@ -192,7 +194,10 @@ def plan(inv: dict, tree: pathlib.Path, kernel_config: dict) -> dict:
             seen.add(name)
             continue
         for sym, d in syms:
-            if sym in config or kernel_config.get(sym) == "y":
+            if sym in config:
+                continue
+            if kernel_config.get(sym) == "y":
+                skipped.append({"module": name, "symbol": sym, "from": origin, "why": "the kernel has it already"})
                 continue
             if kernel_config.get(sym) == "n":
                 skipped.append({"module": name, "symbol": sym, "from": origin, "why": "the kernel turns it off"})

@@ -36,6 +36,7 @@ if [ -r /proc/config.gz ]; then zcat /proc/config.gz
 elif [ -r "/boot/config-$(uname -r)" ]; then cat "/boot/config-$(uname -r)"; fi
 """
 READ_TIMEOUT = 120
+MAX_BYTES = 4 << 20         # what is read of it (kernels/drivers.py reads at most as much)
 
 
 def read(rig, log=print) -> str:
@@ -61,6 +62,8 @@ def read(rig, log=print) -> str:
         if rc != 0:
             why = (err.decode(errors="replace").strip().splitlines() or [f"exit {rc}"])[-1]
             raise RigError(f"rig {rig.name}: reading the server's drivers failed: {shlex.quote(why)[:200]}")
+        if len(out) > MAX_BYTES:
+            raise RigError(f"rig {rig.name}: the server's drivers came to more than {MAX_BYTES >> 20} MiB: refused")
         return out.decode(errors="replace")
     finally:
         rig.close()
