@@ -211,8 +211,7 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
         raise UsageError(f"--nic: {nic!r} is not a network card the server can have; allowed: {', '.join(NICS)}")
     st = read_state(name)
     if _supervisor_alive(st):
-        log(f"krig: lab sim {name}: already up ({st['memory_mb']} MiB, {st.get('nic', 'virtio-net')}); "
-            f"krig lab sim down {name} stops it")
+        log(f"krig: lab sim {name}: already up ({st['memory_mb']} MiB); krig lab sim down {name} stops it")
         return pathlib.Path(st["rig"])
     existing = rig_path(name)
     if existing is not None and existing.parent != user_rig_dir():
