@@ -1,7 +1,8 @@
 """What drivers a lab server uses, read from its installed system over the rig's SSH, for a kernel
 built like it (`--kernel KERNEL,drivers=RIG`: kernels/drivers.py reads this text).
 
-SCRIPT runs as the rig's SSH user (no root needed) and prints `krig-drivers 1`, the running
+SCRIPT runs as every command krig runs on a server (rigs/ipmi_ssh.py: as root, through
+`sudo -n` for a user other than root), reads only, and prints `krig-drivers 1`, the running
 release, its loaded modules (/proc/modules), the drivers its devices are bound to
 (/sys/bus/*/devices/*/driver: bus, device, driver, the driver's module) and its running config
 (/proc/config.gz, or /boot/config-$(uname -r)) when it has one. The server is held as a run
