@@ -175,3 +175,28 @@ def test_a_module_list_file_reads_like_lsmod(tmp_path, linux_source):
     p = drivers.plan(inv, linux_source, wanted_config(resolve_spec("tiny-6.1"))[0])
     assert p["config"]["CONFIG_SCSI_MPT3SAS"] == "y" and p["config"]["CONFIG_SCSI"] == "y", p["config"]
     assert json.loads(json.dumps(p)) == p
+
+
+def test_olddefconfig_keeps_the_drivers_and_the_kernels_own_options(linux_source, tmp_path):
+    """The config step as a build makes it (tinyconfig, tiny-6.1's fragments, the drivers' options,
+    `make olddefconfig`; kconfig only, out of the source in tmp_path): e1000e and mpt3sas end up
+    built in, efi_pstore does not, for the reason the record gives, and none of tiny-6.1's own
+    options changed."""
+    spec = resolve_spec("tiny-6.1")
+    own = wanted_config(spec)[0]
+    p = drivers.plan(_inventory(["e1000e", "mpt3sas", "efi_pstore"]), linux_source, own)
+    (tmp_path / "drivers.config").write_text("".join(f"{k}={v}\n" for k, v in p["config"].items()))
+    steps = [["make", f"O={tmp_path}", "ARCH=x86_64", "tinyconfig"],
+             ["bash", "scripts/kconfig/merge_config.sh", "-m", "-O", str(tmp_path), str(tmp_path / ".config"),
+              *(str(f) for _, f in spec.fragments), str(tmp_path / "drivers.config")],
+             ["make", f"O={tmp_path}", "ARCH=x86_64", "olddefconfig"]]
+    for argv in steps:
+        r = subprocess.run(argv, cwd=linux_source, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+    final = read_dotconfig(tmp_path / ".config")
+    assert final["CONFIG_E1000E"] == "y" and final["CONFIG_SCSI_MPT3SAS"] == "y", p["config"]
+    changed = [k for k, v in own.items() if not k.startswith("CONFIG_LOCALVERSION") and
+               final.get(k, "n") != v and not (v == "m" and final.get(k) == "y")]
+    assert not changed, changed
+    (miss,) = drivers.record(p, final, linux_source)["not_built_in"]
+    assert miss["symbol"] == "CONFIG_EFI_VARS_PSTORE" and "CONFIG_EFI (not a driver option" in miss["why"], miss
