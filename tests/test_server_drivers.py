@@ -186,13 +186,17 @@ def test_olddefconfig_keeps_the_drivers_and_the_kernels_own_options(linux_source
     own = wanted_config(spec)[0]
     p = drivers.plan(_inventory(["e1000e", "mpt3sas", "efi_pstore"]), linux_source, own)
     (tmp_path / "drivers.config").write_text("".join(f"{k}={v}\n" for k, v in p["config"].items()))
-    steps = [["make", f"O={tmp_path}", "ARCH=x86_64", "tinyconfig"],
-             ["bash", "scripts/kconfig/merge_config.sh", "-m", "-O", str(tmp_path), str(tmp_path / ".config"),
-              *(str(f) for _, f in spec.fragments), str(tmp_path / "drivers.config")],
-             ["make", f"O={tmp_path}", "ARCH=x86_64", "olddefconfig"]]
+    # run from tmp_path: merge_config.sh makes its temporary file in the current directory, and
+    # the extracted source is shared by every build
+    steps = [["make", "-C", str(linux_source), f"O={tmp_path}", "ARCH=x86_64", "tinyconfig"],
+             ["bash", str(linux_source / "scripts/kconfig/merge_config.sh"), "-m", "-O", str(tmp_path),
+              str(tmp_path / ".config"), *(str(f) for _, f in spec.fragments), str(tmp_path / "drivers.config")],
+             ["make", "-C", str(linux_source), f"O={tmp_path}", "ARCH=x86_64", "olddefconfig"]]
+    before = linux_source.stat().st_mtime_ns
     for argv in steps:
-        r = subprocess.run(argv, cwd=linux_source, capture_output=True, text=True, timeout=600)
+        r = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-2000:]
+    assert linux_source.stat().st_mtime_ns == before          # nothing made or removed in the source
     final = read_dotconfig(tmp_path / ".config")
     assert final["CONFIG_E1000E"] == "y" and final["CONFIG_SCSI_MPT3SAS"] == "y", p["config"]
     changed = [k for k, v in own.items() if not k.startswith("CONFIG_LOCALVERSION") and
