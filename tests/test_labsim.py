@@ -34,7 +34,7 @@ from labsim_fixture import GROUP, LIKE_SERVER
 from rigs.labsim_bmc import free_port
 from test_ipmi import _cli, _leftovers, _wait_no_leftovers
 
-pytestmark = [pytest.mark.labsim, GROUP, pytest.mark.long(36)]     # minutes on 2 cores: its group with test_validate_e2e.py
+pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, GROUP, pytest.mark.long(40)]     # minutes on 2 cores: its group with test_validate_e2e.py (the kernel built like the server included)
 KEXEC_KERNEL = LIKE_SERVER
 
 

@@ -31,7 +31,7 @@ from kernels.demo_repo import FIX_LIST, make_demo_repo, series_mbox
 from labsim_fixture import GROUP, LIKE_SERVER, NAME
 from test_ipmi import _wait_no_leftovers
 
-pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, GROUP, pytest.mark.long(36)]     # the group with test_labsim.py
+pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, GROUP, pytest.mark.long(40)]     # the group with test_labsim.py
 TESTER = "Krig Tester <tester@example.org>"
 
 
