@@ -32,7 +32,7 @@ from krig import KERNEL_DIR, REPRO_DIR
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import public_repository
-from . import fromtree
+from . import drivers, fromtree
 from .incremental import build_kernel
 from .makelog import clean_env, first_error, run_logged
 from .patching import apply_to_copies
@@ -40,12 +40,14 @@ from .trees import ensure_pristine
 from .kernel import Kernel
 from .series import load_series
 from .spec import (KernelSpec, build_inputs, cache_key, git, is_distro, kernel_cache, kernel_toml, parse_fragment,
-                   read_dotconfig, resolve_commit, resolve_spec, resolved_table, sha256_file, source_identity)
+                   read_dotconfig, resolve_commit, resolve_spec, resolved_table, sha256_file, source_identity,
+                   wanted_config)
+from .spec import git_env as git_env_of
 
-OPTIONS = ("config", "modules", "like", "series")
+OPTIONS = ("config", "modules", "like", "series", "drivers")
 DEFAULT_LIKE = "linux-6.1"
 SYNTAX = ("NAME | PATH (built tree or image file) | TREE@REF, then optionally ,config=FILE "
-          ",modules=DIR ,like=KERNEL ,series=MBOX")
+          ",modules=DIR ,like=KERNEL ,drivers=RIG|PATH ,series=MBOX")
 _NAME_RE = re.compile(r"^[A-Za-z0-9._+-]+$")
 
 
@@ -92,7 +94,8 @@ def parse(text: str) -> Given:
     else:
         raise UsageError(f"--kernel {text}: {head} is neither a kernel name, an existing path nor TREE@REF "
                          f"(syntax: {SYNTAX})")
-    allowed = {"toml": {"series"}, "git": {"like", "series"}, "tree": set(), "image": {"config", "modules"}}[g.kind]
+    allowed = {"toml": {"series", "drivers"}, "git": {"like", "series", "drivers"}, "tree": set(),
+               "image": {"config", "modules"}}[g.kind]
     for k in opts:
         if k not in allowed:
             raise UsageError(f"--kernel {text}: {k}= does not go with a {g.kind} kernel "
@@ -244,7 +247,7 @@ def _image_kernel(g: Given) -> Kernel:
 
 # -- buildable: a toml, a git tree at a ref, either with a series -----------------
 
-def _spec(g: Given, series: dict | None) -> tuple[KernelSpec, dict | None]:
+def _spec(g: Given, series: dict | None, log=print) -> tuple[KernelSpec, dict | None]:
     if g.kind == "toml":
         path = kernel_toml(g.name)
         if not path.exists():
@@ -277,6 +280,8 @@ def _spec(g: Given, series: dict | None) -> tuple[KernelSpec, dict | None]:
         data["description"] = f"{g.path.name} at {ref} ({commit[:12]}), config like {like}"
         spec = resolve_spec(f"git-{g.path.name}-{commit[:12]}", data, where)
         origin = _git_origin(g.path, ref)
+    if "drivers" in g.opts:
+        _add_drivers(spec, g, log)
     if series:
         label = pathlib.Path(series["source"]).name
         spec.patches = spec.patches + [(label, p) for p in series["patches"]]
@@ -312,7 +317,7 @@ def trial_apply(spec: KernelSpec) -> None:
 
 def _built_kernel(g: Given, build: bool, log) -> Kernel:
     series = given_series(g.text, log)
-    spec, origin = _spec(g, series)
+    spec, origin = _spec(g, series, log)
     key = cache_key(build_inputs(spec))
     meta_path = kernel_cache(key) / "build.json"
     if not meta_path.exists():
@@ -327,4 +332,64 @@ def _built_kernel(g: Given, build: bool, log) -> Kernel:
     return Kernel(name=spec.name, release=release, image=out / "bzImage",
                   modules_dir=out / "mod" / "lib" / "modules" / release, config=out / "config",
                   cmdline=list(spec.cmdline), description=spec.description, arg=g.text, git=origin,
-                  series=series["provenance"] if series else None)
+                  series=series["provenance"] if series else None, drivers=meta.get("drivers"))
+
+
+# -- a server's drivers added (kernels/drivers.py) ---------------------------------
+
+def source_tree(spec: KernelSpec) -> pathlib.Path:
+    """The spec's source as files to read the build files of: the extracted tarball, or a git
+    commit's Makefiles, Kbuild and Kconfig files taken out once into krig's cache."""
+    ident = source_identity(spec)
+    if spec.source != "git":
+        return ensure_pristine(spec.tarball, ident["tarball_sha256"])
+    out = cache_dir("kbuild", "buildfiles") / ident["commit"]
+    if out.is_dir():
+        return out
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    names = subprocess.run(["git", "-C", str(spec.tree), "ls-tree", "-r", "-z", "--name-only", ident["commit"]],
+                           capture_output=True, env=git_env_of()).stdout.split(b"\0")
+    want = [n.decode(errors="replace") for n in names if n.rsplit(b"/", 1)[-1] in (b"Makefile", b"Kbuild") or
+            n.rsplit(b"/", 1)[-1].startswith(b"Kconfig")]
+    want = [n for n in want if ".." not in n.split("/") and not n.startswith("/")]
+    batch = subprocess.run(["git", "-C", str(spec.tree), "cat-file", "--batch"], capture_output=True,
+                           input="".join(f"{ident['commit']}:{n}\n" for n in want).encode(), env=git_env_of()).stdout
+    pos = 0
+    for rel in want:                    # "<oid> blob <size>\n<bytes>\n" per name, in order
+        head, _, _ = batch[pos:pos + 200].partition(b"\n")
+        words = head.split()
+        pos += len(head) + 1
+        if len(words) != 3 or words[1] != b"blob":
+            continue
+        size = int(words[2])
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_bytes(batch[pos:pos + size])
+        pos += size + 1
+    tmp.rename(out)
+    return out
+
+
+def _add_drivers(spec: KernelSpec, g: Given, log) -> None:
+    """spec + the drivers of the server drivers= names (a rig) or describes (files)."""
+    value = g.opts["drivers"]
+    label = f"--kernel {g.text}: drivers={value}"
+    path = pathlib.Path(value).expanduser()
+    if path.exists():
+        inv = drivers.read_inventory(path, label)
+    elif drivers.rig_reader is None or not _NAME_RE.match(value):
+        raise UsageError(f"{label}: no such file or directory, and not a rig name (drivers= takes a rig "
+                         "whose server krig reads, or a module list, or a directory of modules/bound/config)")
+    else:
+        inv = drivers.rig_reader(value, log)
+    tree = source_tree(spec)
+    p = drivers.plan(inv, tree, wanted_config(spec)[0])
+    if not p["config"]:
+        log(f"krig: drivers from {inv['source']}: nothing to add to {spec.name} (every driver of the server is "
+            f"in it already or not in this source; {len(p['skipped'])} skipped)")
+        return
+    spec.drivers = {**p, "tree": str(tree)}
+    spec.name = f"{spec.name}+d{p['hash']}"
+    spec.localversion = f"{spec.localversion}-d{p['hash']}"
+    spec.description = f"{spec.description or spec.name} + the drivers of {inv['source']}"

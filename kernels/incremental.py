@@ -41,8 +41,8 @@ from krig import safeio
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
-from . import ccache, fromtree, overlay, sandbox
-from .spec import (ARCH, KernelSpec, build_inputs, cache_key, config_mismatches, git, git_env, kernel_cache,
+from . import ccache, drivers, fromtree, overlay, sandbox
+from .spec import (ARCH, DRIVERS_LABEL, KernelSpec, build_inputs, cache_key, config_mismatches, git, git_env, kernel_cache,
                    localversion_fragment, read_dotconfig, sha256_file, source_identity, wanted_config)
 from .makelog import TIMED_OUT, clean_env, first_error, run_logged
 from .trees import create_tree, load_state, locked, origin_of, prune_orphans, save_state, tree_lock
@@ -84,8 +84,12 @@ def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool =
     lv = tree / ".krig-localversion.config"
     safeio.write_text(tree, lv.name, localversion_fragment(spec.localversion))
     frags = [p.resolve() for _, p in spec.fragments]
+    own = [lv.name]
+    if spec.drivers:                    # the server's drivers, after the kernel's own fragments
+        safeio.write_text(tree, ".krig-drivers.config", "".join(f"{k}={v}\n" for k, v in spec.drivers["config"].items()))
+        own.insert(0, ".krig-drivers.config")
     argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config", *map(str, frags),
-            str(inside(tree, box) / lv.name)]
+            *(str(inside(tree, box) / n) for n in own)]
     if run_logged(boxed(argv, tree, box, readable=tuple(frags)), tree, logf) != 0:
         raise KrigError(f"{spec.where}: merge_config.sh failed: {first_error(logf)}; log: {logf}")
     if run_logged(boxed(["make", f"ARCH={ARCH}", "olddefconfig"], tree, box), tree, logf) != 0:
@@ -95,6 +99,13 @@ def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool =
         for label, k, old, new in redefined:
             f.write(f"krig: {label} redefines {k}: {old} -> {new}\n")
     bad = config_mismatches(wanted, fromtree.dotconfig(tree))
+    soft = [b for b in bad if origin[b[0]] == DRIVERS_LABEL]     # a server's drivers: reported in build.json
+    bad = [b for b in bad if origin[b[0]] != DRIVERS_LABEL]
+    if soft:
+        with open(logf, "a") as f:
+            for k, v, got in soft:
+                f.write(f"krig: {k}={v} for the server's drivers is {got} in the final .config (build.json: "
+                        "drivers.not_built_in says why)\n")
     if bad:
         with open(logf, "a") as f:
             for k, v, got in bad:
@@ -288,6 +299,10 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
                 "seconds": {"total": round(took, 1), "build": round(t_inst - t0, 1),
                             "install": round(time.monotonic() - t_inst, 1)},
                 "inputs": inputs, "log": str(logf), "sandbox": box, "ccache": ccache.available()}
+        if spec.drivers:
+            meta["drivers"] = drivers.record(spec.drivers, read_dotconfig(tmp / "config"), spec.drivers.get("tree"))
+            for e in meta["drivers"]["not_built_in"]:
+                log(f"kbuild: {spec.name}: {e['symbol']} ({e['module']}) is not built in: {e['why']}")
         shutil.copyfile(logf, tmp / "build.log")
         (tmp / "build.json").write_text(json.dumps(meta, indent=1) + "\n")
         shutil.rmtree(out, ignore_errors=True)

@@ -44,6 +44,7 @@ class Kernel:
     arg: str | None = None             # what was given to --kernel, when not a kernels/<name>.toml name
     git: dict | None = None            # {"repository", "commit", "branch"} when it came from a git tree
     series: dict | None = None         # the provenance of a patch series applied on top (kernels/series.py)
+    drivers: dict | None = None        # a server's drivers added (kernels/drivers.py record): what, from where
 
     @property
     def kernel_id(self) -> str:
@@ -65,4 +66,5 @@ class Kernel:
             "description": self.description, "arg": self.arg,
             "debug_options": debug_options(self.config),
             **({"git": self.git} if self.git else {}),
+            **({"drivers": self.drivers} if self.drivers else {}),
         }

@@ -33,6 +33,7 @@ FIELDS = {"source", "description", "extends", "tarball", "tree", "ref", "base_co
           "reproducers", "patches", "localversion", "cmdline"}
 SOURCE_FIELDS = {"linux-source": {"tarball"}, "git": {"tree", "ref"}}
 _LOCALVERSION_RE = re.compile(r"^[A-Za-z0-9._+-]*$")
+DRIVERS_LABEL = "drivers="       # the origin of the options a server's drivers add (soft: reported, not fatal)
 _CONFIG_RE = re.compile(r"^(CONFIG_[A-Za-z0-9_]+)=(.*)$")
 _NOTSET_RE = re.compile(r"^# (CONFIG_[A-Za-z0-9_]+) is not set$")
 
@@ -59,6 +60,7 @@ class KernelSpec:
     localversion: str
     cmdline: list
     description: str
+    drivers: dict | None = None     # a server's drivers added (kernels/drivers.py plan), or None
 
 
 # -- kconfig fragments ------------------------------------------------------
@@ -342,6 +344,9 @@ def localversion_fragment(localversion: str) -> str:
 
 def wanted_config(spec: KernelSpec) -> tuple[dict, dict, list]:
     values, origin, redefined = merge_fragments(spec.fragments)
+    for k, v in (spec.drivers or {}).get("config", {}).items():
+        values[k] = v
+        origin[k] = DRIVERS_LABEL
     for k, v in (("CONFIG_LOCALVERSION", f'"{spec.localversion}"'), ("CONFIG_LOCALVERSION_AUTO", "n")):
         values[k] = v
         origin[k] = f"{spec.where}.localversion"

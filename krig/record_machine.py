@@ -56,11 +56,14 @@ class KernelRecord(_KeepsExtra):
     arg: str | None = None                  # the --kernel argument as given
     debug_options: dict | None = None
     git: dict | None = None                 # repository, commit, branch: a kernel from a git tree
+    drivers: dict | None = None             # a server's drivers added: module -> symbol -> where it came from
     extra: dict = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "git")}
-        return {**out, **({"git": self.git} if self.git else {}), **self.extra}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("extra", "git", "drivers")}
+        return {**out, **({"git": self.git} if self.git else {}),
+                **({"drivers": self.drivers} if self.drivers else {}), **self.extra}
 
 
 @dataclasses.dataclass

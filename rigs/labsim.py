@@ -8,7 +8,8 @@ xfsprogs, trace-cmd, fio), never -kernel. Its disk is a qcow2 overlay on the
 cached image, made once per server: what the server writes survives power
 cycles, as on a real disk. krig logs in as the non-root user `krig` (sudo
 without a password) and checks the image's own host key. The scratch disk is
-an emulated NVMe (/dev/nvme0n1); the root disk is virtio-blk (/dev/vda). The
+an emulated NVMe (/dev/nvme0n1); the root disk is virtio-blk (/dev/vda); the network card is
+virtio-net, or --nic e1000e / e1000 (a card a kernel built for QEMU lacks the driver of). The
 server's kernel runs with panic=0: after a panic only krig's power cycle
 through the BMC brings it back. Its RAM is --memory (default 2G); above the
 host's RAM it is sparse, as the QEMU rig's `memory_backing = "sparse"`: a page
@@ -61,6 +62,7 @@ from .labsim_wire import kill_session, remove_wire_dir
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,31}\Z")
 MEMORY_DEFAULT = "2G"
+NICS = {"virtio-net": "virtio-net-pci", "e1000e": "e1000e", "e1000": "e1000"}     # --nic: QEMU's device
 MEMORY_MIN, MEMORY_MAX = 1 << 30, 64 << 40
 READY_WAIT = 120            # seconds for the supervisor to have its BMC answering
 STOP_WAIT = 60
@@ -110,9 +112,9 @@ class LabServer(SimServer):
     BMC_USER = True             # ipmi_sim and the QEMU it starts: qemu_confine's user when krig is root
 
     def __init__(self, base: pathlib.Path, image_dir: pathlib.Path, memory_mb: int = 2048,
-                 scratch_bytes: int = 16 << 30):
+                 scratch_bytes: int = 16 << 30, nic: str = "virtio-net"):
         super().__init__(base, kernel=None, initrd=None, memory_mb=memory_mb, scratch_bytes=scratch_bytes)
-        self.image_dir = image_dir
+        self.image_dir, self.nic = image_dir, nic
 
     @classmethod
     def attach(cls, name: str) -> "LabServer":
@@ -123,6 +125,7 @@ class LabServer(SimServer):
         self = cls.__new__(cls)
         self.base, self.image_dir = pathlib.Path(st["base"]), pathlib.Path(st["image_dir"])
         self.memory_mb, self.scratch_bytes = st["memory_mb"], st["scratch_bytes"]
+        self.nic = st.get("nic", "virtio-net")
         self.lan_port, self.ssh_port = st["lan_port"], st["ssh_port"]
         self.password_file, self.rigs = pathlib.Path(st["password_file"]), pathlib.Path(st["rigs"])
         self.password = self.password_file.read_text().strip() if self.password_file.exists() else ""
@@ -176,7 +179,7 @@ class LabServer(SimServer):
                 "-drive", "if=pflash,format=raw,unit=1,file=/dev/fdset/3,file.locking=off",
                 *self._wires(),
                 "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
-                "-device", "virtio-net-pci,netdev=n0,romfile=",
+                "-device", f"{NICS[self.nic]},netdev=n0,romfile=",
                 "-blockdev", "driver=file,node-name=image,filename=/dev/fdset/2,read-only=on,locking=off",
                 "-blockdev", "driver=qcow2,node-name=base,file=image,read-only=on",
                 "-blockdev", "driver=file,node-name=top,filename=/dev/fdset/1,locking=off",
@@ -272,12 +275,15 @@ def ensure_image(log) -> pathlib.Path:
         raise KrigError(f"the lab server's disk image: {e}") from None
 
 
-def up(name: str, memory: str | None = None, log=print, owner: int | None = None) -> pathlib.Path:
+def up(name: str, memory: str | None = None, log=print, owner: int | None = None, nic: str | None = None) -> pathlib.Path:
     check_name(name)
     owner_rec = None if owner is None else process_record(owner)
     if owner is not None and owner_rec is None:
         raise UsageError(f"--owner: {owner} is not a running process's pid")
     mem = check_memory(memory)
+    nic = nic or "virtio-net"
+    if nic not in NICS:
+        raise UsageError(f"--nic: {nic!r} is not a network card the server can have; allowed: {', '.join(NICS)}")
     from . import rig_path
     existing = rig_path(name)
     if existing is not None and existing.parent != user_rig_dir():
@@ -288,11 +294,11 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
         if st and owner_alive(st.get("supervisor")):
             log(f"krig: lab sim {name}: already up ({st['memory_mb']} MiB); krig lab sim down {name} stops it")
             return pathlib.Path(st["rig"])
-        st = _start(name, mem, owner_rec, st, log)
+        st = _start(name, mem, owner_rec, st, log, nic)
     finally:
         os.close(lock)
     log(f"krig: lab sim {name}: BMC ipmi_sim on 127.0.0.1:{st['lan_port']} (power off), SSH on 127.0.0.1:"
-        f"{st['ssh_port']}, {st['memory_mb']} MiB" + (" sparse" if st["sparse"] else "") +
+        f"{st['ssh_port']}, {st['memory_mb']} MiB" + (" sparse" if st["sparse"] else "") + f", NIC {nic}" +
         f"; the rig powers it on (krig lab sim down {name} stops it" +
         (f", or process {owner} ending)" if owner else ")"))
     if lab.address():                       # KRIG_LAB_COORDINATOR: a place there, as `krig lab sync NAME` makes
@@ -324,7 +330,7 @@ def servers() -> list[dict]:
     return out
 
 
-def _start(name: str, mem: int, owner_rec: dict | None, old: dict | None, log) -> dict:
+def _start(name: str, mem: int, owner_rec: dict | None, old: dict | None, log, nic: str) -> dict:
     """Start the supervisor (under the name's lock) and wait for its BMC: its state."""
     miss = bmc_missing()
     if miss:
@@ -338,7 +344,7 @@ def _start(name: str, mem: int, owner_rec: dict | None, old: dict | None, log) -
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(mode=0o700)
     (d / "request.json").write_text(json.dumps({"name": name, "memory_mb": mem >> 20, "image_dir": str(image),
-                                                "owner": owner_rec}))
+                                                "owner": owner_rec, "nic": nic}))
     logf = open(d / "supervisor.log", "ab")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "rigs.labsim", "serve", name], cwd=ROOT, env=env,
@@ -416,7 +422,8 @@ def _forget(st: dict) -> None:
 def serve(name: str) -> int:
     d = state_dir(name)
     req = json.loads((d / "request.json").read_text())
-    server = LabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"])
+    server = LabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"],
+                       nic=req.get("nic") or "virtio-net")
     server.base.mkdir()
     server.rigs = own_dir(user_rig_dir())
     server.password_file = secret_dir() / f"labsim-{name}-bmc"
@@ -426,7 +433,8 @@ def serve(name: str) -> int:
         signal.signal(sig, lambda *a: stop.set())
     state = {"name": name, "supervisor": process_record(os.getpid()), "base": str(server.base),
              "image_dir": req["image_dir"], "memory_mb": server.memory_mb,
-             "sparse": (server.memory_mb << 20) > host_ram(), "scratch_bytes": server.scratch_bytes,
+             "sparse": (server.memory_mb << 20) > host_ram(), "nic": server.nic,
+             "scratch_bytes": server.scratch_bytes,
              "password_file": str(server.password_file), "rigs": str(server.rigs),
              "lan_port": server.lan_port, "ssh_port": server.ssh_port}
     try:

@@ -137,9 +137,9 @@ def cmd_status(a) -> int:
 
 
 def cmd_sim_up(a) -> int:
-    """`krig lab sim up NAME [--memory SIZE] [--owner PID]`: its last line is the rig file's path."""
+    """`krig lab sim up NAME [--memory SIZE] [--nic MODEL] [--owner PID]`: its last line is the rig file's path."""
     from rigs import labsim
-    print(labsim.up(a.name, a.memory, owner=a.owner))
+    print(labsim.up(a.name, a.memory, owner=a.owner, nic=a.nic))
     return 0
 
 

@@ -13,10 +13,12 @@ from krig import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT, progress, safei
 from .check import check
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
 from .hostload import HostSampler
+from kernels import drivers as kernel_drivers
 from kernels.catalog import load_kernel
 from kernels.given import check_config
 from krig.paths import owner_record
 from .preflight import admission_line, before_build
+from .serverdrivers import server_drivers
 from krig.reproducer import load_reproducer
 from krig.record import Manifest
 from krig.record_machine import Machine
@@ -26,6 +28,7 @@ from rigs.hashsize import from_log as hash_tables
 
 FACTS_TIMEOUT = 60
 RUN_LOG = "krig.log"         # what krig said of the run, progress included (run_log)
+kernel_drivers.rig_reader = server_drivers        # --kernel KERNEL,drivers=RIG reads the rig's server
 
 
 def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT_KERNEL,

@@ -1,0 +1,70 @@
+"""What drivers a lab server uses, read from its installed system over the rig's SSH, for a kernel
+built like it (`--kernel KERNEL,drivers=RIG`: kernels/drivers.py reads this text).
+
+SCRIPT runs as every command krig runs on a server (rigs/ipmi_ssh.py: as root, through
+`sudo -n` for a user other than root), reads only, and prints `krig-drivers 1`, the running
+release, its loaded modules (/proc/modules), the drivers its devices are bound to
+(/sys/bus/*/devices/*/driver: bus, device, driver, the driver's module) and its running config
+(/proc/config.gz, or /boot/config-$(uname -r)) when it has one. The server is held as a run
+holds it (its lock, or the lab coordinator's reservation) while it is read; a server that is
+off is powered on into its installed system and left on (the run that follows boots from
+there); nothing is written on it.
+"""
+import pathlib
+import shlex
+import subprocess
+import tempfile
+
+from krig.errors import RigError, UsageError
+from krig.paths import cache_dir
+from .ipmi_ssh import SshLost, remote_command
+
+SCRIPT = """w() { printf '%s' "$1" | tr -c 'A-Za-z0-9_.:+@-' '_'; }
+echo 'krig-drivers 1'
+echo "release $(uname -r)"
+echo '== modules'
+cat /proc/modules 2>/dev/null
+echo '== bound'
+for l in /sys/bus/*/devices/*/driver; do
+  [ -e "$l" ] || continue
+  dev=${l%/driver}; bus=${dev#/sys/bus/}; bus=${bus%%/*}
+  drv=$(basename "$(readlink -f "$l")")
+  mod=; [ -e "$l/module" ] && mod=$(basename "$(readlink -f "$l/module")")
+  echo "$(w "$bus") $(w "${dev##*/}") $(w "$drv") $(w "$mod")"
+done
+echo '== config'
+if [ -r /proc/config.gz ]; then zcat /proc/config.gz
+elif [ -r "/boot/config-$(uname -r)" ]; then cat "/boot/config-$(uname -r)"; fi
+"""
+READ_TIMEOUT = 120
+MAX_BYTES = 4 << 20         # what is read of it (kernels/drivers.py reads at most as much)
+
+
+def read(rig, log=print) -> str:
+    """The inventory's text from the server of an IPMI rig (rigs/ipmi.py IpmiRig)."""
+    if getattr(rig, "kind", None) != "ipmi":
+        raise UsageError(f"drivers={rig.name}: rig {rig.name} is a {getattr(rig, 'kind', '?')} rig, not a lab "
+                         "server: krig reads the drivers of a server behind a BMC (driver = \"ipmi\")")
+    s = rig.server
+    s.take_lock()
+    try:
+        s.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{rig.name}-", dir=cache_dir("work")))
+        if s.bmc.power_status() == "off":
+            log(f"krig: powering {rig.name} on into its installed system to read its drivers")
+            s.bmc.power("on")
+            s.wait_up(s.spec["boot_timeout"], "into its installed system (to read its drivers)")
+        elif s.ssh.probe(s.spec["ssh"]["connect_timeout"]) is None:
+            raise RigError(f"rig {rig.name}: the server is on but does not answer SSH; its drivers cannot be "
+                           "read (power it off, or give them as files: drivers=DIR)")
+        try:
+            rc, out, err = s.ssh.run(remote_command(["sh", "-c", SCRIPT], None), timeout=READ_TIMEOUT)
+        except (SshLost, subprocess.TimeoutExpired) as e:
+            raise RigError(f"rig {rig.name}: reading the server's drivers failed: {e or 'timeout'}") from None
+        if rc != 0:
+            why = (err.decode(errors="replace").strip().splitlines() or [f"exit {rc}"])[-1]
+            raise RigError(f"rig {rig.name}: reading the server's drivers failed: {shlex.quote(why)[:200]}")
+        if len(out) > MAX_BYTES:
+            raise RigError(f"rig {rig.name}: the server's drivers came to more than {MAX_BYTES >> 20} MiB: refused")
+        return out.decode(errors="replace")
+    finally:
+        rig.close()

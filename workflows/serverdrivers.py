@@ -1,0 +1,44 @@
+"""`--kernel KERNEL,drivers=RIG`: the drivers of a rig's server, for kernels/drivers.py.
+
+Read from the server (rigs/ipmi_drivers.py) once a krig process, and kept in
+$KRIG_CACHE/servers/<rig>.drivers: a server found off is read from there rather than powered
+on only to be read (the reading says when it was made); one never read is powered on into its
+installed system, read, and left on for the run that follows.
+"""
+import time
+
+from kernels import drivers
+from krig.paths import cache_dir
+from krig.errors import UsageError
+from rigs import load_rig, rig_names, rig_path
+from rigs.ipmi_drivers import read
+
+_READ: dict = {}            # rig name -> inventory, this process
+
+
+def _kept(name: str):
+    return cache_dir("servers") / f"{name}.drivers"
+
+
+def server_drivers(name: str, log=print) -> dict:
+    """The inventory of rig `name`'s server (kernels.drivers.rig_reader)."""
+    if name in _READ:
+        return _READ[name]
+    if rig_path(name) is None:
+        raise UsageError(f"drivers={name}: no such file or directory, and no rig of that name; rigs: "
+                         f"{', '.join(rig_names())}")
+    rig = load_rig(name, "drivers=")
+    kept = _kept(rig.name)
+    if kept.is_file() and getattr(rig, "kind", None) == "ipmi" and rig.bmc.power_status() == "off":
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(kept.stat().st_mtime))
+        log(f"krig: {name} is off: its drivers as read on {when} ({kept})")
+        text = kept.read_text(errors="replace")
+    else:
+        text = read(rig, log)
+        tmp = kept.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(kept)
+    inv = drivers.parse_inventory(text, f"rig {name}")
+    inv.update(source=f"rig {name}" + (f" ({inv['release']})" if inv.get("release") else ""), from_server=True)
+    _READ[name] = inv
+    return inv
