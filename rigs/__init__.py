@@ -33,6 +33,20 @@ def hand_over_secrets():
     return hand_over()
 
 
+def memory_refusal(mem: int, avail: int) -> str | None:
+    """Why a guest of mem bytes does not fit the host's budget (MemAvailable avail), or None
+    (rigs/qemu_memory.py: the rule the QEMU rig and the simulated lab server admit by)."""
+    from .qemu_memory import refusal
+    return refusal(mem, avail)
+
+
+def read_server_drivers(rig, log) -> str:
+    """What a lab rig's server runs: its modules, bound drivers and config, read over its SSH
+    (rigs/ipmi_drivers.py)."""
+    from .ipmi_drivers import read
+    return read(rig, log)
+
+
 def take_handed_secrets() -> None:
     """In a worker: the secrets its parent handed over (rigs/ipmi_spec.py)."""
     from .ipmi_spec import take_handed_secrets as take

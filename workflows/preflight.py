@@ -22,7 +22,7 @@ import shutil
 from kernels.catalog import krig_builds
 from krig.errors import UsageError
 from krig.reproducer import touch_bytes
-from rigs.qemu_memory import refusal
+from rigs import memory_refusal as refusal
 
 LOG_ALLOWANCE = 1 << 20      # console.log, manifest, verdict, junit, samples of a short run
 

@@ -11,7 +11,7 @@ from kernels import drivers
 from krig.paths import cache_dir
 from krig.errors import UsageError
 from rigs import load_rig, rig_names, rig_path
-from rigs.ipmi_drivers import read
+from rigs import read_server_drivers as read
 
 _READ: dict = {}            # rig name -> inventory, this process
 
