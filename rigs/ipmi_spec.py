@@ -16,6 +16,7 @@ from krig.config import parse_size, read_secret_file
 from krig.errors import UsageError
 from krig.schema import ANY, OMIT, Field, check
 from .ipmi_pull import FILE_CAP, TOTAL_CAP
+from .netconsole import CONSOLE_SAYS, console_ok
 from .protocol import SECRETS_FILE_ENV
 
 TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]+$")
@@ -129,6 +130,7 @@ TOP = (
     Field("remote_dir", str, "/var/lib/krig", convert=lambda v, _: v.rstrip("/"), test=_dedicated_dir,
           says="{raw!r}: use a dedicated absolute directory like /var/lib/krig"),
     Field("boot", str, "installed", choices=("installed", "kexec")),
+    Field("console", str, "sol", test=console_ok, says=CONSOLE_SAYS),
     _seconds("boot_timeout", 600, 1),
     _seconds("shutdown_timeout", 120, 0),
     _words("shutdown_command", ["systemctl", "poweroff"]),
@@ -205,24 +207,31 @@ def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict
     """The rig file (TOP) checked: (normalized spec, BMC password)."""
     where = where or f"rigs/{name}.toml"
     out = check(spec, TOP, where)
-    bw, sw = f"{where}.bmc", f"{where}.ssh"
+    bw = f"{where}.bmc"
     if ("password_env" in out["bmc"]) == ("password_file" in out["bmc"]):
         raise UsageError(f"{bw}: set exactly one of password_env (an environment variable's name) "
                          "or password_file (a file of mode 0600)")
+    password = read_password(out["bmc"], bw)
+    check_ssh(out, spec, where)
+    return out, password
+
+
+def check_ssh(out: dict, spec: dict, where: str) -> None:
+    """What the SSH table's fields cannot say alone (the options allowed, the key's mode), and
+    the lab tags: the rig file's parts the IPMI and Redfish drivers share."""
+    sw = f"{where}.ssh"
     for o in out["ssh"]["options"]:
         key = o.split("=", 1)[0].strip()
         if "=" not in o or not key.isalnum():
             raise UsageError(f"{sw}.options: {o!r}: expected Name=value (an ssh -o option)")
         if key.lower() not in {a.lower() for a in SSH_ALLOWED}:
             raise UsageError(f"{sw}.options: {key} is not allowed; allowed: {', '.join(SSH_ALLOWED)}")
-    password = read_password(out["bmc"], bw)
     key = out["ssh"]["key"]
     key_mode = stat.S_IMODE(pathlib.Path(key).stat().st_mode)
     if key_mode & 0o077:
         raise UsageError(f"{sw}.key: {key} has mode {key_mode:04o}; ssh refuses a private key others "
                          f"can read: run `chmod 600 {key}`")
     out["lab"] = lab_tags(spec, where)
-    return out, password
 
 
 def lab_tags(spec: dict, where: str) -> dict[str, str]:
@@ -230,7 +239,7 @@ def lab_tags(spec: dict, where: str) -> dict[str, str]:
     no BMC or SSH address, user or path). Sizes become whole GiB."""
     lw = f"{where}.lab"
     lab = LAB_TABLE.value(spec, where)
-    tags = {"driver": "ipmi", "scratch": "yes" if spec.get("scratch_dev") else "no",
+    tags = {"driver": spec.get("driver", "ipmi"), "scratch": "yes" if spec.get("scratch_dev") else "no",
             **{k: str(v) for k, v in lab.items() if k != "tags"}}
     for k, v in lab["tags"].items():
         if not TAG_KEY_RE.match(k) or k in RESERVED_TAGS or k in tags:

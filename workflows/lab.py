@@ -31,9 +31,10 @@ def ipmi_rigs(names: list[str] | None = None) -> dict[str, dict]:
         if path is None:
             load_rig(n, "RIG")  # the usual one-line error for an unknown rig
         spec = load_toml(path, "RIG" if names else "")
-        if spec.get("driver") != "ipmi":
+        if spec.get("driver") not in ("ipmi", "redfish"):
             if names:
-                raise UsageError(f"RIG {n}: a {spec.get('driver')!r} rig is not a lab server (driver = \"ipmi\")")
+                raise UsageError(f"RIG {n}: a {spec.get('driver')!r} rig is not a lab server "
+                                 "(driver = \"ipmi\" or \"redfish\")")
             continue
         out[path.stem] = lab_tags(spec, str(path))
     return out
