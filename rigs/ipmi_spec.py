@@ -46,7 +46,7 @@ def _dedicated_dir(v: str) -> bool:
             is not None and ".." not in v.split("/"))
 
 
-def _absolute(value: str, field: str) -> str:
+def absolute_path(value: str, field: str) -> str:
     """A path on this machine: absolute or ~/..., expanded."""
     p = pathlib.Path(value).expanduser()
     if not p.is_absolute():
@@ -54,8 +54,8 @@ def _absolute(value: str, field: str) -> str:
     return str(p)
 
 
-def _a_file(value: str, field: str) -> str:
-    p = _absolute(value, field)
+def a_file(value: str, field: str) -> str:
+    p = absolute_path(value, field)
     if not pathlib.Path(p).is_file():
         raise UsageError(f"{field}: {p} does not exist or is not a file")
     return p
@@ -82,7 +82,7 @@ BMC = (
     Field("port", int, 623, min=1, max=65535, says="{v} is not a port number (1-65535)"),
     Field("user", str, pattern=USER_RE, says=USER),
     Field("password_env", str, OMIT, pattern=ENV_RE, says="{v!r} is not an environment variable name"),
-    Field("password_file", str, OMIT, convert=_absolute),
+    Field("password_file", str, OMIT, convert=absolute_path),
     Field("cipher_suite", int, 17, min=0, max=17, says="{v} is not an IPMI cipher suite (0-17; 3 or 17 usual)"),
     Field("privilege", str, "ADMINISTRATOR", convert=lambda v, _: v.upper(), choices=PRIVILEGES),
     Field("timeout", int, 5, min=1, max=60, says="must be 1-60 s, got {v}"),
@@ -94,8 +94,8 @@ SSH = (
     HOST,
     Field("port", int, 22, min=1, max=65535, says="{v} is not a port number (1-65535)"),
     Field("user", str, "root", pattern=USER_RE, says=USER),
-    Field("key", str, convert=_a_file),
-    Field("known_hosts", str, convert=_a_file),
+    Field("key", str, convert=a_file),
+    Field("known_hosts", str, convert=a_file),
     Field("host_key_alias", str, "", test=lambda v: not v or bool(HOST_RE.match(v.strip("[]").replace("]:", ":"))),
           says="{v!r} is not a host name"),
     Field("connect_timeout", int, 15, min=1),
@@ -150,7 +150,7 @@ TOP = (
 
 def read_password(bmc: dict, where: str) -> str:
     """The BMC password from the environment or a 0600 file; never echoed."""
-    pw = _read_password(bmc, where)
+    pw = password_of(bmc, where)
     if len(pw.encode()) > 20:
         field = "password_env" if bmc.get("password_env") else "password_file"
         raise UsageError(f"{where}.{field}: the password is longer than 20 bytes, the IPMI 2.0 limit")
@@ -193,7 +193,7 @@ def take_handed_secrets() -> None:
             pass
 
 
-def _read_password(bmc: dict, where: str) -> str:
+def password_of(bmc: dict, where: str) -> str:
     if bmc.get("password_env"):
         var = bmc["password_env"]
         value = take_env_secret(var)

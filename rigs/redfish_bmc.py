@@ -17,12 +17,11 @@ import time
 
 from krig.errors import RigError
 from .ipmi_bmc import Bmc, BmcAuthError
+from .redfish_facts import clear_logs, log_text, manager_line, server_facts
 
 # krig's power actions -> the ResetTypes that do them, the first one the system offers wins
 RESETS = {"on": ("On", "ForceOn"), "off": ("ForceOff",), "soft": ("GracefulShutdown",),
           "cycle": ("PowerCycle", "ForceRestart"), "reset": ("ForceRestart", "PowerCycle"), "diag": ("Nmi",)}
-LOG_ENTRIES = 1000          # entries read from one log service
-INVENTORY = 40              # firmware inventory items in the facts
 
 
 class _ToBmcLog(logging.Handler):
@@ -201,17 +200,13 @@ class RedfishBmc(Bmc):
 
     # -- facts and logs -------------------------------------------------------
     def mc_info(self) -> str:
-        from .redfish_facts import manager_line
         return manager_line(self)
 
     def server_facts(self) -> dict:
-        from .redfish_facts import server_facts
         return server_facts(self)
 
     def sel_text(self) -> str:
-        from .redfish_facts import log_text
         return log_text(self)
 
     def sel_clear(self) -> None:
-        from .redfish_facts import clear_logs
         clear_logs(self)

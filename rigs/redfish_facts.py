@@ -5,7 +5,9 @@ connector for the LogService schema it has no class for. A BMC without some of i
 what it has; nothing here fails a run."""
 from krig.errors import RigError
 from .ipmi_bmc import BmcAuthError
-from .redfish_bmc import INVENTORY, LOG_ENTRIES
+
+LOG_ENTRIES = 1000          # entries read from one log service
+INVENTORY = 40              # firmware inventory items in the facts
 
 
 def _text(v) -> str:

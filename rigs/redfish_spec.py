@@ -12,7 +12,7 @@ import re
 
 from krig.errors import UsageError
 from krig.schema import OMIT, Field, check
-from .ipmi_spec import ENV_RE, HOST, TOP, USER, USER_RE, _a_file, _absolute, _read_password, check_ssh
+from .ipmi_spec import ENV_RE, HOST, TOP, USER, USER_RE, a_file, absolute_path, password_of, check_ssh
 from .netconsole import URL_RE
 
 # BootSourceOverrideTarget values of the Redfish schema (ComputerSystem.v1_x BootSource)
@@ -36,8 +36,8 @@ BMC = (
     Field("port", int, 443, min=1, max=65535, says="{v} is not a port number (1-65535)"),
     Field("user", str, pattern=USER_RE, says=USER),
     Field("password_env", str, OMIT, pattern=ENV_RE, says="{v!r} is not an environment variable name"),
-    Field("password_file", str, OMIT, convert=_absolute),
-    Field("ca_file", str, OMIT, convert=_a_file),
+    Field("password_file", str, OMIT, convert=absolute_path),
+    Field("ca_file", str, OMIT, convert=a_file),
     Field("fingerprint", str, OMIT, convert=_fingerprint),
     Field("system", str, "", pattern=r"[A-Za-z0-9._:-]*", says="{v!r} is not a Systems member id "
           "(the last part of /redfish/v1/Systems/<id>)"),
@@ -74,6 +74,6 @@ def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict
     if "ca_file" in b and "fingerprint" in b:
         raise UsageError(f"{bw}: set at most one of ca_file (the CA that signed the BMC's certificate) "
                          "or fingerprint (the BMC certificate's SHA-256 fingerprint, pinned)")
-    password = _read_password(b, bw)
+    password = password_of(b, bw)
     check_ssh(out, spec, where)
     return out, password
