@@ -189,8 +189,8 @@ class IpmiServer(ServerSetup):
             time.sleep(POLL)
         self.state = "hung"
         raise BootTimeout(f"rig {self.name}: the server did not answer SSH within {timeout:.0f}s {what}; "
-                          f"krig powers it off: see console.log, then power it on by hand (ipmitool ... "
-                          f"chassis power on) and log in (docs/lab-server.md: a server that does not come back)")
+                          f"krig powers it off: see console.log, then power it on by hand ({self.bmc.POWER_ON}) "
+                          f"and log in (docs/lab-server.md: a server that does not come back)")
 
     def ssh_call(self, what: str, remote: str, timeout: float, **kw):
         """ssh.run with the rig's handling of a lost connection and of a timeout."""

@@ -39,7 +39,8 @@ class RedfishBench:
         self.faults.write_text("")
         self.libvirt = LibvirtSession(self.base, self.logs)
         self.libvirt.start()
-        self.libvirt.define(domain_xml(DOMAIN, 1024, self.base / "serial.sock", nic=True))
+        self.libvirt.define(domain_xml(DOMAIN, 1024, self.base / "serial.sock", nic=True,
+                                       os_extra="<bios useserial='yes'/>"))
         self.cert, key, self.fingerprint = make_cert(self.base)
         write_htpasswd(self.base / "htpasswd", USER, self.password)
         self.password_file = self.base / "bmc-password"
@@ -64,7 +65,7 @@ class RedfishBench:
 
     def rig_file(self, name: str, bmc: dict | None = None, **top) -> pathlib.Path:
         spec = {"driver": "redfish", "description": f"sushy-emulator on 127.0.0.1:{self.port}",
-                "console": self.ser2net.url, "boot_timeout": 30, "hang_timeout": 10, "nmi_wait": 2,
+                "console": self.ser2net.url, "scratch_dev": "/dev/vdb", "boot_timeout": 30, "hang_timeout": 10, "nmi_wait": 2,
                 "shutdown_timeout": 10, **top}
         b = {"host": "127.0.0.1", "port": self.port, "user": USER, "password_file": str(self.password_file),
              "fingerprint": self.fingerprint, "auth": "auto", "timeout": 10, "retries": 1, **(bmc or {})}
