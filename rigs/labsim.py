@@ -39,8 +39,9 @@ import time
 from krig.config import load_toml, parse_size
 from krig.errors import KrigError, UsageError
 from krig.paths import owner_alive, process_record
-from . import lab, lab_tags, labsim_image, qemu_confine, qemu_memory, user_rig_dir
+from . import lab, lab_tags, labsim_image, labsim_redfish, qemu_confine, qemu_memory, user_rig_dir
 from .labsim_bmc import SimServer, missing_tools as bmc_missing
+from .labsim_redfish_server import RedfishLabServer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -195,7 +196,8 @@ def ensure_image(log) -> pathlib.Path:
         raise KrigError(f"the lab server's disk image: {e}") from None
 
 
-def up(name: str, memory: str | None = None, log=print, owner: int | None = None) -> pathlib.Path:
+def up(name: str, memory: str | None = None, log=print, owner: int | None = None,
+       bmc: str = "ipmi") -> pathlib.Path:
     from . import rig_path
     check_name(name)
     owner_rec = None if owner is None else process_record(owner)
@@ -211,7 +213,7 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
     existing = rig_path(name)
     if existing is not None and existing.parent != user_rig_dir():
         raise UsageError(f"NAME: {name!r} is already the rig {existing}; choose another name")
-    miss = bmc_missing()
+    miss = bmc_missing() if bmc == "ipmi" else labsim_redfish.missing_tools()
     if miss:
         raise KrigError(f"a simulated lab server needs {', '.join(miss)} (make setup installs them)")
     image = ensure_image(log)
@@ -221,7 +223,7 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True, mode=0o700)
     (d / "request.json").write_text(json.dumps({"name": name, "memory_mb": mem >> 20, "image_dir": str(image),
-                                                "owner": owner_rec}))
+                                                "owner": owner_rec, "bmc": bmc}))
     logf = open(d / "supervisor.log", "ab")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "rigs.labsim", "serve", name], cwd=ROOT, env=env,
@@ -238,7 +240,8 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
     else:
         _stop_supervisor(proc.pid)
         raise KrigError(f"lab sim {name}: the BMC did not answer within {READY_WAIT}s (log {d}/supervisor.log)")
-    log(f"krig: lab sim {name}: BMC ipmi_sim on 127.0.0.1:{st['lan_port']} (power off), SSH on 127.0.0.1:"
+    what = "ipmi_sim" if bmc == "ipmi" else "sushy-emulator (Redfish over HTTPS)"
+    log(f"krig: lab sim {name}: BMC {what} on 127.0.0.1:{st['lan_port']} (power off), SSH on 127.0.0.1:"
         f"{st['ssh_port']}, {st['memory_mb']} MiB" + (" sparse" if st["sparse"] else "") +
         f"; the rig powers it on (krig lab sim down {name} stops it" +
         (f", or process {owner} ending)" if owner else ")"))
@@ -280,6 +283,10 @@ def down(name: str, log=print) -> int:
             os.kill(int(ln.split()[0]), signal.SIGKILL)
         except (ProcessLookupError, ValueError):
             pass
+    if st.get("vm_dir"):                   # a Redfish server's domain files (rigs/labsim_redfish_server.py)
+        left += labsim_redfish.processes(st["vm_dir"])
+        labsim_redfish.sweep(st["vm_dir"])
+        shutil.rmtree(st["vm_dir"], ignore_errors=True)
     _forget(st)
     shutil.rmtree(state_dir(name), ignore_errors=True)
     log(f"krig: lab sim {name}: stopped" + (f" ({len(left)} process(es) killed)" if left else ""))
@@ -297,7 +304,10 @@ def _forget(st: dict) -> None:
 def serve(name: str) -> int:
     d = state_dir(name)
     req = json.loads((d / "request.json").read_text())
-    server = LabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"])
+    if req.get("bmc") == "redfish":
+        server = RedfishLabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"], name=name)
+    else:
+        server = LabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"])
     server.base.mkdir()
     server.rigs = user_rig_dir()
     server.password_file = secret_dir() / f"labsim-{name}-bmc"
@@ -313,7 +323,8 @@ def serve(name: str) -> int:
     try:
         server.start()
         rig = server.rig_file(name, boot="kexec", kexec={"append": ["loglevel=6"]})
-        state.update(rig=str(rig), ready=True)
+        state.update(rig=str(rig), ready=True, bmc=req.get("bmc", "ipmi"),
+                     vm_dir=str(getattr(server, "vm_dir", "") or ""))
         tmp = d / "state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1) + "\n")
         tmp.rename(d / "state.json")

@@ -52,10 +52,10 @@ def vm_user() -> tuple[int, int] | None:
     return pw.pw_uid, pw.pw_gid
 
 
-def make_vm_dir(name: str) -> pathlib.Path:
+def make_vm_dir() -> pathlib.Path:
     """A fresh directory for libvirtd and the domain's files, of the user libvirtd runs as, 0700,
     outside any home directory that user cannot enter."""
-    d = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-labsim-{name}-", dir="/var/tmp"))
+    d = pathlib.Path(tempfile.mkdtemp(prefix="krig-rf-", dir="/var/tmp"))     # short: libvirt's sockets go below
     own(d)
     return d
 
@@ -117,9 +117,9 @@ class LibvirtSession:
     """libvirtd as a per-user session daemon with its home in vm_dir/libvirt."""
 
     def __init__(self, vm_dir: pathlib.Path, logs: pathlib.Path):
-        self.home = vm_dir / "libvirt"
+        self.home = vm_dir / "lv"          # short: a UNIX socket's path is at most 107 bytes
         self.logs = logs
-        self.sock = self.home / "run" / "libvirt" / "libvirt-sock"
+        self.sock = self.home / "r" / "libvirt" / "libvirt-sock"
         self.uri = f"qemu:///session?socket={self.sock}"
         self.proc: subprocess.Popen | None = None
 
@@ -127,8 +127,8 @@ class LibvirtSession:
         self.home.mkdir(mode=0o700)
         own(self.home)
         h = self.home
-        env = ["env", "-i", f"HOME={h}", f"XDG_RUNTIME_DIR={h}/run", f"XDG_CONFIG_HOME={h}/config",
-               f"XDG_CACHE_HOME={h}/cache", f"XDG_DATA_HOME={h}/data", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
+        env = ["env", "-i", f"HOME={h}", f"XDG_RUNTIME_DIR={h}/r", f"XDG_CONFIG_HOME={h}/c",
+               f"XDG_CACHE_HOME={h}/k", f"XDG_DATA_HOME={h}/d", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
         u = vm_user()
         drop = ["setpriv", f"--reuid={u[0]}", f"--regid={u[1]}", "--clear-groups"] if u else []
         log = open(self.logs / "libvirtd.log", "ab")
@@ -256,9 +256,10 @@ def sweep(mark: str) -> int:
 
 
 def domain_xml(name: str, memory_mb: int, serial_sock: pathlib.Path, disks: list = (), os_extra: str = "",
-               qemu_args: list = (), nic: bool = False) -> str:
+               qemu_args: list = (), nic: bool = False, cpu: str = "qemu64") -> str:
     """A TCG domain: its serial line a unix socket (ser2net's connector); disks: (file, format,
-    target dev vdX); nic: a user-mode network card (something to boot from over PXE);
+    target dev vdX); nic: a user-mode network card (something to boot from over PXE); cpu: a
+    CPU model, or "max" for every feature TCG has;
     qemu_args: QEMU arguments libvirt has no element for (qemu:commandline)."""
     from xml.sax.saxutils import escape, quoteattr
     disk = "".join(f"<disk type='file' device='disk'><driver name='qemu' type={quoteattr(fmt)}/>"
@@ -268,7 +269,8 @@ def domain_xml(name: str, memory_mb: int, serial_sock: pathlib.Path, disks: list
     return (f"<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>"
             f"<name>{escape(name)}</name><memory unit='MiB'>{memory_mb}</memory><vcpu>1</vcpu>"
             f"<os><type arch='x86_64' machine='q35'>hvm</type>{os_extra}</os><features><acpi/></features>"
-            f"<cpu mode='custom'><model>qemu64</model></cpu><on_poweroff>destroy</on_poweroff>"
+            + ("<cpu mode='maximum'/>" if cpu == "max" else f"<cpu mode='custom'><model>{escape(cpu)}</model></cpu>")
+            + "<on_poweroff>destroy</on_poweroff>"
             f"<on_reboot>restart</on_reboot><on_crash>destroy</on_crash>"
             f"<devices><emulator>/usr/bin/qemu-system-x86_64</emulator>{disk}"
             + ("<interface type='user'><model type='virtio'/></interface>" if nic else "") +

@@ -25,7 +25,7 @@ DOMAIN = "server"
 
 class RedfishBench:
     def __init__(self):
-        self.base = make_vm_dir("test")
+        self.base = make_vm_dir()
         self.logs = self.base / "logs"
         self.rigs = self.base / "rigs"
         self.password = "rf-" + secrets.token_hex(8)

@@ -187,6 +187,9 @@ def add_lab_commands(sub) -> None:
     su.add_argument("--memory", metavar="SIZE", help="its RAM, 1G-64T; sparse above the host's RAM (default 2G)")
     su.add_argument("--owner", metavar="PID", type=ascii_int, help="stop it by itself when process PID ends (a CI job's shell, a "
                     "test session; default: it runs until `krig lab sim down NAME`)")
+    su.add_argument("--bmc", choices=("ipmi", "redfish"), default="ipmi",
+                    help="its BMC: ipmi (ipmi_sim, SOL; default) or redfish (sushy-emulator over libvirt, "
+                    "console through ser2net)")
     su.set_defaults(handler="workflows.lab:cmd_sim_up")
     sd = simsub.add_parser("down", help="stop it: nothing of it left running, its rig file and secret removed")
     sd.add_argument("name", metavar="NAME", help="the name given to up")

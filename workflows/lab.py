@@ -138,9 +138,10 @@ def cmd_status(a) -> int:
 
 
 def cmd_sim_up(a) -> int:
-    """`krig lab sim up NAME [--memory SIZE] [--owner PID]`: its last line is the rig file's path."""
+    """`krig lab sim up NAME [--memory SIZE] [--owner PID] [--bmc ipmi|redfish]`: its last line is the rig
+    file's path."""
     from rigs import labsim
-    print(labsim.up(a.name, a.memory, owner=a.owner))
+    print(labsim.up(a.name, a.memory, owner=a.owner, bmc=a.bmc))
     return 0
 
 
