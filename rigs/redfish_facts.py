@@ -47,7 +47,7 @@ def server_facts(bmc) -> dict:
         if ps.get("Count") or model:
             out["processors"] = f"{ps.get('Count', '?')} x {model or 'model not given'}"
         fw = {"bios": s.bios_version} if s.bios_version else {}
-        out["firmware"] = fw
+        out["firmware_versions"] = fw
         return out
     try:
         out = bmc.call("reading the system", facts)
@@ -55,7 +55,7 @@ def server_facts(bmc) -> dict:
         if isinstance(e, BmcAuthError):
             raise
         return {"server_facts_error": str(e)}
-    out["firmware"].update(_inventory(bmc))
+    out["firmware_versions"].update(_inventory(bmc))
     return out
 
 

@@ -151,7 +151,7 @@ def test_facts_console_and_logs_of_a_run(bench, tmp_path):
     d = _run_dir(tmp_path)
     facts = json.loads((d / "manifest.json").read_text())["rig_facts"]
     assert facts["server_model"] == "Sushy Emulator" and facts["memory_gib"] == 1
-    assert facts["processors"] == "1 x qemu64" and facts["firmware"] == {"bios": "1.0.0"}
+    assert facts["processors"] == "1 x qemu64" and facts["firmware_versions"] == {"bios": "1.0.0"}
     assert facts["redfish_auth"] == "basic (no SessionService)" and "Redfish 1." in facts["bmc_info"]
     assert "iPXE" in (d / "console.log").read_text(errors="replace")       # the firmware, through ser2net
     assert "connected" in (d / "netconsole.log").read_text()
