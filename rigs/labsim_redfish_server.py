@@ -103,7 +103,7 @@ class RedfishLabServer:
     def rig_file(self, name: str, bmc: dict | None = None, ssh: dict | None = None, **top) -> pathlib.Path:
         spec = {"driver": "redfish", "description": f"simulated lab server ({self.memory_mb} MiB, sushy-emulator "
                 f"on 127.0.0.1:{self.lan_port})", "console": self.ser2net.url, "scratch_dev": "/dev/nvme0n1",
-                "remote_dir": "/var/lib/krig", "shutdown_command": ["systemctl", "poweroff"], "boot_timeout": 900,
+                "remote_dir": "/var/lib/krig", "shutdown_command": ["systemctl", "poweroff"], "boot_timeout": 1800,
                 "hang_timeout": 60, "nmi_wait": 20, "shutdown_timeout": 120, **top}
         b = {"host": "127.0.0.1", "port": self.lan_port, "user": self.USER, "password_file": str(self.password_file),
              "fingerprint": self.fingerprint, "auth": "auto", "timeout": 30, "retries": 3, **(bmc or {})}
