@@ -102,7 +102,9 @@ class _Rfc2217:
     def __init__(self, host: str, port: int):
         import serial       # pyserial (pyserial-labgrid, labgrid's own): RFC 2217 client
         try:
-            self.port = serial.serial_for_url(f"rfc2217://{host}:{port}?ign_set_control&timeout={CONNECT_TIMEOUT}",
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            # ign_set_control: ser2net in front of a pty or socket does not answer modem-line changes
+            self.port = serial.serial_for_url(f"rfc2217://{where}?ign_set_control&timeout={CONNECT_TIMEOUT}",
                                               baudrate=115200, timeout=1.0)
         except (serial.SerialException, OSError, ValueError) as e:
             raise ConnectionError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None

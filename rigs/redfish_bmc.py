@@ -95,9 +95,9 @@ class RedfishBmc(Bmc):
         import sushy.exceptions as sx
         if self.failed == "login refused":      # never retry a refused login: BMCs lock accounts out
             raise BmcAuthError(self._auth_message)
-        t0 = time.monotonic()
+        t0, login = time.monotonic(), self._system is None
         try:
-            if self._system is None:
+            if login:
                 self._connect()
             out = fn(self._system, *args)
             self._log(f"{what}: ok in {time.monotonic() - t0:.1f}s")
@@ -106,9 +106,11 @@ class RedfishBmc(Bmc):
         except sx.AccessError as e:
             self._drop()
             self.failed = "login refused"
+            why = ("a wrong password or a locked account" + (", or no SessionService (auth = \"auto\" logs in "
+                   "without one)" if self.cfg["auth"] == "session" else "") if login else
+                   "the session dropped and a new login refused")
             self._auth_message = (f"rig {self.rig}: {self.where} refused user {self.cfg['user']!r} "
-                                  f"(HTTP {e.status_code}) while {what}: wrong password, a locked account or "
-                                  f"a dropped session that could not be renewed")
+                                  f"(HTTP {e.status_code}) {'logging in' if login else 'while ' + what}: {why}")
             raise BmcAuthError(self._auth_message) from None
         except sx.ConnectionError as e:
             self._drop()

@@ -241,7 +241,7 @@ def test_a_session_dropped_mid_run_is_an_error_naming_the_bmc(bench, tmp_path):
         _off(bench)
     assert proc.returncode == 3, out
     line = _one_line(out, rf"^ERROR: rig rfdrop: BMC https://127.0.0.1:{bench.port} refused user 'krig' \(HTTP 401\)")
-    assert "dropped session" in line
+    assert "while reading the power state: the session dropped and a new login refused" in line
     verdict = json.loads((_run_dir(tmp_path) / "verdict.json").read_text())
     assert verdict["verdict"] == "ERROR" and verdict["cause"] == "rig"
 
@@ -283,3 +283,22 @@ def test_fingerprint_as_openssl_prints_it(tmp_path):
     spec, pw = validate_spec("x", _spec(tmp_path, bmc={"fingerprint": f"sha256:{fp}"}), "rigs/x.toml")
     assert spec["bmc"]["fingerprint"] == "ab" * 32 and pw == "secret"
     assert "secret" not in json.dumps(spec) and spec["lab"]["driver"] == "redfish"
+
+
+@pytest.mark.parametrize("bmc, says", [
+    ({"auth": "session"}, r" refused user 'krig' \(HTTP 401\) logging in: a wrong password or a locked account, "
+                          r"or no SessionService \(auth = \"auto\" logs in without one\)$"),
+    ({"user": "other"}, r" refused user 'other' \(HTTP 401\) logging in: a wrong password or a locked account$"),
+    ({"system": "nope"}, r": no system 'nope' \(the BMC lists: [0-9a-f-]+\)$"),
+])
+def test_a_refused_login_or_an_unknown_system_is_one_line(bench, bmc, says):
+    rig = load_rig(str(bench.rig_file("rflogin", bmc=bmc)))
+    try:
+        with pytest.raises(RigError, match=rf"^rig rflogin: BMC https://127.0.0.1:{bench.port}{says}"):
+            rig.bmc.power_status()
+        if "system" not in bmc:         # never a second try of a refused login: BMCs lock accounts out
+            with pytest.raises(BmcAuthError):
+                rig.bmc.power_status()
+            assert "refused" in rig.bmc.failed
+    finally:
+        rig.bmc.close()
