@@ -130,10 +130,11 @@ class LibvirtSession:
         env = ["env", "-i", f"HOME={h}", f"XDG_RUNTIME_DIR={h}/r", f"XDG_CONFIG_HOME={h}/c",
                f"XDG_CACHE_HOME={h}/k", f"XDG_DATA_HOME={h}/d", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
         u = vm_user()
-        drop = ["setpriv", f"--reuid={u[0]}", f"--regid={u[1]}", "--clear-groups"] if u else []
+        # setpriv sets the parent-death signal after the change of user, which would clear it
+        drop = ["setpriv", f"--reuid={u[0]}", f"--regid={u[1]}", "--clear-groups", "--pdeathsig", "KILL"] if u else []
+        argv = [*env, "libvirtd", "--timeout", "0", "--pid-file", str(h / "libvirtd.pid")]
         log = open(self.logs / "libvirtd.log", "ab")
-        self.proc = subprocess.Popen(dies_with_parent([*drop, *env, "libvirtd", "--timeout", "0", "--pid-file",
-                                                       str(h / "libvirtd.pid")]),
+        self.proc = subprocess.Popen([*drop, *argv] if u else dies_with_parent(argv),
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         for _ in range(START_WAIT * 5):
