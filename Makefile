@@ -22,7 +22,8 @@ APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelsha
 	bc bison flex libelf-dev libssl-dev dwarves linux-source-6.1 xz-utils patch rsync bubblewrap ccache \
 	libopenipmi-dev libzstd-dev kexec-tools debconf \
 	chromium xvfb xdotool \
-	mmdebstrap ovmf grub-efi-amd64-bin mtools dosfstools fdisk e2fsprogs
+	mmdebstrap ovmf grub-efi-amd64-bin mtools dosfstools fdisk e2fsprogs \
+	libvirt-daemon libvirt-clients libvirt-dev pkg-config python3-dev ser2net openssl
 
 CFLAGS := -O2 -Wall -static
 HELPER_SRCS := $(wildcard reproducers/*/*.c)

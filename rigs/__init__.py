@@ -56,6 +56,7 @@ def take_handed_secrets() -> None:
 DRIVERS = {
     "qemu": "rigs.qemu:QemuRig",
     "ipmi": "rigs.ipmi:IpmiRig",
+    "redfish": "rigs.redfish:RedfishRig",
     "fake": "rigs.fake:FakeRig",      # no machine: fast tests of the runner (rigs/fake.py)
 }
 

@@ -32,14 +32,16 @@ from .protocol import (OUTPUT_CAP, BootProtocol, CommandProtocol, CommandResult,
 class IpmiRig(Rig):
     kind = "ipmi"
     takes_path = True       # rigs.load_rig passes the rig file's path for messages
+    # the rig file's checks, the BMC and the server: the Redfish driver's own (rigs/redfish.py)
+    validate, bmc_class, server_class = staticmethod(validate_spec), Bmc, IpmiServer
 
     def __init__(self, name: str, spec: dict, path=None):
         self.where = str(path) if path else f"rigs/{name}.toml"
-        norm, password = validate_spec(name, spec, self.where)
+        norm, password = self.validate(name, spec, self.where)
         super().__init__(name, norm)
         self.console = _Console()
-        self.server = s = IpmiServer(name, norm, self.where, Bmc(name, norm["bmc"], password),
-                                     Ssh(name, norm["ssh"]), self.console)
+        self.server = s = self.server_class(name, norm, self.where, self.bmc_class(name, norm["bmc"], password),
+                                            Ssh(name, norm["ssh"]), self.console)
         self.bmc, self.ssh = s.bmc, s.ssh
         self.power = _Power(s)
         self.command = _Command(s)

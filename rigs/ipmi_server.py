@@ -14,6 +14,7 @@ from krig.paths import cache_dir
 from krig.verdict import first_crash
 from . import ipmi_lock, lab
 from .ipmi_bmc import Bmc, Sol
+from .netconsole import open_console
 from .ipmi_pull import Refused, pull_results
 from .ipmi_server_setup import ServerSetup
 from .ipmi_ssh import Ssh, SshLost, remote_command
@@ -73,8 +74,7 @@ class IpmiServer(ServerSetup):
         if b["clear_sel"]:
             self.bmc.sel_clear()
         self.console.log_path.touch()
-        self.sol = Sol(self.bmc, self.console.log_path, self.run_dir / "sol.log")
-        self.sol.start()
+        self.sol = open_console(self.spec, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}")
 
     def take_lock(self):
         addr = lab.address()
@@ -121,7 +121,8 @@ class IpmiServer(ServerSetup):
         self.ssh.stop_master()
         if self.sol is not None:
             self.sol.stop()
-            self.facts["sol_restarts"] = self.sol.restarts
+            self.facts["sol_restarts" if self.spec.get("console", "sol") == "sol" else "console_reconnects"] = \
+                self.sol.restarts
             self.sol = None
         if self.holding and not self.bmc.failed:
             try:
@@ -190,8 +191,8 @@ class IpmiServer(ServerSetup):
                 time.sleep(POLL)
         self.state = "hung"
         raise BootTimeout(f"rig {self.name}: the server did not answer SSH within {timeout:.0f}s {what}; "
-                          f"krig powers it off: see console.log, then power it on by hand (ipmitool ... "
-                          f"chassis power on) and log in (docs/lab-server.md: a server that does not come back)")
+                          f"krig powers it off: see console.log, then power it on by hand ({self.bmc.POWER_ON}) "
+                          f"and log in (docs/lab-server.md: a server that does not come back)")
 
     def ssh_call(self, what: str, remote: str, timeout: float, **kw):
         """ssh.run with the rig's handling of a lost connection and of a timeout."""

@@ -16,6 +16,7 @@ from krig.config import parse_size, read_secret_file
 from krig.errors import UsageError
 from krig.schema import ANY, OMIT, Field, check
 from .ipmi_pull import FILE_CAP, TOTAL_CAP
+from .netconsole import CONSOLE_SAYS, console_ok
 from .protocol import SECRETS_FILE_ENV
 
 TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]+$")
@@ -45,7 +46,7 @@ def _dedicated_dir(v: str) -> bool:
             is not None and ".." not in v.split("/"))
 
 
-def _absolute(value: str, field: str) -> str:
+def absolute_path(value: str, field: str) -> str:
     """A path on this machine: absolute or ~/..., expanded."""
     p = pathlib.Path(value).expanduser()
     if not p.is_absolute():
@@ -53,8 +54,8 @@ def _absolute(value: str, field: str) -> str:
     return str(p)
 
 
-def _a_file(value: str, field: str) -> str:
-    p = _absolute(value, field)
+def a_file(value: str, field: str) -> str:
+    p = absolute_path(value, field)
     if not pathlib.Path(p).is_file():
         raise UsageError(f"{field}: {p} does not exist or is not a file")
     return p
@@ -81,7 +82,7 @@ BMC = (
     Field("port", int, 623, min=1, max=65535, says="{v} is not a port number (1-65535)"),
     Field("user", str, pattern=USER_RE, says=USER),
     Field("password_env", str, OMIT, pattern=ENV_RE, says="{v!r} is not an environment variable name"),
-    Field("password_file", str, OMIT, convert=_absolute),
+    Field("password_file", str, OMIT, convert=absolute_path),
     Field("cipher_suite", int, 17, min=0, max=17, says="{v} is not an IPMI cipher suite (0-17; 3 or 17 usual)"),
     Field("privilege", str, "ADMINISTRATOR", convert=lambda v, _: v.upper(), choices=PRIVILEGES),
     Field("timeout", int, 5, min=1, max=60, says="must be 1-60 s, got {v}"),
@@ -93,8 +94,8 @@ SSH = (
     HOST,
     Field("port", int, 22, min=1, max=65535, says="{v} is not a port number (1-65535)"),
     Field("user", str, "root", pattern=USER_RE, says=USER),
-    Field("key", str, convert=_a_file),
-    Field("known_hosts", str, convert=_a_file),
+    Field("key", str, convert=a_file),
+    Field("known_hosts", str, convert=a_file),
     Field("host_key_alias", str, "", test=lambda v: not v or bool(HOST_RE.match(v.strip("[]").replace("]:", ":"))),
           says="{v!r} is not a host name"),
     Field("connect_timeout", int, 15, min=1),
@@ -129,6 +130,7 @@ TOP = (
     Field("remote_dir", str, "/var/lib/krig", convert=lambda v, _: v.rstrip("/"), test=_dedicated_dir,
           says="{raw!r}: use a dedicated absolute directory like /var/lib/krig"),
     Field("boot", str, "installed", choices=("installed", "kexec")),
+    Field("console", str, "sol", test=console_ok, says=CONSOLE_SAYS),
     _seconds("boot_timeout", 600, 1),
     _seconds("shutdown_timeout", 120, 0),
     _words("shutdown_command", ["systemctl", "poweroff"]),
@@ -148,7 +150,7 @@ TOP = (
 
 def read_password(bmc: dict, where: str) -> str:
     """The BMC password from the environment or a 0600 file; never echoed."""
-    pw = _read_password(bmc, where)
+    pw = password_of(bmc, where)
     if len(pw.encode()) > 20:
         field = "password_env" if bmc.get("password_env") else "password_file"
         raise UsageError(f"{where}.{field}: the password is longer than 20 bytes, the IPMI 2.0 limit")
@@ -191,7 +193,7 @@ def take_handed_secrets() -> None:
             pass
 
 
-def _read_password(bmc: dict, where: str) -> str:
+def password_of(bmc: dict, where: str) -> str:
     if bmc.get("password_env"):
         var = bmc["password_env"]
         value = take_env_secret(var)
@@ -205,24 +207,31 @@ def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict
     """The rig file (TOP) checked: (normalized spec, BMC password)."""
     where = where or f"rigs/{name}.toml"
     out = check(spec, TOP, where)
-    bw, sw = f"{where}.bmc", f"{where}.ssh"
+    bw = f"{where}.bmc"
     if ("password_env" in out["bmc"]) == ("password_file" in out["bmc"]):
         raise UsageError(f"{bw}: set exactly one of password_env (an environment variable's name) "
                          "or password_file (a file of mode 0600)")
+    password = read_password(out["bmc"], bw)
+    check_ssh(out, spec, where)
+    return out, password
+
+
+def check_ssh(out: dict, spec: dict, where: str) -> None:
+    """What the SSH table's fields cannot say alone (the options allowed, the key's mode), and
+    the lab tags: the rig file's parts the IPMI and Redfish drivers share."""
+    sw = f"{where}.ssh"
     for o in out["ssh"]["options"]:
         key = o.split("=", 1)[0].strip()
         if "=" not in o or not key.isalnum():
             raise UsageError(f"{sw}.options: {o!r}: expected Name=value (an ssh -o option)")
         if key.lower() not in {a.lower() for a in SSH_ALLOWED}:
             raise UsageError(f"{sw}.options: {key} is not allowed; allowed: {', '.join(SSH_ALLOWED)}")
-    password = read_password(out["bmc"], bw)
     key = out["ssh"]["key"]
     key_mode = stat.S_IMODE(pathlib.Path(key).stat().st_mode)
     if key_mode & 0o077:
         raise UsageError(f"{sw}.key: {key} has mode {key_mode:04o}; ssh refuses a private key others "
                          f"can read: run `chmod 600 {key}`")
     out["lab"] = lab_tags(spec, where)
-    return out, password
 
 
 def lab_tags(spec: dict, where: str) -> dict[str, str]:
@@ -230,7 +239,7 @@ def lab_tags(spec: dict, where: str) -> dict[str, str]:
     no BMC or SSH address, user or path). Sizes become whole GiB."""
     lw = f"{where}.lab"
     lab = LAB_TABLE.value(spec, where)
-    tags = {"driver": "ipmi", "scratch": "yes" if spec.get("scratch_dev") else "no",
+    tags = {"driver": spec.get("driver", "ipmi"), "scratch": "yes" if spec.get("scratch_dev") else "no",
             **{k: str(v) for k, v in lab.items() if k != "tags"}}
     for k, v in lab["tags"].items():
         if not TAG_KEY_RE.match(k) or k in RESERVED_TAGS or k in tags:

@@ -55,8 +55,9 @@ from krig import safeio
 from krig.config import load_toml, parse_size
 from krig.errors import KrigError, UsageError
 from krig.paths import owner_alive, process_record
-from . import lab, lab_tags, labsim_image, qemu_memory, user_rig_dir
+from . import lab, lab_tags, labsim_image, labsim_redfish, qemu_memory, user_rig_dir
 from .labsim_bmc import SimServer, missing_tools as bmc_missing
+from .labsim_redfish_server import RedfishLabServer
 from .labsim_wire import kill_session, remove_wire_dir
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -275,7 +276,8 @@ def ensure_image(log) -> pathlib.Path:
         raise KrigError(f"the lab server's disk image: {e}") from None
 
 
-def up(name: str, memory: str | None = None, log=print, owner: int | None = None, nic: str | None = None) -> pathlib.Path:
+def up(name: str, memory: str | None = None, log=print, owner: int | None = None, nic: str | None = None,
+       bmc: str = "ipmi") -> pathlib.Path:
     check_name(name)
     owner_rec = None if owner is None else process_record(owner)
     if owner is not None and owner_rec is None:
@@ -294,10 +296,11 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
         if st and owner_alive(st.get("supervisor")):
             log(f"krig: lab sim {name}: already up ({st['memory_mb']} MiB); krig lab sim down {name} stops it")
             return pathlib.Path(st["rig"])
-        st = _start(name, mem, owner_rec, st, log, nic)
+        st = _start(name, mem, owner_rec, st, log, nic, bmc)
     finally:
         os.close(lock)
-    log(f"krig: lab sim {name}: BMC ipmi_sim on 127.0.0.1:{st['lan_port']} (power off), SSH on 127.0.0.1:"
+    what = "ipmi_sim" if bmc == "ipmi" else "sushy-emulator (Redfish over HTTPS)"
+    log(f"krig: lab sim {name}: BMC {what} on 127.0.0.1:{st['lan_port']} (power off), SSH on 127.0.0.1:"
         f"{st['ssh_port']}, {st['memory_mb']} MiB" + (" sparse" if st["sparse"] else "") + f", NIC {nic}" +
         f"; the rig powers it on (krig lab sim down {name} stops it" +
         (f", or process {owner} ending)" if owner else ")"))
@@ -330,9 +333,9 @@ def servers() -> list[dict]:
     return out
 
 
-def _start(name: str, mem: int, owner_rec: dict | None, old: dict | None, log, nic: str) -> dict:
+def _start(name: str, mem: int, owner_rec: dict | None, old: dict | None, log, nic: str, bmc: str) -> dict:
     """Start the supervisor (under the name's lock) and wait for its BMC: its state."""
-    miss = bmc_missing()
+    miss = bmc_missing() if bmc == "ipmi" else labsim_redfish.missing_tools()
     if miss:
         raise KrigError(f"a simulated lab server needs {', '.join(miss)} (make setup installs them)")
     own_dir(user_rig_dir())                 # refused in one line here when a link, not in the supervisor
@@ -344,7 +347,7 @@ def _start(name: str, mem: int, owner_rec: dict | None, old: dict | None, log, n
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(mode=0o700)
     (d / "request.json").write_text(json.dumps({"name": name, "memory_mb": mem >> 20, "image_dir": str(image),
-                                                "owner": owner_rec, "nic": nic}))
+                                                "owner": owner_rec, "nic": nic, "bmc_kind": bmc}))
     logf = open(d / "supervisor.log", "ab")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "rigs.labsim", "serve", name], cwd=ROOT, env=env,
@@ -395,6 +398,10 @@ def down(name: str, log=print) -> int:
             return 0
         _stop_supervisor(st.get("supervisor"))        # it stops its server
         left = _clean(st)
+        if st.get("vm_dir"):                # a Redfish server's domain files (rigs/labsim_redfish_server.py)
+            left += labsim_redfish.processes(st["vm_dir"])
+            labsim_redfish.sweep(st["vm_dir"])
+            shutil.rmtree(st["vm_dir"], ignore_errors=True)
         shutil.rmtree(state_dir(name), ignore_errors=True)
     finally:
         os.close(lock)
@@ -422,8 +429,11 @@ def _forget(st: dict) -> None:
 def serve(name: str) -> int:
     d = state_dir(name)
     req = json.loads((d / "request.json").read_text())
-    server = LabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"],
-                       nic=req.get("nic") or "virtio-net")
+    if req.get("bmc_kind") == "redfish":
+        server = RedfishLabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"], name=name)
+    else:
+        server = LabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"],
+                           nic=req.get("nic") or "virtio-net")
     server.base.mkdir()
     server.rigs = own_dir(user_rig_dir())
     server.password_file = secret_dir() / f"labsim-{name}-bmc"
@@ -433,14 +443,16 @@ def serve(name: str) -> int:
         signal.signal(sig, lambda *a: stop.set())
     state = {"name": name, "supervisor": process_record(os.getpid()), "base": str(server.base),
              "image_dir": req["image_dir"], "memory_mb": server.memory_mb,
-             "sparse": (server.memory_mb << 20) > host_ram(), "nic": server.nic,
+             "sparse": (server.memory_mb << 20) > host_ram(), "nic": getattr(server, "nic", "virtio-net"),
              "scratch_bytes": server.scratch_bytes,
              "password_file": str(server.password_file), "rigs": str(server.rigs),
              "lan_port": server.lan_port, "ssh_port": server.ssh_port}
     try:
         server.start()
         rig = server.rig_file(name, boot="kexec", kexec={"append": ["loglevel=6"]})
-        state.update(rig=str(rig), ready=True, wire=str(server.wire), bmc=server.bmc_record)
+        state.update(rig=str(rig), ready=True, wire=str(getattr(server, "wire", "") or ""),
+                     bmc=getattr(server, "bmc_record", None), bmc_kind=req.get("bmc_kind", "ipmi"),
+                     vm_dir=str(getattr(server, "vm_dir", "") or ""))
         safeio.write_text(d, "state.json", json.dumps(state, indent=1) + "\n", mode=0o600)
         print(f"labsim {name}: up, rig {rig}", flush=True)
         while not stop.wait(1):

@@ -204,6 +204,9 @@ def add_lab_commands(sub) -> None:
                     "test session; default: it runs until `krig lab sim down NAME`)")
     su.add_argument("--nic", metavar="MODEL", help="its network card: virtio-net (default), e1000e or e1000 "
                     "(a card the kernel under test may lack a driver for: --kernel KERNEL,drivers=NAME)")
+    su.add_argument("--bmc", choices=("ipmi", "redfish"), default="ipmi",
+                    help="its BMC: ipmi (ipmi_sim, SOL; default) or redfish (sushy-emulator over libvirt, "
+                    "console through ser2net)")
     su.set_defaults(handler="workflows.lab:cmd_sim_up")
     sd = simsub.add_parser("down", help="stop it: nothing of it left running, its rig file and secret removed")
     sd.add_argument("name", metavar="NAME", help="the name given to up")

@@ -147,6 +147,7 @@ see docs/lab-server.md""",
     "lab sim up": f"""examples:
   krig lab sim up lab1
   krig lab sim up big --memory 256G
+  krig lab sim up rf1 --bmc redfish
 
 The first up builds the server's disk image (Debian 12, about 2 min, as root).
 {SIMPLE_CODES} (the image cannot be built, the simulator did not start)

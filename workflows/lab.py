@@ -31,9 +31,10 @@ def ipmi_rigs(names: list[str] | None = None) -> dict[str, dict]:
         if path is None:
             load_rig(n, "RIG")  # the usual one-line error for an unknown rig
         spec = load_toml(path, "RIG" if names else "")
-        if spec.get("driver") != "ipmi":
+        if spec.get("driver") not in ("ipmi", "redfish"):
             if names:
-                raise UsageError(f"RIG {n}: a {spec.get('driver')!r} rig is not a lab server (driver = \"ipmi\")")
+                raise UsageError(f"RIG {n}: a {spec.get('driver')!r} rig is not a lab server "
+                                 "(driver = \"ipmi\" or \"redfish\")")
             continue
         out[path.stem] = lab_tags(spec, str(path))
     return out
@@ -137,9 +138,10 @@ def cmd_status(a) -> int:
 
 
 def cmd_sim_up(a) -> int:
-    """`krig lab sim up NAME [--memory SIZE] [--nic MODEL] [--owner PID]`: its last line is the rig file's path."""
+    """`krig lab sim up NAME [--memory SIZE] [--nic MODEL] [--owner PID] [--bmc ipmi|redfish]`: its last
+    line is the rig file's path."""
     from rigs import labsim
-    print(labsim.up(a.name, a.memory, owner=a.owner, nic=a.nic))
+    print(labsim.up(a.name, a.memory, owner=a.owner, nic=a.nic, bmc=a.bmc))
     return 0
 
 

@@ -1,0 +1,104 @@
+"""A Redfish BMC for the Redfish rig's fast tests, all on 127.0.0.1 (rigs/labsim_redfish.py):
+sushy-tools' sushy-emulator (HTTPS with a certificate made here, basic authentication) with
+its libvirt driver over a small TCG domain of libvirt's per-user session daemon, and ser2net
+in front of the domain's serial line. The domain has no disk: powered on, its firmware finds
+nothing to boot, which is enough to see power states, reset types, the boot override, an NMI
+and the server's facts. tests/redfish_faults.py sits in front of the emulator for the faults
+(a busy BMC, a dropped session). Everything started is stopped by stop(), and nothing of it
+may be left running."""
+import contextlib
+import pathlib
+import secrets
+import shutil
+import subprocess
+import sys
+
+from krig.config import toml_value
+from rigs.labsim_bmc import free_port
+from rigs.labsim_redfish import (LibvirtSession, Ser2net, SushyEmulator, domain_xml, make_cert, make_vm_dir,
+                                 missing_tools, processes, sweep, write_htpasswd)
+
+HERE = pathlib.Path(__file__).resolve().parent
+USER = "krig"
+DOMAIN = "server"
+
+
+class RedfishBench:
+    def __init__(self):
+        self.base = make_vm_dir()
+        self.logs = self.base / "logs"
+        self.rigs = self.base / "rigs"
+        self.password = "rf-" + secrets.token_hex(8)
+        self.port, self.console_port = free_port(), free_port()
+        self.faults = self.base / "faults"
+        self.libvirt = self.emulator = self.ser2net = None
+
+    def start(self):
+        self.logs.mkdir()
+        self.rigs.mkdir()
+        self.faults.write_text("")
+        self.libvirt = LibvirtSession(self.base, self.logs)
+        self.libvirt.start()
+        self.libvirt.define(domain_xml(DOMAIN, 1024, self.base / "serial.sock", nic=True,
+                                       os_extra="<bios useserial='yes'/>"))
+        self.cert, key, self.fingerprint = make_cert(self.base)
+        write_htpasswd(self.base / "htpasswd", USER, self.password)
+        self.password_file = self.base / "bmc-password"
+        self.password_file.touch(mode=0o600)
+        self.password_file.write_text(self.password + "\n")
+        self.emulator = SushyEmulator(self.base, self.libvirt.uri, self.port, self.cert, key,
+                                      self.base / "htpasswd", self.logs,
+                                      launcher=[sys.executable, str(HERE / "redfish_faults.py"), str(self.faults)])
+        self.emulator.start()
+        self.ser2net = Ser2net(self.base, self.console_port, f"unix,{self.base / 'serial.sock'}", self.logs)
+        self.ser2net.start()
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.base / "client_key")],
+                       check=True, timeout=60)
+        (self.base / "known_hosts").write_text("")
+
+    def fault(self, mode: str):
+        self.faults.write_text(mode)
+
+    def domain(self):
+        """The server's libvirt domain (the caller closes its connection: dom.connect().close())."""
+        return self.libvirt.connect().lookupByName(DOMAIN)
+
+    def rig_file(self, name: str, bmc: dict | None = None, **top) -> pathlib.Path:
+        spec = {"driver": "redfish", "description": f"sushy-emulator on 127.0.0.1:{self.port}",
+                "console": self.ser2net.url, "scratch_dev": "/dev/vdb", "boot_timeout": 30, "hang_timeout": 10, "nmi_wait": 2,
+                "shutdown_timeout": 10, **top}
+        b = {"host": "127.0.0.1", "port": self.port, "user": USER, "password_file": str(self.password_file),
+             "fingerprint": self.fingerprint, "auth": "auto", "timeout": 10, "retries": 1, **(bmc or {})}
+        b = {k: v for k, v in b.items() if v is not None}
+        s = {"host": "127.0.0.1", "port": free_port(), "user": "root", "key": str(self.base / "client_key"),
+             "known_hosts": str(self.base / "known_hosts"), "connect_timeout": 2}
+        text = "".join(f"{k} = {toml_value(v)}\n" for k, v in spec.items())
+        for table, d in (("bmc", b), ("ssh", s)):
+            text += f"\n[{table}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in d.items())
+        path = self.rigs / f"{name}.toml"
+        path.write_text(text)
+        return path
+
+    def processes(self) -> list[str]:
+        return processes(str(self.base))
+
+    def stop(self):
+        for part in (self.ser2net, self.emulator, self.libvirt):
+            if part is not None:
+                part.stop()
+        sweep(str(self.base))
+
+
+@contextlib.contextmanager
+def running_bench():
+    from conftest import setup_missing
+    setup_missing(missing_tools(), "the Redfish rig tests")
+    bench = RedfishBench()
+    try:
+        bench.start()
+        yield bench
+    finally:
+        bench.stop()
+        left = bench.processes()
+        shutil.rmtree(bench.base, ignore_errors=True)
+    assert not left, f"left running after the Redfish BMC stopped: {left}"
