@@ -41,10 +41,11 @@ MAX_BYTES = 4 << 20         # what is read of it (kernels/drivers.py reads at mo
 
 
 def read(rig, log=print) -> str:
-    """The inventory's text from the server of an IPMI rig (rigs/ipmi.py IpmiRig)."""
-    if getattr(rig, "kind", None) != "ipmi":
+    """The inventory's text from the server of a lab rig behind a BMC (rigs/ipmi.py IpmiRig, and
+    the Redfish rig built on it)."""
+    if getattr(rig, "kind", None) not in ("ipmi", "redfish"):
         raise UsageError(f"drivers={rig.name}: rig {rig.name} is a {getattr(rig, 'kind', '?')} rig, not a lab "
-                         "server: krig reads the drivers of a server behind a BMC (driver = \"ipmi\")")
+                         "server: krig reads the drivers of a server behind a BMC (driver = \"ipmi\" or \"redfish\")")
     s = rig.server
     s.take_lock()
     try:
