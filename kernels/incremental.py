@@ -41,7 +41,7 @@ from krig import safeio
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
-from . import ccache, fromtree, overlay, sandbox
+from . import bounds, ccache, fromtree, overlay, sandbox
 from .spec import (ARCH, KernelSpec, build_inputs, cache_key, config_mismatches, git, git_env, kernel_cache,
                    localversion_fragment, read_dotconfig, sha256_file, source_identity, wanted_config)
 from .makelog import TIMED_OUT, clean_env, first_error, run_logged
@@ -230,7 +230,8 @@ def _build_over(tree, tree_id, origin, spec, identity, logf, log):
                 continue            # another build moved the tree between the two locks
             log(f"kbuild: {spec.name}: in a throwaway layer over tree {tree} (incremental), log {logf}")
             overlay.sweep(cache_dir("kbuild", "layers"))
-            with overlay.Layer(tree, cache_dir("kbuild", "layers") / f"{tree_id}-{os.getpid()}") as layer:
+            with overlay.Layer(tree, cache_dir("kbuild", "layers") / f"{tree_id}-{os.getpid()}") as layer, \
+                    _within_limits(layer, spec, logf):
                 view = layer.view
                 for s, p in series:
                     apply_patch(view, p, patch_label(s, p), {}, layer)
@@ -240,6 +241,22 @@ def _build_over(tree, tree_id, origin, spec, identity, logf, log):
             return
     raise KrigError(f"kernel {spec.name}: build tree {tree} kept changing under other builds "
                     f"({LAYER_TRIES} tries); try again")
+
+
+@contextlib.contextmanager
+def _within_limits(layer: overlay.Layer, spec: KernelSpec, logf):
+    """A step of the series' build that failed, or a build that ended, having hit a limit of its
+    layer (the cgroup's counters, its disk full): one line naming the limit."""
+    try:
+        yield
+    except (KrigError, OSError, subprocess.SubprocessError):
+        hit = layer.breach()
+        if hit:
+            raise KrigError(f"kernel {spec.name}: the series' build hit {hit}; log: {logf}") from None
+        raise
+    hit = layer.breach()
+    if hit:
+        raise KrigError(f"kernel {spec.name}: the series' build hit {hit}; log: {logf}")
 
 
 def kernel_lock(key: str) -> pathlib.Path:
@@ -259,8 +276,10 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
     tree = cache_dir("kbuild", "trees") / tree_id
     logf = cache_dir("kbuild", "logs") / f"{spec.name}-{key}.log"
     box, outside = sandbox.usable(), outside_series(spec)
-    if outside and not box:
-        sandbox.refuse_outside_series(f"kernel {spec.name}: {outside}")
+    if outside:
+        bounds.settings()           # a bad limit is said before anything is built
+        if not box or overlay.problem():
+            sandbox.refuse_outside_series(f"kernel {spec.name}: {outside}", overlay.problem() if box else None)
     with locked(kernel_lock(key), log, f"kernel {spec.name}"):
         # a build of the same key that held the lock while this one waited has made it already
         done = None if force else _cached(out, spec, key, log)

@@ -125,8 +125,12 @@ def usable() -> bool:
     return not disabled() and problem() is None
 
 
-def refuse_outside_series(what: str) -> None:
-    """A series from outside krig's tree needs the sandbox: one line when it cannot run."""
+def refuse_outside_series(what: str, bounds: str | None = None) -> None:
+    """A series from outside krig's tree needs the sandbox and its bounds (kernels/overlay.py
+    problem()): one line when they cannot be had here."""
+    if bounds is not None and usable():
+        raise UsageError(f"{what}: a series from outside krig's tree is built only within its limits "
+                         f"(a cgroup, a bounded disk), and they cannot be set here ({bounds}); see docs/security.md")
     why = "KRIG_BUILD_SANDBOX=off" if disabled() else problem()
     raise UsageError(f"{what}: a series from outside krig's tree is built only in the build sandbox, "
                      f"and it cannot run here ({why}); see docs/security.md")
