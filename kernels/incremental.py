@@ -30,6 +30,7 @@ Compiles go through ccache (kernels/ccache.py).
 """
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import pathlib
@@ -45,7 +46,7 @@ from . import bounds, ccache, fromtree, overlay, sandbox
 from .spec import (ARCH, KernelSpec, build_inputs, cache_key, config_mismatches, git, git_env, kernel_cache,
                    localversion_fragment, read_dotconfig, sha256_file, source_identity, wanted_config)
 from .makelog import TIMED_OUT, clean_env, first_error, run_logged
-from .trees import create_tree, load_state, locked, origin_of, prune_orphans, save_state, tree_lock
+from .trees import copy_as_is, create_tree, load_state, locked, origin_of, prune_orphans, save_state, tree_lock
 from .patching import apply_patch, boxed, in_krig, inside, patch_label, restore
 
 
@@ -202,43 +203,67 @@ def _build_in(tree, origin, spec, identity, logf, log, box) -> tuple[bool, pathl
 
 
 LAYER_TRIES = 3
+_layers = itertools.count()
+
+
+def _base_built(tree, tree_id, origin, base, identity, logf, log, name) -> tuple[bool, list]:
+    """The tree brought to a series' base and built there (its exclusive lock; only when it is not
+    already). Returns (incremental, what the tree's objects are made from)."""
+    with locked(tree_lock(tree), log, f"build tree {tree_id}", doing=f"building the base of kernel {name}"):
+        state = _prepare_tree(tree, origin, base, log)
+        incremental = bool(state.get("built")) or bool(state.get("seeded_from"))
+        sync_source(tree, base, identity, state, log, True)
+        if state.get("made") != _made(state):
+            log(f"kbuild: {name}: building the series' base in tree {tree} first "
+                f"({'incremental' if incremental else 'full build'}); the series builds over a copy of it")
+            configure(tree, base, logf, log, True)
+            make_kernel(tree, base, logf, log, True)
+            state.update(built=True, made=_made(state))
+        state["last_used"] = time.time()
+        save_state(tree, state)
+        return incremental, state["made"]
+
+
+def _copied(tree, tree_id, want, scratch, log, name) -> bool:
+    """The tree copied (timestamps kept) into scratch/lower under its shared lock, held only for
+    the copy; False when another build moved the tree after it was made `want`."""
+    with locked(tree_lock(tree), log, f"build tree {tree_id} (to copy it)", shared=True,
+                doing=f"copying it for kernel {name}"):
+        if not tree.is_dir() or load_state(tree).get("made") != want:
+            return False
+        overlay.sweep(scratch.parent)
+        t0 = time.monotonic()
+        scratch.mkdir(parents=True)
+        copy_as_is(tree, scratch / "lower")
+    log(f"kbuild: {name}: copied tree {tree_id} in {time.monotonic() - t0:.0f}s; the tree is free again")
+    return True
 
 
 @contextlib.contextmanager
 def _build_over(tree, tree_id, origin, spec, identity, logf, log):
-    """A kernel with a series from outside: the tree brought to the series' base and built there
-    (exclusive lock, only when it is not already), then the series built in a throwaway layer
-    over it (shared lock). Yields (incremental, the layer's view) with the layer up."""
+    """A kernel with a series from outside: the tree brought to the series' base and built there,
+    copied, and the series built in a throwaway layer over the copy, no lock held. Yields
+    (incremental, the layer's view, the layer) with the layer up."""
     base = dataclasses.replace(spec, patches=[(s, p) for s, p in spec.patches if in_krig(p) is not None])
     series = [(s, p) for s, p in spec.patches if in_krig(p) is None]
     for _ in range(LAYER_TRIES):
-        with locked(tree_lock(tree), log, f"build tree {tree_id}"):
-            state = _prepare_tree(tree, origin, base, log)
-            incremental = bool(state.get("built")) or bool(state.get("seeded_from"))
-            sync_source(tree, base, identity, state, log, True)
-            if state.get("made") != _made(state):
-                log(f"kbuild: {spec.name}: building the series' base in tree {tree} first "
-                    f"({'incremental' if incremental else 'full build'}); the series builds over it")
-                configure(tree, base, logf, log, True)
-                make_kernel(tree, base, logf, log, True)
-                state.update(built=True, made=_made(state))
-            state["last_used"] = time.time()
-            save_state(tree, state)
-            want = state["made"]
-        with locked(tree_lock(tree), log, f"build tree {tree_id}", shared=True):
-            if not tree.is_dir() or load_state(tree).get("made") != want:
+        incremental, want = _base_built(tree, tree_id, origin, base, identity, logf, log, spec.name)
+        scratch = cache_dir("kbuild", "layers") / f"{tree_id}-{next(_layers)}-{os.getpid()}"
+        try:
+            if not _copied(tree, tree_id, want, scratch, log, spec.name):
                 continue            # another build moved the tree between the two locks
-            log(f"kbuild: {spec.name}: in a throwaway layer over tree {tree} (incremental), log {logf}")
-            overlay.sweep(cache_dir("kbuild", "layers"))
-            with overlay.Layer(tree, cache_dir("kbuild", "layers") / f"{tree_id}-{os.getpid()}") as layer, \
-                    _within_limits(layer, spec, logf):
-                view = layer.view
-                for s, p in series:
-                    apply_patch(view, p, patch_label(s, p), {}, layer)
-                configure(view, spec, logf, log, layer)
-                make_kernel(view, spec, logf, log, layer)
-                yield incremental, view, layer
-            return
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        log(f"kbuild: {spec.name}: in a throwaway layer over a copy of tree {tree} (incremental), log {logf}")
+        with overlay.Layer(tree, scratch, lower=scratch / "lower") as layer, _within_limits(layer, spec, logf):
+            view = layer.view
+            for s, p in series:
+                apply_patch(view, p, patch_label(s, p), {}, layer)
+            configure(view, spec, logf, log, layer)
+            make_kernel(view, spec, logf, log, layer)
+            yield incremental, view, layer
+        return
     raise KrigError(f"kernel {spec.name}: build tree {tree} kept changing under other builds "
                     f"({LAYER_TRIES} tries); try again")
 
@@ -280,7 +305,7 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
         bounds.settings()           # a bad limit is said before anything is built
         if not box or overlay.problem():
             sandbox.refuse_outside_series(f"kernel {spec.name}: {outside}", overlay.problem() if box else None)
-    with locked(kernel_lock(key), log, f"kernel {spec.name}"):
+    with locked(kernel_lock(key), log, f"kernel {spec.name}", doing=f"building kernel {spec.name}"):
         # a build of the same key that held the lock while this one waited has made it already
         done = None if force else _cached(out, spec, key, log)
         if done:
@@ -295,7 +320,8 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
                 incremental, where, layer = stack.enter_context(
                     _build_over(tree, tree_id, origin, spec, identity, logf, log))
             else:
-                stack.enter_context(locked(tree_lock(tree), log, f"build tree {tree_id}"))
+                stack.enter_context(locked(tree_lock(tree), log, f"build tree {tree_id}",
+                                           doing=f"building kernel {spec.name}"))
                 incremental, where = _build_in(tree, origin, spec, identity, logf, log, box)
                 layer = box
             t_inst = time.monotonic()

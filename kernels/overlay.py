@@ -97,9 +97,8 @@ class Layer:
         return self
 
     def _make(self) -> None:
-        _remove(self.scratch)
         mnt = self.scratch / "mnt"
-        mnt.mkdir(parents=True)
+        mnt.mkdir(parents=True, exist_ok=True)
         with open(self.image, "wb") as f:
             f.truncate(self.disk)
         self._run([MKFS, *MKFS_ARGS, str(self.image)], f"make the {bounds.size_text(self.disk)} file system of a layer")

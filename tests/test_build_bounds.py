@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT
 from kernels import bounds, overlay
 from kernels import incremental as kt
-from test_hostile_build import build_fails, host, makefile_series, source  # noqa: F401 (host is a fixture)
+from test_hostile_build import build_fails, host, makefile_series, sleeping, source  # noqa: F401 (host: a fixture)
 
 MARK = "2.0625"             # the series' sleeps: `sleep 2.0625`, counted by their argv
 SLEEPS = 60
@@ -48,7 +48,7 @@ class Sampler:
 
     def _run(self):
         while not self.stop.wait(0.02):
-            self.sleeps = max(self.sleeps, sleeping(MARK))
+            self.sleeps = max(self.sleeps, len(sleeping(MARK)))
             used = 0
             for top, _, files in os.walk(self.layers):
                 for f in files:
@@ -132,17 +132,6 @@ def test_where_the_limits_cannot_be_set_a_series_is_refused_and_krigs_own_kernel
     assert kt.build_kernel(layout("base"), log=lambda m: None)["layer"] is False
 
 
-def sleeping(mark: str) -> int:
-    """Processes running `sleep MARK`."""
-    n = 0
-    for p in pathlib.Path("/proc").iterdir():
-        try:
-            n += p.name.isdigit() and (p / "cmdline").read_bytes() == f"sleep\0{mark}\0".encode()
-        except OSError:
-            pass
-    return n
-
-
 def test_an_interrupted_series_build_leaves_nothing_behind(host):
     """Ctrl-C in the middle of the series' make: the build ends, its group, loop device and layer go."""
     layout = source(host)
@@ -169,7 +158,7 @@ def test_an_interrupted_series_build_leaves_nothing_behind(host):
             p.kill()
             p.wait()
     assert p.returncode != 0 and "KeyboardInterrupt" in out, out
-    assert bounds.groups_of(p.pid) == [] and sleeping("60.0625") == 0
+    assert bounds.groups_of(p.pid) == [] and sleeping("60.0625") == []
     assert leftovers(host) == {"cgroups": [], "loops": [], "layers": []}
 
 
