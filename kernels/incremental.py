@@ -21,11 +21,12 @@ $KRIG_CACHE/kernels/<key>/ as data, no link in the tree followed (kernels/fromtr
 the tree stays for the next build.
 
 Only krig's own kernels (kernels/*.toml, with krig's own patches; TREE@REF) are built in
-the tree itself. A kernel with a series from outside is built in a throwaway overlay over
-it (kernels/overlay.py): the tree is first brought to the series' base and built there
-(once; that lower layer is shared by every series on it), then the series is applied,
-configured and built in the overlay under a shared lock, and the overlay's upper layer is
-removed after the kernel is copied out. Whatever that build wrote, the tree never sees.
+the tree itself. A kernel with a series from outside is built in a throwaway overlay
+(kernels/overlay.py): the tree is first brought to the series' base and built there (once
+per base), copied under a shared lock held only for the copy, then the series is applied,
+configured and built in an overlay over the copy, no lock held, within its limits
+(kernels/bounds.py), and the overlay and the copy are removed after the kernel is copied
+out. Whatever that build wrote, the tree never sees, and no build in the tree waits for it.
 Compiles go through ccache (kernels/ccache.py).
 """
 import contextlib
@@ -114,8 +115,8 @@ def make_kernel(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool
     argv = ["nice", "-n", "10", "make", f"ARCH={ARCH}", f"-j{jobs}", *targets]
     rc = run_logged(boxed(argv, tree, box), tree, logf, log, what=f"building {spec.name}")
     if rc == TIMED_OUT and box:
-        raise KrigError(f"kernel {spec.name}: build stopped after the sandbox's {sandbox.WALL_SECONDS // 3600} "
-                        f"hours; log: {logf}")
+        raise KrigError(f"kernel {spec.name}: the build hit its time limit ({sandbox.wall_text()} of wall time, "
+                        f"the sandbox's timeout); log: {logf}")
     if rc != 0:
         raise KrigError(f"kernel {spec.name}: build failed: {first_error(logf, start)}; log: {logf}")
 

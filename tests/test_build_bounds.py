@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conftest import ROOT
-from kernels import bounds, overlay
+from kernels import bounds, overlay, sandbox
 from kernels import incremental as kt
 from test_hostile_build import build_fails, host, makefile_series, sleeping, source  # noqa: F401 (host: a fixture)
 
@@ -107,6 +107,17 @@ def test_a_series_taking_more_memory_than_its_limit_is_an_error_naming_it(host, 
     err = build_fails(layout("stranger"), capsys)
     assert "the series' build hit its memory limit (" in err and "96 MiB, KRIG_BUILD_MEMORY" in err, err
     assert "OOM killer" in err and leftovers(host) == {"cgroups": [], "loops": [], "layers": []}
+    a_normal_series_still_builds(host, layout)
+
+
+def test_a_series_running_longer_than_its_time_limit_is_an_error_naming_it(host, capsys, monkeypatch):
+    monkeypatch.setattr(sandbox, "WALL_SECONDS", 3)
+    layout = source(host)
+    makefile_series(host, "sleep 60.1875")
+    kt.build_kernel(layout("base"), log=lambda m: None)
+    err = build_fails(layout("stranger"), capsys)
+    assert "kernel stranger: the build hit its time limit (3 s of wall time, the sandbox's timeout); log: " in err, err
+    assert sleeping("60.1875") == [] and leftovers(host) == {"cgroups": [], "loops": [], "layers": []}
     a_normal_series_still_builds(host, layout)
 
 
