@@ -14,7 +14,7 @@ group's cgroup.procs and execs the step), with
 A limit hit is read from the group's own counters (`pids.events` max, `memory.events` or v1's
 `memory.oom_control` oom_kill), so the ERROR names it only when the kernel enforced it. The
 group is removed after the build, its processes killed first; a group a killed krig left
-(named krig-build-<pid>-<n>) is removed by the next build. cgroup v2 (/sys/fs/cgroup) and v1
+(named krig-build-<pid namespace>-<pid>-<n>) is removed by the next build. cgroup v2 (/sys/fs/cgroup) and v1
 (one hierarchy per controller) are both used: the group is made below krig's own cgroup, or
 below the hierarchy's root (root only), or below KRIG_BUILD_CGROUP (a delegated v2 cgroup).
 """
@@ -133,7 +133,7 @@ class Group:
         if "problem" in plan:
             raise KrigError(plan["problem"])
         self.version = plan["version"]
-        name = f"{PREFIX}{os.getpid()}-{next(_serial)}"
+        name = f"{PREFIX}{_pidns()}-{os.getpid()}-{next(_serial)}"
         try:
             for ctrl, parents in plan["parents"].items():
                 self.dirs[ctrl] = self._make_in(parents, ctrl, name)
@@ -245,14 +245,20 @@ def _rmdir(d: pathlib.Path) -> None:
             time.sleep(0.01)        # a killed process is still leaving
 
 
+def _pidns() -> int:
+    """krig's PID namespace: a group's pid is looked for only in the namespace that made it."""
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
 def sweep(parent: pathlib.Path) -> None:
-    """Groups a killed krig left below parent (krig-build-<pid>-<n> of a pid that is gone): emptied, removed."""
+    """Groups a killed krig left below parent (krig-build-<pid namespace>-<pid>-<n>, made in this
+    PID namespace by a pid that is gone): emptied, removed."""
     try:
-        kids = [d for d in parent.iterdir() if d.name.startswith(PREFIX) and d.is_dir()]
+        kids = [d for d in parent.glob(f"{PREFIX}{_pidns()}-*") if d.is_dir()]
     except OSError:
         return
     for d in kids:
-        pid = d.name[len(PREFIX):].split("-", 1)[0]
+        pid = d.name[len(PREFIX):].split("-")[1]
         if pid.isdigit() and not pathlib.Path(f"/proc/{pid}").exists():
             _empty(d)
             _rmdir(d)
@@ -268,7 +274,7 @@ def sweep_all() -> None:
 def groups_of(pid: int) -> list:
     """The groups process `pid` made that are still there."""
     return [d for parents in layout().get("parents", {}).values() for parent in parents
-            for d in parent.glob(f"{PREFIX}{pid}-*")]
+            for d in parent.glob(f"{PREFIX}{_pidns()}-{pid}-*")]
 
 
 @functools.lru_cache(maxsize=1)

@@ -99,8 +99,12 @@ class Layer:
     def _make(self) -> None:
         mnt = self.scratch / "mnt"
         mnt.mkdir(parents=True, exist_ok=True)
-        with open(self.image, "wb") as f:
-            f.truncate(self.disk)
+        try:
+            with open(self.image, "wb") as f:
+                f.truncate(self.disk)
+        except OSError as e:
+            raise KrigError(f"cannot make the {bounds.size_text(self.disk)} disk of a series' layer (KRIG_BUILD_DISK) "
+                            f"in {self.scratch}: {e.strerror or e}") from None
         self._run([MKFS, *MKFS_ARGS, str(self.image)], f"make the {bounds.size_text(self.disk)} file system of a layer")
         self.group = bounds.Group(bounds.setting("pids"), bounds.setting("memory")).make()
         self.holder = subprocess.Popen([UNSHARE, "--mount", "--propagation", "private", "cat"],

@@ -143,8 +143,10 @@ def test_where_the_limits_cannot_be_set_a_series_is_refused_and_krigs_own_kernel
     assert kt.build_kernel(layout("base"), log=lambda m: None)["layer"] is False
 
 
-def test_an_interrupted_series_build_leaves_nothing_behind(host):
-    """Ctrl-C in the middle of the series' make: the build ends, its group, loop device and layer go."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
+def test_an_interrupted_series_build_leaves_nothing_behind(host, sig):
+    """Ctrl-C in the middle of the series' make: the build ends, its group, loop device and layer
+    go. A krig killed there leaves them to the next series' build, which removes them."""
     layout = source(host)
     makefile_series(host, "sleep 60.0625")
     kt.build_kernel(layout("base"), log=lambda m: None)
@@ -162,13 +164,17 @@ def test_an_interrupted_series_build_leaves_nothing_behind(host):
         else:
             raise AssertionError("the series' build did not start in 60 s")
         assert bounds.groups_of(p.pid) and leftovers(host)["loops"] and leftovers(host)["layers"]
-        p.send_signal(signal.SIGINT)
+        p.send_signal(sig)
         out, _ = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    assert p.returncode != 0 and "KeyboardInterrupt" in out, out
+    if sig == signal.SIGINT:
+        assert p.returncode != 0 and "KeyboardInterrupt" in out, out
+    else:
+        assert bounds.groups_of(p.pid) and sleeping("60.0625"), "a killed krig's build is left running"
+        a_normal_series_still_builds(host, layout)
     assert bounds.groups_of(p.pid) == [] and sleeping("60.0625") == []
     assert leftovers(host) == {"cgroups": [], "loops": [], "layers": []}
 
