@@ -48,11 +48,16 @@ def problem() -> str | None:
     if os.geteuid() != 0:
         return "its disk limit is a loop-mounted file system, which needs root"
     for prog in (MKFS, "losetup", UNSHARE, NSENTER):
-        if not shutil.which(prog):
+        if not _which(prog):
             return f"{prog} is not installed"
     if not os.path.exists("/dev/loop-control"):
         return "no loop devices here (/dev/loop-control)"
     return bounds.problem()
+
+
+def _which(prog: str) -> str | None:
+    """prog on PATH, or in /usr/sbin and /sbin (a user's PATH may not have them)."""
+    return shutil.which(prog, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
 
 
 class Layer:
@@ -105,7 +110,8 @@ class Layer:
         except OSError as e:
             raise KrigError(f"cannot make the {bounds.size_text(self.disk)} disk of a series' layer (KRIG_BUILD_DISK) "
                             f"in {self.scratch}: {e.strerror or e}") from None
-        self._run([MKFS, *MKFS_ARGS, str(self.image)], f"make the {bounds.size_text(self.disk)} file system of a layer")
+        self._run([_which(MKFS) or MKFS, *MKFS_ARGS, str(self.image)],
+                  f"make the {bounds.size_text(self.disk)} file system of a layer")
         self.group = bounds.Group(bounds.setting("pids"), bounds.setting("memory")).make()
         self.holder = subprocess.Popen([UNSHARE, "--mount", "--propagation", "private", "cat"],
                                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -171,14 +177,14 @@ def _let_go(image: pathlib.Path) -> None:
     if not image.exists():
         return
     for step in range(LOOP_WAIT_STEPS):
-        p = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)], capture_output=True, text=True,
-                           timeout=60)
+        p = subprocess.run([_which("losetup") or "losetup", "-n", "-O", "NAME", "-j", str(image)],
+                           capture_output=True, text=True, timeout=60)
         devs = p.stdout.split()
         if not devs:
             return
         if step == LOOP_WAIT_STEPS - 1:
             for dev in devs:
-                subprocess.run(["losetup", "-d", dev], capture_output=True, timeout=60)
+                subprocess.run([_which("losetup") or "losetup", "-d", dev], capture_output=True, timeout=60)
         time.sleep(0.01)
 
 
