@@ -21,15 +21,17 @@ $KRIG_CACHE/kernels/<key>/ as data, no link in the tree followed (kernels/fromtr
 the tree stays for the next build.
 
 Only krig's own kernels (kernels/*.toml, with krig's own patches; TREE@REF) are built in
-the tree itself. A kernel with a series from outside is built in a throwaway overlay over
-it (kernels/overlay.py): the tree is first brought to the series' base and built there
-(once; that lower layer is shared by every series on it), then the series is applied,
-configured and built in the overlay under a shared lock, and the overlay's upper layer is
-removed after the kernel is copied out. Whatever that build wrote, the tree never sees.
+the tree itself. A kernel with a series from outside is built in a throwaway overlay
+(kernels/overlay.py): the tree is first brought to the series' base and built there (once
+per base), copied under a shared lock held only for the copy, then the series is applied,
+configured and built in an overlay over the copy, no lock held, within its limits
+(kernels/bounds.py), and the overlay and the copy are removed after the kernel is copied
+out. Whatever that build wrote, the tree never sees, and no build in the tree waits for it.
 Compiles go through ccache (kernels/ccache.py).
 """
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import pathlib
@@ -41,11 +43,11 @@ from krig import safeio
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
-from . import ccache, drivers, fromtree, overlay, sandbox
+from . import bounds, ccache, drivers, fromtree, overlay, sandbox
 from .spec import (ARCH, DRIVERS_LABEL, KernelSpec, build_inputs, cache_key, config_mismatches, git, git_env, kernel_cache,
                    localversion_fragment, read_dotconfig, sha256_file, source_identity, wanted_config)
 from .makelog import TIMED_OUT, clean_env, first_error, run_logged
-from .trees import create_tree, load_state, locked, origin_of, prune_orphans, save_state, tree_lock
+from .trees import copy_as_is, create_tree, load_state, locked, origin_of, prune_orphans, save_state, tree_lock
 from .patching import apply_patch, boxed, in_krig, inside, patch_label, restore
 
 
@@ -124,8 +126,8 @@ def make_kernel(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool
     argv = ["nice", "-n", "10", "make", f"ARCH={ARCH}", f"-j{jobs}", *targets]
     rc = run_logged(boxed(argv, tree, box), tree, logf, log, what=f"building {spec.name}")
     if rc == TIMED_OUT and box:
-        raise KrigError(f"kernel {spec.name}: build stopped after the sandbox's {sandbox.WALL_SECONDS // 3600} "
-                        f"hours; log: {logf}")
+        raise KrigError(f"kernel {spec.name}: the build hit its time limit ({sandbox.wall_text()} of wall time, "
+                        f"the sandbox's timeout); log: {logf}")
     if rc != 0:
         raise KrigError(f"kernel {spec.name}: build failed: {first_error(logf, start)}; log: {logf}")
 
@@ -213,44 +215,85 @@ def _build_in(tree, origin, spec, identity, logf, log, box) -> tuple[bool, pathl
 
 
 LAYER_TRIES = 3
+_layers = itertools.count()
+
+
+def _base_built(tree, tree_id, origin, base, identity, logf, log, name) -> tuple[bool, list]:
+    """The tree brought to a series' base and built there (its exclusive lock; only when it is not
+    already). Returns (incremental, what the tree's objects are made from)."""
+    with locked(tree_lock(tree), log, f"build tree {tree_id}", doing=f"building the base of kernel {name}"):
+        state = _prepare_tree(tree, origin, base, log)
+        incremental = bool(state.get("built")) or bool(state.get("seeded_from"))
+        sync_source(tree, base, identity, state, log, True)
+        if state.get("made") != _made(state):
+            log(f"kbuild: {name}: building the series' base in tree {tree} first "
+                f"({'incremental' if incremental else 'full build'}); the series builds over a copy of it")
+            configure(tree, base, logf, log, True)
+            make_kernel(tree, base, logf, log, True)
+            state.update(built=True, made=_made(state))
+        state["last_used"] = time.time()
+        save_state(tree, state)
+        return incremental, state["made"]
+
+
+def _copied(tree, tree_id, want, scratch, log, name) -> bool:
+    """The tree copied (timestamps kept) into scratch/lower under its shared lock, held only for
+    the copy; False when another build moved the tree after it was made `want`."""
+    with locked(tree_lock(tree), log, f"build tree {tree_id} (to copy it)", shared=True,
+                doing=f"copying it for kernel {name}"):
+        if not tree.is_dir() or load_state(tree).get("made") != want:
+            return False
+        overlay.sweep(scratch.parent)
+        t0 = time.monotonic()
+        scratch.mkdir(parents=True)
+        copy_as_is(tree, scratch / "lower")
+    log(f"kbuild: {name}: copied tree {tree_id} in {time.monotonic() - t0:.0f}s; the tree is free again")
+    return True
 
 
 @contextlib.contextmanager
 def _build_over(tree, tree_id, origin, spec, identity, logf, log):
-    """A kernel with a series from outside: the tree brought to the series' base and built there
-    (exclusive lock, only when it is not already), then the series built in a throwaway layer
-    over it (shared lock). Yields (incremental, the layer's view) with the layer up."""
+    """A kernel with a series from outside: the tree brought to the series' base and built there,
+    copied, and the series built in a throwaway layer over the copy, no lock held. Yields
+    (incremental, the layer's view, the layer) with the layer up."""
     base = dataclasses.replace(spec, patches=[(s, p) for s, p in spec.patches if in_krig(p) is not None])
     series = [(s, p) for s, p in spec.patches if in_krig(p) is None]
     for _ in range(LAYER_TRIES):
-        with locked(tree_lock(tree), log, f"build tree {tree_id}"):
-            state = _prepare_tree(tree, origin, base, log)
-            incremental = bool(state.get("built")) or bool(state.get("seeded_from"))
-            sync_source(tree, base, identity, state, log, True)
-            if state.get("made") != _made(state):
-                log(f"kbuild: {spec.name}: building the series' base in tree {tree} first "
-                    f"({'incremental' if incremental else 'full build'}); the series builds over it")
-                configure(tree, base, logf, log, True)
-                make_kernel(tree, base, logf, log, True)
-                state.update(built=True, made=_made(state))
-            state["last_used"] = time.time()
-            save_state(tree, state)
-            want = state["made"]
-        with locked(tree_lock(tree), log, f"build tree {tree_id}", shared=True):
-            if not tree.is_dir() or load_state(tree).get("made") != want:
+        incremental, want = _base_built(tree, tree_id, origin, base, identity, logf, log, spec.name)
+        scratch = cache_dir("kbuild", "layers") / f"{tree_id}-{next(_layers)}-{os.getpid()}"
+        try:
+            if not _copied(tree, tree_id, want, scratch, log, spec.name):
                 continue            # another build moved the tree between the two locks
-            log(f"kbuild: {spec.name}: in a throwaway layer over tree {tree} (incremental), log {logf}")
-            overlay.sweep(cache_dir("kbuild", "layers"))
-            with overlay.Layer(tree, cache_dir("kbuild", "layers") / f"{tree_id}-{os.getpid()}") as layer:
-                view = layer.view
-                for s, p in series:
-                    apply_patch(view, p, patch_label(s, p), {}, layer)
-                configure(view, spec, logf, log, layer)
-                make_kernel(view, spec, logf, log, layer)
-                yield incremental, view, layer
-            return
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        log(f"kbuild: {spec.name}: in a throwaway layer over a copy of tree {tree} (incremental), log {logf}")
+        with overlay.Layer(tree, scratch, lower=scratch / "lower") as layer, _within_limits(layer, spec, logf):
+            view = layer.view
+            for s, p in series:
+                apply_patch(view, p, patch_label(s, p), {}, layer)
+            configure(view, spec, logf, log, layer)
+            make_kernel(view, spec, logf, log, layer)
+            yield incremental, view, layer
+        return
     raise KrigError(f"kernel {spec.name}: build tree {tree} kept changing under other builds "
                     f"({LAYER_TRIES} tries); try again")
+
+
+@contextlib.contextmanager
+def _within_limits(layer: overlay.Layer, spec: KernelSpec, logf):
+    """A step of the series' build that failed, or a build that ended, having hit a limit of its
+    layer (the cgroup's counters, its disk full): one line naming the limit."""
+    try:
+        yield
+    except (KrigError, OSError, subprocess.SubprocessError):
+        hit = layer.breach()
+        if hit:
+            raise KrigError(f"kernel {spec.name}: the series' build hit {hit}; log: {logf}") from None
+        raise
+    hit = layer.breach()
+    if hit:
+        raise KrigError(f"kernel {spec.name}: the series' build hit {hit}; log: {logf}")
 
 
 def kernel_lock(key: str) -> pathlib.Path:
@@ -270,9 +313,11 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
     tree = cache_dir("kbuild", "trees") / tree_id
     logf = cache_dir("kbuild", "logs") / f"{spec.name}-{key}.log"
     box, outside = sandbox.usable(), outside_series(spec)
-    if outside and not box:
-        sandbox.refuse_outside_series(f"kernel {spec.name}: {outside}")
-    with locked(kernel_lock(key), log, f"kernel {spec.name}"):
+    if outside:
+        bounds.settings()           # a bad limit is said before anything is built
+        if not box or overlay.problem():
+            sandbox.refuse_outside_series(f"kernel {spec.name}: {outside}", overlay.problem() if box else None)
+    with locked(kernel_lock(key), log, f"kernel {spec.name}", doing=f"building kernel {spec.name}"):
         # a build of the same key that held the lock while this one waited has made it already
         done = None if force else _cached(out, spec, key, log)
         if done:
@@ -287,7 +332,8 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
                 incremental, where, layer = stack.enter_context(
                     _build_over(tree, tree_id, origin, spec, identity, logf, log))
             else:
-                stack.enter_context(locked(tree_lock(tree), log, f"build tree {tree_id}"))
+                stack.enter_context(locked(tree_lock(tree), log, f"build tree {tree_id}",
+                                           doing=f"building kernel {spec.name}"))
                 incremental, where = _build_in(tree, origin, spec, identity, logf, log, box)
                 layer = box
             t_inst = time.monotonic()

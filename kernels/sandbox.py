@@ -18,18 +18,20 @@ results. So every step of a krig kernel build that runs the tree's code
 - it dies with krig, and it is bounded: at most WALL_SECONDS of wall time (`timeout`), per
   process at most MEMORY bytes of address space, FILE_SIZE bytes per file written and no
   core dumps, at most NPROC processes of its user (`prlimit`; the kernel exempts root from
-  that last one, and the sandbox's user is the caller's: as root, make's -j and the PID
-  namespace are what bound it), and its /tmp is a tmpfs of TMP_SIZE bytes;
+  that last one), and its /tmp is a tmpfs of TMP_SIZE bytes; a series from outside is also
+  bounded as a whole, root or not: its processes and memory by a cgroup, its writes by the
+  size of its layer (kernels/bounds.py, kernels/overlay.py);
 - the compiler cache (ccache, kernels/ccache.py) is the one other directory it reaches: written
   by builds of krig's own kernels, read-only for a series from outside.
 
 A build tree is shared by the kernels of one source and config family, and code
 that ran in it can leave programs behind for the next build to run. So a tree is
 always built in the sandbox when bwrap works here, and a series from outside is
-built only in a throwaway overlay over the tree (kernels/overlay.py), never in it.
-Where the sandbox does not work (no user namespaces), kernels from krig's own tree
-and the developer's tree still build without it, and a series from outside is
-refused with one line, its trial apply included.
+built only in a throwaway overlay over a copy of the tree (kernels/overlay.py), never in it.
+Where the sandbox does not work (no user namespaces), or a series' bounds cannot be set,
+kernels from krig's own tree and the developer's tree still build (without the sandbox,
+or bounded per process), and a series from outside is refused with one line (without the
+sandbox, its trial apply too).
 """
 import functools
 import os
@@ -58,6 +60,10 @@ def limits() -> list:
     """The argv prefix that bounds a sandboxed command."""
     return ["timeout", "--kill-after=60", str(WALL_SECONDS), "prlimit", f"--as={MEMORY}", f"--fsize={FILE_SIZE}",
             f"--nproc={NPROC}", "--core=0", "--"]
+
+
+def wall_text() -> str:
+    return f"{WALL_SECONDS / 3600:g} hours" if WALL_SECONDS >= 3600 else f"{WALL_SECONDS} s"
 
 
 def disabled() -> bool:
@@ -125,8 +131,12 @@ def usable() -> bool:
     return not disabled() and problem() is None
 
 
-def refuse_outside_series(what: str) -> None:
-    """A series from outside krig's tree needs the sandbox: one line when it cannot run."""
+def refuse_outside_series(what: str, bounds: str | None = None) -> None:
+    """A series from outside krig's tree needs the sandbox and its bounds (kernels/overlay.py
+    problem()): one line when they cannot be had here."""
+    if bounds is not None and usable():
+        raise UsageError(f"{what}: a series from outside krig's tree is built only within its limits "
+                         f"(a cgroup, a bounded disk), and they cannot be set here ({bounds}); see docs/security.md")
     why = "KRIG_BUILD_SANDBOX=off" if disabled() else problem()
     raise UsageError(f"{what}: a series from outside krig's tree is built only in the build sandbox, "
                      f"and it cannot run here ({why}); see docs/security.md")

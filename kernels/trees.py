@@ -3,6 +3,7 @@ state, the pristine source it starts from, and how a new tree is seeded from a b
 with timestamps kept, so make reuses its objects). kernels/incremental.py builds in them."""
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import pathlib
@@ -17,22 +18,53 @@ from .spec import DEFAULT_BASE_CONFIG, KernelSpec, cache_key, git
 
 
 @contextlib.contextmanager
-def locked(path: pathlib.Path, log=print, what="", block=True, shared=False):
-    """An flock on path: exclusive (a build in the tree), or shared (reading the tree: a
-    series' overlay over it, a copy of it)."""
+def locked(path: pathlib.Path, log=print, what="", block=True, shared=False, doing=""):
+    """An flock on path: exclusive (a build in the tree), or shared (reading the tree: a copy of
+    it). `doing` (what the holder does, "building kernel tiny-6.1") is kept beside the lock while
+    it is held, so a build that has to wait says what it waits for."""
     mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     f = open(path, "a+")
+    note = None
     try:
         try:
             fcntl.flock(f, mode | fcntl.LOCK_NB)
         except BlockingIOError:
             if not block:
                 raise
-            log(f"kbuild: waiting for {what or path} (another build holds it)")
+            log(f"kbuild: waiting for {what or path}: {holders(path) or 'another build holds it'}")
             fcntl.flock(f, mode)
+        if doing:
+            note = _held(path) / f"{os.getpid()}.{next(_notes)}"
+            note.parent.mkdir(exist_ok=True)
+            note.write_text(f"pid {os.getpid()} {doing} since {time.strftime('%H:%M:%S')}\n")
         yield
     finally:
+        if note is not None:
+            note.unlink(missing_ok=True)
         f.close()
+
+
+_notes = itertools.count()
+
+
+def _held(path: pathlib.Path) -> pathlib.Path:
+    return path.with_name(path.name + ".held")
+
+
+def holders(path: pathlib.Path) -> str:
+    """What the builds holding the lock at path said they do ("pid 4242 building kernel tiny-6.1
+    since 11:40:02"), a note of a process that is gone removed."""
+    said = []
+    for note in sorted(_held(path).glob("*.*")):
+        pid = note.name.split(".", 1)[0]
+        if not pid.isdigit() or not pathlib.Path(f"/proc/{pid}").exists():
+            note.unlink(missing_ok=True)
+            continue
+        try:
+            said.append(note.read_text().strip())
+        except OSError:
+            continue
+    return "; ".join(said)
 
 
 # -- sources -----------------------------------------------------------------
@@ -47,7 +79,8 @@ def ensure_pristine(tarball: pathlib.Path, sha: str, log=print) -> pathlib.Path:
     dest = pristine_dir(tarball, sha)
     if dest.is_dir():
         return dest
-    with locked(cache_dir("kbuild", "locks") / f"src-{sha[:12]}.lock", log, "the source extraction"):
+    with locked(cache_dir("kbuild", "locks") / f"src-{sha[:12]}.lock", log, "the source extraction",
+                doing=f"extracting {tarball.name}"):
         if dest.is_dir():
             return dest
         tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
@@ -107,7 +140,7 @@ def remove_tree(tree: pathlib.Path, log=print, block: bool = True) -> None:
     """A build tree and its state removed, under its lock: a build in it or a copy of it is
     waited for (block=False: BlockingIOError instead), and a build waiting to copy it finds it
     gone and seeds from another. The lock file stays (a waiter may hold it open)."""
-    with locked(tree_lock(tree), log, f"build tree {tree.name} (to remove it)", block=block):
+    with locked(tree_lock(tree), log, f"build tree {tree.name} (to remove it)", block=block, doing="removing it"):
         _state_path(tree).unlink(missing_ok=True)
         shutil.rmtree(tree, ignore_errors=True)
 
@@ -153,14 +186,19 @@ def _seed_candidates(exclude: pathlib.Path, base_config: list) -> list:
     return [t for _, t in sorted(trees, reverse=True)]
 
 
+def copy_as_is(src: pathlib.Path, dst: pathlib.Path) -> None:
+    """`cp -a` (timestamps, modes and links kept, so make reuses the objects); nothing left on failure."""
+    shutil.rmtree(dst, ignore_errors=True)
+    p = subprocess.run(["cp", "-a", str(src), str(dst)], capture_output=True, text=True)
+    if p.returncode != 0:
+        shutil.rmtree(dst, ignore_errors=True)
+        raise KrigError(f"cp -a {src} {dst}: {p.stderr.strip()[:300]}")
+
+
 def copy_tree(src: pathlib.Path, dst: pathlib.Path, log=print) -> None:
     tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.monotonic()
-    p = subprocess.run(["cp", "-a", str(src), str(tmp)], capture_output=True, text=True)
-    if p.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise KrigError(f"cp -a {src} {tmp}: {p.stderr.strip()[:300]}")
+    copy_as_is(src, tmp)
     fixed = rebase_paths(tmp, src, dst)
     tmp.rename(dst)
     log(f"kbuild: copied {src.name} -> {dst.name} in {time.monotonic() - t0:.0f}s (timestamps kept, "
@@ -196,7 +234,8 @@ def create_tree(tree: pathlib.Path, origin: dict, base_config: list = DEFAULT_BA
     for cand in _seed_candidates(tree, base_config):
         # a tree in use is waited for, not skipped: a copy needs only a shared lock (a series'
         # overlay over it holds one too), and a build from nothing costs many times the wait
-        with locked(tree_lock(cand), log, f"build tree {cand.name} (to copy it)", shared=True):
+        with locked(tree_lock(cand), log, f"build tree {cand.name} (to copy it)", shared=True,
+                    doing=f"copying it to seed {tree.name}"):
             st = load_state(cand)
             if not cand.is_dir() or not st.get("built") or st.get("tainted"):
                 continue            # gone, half-made or tainted while waited for: the next one

@@ -16,6 +16,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import tarfile
 import tempfile
@@ -377,6 +378,64 @@ def test_a_build_beside_a_series_build_is_incremental_too(host):
     assert out["series"]["layer"] and out["series"]["incremental"], out["series"]
     assert out["step"]["incremental"] and out["step"]["seeded_from"] == out["series"]["tree"], out["step"]
     assert not any("waiting for" in m for m in said["step"]), said["step"]
+
+
+def test_krigs_own_kernel_builds_in_the_tree_while_a_series_builds_over_its_copy(host):
+    """A series holds the tree only while it copies it: its make then sleeps (`sleep 600.0625`,
+    ended by the test) in a layer over the copy, and a kernel of krig's own built in the same
+    tree meanwhile neither waits nor sees anything of the series; the copy goes with the layer."""
+    layout = source(host)
+    makefile_series(host, "echo 'int stranger;' >> fs/f.c && (sleep 600.0625 || true) && cat fs/f.c >> System.map")
+    kt.build_kernel(layout("base"), log=lambda m: None)
+    (host / "kernels" / "own.toml").write_text('source = "linux-source"\nextends = "base"\n'
+                                               'localversion = "-own"\n')
+    out, said = {}, []
+    series = threading.Thread(target=lambda: out.update(series=kt.build_kernel(layout("stranger"), log=said.append)),
+                              daemon=True)
+    series.start()
+    try:
+        for _ in range(600):            # until the series' make sleeps in its layer
+            if sleeping("600.0625"):
+                break
+            assert series.is_alive(), said
+            threading.Event().wait(0.1)
+        else:
+            raise AssertionError(f"the series' build did not start: {said}")
+        own_said, settled = [], threading.Event()
+
+        def own_log(m):
+            own_said.append(m)
+            if "waiting for" in m:
+                settled.set()           # it waits: the test fails at once, not when the series ends
+        mine = threading.Thread(target=lambda: (out.update(own=kt.build_kernel(layout("own"), log=own_log)),
+                                                settled.set()), daemon=True)
+        mine.start()
+        settled.wait(600)
+        assert len(sleeping("600.0625")) == 1, "the series was still building while krig's own kernel built"
+    finally:
+        for pid in sleeping("600.0625"):
+            os.kill(pid, signal.SIGTERM)
+        series.join(120)
+    mine.join(120)
+    assert not any("waiting for" in m for m in own_said), own_said
+    own = out["own"]
+    assert own["layer"] is False and own["tree"] == out["series"]["tree"] and "stranger" not in \
+        (pathlib.Path(own["dir"]) / "System.map").read_text()
+    assert "stranger" in (pathlib.Path(out["series"]["dir"]) / "System.map").read_text()
+    assert any("copied tree" in m and "the tree is free again" in m for m in said), said
+    assert not list((host / "cache" / "kbuild" / "layers").iterdir()), "the copy goes with the layer"
+
+
+def sleeping(mark: str) -> list:
+    """The pids of the processes running `sleep MARK` (a test's own build started them)."""
+    pids = []
+    for p in pathlib.Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and (p / "cmdline").read_bytes() == f"sleep\0{mark}\0".encode():
+                pids.append(int(p.name))
+        except OSError:
+            pass
+    return pids
 
 
 # tiny-6.1 (linux-source-6.1), built for real: a series whose only change is a line in fs/Makefile

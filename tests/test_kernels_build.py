@@ -403,8 +403,9 @@ def test_a_tainted_tree_seeds_no_other(tmp_path, cache):
 
 def test_a_seed_tree_in_use_is_waited_for_and_one_removed_meanwhile_gives_way_to_the_next(tmp_path, cache):
     """A new git tree is seeded from the most recent built tree even while another build holds
-    that tree (it waits for its lock, then copies); when the tree it waited for is gone by then
-    (removed, as kt_trees.remove_tree does, under that lock), it seeds from the next one, never from nothing."""
+    that tree (it waits for its lock, saying what the holder does, then copies); when the tree it
+    waited for is gone by then (removed, as kt_trees.remove_tree does, under that lock), it seeds
+    from the next one, never from nothing."""
     import threading
     repo = tmp_path / "repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -413,17 +414,20 @@ def test_a_seed_tree_in_use_is_waited_for_and_one_removed_meanwhile_gives_way_to
         write(trees / name / "fs" / "f.c", f"{name}\n")
         kt.save_state(trees / name, {"built": True, "last_used": used})
     for new, remove in (("git-new", False), ("git-other", True)):
-        waiting, out = threading.Event(), {}
+        waiting, out, said = threading.Event(), {}, []
 
         def log(msg):
             if "waiting for build tree src-busy (to copy it)" in msg:
+                said.append(msg)
                 waiting.set()
-        with kt.locked(kt.tree_lock(trees / "src-busy")):          # another build in the tree
+        with kt.locked(kt.tree_lock(trees / "src-busy"), doing="building kernel busy"):    # another build in it
             t = threading.Thread(target=lambda: out.update(state=kt.create_tree(
                 trees / new, {"kind": "git", "repo": str(repo)}, log=log)), daemon=True)
             t.start()
             assert waiting.wait(60), "the new tree did not wait for the busy one"
             assert not (trees / new).exists()
+            assert said[0].startswith("kbuild: waiting for build tree src-busy (to copy it): "
+                                      f"pid {os.getpid()} building kernel busy since "), said
             if remove:
                 (trees / "src-busy.json").unlink()
                 shutil.rmtree(trees / "src-busy")
