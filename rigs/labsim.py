@@ -137,15 +137,7 @@ class LabServer(SimServer):
 
     def _keys(self):
         b = self.base
-        shutil.copy(self.image_dir / "client_key", b / "client_key")
-        (b / "client_key").chmod(0o600)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "krig-labsim-other",
-                        "-f", str(b / "other_host_key")], check=True, timeout=60)
-        host = f"[127.0.0.1]:{self.ssh_port}"
-        good = (self.image_dir / "host_key.pub").read_text().split()[:2]
-        bad = (b / "other_host_key.pub").read_text().split()[:2]
-        (b / "known_hosts").write_text(f"{host} {' '.join(good)}\n")
-        (b / "bad_known_hosts").write_text(f"{host} {' '.join(bad)}\n")
+        labsim_image.client_files(b, self.image_dir, self.ssh_port)
         self.write_password()
         # The server's own disk and firmware variables, kept across power cycles.
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",

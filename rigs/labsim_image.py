@@ -221,6 +221,20 @@ def _build(d: pathlib.Path, log) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def client_files(base: pathlib.Path, image_dir: pathlib.Path, ssh_port: int) -> None:
+    """What krig's SSH to a server of this image needs in base: the image's client key, a
+    known_hosts with the image's host key, and a bad_known_hosts with another key (the tests'
+    wrong host key)."""
+    shutil.copy(image_dir / "client_key", base / "client_key")
+    (base / "client_key").chmod(0o600)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "krig-labsim-other",
+                    "-f", str(base / "other_host_key")], check=True, timeout=60)
+    host = f"[127.0.0.1]:{ssh_port}"
+    good = (image_dir / "host_key.pub").read_text().split()[:2]
+    bad = (base / "other_host_key.pub").read_text().split()[:2]
+    (base / "known_hosts").write_text(f"{host} {' '.join(good)}\n")
+    (base / "bad_known_hosts").write_text(f"{host} {' '.join(bad)}\n")
+
 if __name__ == "__main__":
     try:
         print(build())

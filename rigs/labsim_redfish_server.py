@@ -15,6 +15,7 @@ import secrets
 import shutil
 import subprocess
 
+from krig import safeio
 from krig.config import toml_value
 from . import labsim_image
 from .labsim_bmc import free_port
@@ -49,18 +50,9 @@ class RedfishLabServer:
 
     def _files(self):
         b, v = self.base, self.vm_dir
-        shutil.copy(self.image_dir / "client_key", b / "client_key")
-        (b / "client_key").chmod(0o600)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "krig-labsim-other",
-                        "-f", str(b / "other_host_key")], check=True, timeout=60)
-        host = f"[127.0.0.1]:{self.ssh_port}"
-        good = (self.image_dir / "host_key.pub").read_text().split()[:2]
-        bad = (b / "other_host_key.pub").read_text().split()[:2]
-        (b / "known_hosts").write_text(f"{host} {' '.join(good)}\n")
-        (b / "bad_known_hosts").write_text(f"{host} {' '.join(bad)}\n")
-        self.password_file.touch(mode=0o600)
-        self.password_file.chmod(0o600)
-        self.password_file.write_text(self.password + "\n")
+        labsim_image.client_files(b, self.image_dir, self.ssh_port)
+        # the BMC password, mode 0600: a new file renamed over the name (a link there is replaced)
+        safeio.write_text(self.password_file.parent, self.password_file.name, self.password + "\n", mode=0o600)
         try:            # the cached image, readable by the domain's user without entering root's home
             os.link(self.image_dir / "disk.qcow2", v / "base.qcow2")
         except OSError:
