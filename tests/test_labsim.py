@@ -3,10 +3,9 @@
 The session's server of `krig lab sim up` (tests/labsim_fixture.py, rigs/labsim.py):
 ipmi_sim as the BMC, UEFI firmware + GRUB booting
 Debian 12 with systemd from the server's own disk, a non-root SSH user with
-sudo, its own host key, an NVMe scratch disk, an Intel e1000e network card, panic=0. The
-kernel krig kexecs into is tiny-6.1 with the server's drivers added (`tiny-6.1,drivers=NAME`,
-read from the server's installed system over SSH: e1000e among them; a release other than the
-installed Debian one), with krig's own initramfs and its test_lockup module shipped by krig.
+sudo, its own host key, an NVMe scratch disk, panic=0. The kernel krig kexecs
+into is tiny-6.1 (a release other than the installed Debian one),
+with krig's own initramfs and its test_lockup module shipped by krig.
 
 A systemd boot under TCG takes minutes, so these tests share the server with
 tests/test_validate_e2e.py and boot it as few times as possible, in this order:
@@ -29,13 +28,12 @@ import pytest
 from conftest import build_kernels
 from kernels.catalog import load_kernel
 from workflows.run import run
-from kernels.spec import read_dotconfig
-from labsim_fixture import GROUP, LIKE_SERVER
+from labsim_fixture import GROUP
 from rigs.labsim_bmc import free_port
 from test_ipmi import _cli, _leftovers, _wait_no_leftovers
 
-pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, GROUP, pytest.mark.long(40)]     # minutes on 2 cores: its group with test_validate_e2e.py (the kernel built like the server included)
-KEXEC_KERNEL = LIKE_SERVER
+pytestmark = [pytest.mark.labsim, GROUP, pytest.mark.long(36)]     # minutes on 2 cores: its group with test_validate_e2e.py
+KEXEC_KERNEL = "tiny-6.1"
 
 
 @pytest.fixture(scope="module")
@@ -100,31 +98,20 @@ def test_found_running_host_key_and_missing_package(lab, tmp_path):
 
 
 def test_wedged_kexec_kernel_gets_nmi(lab, tmp_path):
-    """kexec (systemctl kexec under systemd) into tiny-6.1 built with the server's drivers, with
-    krig's initramfs and its test_lockup module; the module spins with interrupts off. The NMI
-    through the BMC puts the stacks on the SOL console; HUNG; the power cycle brings the
-    installed system back (panic=0: nothing else would)."""
-    build_kernels("tiny-6.1")           # make test built it first (ci-kernels): a no-op then
-    tiny = load_kernel("tiny-6.1")
-    # the server is up (the test before left it on): its drivers read over SSH, the kernel
-    # built incrementally in tiny-6.1's tree
-    kernel = load_kernel(KEXEC_KERNEL, build=True)
+    """kexec (systemctl kexec under systemd) into tiny-6.1 with krig's initramfs and
+    its test_lockup module; the module spins with interrupts off. The NMI through the BMC
+    puts the stacks on the SOL console; HUNG; the power cycle brings the installed system
+    back (panic=0: nothing else would)."""
+    build_kernels(KEXEC_KERNEL)         # make test built it first (ci-kernels): a no-op then
+    kernel = load_kernel(KEXEC_KERNEL)
     image = json.loads((lab.image_dir / "image.json").read_text())
-    assert kernel.release != image["release"] and kernel.release.startswith(f"{tiny.release}-d"), kernel.release
-    assert image["release"] in kernel.drivers["source"], kernel.drivers["source"]
-    e1000e = {"module": "e1000e", "symbol": "CONFIG_E1000E", "from": "/proc/modules",
-              "makefile": "drivers/net/ethernet/intel/e1000e/Makefile"}
-    assert e1000e in kernel.drivers["added"], kernel.drivers["added"]
-    assert "CONFIG_E1000E" not in [e["symbol"] for e in kernel.drivers["not_built_in"]]
-    assert read_dotconfig(kernel.config)["CONFIG_E1000E"] == "y"
-    assert read_dotconfig(tiny.config).get("CONFIG_E1000E", "n") == "n"
+    assert kernel.release != image["release"]
     run_dir, verdict = run("selftest-wedge", rig_name="lab", results_root=tmp_path / "wedge", log=print,
                            kernel_name=KEXEC_KERNEL)
     assert verdict["verdict"] == "HUNG", verdict
     m = json.loads((run_dir / "manifest.json").read_text())
     f = m["rig_facts"]
     assert m["machine"]["release"] == kernel.release
-    assert m["kernel"]["drivers"]["added"] == kernel.drivers["added"]     # the run's manifest says it too
     assert f["kexec_exec"] == ["systemctl", "kexec"] and f["kexec"][:2] == ["kexec", "-l"], f
     assert f["kexec_modules"].startswith("copied"), f
     assert "krig.mode=root" in f["kexec"][-1], f
