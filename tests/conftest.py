@@ -17,6 +17,7 @@ from kernels.trees import ensure_pristine  # noqa: E402
 from kernels.spec import DEFAULT_TARBALL, tarball_sha256  # noqa: E402
 
 from xdist_groups import pytest_collection_modifyitems  # noqa: F401,E402 (make test's worker groups)
+from slowlog import pytest_configure, pytest_runtest_logreport  # noqa: F401,E402 (slow phases, failures)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KRIG = [sys.executable, "-m", "workflows.cli"]
