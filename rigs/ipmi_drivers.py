@@ -4,7 +4,10 @@ built like it (`--kernel KERNEL,drivers=RIG`: kernels/drivers.py reads this text
 SCRIPT runs as every command krig runs on a server (rigs/ipmi_ssh.py: as root, through
 `sudo -n` for a user other than root), reads only, and prints `krig-drivers 1`, the running
 release, its loaded modules (/proc/modules), the drivers its devices are bound to
-(/sys/bus/*/devices/*/driver: bus, device, driver, the driver's module) and its running config
+(/sys/bus/*/devices/*/driver: bus, device, driver, the driver's module), the drivers its network
+cards and disks hang off (`== boot`: for each /sys/class/net/*/device and /sys/block/*/device,
+every ancestor of the device's real sysfs path up to /sys/devices that has a driver: role,
+interface or disk, bus, device, driver, module; at most 16 levels) and its running config
 (/proc/config.gz, or /boot/config-$(uname -r)) when it has one. The server is held as a run
 holds it (its lock, or the lab coordinator's reservation) while it is read; a server that is
 off is powered on into its installed system and left on (the run that follows boots from
@@ -31,6 +34,22 @@ for l in /sys/bus/*/devices/*/driver; do
   drv=$(basename "$(readlink -f "$l")")
   mod=; [ -e "$l/module" ] && mod=$(basename "$(readlink -f "$l/module")")
   echo "$(w "$bus") $(w "${dev##*/}") $(w "$drv") $(w "$mod")"
+done
+echo '== boot'
+for l in /sys/class/net/*/device /sys/block/*/device; do
+  [ -e "$l" ] || continue
+  case $l in /sys/class/net/*) role=net ;; *) role=block ;; esac
+  name=${l%/device}; name=${name##*/}
+  p=$(readlink -f "$l"); n=0
+  while [ "${p#/sys/devices/}" != "$p" ] && [ $n -lt 16 ]; do
+    if [ -e "$p/driver" ]; then
+      bus=; [ -e "$p/subsystem" ] && bus=$(basename "$(readlink -f "$p/subsystem")")
+      drv=$(basename "$(readlink -f "$p/driver")")
+      mod=; [ -e "$p/driver/module" ] && mod=$(basename "$(readlink -f "$p/driver/module")")
+      echo "$role $(w "$name") $(w "${bus:-none}") $(w "${p##*/}") $(w "$drv") $(w "$mod")"
+    fi
+    p=${p%/*}; n=$((n + 1))
+  done
 done
 echo '== config'
 if [ -r /proc/config.gz ]; then zcat /proc/config.gz
