@@ -150,3 +150,22 @@ def test_a_bad_scope_is_one_line(text, want):
 def test_the_scope_option_parses():
     g = given.parse("tiny-6.1,drivers=lab,drivers-scope=all")
     assert g.opts == {"drivers": "lab", "drivers-scope": "all"}
+
+
+def test_the_rig_script_walks_this_machines_sysfs():
+    """The boot section the rig's script prints, run here: every network card and disk with a
+    device, the driver its device is bound to first."""
+    import pathlib
+    import subprocess
+    from rigs.ipmi_drivers import SCRIPT
+    p = subprocess.run(["sh", "-c", SCRIPT], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    boot = drivers.parse_inventory(p.stdout, "this machine")["boot"]
+    for role, cls in (("net", "/sys/class/net"), ("block", "/sys/block")):
+        for dev in sorted(pathlib.Path(cls).glob("*/device")):
+            if not (dev / "driver").exists():
+                continue
+            want = (dev / "driver").resolve().name
+            got = [b for b in boot if b[:2] == (role, dev.parent.name)]
+            assert got and got[0][3] == dev.resolve().name and got[0][4] == want, (dev, got)
+    assert all(b[2] != "none" for b in boot), boot
