@@ -2,8 +2,8 @@
 the module -> config symbol mapping on the real linux-source-6.1 Makefiles and Kconfig files (no
 build), the inventory as the rig's script reads it (run here, on this machine's own /proc and
 /sys), and bad input, one line each. The real thing end to end (the session's lab server with
-an e1000e card, the kernel built like it, kexec'd, back over SSH) is tests/test_labsim.py and
-tests/test_validate_e2e.py; that tiny-6.1 has no e1000e driver is checked here."""
+an e1000e card, the kernel built like it, kexec'd, back over SSH) is tests/test_labsim_redfish.py;
+that tiny-6.1 has no e1000e driver is checked here. Which drivers (drivers-scope): test_drivers_scope.py."""
 import json
 import os
 import pathlib
