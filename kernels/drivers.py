@@ -1,18 +1,27 @@
 """A kernel built for the server it boots on: the drivers a server uses, added to a kernel krig
 builds (`--kernel KERNEL,drivers=RIG|PATH`, kernels/given.py).
 
-What the server uses (its *inventory*) is three lists, read from the server over its rig's SSH
+What the server uses (its *inventory*) is four lists, read from the server over its rig's SSH
 (rigs/ipmi_drivers.py) or given as files:
 
     modules   its loaded modules (/proc/modules, or `lsmod`'s output: the first word of a line)
     bound     the drivers its devices are bound to (/sys/bus/*/devices/*/driver): bus, device,
               driver, and the driver's module (/sys/bus/*/drivers/D/module) when it has one
+    boot      the drivers its network cards and disks hang off: for each /sys/class/net/*/device
+              and /sys/block/*/device, every ancestor up to /sys/devices bound to a driver:
+              role (net or block), interface or disk, bus, device, driver [module]
     config    its running kernel's config (/proc/config.gz, or /boot/config-$(uname -r))
 
 The text form (what the rig reads, and what a file may hold) is `krig-drivers 1`, then
-`release R` and sections `== modules`, `== bound` (bus device driver [module] a line) and
-`== config`. A directory holds the same as the files `modules`, `bound` and `config`; any
-other file is a module list.
+`release R` and sections `== modules`, `== bound` (bus device driver [module] a line),
+`== boot` (role name bus device driver [module] a line) and `== config`. A directory holds the
+same as the files `modules`, `bound`, `boot` and `config`; any other file is a module list.
+
+The *scope* says which of them are added. `boot` (the default when the inventory has a boot
+section): only the drivers of the network cards and disks, what a kexec'd kernel needs to come
+back over SSH; the loaded modules and bound drivers are recorded as available, not added.
+`all` (`,drivers-scope=all`): every loaded module and bound driver (DRM, USB, input...). An
+inventory without a boot section (a module list the user chose) is taken whole.
 
 Each module (and each bound driver's module, or its name) is mapped to config symbols the way
 `make localmodconfig` does it: the tree's `obj-$(CONFIG_X) += name.o` lines (kernels/kbuildmap.py).
@@ -37,7 +46,9 @@ from . import kbuildmap
 from .spec import parse_dotconfig
 
 FORMAT = "krig-drivers 1"
-SECTIONS = ("modules", "bound", "config")
+SECTIONS = ("modules", "bound", "boot", "config")
+SCOPES = ("boot", "all")
+ROLES = ("net", "block")
 _MODULE_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _WORD_RE = re.compile(r"^[A-Za-z0-9_.:+@-]{1,128}$")
 MAX_BYTES = 4 << 20
@@ -81,6 +92,20 @@ def _bound(lines, label: str) -> list:
     return out
 
 
+def _boot(lines, label: str) -> list:
+    out = []
+    for n, raw in lines:
+        words = raw.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) not in (5, 6) or words[0] not in ROLES or not all(_WORD_RE.match(w) for w in words):
+            raise UsageError(f"{label}:{n}: want `net|block name bus device driver [module]`, got {raw.strip()[:80]!r}")
+        entry = tuple(words) + (("",) if len(words) == 5 else ())
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
 def _config(text: str, label: str) -> dict:
     cfg = parse_dotconfig(text)
     if not cfg:
@@ -107,11 +132,11 @@ def parse_inventory(text: str, label: str) -> dict:
         elif cur is not None:
             parts[cur].append((n, raw))
     inv = {"source": label, "release": release, "modules": _modules(parts["modules"], label),
-           "bound": _bound(parts["bound"], label), "config": None}
+           "bound": _bound(parts["bound"], label), "boot": _boot(parts["boot"], label), "config": None}
     if any(raw.strip() for _, raw in parts["config"]):
         inv["config"] = _config("\n".join(raw for _, raw in parts["config"]), label)
-    if not inv["modules"] and not inv["bound"]:
-        raise UsageError(f"{label}: no module and no bound driver in it")
+    if not inv["modules"] and not inv["bound"] and not inv["boot"]:
+        raise UsageError(f"{label}: no module, no bound driver and no boot device in it")
     return inv
 
 
@@ -140,9 +165,10 @@ def read_inventory(path: pathlib.Path, label: str) -> dict:
                              "/proc/modules or `lsmod`'s output)")
         inv = {"source": str(path), "release": None, "config": None,
                "modules": _modules(enumerate(_read(path / "modules", f"{label}/modules").splitlines(), 1),
-                                   f"{label}/modules"), "bound": []}
-        if (path / "bound").is_file():
-            inv["bound"] = _bound(enumerate(_read(path / "bound", f"{label}/bound").splitlines(), 1), f"{label}/bound")
+                                   f"{label}/modules"), "bound": [], "boot": []}
+        for part, fn in (("bound", _bound), ("boot", _boot)):
+            if (path / part).is_file():
+                inv[part] = fn(enumerate(_read(path / part, f"{label}/{part}").splitlines(), 1), f"{label}/{part}")
         if (path / "config").is_file():
             inv["config"] = _config(_read(path / "config", f"{label}/config"), f"{label}/config")
         if not inv["modules"] and not inv["bound"]:
@@ -154,17 +180,42 @@ def read_inventory(path: pathlib.Path, label: str) -> dict:
     mods = _modules(enumerate(text.splitlines(), 1), label)
     if not mods:
         raise UsageError(f"{label}: no module in it (one module a line, as /proc/modules or lsmod)")
-    return {"source": str(path), "release": None, "modules": mods, "bound": [], "config": None}
+    return {"source": str(path), "release": None, "modules": mods, "bound": [], "boot": [], "config": None}
 
 
 # -- the plan: which symbols, and why -------------------------------------------------
 
-def _candidates(inv: dict) -> list:
-    """[(name to look up, where it came from)] in the order found: modules, then bound drivers."""
+def _candidates(inv: dict, scope: str) -> list:
+    """[(name to look up, where it came from)] in the order found: the boot devices' drivers
+    (scope boot), or the modules, then the bound drivers (scope all)."""
+    if scope == "boot":
+        out, seen = [], set()
+        for role, name, bus, dev, driver, module in inv.get("boot", []):
+            if (module or driver) not in seen:
+                seen.add(module or driver)
+                out.append((module or driver, f"sysfs: {role} {name} -> {bus} {dev} {driver}"))
+        return out
     out = [(m, "/proc/modules" if inv.get("from_server") else inv["source"]) for m in inv["modules"]]
     for bus, dev, driver, module in inv["bound"]:
         out.append((module or driver, f"sysfs: {bus} {dev} bound to {driver}"))
     return out
+
+
+def scope_of(inv: dict, scope: str | None, label: str) -> str:
+    """The scope a plan takes: the one asked, or boot when the inventory has a boot section."""
+    if scope is not None and scope not in SCOPES:
+        raise UsageError(f"{label}: drivers-scope={scope}: allowed: {', '.join(SCOPES)}")
+    if scope == "boot" and not inv.get("boot"):
+        raise UsageError(f"{label}: drivers-scope=boot but {inv['source']} has no boot section (the drivers of "
+                         "the server's network cards and disks); give drivers-scope=all, or a rig krig reads")
+    return scope or ("boot" if inv.get("boot") else "all")
+
+
+def _available(inv: dict, candidates: list) -> list:
+    """The modules and bound drivers of the inventory a boot-scope plan leaves out."""
+    taken = {n for n, _ in candidates}
+    names = list(inv["modules"]) + [module or driver for _, _, driver, module in inv["bound"]]
+    return sorted({n for n in names if n not in taken})
 
 
 def _symbols_of(name: str, index: dict, config: dict | None) -> tuple[list, str | None]:
@@ -181,12 +232,14 @@ def _symbols_of(name: str, index: dict, config: dict | None) -> tuple[list, str 
     return drv, None
 
 
-def plan(inv: dict, tree: pathlib.Path, kernel_config: dict) -> dict:
+def plan(inv: dict, tree: pathlib.Path, kernel_config: dict, scope: str | None = None, label: str = "drivers=") -> dict:
     """What to add to a kernel whose fragments ask kernel_config, for the server of inv:
-    {"config": {CONFIG_X: "y"}, "added": [...], "skipped": [...], "held": {...}, ...}."""
+    {"config": {CONFIG_X: "y"}, "added": [...], "skipped": [...], "held": {...}, "scope", ...}."""
     index, kc = tree_index(str(tree))
+    scope = scope_of(inv, scope, label)
+    candidates = _candidates(inv, scope)
     config, added, skipped, seen = {}, [], [], set()
-    for name, origin in _candidates(inv):
+    for name, origin in candidates:
         syms, why = _symbols_of(name, index, inv.get("config"))
         if why:
             if name not in seen:
@@ -206,7 +259,8 @@ def plan(inv: dict, tree: pathlib.Path, kernel_config: dict) -> dict:
             added.append({"module": name, "symbol": sym, "from": origin, "makefile": f"{d}/Makefile"})
     held = _dependencies(config, added, kc, kernel_config)
     return {"source": inv["source"], "release": inv.get("release"), "config": dict(sorted(config.items())),
-            "added": added, "skipped": skipped, "held": held,
+            "added": added, "skipped": skipped, "held": held, "scope": scope,
+            "available": _available(inv, candidates) if scope == "boot" else [],
             "hash": hashlib.sha256(json.dumps(sorted(config.items())).encode()).hexdigest()[:8]}
 
 
@@ -269,5 +323,6 @@ def outcome(p: dict, final: dict, tree: pathlib.Path | None = None) -> list:
 def record(p: dict, final: dict, tree: pathlib.Path | None = None) -> dict:
     """What build.json and a run's manifest keep of it: where the drivers came from, module ->
     symbol -> source, what was skipped and what did not end up built in."""
-    return {"source": p["source"], "release": p["release"], "hash": p["hash"], "added": p["added"],
-            "skipped": p["skipped"], "not_built_in": outcome(p, final, tree)}
+    return {"source": p["source"], "release": p["release"], "hash": p["hash"], "scope": p.get("scope", "all"),
+            "added": p["added"], "skipped": p["skipped"], "available": p.get("available", []),
+            "not_built_in": outcome(p, final, tree)}

@@ -16,7 +16,9 @@ the names of kernels/<name>.toml:
                          series applied on top (an mbox, .mbox.gz, a directory of patches, or
                          the Message-ID of its posting, fetched with b4; kernels/series.py)
 
-Options follow the kernel after commas: config=, modules=, like=, series=.
+Options follow the kernel after commas: config=, modules=, like=, series=, drivers=,
+drivers-scope= (boot: the drivers of the server's network cards and disks, the default when
+the server was read; all: every driver it has loaded; kernels/drivers.py).
 A tree or image kernel's config is checked against the reproducer's `config`
 fragment before anything boots (check_config): a missing option is one line.
 """
@@ -44,10 +46,10 @@ from .spec import (KernelSpec, build_inputs, cache_key, git, is_distro, kernel_c
                    wanted_config)
 from .spec import git_env as git_env_of
 
-OPTIONS = ("config", "modules", "like", "series", "drivers")
+OPTIONS = ("config", "modules", "like", "series", "drivers", "drivers-scope")
 DEFAULT_LIKE = "linux-6.1"
 SYNTAX = ("NAME | PATH (built tree or image file) | TREE@REF, then optionally ,config=FILE "
-          ",modules=DIR ,like=KERNEL ,drivers=RIG|PATH ,series=MBOX")
+          ",modules=DIR ,like=KERNEL ,drivers=RIG|PATH [,drivers-scope=boot|all] ,series=MBOX")
 _NAME_RE = re.compile(r"^[A-Za-z0-9._+-]+$")
 
 
@@ -94,12 +96,15 @@ def parse(text: str) -> Given:
     else:
         raise UsageError(f"--kernel {text}: {head} is neither a kernel name, an existing path nor TREE@REF "
                          f"(syntax: {SYNTAX})")
-    allowed = {"toml": {"series", "drivers"}, "git": {"like", "series", "drivers"}, "tree": set(),
-               "image": {"config", "modules"}}[g.kind]
+    allowed = {"toml": {"series", "drivers", "drivers-scope"}, "git": {"like", "series", "drivers", "drivers-scope"},
+               "tree": set(), "image": {"config", "modules"}}[g.kind]
     for k in opts:
         if k not in allowed:
             raise UsageError(f"--kernel {text}: {k}= does not go with a {g.kind} kernel "
                              f"(allowed: {', '.join(sorted(allowed)) or 'no options'})")
+    if "drivers-scope" in opts and ("drivers" not in opts or opts["drivers-scope"] not in drivers.SCOPES):
+        raise UsageError(f"--kernel {text}: drivers-scope={opts['drivers-scope']}: " + (
+            "goes with drivers=RIG|PATH" if "drivers" not in opts else f"allowed: {', '.join(drivers.SCOPES)}"))
     return g
 
 
@@ -384,10 +389,10 @@ def _add_drivers(spec: KernelSpec, g: Given, log) -> None:
     else:
         inv = drivers.rig_reader(value, log)
     tree = source_tree(spec)
-    p = drivers.plan(inv, tree, wanted_config(spec)[0])
+    p = drivers.plan(inv, tree, wanted_config(spec)[0], g.opts.get("drivers-scope"), label)
     if not p["config"]:
-        log(f"krig: drivers from {inv['source']}: nothing to add to {spec.name} (every driver of the server is "
-            f"in it already or not in this source; {len(p['skipped'])} skipped)")
+        log(f"krig: drivers from {inv['source']} (scope {p['scope']}): nothing to add to {spec.name} (every driver "
+            f"of the server is in it already or not in this source; {len(p['skipped'])} skipped)")
         return
     spec.drivers = {**p, "tree": str(tree)}
     spec.name = f"{spec.name}+d{p['hash']}"

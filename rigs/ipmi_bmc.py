@@ -60,6 +60,7 @@ class BmcAuthError(RigError):
 
 class Bmc:
     POWER_ON = "ipmitool ... chassis power on"       # how to power the server on by hand, as errors say it
+    NMI = "chassis power diag"                        # how the NMI is sent, as rig_facts hang.nmi says it
     def __init__(self, rig: str, cfg: dict, password: str, log_path: pathlib.Path | None = None):
         self.rig = rig
         self.cfg = cfg

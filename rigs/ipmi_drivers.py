@@ -4,7 +4,10 @@ built like it (`--kernel KERNEL,drivers=RIG`: kernels/drivers.py reads this text
 SCRIPT runs as every command krig runs on a server (rigs/ipmi_ssh.py: as root, through
 `sudo -n` for a user other than root), reads only, and prints `krig-drivers 1`, the running
 release, its loaded modules (/proc/modules), the drivers its devices are bound to
-(/sys/bus/*/devices/*/driver: bus, device, driver, the driver's module) and its running config
+(/sys/bus/*/devices/*/driver: bus, device, driver, the driver's module), the drivers its network
+cards and disks hang off (`== boot`: for each /sys/class/net/*/device and /sys/block/*/device,
+every ancestor of the device's real sysfs path up to /sys/devices that has a driver: role,
+interface or disk, bus, device, driver, module; at most 16 levels) and its running config
 (/proc/config.gz, or /boot/config-$(uname -r)) when it has one. The server is held as a run
 holds it (its lock, or the lab coordinator's reservation) while it is read; a server that is
 off is powered on into its installed system and left on (the run that follows boots from
@@ -19,24 +22,39 @@ from krig.errors import RigError, UsageError
 from krig.paths import cache_dir
 from .ipmi_ssh import SshLost, remote_command
 
-SCRIPT = """w() { printf '%s' "$1" | tr -c 'A-Za-z0-9_.:+@-' '_'; }
-echo 'krig-drivers 1'
+SCRIPT = """echo 'krig-drivers 1'
 echo "release $(uname -r)"
 echo '== modules'
 cat /proc/modules 2>/dev/null
 echo '== bound'
 for l in /sys/bus/*/devices/*/driver; do
-  [ -e "$l" ] || continue
-  dev=${l%/driver}; bus=${dev#/sys/bus/}; bus=${bus%%/*}
-  drv=$(basename "$(readlink -f "$l")")
-  mod=; [ -e "$l/module" ] && mod=$(basename "$(readlink -f "$l/module")")
-  echo "$(w "$bus") $(w "${dev##*/}") $(w "$drv") $(w "$mod")"
-done
+  cd -P "$l" 2>/dev/null || continue
+  drv=${PWD##*/}; mod=
+  cd -P module 2>/dev/null && mod=${PWD##*/}
+  dev=${l%/driver}; bus=${dev#/sys/bus/}
+  printf '%s %s %s %s\\n' "${bus%%/*}" "${dev##*/}" "$drv" "$mod"
+done | tr -c 'A-Za-z0-9_.:+@ \\n-' '_'
+echo '== boot'
+for l in /sys/class/net/*/device /sys/block/*/device; do
+  cd -P "$l" 2>/dev/null || continue
+  case $l in /sys/class/net/*) role=net ;; *) role=block ;; esac
+  name=${l%/device}; name=${name##*/}; p=$PWD; n=0
+  while [ "${p#/sys/devices/}" != "$p" ] && [ $n -lt 16 ]; do
+    if cd -P "$p/driver" 2>/dev/null; then
+      drv=${PWD##*/}; mod=; bus=none
+      cd -P module 2>/dev/null && mod=${PWD##*/}
+      cd -P "$p/subsystem" 2>/dev/null && bus=${PWD##*/}
+      printf '%s %s %s %s %s %s\\n' "$role" "$name" "$bus" "${p##*/}" "$drv" "$mod"
+    fi
+    p=${p%/*}; n=$((n + 1))
+  done
+done | tr -c 'A-Za-z0-9_.:+@ \\n-' '_'
+cd /
 echo '== config'
 if [ -r /proc/config.gz ]; then zcat /proc/config.gz
 elif [ -r "/boot/config-$(uname -r)" ]; then cat "/boot/config-$(uname -r)"; fi
 """
-READ_TIMEOUT = 120
+READ_TIMEOUT = 300          # no fork a device (cd -P, not readlink): seconds even under TCG
 MAX_BYTES = 4 << 20         # what is read of it (kernels/drivers.py reads at most as much)
 
 
@@ -59,8 +77,11 @@ def read(rig, log=print) -> str:
                            "read (power it off, or give them as files: drivers=DIR)")
         try:
             rc, out, err = s.ssh.run(remote_command(["sh", "-c", SCRIPT], None), timeout=READ_TIMEOUT)
-        except (SshLost, subprocess.TimeoutExpired) as e:
-            raise RigError(f"rig {rig.name}: reading the server's drivers failed: {e or 'timeout'}") from None
+        except subprocess.TimeoutExpired:
+            raise RigError(f"rig {rig.name}: reading the server's drivers failed: no answer within "
+                           f"{READ_TIMEOUT}s") from None
+        except SshLost as e:
+            raise RigError(f"rig {rig.name}: reading the server's drivers failed: {e or 'SSH lost'}") from None
         if rc != 0:
             why = (err.decode(errors="replace").strip().splitlines() or [f"exit {rc}"])[-1]
             raise RigError(f"rig {rig.name}: reading the server's drivers failed: {shlex.quote(why)[:200]}")

@@ -422,7 +422,8 @@ def serve(name: str) -> int:
     d = state_dir(name)
     req = json.loads((d / "request.json").read_text())
     if req.get("bmc_kind") == "redfish":
-        server = RedfishLabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"], name=name)
+        server = RedfishLabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"], name=name,
+                                  nic=req.get("nic") or "virtio-net", nic_device=NICS[req.get("nic") or "virtio-net"])
     else:
         server = LabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"],
                            nic=req.get("nic") or "virtio-net")

@@ -1,8 +1,10 @@
 """The simulated lab server behind a Redfish BMC: `krig lab sim up NAME --bmc redfish`.
 
 The same server as the IPMI one (rigs/labsim.py: UEFI firmware + GRUB booting Debian 12
-from its own disk, rigs/labsim_image.py; an NVMe scratch disk; SSH forwarded to 127.0.0.1;
-panic=0), here a libvirt domain of libvirt's per-user session daemon, its BMC sushy-tools'
+from its own disk, rigs/labsim_image.py; an NVMe scratch disk; its network card virtio-net or
+`--nic e1000e`/`e1000`, QEMU's user-mode network with SSH forwarded to 127.0.0.1 (a
+-netdev/-device pair on the domain's QEMU command line: libvirt's user interface forwards no
+port); panic=0), here a libvirt domain of libvirt's per-user session daemon, its BMC sushy-tools'
 sushy-emulator with the libvirt driver, its serial line served by ser2net over telnet
 (rigs/labsim_redfish.py). HTTPS with a self-signed certificate made at `up`, pinned by its
 fingerprint in the generated rig file; the BMC password in krig's secret store. The domain's
@@ -30,9 +32,10 @@ class RedfishLabServer:
     BMC = "redfish"
 
     def __init__(self, base: pathlib.Path, image_dir: pathlib.Path, memory_mb: int = 2048,
-                 scratch_bytes: int = 16 << 30, name: str = "lab"):
+                 scratch_bytes: int = 16 << 30, name: str = "lab", nic: str = "virtio-net",
+                 nic_device: str = "virtio-net-pci"):
         self.base, self.image_dir, self.memory_mb, self.scratch_bytes = base, image_dir, memory_mb, scratch_bytes
-        self.name = name
+        self.name, self.nic, self.nic_device = name, nic, nic_device     # --nic, and QEMU's device of it
         self.password = "krig-rf-" + secrets.token_hex(8)
         self.lan_port, self.sol_port, self.ssh_port = free_port(), free_port(), free_port()
         self.kcs_port, self.vm_serial_port = free_port(), free_port()   # the IPMI server's: unused here
@@ -72,7 +75,7 @@ class RedfishLabServer:
         return domain_xml(DOMAIN, self.memory_mb, v / "serial.sock", disks=[(v / "disk.qcow2", "qcow2", "vda")],
                           os_extra=loader, cpu="max", qemu_args=[
                               "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
-                              "-device", "virtio-net-pci,netdev=n0,romfile=,bus=pcie.0,addr=0x10",   # slots libvirt leaves free
+                              "-device", f"{self.nic_device},netdev=n0,romfile=,bus=pcie.0,addr=0x10",  # slots libvirt leaves free
                               "-drive", f"file={v / 'scratch.img'},if=none,id=nvme0,format=raw,cache=unsafe",
                               "-device", "nvme,drive=nvme0,serial=krig-scratch,bus=pcie.0,addr=0x11"])
 

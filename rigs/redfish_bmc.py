@@ -50,6 +50,8 @@ def _colons(fp: str) -> str:
 
 class RedfishBmc(Bmc):
     POWER_ON = "ComputerSystem.Reset On, from the BMC's web page or any Redfish client"
+    NMI = "ComputerSystem.Reset Nmi"
+
     def __init__(self, rig: str, cfg: dict, password: str, log_path=None):
         super().__init__(rig, cfg, password, log_path)
         self.url = f"https://{cfg['host']}:{cfg['port']}"

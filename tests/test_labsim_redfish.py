@@ -1,9 +1,19 @@
-"""The Redfish rig end to end on `krig lab sim up NAME --bmc redfish`, started as a user starts
-it: the disk-booted Debian 12 lab server as a libvirt session domain, sushy-emulator its BMC
-(HTTPS, the certificate pinned in the generated rig file), its console through ser2net.
-One run of selftest-pass boots the installed system (UEFI, GRUB, systemd) through a Redfish
-ComputerSystem.Reset, kexecs into the kernel under test, runs, pulls the results over SSH
-and powers the server off again; `down` leaves nothing running."""
+"""The Redfish rig end to end, as a lab uses it, on `krig lab sim up NAME --bmc redfish --nic e1000e`
+started as a user starts it: the disk-booted Debian 12 lab server as a libvirt session domain with
+an Intel e1000e card, sushy-emulator its BMC (HTTPS, the certificate pinned in the generated rig
+file), its console through ser2net.
+
+1. `krig validate` of the rmdir-keeps-children series as mailed, on tiny-6.1 built like the server
+   (`drivers=RIG`: its drivers read over SSH from the installed system, powered on through
+   Redfish for it): only the drivers of its network card and disks, so e1000e built in, which
+   tiny-6.1 lacks. Both kernels kexec'd from the installed system (UEFI, GRUB, systemd), back over
+   SSH through the e1000e card, results pulled, powered off: *regressed*; the server's facts as
+   Redfish gives them in validate.json.
+2. The wedge on the same kernel (cached): HUNG, the stacks on the console after the Redfish NMI
+   (ComputerSystem.Reset Nmi), recovered by a Redfish power cycle.
+3. `down` leaves nothing running.
+
+CI budget: one run a side, one wedge."""
 import json
 import os
 import pathlib
@@ -11,11 +21,16 @@ import subprocess
 
 import pytest
 
-from conftest import KRIG, ROOT, setup_missing
+from conftest import KRIG, ROOT, build_kernels, setup_missing
+from kernels.catalog import load_kernel
+from kernels.demo_repo import FIX_LIST, make_demo_repo, series_mbox
+from kernels.spec import read_dotconfig
 from rigs import labsim_image, labsim_redfish
 
-pytestmark = [pytest.mark.labsim, pytest.mark.long(25)]
+pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, pytest.mark.long(45)]
 NAME = "krig-test-rf"
+KERNEL = f"tiny-6.1,drivers={NAME}"
+TESTER = "Krig Tester <tester@example.org>"
 
 
 @pytest.fixture(scope="module")
@@ -24,13 +39,14 @@ def rf_sim(tmp_path_factory):
     base = tmp_path_factory.mktemp("labsim-redfish")
     env = {**os.environ, "XDG_CONFIG_HOME": str(base / "config"), "XDG_STATE_HOME": str(base / "state"),
            "KRIG_LOCK_DIR": str(base / "locks"), "KRIG_RESULTS": str(base / "results")}
-    p = subprocess.run(KRIG + ["lab", "sim", "up", NAME, "--bmc", "redfish", "--owner", str(os.getpid())],
-                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=3600)
+    p = subprocess.run(KRIG + ["lab", "sim", "up", NAME, "--bmc", "redfish", "--nic", "e1000e",
+                               "--owner", str(os.getpid())], capture_output=True, text=True, cwd=ROOT, env=env,
+                       timeout=3600)
     st = json.loads((base / "state" / "krig" / "labsim" / NAME / "state.json").read_text()) \
         if p.returncode == 0 else {}
     try:
         assert p.returncode == 0, p.stdout + p.stderr
-        assert "BMC sushy-emulator (Redfish over HTTPS)" in p.stdout
+        assert "BMC sushy-emulator (Redfish over HTTPS)" in p.stdout and ", NIC e1000e" in p.stdout, p.stdout
         yield env, p.stdout.strip().splitlines()[-1], st
     finally:
         down = subprocess.run(KRIG + ["lab", "sim", "down", NAME], capture_output=True, text=True, cwd=ROOT,
@@ -44,28 +60,104 @@ def rf_sim(tmp_path_factory):
     assert not list((base / "config" / "krig" / "secrets").glob("*"))
 
 
+def _krig(env, *args):
+    return subprocess.run(KRIG + list(args), capture_output=True, text=True, cwd=ROOT, env=env, timeout=5400)
+
+
 def test_the_rig_file_pins_the_bmc_and_names_the_console(rf_sim):
     env, rig, st = rf_sim
     text = open(rig).read()
     assert 'driver = "redfish"' in text and 'console = "telnet://127.0.0.1:' in text
     assert f'port = {st["lan_port"]}' in text and "fingerprint = " in text and "password =" not in text
-    assert st["bmc_kind"] == "redfish"
+    assert st["bmc_kind"] == "redfish" and st["nic"] == "e1000e"
 
 
-def test_a_run_boots_kexecs_and_pulls_through_redfish(rf_sim):
+def _check_drivers_kernel(m: dict, tiny_release: str) -> None:
+    """The kernel of a run: tiny-6.1 + the server's boot drivers, e1000e built in, from sysfs."""
+    k = m["kernel"]
+    assert k["release"].startswith(tiny_release + "-d"), k["release"]
+    config = read_dotconfig(pathlib.Path(k["config"]))
+    assert config.get("CONFIG_E1000E") == "y", k["config"]
+    d = k["drivers"]
+    assert d["scope"] == "boot" and d["source"].startswith(f"rig {NAME}"), d
+    e = next(a for a in d["added"] if a["symbol"] == "CONFIG_E1000E")
+    assert e["from"].startswith("sysfs: net ") and e["from"].endswith(" e1000e") and " -> pci " in e["from"], e
+    assert not [a for a in d["added"] if a.get("makefile", "").startswith(("drivers/gpu/", "drivers/usb/"))], d
+
+
+def test_validate_on_a_kernel_built_like_the_server(rf_sim, tmp_path):
     env, rig, st = rf_sim
-    p = subprocess.run(KRIG + ["run", "selftest-pass", "--rig", NAME], capture_output=True, text=True, cwd=ROOT,
-                       env=env, timeout=3600)
+    build_kernels("tiny-6.1")                           # cached: a no-op
+    tiny = load_kernel("tiny-6.1")
+    assert read_dotconfig(tiny.config).get("CONFIG_E1000E", "n") == "n"      # what makes the card a real test
+    demo, info = make_demo_repo(log=lambda *a: None)
+    culprit = info["culprit"]
+    parent = subprocess.run(["git", f"--git-dir={demo}", "rev-parse", f"{culprit}^"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+    mbox = series_mbox(demo, parent, culprit, "vfs: rmdir keeps the children", tmp_path / "rmdir.mbox",
+                       to=(FIX_LIST,))
+    vdir = tmp_path / "v"
+    p = _krig(env, "validate", "unlink-dentry-growth", "--rig", NAME, "--base", KERNEL, "--series", str(mbox),
+              "--repeat", "1", "--preset", "smoke", "--from", TESTER, "-o", str(vdir))
     out = p.stdout + p.stderr
-    assert p.returncode == 0, out
+    assert p.returncode == 5, p.stdout[-4000:] + p.stderr[-4000:]
     assert "Traceback" not in out
-    run_dir = sorted(pathlib.Path(env["KRIG_RESULTS"]).glob(f"selftest-pass/*/{NAME}/*"))[-1]
+    assert f"powering {NAME} on into its installed system to read its drivers" in out
+    answer = [ln for ln in p.stdout.splitlines() if not ln.startswith(("krig: ", "kbuild: "))]
+    assert answer[0].startswith("regressed: "), answer
+    state = json.loads((vdir / "validate.json").read_text())
+    assert state["answer"] == "regressed" and state["rig"] == NAME
+    server = state["server"]                            # as Redfish gives it, and as the server says it
+    assert server["server_model"] == "Sushy Emulator" and server["memory_gib"] == 2, server
+    assert "OVMF" in server["firmware"] or "EFI" in server["firmware"], server
+    assert server["ram_bytes"] > 1 << 30 and server["bmc"], server
+    base_release = state["base_kernel"]["release"]
+    assert base_release.startswith(tiny.release + "-d"), base_release
+    assert state["new_kernel"]["release"] == f"{base_release}-s{state['series_provenance']['patchset_hash'][:8]}"
+    consoles, bmc_logs = [], []
+    for side, release, want in (("base", base_release, "PASS"), ("new", state["new_kernel"]["release"], "FAIL")):
+        (run,) = sorted((vdir / side).glob("run-*"))
+        assert json.loads((run / "verdict.json").read_text())["verdict"] == want, side     # back over SSH
+        m = json.loads((run / "manifest.json").read_text())
+        f = m["rig_facts"]
+        assert m["machine"]["release"] == release, m["machine"]
+        assert f["kexec"][0] == "kexec" and f["kexec_syscall"].startswith("kexec_"), f
+        assert f["kexec_exec"] == ["systemctl", "kexec"], f
+        assert f["server_model"] == "Sushy Emulator" and f["memory_gib"] == 2, f
+        assert f["results_pull"] == "pulled before the power off" and f["shutdown"] == "soft", f
+        _check_drivers_kernel(m, tiny.release)
+        console = (run / "console.log").read_text(errors="replace")       # through ser2net
+        assert f"Linux version {release} " in console, side
+        consoles.append(console)
+        bmc_logs.append((run / "bmc.log").read_text())
+    # the installed system booted through Redfish at least once: firmware, GRUB, then the kexec
+    assert any("Welcome to GRUB" in c and c.count("Linux version") >= 2 for c in consoles)
+    assert any("ComputerSystem.Reset On: ok" in b for b in bmc_logs)
+
+
+def test_a_wedged_kernel_gets_the_redfish_nmi(rf_sim, tmp_path):
+    """selftest-wedge on validate's base kernel (cached: no build): the module spins with
+    interrupts off; the NMI through Redfish puts the stacks on the console; HUNG; the Redfish
+    power cycle brings the installed system back (panic=0: nothing else would)."""
+    env, rig, st = rf_sim
+    env = {**env, "KRIG_RESULTS": str(tmp_path / "results")}
+    p = _krig(env, "run", "selftest-wedge", "--rig", NAME, "--kernel", KERNEL)
+    out = p.stdout + p.stderr
+    assert "Traceback" not in out, out[-3000:]
+    assert not [ln for ln in out.splitlines() if ln.startswith("kbuild: ") and ": tree " in ln], out[-3000:]  # cached
+    run_dir = next((tmp_path / "results").rglob("manifest.json")).parent
     verdict = json.loads((run_dir / "verdict.json").read_text())
-    assert verdict["verdict"] == "PASS", verdict
-    facts = json.loads((run_dir / "manifest.json").read_text())["rig_facts"]
-    assert facts["server_model"] == "Sushy Emulator" and facts["memory_gib"] == 2
-    assert facts["kexec_syscall"].startswith("kexec_") and facts["results_pull"] == "pulled before the power off"
+    assert verdict["verdict"] == "HUNG", verdict
+    m = json.loads((run_dir / "manifest.json").read_text())
+    f = m["rig_facts"]
+    _check_drivers_kernel(m, load_kernel("tiny-6.1").release)
+    assert f["kexec"][0] == "kexec" and f["kexec_exec"] == ["systemctl", "kexec"], f
+    assert f["hang"]["nmi"] == "sent (ComputerSystem.Reset Nmi)", f["hang"]
+    assert f["hang"]["recovered"].startswith("yes"), f["hang"]
+    assert "ComputerSystem.Reset Nmi: ok" in (run_dir / "bmc.log").read_text()
     console = (run_dir / "console.log").read_text(errors="replace")
-    assert "Welcome to GRUB" in console and console.count("Linux version") >= 2     # firmware, then the kexec
-    assert "ComputerSystem.Reset On: ok" in (run_dir / "bmc.log").read_text()
-    assert facts["shutdown"] == "soft"
+    assert "wedging the kernel now" in (run_dir / "stdout").read_text()
+    wedge = console.index("test_lockup") if "test_lockup" in console else console.index("Start on CPU")
+    nmi = console.index("NMI received for unknown reason", wedge)
+    assert "Call Trace" in console[nmi:] or "RIP:" in console[nmi:], console[nmi:nmi + 2000]
+    assert console.index("Linux version", nmi) > nmi                  # came back after the power cycle

@@ -420,6 +420,10 @@ def test_a_lab_servers_facts_are_the_answers():
     assert s["firmware"].startswith("EFI Development Kit") and s["ram_bytes"] == 2 << 30 and s["rig"] == "lab1"
     assert server_line(s) == ("QEMU Standard PC (Q35 + ICH9, 2009), firmware EFI Development Kit II / OVMF 0.0.0 "
                               "(02/06/2015), 2.0 GiB, 1 x QEMU TCG; BMC manufacturer id 4753, firmware 9.08, IPMI 2.0")
+    assert "server_model" not in s and "firmware_versions" not in s
+    redfish = {"server_model": "Contoso 3500", "memory_gib": 256, "firmware_versions": {"bios": "2.1.7"}}
+    s = server_facts({**k, "rig_facts": {**k["rig_facts"], **redfish}})        # as a Redfish BMC says it
+    assert {x: s[x] for x in redfish} == redfish and s["firmware"].startswith("EFI Development Kit")
     assert server_facts({"rig": {"name": "qemu-default"}, "rig_facts": {"accel": "tcg"}}) is None
     assert firmware_facts("dmi.bios_vendor=\ndmi.sys_vendor=\n") == {}
 

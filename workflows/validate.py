@@ -289,9 +289,12 @@ def server_facts(k: dict) -> dict | None:
     f, m = k.get("rig_facts") or {}, k.get("machine") or {}
     if not (f.get("bmc_info") or f.get("firmware")):
         return None
-    return {"rig": (k.get("rig") or {}).get("name"), "system": f.get("system"), "firmware": f.get("firmware"),
-            "ram_bytes": m.get("mem_total_bytes"), "cpus": m.get("cpus"), "cpu": (m.get("cpu") or {}).get("model"),
-            "bmc": f.get("bmc_info"), "bmc_address": f.get("bmc")}
+    out = {"rig": (k.get("rig") or {}).get("name"), "system": f.get("system"), "firmware": f.get("firmware"),
+           "ram_bytes": m.get("mem_total_bytes"), "cpus": m.get("cpus"), "cpu": (m.get("cpu") or {}).get("model"),
+           "bmc": f.get("bmc_info"), "bmc_address": f.get("bmc")}
+    # what a Redfish BMC says of the server (rigs/redfish_facts.py), as it says it
+    out.update({x: f[x] for x in ("server_model", "memory_gib", "processors", "firmware_versions") if f.get(x)})
+    return out
 
 
 def format_answer(vdir: pathlib.Path, state: dict) -> str:
