@@ -227,7 +227,11 @@ loadlib "{w}/krig_diag.so" ""
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ipmi_sim exited {self.proc.returncode}: "
                                    f"{(self.logs / 'ipmi_sim.log').read_text()[-500:]}")
-            if self.ipmitool("chassis", "power", "status", timeout=5).returncode == 0:
+            try:
+                answered = self.ipmitool("chassis", "power", "status", timeout=15).returncode == 0
+            except subprocess.TimeoutExpired:       # a busy host: ipmitool's own retries outlast the wait
+                answered = False
+            if answered:
                 if not self.BMC_USER and qemu_confine.runas_user() is not None:
                     os.chown(kcs, *user_ids(qemu_confine.runas_user()), follow_symlinks=False)  # QEMU reconnects
                 return
@@ -255,7 +259,7 @@ loadlib "{w}/krig_diag.so" ""
         """Write <rigs>/<name>.toml for this server (<base>/rigs unless set: KRIG_RIG_PATH=<base>/rigs)."""
         spec = {"driver": "ipmi", "description": f"ipmi_sim server on 127.0.0.1:{self.lan_port}",
                 "scratch_dev": "/dev/nvme0n1", "remote_dir": "/run/krig-remote", "boot_timeout": 300,
-                "hang_timeout": 60, "nmi_wait": 10, "shutdown_timeout": 60,
+                "hang_timeout": 60, "nmi_wait": 10, "shutdown_timeout": 180,    # a busy host powers off late
                 "shutdown_command": ["sh", "-c", "sync; echo o > /proc/sysrq-trigger"], **top}
         b = {"host": "127.0.0.1", "port": self.lan_port, "user": self.USER,
              "password_file": str(self.password_file), "cipher_suite": 3, "timeout": 2, "retries": 3,

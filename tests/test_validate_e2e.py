@@ -13,7 +13,7 @@ a bundle may name no series itself), its kernel loaded with kexec_file_load (`ke
 In `make test` these runs follow tests/test_labsim.py's wedge on the same server: the
 server works again after a HUNG run's power cycle.
 
-CI budget: 2 runs a side (too few to be significant: the answer rests on the thresholds
+CI budget: one run a side (too few to be significant: the answer rests on the thresholds
 the base held), one reproduced run. The default N=4 is measured in docs/validate.md.
 """
 import json
@@ -49,7 +49,7 @@ def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
                        to=(FIX_LIST,))
 
     p = _krig(lab_sim, tmp_path, "validate", "unlink-dentry-growth", "--rig", NAME, "--base", "tiny-6.1",
-              "--series", str(mbox), "--repeat", "2", "--preset", "smoke", "--from", TESTER, "-o", str(tmp_path / "v"))
+              "--series", str(mbox), "--repeat", "1", "--preset", "smoke", "--from", TESTER, "-o", str(tmp_path / "v"))
     assert p.returncode == 5, p.stdout[-3000:] + p.stderr[-3000:]
     answer = [ln for ln in p.stdout.splitlines() if not ln.startswith(("krig: ", "kbuild: "))]
     assert answer[0].startswith("regressed: "), answer
@@ -66,7 +66,7 @@ def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
     image = json.loads((lab_sim.image_dir / "image.json").read_text())
     for side, release in (("base", base_release), ("new", new_release)):
         runs = sorted((vdir / side).glob("run-*"))
-        assert len(runs) == 2, runs
+        assert len(runs) == 1, runs
         for run in runs:
             m = json.loads((run / "manifest.json").read_text())
             f = m["rig_facts"]
