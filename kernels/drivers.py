@@ -80,30 +80,27 @@ def _modules(lines, label: str) -> list:
     return out
 
 
-def _bound(lines, label: str) -> list:
+def _rows(lines, label: str, width: int, shape: str, first=None) -> list:
+    """The lines of a table section as tuples of `width` words, the last one optional (then "");
+    first: the words the first column may hold. Bad line: one line naming it and the shape."""
     out = []
     for n, raw in lines:
         words = raw.split()
         if not words or words[0].startswith("#"):
             continue
-        if len(words) not in (3, 4) or not all(_WORD_RE.match(w) for w in words):
-            raise UsageError(f"{label}:{n}: want `bus device driver [module]`, got {raw.strip()[:80]!r}")
-        out.append((words[0], words[1], words[2], words[3] if len(words) == 4 else ""))
+        if len(words) not in (width - 1, width) or (first is not None and words[0] not in first) \
+                or not all(_WORD_RE.match(w) for w in words):
+            raise UsageError(f"{label}:{n}: want `{shape}`, got {raw.strip()[:80]!r}")
+        out.append(tuple(words) + (("",) if len(words) == width - 1 else ()))
     return out
+
+
+def _bound(lines, label: str) -> list:
+    return _rows(lines, label, 4, "bus device driver [module]")
 
 
 def _boot(lines, label: str) -> list:
-    out = []
-    for n, raw in lines:
-        words = raw.split()
-        if not words or words[0].startswith("#"):
-            continue
-        if len(words) not in (5, 6) or words[0] not in ROLES or not all(_WORD_RE.match(w) for w in words):
-            raise UsageError(f"{label}:{n}: want `net|block name bus device driver [module]`, got {raw.strip()[:80]!r}")
-        entry = tuple(words) + (("",) if len(words) == 5 else ())
-        if entry not in out:
-            out.append(entry)
-    return out
+    return list(dict.fromkeys(_rows(lines, label, 6, "net|block name bus device driver [module]", ROLES)))
 
 
 def _config(text: str, label: str) -> dict:
