@@ -249,7 +249,7 @@ class IpmiServer(ServerSetup):
             try:
                 if self.bmc.power_status() == "on":
                     self.bmc.power("diag")
-                    hang["nmi"] = f"sent ({getattr(self.bmc, 'NMI', 'chassis power diag')})"
+                    hang["nmi"] = f"sent ({self.bmc.NMI})"
                 else:
                     hang["nmi"] = "not sent: the server is off"
             except RigError as e:
