@@ -54,14 +54,15 @@ def _power(st: dict, tmp_path, what: str) -> None:
     assert p.returncode == 0, p.stderr
 
 
-def _listening(pids: set[int]) -> set[str]:
-    """proto:port of every TCP/UDP socket the processes pids listen on (ss)."""
-    out = set()
+def _listening(pids: set[int]) -> tuple[set[str], list[str]]:
+    """proto:port of every TCP/UDP socket the processes pids listen on, and ss's lines for them."""
+    out, lines = set(), []
     for proto in ("-tlnp", "-ulnp"):
         for ln in subprocess.run(["ss", "-H", proto], capture_output=True, text=True).stdout.splitlines():
             if {int(p) for p in re.findall(r"pid=(\d+)", ln)} & pids:
                 out.add(f"{proto[1]}:{ln.split()[3].rsplit(':', 1)[1]}")
-    return out
+                lines.append(ln)
+    return out, lines
 
 
 def _uid(pid: int) -> int:
@@ -88,7 +89,8 @@ def test_another_user_reaches_neither_console_nor_bmc_wires(server, tmp_path):
         import pwd
         uid = pwd.getpwnam(qemu_confine.runas_user()).pw_uid
         assert _uid(qemu[0]) == uid and _uid(st["bmc"]["pid"]) == uid
-    assert _listening(set(procs)) == {f"u:{st['lan_port']}", f"t:{st['ssh_port']}"}, _listening(set(procs))
+    ports, lines = _listening(set(procs))
+    assert ports == {f"u:{st['lan_port']}", f"t:{st['ssh_port']}"}, (st["lan_port"], st["ssh_port"], procs, lines)
     for sock in ("sol.sock", "kcs.sock", "serial.sock"):
         code = ("import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1]); print('reached')\n"
                 "except PermissionError: print('refused')\n")

@@ -14,6 +14,8 @@
  * an unprivileged ipmi_sim fails to bind its port and connects to nothing an
  * unprivileged user could listen on. setsockopt(IPPROTO_TCP, ...) on such a
  * socket (TCP_NODELAY) succeeds without effect. Every other call is passed on.
+ * A socket file at PATH that nobody answers on (left by a BMC that was killed)
+ * is removed before the bind; one that answers is kept, and the bind fails.
  *
  * Build: gcc -shared -fPIC -o krig_unix.so krig_unix.c -ldl
  */
@@ -75,6 +77,24 @@ to_unix(int fd, const char *path, struct sockaddr_un *sun)
     return 0;
 }
 
+/* Remove a stale socket at sun's path: a socket file whose connect is refused (its listener is gone). */
+static void
+drop_stale(const struct sockaddr_un *sun)
+{
+    addr_call conn = (addr_call) dlsym(RTLD_NEXT, "connect");
+    struct stat st;
+    int probe;
+
+    if (lstat(sun->sun_path, &st) != 0 || !S_ISSOCK(st.st_mode))
+        return;
+    probe = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (probe < 0)
+        return;
+    if (conn(probe, (const struct sockaddr *) sun, sizeof(*sun)) < 0 && errno == ECONNREFUSED)
+        unlink(sun->sun_path);
+    close(probe);
+}
+
 int
 bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
@@ -88,6 +108,7 @@ bind(int fd, const struct sockaddr *addr, socklen_t len)
         return real(fd, addr, len);
     if (to_unix(fd, path, &sun) < 0)
         return -1;
+    drop_stale(&sun);
     old = umask(0177);
     rv = real(fd, (struct sockaddr *) &sun, sizeof(sun));
     umask(old);
