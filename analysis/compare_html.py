@@ -8,6 +8,7 @@ PNGs beside the page, everything taken from files HTML-escaped.
 import pathlib
 
 from krig.errors import KrigError
+from krig.record import read_metrics
 from krig.reproducer import load_reproducer
 from krig.rundir import RunDir
 
@@ -22,7 +23,7 @@ SIDES = {"base": {"label": "BASE", "linestyle": "--", "alpha": 0.75, "colors": [
 
 def _metrics_of(run: RunDir) -> dict:
     try:
-        return run.metrics()
+        return read_metrics(run)
     except (KrigError, OSError):
         return {}
 

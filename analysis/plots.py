@@ -139,7 +139,7 @@ def group_series(spec: dict, trace, timeline: Timeline, metrics: dict) -> Series
     s = Series(spec["label"], spec["axis"], "bars", x, counts[order].astype(float), width)
     if spec.get("mark_max") or spec.get("mark_max_metric"):
         big = int(np.argmax(s.y))
-        values = {k: (v.get("value") if v.get("value") is not None else math.nan) for k, v in metrics.items()}
+        values = {k: (v.value if v.value is not None else math.nan) for k, v in metrics.items()}
         try:
             text = spec["mark_max"].format(**values) if spec.get("mark_max") else ""
         except (KeyError, ValueError, IndexError) as e:
@@ -155,13 +155,13 @@ def line_value(spec: dict, thresholds: list, metrics: dict, params: dict) -> flo
         th = next(t for t in thresholds if t.metric == spec["metric"])
         v = th.max if th.max is not None else th.min
     else:
-        v = (metrics.get(spec["metric"]) or {}).get("value")
+        v = _value(metrics, spec["metric"])
         if v is None:
             raise PlotError(f"metrics.json has no value for {spec['metric']!r}")
     for p in spec["times_params"]:
         v *= float(params[p])
     if spec["times_metric"]:
-        m = (metrics.get(spec["times_metric"]) or {}).get("value")
+        m = _value(metrics, spec["times_metric"])
         if m is None:
             raise PlotError(f"metrics.json has no value for {spec['times_metric']!r}")
         v *= m
@@ -170,7 +170,13 @@ def line_value(spec: dict, thresholds: list, metrics: dict, params: dict) -> flo
 
 def line_missing(spec: dict, metrics: dict) -> bool:
     """A metric line whose metric has no value in this run (an optional line is then left out)."""
-    return spec["kind"] == "metric" and (metrics.get(spec["metric"]) or {}).get("value") is None
+    return spec["kind"] == "metric" and _value(metrics, spec["metric"]) is None
+
+
+def _value(metrics: dict, name: str) -> float | None:
+    """A metric's value in metrics ({name: krig.record.MetricEntry}), None when it has none."""
+    m = metrics.get(name)
+    return None if m is None else m.value
 
 
 def plot_data(spec: dict, run, repro, metrics: dict) -> PlotData:

@@ -47,14 +47,13 @@ def require_model(repro, analyzer, extra: tuple) -> None:
 
 
 def project(manifest, analyzer, metrics: dict, extra: tuple = ()) -> dict | None:
-    """The projection of a run (its krig.record.Manifest and metrics.json) by its reproducer's
-    analyze.py (`load_analyzer(repro)`, loaded once by the caller); None: it has no model, or the
-    run tells none."""
+    """The projection of a run (its krig.record.Manifest and metric values, RunRecord.metrics) by
+    its reproducer's analyze.py (`load_analyzer(repro)`, loaded once by the caller); None: it has
+    no model, or the run tells none."""
     fn = getattr(analyzer, "projection", None)
     if fn is None or not metrics:
         return None
-    values = {k: (v or {}).get("value") for k, v in metrics.items()}
-    return fn(values, manifest.machine_said, tuple(extra))
+    return fn(dict(metrics), manifest.machine_said, tuple(extra))
 
 
 def _gb(n: float) -> str:

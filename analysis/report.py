@@ -9,7 +9,7 @@ import sys
 from krig import safeio
 from krig.rundir import RunDir, is_run_dir
 from krig.errors import KrigError, UsageError
-from krig.record import Manifest, RunRecord
+from krig.record import Manifest, MetricEntry, RunRecord, Verdict, read_metrics, read_verdict
 from krig.reproducer import load_analyzer, load_reproducer
 from krig.verdict import KERNEL_STOPPED
 
@@ -40,23 +40,24 @@ def esc(x) -> str:
     return html.escape("" if x is None else str(x), quote=True)
 
 
-def _load_json(run: RunData, which: str) -> dict:
-    """run.verdict() or run.metrics(); {} when missing or unreadable (the report says what it can)."""
+def _read(run: RunData, read, default):
+    """read(run) (krig.record's read_verdict or read_metrics); default when missing or unreadable
+    (the report says what it can)."""
     try:
-        return getattr(run, which)()
+        return read(run) or default
     except (KrigError, OSError):
-        return {}
+        return default
 
 
-def console_lines(run: RunDir, verdict: dict) -> list[str]:
+def console_lines(run: RunDir, verdict: Verdict) -> list[str]:
     """The console lines that explain a HUNG/CRASHED/ERROR run: the crash context
     and the console's findings, else its last lines."""
-    ctx = verdict.get("crash_context")
+    ctx = verdict.crash_context
     if isinstance(ctx, list) and ctx:
         return [str(x) for x in ctx]
     if isinstance(ctx, str) and ctx:
         return ctx.splitlines()
-    found = [line for lines in (verdict.get("console") or {}).values() for line in lines]
+    found = [line for lines in (verdict.console or {}).values() for line in lines]
     tail = _text(run, "console.log").splitlines()[-CONSOLE_TAIL:]
     return found + (["..."] if found and tail else []) + tail
 
@@ -103,23 +104,24 @@ def run_info(manifest: Manifest) -> list[list[str]]:
     return info
 
 
-def build_html(rec: RunRecord, verdict, metrics, repro, plots, session, notes, proj=None) -> str:
-    v = verdict.get("verdict", "?")
+def build_html(rec: RunRecord, verdict: Verdict, metrics: dict[str, MetricEntry], repro, plots, session, notes,
+               proj=None) -> str:
+    v = verdict.verdict or "?"
     run, manifest = rec.run, rec.manifest
     parts = [f"<h1>{esc(repro.name)} <span class=\"v {esc(v)}\">{esc(v)}</span></h1>",
-             f"<p><b>Reason:</b> {esc(verdict.get('reason'))}</p>"]
-    for w in verdict.get("warnings") or []:
+             f"<p><b>Reason:</b> {esc(verdict.reason)}</p>"]
+    for w in verdict.warnings or []:
         parts.append(f"<p class=\"note\">warning: {esc(w)}</p>")
     judged = threshold_outcomes(run, repro)
     rows = []
     for t in repro.thresholds:
-        m = metrics.get(t.metric) or {}
+        m = metrics.get(t.metric) or MetricEntry(None)
         outcome = judged.get(threshold_id(t))
         tag = threshold_tag(outcome)
         # a contended timing crossing is not the kernel's: not in the crossed colour
         cell = esc(tag) if outcome not in ("pass", "fail") else (
             f"<span class=\"{'held' if outcome == 'pass' else 'crossed'}\">{esc(tag)}</span>")
-        rows.append([esc(t.metric), esc(fmt(m.get("value"))), esc(t.describe()), esc(m.get("unit")), cell,
+        rows.append([esc(t.metric), esc(fmt(m.value)), esc(t.describe()), esc(m.unit), cell,
                      esc(t.rationale)])
     parts += ["<h2>Thresholds</h2>",
               html_table(["metric", "measured", "limit", "unit", "held", "rationale"], rows, (1,)) if rows
@@ -143,8 +145,8 @@ def build_html(rec: RunRecord, verdict, metrics, repro, plots, session, notes, p
                   f"{esc(session['why'])}: {(session['end_ns'] - session['start_ns']) / 1e9:.3f} s from "
                   f"{session['start_ns'] / 1e9:.6f} s on the trace clock.</p>"]
     parts += ["<h2>Run</h2>", html_table(["", ""], run_info(manifest))]
-    mrows = [[esc(n), esc(fmt(m.get("value"))), esc(m.get("unit")), esc(m.get("better")),
-              esc(m.get("description"))] for n, m in metrics.items()]
+    mrows = [[esc(n), esc(fmt(m.value)), esc(m.unit), esc(m.better), esc(m.description)]
+             for n, m in metrics.items()]
     parts += ["<h2>Metrics</h2>", html_table(["metric", "value", "unit", "better", "description"], mrows, (1,))
               if mrows else "<p>no metrics (the run did not complete)</p>"]
     for n in notes:
@@ -169,11 +171,11 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
     run_dir, manifest = run.dir, run.record.manifest
     repro = repro or load_reproducer(manifest.reproducer or "?")
     projection.require_model(repro, load_analyzer(repro) if project else None, project)
-    verdict, metrics = _load_json(run, "verdict"), _load_json(run, "metrics")
+    verdict, metrics = _read(run, read_verdict, Verdict(None)), _read(run, read_metrics, {})
     files, notes, plots, session = [], [], [], None
     # plots whenever the thresholds judged the run's numbers: also an ERROR that only moved
     # the blame (a contended host) or flagged the instrument, whose numbers are still drawn
-    if verdict.get("verdict") not in NO_PLOTS or verdict.get("thresholds"):
+    if verdict.verdict not in NO_PLOTS or verdict.thresholds:
         for spec in repro.plots:
             try:
                 png, csv_path = write_plot(plot_data(spec, run, repro, metrics), run_dir)
@@ -189,7 +191,8 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
         notes.append(f"{SESSION_FILE}: {type(e).__name__}: {e}")
     proj = None
     try:
-        proj = projection.project(manifest, load_analyzer(repro), metrics, project) if verdict.get("thresholds") else None
+        values = {k: e.value for k, e in metrics.items()}
+        proj = projection.project(manifest, load_analyzer(repro), values, project) if verdict.thresholds else None
         projection.write(run_dir, proj)
         if proj:
             files.append(run_dir / projection.PROJECTION)

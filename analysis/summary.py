@@ -6,7 +6,7 @@ import textwrap
 
 from krig.asked import AskedRun
 from krig.errors import UsageError
-from krig.record import Manifest, RunRecord
+from krig.record import Manifest, MetricEntry, RunRecord, Verdict, read_metrics, read_thresholds
 from krig.rundir import RunDir
 from krig.verdict import host_contended
 
@@ -38,15 +38,15 @@ def threshold_outcomes(run, repro) -> dict:
     the same way. {} if not judged. run: a RunDir (or a run directory's path)."""
     run = RunDir.of(run)
     try:
-        judged = run.thresholds()
+        judged = read_thresholds(run)
     except UsageError:
         return {}
     ids = {threshold_id(t): t for t in repro.thresholds}
-    out = {k: str(v.get("outcome")) for k, v in judged.items() if k in ids}
+    out = {k: v.outcome for k, v in judged.items() if k in ids}
     timing = [k for k, o in out.items() if o == "fail" and ids[k].host_sensitive]
     if timing:
         try:
-            pct = (run.metrics().get("host_contended_pct") or {}).get("value")
+            pct = read_metrics(run).get("host_contended_pct", MetricEntry(None)).value
         except (UsageError, OSError):
             pct = None
         if isinstance(pct, (int, float)) and host_contended(float(pct)):
@@ -72,16 +72,16 @@ def threshold_measurements(run, repro) -> list[dict]:
     RunDir (or a run directory's path)."""
     run = RunDir.of(run)
     try:
-        metrics = run.metrics()
+        metrics = read_metrics(run)
     except UsageError:
         metrics = {}
     outcomes = threshold_outcomes(run, repro)
     out = []
     for t in repro.thresholds:
-        m = metrics.get(t.metric) or {}
-        value = m.get("value")
+        m = metrics.get(t.metric) or MetricEntry(None)
+        value = m.value
         out.append({"threshold": t, "value": None if not _finite(value) else float(value),
-                    "unit": m.get("unit", ""), "better": m.get("better", "info"),
+                    "unit": m.unit, "better": m.better,
                     "outcome": outcomes.get(threshold_id(t))})
     return out
 
@@ -141,11 +141,11 @@ def ascii_only(s: str) -> str:
     return s.encode("ascii", "replace").decode("ascii")
 
 
-def build_summary(rec: RunRecord, verdict: dict, metrics: dict, repro, proj=None) -> str:
+def build_summary(rec: RunRecord, verdict: Verdict, metrics: dict[str, MetricEntry], repro, proj=None) -> str:
     m, run = rec.manifest, rec.run
     k, rig, facts = m.kernel, m.rig, m.rig_facts or {}
-    out = [f"krig {repro.name}: {verdict.get('verdict', '?')}"]
-    out += _wrap(f"reason: {verdict.get('reason', '')}")
+    out = [f"krig {repro.name}: {verdict.verdict or '?'}"]
+    out += _wrap(f"reason: {verdict.reason}")
     out.append("")
     out += _wrap(f"kernel: {m.release or '?'} ({_or(k.name, '?')}: {_or(k.description, '')})")
     out += _wrap(f"machine: {_or(m.cpus, '?')} CPUs, {gib(m.mem_total_bytes)} "
@@ -158,15 +158,15 @@ def build_summary(rec: RunRecord, verdict: dict, metrics: dict, repro, proj=None
     if metrics:
         out += ["", "metrics:"]
         for name, v in metrics.items():
-            line = f"  {name} = {fmt(v.get('value'))} {v.get('unit', '')}".rstrip()
-            out += [line] if len(line) <= WIDTH else [f"  {name} =", f"    {fmt(v.get('value'))} {v.get('unit', '')}"]
+            line = f"  {name} = {fmt(v.value)} {v.unit}".rstrip()
+            out += [line] if len(line) <= WIDTH else [f"  {name} =", f"    {fmt(v.value)} {v.unit}"]
     judged = threshold_outcomes(run, repro)
     if repro.thresholds:
         out += ["", "thresholds:"]
         for t in repro.thresholds:
             outcome = judged.get(threshold_id(t))
-            v = (metrics.get(t.metric) or {})
-            out += _wrap(f"{threshold_tag(outcome)}: {t.metric} = {fmt(v.get('value'))} {v.get('unit', '')}, "
+            v = metrics.get(t.metric) or MetricEntry(None)
+            out += _wrap(f"{threshold_tag(outcome)}: {t.metric} = {fmt(v.value)} {v.unit}, "
                          f"limit {t.describe()}", "  ")
             if outcome not in (None, "pass"):
                 out += _wrap(t.rationale, "    ")

@@ -42,7 +42,7 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="module")
 def metrics(request):
-    return _record(str(_run_dir(request.config))).run.metrics()
+    return _record(str(_run_dir(request.config))).metric_entries
 
 
 def judge_value(threshold, value, unit) -> tuple[str, str]:
@@ -67,14 +67,14 @@ def measured(threshold, metrics, record_property):
     """The threshold's value, or an error (not a failure) when the run cannot be judged on it:
     pytest reports a fixture that raises as an error, which krig check turns into ERROR."""
     m = metrics.get(threshold.metric)
-    value, unit = (m["value"], m["unit"]) if m else (None, "")
+    value, unit = (m.value, m.unit) if m else (None, "")
     outcome, line = judge_value(threshold, value, unit)
     record_property("krig_threshold", threshold_id(threshold))
     record_property("krig_outcome", outcome)
     record_property("krig_message", line)
     record_property("krig_host_sensitive", "1" if threshold.host_sensitive else "0")
     # value, unit, better direction and limit, for CI dashboards that plot JUnit properties
-    for name, v in threshold_properties(threshold, value, unit, (m or {}).get("better", "info")).items():
+    for name, v in threshold_properties(threshold, value, unit, m.better if m else "info").items():
         record_property(name, v)
     if outcome in ("unmeasured", "instrument"):
         raise NotJudged(line)

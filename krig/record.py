@@ -1,7 +1,7 @@
 """The run record: what a run asked, what it measured, how it ended and what the judge decided,
-as typed values. manifest.json (the runner's, written as the run goes: workflows/run.py) and
-verdict.json (the judge's: workflows/check.py) are written from these values and read back into
-them here; thresholds.json (each threshold's outcome) and metrics.json are read with them.
+as typed values. manifest.json (the runner's, written as the run goes: workflows/run.py),
+verdict.json, metrics.json and thresholds.json (the judge's: workflows/check.py) are written
+from these values and read back into them here, and nowhere else (tests/test_layout.py).
 
     RunRecord            one run directory, read through krig/rundir.py (safe reads); `.run` is
                          its RunDir, which every later read of the run goes through
@@ -12,6 +12,11 @@ them here; thresholds.json (each threshold's outcome) and metrics.json are read 
       .verdict           Verdict or None (never judged): verdict, reason, cause, tallies, notes
       .thresholds        [ThresholdOutcome]: threshold id, outcome, sentence, host-sensitive
       .metrics           {name: value or None}
+      .metric_entries    {name: MetricEntry}: the value with its unit, better direction, description
+
+A reader that has no manifest to read (a run krig had only begun, a judge's own files) uses the
+functions below on the run's RunDir: read_verdict, read_metrics, read_thresholds, and the
+judge writes with write_verdict, write_metrics, write_thresholds.
 
 The manifest is read at once (a missing or unreadable one is one line); the rest when asked.
 This module is the one place manifest.json's object becomes a Manifest (tests/test_layout.py).
@@ -23,7 +28,7 @@ back as it was, so a run directory made by any krig reads and re-judges the same
 import dataclasses
 
 from .record_machine import KernelRecord, Machine, RigRecord
-from .rundir import MANIFEST, RunDir
+from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
 
 # Facts the run adds as it goes: absent from manifest.json until known (a reader asks "did the
 # machine answer?" as "is there a machine").
@@ -160,6 +165,67 @@ class ThresholdOutcome:
     host_sensitive: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class MetricEntry:
+    """One metric of metrics.json: its value (None: not measured) and how to read it."""
+    value: float | None
+    unit: str = ""
+    better: str = "info"            # higher, lower, info
+    description: str = ""
+    min_change_pct: float | None = None
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    _KNOWN = ("value", "better", "min_change_pct", "unit", "description")
+
+    @classmethod
+    def from_json(cls, data) -> "MetricEntry":
+        """An entry as written; anything but a JSON object is an entry without a value."""
+        if not isinstance(data, dict):
+            return cls(None)
+        value = data.get("value")
+        return cls(value if isinstance(value, (int, float)) and not isinstance(value, bool) else None,
+                   unit=str(data.get("unit") or ""), better=str(data.get("better") or "info"),
+                   description=str(data.get("description") or ""), min_change_pct=data.get("min_change_pct"),
+                   extra={k: v for k, v in data.items() if k not in cls._KNOWN})
+
+    def to_json(self) -> dict:
+        out = {"value": self.value, "better": self.better}
+        if self.min_change_pct is not None:
+            out["min_change_pct"] = self.min_change_pct
+        return {**out, "unit": self.unit, "description": self.description, **self.extra}
+
+
+def read_verdict(run) -> Verdict | None:
+    """verdict.json of a run directory (a path or its RunDir); None when the run was never judged."""
+    v = RunDir.of(run).json(VERDICT, {})
+    return Verdict.from_json(v) if v else None
+
+
+def write_verdict(run, verdict: Verdict) -> None:
+    RunDir.of(run).write_json(VERDICT, verdict.to_json())
+
+
+def read_metrics(run) -> dict[str, MetricEntry]:
+    """metrics.json of a run directory: {name: MetricEntry}; {} when the run has none."""
+    return {str(k): MetricEntry.from_json(m) for k, m in RunDir.of(run).json(METRICS, {}).items()}
+
+
+def write_metrics(run, entries: dict[str, MetricEntry]) -> None:
+    RunDir.of(run).write_json(METRICS, {k: e.to_json() for k, e in entries.items()})
+
+
+def read_thresholds(run) -> dict[str, ThresholdOutcome]:
+    """threshold id -> the judge's outcome (thresholds.json); {} when the run was not judged."""
+    rows = RunDir.of(run).json(THRESHOLDS, [])
+    return {r["threshold"]: ThresholdOutcome(r["threshold"], str(r.get("outcome")), str(r.get("message") or ""),
+                                             bool(r.get("host_sensitive")))
+            for r in rows if isinstance(r, dict) and isinstance(r.get("threshold"), str)}
+
+
+def write_thresholds(run, outcomes: list[ThresholdOutcome]) -> None:
+    RunDir.of(run).write_json(THRESHOLDS, [dataclasses.asdict(o) for o in outcomes])
+
+
 class RunRecord:
     """One run directory read as a record: the manifest at once (a missing or unreadable one is one
     line), the verdict, thresholds and metrics when first asked, through the same RunDir (each
@@ -180,15 +246,17 @@ class RunRecord:
     @property
     def verdict(self) -> Verdict | None:
         """verdict.json, or None when the run was never judged."""
-        v = self.run.verdict()
-        return Verdict.from_json(v) if v else None
+        return read_verdict(self.run)
 
     @property
     def thresholds(self) -> list[ThresholdOutcome]:
-        return [ThresholdOutcome(r["threshold"], str(r.get("outcome")), str(r.get("message") or ""),
-                                 bool(r.get("host_sensitive"))) for r in self.run.thresholds().values()]
+        return list(read_thresholds(self.run).values())
+
+    @property
+    def metric_entries(self) -> dict[str, MetricEntry]:
+        return read_metrics(self.run)
 
     @property
     def metrics(self) -> dict:
         """{name: value or None} of metrics.json."""
-        return {k: (m.get("value") if isinstance(m, dict) else None) for k, m in self.run.metrics().items()}
+        return {k: e.value for k, e in read_metrics(self.run).items()}

@@ -223,13 +223,14 @@ def run_state(d) -> str:
         run = RunDir.of(d)
     except (OSError, KrigError):
         return "INCOMPLETE"
+    from .record import RunRecord, read_verdict      # b4-check imports this module and reads no run
     try:
-        v = run.verdict().get("verdict")
+        judged = read_verdict(run)
+        v = judged.verdict if judged else None
     except (OSError, KrigError):
         v = None
     if v and isinstance(v, str) and v != "INCOMPLETE":
         return v
-    from .record import RunRecord      # the typed record only for a run without a verdict (b4-check needs none)
     try:
         man = RunRecord.read(run).manifest
     except (OSError, KrigError):

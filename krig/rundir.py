@@ -1,4 +1,5 @@
-"""A run directory as every command reads it: manifest, verdict, metrics, console, samples, phases.
+"""A run directory as every command reads it: its files (the JSON records through krig/record.py),
+console, samples, phases.
 
 Each file is read at most once per RunDir; a file that is missing or unreadable is one
 UsageError line naming it (or the caller's default, for the optional ones).
@@ -107,20 +108,6 @@ class RunDir:
 
     def write_text(self, name: str, text: str) -> None:
         self.write_bytes(name, text.encode())
-
-    def verdict(self) -> dict:
-        """verdict.json ({} when the run was never judged)."""
-        return self.json(VERDICT, {})
-
-    def metrics(self) -> dict:
-        """metrics.json ({} when the run has none)."""
-        return self.json(METRICS, {})
-
-    def thresholds(self) -> dict:
-        """threshold id -> the judge's entry (outcome, message, host_sensitive) from thresholds.json;
-        {} when the run was not judged."""
-        rows = self.json(THRESHOLDS, [])
-        return {r["threshold"]: r for r in rows if isinstance(r, dict) and isinstance(r.get("threshold"), str)}
 
     def text(self, name: str, default: str | None = "") -> str:
         """A text file of the run (console.log, qemu.log, ...); `default` when missing."""

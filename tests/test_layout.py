@@ -382,15 +382,21 @@ def test_the_size_check_sees_a_long_file_and_function():
 
 # -- one way to read a run ---------------------------------------------------------
 
-# Where manifest.json's object may be read and typed: the run record and the run-directory reader.
+# Where a run's records (manifest.json; the judge's verdict.json, metrics.json, thresholds.json)
+# may be read, written and typed: the run record and the run-directory reader.
 RECORD_MODULES = {"krig/record.py", "krig/record_machine.py", "krig/rundir.py"}
-# What reads a run's manifest around the record: by key, by hand, or into a record of one's own.
+_JUDGED_FILES = r"(?:\b(?:VERDICT|METRICS|THRESHOLDS)\b|(?:verdict|metrics|thresholds)\.json)"
+# What reads a run's records around the record: by key, by hand, or into a record of one's own.
 MANIFEST_READS = {
     "reads the manifest by key": re.compile(r"\.manifest(?:\[|\.get\()"),
     "makes a record from JSON": re.compile(r"\bfrom_json\b"),
     "reads manifest.json's raw object": re.compile(r"\bmanifest_json\b"),
     "reads manifest.json by hand": re.compile(r"(?:\bjson\.loads?|\bread_json|\.json|\bopen|\bread_bytes|\bread_text)\("
                                               r"[^\n]*(?:\bMANIFEST\b|manifest\.json)|manifest\.json\W*\.(?:read|open)"),
+    "reads or writes a judged file by hand": re.compile(r"(?:\bjson\.(?:loads?|dumps?)|\bread_json|\bwrite_json|\.json"
+                                                        r"|\bopen|\bread_bytes|\bread_text|\bwrite_text|\bwrite_bytes)\("
+                                                        r"[^\n]*" + _JUDGED_FILES + r"|(?:verdict|metrics|thresholds)"
+                                                        r"\.json\W*\.(?:read|open|write)"),
 }
 
 
@@ -417,8 +423,9 @@ def manifest_reads_under(root: pathlib.Path = ROOT) -> list:
 
 def test_a_run_is_read_only_through_the_run_record():
     """krig/record.py's RunRecord is the one way a run is read: outside the record modules no
-    code reads the manifest by key, makes a Manifest (or Verdict) from JSON, or reads
-    manifest.json itself; reproducers' analyze.py and the benchmarks included."""
+    code reads the manifest by key, makes a Manifest (or Verdict) from JSON, reads manifest.json
+    itself, or reads or writes verdict.json, metrics.json or thresholds.json but through
+    krig/record.py; reproducers' analyze.py and the benchmarks included."""
     bad = manifest_reads_under()
     assert not bad, "\n".join(bad)
 
@@ -434,6 +441,12 @@ def test_a_run_is_read_only_through_the_run_record():
     ("raise UsageError(f'{d}: no {MANIFEST}')\n", []),
     ("m = RunRecord.read(d).manifest  # not .manifest.get( nor from_json\n", []),
     ("rel = RunRecord.read(d).manifest.release\n", []),
+    ("v = json.loads((d / 'verdict.json').read_text())\n", ["line 1: reads or writes a judged file by hand"]),
+    ("m = run.json(METRICS, {})\n", ["line 1: reads or writes a judged file by hand"]),
+    ("run.write_json(THRESHOLDS, rows)\n", ["line 1: reads or writes a judged file by hand"]),
+    ("(d / 'metrics.json').write_text(text)\n", ["line 1: reads or writes a judged file by hand"]),
+    ("if not run.exists(VERDICT):\n", []),
+    ("v = RunRecord.read(d).verdict\n", []),
 ])
 def test_the_checker_sees_a_manifest_read_around_the_record(snippet, found):
     assert manifest_reads(snippet) == found

@@ -56,6 +56,7 @@ CASES = [  # (rule, file, line(s) added, what the rule must name)
     ("size", "krig/errors.py", "\n" * 500, "krig/errors.py: "),
     ("manifest", "workflows/run.py", "m = json.loads((d / 'manifest.json').read_text())\n",
      "workflows/run.py line "),
+    ("manifest", "analysis/summary.py", "v = RunDir(d).json(VERDICT, {})\n", "analysis/summary.py line "),
 ]
 
 

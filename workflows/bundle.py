@@ -36,7 +36,7 @@ from krig.errors import UsageError
 from krig.paths import cache_dir, kernel_file
 from krig.reproducer import load_reproducer
 from krig.results import bundle_name, public_kernel_arg, public_paths, public_repository, public_url
-from krig.record import Manifest, RunRecord
+from krig.record import Manifest, RunRecord, Verdict
 from krig.record_machine import KernelRecord, RigRecord
 from krig.rundir import MANIFEST, VERDICT, RunDir
 
@@ -69,7 +69,8 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
     if not run.exists(VERDICT):
         raise UsageError(f"{run_dir}: the run has no {VERDICT}; judge it first with `krig check {run_dir}`")
     try:
-        man, verdict = RunRecord.read(run).manifest, run.verdict()
+        rec = RunRecord.read(run)
+        man, verdict = rec.manifest, rec.verdict or Verdict(None)
     except UsageError as e:
         raise UsageError(f"{run_dir}: unreadable manifest.json or verdict.json: {e}") from None
     repro = load_reproducer(man.reproducer)
@@ -81,7 +82,7 @@ def bundle(run_dir, output=None, with_trace: bool = False, log=print, with_kerne
         "reproducer": repro.name, "preset": man.preset, "params": man.params,
         "kernel": kernel_identity(man.kernel),
         "rig": {"name": man.rig.name, "kind": man.rig.kind},
-        "verdict": verdict.get("verdict"), "reason": verdict.get("reason"),
+        "verdict": verdict.verdict, "reason": verdict.reason,
         "krig_revision": man.krig_revision, "bundled": stamp, "with_trace": with_trace,
         "series": man.series, "with_kernel": with_kernel, "with_config": with_config or with_kernel,
     }

@@ -24,9 +24,10 @@ from krig import ROOT, junit, safeio
 from krig.errors import KrigError, UsageError
 from .hostload import contended_pct
 from krig.paths import owner_alive
-from krig.record import Manifest, Verdict
+from krig.record import (Manifest, MetricEntry, ThresholdOutcome, Verdict, write_metrics, write_thresholds,
+                         write_verdict)
 from krig.reproducer import load_analyzer, load_reproducer  # noqa: F401 (load_analyzer: callers' name)
-from krig.rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
+from krig.rundir import MANIFEST, RunDir
 from .stall import still_progressing
 from krig.verdict import JUDGED, Evidence, decide, exit_code, host_contended, scan_console
 
@@ -39,11 +40,12 @@ BUILTIN_METRICS = {
 }
 
 
-def run_notes(analyzer, metrics: dict) -> list[str]:
+def run_notes(analyzer, metrics: dict[str, MetricEntry]) -> list[str]:
     """What the reproducer's analyze.py says about how its verdict was reached
-    (optional `notes(metrics) -> [str]`, e.g. a flood that ran into its time cap)."""
+    (optional `notes(metrics) -> [str]`, e.g. a flood that ran into its time cap; it is given
+    metrics.json's objects, as a reproducer reads them)."""
     fn = getattr(analyzer, "notes", None)
-    return [str(n) for n in fn(metrics)] if fn else []
+    return [str(n) for n in fn({k: e.to_json() for k, e in metrics.items()})] if fn else []
 
 
 def workload_metrics(run: RunDir) -> dict:
@@ -59,7 +61,7 @@ def workload_metrics(run: RunDir) -> dict:
     return out
 
 
-def compute_metrics(data: RunData, repro, analyzer) -> dict:
+def compute_metrics(data: RunData, repro, analyzer) -> dict[str, MetricEntry]:
     values = workload_metrics(data)
     if analyzer is not None:
         values.update(analyzer.metrics(data))
@@ -82,7 +84,7 @@ def compute_metrics(data: RunData, repro, analyzer) -> dict:
         meta = repro.metrics.get(name) or BUILTIN_METRICS.get(name) or {"unit": "", "better": "info",
                                                                          "description": ""}
         v = None if v is None else float(v)
-        out[name] = {"value": None if v is None or math.isnan(v) else v, **meta}
+        out[name] = MetricEntry(None if v is None or math.isnan(v) else v, **meta)
     return out
 
 
@@ -119,7 +121,7 @@ def judge(run, contended: bool = False, properties: dict | None = None) -> dict:
             if r["outcome"] == "fail" and r["host_sensitive"]:
                 r["outcome"] = "contended"
     junit.write(run_dir / "junit.xml", "krig", junit_cases(tests, record), properties or {})
-    run.write_json(THRESHOLDS, record)
+    write_thresholds(run, [ThresholdOutcome(**r) for r in record])
     return counts
 
 
@@ -244,12 +246,12 @@ def check(run_dir, project: tuple = ()) -> dict:
         except Exception as e:   # a bug in analyze.py is the reproducer breaking, not a kernel verdict
             ev.analysis_error = f"{type(e).__name__}: {e}"
         else:
-            data.write_json(METRICS, metrics)
-            lost = metrics.get("trace_lost_events", {}).get("value")
+            write_metrics(data, metrics)
+            lost = metrics.get("trace_lost_events", MetricEntry(None)).value
             if lost:
                 verdict.warn(f"the trace lost {lost:.0f} events: metrics computed from it are lower bounds; "
                              "enlarge trace.buffer_kb")
-            ev.host_contended_pct = metrics.get("host_contended_pct", {}).get("value")
+            ev.host_contended_pct = metrics.get("host_contended_pct", MetricEntry(None)).value
             ev.thresholds = verdict.thresholds = judge(data, host_contended(ev.host_contended_pct),
                                                        junit_properties(manifest))
             notes = run_notes(analyzer, metrics)
@@ -263,13 +265,12 @@ def check(run_dir, project: tuple = ()) -> dict:
     if v == "CRASHED" and scan.get("crash_context"):
         verdict.crash_context = scan["crash_context"]
     if ev.thresholds is None:    # not judged this time: no outcome of an earlier check stays
-        data.write_json(THRESHOLDS, [])
+        write_thresholds(data, [])
     if v not in JUDGED:          # the judge wrote junit.xml for PASS/FAIL: one case saying why otherwise
         junit.write_single(data.path("junit.xml"), repro.name, v, why, junit_properties(manifest))
-    written = verdict.to_json()
-    data.write_json(VERDICT, written)
+    write_verdict(data, verdict)
     report(data, repro, project)
-    return written
+    return verdict.to_json()
 
 
 def junit_properties(m: Manifest) -> dict:

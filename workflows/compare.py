@@ -128,7 +128,7 @@ def side_outcome(repro, runs: list) -> str | None:
     for _, v, rec in runs:
         if v in JUDGED:
             try:
-                values.append({k: m.get("value") for k, m in rec.run.metrics().items()})
+                values.append(rec.metrics)
             except (OSError, KrigError, AttributeError):
                 continue
     return fn(values) if values else None
@@ -141,7 +141,7 @@ def side_projection(repro, runs: list) -> dict | None:
     for _, v, rec in runs:
         if v in JUDGED:
             try:
-                p = projection.project(rec.manifest, analyzer, rec.run.metrics())
+                p = projection.project(rec.manifest, analyzer, rec.metrics)
             except (OSError, KrigError, AttributeError, ValueError):
                 continue
             if p:

@@ -28,6 +28,7 @@ from krig.errors import KrigError, UsageError
 from krig.reproducer import load_reproducer
 from krig.results import GROUP_FILE, next_group_run, now, read_json, run_dirs_of, run_state, write_json
 from krig.results import group_dir as group_dir_of
+from krig.record import read_metrics
 from krig.rundir import RunDir
 from .preflight import before_build
 from .run import run
@@ -59,12 +60,12 @@ def metric_values(runs: list) -> tuple[dict, dict]:
         if v not in JUDGED:
             continue
         try:
-            metrics = RunDir(d).metrics()
+            metrics = read_metrics(d)
         except (KrigError, OSError):
             continue
         for name, m in metrics.items():
-            values.setdefault(name, []).append(m.get("value"))
-            meta.setdefault(name, {"unit": m.get("unit", ""), "better": m.get("better", "info")})
+            values.setdefault(name, []).append(m.value)
+            meta.setdefault(name, {"unit": m.unit, "better": m.better})
     return values, meta
 
 

@@ -39,7 +39,7 @@ from krig.errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
 from krig.reproducer import load_reproducer
 from krig.results import GROUP_FILE, public_paths, public_repository, read_json, run_dirs_of, run_state
-from krig.record import Manifest, RunRecord
+from krig.record import Manifest, RunRecord, Verdict, read_metrics, read_verdict
 from krig.rundir import RunDir, is_run_dir
 from krig.verdict import JUDGED, VERDICTS
 
@@ -166,14 +166,14 @@ def _read_run(d: pathlib.Path) -> dict:
     if state == "RUNNING":
         pid = (manifest.owner or {}).get("pid")
         raise UsageError(f"{d}: still running (krig pid {pid}); export it when it ends")
-    verdict = run.verdict()
+    verdict = read_verdict(run) or Verdict(None)
     if state not in STATUS:
         raise UsageError(f"{d / 'verdict.json'}: verdict {state!r} is not one of {', '.join(STATUS)}")
-    if verdict.get("verdict") != state:           # no verdict recorded: the run never ended
-        verdict = {"verdict": state, "reason": verdict.get("reason") or "the krig process ended without "
-                   "recording an end (killed?)"}
+    if verdict.verdict != state:           # no verdict recorded: the run never ended
+        verdict = Verdict(state, reason=verdict.reason or "the krig process ended without recording an end "
+                          "(killed?)")
     return {"dir": d, "run": run, "manifest": manifest, "verdict": verdict, "console": run.text("console.log"),
-            "metrics": run.metrics}
+            "metrics": lambda: read_metrics(run)}
 
 
 def _id(origin: str, *parts) -> str:
@@ -267,7 +267,7 @@ def _architecture(run: dict) -> str | None:
 
 def _tests(run: dict, origin: str, build_id: str) -> list:
     man, verdict = run["manifest"], run["verdict"]
-    v = verdict.get("verdict", "INCOMPLETE")
+    v = verdict.verdict or "INCOMPLETE"
     repro_name = man.reproducer or "unknown"
     owner = man.owner or {}
     run_id = _id(origin, "run", repro_name, man.rig_name, man.started,
@@ -278,16 +278,16 @@ def _tests(run: dict, origin: str, build_id: str) -> list:
         base["start_time"] = start
     path = f"krig.{_PATH_BAD.sub('_', repro_name)}"
     t = {**base, "id": run_id, "path": path, "status": STATUS[v],
-         "comment": _text(f"{repro_name}: {v}: {verdict.get('reason', '')}")[:1000]}
+         "comment": _text(f"{repro_name}: {v}: {verdict.reason}")[:1000]}
     if duration is not None:
         t["duration"] = duration
-    misc = {"krig_verdict": v, "reason": _text(verdict.get("reason", "")), "reproducer": repro_name,
+    misc = {"krig_verdict": v, "reason": _text(verdict.reason), "reproducer": repro_name,
             "preset": man.preset, "params": man.params,
             "kernel_release": man.release,
             "krig_revision": man.krig_revision, "run_dir": run["name"]}
     for k in ("warnings", "notes"):
-        if verdict.get(k):
-            misc[k] = verdict[k]
+        if getattr(verdict, k):
+            misc[k] = getattr(verdict, k)
     if v != "PASS":
         excerpt = _excerpt(run)
         if excerpt:
@@ -298,8 +298,8 @@ def _tests(run: dict, origin: str, build_id: str) -> list:
             metrics = run["metrics"]()
         except (OSError, KrigError):
             metrics = {}
-        misc["metrics"] = {n: {k: m.get(k) for k in ("value", "unit", "better")}
-                           for n, m in metrics.items() if _finite(m.get("value"))}
+        misc["metrics"] = {n: {"value": m.value, "unit": m.unit, "better": m.better}
+                           for n, m in metrics.items() if _finite(m.value)}
         out += _threshold_tests(run, repro_name, base, run_id, path)
     t["misc"] = _pruned(misc)
     return out
@@ -365,7 +365,7 @@ def _times(man: Manifest) -> tuple[str | None, float | None]:
 
 def _excerpt(run: dict) -> str:
     """The console where it matters: the crash and what led to it, else its last lines."""
-    ctx = run["verdict"].get("crash_context")
+    ctx = run["verdict"].crash_context
     lines = ctx if ctx else run["console"].splitlines()[-EXCERPT_LINES:]
     text = _text("\n".join(lines)).strip()
     return text[-EXCERPT_MAX:] if text else ""

@@ -9,6 +9,7 @@ from krig import junit
 from krig.errors import KrigError
 from krig.reproducer import load_reproducer
 from krig.results import git_revision, now, write_json
+from krig.record import read_metrics
 from krig.rundir import RunDir
 from krig.verdict import JUDGED
 
@@ -95,12 +96,12 @@ def key_metric(case: dict) -> str:
     """The reproducer's key metric (its first threshold's) as measured in the run, or ''."""
     try:
         metric = load_reproducer(case["reproducer"]).thresholds[0].metric
-        m = RunDir(case["run_dir"]).metrics()[metric]
+        m = read_metrics(case["run_dir"])[metric]
     except (KrigError, OSError, KeyError, IndexError, TypeError):
         return ""
-    if m.get("value") is None:
+    if m.value is None:
         return f"{metric} not measured"
-    return f"{metric} {m['value']:.4g} {m.get('unit', '')}".rstrip()
+    return f"{metric} {m.value:.4g} {m.unit}".rstrip()
 
 
 def _esc(x) -> str:
