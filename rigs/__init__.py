@@ -6,6 +6,7 @@ default ~/.config/krig/rigs: `krig lab sim up` writes there) and in the director
 listed in KRIG_RIG_PATH (':'-separated), searched in that order after rigs/, or be
 given as a path to a .toml file.
 """
+import copy
 import importlib
 import os
 import pathlib
@@ -118,7 +119,12 @@ def load_rig(name: str, what: str = "--rig"):
         raise UsageError(f"{where}.driver: {driver!r} is not one of {', '.join(DRIVERS)}")
     mod, cls = DRIVERS[driver].split(":")
     rig_cls = getattr(importlib.import_module(mod), cls)
-    rig = rig_cls(path.stem, spec, path=where) if getattr(rig_cls, "takes_path", False) else rig_cls(path.stem, spec)
-    if name.endswith(".toml") or "/" in name:
-        rig.arg = name                  # a rig file's path, as given: the command that reruns the run names it
-    return rig
+    arg = name if name.endswith(".toml") or "/" in name else None   # a rig file's path, as given: a rerun names it
+
+    def make():
+        spec_copy = copy.deepcopy(spec)
+        rig = rig_cls(path.stem, spec_copy, path=where) if getattr(rig_cls, "takes_path", False) \
+            else rig_cls(path.stem, spec_copy)
+        rig.arg, rig._make = arg, make
+        return rig
+    return make()

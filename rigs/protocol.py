@@ -117,6 +117,14 @@ class Rig(abc.ABC):
         """Environment telling the harness which disk is the scratch disk."""
 
     arg: str | None = None      # what was given to --rig, when a rig file's path and not a name
+    _make = None                # how rigs.load_rig made it (the rig file as read): fresh() makes another
+
+    def fresh(self) -> "Rig":
+        """Another object of this rig, its per-run state empty, made from the rig file as it was read
+        (the file is not read again): one run's rig, from a plan made once (workflows/plan.py)."""
+        if self._make is None:
+            raise TypeError(f"rig {self.name}: not made by rigs.load_rig")
+        return self._make()
 
     def describe(self) -> dict:
         return {"name": self.name, "kind": self.kind, **({"arg": self.arg} if self.arg else {}), **self.spec}

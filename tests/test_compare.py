@@ -216,7 +216,7 @@ def test_parse_args():
 def fake_runner(values, interrupt_at=None):
     calls = []
 
-    def run(repro, rig, kernel, preset, sets, results_root=None, log=None, run_dir=None):
+    def run(plan, results_root=None, log=None, run_dir=None):      # workflows.run.execute
         calls.append(run_dir.name)
         if interrupt_at is not None and len(calls) == interrupt_at:
             fake_run(run_dir, 0, verdict="INTERRUPTED")
@@ -229,14 +229,14 @@ def fake_runner(values, interrupt_at=None):
 def test_group_resumes_without_redoing_finished_runs(tmp_path, monkeypatch):
     g = tmp_path / "g"
     run, calls = fake_runner([10, 11, 12, 13], interrupt_at=2)
-    monkeypatch.setattr(kg, "run", run)
+    monkeypatch.setattr(kg, "execute", run)
     with pytest.raises(KeyboardInterrupt):
         kg.run_group("selftest-pass", "qemu-default", "distro", None, {}, 3, g, results_root=tmp_path, log=lambda m: 0)
     saved = json.loads((g / kg.GROUP_FILE).read_text())
     assert saved["counted"] == 1 and not saved["complete"]
     assert [r["counted"] for r in saved["runs"]] == [True, False]
     run2, calls2 = fake_runner([20, 21])
-    monkeypatch.setattr(kg, "run", run2)
+    monkeypatch.setattr(kg, "execute", run2)
     gdir, group, code = kg.run_group("selftest-pass", "qemu-default", "distro", None, {}, 3, g,
                                      results_root=tmp_path, log=lambda m: 0)
     assert calls2 == ["run-03", "run-04"], "run-01 is kept, the interrupted run-02 stays and is not counted"
@@ -267,7 +267,7 @@ def test_the_results_layout_names_a_groups_runs_and_a_validations_sides(tmp_path
 def test_group_refuses_other_parameters(tmp_path, monkeypatch):
     g = tmp_path / "g"
     run, _ = fake_runner([1])
-    monkeypatch.setattr(kg, "run", run)
+    monkeypatch.setattr(kg, "execute", run)
     kg.run_group("selftest-pass", "qemu-default", "distro", None, {}, 1, g, results_root=tmp_path, log=lambda m: 0)
     with pytest.raises(UsageError, match="made for params"):
         kg.run_group("selftest-pass", "qemu-default", "distro", None, {"files": "7"}, 2, g,

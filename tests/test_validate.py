@@ -303,14 +303,17 @@ def reply_state(series, answer, reason, res, tmp_path, tree=None, base=None):
 # -- the orchestration, with the groups faked (the real ones: tests/test_validate_e2e.py) ---
 
 def _fake_groups(monkeypatch, verdicts: dict):
-    """run_group/load_kernel of workflows.validate replaced: each call adds fake runs up to `repeat`."""
+    """group_planned of workflows.validate replaced (each call adds fake runs up to `repeat`), and
+    no kernel built (RunPlan.with_kernel keeps the text)."""
+    import dataclasses
     from workflows import validate as kv
     from workflows.group import group_runs, summarize
+    from workflows.plan import RunPlan
     from test_compare import fake_run
     calls = []
 
-    def run_group(repro, rig, kernel, preset, sets, repeat, gdir, log=print):
-        side = "new" if ",series=" in kernel else "base"
+    def run_group(plan, repeat, gdir, log=print):
+        side = "new" if ",series=" in plan.kernel_arg else "base"
         calls.append((side, repeat))
         verdict, value = verdicts[side]
         while len(list(gdir.glob("run-*"))) < repeat:
@@ -319,8 +322,8 @@ def _fake_groups(monkeypatch, verdicts: dict):
         group = summarize(group_runs(gdir))
         (gdir / "group.json").write_text(json.dumps(group))
         return gdir, group, 0
-    monkeypatch.setattr(kv, "run_group", run_group)
-    monkeypatch.setattr(kv, "load_kernel", lambda text, build, log: None)
+    monkeypatch.setattr(kv, "group_planned", run_group)
+    monkeypatch.setattr(RunPlan, "with_kernel", lambda self, text, log=print: dataclasses.replace(self, kernel_arg=text))
     return calls
 
 
@@ -373,16 +376,16 @@ def test_runs_lost_to_host_contention_are_run_again(series_repo, tmp_path, monke
     from workflows.validate import validate
     calls = _fake_groups(monkeypatch, {"base": ("FAIL", -100), "new": ("PASS", 10)})
     from workflows import validate as kv
-    plain = kv.run_group
+    plain = kv.group_planned
 
-    def contended_once(repro, rig, kernel, preset, sets, repeat, gdir, log=print):
-        out = plain(repro, rig, kernel, preset, sets, repeat, gdir, log)
+    def contended_once(plan, repeat, gdir, log=print):
+        out = plain(plan, repeat, gdir, log)
         first = gdir / "run-01"
-        if ",series=" in kernel and repeat == 1:
+        if ",series=" in plan.kernel_arg and repeat == 1:
             (first / "verdict.json").write_text(json.dumps({"verdict": "ERROR", "reason": "host contention: x",
                                                                   "cause": "host-contention"}))
         return out
-    monkeypatch.setattr(kv, "run_group", contended_once)
+    monkeypatch.setattr(kv, "group_planned", contended_once)
     vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 2, out=tmp_path / "v",
                                  sender="Krig Tester <tester@example.org>", log=lambda *a: None)
     assert calls == [("base", 1), ("new", 1), ("new", 2), ("base", 2), ("new", 3)]
@@ -438,7 +441,8 @@ def test_a_rig_that_cannot_run_it_is_refused_before_any_build(series_repo, tmp_p
     from test_bad_input import installed_rig
     from workflows import validate as kv
     entered = []
-    monkeypatch.setattr(kv, "load_kernel", lambda *a, **k: entered.append(a))
+    from workflows import plan as kp
+    monkeypatch.setattr(kp, "load_kernel", lambda *a, **k: entered.append(a))
     if rig == "installed":
         path, line = installed_rig(tmp_path / "lab"), (r'^--base tiny-6\.1: rig installed cannot boot a kernel krig '
                                                         r'builds: .*boot = "installed".*; nothing was built$')

@@ -216,13 +216,17 @@ def evidence(run: RunDir, m: Manifest) -> Evidence:
     return ev
 
 
-def check(run_dir, project: tuple = ()) -> dict:
+def check(run_dir, project: tuple = (), repro=None) -> dict:
+    """Judge a run directory: verdict.json (returned as written), metrics.json, thresholds.json, the
+    report. repro: the run's reproducer when the caller has it (the runner's plan), else read
+    from the manifest."""
     data = RunData(safeio.given(run_dir))       # the user's own path: results/latest is followed
     run_dir, manifest = data.dir, data.record.manifest
     if manifest.outcome is None and owner_alive(manifest.owner):
         raise UsageError(f"{run_dir}: still running (krig pid {manifest.owner['pid']}); check it when it ends")
     try:
-        repro = load_reproducer(manifest.reproducer)
+        repro = repro if repro is not None and repro.name == manifest.reproducer else \
+            load_reproducer(manifest.reproducer)
     except UsageError as e:
         raise UsageError(f"{data.path(MANIFEST)}: field reproducer: {e}") from None
     require_model(repro, load_analyzer(repro) if project else None, project)    # before anything is written

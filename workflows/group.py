@@ -18,20 +18,16 @@ import pathlib
 
 from analysis.stats import describe
 from analysis.summary import fmt
-from kernels.catalog import load_kernel
-from rigs import load_rig
 
 from krig import RESULTS_DIR
 from krig.config import parse_set
 from .argcheck import output_dir
 from krig.errors import KrigError, UsageError
-from krig.reproducer import load_reproducer
 from krig.results import GROUP_FILE, next_group_run, now, read_json, run_dirs_of, run_state, write_json
 from krig.results import group_dir as group_dir_of
 from krig.record import read_metrics
-from krig.rundir import RunDir
-from .preflight import before_build
-from .run import run
+from .plan import RunPlan, plan_run
+from .run import execute, run
 from krig.verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
 
 
@@ -110,18 +106,27 @@ def _write(gdir, group, runs):
 def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, group_dir=None,
               results_root: pathlib.Path = RESULTS_DIR, log=print) -> tuple[pathlib.Path, dict, int]:
     """Returns (group_dir, group.json content, exit code)."""
+    _check_group_args(repeat, group_dir)        # before a kernel is built for it
+    plan = plan_run(repro_name, rig_name, kernel_name, preset, sets, results_root, log)
+    return group_planned(plan, repeat, group_dir, results_root, log)
+
+
+def _check_group_args(repeat: int, group_dir) -> None:
     if repeat < 1:
         raise UsageError(f"--repeat: {repeat} is below the minimum 1")
-    if group_dir is not None:       # before a kernel is built for it
+    if group_dir is not None:
         gdir = output_dir(group_dir, "--group")
         if gdir.is_dir() and not (gdir / GROUP_FILE).exists() and any(gdir.iterdir()):
             raise UsageError(f"--group {gdir}: not empty and has no {GROUP_FILE}")
-    repro = load_reproducer(repro_name)
-    rig = load_rig(rig_name)
-    params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
-    before_build(rig, repro, results_root, [("--kernel", kernel_name)], preset=preset, params=params)
-    kernel = load_kernel(kernel_name, build=True, log=log)
-    asked = {"reproducer": repro.name, "rig": rig.name, "kernel": kernel_name, "kernel_id": kernel.kernel_id,
+
+
+def group_planned(plan: RunPlan, repeat: int, group_dir=None, results_root: pathlib.Path = RESULTS_DIR,
+                  log=print) -> tuple[pathlib.Path, dict, int]:
+    """The group of a plan (workflows/plan.py: its kernel built once): runs until `repeat` are
+    counted, the host checked again before each. Returns (group_dir, group.json content, exit code)."""
+    _check_group_args(repeat, group_dir)
+    repro, rig, kernel, preset, params = plan.repro, plan.rig, plan.kernel, plan.preset, plan.params
+    asked = {"reproducer": repro.name, "rig": rig.name, "kernel": plan.kernel_arg, "kernel_id": kernel.kernel_id,
              "preset": preset, "params": json.loads(json.dumps(params, default=str))}
     if group_dir is None:
         gdir = group_dir_of(results_root, repro.name, kernel.kernel_id, rig.name)
@@ -152,8 +157,7 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
         while group["counted"] < repeat:
             run_dir = next_group_run(gdir, [d for d, _ in runs])
             log(f"krig: group run {group['counted'] + 1} of {repeat} -> {run_dir}")
-            d, verdict = run(repro_name, rig_name, kernel_name, preset, sets, results_root=results_root,
-                             log=log, run_dir=run_dir)
+            d, verdict = execute(plan.rechecked(results_root), results_root, log, run_dir)
             log(f"krig: {d.name}: {verdict['verdict']}: {verdict['reason']}")
             runs = group_runs(gdir)
             _write(gdir, group, runs)

@@ -14,16 +14,13 @@ from .check import check
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
 from .hostload import HostSampler
 from kernels import drivers as kernel_drivers
-from kernels.catalog import load_kernel
-from kernels.given import check_config
 from krig.paths import owner_record
-from .preflight import admission_line, before_build
+from .plan import RunPlan, plan_run
+from .preflight import admission_line
 from .serverdrivers import server_drivers
-from krig.reproducer import load_reproducer
 from krig.record import Manifest
 from krig.record_machine import Machine
 from krig.results import claim_run_dir, git_revision, new_run_dir, now
-from rigs import load_rig
 from rigs.hashsize import from_log as hash_tables
 
 FACTS_TIMEOUT = 60
@@ -39,16 +36,18 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
 
     collect=False runs the workload without sampler and tracer (for benchmarks).
     run_dir: a new directory to use instead of results/<repro>/<kernel>/<rig>/<time> (a group's run)."""
-    repro = load_reproducer(repro_name)
-    rig = load_rig(rig_name)
-    params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
-    host = before_build(rig, repro, results_root, [("--kernel", kernel_name)], collect, preset, params)
-    kernel = load_kernel(kernel_name, build=True, log=log)
-    check_config(kernel, repro.name)
+    plan = plan_run(repro_name, rig_name, kernel_name, preset, sets, results_root, log, collect)
+    return execute(plan, results_root, log, run_dir)
 
+
+def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
+            run_dir: pathlib.Path | None = None) -> tuple[pathlib.Path, dict]:
+    """One run of a plan (workflows/plan.py) on a fresh object of its rig: (run_dir, verdict)."""
+    repro, kernel, params, collect, host = plan.repro, plan.kernel, plan.params, plan.collect, plan.host
+    rig = plan.rig.fresh()
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
-    manifest = Manifest(repro.name, preset, params, kernel.describe(), kernel.series, rig.describe(),
+    manifest = Manifest(repro.name, plan.preset, params, kernel.describe(), kernel.series, rig.describe(),
                         krig_revision=git_revision(), started=now(), collect=collect, owner=owner_record(),
                         preflight=host, host_cpu=host_cpu())
     manifest.write(run_dir)
@@ -58,7 +57,7 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
             log(admission_line(host))
         reason = _attempt(rig, repro, params, kernel, run_dir, manifest, log, collect)
     try:
-        verdict = check(run_dir)
+        verdict = check(run_dir, repro=repro)
     except OSError as e:
         raise RigError(f"cannot record the verdict in {run_dir}: {os_fault(e)} (run ended: {reason})") from None
     return run_dir, verdict

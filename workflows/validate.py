@@ -31,10 +31,8 @@ import json
 import pathlib
 
 from kernels.build import buildable_kernels
-from kernels.catalog import load_kernel
 from kernels.given import parse as parse_kernel
 from kernels.series import load_series, series_source
-from rigs import load_rig
 
 from krig import DEFAULT_RIG, KERNEL_DIR
 from .argcheck import output_dir
@@ -42,8 +40,9 @@ from krig.asked import AskedRun
 from .compare import compare
 from krig.config import parse_set
 from krig.errors import KrigError, UsageError
-from .group import group_runs, run_group
-from .preflight import before_build, check_boots
+from .group import group_planned, group_runs
+from .plan import RunPlan, resolve
+from .preflight import check_boots
 from krig.results import GROUP_FILE
 from krig.verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, server_line, write_reply
@@ -74,9 +73,9 @@ def contended(gdir: pathlib.Path) -> list:
     return out
 
 
-def _run_side(repro, rig, kernel, preset, sets, want: int, repeat: int, gdir: pathlib.Path, log) -> dict:
-    """Runs until the side has `want` runs besides those lost to host contention, which are
-    replaced up to `repeat` times (a shared host under TCG; the verdict rule calls them ERROR)."""
+def _run_side(plan: RunPlan, want: int, repeat: int, gdir: pathlib.Path, log) -> dict:
+    """Runs the side's plan until it has `want` runs besides those lost to host contention, which
+    are replaced up to `repeat` times (a shared host under TCG; the verdict rule calls them ERROR)."""
     while True:
         runs = [(d, v) for d, v in group_runs(gdir) if v not in NOT_COUNTED] if gdir.is_dir() else []
         lost = len(contended(gdir))
@@ -84,7 +83,7 @@ def _run_side(repro, rig, kernel, preset, sets, want: int, repeat: int, gdir: pa
             return read_json(gdir / GROUP_FILE)
         if lost:
             log(f"krig: {lost} run(s) in {gdir.name} lost to host contention; running another")
-        run_group(repro, rig, kernel, preset, sets, len(runs) + 1, gdir, log=log)
+        group_planned(plan, len(runs) + 1, gdir, log=log)
 
 
 def decide(res: dict, judged_metrics: list, replaced: dict | None = None) -> tuple[str, str]:
@@ -199,10 +198,8 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
         raise UsageError(f"--repeat: {repeat} is below the minimum 1")
     if out is not None:
         output_dir(out, "-o")
-    repro = load_reproducer(repro_name)
-    rig = load_rig(rig_name)
-    set_values = parse_set(list(sets))
-    params = repro.resolve_params(preset, set_values, cpus=rig.host_needs().get("cpus"))
+    plan = resolve(repro_name, rig_name, preset, parse_set(list(sets)))
+    repro, rig, params = plan.repro, plan.rig, plan.params
     _check_base(base)
     check_boots(rig, [("--base", base)])         # a rig that cannot boot what is built: before the series is read
     who = identity(sender)
@@ -223,10 +220,13 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
             raise UsageError(f"-o {vdir}: the validation was made for {field} {state.get(field)!r}, not {value!r}")
     log(f"krig: validating {len(series['patches'])} patch(es) {series['provenance']['subject']!r} on {base_text}"
         f" with {repro.name}, {repeat} run(s) a side -> {vdir}")
-    before_build(rig, repro, vdir, [("--base", base_text), ("--series", new_text)], preset=preset, params=params)
+    plan = plan.checked(vdir, [("--base", base_text), ("--series", new_text)])
     # the patched kernel first: a series that does not apply stops here, before any long build
-    for text in (new_text, base_text):
-        load_kernel(text, build=True, log=lambda m, *a, **k: None if m in said else log(m, *a, **k))
+    def quiet(m, *a, **k):          # the series' line was said already
+        if m not in said:
+            log(m, *a, **k)
+    sides = {"new": plan.with_kernel(new_text, quiet)}
+    sides["base"] = plan.with_kernel(base_text, quiet)
     vdir.mkdir(parents=True, exist_ok=True)      # the kernels exist: the validation starts
     state = {"kind": "krig-validate", **asked, **state, "repeat": repeat, "series_provenance": series["provenance"],
              "reply_subject": series["reply_subject"], "patches": series["patch_subjects"],
@@ -235,10 +235,8 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     write_json(vfile, state)
     stopped = None
     for i in range(1, repeat + 1):
-        bgroup = _run_side(repro.name, rig.name, base_text, preset, set_values, i, repeat,
-                           validation_side(vdir, "base"), log)
-        ngroup = _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat,
-                           validation_side(vdir, "new"), log)
+        bgroup = _run_side(sides["base"], i, repeat, validation_side(vdir, "base"), log)
+        ngroup = _run_side(sides["new"], i, repeat, validation_side(vdir, "new"), log)
         if i == 1 and not bgroup["verdicts"].get("FAIL") and bgroup["verdicts"].get("PASS") \
                 and not ngroup["verdicts"].get("FAIL"):
             stopped = bgroup
