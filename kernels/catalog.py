@@ -9,11 +9,20 @@ import pathlib
 import re
 
 from krig import KERNEL_DIR
-from krig.config import load_toml, optional, reject_unknown
+from krig.config import load_toml, optional
 from krig.errors import UsageError
+from krig.schema import OMIT, Field, check
 from .given import is_given, load_given
 from .kernel import Kernel
 from .spec import is_distro, kernel_toml, load_built_kernel
+
+# Debian's packaged kernel, kernels/distro.toml (docs/kernels.md): no source, or source = "distro".
+DISTRO_FIELDS = (
+    Field("source", str, "distro", choices=("distro",)),
+    Field("release", str, OMIT),
+    Field("description", str, ""),
+    Field("cmdline", list, [], each=str, says="expected a list of strings, got {item!r}"),
+)
 
 
 def kernel_names() -> list[str]:
@@ -50,11 +59,10 @@ def load_kernel(name: str, build: bool = False, log=print) -> Kernel:
     where = f"kernels/{name}.toml"
     optional(data, "source", str, where, None)          # a source that is not a string: one line
     if is_distro(data):             # (distro kernels cannot be extended)
-        reject_unknown(data, {"source", "release", "description", "cmdline"}, where)
-        rel, image, mods, cfg = distro_kernel(name, optional(data, "release", str, where))
+        t = check(data, DISTRO_FIELDS, where)
+        rel, image, mods, cfg = distro_kernel(name, t.get("release"))
         return Kernel(name=name, release=rel, image=image, modules_dir=mods, config=cfg,
-                      cmdline=list(optional(data, "cmdline", list, where, [])),
-                      description=optional(data, "description", str, where, ""))
+                      cmdline=list(t["cmdline"]), description=t["description"])
     return load_built_kernel(name, data, where)
 
 

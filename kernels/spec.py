@@ -19,9 +19,10 @@ import re
 import subprocess
 
 from krig import KERNEL_DIR, REPRO_DIR, ROOT
-from krig.config import load_toml, optional, reject_unknown, require
+from krig.config import load_toml, optional, reject_unknown
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
+from krig.schema import OMIT, Field, check, missing
 from .kernel import Kernel
 
 RECIPE = "krig-kbuild-1"      # bump when the build recipe changes what comes out
@@ -32,7 +33,6 @@ SOURCES = ("linux-source", "git")
 FIELDS = {"source", "description", "extends", "tarball", "tree", "ref", "base_config", "fragments",
           "reproducers", "patches", "localversion", "cmdline"}
 SOURCE_FIELDS = {"linux-source": {"tarball"}, "git": {"tree", "ref"}}
-_LOCALVERSION_RE = re.compile(r"^[A-Za-z0-9._+-]*$")
 DRIVERS_LABEL = "drivers="       # the origin of the options a server's drivers add (soft: reported, not fatal)
 _CONFIG_RE = re.compile(r"^(CONFIG_[A-Za-z0-9_]+)=(.*)$")
 _NOTSET_RE = re.compile(r"^# (CONFIG_[A-Za-z0-9_]+) is not set$")
@@ -187,12 +187,27 @@ def _path(value: str, base: pathlib.Path) -> pathlib.Path:
     return p if p.is_absolute() else base / p
 
 
-def _str_list(data, key, where, default):
-    v = optional(data, key, list, where, default)
-    for x in v:
-        if not isinstance(x, str):
-            raise UsageError(f"{where}.{key}: expected a list of strings, got {x!r}")
-    return list(v)
+_STRINGS = "expected a list of strings, got {item!r}"
+# A kernel definition, kernels/NAME.toml (docs/kernels.md). What one field cannot say alone (the
+# fields of the other source, a git tree's path, files that must exist) is checked after it.
+KERNEL_FIELDS = (
+    Field("source", str, choices=SOURCES, says="{v!r} is not one of distro, " + ", ".join(SOURCES)),
+    Field("description", str, ""),
+    Field("extends", str, OMIT),
+    Field("tarball", str, OMIT),
+    Field("tree", str, OMIT),
+    Field("ref", str, "HEAD"),
+    Field("base_config", list, DEFAULT_BASE_CONFIG, each=str, test=bool,
+          says="needs at least one config target (e.g. x86_64_defconfig), each a string"),
+    Field("fragments", list, [], each=str, says=_STRINGS),
+    Field("reproducers", (str, list), "all", test=lambda v: v == "all" or isinstance(v, list),
+          says='expected "all" or a list of reproducer names, got {v!r}'),
+    Field("patches", (str, list), [], test=lambda v: isinstance(v, str) or all(isinstance(x, str) for x in v),
+          says="expected a series name or a list of them, got {v!r}"),
+    Field("localversion", str, OMIT, pattern=r"[A-Za-z0-9._+-]*", says="{v!r}: use letters, digits and . _ + -"),
+    Field("cmdline", list, [], each=str, says=_STRINGS),
+)
+assert {f.key for f in KERNEL_FIELDS} == FIELDS
 
 
 def resolve_spec(name: str, data: dict | None = None, where: str | None = None,
@@ -200,50 +215,45 @@ def resolve_spec(name: str, data: dict | None = None, where: str | None = None,
     if data is None or "extends" in data:
         data, where = resolved_table(name, kernel_dir)
     where = where or f"kernels/{name}.toml"
-    reject_unknown(data, FIELDS, where)
-    source = require(data, "source", str, where)
-    if source not in SOURCES:
-        raise UsageError(f"{where}.source: {source!r} is not one of distro, {', '.join(SOURCES)}")
+    t = check(data, KERNEL_FIELDS, where)
+    source = t["source"]
     for s, fields in SOURCE_FIELDS.items():
         for f in fields:
             if s != source and f in data:
                 raise UsageError(f"{where}.{f}: only for source = {s!r}, this kernel's source is {source!r}")
-    tarball = tree = None
-    ref = "HEAD"
-    if source == "linux-source":
-        tarball = _path(optional(data, "tarball", str, where, DEFAULT_TARBALL), ROOT)
-    else:
-        tree = _path(optional(data, "tree", str, where) or _missing(where, "tree"), ROOT)
-        ref = optional(data, "ref", str, where, "HEAD")
-    base_config = _str_list(data, "base_config", where, DEFAULT_BASE_CONFIG)
-    if not base_config:
-        raise UsageError(f"{where}.base_config: needs at least one config target (e.g. x86_64_defconfig)")
-
-    fragments = []
-    repros = optional(data, "reproducers", (str, list), where, "all")
-    if isinstance(repros, str):
-        if repros != "all":
-            raise UsageError(f"{where}.reproducers: expected \"all\" or a list of reproducer names, got {repros!r}")
-        names = sorted(p.parent.name for p in repro_dir.glob("*/config"))
-    else:
-        names = _str_list(data, "reproducers", where, [])
-        for n in names:
-            if not (repro_dir / n / "config").exists():
-                raise UsageError(f"{where}.reproducers: {n!r} has no reproducers/{n}/config")
-    fragments += [(f"reproducers/{n}/config", repro_dir / n / "config") for n in names]
-    for f in _str_list(data, "fragments", where, []):
+    if source == "git" and "ref" in data and "tree" not in data:
+        missing(data, "tree", where)
+    tarball = _path(t.get("tarball", DEFAULT_TARBALL), ROOT) if source == "linux-source" else None
+    tree = _path(missing(t, "tree", where), ROOT) if source == "git" else None
+    ref = t["ref"] if source == "git" else "HEAD"
+    fragments = [(f"reproducers/{n}/config", repro_dir / n / "config") for n in _reproducers(t, where, repro_dir)]
+    for f in t["fragments"]:
         p = _path(f, kernel_dir)
         if not p.is_file():
             raise UsageError(f"{where}.fragments: {f!r} not found (paths are relative to kernels/)")
         fragments.append((f"kernels/{f}" if not os.path.isabs(f) else f, p))
+    return KernelSpec(name=name, where=where, source=source, tarball=tarball, tree=tree, ref=ref,
+                      base_config=list(t["base_config"]), fragments=fragments,
+                      patches=_patches(t["patches"], where, kernel_dir),
+                      localversion=t.get("localversion", f"-krig-{name}"), cmdline=list(t["cmdline"]),
+                      description=t["description"])
 
-    patches = []
-    series = optional(data, "patches", (str, list), where, [])
-    series = [series] if isinstance(series, str) else series
+
+def _reproducers(t: dict, where: str, repro_dir: pathlib.Path) -> list:
+    """The reproducers whose config fragments the kernel takes ("all": every one that has one)."""
+    if t["reproducers"] == "all":
+        return sorted(p.parent.name for p in repro_dir.glob("*/config"))
+    for n in t["reproducers"]:
+        if not isinstance(n, str) or not (repro_dir / n / "config").exists():
+            raise UsageError(f"{where}.reproducers: {n!r} has no reproducers/{n}/config")
+    return list(t["reproducers"])
+
+
+def _patches(series, where: str, kernel_dir: pathlib.Path) -> list:
+    """[(series, patch file)] in apply order, each series a folder of kernels/patches/."""
+    out = []
     allowed = sorted(p.name for p in (kernel_dir / "patches").glob("*") if p.is_dir())
-    for s in series:
-        if not isinstance(s, str):
-            raise UsageError(f"{where}.patches: expected a series name or a list of them, got {s!r}")
+    for s in [series] if isinstance(series, str) else series:
         if not s:
             continue
         d = kernel_dir / "patches" / s
@@ -253,19 +263,8 @@ def resolve_spec(name: str, data: dict | None = None, where: str | None = None,
         files = sorted(d.glob("*.patch"))
         if not files:
             raise UsageError(f"{where}.patches: kernels/patches/{s}/ has no *.patch files")
-        patches += [(s, f) for f in files]
-
-    localversion = optional(data, "localversion", str, where, f"-krig-{name}")
-    if not _LOCALVERSION_RE.match(localversion):
-        raise UsageError(f"{where}.localversion: {localversion!r}: use letters, digits and . _ + -")
-    return KernelSpec(name=name, where=where, source=source, tarball=tarball, tree=tree, ref=ref,
-                      base_config=base_config, fragments=fragments, patches=patches,
-                      localversion=localversion, cmdline=_str_list(data, "cmdline", where, []),
-                      description=optional(data, "description", str, where, ""))
-
-
-def _missing(where, key):
-    raise UsageError(f"{where}: missing required field '{key}'")
+        out += [(s, f) for f in files]
+    return out
 
 
 # -- identity and cache key --------------------------------------------------

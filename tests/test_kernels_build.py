@@ -112,6 +112,10 @@ def test_extends_inherits_and_defaults(layout):
     ('source = "linux-source"\nreproducers = ["r9"]\n', "reproducers: 'r9' has no"),
     ('source = "linux-source"\nextends = "bad"\n', "extends: 'bad' makes a cycle"),
     ('source = "linux-source"\nbogus = 1\n', "unknown field 'bogus'"),
+    ('source = "linux-source"\nbase_config = []\n', "base_config: needs at least one config target"),
+    ('source = "linux-source"\ncmdline = ["quiet", 1]\n', "cmdline: expected a list of strings, got 1"),
+    ('source = "linux-source"\nreproducers = "some"\n', "reproducers: expected \"all\" or a list"),
+    ('source = "linux-source"\ndescription = 3\n', "description: expected"),
 ])
 def test_bad_kernel_toml_is_one_line(layout, body, field):
     kd, rd, _ = layout

@@ -178,6 +178,11 @@ def test_suite_matrix_and_ids(tmp_path, monkeypatch):
     ('[[runs]]\nreproducer = "selftest-pass"\nset = { files = 0 }\n', "runs[0] on rig qemu-default: --set files"),
     ('rigs = ["nope"]\n[[runs]]\nreproducer = "selftest-pass"\n', "runs[0]: --rig 'nope': unknown rig"),
     ('[[runs]]\nreproducer = "selftest-pass"\nwhat = 1\n', "runs[0]: unknown field 'what'"),
+    ('kernels = ["distro", "distro"]\n[[runs]]\nreproducer = "selftest-pass"\n', ".kernels: expected a non-empty list"),
+    ('runs = []\n', ".runs: the suite names no runs"),
+    ('runs = [1]\n', ".runs[0]: expected a table ([[runs]])"),
+    ('[[runs]]\nreproducer = "selftest-pass"\nexpect = 1\n', ".runs[0].expect: expected string or table"),
+    ('[[runs]]\nreproducer = "selftest-pass"\npreset = 2\n', ".runs[0].preset: expected"),
 ])
 def test_bad_suite_is_one_line(tmp_path, text, message):
     f = tmp_path / "bad.toml"

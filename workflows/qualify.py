@@ -34,8 +34,9 @@ import pytest
 
 from krig import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT
 from .argcheck import kernel_arg, output_dir
-from krig.config import load_toml, optional, reject_unknown, require
+from krig.config import load_toml
 from krig.errors import KrigError, UsageError, guarded
+from krig.schema import OMIT, Field, check, check_rows
 from .lab import select_rigs
 from .preflight import before_build
 from .qualify_report import write_outputs
@@ -48,9 +49,35 @@ from rigs import SECRETS_FILE_ENV, hand_over_secrets, load_rig, take_handed_secr
 from rigs.procs import dies_with_parent
 
 SPEC_ENV = "KRIG_QUALIFY_SPEC"
-TOP = {"description", "kernels", "rigs", "lab", "repeats", "runs"}
-RUN = {"reproducer", "preset", "set", "expect", "kernels", "rigs", "repeats"}
 MAX_REPEATS = 100
+
+
+def _names_ok(v) -> bool:
+    return bool(v) and all(isinstance(x, str) and x for x in v) and len(set(v)) == len(v)
+
+
+_NAMES = "expected a non-empty list of names, each once, got {v!r}"
+_REPEATS = "{v} is not in 1..{max}"
+# A suite file (docs/qualify.md): the top table, and each [[runs]] table. A field a run leaves
+# out takes the top table's (kernels, rigs, repeats); what one field cannot say alone (rigs or
+# [lab], expect against the run's kernels, names that must exist) is checked after them.
+RUN_FIELDS = (
+    Field("reproducer", str),
+    Field("preset", str, None),
+    Field("set", dict, {}),
+    Field("expect", (str, dict), "PASS"),         # a verdict, or a table kernel = verdict
+    Field("kernels", list, OMIT, test=_names_ok, says=_NAMES),
+    Field("rigs", list, OMIT, test=_names_ok, says=_NAMES),
+    Field("repeats", int, OMIT, min=1, max=MAX_REPEATS, says=_REPEATS),
+)
+SUITE_FIELDS = (
+    Field("description", str, ""),
+    Field("kernels", list, [DEFAULT_KERNEL], test=_names_ok, says=_NAMES),
+    Field("rigs", list, OMIT, test=_names_ok, says=_NAMES),
+    Field("lab", dict, OMIT),
+    Field("repeats", int, 1, min=1, max=MAX_REPEATS, says=_REPEATS),
+    Field("runs", list, test=bool, says="the suite names no runs; add [[runs]] tables"),
+)
 
 
 # -- the suite ------------------------------------------------------------------
@@ -61,8 +88,6 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
     krig builds need not be built yet (`krig qualify --check`, before the builds)."""
     where = str(path)
     data = load_toml(path)
-    reject_unknown(data, TOP, where)
-    top_kernels = _names(data, "kernels", where, [DEFAULT_KERNEL])
     if rigs:                    # the rigs it is given, in place of the suite's own and any [lab]
         if len(set(rigs)) != len(rigs):
             raise UsageError(f"--rig: a rig is given twice: {rigs!r}")
@@ -70,29 +95,21 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
         data["rigs"] = list(rigs)
         data["runs"] = [{k: v for k, v in r.items() if k != "rigs"} if isinstance(r, dict) else r
                         for r in data.get("runs", [])]
-    if "lab" in data:           # servers chosen by tags among the lab coordinator's places
-        if "rigs" in data:
+    top = check(data, SUITE_FIELDS, where)
+    if "lab" in top:            # servers chosen by tags among the lab coordinator's places
+        if "rigs" in top:
             raise UsageError(f"{where}: set rigs (names) or [lab] (tags), not both")
-        top_rigs = select_rigs(require(data, "lab", dict, where), f"{where}.lab")
-    else:
-        top_rigs = _names(data, "rigs", where, [DEFAULT_RIG])
-    top_repeats = _repeats(data, where, 1)
-    runs = require(data, "runs", list, where)
-    if not runs:
-        raise UsageError(f"{where}.runs: the suite names no runs; add [[runs]] tables")
+        top["rigs"] = select_rigs(top["lab"], f"{where}.lab")
+    top.setdefault("rigs", [DEFAULT_RIG])
+    runs = check_rows(top["runs"], RUN_FIELDS, f"{where}.runs", "expected a table ([[runs]])")
     cases, rig_objs = [], {}
     for i, r in enumerate(runs):
         w = f"{where}.runs[{i}]"
-        if not isinstance(r, dict):
-            raise UsageError(f"{w}: expected a table ([[runs]]), got {r!r}")
-        reject_unknown(r, RUN, w)
-        repro = _named(w, load_reproducer, require(r, "reproducer", str, w))
-        preset = optional(r, "preset", str, w)
-        sets = optional(r, "set", dict, w, {})
-        sets = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in sets.items()}
-        kernels = _names(r, "kernels", w, top_kernels)
-        rigs = _names(r, "rigs", w, top_rigs)
-        expect = _expect(r, w, kernels)
+        repro = _named(w, load_reproducer, r["reproducer"])
+        preset = r["preset"]
+        sets = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in r["set"].items()}
+        kernels, rigs = r.get("kernels", top["kernels"]), r.get("rigs", top["rigs"])
+        expect = _expect(r["expect"], w, kernels)
         for k in kernels:
             _named(w, kernel_arg if unbuilt and krig_builds(k) else load_kernel, k)
         for rig in rigs:
@@ -106,7 +123,7 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
                 raise UsageError(f"{w} on rig {rig}: {e}") from None
         for k in kernels:
             for rig in rigs:
-                for n in range(1, _repeats(r, w, top_repeats) + 1):
+                for n in range(1, r.get("repeats", top["repeats"]) + 1):
                     c = {"reproducer": repro.name, "preset": preset, "set": sets, "kernel": k, "rig": rig,
                          "repeat": n, "expect": expect.get(k, "PASS")}
                     c["id"] = case_id(c)
@@ -116,8 +133,8 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
     if dup:
         raise UsageError(f"{where}.runs: the same run is listed twice: {dup[0]}")
     _one_rig_per_server(rig_objs, where)
-    return {"name": path.stem, "file": str(path), "description": optional(data, "description", str, where, ""),
-            "rigs": list(rig_objs), "cases": cases}
+    return {"name": path.stem, "file": str(path), "description": top["description"], "rigs": list(rig_objs),
+            "cases": cases}
 
 
 def _named(where: str, loader, name: str):
@@ -128,28 +145,9 @@ def _named(where: str, loader, name: str):
         raise UsageError(f"{where}: {e}") from None
 
 
-def _names(t: dict, key: str, where: str, default: list) -> list:
-    v = optional(t, key, list, where, default)
-    if not v or not all(isinstance(x, str) and x for x in v):
-        raise UsageError(f"{where}.{key}: expected a non-empty list of names, got {v!r}")
-    if len(set(v)) != len(v):
-        raise UsageError(f"{where}.{key}: a name is listed twice: {v!r}")
-    return list(v)
-
-
-def _repeats(t: dict, where: str, default: int) -> int:
-    v = optional(t, "repeats", int, where, default)
-    if not 1 <= v <= MAX_REPEATS:
-        raise UsageError(f"{where}.repeats: {v} is not in 1..{MAX_REPEATS}")
-    return v
-
-
-def _expect(r: dict, where: str, kernels: list) -> dict:
+def _expect(v, where: str, kernels: list) -> dict:
     """expect = "FAIL" (every kernel) or {kernel = verdict, ...}; default PASS."""
-    v = r.get("expect", "PASS")
     table = {k: v for k in kernels} if isinstance(v, str) else v
-    if not isinstance(table, dict):
-        raise UsageError(f"{where}.expect: expected a verdict or a table kernel = verdict, got {v!r}")
     for k, verdict in table.items():
         if k not in kernels:
             raise UsageError(f"{where}.expect.{k}: not one of this run's kernels ({', '.join(kernels)})")
