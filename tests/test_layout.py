@@ -95,9 +95,24 @@ def loaded_by_name(node: ast.AST) -> list:
     return []
 
 
-def imports_of(name: str, path: pathlib.Path, known: set) -> set:
+# "package.module:function": a subcommand's handler (workflows/cli.py's set_defaults(handler=...),
+# imported when the subcommand runs) or a rig driver's class (rigs.DRIVERS, imported by load_rig)
+NAMED_TARGET = re.compile(r"((?:krig|rigs|kernels|analysis|workflows)(?:\.\w+)*):\w+")
+
+
+def named_targets(node: ast.AST) -> list:
+    """The module a string constant "package.module:function" names: an import made by name."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        m = NAMED_TARGET.fullmatch(node.value)
+        return [m.group(1)] if m else []
+    return []
+
+
+def imports_of(name: str, path: pathlib.Path, known: set, named: bool = True) -> set:
     """Project modules imported anywhere in the file (function bodies included), by an import
-    statement or by name through importlib."""
+    statement, by name through importlib, or (named) named as "package.module:function" (a
+    handler, a driver) for an import when it is used: a floor rule counts those, the cycle rule
+    does not (nothing is imported while the module loads)."""
     tree = ast.parse(path.read_text(), str(path))
     pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
@@ -106,6 +121,8 @@ def imports_of(name: str, path: pathlib.Path, known: set) -> set:
             cands = [a.name for a in node.names]
         elif isinstance(node, ast.Call):
             cands = loaded_by_name(node)
+        elif isinstance(node, ast.Constant) and named:
+            cands = named_targets(node)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg.split(".")
@@ -125,12 +142,13 @@ def imports_of(name: str, path: pathlib.Path, known: set) -> set:
     return found
 
 
-def graph(root: pathlib.Path = ROOT) -> dict:
+def graph(root: pathlib.Path = ROOT, named: bool = True) -> dict:
+    """module -> the project modules it imports (named: with those it names as handlers or drivers)."""
     mods = modules(root)
     known = set(mods)
     g = {}
     for name, path in mods.items():
-        deps = imports_of(name, path, known)
+        deps = imports_of(name, path, known, named)
         # importing a.b.c also runs a/__init__ and a/b/__init__: count only real modules named
         g[name] = {d for d in deps if d in known}
     return g
@@ -222,7 +240,7 @@ def test_the_checker_sees_an_analyzer_reaching_into_a_rig(tmp_path):
 
 def import_cycle(root: pathlib.Path = ROOT) -> list:
     """The modules of an import cycle, [] if there is none."""
-    return find_cycle(graph(root)) or []
+    return find_cycle(graph(root, named=False)) or []
 
 
 def test_no_import_cycles():
@@ -450,3 +468,12 @@ def test_a_run_is_read_only_through_the_run_record():
 ])
 def test_the_checker_sees_a_manifest_read_around_the_record(snippet, found):
     assert manifest_reads(snippet) == found
+
+
+def test_handlers_and_drivers_named_by_string_are_imports():
+    """A subcommand's handler and a rig driver are imported by name ("module:function"): the floor
+    rules see them as imports of the module that names them, the cycle rule does not."""
+    g, loaded = graph(), graph(named=False)
+    assert "workflows.group" in g["workflows.cli"] and "rigs.qemu" in g["rigs"] and "rigs.redfish" in g["rigs"]
+    assert "rigs.qemu" not in loaded["rigs"]
+    assert "kernels.build" in g["kernels.buildargs"] and "kernels.build" not in loaded["kernels.buildargs"]
