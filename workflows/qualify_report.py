@@ -10,7 +10,6 @@ from krig.errors import KrigError
 from krig.reproducer import load_reproducer
 from krig.results import git_revision, now, write_json
 from krig.record import read_metrics
-from krig.rundir import RunDir
 from krig.verdict import JUDGED
 
 
