@@ -15,6 +15,7 @@ from krig import results
 from workflows import group as kg
 from workflows.compare import compare, format_text, parse_args
 from krig.errors import UsageError
+from krig.record_group import GroupRecord
 
 from conftest import KRIG, ROOT
 
@@ -240,11 +241,11 @@ def test_group_resumes_without_redoing_finished_runs(tmp_path, monkeypatch):
     gdir, group, code = kg.run_group("selftest-pass", "qemu-default", "distro", None, {}, 3, g,
                                      results_root=tmp_path, log=lambda m: 0)
     assert calls2 == ["run-03", "run-04"], "run-01 is kept, the interrupted run-02 stays and is not counted"
-    assert group["complete"] and group["counted"] == 3 and group["verdicts"] == {"PASS": 3} and code == 0
-    assert group["metrics"]["files_seen"]["median"] == 20
+    assert group.complete and group.counted == 3 and group.verdicts == {"PASS": 3} and code == 0
+    assert group.metrics["files_seen"]["median"] == 20
     assert (g / "run-02" / "manifest.json").exists()
     run3, calls3 = fake_runner([])
-    monkeypatch.setattr(kg, "run", run3)
+    monkeypatch.setattr(kg, "execute", run3)
     kg.run_group("selftest-pass", "qemu-default", "distro", None, {}, 3, g, results_root=tmp_path, log=lambda m: 0)
     assert calls3 == [], "a complete group runs nothing"
 
@@ -326,7 +327,7 @@ def test_compare_html_overlays_both_sides_with_the_per_run_plots(flood_run, tmp_
 
 def test_group_table_fits_100_columns(tmp_path):
     g = fake_group(tmp_path, "g", [10, 12, 14])
-    group = {**kg.summarize(kg.group_runs(g)), "repeat": 4, "complete": False}
+    group = GroupRecord.from_json({**kg.summarize(kg.group_runs(g)), "repeat": 4, "complete": False})
     text = kg.format_group(g, group)
     assert text.splitlines()[0] == "group: PASS 3/3 (incomplete: 3 of 4 runs)"
     assert max(len(line) for line in text.splitlines()[:-1]) <= 100

@@ -60,7 +60,7 @@ def test_a_group_of_three_loads_each_thing_once(tmp_path, counted, monkeypatch):
     monkeypatch.setattr(rigs.protocol.Rig, "fresh", lambda self: rigs_made.append(real_fresh(self)) or rigs_made[-1])
     gdir, g, code = group.run_group("selftest-pass", str(fake_rig(tmp_path)), "distro", None, {}, 3, tmp_path / "g",
                                     results_root=tmp_path / "results", log=lambda *a, **k: None)
-    assert (g["counted"], g["verdicts"], code) == (3, {"PASS": 3}, 0)
+    assert (g.counted, g.verdicts, code) == (3, {"PASS": 3}, 0)
     assert dict(counted) == {"load_kernel": 1, "load_rig": 1, "load_reproducer": 1}
     assert len({id(p.kernel) for p in seen}) == 1 and len(seen) == 3       # one kernel value, passed down
     assert len({id(r) for r in rigs_made}) == 3 and all(r.name == "fake" for r in rigs_made)   # a fresh rig a run

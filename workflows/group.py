@@ -13,6 +13,7 @@ is missing. A run that was interrupted or killed (INTERRUPTED, INCOMPLETE)
 stays in the directory, listed as not counted, and a new run takes its place.
 group.json is rewritten after every run, so an interrupted group loses nothing.
 """
+import dataclasses
 import json
 import pathlib
 
@@ -23,7 +24,8 @@ from krig import RESULTS_DIR
 from krig.config import parse_set
 from .argcheck import output_dir
 from krig.errors import KrigError, UsageError
-from krig.results import GROUP_FILE, next_group_run, now, read_json, run_dirs_of, run_state, write_json
+from krig.record_group import GroupRecord, read_group, write_group
+from krig.results import GROUP_FILE, next_group_run, now, run_dirs_of, run_state
 from krig.results import group_dir as group_dir_of
 from krig.record import read_metrics
 from .plan import RunPlan, plan_run
@@ -31,11 +33,11 @@ from .run import execute, run
 from krig.verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
 
 
-def _same(group: dict, asked: dict, gdir) -> None:
-    for field in ("reproducer", "rig", "kernel", "kernel_id", "preset", "params"):
-        if group.get(field) != asked[field]:
-            have = group.get(field)
-            raise UsageError(f"--group {gdir}: the group was made for {field} {have!r}, not {asked[field]!r}")
+def _same(group: GroupRecord, asked: GroupRecord, gdir) -> None:
+    for field in GroupRecord.ASKED:
+        have, want = getattr(group, field), getattr(asked, field)
+        if have != want:
+            raise UsageError(f"--group {gdir}: the group was made for {field} {have!r}, not {want!r}")
 
 
 def group_runs(gdir: pathlib.Path, judged_only: bool = False) -> list:
@@ -94,18 +96,18 @@ def group_exit(counts: dict) -> int:
     return exit_code("ERROR")
 
 
-def _write(gdir, group, runs):
-    group["runs"] = [{"dir": d.name, "verdict": v, "counted": v not in UNFINISHED and v != "RUNNING"}
-                     for d, v in runs]
-    group.update(summarize(runs))
-    group["complete"] = group["counted"] >= group["repeat"]
-    group["updated"] = now()
-    write_json(gdir / GROUP_FILE, group)
+def _write(gdir, group: GroupRecord, runs):
+    group.runs = [{"dir": d.name, "verdict": v, "counted": v not in UNFINISHED and v != "RUNNING"} for d, v in runs]
+    s = summarize(runs)
+    group.counted, group.verdicts, group.metrics = s["counted"], s["verdicts"], s["metrics"]
+    group.complete = group.counted >= group.repeat
+    group.updated = now()
+    write_group(gdir, group)
 
 
 def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, group_dir=None,
               results_root: pathlib.Path = RESULTS_DIR, log=print) -> tuple[pathlib.Path, dict, int]:
-    """Returns (group_dir, group.json content, exit code)."""
+    """Returns (group_dir, its GroupRecord: group.json, exit code)."""
     _check_group_args(repeat, group_dir)        # before a kernel is built for it
     plan = plan_run(repro_name, rig_name, kernel_name, preset, sets, results_root, log)
     return group_planned(plan, repeat, group_dir, results_root, log)
@@ -123,40 +125,34 @@ def _check_group_args(repeat: int, group_dir) -> None:
 def group_planned(plan: RunPlan, repeat: int, group_dir=None, results_root: pathlib.Path = RESULTS_DIR,
                   log=print) -> tuple[pathlib.Path, dict, int]:
     """The group of a plan (workflows/plan.py: its kernel built once): runs until `repeat` are
-    counted, the host checked again before each. Returns (group_dir, group.json content, exit code)."""
+    counted, the host checked again before each. Returns (group_dir, its GroupRecord, exit code)."""
     _check_group_args(repeat, group_dir)
-    repro, rig, kernel, preset, params = plan.repro, plan.rig, plan.kernel, plan.preset, plan.params
-    asked = {"reproducer": repro.name, "rig": rig.name, "kernel": plan.kernel_arg, "kernel_id": kernel.kernel_id,
-             "preset": preset, "params": json.loads(json.dumps(params, default=str))}
+    repro, rig, kernel = plan.repro, plan.rig, plan.kernel
+    asked = GroupRecord(repro.name, rig.name, plan.kernel_arg, kernel.kernel_id, plan.preset,
+                        json.loads(json.dumps(plan.params, default=str)), kernel.series)
     if group_dir is None:
         gdir = group_dir_of(results_root, repro.name, kernel.kernel_id, rig.name)
     else:
         gdir = pathlib.Path(group_dir)
-    gfile = gdir / GROUP_FILE
-    if gfile.exists():
-        try:
-            group = read_json(gfile)
-        except UsageError as e:
-            raise UsageError(f"--group {gdir}: {GROUP_FILE}: {str(e).rsplit(': ', 1)[-1]}") from None
-        if not isinstance(group, dict):
-            raise UsageError(f"--group {gdir}: {GROUP_FILE} is not a JSON object")
+    if (gdir / GROUP_FILE).exists():
+        group = read_group(gdir)
         _same(group, asked, gdir)
     elif gdir.exists() and any(gdir.iterdir()):
         raise UsageError(f"--group {gdir}: not empty and has no {GROUP_FILE}")
     else:
         gdir.mkdir(parents=True, exist_ok=True)
-        group = {"kind": "krig-group", **asked, "series": kernel.series, "created": now()}
-    group["repeat"] = repeat
+        group = dataclasses.replace(asked, created=now())
+    group.repeat = repeat
     runs = group_runs(gdir)
     busy = [d.name for d, v in runs if v == "RUNNING"]
     if busy:
         raise UsageError(f"--group {gdir}: {', '.join(busy)} still running; continue the group when it ends")
     _write(gdir, group, runs)
-    log(f"krig: group {gdir}: {group['counted']} of {repeat} runs done")
+    log(f"krig: group {gdir}: {group.counted} of {repeat} runs done")
     try:
-        while group["counted"] < repeat:
+        while group.counted < repeat:
             run_dir = next_group_run(gdir, [d for d, _ in runs])
-            log(f"krig: group run {group['counted'] + 1} of {repeat} -> {run_dir}")
+            log(f"krig: group run {group.counted + 1} of {repeat} -> {run_dir}")
             d, verdict = execute(plan.rechecked(results_root), results_root, log, run_dir)
             log(f"krig: {d.name}: {verdict['verdict']}: {verdict['reason']}")
             runs = group_runs(gdir)
@@ -166,15 +162,15 @@ def group_planned(plan: RunPlan, repeat: int, group_dir=None, results_root: path
     finally:
         runs = group_runs(gdir)
         _write(gdir, group, runs)
-    return gdir, group, group_exit(group["verdicts"])
+    return gdir, group, group_exit(group.verdicts)
 
 
-def format_group(gdir: pathlib.Path, group: dict, width: int = 100) -> str:
+def format_group(gdir: pathlib.Path, group: GroupRecord, width: int = 100) -> str:
     """The group's verdict counts and, per metric, n, median, min-max (text, <= width columns)."""
-    lines = [f"group: {verdict_text(group['verdicts'], group['counted'])}"
-             + ("" if group["complete"] else f" (incomplete: {group['counted']} of {group['repeat']} runs)"),
+    lines = [f"group: {verdict_text(group.verdicts, group.counted)}"
+             + ("" if group.complete else f" (incomplete: {group.counted} of {group.repeat} runs)"),
              f"{'metric':34s} {'n':>3s} {'median':>12s} {'min':>12s} {'max':>12s}  unit"]
-    for name, s in group["metrics"].items():
+    for name, s in group.metrics.items():
         if s["n"] == 0:
             lines.append(f"{name[:34]:34s} {0:3d} {'-':>12s}")
             continue

@@ -43,11 +43,11 @@ from krig.errors import KrigError, UsageError
 from .group import group_planned, group_runs
 from .plan import RunPlan, resolve
 from .preflight import check_boots
-from krig.results import GROUP_FILE
+from krig.record_group import GroupRecord, read_group
 from krig.verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, server_line, write_reply
 from krig.reproducer import load_reproducer
-from krig.results import (VALIDATE_FILE, VALIDATE_SIDES, git_revision, now, read_json, run_dirs_of, validation_dir,
+from krig.results import (VALIDATE_FILE, VALIDATE_SIDES, git_revision, now, run_dirs_of, validation_dir,
                       validation_side, write_json)
 from krig.record import RunRecord
 from krig.version import version
@@ -73,14 +73,14 @@ def contended(gdir: pathlib.Path) -> list:
     return out
 
 
-def _run_side(plan: RunPlan, want: int, repeat: int, gdir: pathlib.Path, log) -> dict:
+def _run_side(plan: RunPlan, want: int, repeat: int, gdir: pathlib.Path, log) -> GroupRecord:
     """Runs the side's plan until it has `want` runs besides those lost to host contention, which
     are replaced up to `repeat` times (a shared host under TCG; the verdict rule calls them ERROR)."""
     while True:
         runs = [(d, v) for d, v in group_runs(gdir) if v not in NOT_COUNTED] if gdir.is_dir() else []
         lost = len(contended(gdir))
         if len(runs) - lost >= want or lost > repeat:
-            return read_json(gdir / GROUP_FILE)
+            return read_group(gdir)
         if lost:
             log(f"krig: {lost} run(s) in {gdir.name} lost to host contention; running another")
         group_planned(plan, len(runs) + 1, gdir, log=log)
@@ -237,8 +237,8 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     for i in range(1, repeat + 1):
         bgroup = _run_side(sides["base"], i, repeat, validation_side(vdir, "base"), log)
         ngroup = _run_side(sides["new"], i, repeat, validation_side(vdir, "new"), log)
-        if i == 1 and not bgroup["verdicts"].get("FAIL") and bgroup["verdicts"].get("PASS") \
-                and not ngroup["verdicts"].get("FAIL"):
+        if i == 1 and not bgroup.verdicts.get("FAIL") and bgroup.verdicts.get("PASS") \
+                and not ngroup.verdicts.get("FAIL"):
             stopped = bgroup
             log("krig: the base kernel PASSed, and so did the patched one: the base does not reproduce the "
                 "regression; stopping")

@@ -1,0 +1,59 @@
+"""group.json, a group of runs' record (`krig run --repeat`, workflows/group.py), as a typed value:
+what was asked (reproducer, rig, kernel as asked and its id, preset, the resolved parameters,
+the series), how many runs were asked (`repeat`), every run with its verdict, the verdict counts
+and per metric n, median, min and max over the judged runs. Written and read here only
+(tests/test_layout.py); a key this krig does not know is kept as it was (`extra`)."""
+import dataclasses
+import pathlib
+
+from .errors import UsageError
+from .results import GROUP_FILE, read_json, write_json
+
+
+@dataclasses.dataclass
+class GroupRecord:
+    reproducer: str | None = None
+    rig: str | None = None
+    kernel: str | None = None           # as asked (--kernel's text)
+    kernel_id: str | None = None
+    preset: str | None = None
+    params: dict = dataclasses.field(default_factory=dict)
+    series: dict | None = None
+    created: str | None = None
+    repeat: int = 1
+    runs: list = dataclasses.field(default_factory=list)        # [{dir, verdict, counted}]
+    counted: int = 0
+    verdicts: dict = dataclasses.field(default_factory=dict)    # verdict -> runs
+    metrics: dict = dataclasses.field(default_factory=dict)     # metric -> {n, median, min, max, unit, better}
+    complete: bool = False
+    updated: str | None = None
+    kind: str = "krig-group"
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    ASKED = ("reproducer", "rig", "kernel", "kernel_id", "preset", "params")     # what a resumed group must match
+
+    @classmethod
+    def from_json(cls, data: dict) -> "GroupRecord":
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        return cls(**{k: v for k, v in data.items() if k in names},
+                   extra={k: v for k, v in data.items() if k not in names})
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {"kind": out.pop("kind"), **out, **self.extra}
+
+
+def read_group(gdir: pathlib.Path, what: str = "--group") -> GroupRecord:
+    """The group directory's group.json; an unreadable one or one that is not a JSON object is one
+    line naming `what` (the option or argument that gave the directory)."""
+    try:
+        data = read_json(pathlib.Path(gdir) / GROUP_FILE)
+    except UsageError as e:
+        raise UsageError(f"{what} {gdir}: {GROUP_FILE}: {str(e).rsplit(': ', 1)[-1]}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{what} {gdir}: {GROUP_FILE} is not a JSON object")
+    return GroupRecord.from_json(data)
+
+
+def write_group(gdir: pathlib.Path, group: GroupRecord) -> None:
+    write_json(pathlib.Path(gdir) / GROUP_FILE, group.to_json())
