@@ -7,6 +7,7 @@ import re
 import subprocess
 import time
 
+from krig.paths import dies_with_parent
 from krig.results import now
 from . import ccache
 
@@ -35,11 +36,13 @@ def clean_env() -> dict:
 
 
 def run_logged(argv, cwd, logf, log=print, what="", env=None) -> int:
-    """Run argv with output appended to logf; print a heartbeat line every minute."""
+    """Run argv with output appended to logf; print a heartbeat line every minute. The command
+    dies with krig (SIGKILL when the thread that started it ends, krig killed included): a
+    sandboxed build's timeout(1), then bwrap (--die-with-parent) and everything in it."""
     with open(logf, "ab") as f:
         f.write(f"\n$ {' '.join(map(str, argv))}    (cwd {cwd}, {now()})\n".encode())
         f.flush()
-        p = subprocess.Popen(argv, cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
+        p = subprocess.Popen(dies_with_parent(argv), cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, env=env or clean_env())
         t0 = last = time.monotonic()
         try:

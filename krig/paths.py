@@ -2,6 +2,15 @@
 import os
 import pathlib
 import re
+import shutil
+
+
+SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
+
+
+def dies_with_parent(argv: list) -> list:
+    """argv prefixed so the process gets SIGKILL when krig (the starting thread) dies."""
+    return [SETPRIV, "--pdeathsig", "KILL", "--", *[str(a) for a in argv]]
 
 
 def cache_dir(*parts) -> pathlib.Path:

@@ -26,7 +26,8 @@ import time
 
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError, os_fault
 from krig.schema import Field, check
-from .procs import dies_with_parent, stopped_by_host
+from krig.paths import dies_with_parent
+from .procs import stopped_by_host
 from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol, FilesProtocol,
                        PowerProtocol, Rig)
 

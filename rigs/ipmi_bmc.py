@@ -15,7 +15,7 @@ import time
 
 from krig import progress
 from krig.errors import RigError
-from .procs import dies_with_parent
+from krig.paths import dies_with_parent
 
 IPMITOOL = "ipmitool"
 SOL_RESTARTS = 20

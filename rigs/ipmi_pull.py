@@ -35,7 +35,7 @@ from krig.tarbound import BoundedHeader as _Header, HeaderRefused as _Stop
 from krig.errors import RigError, os_fault
 from krig.rundir import KRIG_FILES
 from .ipmi_bmc import kill_group
-from .procs import dies_with_parent
+from krig.paths import dies_with_parent
 
 TOTAL_CAP = 16 << 30            # the whole stream (rig file: pull_max_size)
 FILE_CAP = 8 << 30              # one file (rig file: pull_max_file_size)

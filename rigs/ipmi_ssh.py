@@ -14,7 +14,7 @@ import time
 from krig.errors import RigError
 from .ipmi_bmc import kill_group
 from .ipmi_pull import stream_from
-from .procs import dies_with_parent
+from krig.paths import dies_with_parent
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -44,7 +44,7 @@ from krig.paths import process_record
 from rigs import guestroot, qemu_confine
 from rigs.labsim_wire import (KCS_MARK, SOL_MARK, SerialCable, kill_session,  # noqa: F401 (SerialCable: tests)
                               remove_wire_dir, session_members, user_ids, wire_dir)
-from rigs.procs import SETPRIV
+from krig.paths import SETPRIV
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DIAG_SRC = ROOT / "rigs" / "ipmisim" / "krig_diag.c"

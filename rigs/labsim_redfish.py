@@ -25,7 +25,7 @@ import time
 
 from krig.errors import KrigError
 from . import qemu_confine
-from .procs import dies_with_parent
+from krig.paths import dies_with_parent
 
 NEEDED = {"libvirtd": "libvirt-daemon", "ser2net": "ser2net", "openssl": "openssl",
           "qemu-system-x86_64": "qemu-system-x86"}

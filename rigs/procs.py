@@ -9,15 +9,6 @@ krig still takes every rig child with it. As with PR_SET_PDEATHSIG itself,
 that live as long as the children should.
 """
 import pathlib
-import shutil
-
-SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
-
-
-def dies_with_parent(argv: list) -> list:
-    """argv prefixed so the process gets SIGKILL when krig (the starting thread) dies."""
-    return [SETPRIV, "--pdeathsig", "KILL", "--", *[str(a) for a in argv]]
-
 
 def stopped_by_host(pid: int) -> str | None:
     """Why the process pid is not running at all, if the host stopped it: a stop signal

@@ -30,7 +30,7 @@ import subprocess
 
 from krig.errors import RigError, os_fault
 from . import qemu_args, qemu_confine
-from .procs import SETPRIV, dies_with_parent
+from krig.paths import SETPRIV, dies_with_parent
 
 NONDUMP_GID = 65534
 KVM = pathlib.Path("/dev/kvm")

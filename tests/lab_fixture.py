@@ -14,7 +14,7 @@ import sys
 import time
 
 from ipmi_fixture import free_port
-from rigs.procs import dies_with_parent
+from krig.paths import dies_with_parent
 
 BIN = pathlib.Path(sys.executable).parent
 COORDINATOR = str(BIN / "labgrid-coordinator")

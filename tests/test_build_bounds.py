@@ -146,7 +146,8 @@ def test_where_the_limits_cannot_be_set_a_series_is_refused_and_krigs_own_kernel
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "killed"])
 def test_an_interrupted_series_build_leaves_nothing_behind(host, sig):
     """Ctrl-C in the middle of the series' make: the build ends, its group, loop device and layer
-    go. A krig killed there leaves them to the next series' build, which removes them."""
+    go. A krig killed there takes the build with it (its processes die with krig); its group,
+    loop device and layer are left to the next series' build, which removes them."""
     layout = source(host)
     makefile_series(host, "sleep 60.0625")
     kt.build_kernel(layout("base"), log=lambda m: None)
@@ -173,7 +174,12 @@ def test_an_interrupted_series_build_leaves_nothing_behind(host, sig):
     if sig == signal.SIGINT:
         assert p.returncode != 0 and "KeyboardInterrupt" in out, out
     else:
-        assert bounds.groups_of(p.pid) and sleeping("60.0625"), "a killed krig's build is left running"
+        for _ in range(300):                # SIGKILL to timeout(1), then bwrap's namespace: bounded
+            if not sleeping("60.0625"):
+                break
+            time.sleep(0.1)
+        assert not sleeping("60.0625"), "a killed krig's build is left running"
+        assert bounds.groups_of(p.pid) and leftovers(host)["layers"], "the killed build's group and layer stay"
         a_normal_series_still_builds(host, layout)
     assert bounds.groups_of(p.pid) == [] and sleeping("60.0625") == []
     assert leftovers(host) == {"cgroups": [], "loops": [], "layers": []}

@@ -135,7 +135,7 @@ def test_children_die_with_krig_without_preexec_fn(tmp_path):
     pidfile = tmp_path / "child.pid"
     parent = subprocess.Popen([sys.executable, "-c", f"""
 import subprocess, threading, time, pathlib
-from rigs.procs import dies_with_parent
+from krig.paths import dies_with_parent
 def start():
     p = subprocess.Popen(dies_with_parent(["sleep", "300"]), start_new_session=True)
     pathlib.Path({str(pidfile)!r}).write_text(str(p.pid))

@@ -46,7 +46,7 @@ from .run import run
 from krig.verdict import UNFINISHED, VERDICTS
 from kernels.catalog import krig_builds, load_kernel
 from rigs import SECRETS_FILE_ENV, hand_over_secrets, load_rig, take_handed_secrets
-from rigs.procs import dies_with_parent
+from krig.paths import dies_with_parent
 
 SPEC_ENV = "KRIG_QUALIFY_SPEC"
 MAX_REPEATS = 100
