@@ -148,6 +148,18 @@ def series_mbox(repo, base: str, tip: str, subject: str, out: pathlib.Path, to: 
     return out
 
 
+CULPRIT_SUBJECT = "vfs: rmdir keeps the children"
+
+
+def culprit_series(out: pathlib.Path, log=print) -> pathlib.Path:
+    """The demo history's culprit commit as its developer mails it (to FIX_LIST): the
+    rmdir-keeps-children regression as a series, one mbox at out."""
+    demo, info = make_demo_repo(log=log)
+    culprit = info["culprit"]
+    return series_mbox(demo, _git(demo, "rev-parse", f"{culprit}^").strip(), culprit, CULPRIT_SUBJECT, out,
+                       to=(FIX_LIST,))
+
+
 FIX_SUBJECT = "vfs: rmdir prunes children again"
 FIX_LIST = "linux-fsdevel@vger.kernel.org"         # where a vfs fix is sent (a reply copies it)
 
