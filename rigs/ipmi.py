@@ -13,6 +13,7 @@ rigs/examples/lab-server.toml; the server as the protocols share it (its state,
 power, waits) in rigs/ipmi_server.py; what is checked on a server after each boot in
 rigs/ipmi_server_setup.py.
 """
+import os
 import pathlib
 import shlex
 import subprocess
@@ -59,6 +60,19 @@ class IpmiRig(Rig):
 
     def scratch_env(self):
         return {"KRIG_SCRATCH_DEV": self.spec["scratch_dev"]} if self.spec["scratch_dev"] else {}
+
+    def emulator_pid(self):
+        """A simulated server's emulator on this host (the rig file's emulator_pidfile: `krig lab sim`
+        writes it), whose speed the host's other load sets; None for a real server."""
+        path = self.spec.get("emulator_pidfile")
+        if not path:
+            return None
+        try:
+            with open(path, "rb") as f:
+                pid = int(f.read(32).strip())
+        except (OSError, ValueError):
+            return None
+        return pid if pid > 0 and os.path.isdir(f"/proc/{pid}") else None
 
     def facts(self):
         return self.server.facts    # the live dict: facts learnt while shutting down still reach the manifest

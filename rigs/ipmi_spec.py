@@ -145,6 +145,10 @@ TOP = (
     Field("ssh", dict, table=SSH),
     Field("kexec", dict, {}, table=KEXEC),
     Field("lab", dict, {}),
+    # a simulated server on this host (`krig lab sim`): its emulator's pid file, so a run samples
+    # the host beside it and a busy host's timing is ERROR (host contention), never the kernel's
+    Field("emulator_pidfile", str, OMIT, pattern=r"/.+", says="{v!r}: expected an absolute path (the pid file of "
+          "a simulated server's emulator)"),
 )
 
 

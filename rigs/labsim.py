@@ -184,7 +184,8 @@ class LabServer(SimServer):
     def rig_file(self, name: str, bmc: dict | None = None, ssh: dict | None = None, **top) -> pathlib.Path:
         top = {"description": f"simulated lab server ({self.memory_mb} MiB, ipmi_sim on 127.0.0.1:{self.lan_port})",
                "remote_dir": "/var/lib/krig", "shutdown_command": ["systemctl", "poweroff"],
-               "boot_timeout": 900, "hang_timeout": 60, "nmi_wait": 20, "shutdown_timeout": 120, **top}
+               "boot_timeout": 900, "hang_timeout": 60, "nmi_wait": 20, "shutdown_timeout": 120,
+               "emulator_pidfile": str(self.wire / "run" / "qemu.pid"), **top}
         return super().rig_file(name, bmc=bmc, ssh={"user": self.USER, **(ssh or {})}, **top)
 
     def ssh(self, *remote: str, known_hosts: str = "known_hosts", timeout: float = 60) -> subprocess.CompletedProcess:

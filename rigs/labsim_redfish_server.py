@@ -99,7 +99,8 @@ class RedfishLabServer:
         spec = {"driver": "redfish", "description": f"simulated lab server ({self.memory_mb} MiB, sushy-emulator "
                 f"on 127.0.0.1:{self.lan_port})", "console": self.ser2net.url, "scratch_dev": "/dev/nvme0n1",
                 "remote_dir": "/var/lib/krig", "shutdown_command": ["systemctl", "poweroff"], "boot_timeout": 1800,
-                "hang_timeout": 60, "nmi_wait": 20, "shutdown_timeout": 120, **top}
+                "hang_timeout": 60, "nmi_wait": 20, "shutdown_timeout": 120,
+                "emulator_pidfile": str(self.vm_dir / "lv" / "r" / "libvirt" / "qemu" / "run" / "server.pid"), **top}
         b = {"host": "127.0.0.1", "port": self.lan_port, "user": self.USER, "password_file": str(self.password_file),
              "fingerprint": self.fingerprint, "auth": "auto", "timeout": 30, "retries": 3, **(bmc or {})}
         s = {"host": "127.0.0.1", "port": self.ssh_port, "user": self.USER, "key": str(self.base / "client_key"),

@@ -91,12 +91,33 @@ def test_minimal_rig_file_defaults(files):
     ({"shutdown_command": "poweroff"}, r"\.shutdown_command: expected list"),
     ({"kexec": {"initrd": "relative.img"}}, r"\.kexec\.initrd: 'relative.img': use auto, none or an absolute path"),
     ({"kexec": {"bogus": 1}}, r"\.kexec: unknown field 'bogus'"),
+    ({"emulator_pidfile": "qemu.pid"}, r"\.emulator_pidfile: 'qemu.pid': expected an absolute path"),
 ])
 def test_bad_rig_file_one_line(files, over, message):
     with pytest.raises(UsageError, match=message) as e:
         IpmiRig("lab", spec(files, **over))
     assert "\n" not in str(e.value)
     assert PW not in str(e.value)
+
+
+def test_a_simulated_servers_emulator_is_the_pid_its_file_names(files):
+    """emulator_pidfile (what `krig lab sim` writes): the live process it names is the emulator a run
+    samples the host beside; a missing file, one that is no pid, or a pid that is gone: none. A real
+    server (no such field) has none."""
+    assert IpmiRig("lab", spec(files)).emulator_pid() is None
+    pidfile = files / "qemu.pid"
+    rig = IpmiRig("lab", spec(files, emulator_pidfile=str(pidfile)))
+    assert rig.emulator_pid() is None                              # not written yet
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        pidfile.write_text(f"{sleeper.pid}\n")
+        assert rig.emulator_pid() == sleeper.pid
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert rig.emulator_pid() is None                              # the process is gone
+    pidfile.write_text("not a pid\n")
+    assert rig.emulator_pid() is None
 
 
 def test_password_file_mode_owner_and_length(files):

@@ -130,6 +130,9 @@ def test_up_down_and_a_supervisor_that_dies(tmp_path, downed):
     assert oct(secret.stat().st_mode & 0o777) == "0o600" and f'password_file = "{secret}"' in rig.read_text()
     password = secret.read_text().strip()
     assert password not in rig.read_text() and not [ln for ln in _mine(tmp_path) if password in ln]
+    state = json.loads((tmp_path / "state" / "krig" / "labsim" / "lab1" / "state.json").read_text())
+    # its QEMU's pid file: a run samples the host beside the emulator (host.tsv, host contention)
+    assert f'emulator_pidfile = "{state["wire"]}/run/qemu.pid"' in rig.read_text()
     listed = subprocess.run(KRIG + ["list"], capture_output=True, text=True, cwd=ROOT, env=_env(tmp_path))
     assert any(ln.split()[:2] == ["lab1", "ipmi"] for ln in listed.stdout.splitlines()), listed.stdout
     again = _krig(tmp_path, "lab", "sim", "up", "lab1")
