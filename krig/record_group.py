@@ -7,11 +7,12 @@ import dataclasses
 import pathlib
 
 from .errors import UsageError
+from .record_machine import KeepsExtra
 from .results import GROUP_FILE, read_json, write_json
 
 
 @dataclasses.dataclass
-class GroupRecord:
+class GroupRecord(KeepsExtra):
     reproducer: str | None = None
     rig: str | None = None
     kernel: str | None = None           # as asked (--kernel's text)
@@ -31,12 +32,6 @@ class GroupRecord:
     extra: dict = dataclasses.field(default_factory=dict)
 
     ASKED = ("reproducer", "rig", "kernel", "kernel_id", "preset", "params")     # what a resumed group must match
-
-    @classmethod
-    def from_json(cls, data: dict) -> "GroupRecord":
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        return cls(**{k: v for k, v in data.items() if k in names},
-                   extra={k: v for k, v in data.items() if k not in names})
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}

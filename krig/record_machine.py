@@ -15,7 +15,7 @@ def _known(cls, data: dict) -> tuple[dict, dict]:
     return {k: v for k, v in data.items() if k in names}, {k: v for k, v in data.items() if k not in names}
 
 
-class _KeepsExtra:
+class KeepsExtra:
     """A record of a JSON object that keeps the keys it does not know (`extra`) and writes them back."""
 
     @classmethod
@@ -25,7 +25,7 @@ class _KeepsExtra:
 
 
 @dataclasses.dataclass
-class Machine(_KeepsExtra):
+class Machine(KeepsExtra):
     """What the machine said of itself (workflows/run.py asks it once it answers)."""
     release: str | None = None              # uname -r
     cmdline: str | None = None
@@ -43,7 +43,7 @@ class Machine(_KeepsExtra):
 
 
 @dataclasses.dataclass
-class KernelRecord(_KeepsExtra):
+class KernelRecord(KeepsExtra):
     """The kernel as krig built, packaged or was given it (kernels.kernel.Kernel.describe())."""
     name: str | None = None
     release: str | None = None
