@@ -5,7 +5,7 @@ import numpy as np
 
 from krig.errors import UsageError
 from krig.record import RunRecord
-from krig.rundir import RunDir, load_samples  # noqa: F401  (load_samples: analysis' name for it)
+from krig.rundir import RunDir
 
 
 class RunData(RunDir):

@@ -12,10 +12,9 @@ import re
 from . import REPRO_DIR
 from .config import coerce, load_toml
 from .errors import UsageError
-from .reproducer_plots import PLOTS_DOC, parse_plots, parse_session  # noqa: F401 (PLOTS_DOC: the [[plots]] fields)
-# MIN_CHANGE_PCT and parse_requires: read from here by `krig compare` and the tests
-from .reproducer_schema import (MIN_CHANGE_PCT, TOP, check_range, check_touch_params, mib, parse_metrics,  # noqa: F401
-                                parse_params, parse_presets, parse_requires, parse_thresholds)
+from .reproducer_plots import parse_plots, parse_session
+from .reproducer_schema import (TOP, check_range, check_touch_params, mib, parse_metrics,
+                                parse_params, parse_presets, parse_thresholds)
 from .schema import check
 
 
@@ -59,7 +58,7 @@ class Reproducer:
     trace_buffer_kb: int
     metrics: dict         # name -> {unit, better, description, min_change_pct}
     thresholds: list
-    plots: list = dataclasses.field(default_factory=list)   # [[plots]], see PLOTS_DOC
+    plots: list = dataclasses.field(default_factory=list)   # [[plots]], see krig/reproducer_plots.py PLOTS_DOC
     session: dict | None = None                              # where KernelShark opens
     preset_requires: dict = dataclasses.field(default_factory=dict)   # preset -> requires overriding
     preset_buffer_kb: dict = dataclasses.field(default_factory=dict)  # preset -> trace buffer_kb

@@ -23,7 +23,6 @@ from . import RESULTS_DIR, ROOT, safeio
 from .errors import KrigError
 from .paths import owner_alive
 from .rundir import RunDir
-from .version import git_revision  # noqa: F401  (krig.results.git_revision: a run's krig revision)
 
 GROUP_FILE = "group.json"      # a group directory's record (krig run --repeat, workflows/group.py)
 GROUP_RUN = "run-"              # a group's runs: run-01, run-02, ...

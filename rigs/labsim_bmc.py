@@ -42,7 +42,7 @@ from krig import safeio
 from krig.config import toml_value
 from krig.paths import process_record
 from rigs import guestroot, qemu_confine
-from rigs.labsim_wire import (KCS_MARK, SOL_MARK, SerialCable, kill_session,  # noqa: F401 (SerialCable: tests)
+from rigs.labsim_wire import (KCS_MARK, SOL_MARK, SerialCable, kill_session,
                               remove_wire_dir, session_members, user_ids, wire_dir)
 from krig.paths import SETPRIV
 

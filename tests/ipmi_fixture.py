@@ -8,8 +8,7 @@ in stop(), which the fixtures call even when a test fails.
 """
 import contextlib
 
-from rigs.labsim_bmc import (GUEST_MODULES_EXTRA, SerialCable, SimServer, free_port,  # noqa: F401
-                             missing_tools)
+from rigs.labsim_bmc import GUEST_MODULES_EXTRA, SimServer, missing_tools
 
 
 @contextlib.contextmanager

@@ -137,7 +137,7 @@ def test_a_significant_but_tiny_change_is_small_not_better(tmp_path):
 
 
 def test_min_change_pct_is_checked(tmp_path):
-    from krig.reproducer import parse_metrics
+    from krig.reproducer_schema import parse_metrics
 
     def parse(tables):
         return parse_metrics(tables, "repro.toml")

@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, build_kernels, krig_run, qemu_pids, rig_with_memory, run_dir_of
-from workflows.check import load_analyzer
+from krig.reproducer import load_analyzer
 from krig.reproducer import load_reproducer
 
 REPRO = ROOT / "reproducers" / "neg-dentry-flood"

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from workflows.check import judge, load_analyzer
+from krig.reproducer import load_analyzer
+from workflows.check import judge
 from krig.verdict import judged as verdict_of
 from krig.errors import UsageError
 from krig.reproducer import load_reproducer, parse_reproducer

@@ -14,7 +14,8 @@ from workflows import run as krun
 from krig.errors import UsageError
 from krig import hashsize
 from workflows.preflight import admission_line, preflight
-from krig.reproducer import load_reproducer, parse_requires, touch_bytes
+from krig.reproducer import load_reproducer, touch_bytes
+from krig.reproducer_schema import parse_requires
 from krig.verdict import Evidence, decide
 from rigs import load_rig, qemu_memory
 

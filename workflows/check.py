@@ -26,7 +26,7 @@ from .hostload import contended_pct
 from krig.paths import owner_alive
 from krig.record import (Manifest, MetricEntry, ThresholdOutcome, Verdict, write_metrics, write_thresholds,
                          write_verdict)
-from krig.reproducer import load_analyzer, load_reproducer  # noqa: F401 (load_analyzer: callers' name)
+from krig.reproducer import load_analyzer, load_reproducer
 from krig.rundir import MANIFEST, RunDir
 from .stall import still_progressing
 from krig.verdict import JUDGED, Evidence, decide, exit_code, host_contended, scan_console

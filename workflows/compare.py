@@ -29,7 +29,8 @@ from krig import safeio
 from .argcheck import output_dir
 from krig.errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
-from krig.reproducer import MIN_CHANGE_PCT, load_analyzer, load_reproducer
+from krig.reproducer import load_analyzer, load_reproducer
+from krig.reproducer_schema import MIN_CHANGE_PCT
 from krig.results import GROUP_FILE, compare_dir, run_state
 from krig.record import Manifest, RunRecord
 from krig.rundir import is_run_dir

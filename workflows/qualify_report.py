@@ -8,7 +8,8 @@ from analysis.summary import threshold_measurements, threshold_properties
 from krig import junit
 from krig.errors import KrigError
 from krig.reproducer import load_reproducer
-from krig.results import git_revision, now, write_json
+from krig.results import now, write_json
+from krig.version import git_revision
 from krig.record import read_metrics
 from krig.verdict import JUDGED
 

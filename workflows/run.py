@@ -20,7 +20,8 @@ from .preflight import admission_line
 from .serverdrivers import server_drivers
 from krig.record import Manifest
 from krig.record_machine import Machine
-from krig.results import claim_run_dir, git_revision, new_run_dir, now
+from krig.results import claim_run_dir, new_run_dir, now
+from krig.version import git_revision
 from rigs.hashsize import from_log as hash_tables
 
 FACTS_TIMEOUT = 60

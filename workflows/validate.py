@@ -47,10 +47,10 @@ from krig.record_group import GroupRecord, read_group
 from krig.verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, server_line, write_reply
 from krig.reproducer import load_reproducer
-from krig.results import (VALIDATE_FILE, VALIDATE_SIDES, git_revision, now, run_dirs_of, validation_dir,
+from krig.results import (VALIDATE_FILE, VALIDATE_SIDES, now, run_dirs_of, validation_dir,
                       validation_side, write_json)
 from krig.record import RunRecord
-from krig.version import version
+from krig.version import git_revision, version
 
 ANSWERS = {"fixed": 0, "not fixed": 1, "inconclusive": 3, "base does not reproduce": 4, "regressed": 5}
 DEFAULT_REPEAT = 4

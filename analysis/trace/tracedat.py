@@ -21,7 +21,7 @@ from krig import safeio
 from analysis.trace.tracepages import DECOMPRESS_THREADS, PageSource
 
 
-from analysis.trace.formats import EventFormat, Field, TraceError  # noqa: F401 (TraceError: the reader's error)
+from analysis.trace.formats import EventFormat, Field, TraceError
 from analysis.trace.header import TraceHeader
 
 

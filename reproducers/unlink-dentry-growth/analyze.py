@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from analysis.rundata import load_samples
+from krig.rundir import load_samples
 
 # A 5 s window keeps ~90% of the amplitude of the report's ~20 s oscillation and averages
 # out the noise of a TCG guest.
