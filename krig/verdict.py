@@ -182,11 +182,18 @@ def host_contended(host_contended_pct: float | None) -> bool:
 
 def judged(res: dict, host_contended_pct: float | None = None) -> tuple[str, str]:
     """The thresholds' verdict: an instrument check that failed (or a judge that broke) makes the
-    run ERROR whatever else happened; so does a FAIL that rests only on host_sensitive thresholds
+    run ERROR whatever else happened (host contention when every one is a host_sensitive instrument
+    and the host was contended, else krig's); so does a FAIL that rests only on host_sensitive thresholds
     while the host was contended (host_contended_pct over CONTENDED_LIMIT_PCT); otherwise
     FAIL only if a measured regression threshold failed (metrics that could not be computed
     are named alongside); otherwise a metric that could not be computed is ERROR naming it;
     otherwise PASS."""
+    if res["broken"] and len(res["broken"]) == res.get("instrument_host_sensitive", 0) \
+            and host_contended(host_contended_pct):      # a starved guest's instrument (its sampler's gaps)
+        return Decided("ERROR", (f"host contention: other processes kept the host's CPUs saturated in "
+                                 f"{host_contended_pct:.0f}% of the workload's seconds (limit "
+                                 f"{CONTENDED_LIMIT_PCT:g}%, host.tsv), and the guest's instrument it starved "
+                                 f"broke: " + "; ".join(res["broken"])), "host-contention")
     if res["broken"]:
         return Decided("ERROR", ("instrument: " if res["instrument"] else "judge error: ") + "; ".join(res["broken"]),
                        "krig")

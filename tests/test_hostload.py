@@ -102,14 +102,36 @@ def test_timing_threshold_on_a_contended_host_is_error_not_fail(tmp_path):
     assert v == "FAIL" and "peak_negative_vs_inflight" in why
 
 
+def test_a_starved_sampler_on_a_contended_host_is_the_hosts_error(tmp_path):
+    """The sampler's gaps (an instrument marked host_sensitive) on a contended host: ERROR whose cause
+    is host contention (krig validate runs it again), not krig's; on a quiet host, or with a
+    threshold the host cannot move crossed as well, the instrument's ERROR stays krig's."""
+    fixed = FIXED["unlink-dentry-growth"]
+    gap = {**fixed, "sampler_max_gap_intervals": 15.4}
+    v, why = judged(tmp_path, gap, contended=99.0)
+    assert v == "ERROR" and why.startswith("host contention:") and "sampler_max_gap_intervals = 15.4" in why
+    assert verdict_of(tally_of(tmp_path), 99.0).cause == "host-contention"
+    v, why = judged(tmp_path, gap, contended=2.0)
+    assert v == "ERROR" and why.startswith("instrument: ") and verdict_of(tally_of(tmp_path), 2.0).cause == "krig"
+    lost = {**gap, "trace_lost_events": 3.0}          # an instrument the host does not starve, broken too
+    v, why = judged(tmp_path, lost, contended=99.0)
+    assert v == "ERROR" and why.startswith("instrument: ")
+
+
+def tally_of(tmp_path) -> dict:
+    """The judge's tally of the run judged last in tmp_path (thresholds.json)."""
+    from workflows.check import tally
+    return tally(json.loads((tmp_path / "thresholds.json").read_text()))
+
+
 def test_host_sensitive_is_checked(tmp_path):
     base = {"description": "d", "metrics": {"m": {"unit": "s", "better": "lower"}}}
     r = parse_reproducer("x", tmp_path, {**base, "thresholds": [
         {"metric": "m", "max": 1, "rationale": "r", "host_sensitive": True}]})
     assert r.thresholds[0].host_sensitive
-    with pytest.raises(UsageError, match=r"thresholds\[0\]\.host_sensitive: only for kind"):
-        parse_reproducer("x", tmp_path, {**base, "thresholds": [
-            {"metric": "m", "max": 1, "rationale": "r", "kind": "instrument", "host_sensitive": True}]})
+    r = parse_reproducer("x", tmp_path, {**base, "thresholds": [
+        {"metric": "m", "max": 1, "rationale": "r", "kind": "instrument", "host_sensitive": True}]})
+    assert r.thresholds[0].host_sensitive and r.thresholds[0].kind == "instrument"
     with pytest.raises(UsageError, match=r"host_sensitive"):
         parse_reproducer("x", tmp_path, {**base, "thresholds": [
             {"metric": "m", "max": 1, "rationale": "r", "host_sensitive": "yes"}]})

@@ -180,7 +180,8 @@ def junit_cases(tests: dict, record: list) -> list:
 
 def tally(record: list) -> dict:
     res = {"passed": 0, "failed": 0, "failed_host_sensitive": 0, "unmeasured": 0, "instrument": 0,
-           "errors": 0, "failures": [], "timing_failures": [], "not_judged": [], "broken": []}
+           "instrument_host_sensitive": 0, "errors": 0, "failures": [], "timing_failures": [], "not_judged": [],
+           "broken": []}
     for r in record:
         outcome = r["outcome"]
         if outcome == "pass":
@@ -196,6 +197,7 @@ def tally(record: list) -> dict:
             res["not_judged"].append(r["message"])
         elif outcome == "instrument":
             res["instrument"] += 1
+            res["instrument_host_sensitive"] += r["host_sensitive"]
             res["broken"].append(r["message"])
         else:
             res["errors"] += 1
