@@ -1,34 +1,36 @@
 """The Redfish rig end to end, as a lab uses it, on `krig lab sim up NAME --bmc redfish --nic e1000e`
 started as a user starts it: the disk-booted Debian 12 lab server as a libvirt session domain with
 an Intel e1000e card, sushy-emulator its BMC (HTTPS, the certificate pinned in the generated rig
-file), its console through ser2net.
+file), its console through ser2net. Every kernel is tiny-6.1 built like the server
+(`drivers=RIG`: its drivers read over SSH from the installed system, powered on through Redfish
+for it): only the drivers of its network card and disks, so e1000e built in, which tiny-6.1 lacks.
 
-1. selftest-pass on tiny-6.1 built like the server (`drivers=RIG`: its drivers read over SSH
-   from the installed system, powered on through Redfish for it): only the drivers of its
-   network card and disks, so e1000e built in, which tiny-6.1 lacks; kexec'd from the installed
-   system, back over SSH through the e1000e card, results pulled, powered off.
-2. The wedge on the same kernel (cached): HUNG, the stacks on the console after the Redfish NMI
-   (ComputerSystem.Reset Nmi), recovered by a Redfish power cycle through firmware and GRUB.
+1. The wedge: selftest-wedge kexec'd from the installed system, HUNG, the stacks on the console
+   after the Redfish NMI (ComputerSystem.Reset Nmi), recovered by a Redfish power cycle through
+   firmware and GRUB.
+2. The next runs on the same server: `krig validate` of the rmdir-keeps-children series as mailed
+   (one run a side: CI's budget), *regressed*, both kernels kexec'd, back over SSH through the
+   e1000e card, the consoles through ser2net, the server's facts from Redfish in validate.json.
 3. `down` leaves nothing running.
-
-A validation on this server (`krig validate --base tiny-6.1,drivers=RIG`, one run a side) is what
-a lab does next; the suite validates on the IPMI server (tests/test_validate_e2e.py) and keeps
-this module to two runs: its time is CI's budget."""
+"""
 import json
+import mailbox
 import os
 import pathlib
 import subprocess
 
 import pytest
 
-from conftest import KRIG, ROOT, build_kernels, setup_missing
+from conftest import KRIG, ROOT, build_kernels, judged_as, setup_missing
 from kernels.catalog import load_kernel
+from kernels.demo_repo import culprit_series
 from kernels.spec import read_dotconfig
 from rigs import labsim_image, labsim_redfish
 
-pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, pytest.mark.long(20)]
+pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, pytest.mark.long(30)]
 NAME = "krig-test-rf"
 KERNEL = f"tiny-6.1,drivers={NAME}"
+TESTER = "Krig Tester <tester@example.org>"
 
 
 @pytest.fixture(scope="module")
@@ -83,45 +85,19 @@ def _check_drivers_kernel(m: dict, tiny_release: str) -> None:
     assert not [a for a in d["added"] if a.get("makefile", "").startswith(("drivers/gpu/", "drivers/usb/"))], d
 
 
-def test_a_run_on_a_kernel_built_like_the_server(rf_sim, tmp_path):
-    """selftest-pass on tiny-6.1 built like the server: its drivers read over SSH from the
-    installed system (powered on through Redfish for it), only its network card's and disks'
-    added, so e1000e built in, which tiny-6.1 lacks; kexec'd from the installed system, back over
-    SSH through the e1000e card, results pulled, powered off."""
+def test_a_wedged_kernel_gets_the_redfish_nmi(rf_sim, tmp_path):
+    """selftest-wedge on tiny-6.1 built like the server (the server powered on through Redfish
+    to read its drivers first): the module spins with interrupts off; the NMI through Redfish
+    puts the stacks on the console; HUNG; the Redfish power cycle brings the installed system
+    back (panic=0: nothing else would)."""
     env, rig, st = rf_sim
     env = {**env, "KRIG_RESULTS": str(tmp_path / "results")}
     build_kernels("tiny-6.1")                           # cached: a no-op
-    tiny = load_kernel("tiny-6.1")
-    assert read_dotconfig(tiny.config).get("CONFIG_E1000E", "n") == "n"      # what makes the card a real test
-    p = _krig(env, "run", "selftest-pass", "--rig", NAME, "--kernel", KERNEL)
-    out = p.stdout + p.stderr
-    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
-    assert "Traceback" not in out
-    assert f"powering {NAME} on into its installed system to read its drivers" in out
-    run_dir = next((tmp_path / "results").rglob("manifest.json")).parent
-    assert json.loads((run_dir / "verdict.json").read_text())["verdict"] == "PASS"       # back over SSH
-    m = json.loads((run_dir / "manifest.json").read_text())
-    f = m["rig_facts"]
-    assert m["machine"]["release"] == m["kernel"]["release"], m["machine"]
-    assert f["kexec"][0] == "kexec" and f["kexec_syscall"].startswith("kexec_"), f
-    assert f["kexec_exec"] == ["systemctl", "kexec"], f
-    assert f["server_model"] == "Sushy Emulator" and f["memory_gib"] == 2, f
-    assert f["results_pull"] == "pulled before the power off" and f["shutdown"] == "soft", f
-    _check_drivers_kernel(m, tiny.release)
-    console = (run_dir / "console.log").read_text(errors="replace")       # through ser2net
-    assert f"Linux version {m['kernel']['release']} " in console
-
-
-def test_a_wedged_kernel_gets_the_redfish_nmi(rf_sim, tmp_path):
-    """selftest-wedge on validate's base kernel (cached: no build): the module spins with
-    interrupts off; the NMI through Redfish puts the stacks on the console; HUNG; the Redfish
-    power cycle brings the installed system back (panic=0: nothing else would)."""
-    env, rig, st = rf_sim
-    env = {**env, "KRIG_RESULTS": str(tmp_path / "results")}
+    assert read_dotconfig(load_kernel("tiny-6.1").config).get("CONFIG_E1000E", "n") == "n"   # the card is a test
     p = _krig(env, "run", "selftest-wedge", "--rig", NAME, "--kernel", KERNEL)
     out = p.stdout + p.stderr
     assert "Traceback" not in out, out[-3000:]
-    assert not [ln for ln in out.splitlines() if ln.startswith("kbuild: ") and ": tree " in ln], out[-3000:]  # cached
+    assert f"powering {NAME} on into its installed system to read its drivers" in out
     run_dir = next((tmp_path / "results").rglob("manifest.json")).parent
     verdict = json.loads((run_dir / "verdict.json").read_text())
     assert verdict["verdict"] == "HUNG", verdict
@@ -140,3 +116,58 @@ def test_a_wedged_kernel_gets_the_redfish_nmi(rf_sim, tmp_path):
     back = console.index("Linux version", nmi)                       # came back after the power cycle:
     assert "Welcome to GRUB" in console[nmi:], console[nmi:nmi + 2000]     # firmware, GRUB, the installed system
     assert back > nmi
+
+
+def test_validate_after_the_wedge(rf_sim, tmp_path):
+    """The runs after a HUNG one on the same server: the rmdir-keeps-children series as mailed,
+    validated on the kernel built like the server (its drivers, cached from the wedge's run):
+    *regressed* (exit 5), both kernels kexec'd from the installed system, back over SSH
+    through the e1000e card, consoles through ser2net, the server's facts from Redfish."""
+    env, rig, st = rf_sim
+    tiny = load_kernel("tiny-6.1")
+    mbox = culprit_series(tmp_path / "rmdir.mbox", log=lambda *a: None)
+    vdir = tmp_path / "v"
+    p = _krig({**env, "KRIG_RESULTS": str(tmp_path / "results")}, "validate", "unlink-dentry-growth", "--rig", NAME,
+              "--base", KERNEL, "--series", str(mbox), "--repeat", "1", "--preset", "smoke", "--from", TESTER,
+              "-o", str(vdir))
+    out = p.stdout + p.stderr
+    assert p.returncode == 5, p.stdout[-4000:] + p.stderr[-4000:]
+    assert "Traceback" not in out
+    answer = [ln for ln in p.stdout.splitlines() if not ln.startswith(("krig: ", "kbuild: "))]
+    assert answer[0].startswith("regressed: "), answer
+    state = json.loads((vdir / "validate.json").read_text())
+    assert state["answer"] == "regressed" and state["rig"] == NAME
+    server = state["server"]                            # as Redfish gives it, and as the server says it
+    assert server["server_model"] == "Sushy Emulator" and server["memory_gib"] == 2, server
+    assert "OVMF" in server["firmware"] or "EFI" in server["firmware"], server
+    assert server["ram_bytes"] > 1 << 30 and server["bmc"], server
+    base_release = state["base_kernel"]["release"]
+    assert base_release.startswith(tiny.release + "-d"), base_release
+    assert state["new_kernel"]["release"] == f"{base_release}-s{state['series_provenance']['patchset_hash'][:8]}"
+    consoles, bmc_logs = [], []
+    for side, release, want in (("base", base_release, "PASS"), ("new", state["new_kernel"]["release"], "FAIL")):
+        runs = sorted((vdir / side).glob("run-*"))     # a run the host's contention took is run again
+        assert 1 <= len(runs) <= 2, runs
+        for run in runs:
+            v = json.loads((run / "verdict.json").read_text())
+            assert judged_as(v, want, run), (side, v["reason"], p.stdout[-3000:])      # back over SSH
+            m = json.loads((run / "manifest.json").read_text())
+            f = m["rig_facts"]
+            assert m["machine"]["release"] == release, m["machine"]
+            assert f["kexec"][0] == "kexec" and f["kexec_syscall"].startswith("kexec_"), f
+            assert f["kexec_exec"] == ["systemctl", "kexec"], f
+            assert f["server_model"] == "Sushy Emulator" and f["memory_gib"] == 2, f
+            assert f["results_pull"] == "pulled before the power off" and f["shutdown"] == "soft", f
+            assert (run / "host.tsv").exists(), "the simulated server's emulator: the host sampled beside it"
+            _check_drivers_kernel(m, tiny.release)
+            console = (run / "console.log").read_text(errors="replace")       # through ser2net
+            assert f"Linux version {release} " in console, side
+            consoles.append(console)
+            bmc_logs.append((run / "bmc.log").read_text())
+        assert json.loads((runs[-1] / "verdict.json").read_text())["verdict"] == want, side
+    # the installed system booted through Redfish (firmware, GRUB), then the kexec
+    assert any("Welcome to GRUB" in c and c.count("Linux version") >= 2 for c in consoles)
+    assert any("ComputerSystem.Reset On: ok" in b for b in bmc_logs)
+    (reply,) = list(mailbox.mbox(str(vdir / "reply.mbox")))
+    assert reply["In-Reply-To"] == f"<{state['series_provenance']['message_id']}>"
+    assert "  server          " in reply.get_payload() and server["bmc"].split()[0] in reply.get_payload()
