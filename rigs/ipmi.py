@@ -63,14 +63,15 @@ class IpmiRig(Rig):
 
     def emulator_pid(self):
         """A simulated server's emulator on this host (the rig file's emulator_pidfile: `krig lab sim`
-        writes it), whose speed the host's other load sets; None for a real server."""
+        writes it), whose speed the host's other load sets; None for a real server. The file is the
+        emulator's (it runs unprivileged): read through krig/safeio.py, no link followed, regular
+        file only, 32 bytes at most."""
         path = self.spec.get("emulator_pidfile")
         if not path:
             return None
         try:
-            with open(path, "rb") as f:
-                pid = int(f.read(32).strip())
-        except (OSError, ValueError):
+            pid = int(safeio.read_bytes(*safeio.split(path), cap=32).strip())
+        except (KrigError, OSError, ValueError):
             return None
         return pid if pid > 0 and os.path.isdir(f"/proc/{pid}") else None
 

@@ -112,6 +112,12 @@ def test_a_simulated_servers_emulator_is_the_pid_its_file_names(files):
     try:
         pidfile.write_text(f"{sleeper.pid}\n")
         assert rig.emulator_pid() == sleeper.pid
+        elsewhere = files / "elsewhere.pid"                        # the emulator's file: no link followed
+        pidfile.rename(elsewhere)
+        pidfile.symlink_to(elsewhere)
+        assert rig.emulator_pid() is None
+        pidfile.unlink()
+        elsewhere.rename(pidfile)
     finally:
         sleeper.kill()
         sleeper.wait()

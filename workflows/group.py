@@ -106,7 +106,7 @@ def _write(gdir, group: GroupRecord, runs):
 
 
 def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, group_dir=None,
-              results_root: pathlib.Path = RESULTS_DIR, log=print) -> tuple[pathlib.Path, dict, int]:
+              results_root: pathlib.Path = RESULTS_DIR, log=print) -> tuple[pathlib.Path, GroupRecord, int]:
     """Returns (group_dir, its GroupRecord: group.json, exit code)."""
     _check_group_args(repeat, group_dir)        # before a kernel is built for it
     plan = plan_run(repro_name, rig_name, kernel_name, preset, sets, results_root, log)
@@ -123,7 +123,7 @@ def _check_group_args(repeat: int, group_dir) -> None:
 
 
 def group_planned(plan: RunPlan, repeat: int, group_dir=None, results_root: pathlib.Path = RESULTS_DIR,
-                  log=print) -> tuple[pathlib.Path, dict, int]:
+                  log=print) -> tuple[pathlib.Path, GroupRecord, int]:
     """The group of a plan (workflows/plan.py: its kernel built once): runs until `repeat` are
     counted, the host checked again before each. Returns (group_dir, its GroupRecord, exit code)."""
     _check_group_args(repeat, group_dir)
