@@ -22,12 +22,14 @@ def cache_dir(*parts) -> pathlib.Path:
 
 
 def _start_ticks(pid: int) -> str | None:
-    """When process pid started (clock ticks since boot), or None if there is no such process."""
+    """When process pid started (clock ticks since boot), or None if there is no such process or it
+    has ended (a zombie waiting for its parent, or init, to reap it runs no more)."""
     try:
         stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rpartition(")")[2].split()[19]
+    fields = stat.rpartition(")")[2].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def process_record(pid: int) -> dict | None:

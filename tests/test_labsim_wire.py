@@ -4,6 +4,7 @@ another local user reaches no socket of the private directory, and a stop signal
 its BMC leads and nothing else. The whole server's are tests/test_labsim_trust.py's."""
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -145,3 +146,23 @@ def test_the_cable_feeds_no_com_port_but_its_servers(wires):
         assert seen and seen[0] == os.getpid()          # asked about the socket's server: this process
     finally:
         cable.stop()
+
+
+def test_an_ended_process_not_yet_reaped_is_not_alive():
+    """A supervisor killed with SIGKILL is a zombie until its parent (or init) reaps it: its record
+    says it is gone at once, so `krig lab sim list` says stopped however slow the reaping."""
+    from krig.paths import owner_alive, process_record
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        rec = process_record(child.pid)
+        assert owner_alive(rec)
+        os.kill(child.pid, signal.SIGKILL)
+        for _ in range(100):                 # the kill lands: the child's state turns Z (not waited for)
+            if open(f"/proc/{child.pid}/stat").read().rpartition(")")[2].split()[0] == "Z":
+                break
+            time.sleep(0.05)
+        assert os.path.exists(f"/proc/{child.pid}") and not owner_alive(rec)
+        assert process_record(child.pid) is None
+    finally:
+        child.kill()
+        child.wait()
