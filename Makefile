@@ -94,7 +94,7 @@ $(foreach s,$(HELPER_SRCS),$(eval $(call helper_rule,$(s))))
 
 # pytest exit 5 means no test ran: that is a failure here, never a pass.
 test: helpers python test-prereqs
-	@$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder --durations=30 $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder --durations=60 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # Before the tests: the CI kernels (cached; a no-op the second time) and, beside them, the lab
