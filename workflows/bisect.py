@@ -313,8 +313,9 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     kernels.mkdir(parents=True, exist_ok=True)
     logp = out / BISECT_LOG
     _kernel_toml(name, tree_p, "BISECT_HEAD", like, logp)
-    state = BisectionRecord(str(tree_p), "BISECT_HEAD", name, str(kernels), repro, preset, repeat, rig, list(sets),
-                            str(logp), metric or (r.thresholds[0].metric if r.thresholds else None), mode)
+    state = BisectionRecord(tree=str(tree_p), ref="BISECT_HEAD", kernel=name, kernels=str(kernels), repro=repro,
+                            preset=preset, repeat=repeat, rig=rig, sets=list(sets), log=str(logp),
+                            metric=metric or (r.thresholds[0].metric if r.thresholds else None), mode=mode)
     state_path = write_bisection(out, state)
     write_log_header(logp, state, ends, good, bad, like)
     print(f"bisect: log {logp}", flush=True)
@@ -328,7 +329,8 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     GENERATED_DIRS.append(kernels)
     try:
         if metric:
-            z = measure_endpoints(state, ends, build_endpoint, lambda k: run_krig(dataclasses.replace(state, kernel=k)))
+            run_for = lambda k: run_krig(dataclasses.replace(state, kernel=k))  # noqa: E731
+            z = measure_endpoints(state, ends, build_endpoint, run_for)
             state.zones = to_state(z)
             write_bisection(out, state)
         git(tree_p, "bisect", "start", "--no-checkout", ends["BAD"], ends["GOOD"])
