@@ -11,6 +11,7 @@ default results/; a caller's -o/--dir wins):
         bisect.log, state.json, git-bisect-log.txt
         kernels/bisect-<id>*.toml                       the kernels it built (never in the checkout)
     qualify/<suite name>/                               a qualification (krig qualify)
+        suite.json, cases/<case id>.json, runs/         its record, each finished case's, the runs
     ./krig-bundle-<reproducer>-<UTC time>.tar.gz        a bundle (krig bundle, in the working directory)
     latest -> the newest run
 """
@@ -32,6 +33,8 @@ BISECT_LOG = "bisect.log"       # a bisection's steps, one a line
 BISECT_STATE = "state.json"     # what each step's oracle reads
 BISECT_GIT_LOG = "git-bisect-log.txt"
 BISECT_KERNELS = "kernels"      # the kernel tomls a bisection generates and builds (kernels.spec.GENERATED_DIRS)
+SUITE_FILE = "suite.json"       # a qualification directory's record (krig qualify, krig export kcidb)
+QUALIFY_CASES = "cases"         # its finished cases' records, <case id>.json (what a rerun skips)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
 _QUERY = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s?#\"'<>]*)\?[^\s#\"'<>]*")
 _FRAGMENT = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s#\"'<>]*)#[^\s\"'<>]*")

@@ -15,6 +15,7 @@ from workflows.cli import build_parser
 from krig.asked import AskedRun
 from krig.errors import UsageError
 from krig.record import Manifest
+from krig.record_bisect import BisectionRecord
 from krig.reproducer import load_reproducer
 
 FAKE = """driver = "fake"
@@ -67,8 +68,8 @@ def test_summary_bundle_reproduce_and_bisect_say_the_same_command(tmp_path):
     assert f"krig: the run: {shlex.join(want)}" in r.stderr + r.stdout
     # a bisection step with the same reproducer, rig, kernel and settings
     man = json.loads(open(os.path.join(run_dir, "manifest.json")).read())
-    state = {"repro": man["reproducer"], "rig": "fake-asked", "kernel": "distro", "preset": None,
-             "sets": ["timeout=121"]}
+    state = BisectionRecord(repro=man["reproducer"], rig="fake-asked", kernel="distro", preset=None,
+                            sets=["timeout=121"])
     assert bisect.asked_of(state).argv() == want
     # the reply's command (krig validate with this run's kernel as the base), read back by krig's
     # own parser, asks for the same reproducer, rig, kernel and settings

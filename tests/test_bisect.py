@@ -177,6 +177,7 @@ def test_git_bisect_run_with_the_oracle_finds_the_first_bad_commit(tmp_path, rep
 
 from workflows import metric_bisect as mb  # noqa: E402
 from krig.errors import UsageError  # noqa: E402
+from krig.record_bisect import ZonesRecord, read_bisection  # noqa: E402
 
 
 def test_zones_cut_the_gap_in_thirds():
@@ -201,7 +202,7 @@ def test_unjudged_runs_vote_skip():
     z = mb.zones("m", [1.0], [50.0])
     assert mb.attempt_vote(z, "FAIL", 50.0) == "bad" and mb.attempt_vote(z, "PASS", 1.0) == "good"
     assert mb.attempt_vote(z, "ERROR", 50.0) == "skip" and mb.attempt_vote(z, "CRASHED", None) == "skip"
-    assert mb.from_state(json.loads(json.dumps(mb.to_state(z)))) == z
+    assert mb.from_state(ZonesRecord.from_json(json.loads(json.dumps(mb.to_state(z).to_json())))) == z
 
 
 def metric_runs(*values):
@@ -216,7 +217,7 @@ def metric_runs(*values):
 def test_oracle_in_metric_mode_logs_values_with_votes(tmp_path, repo):
     r, _ = repo
     st = json.loads(state_file(tmp_path, r, repeat=3).read_text())
-    st["zones"] = mb.to_state(mb.zones("m", [1.0, 1.1, 0.9], [50.0, 49.0, 51.0]))
+    st["zones"] = mb.to_state(mb.zones("m", [1.0, 1.1, 0.9], [50.0, 49.0, 51.0])).to_json()
     (tmp_path / "state.json").write_text(json.dumps(st))
     code = kb.oracle(tmp_path / "state.json", build=lambda: None, run_once=metric_runs(49.5, 25.0, 48.0))
     assert code == kb.BAD
@@ -228,7 +229,7 @@ def test_oracle_in_metric_mode_logs_values_with_votes(tmp_path, repo):
 
 def test_measure_endpoints_refuses_overlap_and_logs_it(tmp_path, repo):
     r, shas = repo
-    st = json.loads(state_file(tmp_path, r, repeat=2).read_text())
+    st = read_bisection(state_file(tmp_path, r, repeat=2))
     ends = {"GOOD": shas[0], "BAD": shas[5]}
     vals = {"k-good": iter([1.0, 5.0]), "k-bad": iter([4.0, 9.0])}
     build = lambda label, commit: f"k-{label.lower()}"  # noqa: E731
@@ -247,7 +248,7 @@ def test_measure_endpoints_refuses_overlap_and_logs_it(tmp_path, repo):
 def test_endpoint_runs_on_a_contended_host_are_named_in_the_refusal(tmp_path, repo):
     """GOOD's runs had their timing metric left out (a contended host): the refusal says so."""
     r, shas = repo
-    st = json.loads(state_file(tmp_path, r, repeat=2).read_text())
+    st = read_bisection(state_file(tmp_path, r, repeat=2))
     ends = {"GOOD": shas[0], "BAD": shas[5]}
     build = lambda label, commit: f"k-{label.lower()}"  # noqa: E731
     run_for = lambda k: (Attempt("PASS", "", "/r/g", True, None, contended=True) if k == "k-good"  # noqa: E731
@@ -271,7 +272,7 @@ METRIC_ORACLE = ORACLE_HEAD + textwrap.dedent("""
 
 def test_git_bisect_run_on_a_metric_finds_the_first_bad_commit(tmp_path, repo):
     r, shas = repo
-    zones = mb.to_state(mb.zones("m", [1.0, 1.1], [49.0, 51.0]))
+    zones = mb.to_state(mb.zones("m", [1.0, 1.1], [49.0, 51.0])).to_json()
     log, _ = bisect_run(tmp_path, r, shas, METRIC_ORACLE, repeat=2, zones=zones)
     assert "m=50(bad)/47(bad)" in log
 
@@ -292,7 +293,7 @@ def test_bisect_on_a_metric_refuses_overlapping_endpoints_and_cleans_up(tmp_path
     built, values = [], {"good": iter([1.0, 3.0]), "bad": iter([2.0, 4.0])}
     monkeypatch.setattr(kb, "build_kernel", lambda name, log=None: built.append((name, resolve_spec(name))))
     monkeypatch.setattr(kb, "run_krig", lambda st: Attempt("PASS", "", "/r", True,
-                                                           next(values[st["kernel"].rsplit("-", 1)[1]])))
+                                                           next(values[st.kernel.rsplit("-", 1)[1]])))
     before = checkout_status()
     with pytest.raises(UsageError, match="overlap"):
         kb.bisect(str(r), shas[0], shas[5], "unlink-dentry-growth", "smoke", 2, like="tiny-6.1",

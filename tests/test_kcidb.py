@@ -19,6 +19,7 @@ import kcidb_checks
 from conftest import ROOT
 from workflows.check import check
 from krig.errors import UsageError
+from krig.record_qualify import CaseRecord
 from workflows.kcidb import check_origin
 from workflows.qualify_report import write_junit
 
@@ -201,9 +202,9 @@ def test_junit_properties_per_threshold(runs, tmp_path):
             assert ("limit_max" in props) == ("max" in th) and float(props.get("limit_max", 0)) == th.get("max", 0)
             assert float(props["value"]) == (answer if th["metric"] == "answer" else 100.0)
     suite = {"name": "s", "file": "s.toml"}
-    cases = [{"id": f"{c}#1", "rig": "qemu-default", "reproducer": "selftest-pass", "preset": None,
-              "kernel": "distro", "repeat": 1, "expect": "PASS", "verdict": v, "ok": v == "PASS", "reason": "",
-              "run_dir": str(runs[c])}
+    cases = [CaseRecord(id=f"{c}#1", rig="qemu-default", reproducer="selftest-pass", preset=None,
+                        kernel="distro", repeat=1, expect="PASS", verdict=v, ok=v == "PASS", reason="",
+                        run_dir=str(runs[c]))
              for c, v in (("pass", "PASS"), ("fail", "FAIL"), ("error-with-numbers", "ERROR"))]
     write_junit(tmp_path / "junit.xml", suite, cases)
     props = {tc.get("name"): {p.get("name"): p.get("value") for p in tc.iter("property")}

@@ -184,6 +184,7 @@ def test_a_bisection_step_on_a_lab_server_boots_its_kernel_by_kexec(tmp_path, do
     from kernels.catalog import load_kernel
     from workflows import bisect
     from krig.errors import RigError
+    from krig.record_bisect import BisectionRecord
     import rigs.ipmi_kexec
     assert _krig(tmp_path, "lab", "sim", "up", "lab1").returncode == 0
     for k, v in _env(tmp_path).items():
@@ -196,7 +197,7 @@ def test_a_bisection_step_on_a_lab_server_boots_its_kernel_by_kexec(tmp_path, do
         seen.append((rig.name, kernel.release, rig.bmc.power_status()))
         raise RigError(f"rig {rig.name}: the kexec is not part of this test")
     monkeypatch.setattr(rigs.ipmi_kexec, "kexec_boot", kexec_boot)
-    state = {"repro": "selftest-pass", "rig": "lab1", "kernel": "distro", "preset": None, "sets": [], "metric": None}
+    state = BisectionRecord(repro="selftest-pass", rig="lab1", kernel="distro", preset=None, sets=[], metric=None)
     attempt = bisect.run_krig(state)
     assert seen == [("lab1", load_kernel("distro").release, "off")]
     assert attempt.verdict == "ERROR" and "the kexec is not part of this test" in attempt.reason, attempt

@@ -402,8 +402,10 @@ def test_the_size_check_sees_a_long_file_and_function():
 
 # Where a run's records (manifest.json; the judge's verdict.json, metrics.json, thresholds.json)
 # may be read, written and typed: the run record and the run-directory reader.
-RECORD_MODULES = {"krig/record.py", "krig/record_machine.py", "krig/rundir.py", "krig/record_group.py"}
-_JUDGED_FILES = r"(?:\b(?:VERDICT|METRICS|THRESHOLDS|GROUP_FILE)\b|(?:verdict|metrics|thresholds|group)\.json)"
+RECORD_MODULES = {"krig/record.py", "krig/record_machine.py", "krig/rundir.py", "krig/record_group.py",
+                  "krig/record_bisect.py", "krig/record_qualify.py"}
+_JUDGED_FILES = r"(?:\b(?:VERDICT|METRICS|THRESHOLDS|GROUP_FILE|BISECT_STATE|SUITE_FILE|QUALIFY_CASES|_?case_file)\b" \
+                r"|(?:verdict|metrics|thresholds|group|suite)\.json)"
 # What reads a run's records around the record: by key, by hand, or into a record of one's own.
 MANIFEST_READS = {
     "reads the manifest by key": re.compile(r"\.manifest(?:\[|\.get\()"),
@@ -413,8 +415,8 @@ MANIFEST_READS = {
                                               r"[^\n]*(?:\bMANIFEST\b|manifest\.json)|manifest\.json\W*\.(?:read|open)"),
     "reads or writes a judged file by hand": re.compile(r"(?:\bjson\.(?:loads?|dumps?)|\bread_json|\bwrite_json|\.json"
                                                         r"|\bopen|\bread_bytes|\bread_text|\bwrite_text|\bwrite_bytes)\("
-                                                        r"[^\n]*" + _JUDGED_FILES + r"|(?:verdict|metrics|thresholds|group)"
-                                                        r"\.json\W*\.(?:read|open|write)"),
+                                                        r"[^\n]*" + _JUDGED_FILES + r"|" + _JUDGED_FILES +
+                                                        r"\W*\.(?:read|open|write)"),
 }
 
 
@@ -443,8 +445,9 @@ def test_a_run_is_read_only_through_the_run_record():
     """krig/record.py's RunRecord is the one way a run is read: outside the record modules no
     code reads the manifest by key, makes a Manifest (or Verdict) from JSON, reads manifest.json
     itself, or reads or writes verdict.json, metrics.json or thresholds.json but through
-    krig/record.py, or group.json but through krig/record_group.py; reproducers' analyze.py and
-    the benchmarks included."""
+    krig/record.py, group.json but through krig/record_group.py, a bisection's state.json but
+    through krig/record_bisect.py, or a qualification's suite.json and case files but through
+    krig/record_qualify.py; reproducers' analyze.py and the benchmarks included."""
     bad = manifest_reads_under()
     assert not bad, "\n".join(bad)
 
@@ -468,6 +471,16 @@ def test_a_run_is_read_only_through_the_run_record():
     ("v = RunRecord.read(d).verdict\n", []),
     ("g = read_json(gdir / GROUP_FILE)\n", ["line 1: reads or writes a judged file by hand"]),
     ("if (p / GROUP_FILE).is_file():\n", []),
+    ("(out / BISECT_STATE).write_text(json.dumps(state))\n", ["line 1: reads or writes a judged file by hand"]),
+    ("state = read_json(bdir / BISECT_STATE)\n", ["line 1: reads or writes a judged file by hand"]),
+    ("text = git_bisect_run(tree_p, out / BISECT_STATE)\n", []),
+    ("suite = read_json(qdir / SUITE_FILE)\n", ["line 1: reads or writes a judged file by hand"]),
+    ("write_json(qdir / 'suite.json', data)\n", ["line 1: reads or writes a judged file by hand"]),
+    ("elif (p / SUITE_FILE).is_file():\n", []),
+    ("rec = read_json(_case_file(qdir, c['id']))\n", ["line 1: reads or writes a judged file by hand"]),
+    ("write_json(case_file(qdir, cid), rec)\n", ["line 1: reads or writes a judged file by hand"]),
+    ("c = json.loads((qdir / QUALIFY_CASES / name).read_text())\n", ["line 1: reads or writes a judged file by hand"]),
+    ("(qdir / QUALIFY_CASES).mkdir(parents=True, exist_ok=True)\n", []),
 ])
 def test_the_checker_sees_a_manifest_read_around_the_record(snippet, found):
     assert manifest_reads(snippet) == found

@@ -19,6 +19,7 @@ import pytest
 import kcidb_checks
 from conftest import KRIG, ROOT, qemu_pids
 from krig.errors import UsageError
+from krig.record_qualify import CaseRecord
 from workflows.qualify import case_id, load_suite
 from workflows.qualify_report import signoff_lines
 
@@ -230,10 +231,11 @@ def test_one_server_twice_is_refused(tmp_path, monkeypatch):
 
 
 def test_signoff_lines():
-    cases = [{"id": "a#1", "rig": "r1", "verdict": "PASS", "expect": "PASS", "ok": True},
-             {"id": "b#1", "rig": "r1", "verdict": "FAIL", "expect": "FAIL", "ok": True},
-             {"id": "a#1@r2", "rig": "r2", "verdict": "ERROR", "expect": "PASS", "ok": False},
-             {"id": "b#1@r2", "rig": "r2", "verdict": None, "expect": "FAIL"}]
+    cases = [CaseRecord.from_json(c) for c in (
+        {"id": "a#1", "rig": "r1", "verdict": "PASS", "expect": "PASS", "ok": True},
+        {"id": "b#1", "rig": "r1", "verdict": "FAIL", "expect": "FAIL", "ok": True},
+        {"id": "a#1@r2", "rig": "r2", "verdict": "ERROR", "expect": "PASS", "ok": False},
+        {"id": "b#1@r2", "rig": "r2", "verdict": None, "expect": "FAIL"})]
     assert signoff_lines(["r1", "r2"], cases) == [
         "rig r1: SIGNED OFF: all 2 runs as expected (FAIL 1, PASS 1)",
         "rig r2: NOT SIGNED OFF: 2 of 2 runs not as expected: a#1@r2 gave ERROR, expected PASS; 1 not run yet"]

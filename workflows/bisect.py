@@ -29,7 +29,6 @@ metric) and the answer; the first bad commit is the last line.
 """
 import argparse
 import dataclasses
-import json
 import os
 import pathlib
 import re
@@ -47,7 +46,8 @@ from .bisectargs import DEMO_LIKE, add_commands
 from krig.config import parse_set
 from krig.errors import KrigError, UsageError, guarded, handler
 from krig.reproducer import load_reproducer
-from krig.results import BISECT_GIT_LOG, BISECT_KERNELS, BISECT_LOG, BISECT_STATE, bisect_dir, bisect_tag, now
+from krig.results import BISECT_GIT_LOG, BISECT_KERNELS, BISECT_LOG, bisect_dir, bisect_tag, now
+from krig.record_bisect import BisectionRecord, read_bisection, write_bisection
 from krig.record import RunRecord
 from krig.verdict import JUDGED, KERNEL_STOPPED, host_contended
 from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
@@ -152,12 +152,12 @@ def read_attempt(run_dir: pathlib.Path, metric_name: str | None) -> Attempt:
                    booted=rec.manifest.machine_answered, metric=None if contended else value, contended=contended)
 
 
-def asked_of(state: dict) -> AskedRun:
+def asked_of(state: BisectionRecord) -> AskedRun:
     """The `krig run` of one bisection step (the step's kernel, the bisection's reproducer)."""
-    return AskedRun(state["repro"], state["rig"], state["kernel"], state.get("preset"), tuple(state.get("sets", [])))
+    return AskedRun(state.repro, state.rig, state.kernel, state.preset, tuple(state.sets))
 
 
-def run_krig(state: dict) -> Attempt:
+def run_krig(state: BisectionRecord) -> Attempt:
     """One step's run, in this process: the pipeline `krig run` drives (workflows.run.run), its
     progress lines not shown (the step's log line names its run directory). A run krig cannot
     make (bad input, a rig or host fault before the run directory) is an ERROR attempt; a run
@@ -170,7 +170,7 @@ def run_krig(state: dict) -> Attempt:
         return Attempt("ERROR", f"krig run: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     if verdict.get("verdict") == "INTERRUPTED":
         raise KeyboardInterrupt
-    return read_attempt(run_dir, state.get("metric"))
+    return read_attempt(run_dir, state.metric)
 
 
 def append(path, line: str, echo=True):
@@ -180,15 +180,17 @@ def append(path, line: str, echo=True):
         print(f"bisect: {line}", flush=True)
 
 
-def oracle(state_path: pathlib.Path, build=None, run_once=None) -> int:
-    state = json.loads(state_path.read_text())
-    if state.get("kernels"):          # the bisection's kernel tomls, in its own directory
-        GENERATED_DIRS.append(pathlib.Path(state["kernels"]))
-    tree, logp = state["tree"], state["log"]
-    commit = git(tree, "rev-parse", "--verify", f"{state['ref']}^{{commit}}")
+def oracle(state: "pathlib.Path | BisectionRecord", build=None, run_once=None) -> int:
+    """One step: state is the bisection's state file (the path git bisect run passes) or its record."""
+    if not isinstance(state, BisectionRecord):
+        state = read_bisection(state)
+    if state.kernels:                 # the bisection's kernel tomls, in its own directory
+        GENERATED_DIRS.append(pathlib.Path(state.kernels))
+    tree, logp = state.tree, state.log
+    commit = git(tree, "rev-parse", "--verify", f"{state.ref}^{{commit}}")
     subject = git(tree, "log", "-1", "--format=%s", commit)
     if build is None:
-        build = lambda: build_kernel(state["kernel"], log=lambda m: print(m, flush=True))  # noqa: E731
+        build = lambda: build_kernel(state.kernel, log=lambda m: print(m, flush=True))  # noqa: E731
     t0 = time.monotonic()
     try:
         build()
@@ -197,23 +199,23 @@ def oracle(state_path: pathlib.Path, build=None, run_once=None) -> int:
         return SKIP
     tb = time.monotonic() - t0
     vote = None
-    if state.get("zones"):
-        z = from_state(state["zones"])
+    if state.zones is not None:
+        z = from_state(state.zones)
         vote = lambda a: attempt_vote(z, a.verdict, a.metric)  # noqa: E731
     append(logp, f"# {commit[:12]} runs: {shlex.join(asked_of(state).argv())}", echo=False)
-    answer, attempts = step(run_once or (lambda: run_krig(state)), state["repeat"], vote)
+    answer, attempts = step(run_once or (lambda: run_krig(state)), state.repeat, vote)
     dirs = " ".join(a.run_dir or a.reason for a in attempts)
-    append(logp, log_line(commit, subject, answer, attempts, state.get("metric"),
+    append(logp, log_line(commit, subject, answer, attempts, state.metric,
                           f"build {tb:.0f}s, run {time.monotonic() - t0 - tb:.0f}s; {dirs}", vote))
     return CODES[answer]
 
 
-def measure_endpoints(state: dict, ends: dict, build, run_for) -> Zones:
-    """METRIC mode: GOOD and BAD measured state["repeat"] times each, logged, turned into zones.
+def measure_endpoints(state: BisectionRecord, ends: dict, build, run_for) -> Zones:
+    """METRIC mode: GOOD and BAD measured state.repeat times each, logged, turned into zones.
 
     build(label, commit) -> kernel name (built); run_for(kernel name) -> Attempt.
     An endpoint that does not build is an error; overlapping values a one-line refusal."""
-    tree, logp, metric = state["tree"], state["log"], state["metric"]
+    tree, logp, metric = state.tree, state.log, state.metric
     values, contended = {}, {}
     for label in ("GOOD", "BAD"):
         commit = ends[label]
@@ -225,7 +227,7 @@ def measure_endpoints(state: dict, ends: dict, build, run_for) -> Zones:
             append(logp, f"# {label} {commit[:12]} does not build: {e}")
             raise KrigError(f"{label}={commit[:12]}: the endpoint does not build: {e}") from None
         tb = time.monotonic() - t0
-        attempts = [run_for(name) for _ in range(state["repeat"])]
+        attempts = [run_for(name) for _ in range(state.repeat)]
         dirs = " ".join(a.run_dir or a.reason for a in attempts)
         append(logp, log_line(commit, subject, label.lower(), attempts, metric,
                               f"endpoint {label}; build {tb:.0f}s, run {time.monotonic() - t0 - tb:.0f}s; {dirs}"))
@@ -234,7 +236,7 @@ def measure_endpoints(state: dict, ends: dict, build, run_for) -> Zones:
     try:
         z = zones(metric, values["GOOD"], values["BAD"])
     except UsageError as e:
-        busy = [f"{label} {n} of {state['repeat']}" for label, n in contended.items() if n]
+        busy = [f"{label} {n} of {state.repeat}" for label, n in contended.items() if n]
         if busy:
             e = UsageError(f"{e} ({', '.join(busy)} runs on a contended host: {metric} is a timing "
                            f"metric, the host's number then, not the kernel's)")
@@ -311,10 +313,10 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     kernels.mkdir(parents=True, exist_ok=True)
     logp = out / BISECT_LOG
     _kernel_toml(name, tree_p, "BISECT_HEAD", like, logp)
-    state = {"tree": str(tree_p), "ref": "BISECT_HEAD", "kernel": name, "kernels": str(kernels), "repro": repro,
-             "preset": preset, "repeat": repeat, "rig": rig, "sets": list(sets), "log": str(logp),
-             "metric": metric or (r.thresholds[0].metric if r.thresholds else None), "mode": mode}
-    (out / BISECT_STATE).write_text(json.dumps(state, indent=1))
+    state = BisectionRecord(tree=str(tree_p), ref="BISECT_HEAD", kernel=name, kernels=str(kernels), repro=repro,
+                            preset=preset, repeat=repeat, rig=rig, sets=list(sets), log=str(logp),
+                            metric=metric or (r.thresholds[0].metric if r.thresholds else None), mode=mode)
+    state_path = write_bisection(out, state)
     write_log_header(logp, state, ends, good, bad, like)
     print(f"bisect: log {logp}", flush=True)
     first, text = None, ""
@@ -327,11 +329,12 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     GENERATED_DIRS.append(kernels)
     try:
         if metric:
-            z = measure_endpoints(state, ends, build_endpoint, lambda k: run_krig({**state, "kernel": k}))
-            state["zones"] = to_state(z)
-            (out / BISECT_STATE).write_text(json.dumps(state, indent=1))
+            run_for = lambda k: run_krig(dataclasses.replace(state, kernel=k))  # noqa: E731
+            z = measure_endpoints(state, ends, build_endpoint, run_for)
+            state.zones = to_state(z)
+            write_bisection(out, state)
         git(tree_p, "bisect", "start", "--no-checkout", ends["BAD"], ends["GOOD"])
-        text = git_bisect_run(tree_p, out / BISECT_STATE)
+        text = git_bisect_run(tree_p, state_path)
         first = first_bad_from_output(text)
         (out / BISECT_GIT_LOG).write_text(git(tree_p, "bisect", "log", check=False) + "\n")
     finally:
@@ -349,15 +352,15 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     return {"first_bad": first, "log": str(logp), "seconds": round(took, 1)}
 
 
-def write_log_header(logp: pathlib.Path, state: dict, ends: dict, good: str, bad: str, like: str) -> None:
+def write_log_header(logp: pathlib.Path, state: BisectionRecord, ends: dict, good: str, bad: str, like: str) -> None:
     """bisect.log's first lines: what is bisected, between which commits, how each step is judged."""
-    metric = state["mode"] == "metric"
+    metric = state.mode == "metric"
     with open(logp, "w") as f:
-        f.write(f"# krig bisect {now()}\n# tree {state['tree']}\n# good {good} = {ends['GOOD']}\n"
-                f"# bad  {bad} = {ends['BAD']}\n# reproducer {state['repro']} preset {state['preset'] or '(defaults)'} "
-                f"repeat {state['repeat']} rig {state['rig']}; kernel config of {like}\n"
+        f.write(f"# krig bisect {now()}\n# tree {state.tree}\n# good {good} = {ends['GOOD']}\n"
+                f"# bad  {bad} = {ends['BAD']}\n# reproducer {state.repro} preset {state.preset or '(defaults)'} "
+                f"repeat {state.repeat} rig {state.rig}; kernel config of {like}\n"
                 f"# {'bisecting on the metric' if metric else 'bisecting on the verdict; key metric'}: "
-                f"{state['metric']}\n# columns: time commit answer [verdicts] metric"
+                f"{state.metric}\n# columns: time commit answer [verdicts] metric"
                 f"{'=value(vote)/...' if metric else ''} subject (notes)\n")
 
 
@@ -422,7 +425,12 @@ def cmd_oracle(a) -> int:
     for k in [k for k in os.environ if k.startswith("GIT_")]:
         del os.environ[k]             # set by `git bisect run`; they would redirect every git call
     try:
-        return oracle(pathlib.Path(a.state))
+        state = read_bisection(pathlib.Path(a.state))
+    except UsageError as e:           # no step can be judged without it: stop the bisection
+        print(f"krig: error: {e}", file=sys.stderr)
+        return ABORT
+    try:
+        return oracle(state)
     except KeyboardInterrupt:
         return ABORT
     except KrigError:

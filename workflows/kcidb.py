@@ -38,8 +38,9 @@ from .argcheck import output_file
 from krig.errors import KrigError, UsageError
 from .kcidb_submit import read_token, submit
 from krig.reproducer import load_reproducer
-from krig.results import GROUP_FILE, public_paths, public_repository, read_json, run_dirs_of, run_state
+from krig.results import GROUP_FILE, SUITE_FILE, public_paths, public_repository, run_dirs_of, run_state
 from krig.record import Manifest, RunRecord, Verdict, read_metrics, read_verdict
+from krig.record_qualify import read_suite
 from krig.rundir import RunDir, is_run_dir
 from krig.verdict import JUDGED, VERDICTS
 
@@ -58,7 +59,6 @@ THRESHOLD_STATUS = {"pass": "PASS", "fail": "FAIL", "unmeasured": "ERROR", "inst
 EXCERPT_LINES = 80
 CONFIG_CAP = 4 << 20                     # a kernel .config is ~250 KiB; the architecture is read from it
 EXCERPT_MAX = 16384                      # KCIDB's maxLength of log_excerpt
-SUITE_FILE = "suite.json"
 _PATH_BAD = re.compile(r"[^a-zA-Z0-9_-]")
 # "Linux version 6.1.0-56-amd64 (who@where) (gcc-12 (Debian 12.2.0-14) 12.2.0, GNU ld (...) 2.40) #1 ..."
 _BANNER = re.compile(r"Linux version \S+ \([^()]*\) \((?P<tools>(?:[^()]|\([^()]*\))*)\) #")
@@ -113,20 +113,17 @@ def public_name(d: pathlib.Path, named: pathlib.Path) -> str:
 
 
 def _suite_runs(qdir: pathlib.Path, note) -> list:
-    suite = read_json(qdir / SUITE_FILE)
-    if not isinstance(suite, dict):
-        raise UsageError(f"{qdir / SUITE_FILE}: not a JSON object")
     found = []
-    for c in suite.get("cases", []):
-        if not c.get("run_dir"):
-            why = "not run yet" if c.get("verdict") is None else f"{c['verdict']} before a run directory was made"
-            note(f"krig: export: {qdir}: case {c.get('id')} left out: {why}")
+    for c in read_suite(qdir).cases:
+        if not c.run_dir:
+            why = "not run yet" if c.verdict is None else f"{c.verdict} before a run directory was made"
+            note(f"krig: export: {qdir}: case {c.id} left out: {why}")
             continue
-        d = pathlib.Path(c["run_dir"])
+        d = pathlib.Path(c.run_dir)
         if not d.is_absolute() and not d.exists():
             d = qdir / d
         if not is_run_dir(d):
-            raise UsageError(f"{qdir / SUITE_FILE}: case {c.get('id')}: run directory {d} has no manifest.json")
+            raise UsageError(f"{qdir / SUITE_FILE}: case {c.id}: run directory {d} has no manifest.json")
         found.append(d)
     return found
 

@@ -18,6 +18,7 @@ not from the metric's declared direction.
 import dataclasses
 
 from krig.errors import UsageError
+from krig.record_bisect import ZonesRecord
 from krig.verdict import JUDGED
 
 
@@ -74,9 +75,10 @@ def attempt_vote(z: Zones, verdict: str, value) -> str:
     return z.vote(value)
 
 
-def to_state(z: Zones) -> dict:
-    return dataclasses.asdict(z)
+def to_state(z: Zones) -> ZonesRecord:
+    """The zones as the bisection's state keeps them (krig/record_bisect.py), for every step's oracle."""
+    return ZonesRecord(z.metric, list(z.good), list(z.bad), z.good_low, z.good_edge, z.bad_edge)
 
 
-def from_state(d: dict) -> Zones:
-    return Zones(**d)
+def from_state(r: ZonesRecord) -> Zones:
+    return Zones(r.metric, list(r.good), list(r.bad), r.good_low, r.good_edge, r.bad_edge)

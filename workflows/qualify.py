@@ -41,7 +41,8 @@ from .lab import select_rigs
 from .preflight import before_build
 from .qualify_report import write_outputs
 from krig.reproducer import load_reproducer
-from krig.results import now, qualify_dir, read_json, write_json
+from krig.record_qualify import CaseRecord, read_case, write_case
+from krig.results import QUALIFY_CASES, now, qualify_dir
 from .run import run
 from krig.verdict import UNFINISHED, VERDICTS
 from kernels.catalog import krig_builds, load_kernel
@@ -175,22 +176,16 @@ def case_id(c: dict) -> str:
     return f"{c['reproducer']}-{c['preset'] or 'default'}{sets}@{c['kernel']}@{c['rig']}#{c['repeat']}"
 
 
-def _case_file(qdir: pathlib.Path, cid: str) -> pathlib.Path:
-    safe = "".join(ch if ch.isalnum() or ch in "-_.@" else "_" for ch in cid)
-    return qdir / "cases" / f"{safe}.json"
-
-
-def finished(qdir: pathlib.Path, cases: list) -> dict:
-    """id -> the record of every case that finished in an earlier (or this) invocation."""
+def finished(qdir: pathlib.Path, cases: list) -> dict[str, CaseRecord]:
+    """id -> the record of every case that finished in an earlier (or this) invocation (a record
+    that cannot be read is a case to run again)."""
     out = {}
     for c in cases:
         try:
-            rec = read_json(_case_file(qdir, c["id"]))
+            rec = read_case(qdir, c["id"])
         except (OSError, KrigError):
             continue
-        if not isinstance(rec, dict):
-            continue
-        if rec.get("verdict") not in UNFINISHED:
+        if rec.verdict not in UNFINISHED:
             out[c["id"]] = rec
     return out
 
@@ -213,8 +208,8 @@ def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: floa
         return 0
     qdir = pathlib.Path(out_dir or qualify_dir(suite["name"])).resolve()
     if fresh:       # forget the records only; earlier run directories stay in runs/
-        shutil.rmtree(qdir / "cases", ignore_errors=True)
-    (qdir / "cases").mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(qdir / QUALIFY_CASES, ignore_errors=True)
+    (qdir / QUALIFY_CASES).mkdir(parents=True, exist_ok=True)
     done = finished(qdir, suite["cases"])
     todo = [c for c in suite["cases"] if c["id"] not in done]
     rigs = sorted({c["rig"] for c in todo}, key=suite["rigs"].index)
@@ -275,18 +270,18 @@ def test_qualify_case(qualify_case):
     c = qualify_case
     qdir = pathlib.Path(json.loads(os.environ[SPEC_ENV])["qdir"])
     t0 = time.monotonic()
-    rec = {**c, "started": now()}
+    rec = CaseRecord(**c, started=now())
     try:
         run_dir, verdict = run(c["reproducer"], rig_name=c["rig"], kernel_name=c["kernel"], preset=c["preset"],
                                sets=c["set"], results_root=qdir / "runs", log=lambda *a, **k: None)
-        rec.update(verdict=verdict["verdict"], reason=verdict["reason"], run_dir=str(run_dir))
+        rec.verdict, rec.reason, rec.run_dir = verdict["verdict"], verdict["reason"], str(run_dir)
     except KrigError as e:          # nothing ran (a rig that went away between loading and the run, ...)
-        rec.update(verdict="ERROR", reason=str(e), run_dir=None)
-    rec.update(ended=now(), seconds=round(time.monotonic() - t0, 1), ok=rec["verdict"] == c["expect"])
-    if rec["verdict"] in UNFINISHED:
+        rec.verdict, rec.reason, rec.run_dir = "ERROR", str(e), None
+    rec.ended, rec.seconds, rec.ok = now(), round(time.monotonic() - t0, 1), rec.verdict == c["expect"]
+    if rec.verdict in UNFINISHED:
         raise KeyboardInterrupt     # Ctrl-C reached the worker: stop here, the case stays to do
-    write_json(_case_file(qdir, c["id"]), rec)
-    assert rec["ok"], f"{rec['verdict']} (expected {c['expect']}) on {c['rig']}: {rec['reason']} ({rec['run_dir']})"
+    write_case(qdir, rec)
+    assert rec.ok, f"{rec.verdict} (expected {c['expect']}) on {c['rig']}: {rec.reason} ({rec.run_dir})"
 
 
 # -- command line -----------------------------------------------------------------

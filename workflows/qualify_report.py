@@ -1,4 +1,5 @@
-"""What `krig qualify` leaves in its directory: suite.json, junit.xml, qualify.html, signoff.txt."""
+"""What `krig qualify` leaves in its directory: suite.json (krig/record_qualify.py), junit.xml, qualify.html,
+signoff.txt."""
 import html
 import os
 import pathlib
@@ -8,42 +9,41 @@ from analysis.summary import threshold_measurements, threshold_properties
 from krig import junit
 from krig.errors import KrigError
 from krig.reproducer import load_reproducer
-from krig.results import now, write_json
+from krig.record_qualify import CaseRecord, SuiteRecord, write_suite
+from krig.results import now
 from krig.version import git_revision
 from krig.record import read_metrics
 from krig.verdict import JUDGED
 
 
-def write_outputs(qdir: pathlib.Path, suite: dict, done: dict, started: str, complete: bool) -> dict:
+def write_outputs(qdir: pathlib.Path, suite: dict, done: dict[str, CaseRecord], started: str, complete: bool) -> dict:
     """done: case id -> finished record. Returns {"signoff": [lines], "all_as_expected": bool}."""
-    cases = [{**c, **done.get(c["id"], {"verdict": None})} for c in suite["cases"]]
+    cases = [done.get(c["id"]) or CaseRecord(**c) for c in suite["cases"]]      # not run: verdict None
     signoff = signoff_lines(suite["rigs"], cases)
-    all_ok = complete and all(c.get("ok") for c in cases)
-    write_json(qdir / "suite.json", {
-        "suite": suite["name"], "file": suite["file"], "description": suite["description"],
-        "krig_revision": git_revision(), "started": started, "written": now(), "complete": complete,
-        "all_as_expected": all_ok, "rigs": suite["rigs"], "signoff": signoff, "cases": cases})
+    all_ok = complete and all(c.ok for c in cases)
+    write_suite(qdir, SuiteRecord(suite["name"], suite["file"], suite["description"], git_revision(), started, now(),
+                                  complete, all_ok, suite["rigs"], signoff, cases))
     write_junit(qdir / "junit.xml", suite, cases)
     (qdir / "signoff.txt").write_text("".join(line + "\n" for line in signoff))
     (qdir / "qualify.html").write_text(build_html(qdir, suite, cases, signoff))
     return {"signoff": signoff, "all_as_expected": all_ok}
 
 
-def signoff_lines(rigs: list, cases: list) -> list[str]:
+def signoff_lines(rigs: list, cases: list[CaseRecord]) -> list[str]:
     """One line per rig: all as expected, or which runs were not (or have not run yet)."""
     out = []
     for rig in rigs:
-        mine = [c for c in cases if c["rig"] == rig]
-        missing = [c for c in mine if c["verdict"] is None]
-        wrong = [c for c in mine if c["verdict"] is not None and not c.get("ok")]
+        mine = [c for c in cases if c.rig == rig]
+        missing = [c for c in mine if c.verdict is None]
+        wrong = [c for c in mine if c.verdict is not None and not c.ok]
         if not missing and not wrong:
             counts = {}
             for c in mine:
-                counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
+                counts[c.verdict] = counts.get(c.verdict, 0) + 1
             tally = ", ".join(f"{v} {n}" for v, n in sorted(counts.items()))
             out.append(f"rig {rig}: SIGNED OFF: all {len(mine)} runs as expected ({tally})")
             continue
-        parts = [f"{c['id']} gave {c['verdict']}, expected {c['expect']}" for c in wrong]
+        parts = [f"{c.id} gave {c.verdict}, expected {c.expect}" for c in wrong]
         if missing:
             parts.append(f"{len(missing)} not run yet")
         out.append(f"rig {rig}: NOT SIGNED OFF: {len(wrong) + len(missing)} of {len(mine)} runs not as expected: "
@@ -51,37 +51,36 @@ def signoff_lines(rigs: list, cases: list) -> list[str]:
     return out
 
 
-def write_junit(path: pathlib.Path, suite: dict, cases: list) -> None:
+def write_junit(path: pathlib.Path, suite: dict, cases: list[CaseRecord]) -> None:
     """One test case per run: a failure when the verdict is not the expected one."""
     out = []
     for c in cases:
-        props = [(k, c.get(k)) for k in ("reproducer", "preset", "kernel", "rig", "repeat", "expect", "verdict",
-                                         "run_dir")] + threshold_property_items(c)
+        props = [(k, getattr(c, k)) for k in ("reproducer", "preset", "kernel", "rig", "repeat", "expect", "verdict",
+                                              "run_dir")] + threshold_property_items(c)
         result = None
-        if c["verdict"] is None:
+        if c.verdict is None:
             result = ("skipped", "not run yet (interrupted); run the same command again", None)
-        elif not c.get("ok"):
-            result = ("failure", f"{c['verdict']}, expected {c['expect']}", c.get("reason"))
-        out.append(junit.Case(f"qualify.{suite['name']}.{c['rig']}", c["id"], props, result,
-                              seconds=c.get("seconds") or 0))
+        elif not c.ok:
+            result = ("failure", f"{c.verdict}, expected {c.expect}", c.reason)
+        out.append(junit.Case(f"qualify.{suite['name']}.{c.rig}", c.id, props, result, seconds=c.seconds or 0))
     junit.write(path, f"qualify.{suite['name']}", out,
                 [("suite_file", suite["file"]), ("krig_revision", git_revision())],
-                seconds=sum(c.get("seconds") or 0 for c in cases))
+                seconds=sum(c.seconds or 0 for c in cases))
 
 
-def threshold_property_items(case: dict) -> list[tuple[str, str]]:
+def threshold_property_items(case: CaseRecord) -> list[tuple[str, str]]:
     """A judged run's thresholds as properties of its test case, the run's own junit.xml's
     per-threshold properties prefixed with the metric: <metric>.value, .unit, .better, .limit,
     .limit_min, .limit_max, .outcome. None for a run that was not judged (its numbers, if any,
     are not measurements)."""
-    if case.get("verdict") not in JUDGED or not case.get("run_dir"):
+    if case.verdict not in JUDGED or not case.run_dir:
         return []
     try:
-        repro = load_reproducer(case["reproducer"])
+        repro = load_reproducer(case.reproducer)
     except KrigError:
         return []
     items, seen = [], {}
-    for m in threshold_measurements(pathlib.Path(case["run_dir"]), repro):
+    for m in threshold_measurements(pathlib.Path(case.run_dir), repro):
         t = m["threshold"]
         seen[t.metric] = seen.get(t.metric, 0) + 1
         prefix = t.metric if seen[t.metric] == 1 else f"{t.metric}#{seen[t.metric]}"
@@ -92,11 +91,11 @@ def threshold_property_items(case: dict) -> list[tuple[str, str]]:
     return items
 
 
-def key_metric(case: dict) -> str:
+def key_metric(case: CaseRecord) -> str:
     """The reproducer's key metric (its first threshold's) as measured in the run, or ''."""
     try:
-        metric = load_reproducer(case["reproducer"]).thresholds[0].metric
-        m = read_metrics(case["run_dir"])[metric]
+        metric = load_reproducer(case.reproducer).thresholds[0].metric
+        m = read_metrics(case.run_dir)[metric]
     except (KrigError, OSError, KeyError, IndexError, TypeError):
         return ""
     if m.value is None:
@@ -111,12 +110,12 @@ def _esc(x) -> str:
 COLOURS = {True: "#d7f5d7", False: "#f8d0d0", None: "#eeeeee"}
 
 
-def build_html(qdir: pathlib.Path, suite: dict, cases: list, signoff: list) -> str:
+def build_html(qdir: pathlib.Path, suite: dict, cases: list[CaseRecord], signoff: list) -> str:
     """The matrix: a row per (reproducer, preset, parameters, kernel), a column per rig,
     each cell the verdicts of its repeats, each linking its run's report."""
     rows = []
     for c in cases:
-        key = (c["reproducer"], c["preset"], tuple(sorted(c["set"].items())), c["kernel"])
+        key = (c.reproducer, c.preset, tuple(sorted(c.set.items())), c.kernel)
         if key not in rows:
             rows.append(key)
     body = []
@@ -128,22 +127,22 @@ def build_html(qdir: pathlib.Path, suite: dict, cases: list, signoff: list) -> s
         label += f"</small><br>kernel {_esc(kernel)}"
         cells = [f"<th>{label}</th>"]
         for rig in suite["rigs"]:
-            mine = [c for c in cases if c["rig"] == rig and (c["reproducer"], c["preset"],
-                    tuple(sorted(c["set"].items())), c["kernel"]) == key]
+            mine = [c for c in cases if c.rig == rig and (c.reproducer, c.preset,
+                    tuple(sorted(c.set.items())), c.kernel) == key]
             if not mine:
                 cells.append("<td></td>")
                 continue
             links = []
             for c in mine:
-                ok = None if c["verdict"] is None else bool(c.get("ok"))
-                text = _esc(c["verdict"] or "not run")
-                if c.get("run_dir"):
-                    rd = pathlib.Path(c["run_dir"])
+                ok = None if c.verdict is None else bool(c.ok)
+                text = _esc(c.verdict or "not run")
+                if c.run_dir:
+                    rd = pathlib.Path(c.run_dir)
                     target = rd / "report.html" if (rd / "report.html").exists() else rd
                     text = f'<a href="{_esc(os.path.relpath(target, qdir))}">{text}</a>'
                 links.append(f'<span style="background:{COLOURS[ok]};padding:2px 6px" '
-                             f'title="{_esc(c.get("reason"))}">{text}</span> <small>{_esc(key_metric(c))}</small>')
-            cells.append(f"<td>{' '.join(links)}<br><small>expected {_esc(mine[0]['expect'])}</small></td>")
+                             f'title="{_esc(c.reason)}">{text}</span> <small>{_esc(key_metric(c))}</small>')
+            cells.append(f"<td>{' '.join(links)}<br><small>expected {_esc(mine[0].expect)}</small></td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     head = "<tr><th></th>" + "".join(f"<th>{_esc(r)}</th>" for r in suite["rigs"]) + "</tr>"
     sign = "".join(f"<li>{_esc(s)}</li>" for s in signoff)
