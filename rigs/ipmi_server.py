@@ -36,7 +36,7 @@ class IpmiServer(ServerSetup):
     def __init__(self, name: str, spec: dict, where: str, bmc: Bmc, ssh: Ssh, console: ConsoleProtocol):
         self.name, self.spec, self.where = name, spec, where
         self.bmc, self.ssh, self.console = bmc, ssh, console
-        self.rd = spec["remote_dir"]
+        self.rd = spec.remote_dir
         self.wd: str | None = None     # this boot's work directory: <remote_dir>/run.XXXXXX
         self.run_dir: pathlib.Path | None = None
         self.workdir: pathlib.Path | None = None
@@ -63,18 +63,18 @@ class IpmiServer(ServerSetup):
         self.bmc.log_path = self.run_dir / "bmc.log"
         self.ssh.log_path = self.run_dir / "ssh.log"
         self.needs = dict(needs)
-        if needs.get("scratch_size") and not self.spec["scratch_dev"]:
+        if needs.get("scratch_size") and not self.spec.scratch_dev:
             raise UsageError(f"{self.where}: the reproducer needs a scratch disk; set scratch_dev")
-        b = self.spec["bmc"]
-        self.facts.update({"bmc": f"{b['host']}:{b['port']}", "ssh": self.ssh.target,
-                            "boot_mode": self.spec["boot"], "scratch_dev": self.spec["scratch_dev"]})
+        b = self.spec.bmc
+        self.facts.update({"bmc": f"{b.host}:{b.port}", "ssh": self.ssh.target,
+                            "boot_mode": self.spec.boot, "scratch_dev": self.spec.scratch_dev})
         self.facts["power_at_start"] = self.bmc.power_status()   # also proves the login works
         self.facts["bmc_info"] = self.bmc.mc_info()
         (self.run_dir / "sel-before.txt").write_text(self.bmc.sel_text())
-        if b["clear_sel"]:
+        if b.clear_sel:
             self.bmc.sel_clear()
         self.console.log_path.touch()
-        self.sol = open_console(self.spec, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}")
+        self.sol = open_console(self.spec.console, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}")
 
     def take_lock(self):
         addr = lab.address()
@@ -83,8 +83,8 @@ class IpmiServer(ServerSetup):
                                                    lab.lease_seconds())
             self.facts["lab"] = self.hold.facts
             return
-        b = self.spec["bmc"]
-        self.lock_fd, path = ipmi_lock.take(self.name, b["host"], b["port"], log=lab.say)
+        b = self.spec.bmc
+        self.lock_fd, path = ipmi_lock.take(self.name, b.host, b.port, log=lab.say)
         self.facts["lock"] = str(path)
 
     @property
@@ -100,16 +100,16 @@ class IpmiServer(ServerSetup):
         how = "soft"
         try:
             rc = None
-            if self.state == "up" and self.spec["shutdown_command"]:
+            if self.state == "up" and self.spec.shutdown_command:
                 try:
-                    rc, _, _ = self.ssh.run(remote_command(self.spec["shutdown_command"], None), timeout=30)
+                    rc, _, _ = self.ssh.run(remote_command(self.spec.shutdown_command, None), timeout=30)
                 except (SshLost, subprocess.TimeoutExpired):
                     rc = 0                  # the connection died with the system going down
                 self.ssh.stop_master()
             if rc != 0:
                 self.bmc.power("soft")      # ACPI power button
-            if not self.bmc.wait_power("off", self.spec["shutdown_timeout"], POLL):
-                how = f"hard (still on {self.spec['shutdown_timeout']:.0f}s after the soft shutdown)"
+            if not self.bmc.wait_power("off", self.spec.shutdown_timeout, POLL):
+                how = f"hard (still on {self.spec.shutdown_timeout:.0f}s after the soft shutdown)"
         except KrigError as e:
             how = f"hard ({e})"
         if how != "soft":
@@ -121,7 +121,7 @@ class IpmiServer(ServerSetup):
         self.ssh.stop_master()
         if self.sol is not None:
             self.sol.stop()
-            self.facts["sol_restarts" if self.spec.get("console", "sol") == "sol" else "console_reconnects"] = \
+            self.facts["sol_restarts" if self.spec.console == "sol" else "console_reconnects"] = \
                 self.sol.restarts
             self.sol = None
         if self.holding and not self.bmc.failed:
@@ -174,7 +174,7 @@ class IpmiServer(ServerSetup):
         with progress.waiting(f"the server {self.name} to answer SSH {what}", timeout):
             for n in range(int(timeout / POLL) + 2):
                 left = timeout - (time.monotonic() - t0)
-                bid = self.ssh.probe(max(1.0, min(self.spec["ssh"]["connect_timeout"], left)))
+                bid = self.ssh.probe(max(1.0, min(self.spec.ssh.connect_timeout, left)))
                 if bid and bid != old_boot_id:
                     self.boot_id, self.state = bid, "up"
                     self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir)
@@ -208,13 +208,13 @@ class IpmiServer(ServerSetup):
         """The SSH connection failed: crashed, rebooted, hung, or only the network?"""
         t0 = time.monotonic()
         size, quiet_since = self.console_size(), time.monotonic()
-        limit = self.spec["hang_timeout"]
+        limit = self.spec.hang_timeout
         for n in range(int(3 * limit / POLL) + 2):
             crash = self.console_crash(mark)
             if crash:
                 self.state = "crashed"
                 raise GuestCrashed(f"the kernel crashed while {what}: {crash}")
-            bid = self.ssh.probe(min(10.0, self.spec["ssh"]["connect_timeout"]))
+            bid = self.ssh.probe(min(10.0, self.spec.ssh.connect_timeout))
             if bid and bid != self.boot_id:
                 self.state = "crashed"
                 raise GuestCrashed(f"the server rebooted while {what} (SSH: {err})")
@@ -256,8 +256,8 @@ class IpmiServer(ServerSetup):
                 hang["nmi"] = f"failed: {e}"
             t0 = time.monotonic()
             size, quiet = self.console_size(), time.monotonic()
-            for _ in range(int(self.spec["nmi_wait"] / 0.5) + 2):     # until the console settles
-                if time.monotonic() - t0 >= self.spec["nmi_wait"]:
+            for _ in range(int(self.spec.nmi_wait / 0.5) + 2):     # until the console settles
+                if time.monotonic() - t0 >= self.spec.nmi_wait:
                     break
                 time.sleep(0.5)
                 if self.console_size() != size:
@@ -265,11 +265,11 @@ class IpmiServer(ServerSetup):
                 elif size > mark and time.monotonic() - quiet > 3:
                     break
             hang["console_bytes_after_nmi"] = self.console_size() - mark
-            if self.spec["recover_after_hang"]:
+            if self.spec.recover_after_hang:
                 try:
                     old = self.boot_id
                     self.power_cycle()
-                    self.wait_up(self.spec["boot_timeout"], "after the power cycle", old_boot_id=old)
+                    self.wait_up(self.spec.boot_timeout, "after the power cycle", old_boot_id=old)
                     hang["recovered"] = "yes: power cycled and answering SSH again"
                 except KrigError as e:
                     hang["recovered"] = f"no: {e}"
@@ -312,7 +312,7 @@ class IpmiServer(ServerSetup):
             return
         dest = pathlib.Path(tempfile.mkdtemp(prefix="prefetch.", dir=self.workdir))
         try:
-            self.pull_over_ssh(self.results, dest, 60 if probe else self.spec["pull_timeout"])
+            self.pull_over_ssh(self.results, dest, 60 if probe else self.spec.pull_timeout)
             self.prefetched = (self.results, dest, None)
             self.facts["results_pull"] = "pulled before the power off"
         except Refused as e:
@@ -325,5 +325,5 @@ class IpmiServer(ServerSetup):
         """The directory remote into local: only regular files and directories (rigs/ipmi_pull.py)."""
         local.mkdir(parents=True, exist_ok=True)
         with progress.waiting(f"the results to come over SSH from the server {self.name}", timeout):
-            pull_results(self.ssh, remote, local, timeout, self.spec["pull_max_size"],
-                         self.spec["pull_max_file_size"])
+            pull_results(self.ssh, remote, local, timeout, self.spec.pull_max_size,
+                         self.spec.pull_max_file_size)
