@@ -10,6 +10,7 @@ import time
 
 from krig import progress
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
+from krig.schema import Record
 from krig.paths import cache_dir
 from krig.verdict import first_crash
 from . import ipmi_lock, lab
@@ -33,7 +34,7 @@ class IpmiServer(ServerSetup):
     explicitly: the BMC, the SSH link, the rig file, the console log, and the run's state
     (up/hung/crashed/off, boot id, work directories, results, what was learnt)."""
 
-    def __init__(self, name: str, spec: dict, where: str, bmc: Bmc, ssh: Ssh, console: ConsoleProtocol):
+    def __init__(self, name: str, spec: Record, where: str, bmc: Bmc, ssh: Ssh, console: ConsoleProtocol):
         self.name, self.spec, self.where = name, spec, where
         self.bmc, self.ssh, self.console = bmc, ssh, console
         self.rd = spec.remote_dir

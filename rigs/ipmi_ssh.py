@@ -12,6 +12,7 @@ import subprocess
 import time
 
 from krig.errors import RigError
+from krig.schema import Record
 from .ipmi_bmc import kill_group
 from .ipmi_pull import stream_from
 from krig.paths import dies_with_parent
@@ -60,7 +61,8 @@ def remote_command(argv: list, env: dict | None, cwd: str | None = None, rc_file
 
 
 class Ssh:
-    def __init__(self, rig: str, cfg):
+    def __init__(self, rig: str, cfg: Record):
+        """cfg: the rig file's [ssh] table, checked (rigs/ipmi_spec.py SSH)."""
         self.rig = rig
         self.cfg = cfg
         self.target = f"{cfg.user}@{cfg.host}:{cfg.port}"

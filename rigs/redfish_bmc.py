@@ -16,6 +16,7 @@ import ssl
 import time
 
 from krig.errors import RigError
+from krig.schema import Record
 from .ipmi_bmc import Bmc, BmcAuthError
 from .redfish_facts import clear_logs, log_text, manager_line, server_facts
 
@@ -52,7 +53,8 @@ class RedfishBmc(Bmc):
     POWER_ON = "ComputerSystem.Reset On, from the BMC's web page or any Redfish client"
     NMI = "ComputerSystem.Reset Nmi"
 
-    def __init__(self, rig: str, cfg, password: str, log_path=None):
+    def __init__(self, rig: str, cfg: Record, password: str, log_path=None):
+        """cfg: the rig file's [bmc] table, checked (rigs/redfish_spec.py BMC)."""
         super().__init__(rig, cfg, password, log_path)
         self.url = f"https://{cfg.host}:{cfg.port}"
         self.where = f"BMC {self.url}"
