@@ -26,6 +26,7 @@ from .ipmi_pull import Refused, move_into
 from .ipmi_server import BootTimeout, IpmiServer
 from .ipmi_spec import validate_spec
 from .ipmi_ssh import Ssh, SshLost, remote_command
+from .ipmi_state import ServerState
 from .protocol import (OUTPUT_CAP, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
@@ -103,7 +104,7 @@ class _Power(PowerProtocol):
             # stopped the run): left as it was found, up and ready for the next run.
             r.facts["power"] = "left on as found: this run neither powered it on nor started anything"
             return
-        r.prefetch_results(probe=r.state != "up")
+        r.prefetch_results(probe=r.state is not ServerState.UP)
         r.hard_off()
 
     def cycle(self):
@@ -157,8 +158,8 @@ class _Command(CommandProtocol):
 
     def run(self, argv, env=None, timeout=60, salvage=None):
         r = self.server
-        if r.state != "up":
-            raise GuestCrashed(f"the server is not up ({r.state})")
+        if r.state is not ServerState.UP:
+            raise GuestCrashed(f"the server is not up ({r.state.value})")
         n = self.n
         self.n += 1
         home = f"{r.wd}/home"
@@ -222,8 +223,8 @@ class _Files(FilesProtocol):
     def results_dir(self):
         r = self.server
         if r.results is None:
-            if r.state != "up" or r.wd is None:
-                why = "is not up" if r.state != "up" else "has no work directory (nothing was started)"
+            if r.state is not ServerState.UP or r.wd is None:
+                why = "is not up" if r.state is not ServerState.UP else "has no work directory (nothing was started)"
                 raise RigError(f"rig {r.name}: the server {why}; no results directory")
             rc, out, err = r.ssh_call("making the results directory",
                                   f"mktemp -d {shlex.quote(r.wd)}/out.XXXXXX", 60)
@@ -249,8 +250,8 @@ class _Files(FilesProtocol):
             if refused is not None:
                 raise refused
             return
-        if r.state != "up":
-            raise RigError(f"rig {r.name}: the server is {r.state}; {remote} was not pulled")
+        if r.state is not ServerState.UP:
+            raise RigError(f"rig {r.name}: the server is {r.state.value}; {remote} was not pulled")
         try:
             r.pull_over_ssh(remote, local, r.spec.pull_timeout)
         except Refused:

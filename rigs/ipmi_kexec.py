@@ -20,6 +20,7 @@ from krig import progress
 from krig.errors import RigError, UsageError
 from . import initramfs
 from .ipmi_ssh import SshLost, remote_command
+from .ipmi_state import ServerState
 
 # What krig's initramfs loads before it mounts the server's root (each if the
 # kernel has it; built-in ones are skipped).
@@ -137,7 +138,8 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
             rig.power_cycle()
             rig.wait_up(timeout, "into its installed system (before kexec)")
         else:
-            rig.boot_id, rig.state = bid, "up"
+            rig.boot_id = bid
+            rig.become(ServerState.UP)
     rig.check_programs(["kexec"])
     old = rig.boot_id
     image = pathlib.Path(kernel.image)
@@ -186,5 +188,5 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     except (SshLost, subprocess.TimeoutExpired):
         pass                # the connection may die with the old kernel
     rig.ssh.stop_master()
-    rig.state = "unknown"
+    rig.become(ServerState.BOOTING)
     rig.wait_up(timeout, "after kexec", old_boot_id=old)

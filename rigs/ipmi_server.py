@@ -1,6 +1,7 @@
 """The lab server of one IPMI rig, as the rig's protocols (rigs/ipmi.py) share it: its BMC, its
-SSH link, its rig file and console log, and the run's state on it; powering it, waiting for it
-to come back, and what a hang or a crash leaves on it."""
+SSH link, its rig file and console log, and the run's state on it (rigs/ipmi_state.py: its
+lifecycle and the transitions allowed); powering it, waiting for it to come back, and what a
+hang or a crash leaves on it."""
 import os
 import pathlib
 import shutil
@@ -19,6 +20,7 @@ from .netconsole import open_console
 from .ipmi_pull import Refused, pull_results
 from .ipmi_server_setup import ServerSetup
 from .ipmi_ssh import Ssh, SshLost, remote_command
+from .ipmi_state import ServerState
 from .protocol import SALVAGE_TIMEOUT, ConsoleProtocol
 
 
@@ -32,7 +34,7 @@ class BootTimeout(RigError):
 class IpmiServer(ServerSetup):
     """The lab server of one IPMI rig as its protocols share it, handed to each of them
     explicitly: the BMC, the SSH link, the rig file, the console log, and the run's state
-    (up/hung/crashed/off, boot id, work directories, results, what was learnt)."""
+    (its ServerState, boot id, work directories, results, what was learnt)."""
 
     def __init__(self, name: str, spec: Record, where: str, bmc: Bmc, ssh: Ssh, console: ConsoleProtocol):
         self.name, self.spec, self.where = name, spec, where
@@ -49,7 +51,7 @@ class IpmiServer(ServerSetup):
         self.results = None            # remote results dir of this boot
         self.prefetched = None         # (remote, local dir, Refused or None) pulled before a power off
         self.salvaged = False
-        self.state = "unknown"         # up | hung | crashed | off | unknown
+        self._state = ServerState.UNKNOWN      # changed by become() only
         self.powered = False           # this run powered the server on
         self.in_hang = False
         self.on_timeout = None         # (argv, env): the salvage of the running command
@@ -89,6 +91,14 @@ class IpmiServer(ServerSetup):
         self.facts["lock"] = str(path)
 
     @property
+    def state(self) -> ServerState:
+        return self._state
+
+    def become(self, state: ServerState) -> None:
+        """The server is now in `state`: a change rigs/ipmi_state.py allows, else IllegalTransition."""
+        self._state = self._state.to(state, self.name)
+
+    @property
     def holding(self) -> bool:
         """This process holds the server (lock file or lab coordinator)."""
         return self.lock_fd is not None or self.hold is not None
@@ -101,7 +111,7 @@ class IpmiServer(ServerSetup):
         how = "soft"
         try:
             rc = None
-            if self.state == "up" and self.spec.shutdown_command:
+            if self.state is ServerState.UP and self.spec.shutdown_command:
                 try:
                     rc, _, _ = self.ssh.run(remote_command(self.spec.shutdown_command, None), timeout=30)
                 except (SshLost, subprocess.TimeoutExpired):
@@ -115,7 +125,7 @@ class IpmiServer(ServerSetup):
             how = f"hard ({e})"
         if how != "soft":
             self.hard_off()
-        self.state = "off"
+        self.become(ServerState.OFF)
         self.facts["shutdown"] = how
 
     def close(self):
@@ -127,7 +137,7 @@ class IpmiServer(ServerSetup):
             self.sol = None
         if self.holding and not self.bmc.failed:
             try:
-                if self.powered and self.state != "off":
+                if self.powered and self.state is not ServerState.OFF:
                     self.hard_off()        # interrupted run: never leave the server running it
             except KrigError as e:
                 self.facts["close_error"] = str(e)
@@ -152,7 +162,7 @@ class IpmiServer(ServerSetup):
         self.bmc.power("off")
         if not self.bmc.wait_power("off", 60, POLL):
             raise RigError(f"rig {self.name}: the server is still on 60s after `chassis power off`")
-        self.state = "off"
+        self.become(ServerState.OFF)
 
     def console_size(self) -> int:
         try:
@@ -177,20 +187,21 @@ class IpmiServer(ServerSetup):
                 left = timeout - (time.monotonic() - t0)
                 bid = self.ssh.probe(max(1.0, min(self.spec.ssh.connect_timeout, left)))
                 if bid and bid != old_boot_id:
-                    self.boot_id, self.state = bid, "up"
+                    self.boot_id = bid
+                    self.become(ServerState.UP)
                     self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir)
                     return
                 crash = self.console_crash(mark)
                 if crash:
-                    self.state = "crashed"
+                    self.become(ServerState.CRASHED)
                     raise GuestCrashed(f"the kernel crashed {what}: {crash}")
                 if n % 5 == 4 and self.bmc.power_status() == "off":
-                    self.state = "crashed"
+                    self.become(ServerState.CRASHED)
                     raise GuestCrashed(f"the server powered off {what}")
                 if time.monotonic() - t0 > timeout:
                     break
                 time.sleep(POLL)
-        self.state = "hung"
+        self.become(ServerState.HUNG)
         raise BootTimeout(f"rig {self.name}: the server did not answer SSH within {timeout:.0f}s {what}; "
                           f"krig powers it off: see console.log, then power it on by hand ({self.bmc.POWER_ON}) "
                           f"and log in (docs/lab-server.md: a server that does not come back)")
@@ -213,17 +224,17 @@ class IpmiServer(ServerSetup):
         for n in range(int(3 * limit / POLL) + 2):
             crash = self.console_crash(mark)
             if crash:
-                self.state = "crashed"
+                self.become(ServerState.CRASHED)
                 raise GuestCrashed(f"the kernel crashed while {what}: {crash}")
             bid = self.ssh.probe(min(10.0, self.spec.ssh.connect_timeout))
             if bid and bid != self.boot_id:
-                self.state = "crashed"
+                self.become(ServerState.CRASHED)
                 raise GuestCrashed(f"the server rebooted while {what} (SSH: {err})")
             if bid:
                 raise RigError(f"rig {self.name}: the SSH connection to {self.ssh.target} failed while {what} "
                                f"({err}), but the server still answers")
             if n % 5 == 4 and self.bmc.power_status() == "off":
-                self.state = "crashed"
+                self.become(ServerState.CRASHED)
                 raise GuestCrashed(f"the server powered off while {what}")
             now = time.monotonic()
             if self.console_size() != size:
@@ -240,7 +251,7 @@ class IpmiServer(ServerSetup):
         if self.in_hang:
             raise GuestHung(reason)
         self.in_hang = True
-        self.state = "hung"
+        self.become(ServerState.HUNG)
         hang = self.facts.setdefault("hang", {})
         hang["reason"] = reason
         try:
@@ -305,7 +316,7 @@ class IpmiServer(ServerSetup):
 
     def prefetch_results(self, probe: bool = False):
         """Pull this run's remote results before the server goes off (best effort, bounded)."""
-        if self.salvaged or self.results is None or self.state not in ("up", "hung"):
+        if self.salvaged or self.results is None or self.state not in (ServerState.UP, ServerState.HUNG):
             return
         self.salvaged = True
         if probe and self.ssh.probe(10) != self.boot_id:
