@@ -60,7 +60,7 @@ def watch_console(path: pathlib.Path, stamps: dict, stop: threading.Event):
 def time_krig_once(kernel) -> dict:
     """One boot + `true` + power-off, with the phases."""
     rig = load_rig("qemu-default")
-    rig.spec["accel"] = "tcg"       # same accelerator as vng --disable-kvm
+    rig.respec(accel="tcg")         # same accelerator as vng --disable-kvm
     stamps, stop = {}, threading.Event()
     with tempfile.TemporaryDirectory() as td, rig:
         t0 = time.monotonic()

@@ -38,9 +38,7 @@ def extra_kernel(image: pathlib.Path, modules: pathlib.Path) -> Kernel:
 def boot_once(kernel, tcg_thread: str, cmdline: list, timeout: float, keep: pathlib.Path | None = None,
               kernel_entry: str = "auto") -> dict:
     rig = load_rig("qemu-default")
-    rig.spec["accel"] = "tcg"
-    rig.spec["tcg_thread"] = tcg_thread
-    rig.spec["kernel_entry"] = kernel_entry
+    rig.respec(accel="tcg", tcg_thread=tcg_thread, kernel_entry=kernel_entry)
     with tempfile.TemporaryDirectory(prefix="krig-bootloop-") as td, rig:
         t0 = time.monotonic()
         outcome, detail = "ok", ""

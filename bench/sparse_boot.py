@@ -46,8 +46,8 @@ def boot_once(kernel, size: str, backing: str, like: str | None = None, timeout:
     its console log and dmesg kept as `logs`.console.log and `logs`.dmesg when given."""
     rig = load_rig("qemu-default")
     ram = parse_size(size, "size")
-    rig.spec.update(memory=size, memory_bytes=ram, memory_backing=backing, accel="tcg", disks=[], tcg_thread=tcg_thread,
-                    like_memory=like, like_memory_bytes=parse_size(like, "like") if like else None)
+    rig.respec(memory=size, memory_bytes=ram, memory_backing=backing, accel="tcg", disks=(), tcg_thread=tcg_thread,
+               like_memory=like, like_memory_bytes=parse_size(like, "like") if like else None)
     with tempfile.TemporaryDirectory(prefix="krig-sparse-") as td, rig:
         t0 = time.monotonic()
         rig.prepare(pathlib.Path(td), kernel, {})

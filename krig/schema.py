@@ -12,9 +12,19 @@ field and saying what is allowed (exit 2), like every other bad input:
 
 What one field cannot say alone (exactly one of two keys, a name that must be declared in
 another table) stays a few lines of code after check(), next to the table.
+
+record() makes a table's checked value a frozen dataclass, the table still its only
+declaration: a field by its name as an attribute, a sub-table (table=) a record of its own,
+a list of tables (rows=) a tuple of records, any other list a tuple; a field the file may
+omit (OMIT) is None when it was. to_json() gives back check()'s dict:
+
+    Bmc = record("Bmc", (PORT,))
+    Bmc.of(check({"port": 624}, (PORT,), "rigs/lab.toml.bmc")).port  -> 624
 """
+import copy
 import dataclasses
 import re
+import sys
 from typing import Any, Callable
 
 from .config import reject_unknown, require
@@ -169,3 +179,75 @@ def _fresh(default):
 def _num(x):
     """A bound as the error says it: 1, not 1.0."""
     return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
+class Record:
+    """A checked table as a frozen value (made by record()): its fields are attributes, FIELDS
+    the table that declares them."""
+    FIELDS: tuple = ()
+    NESTED: dict = {}           # field name -> the record class of its sub-table or rows
+
+    @classmethod
+    def of(cls, table: dict) -> "Record":
+        """The value of a table check() returned (an OMIT field absent is None)."""
+        return cls(**{_name(f): _held(table.get(_name(f)), f, cls.NESTED.get(_name(f))) for f in cls.FIELDS})
+
+    def to_json(self) -> dict:
+        """The table as check() returned it: an omitted field absent, lists and tables plain."""
+        return {_name(f): _plain(getattr(self, _name(f))) for f in self.FIELDS
+                if not (f.default is OMIT and getattr(self, _name(f)) is None)}
+
+    def get(self, name: str, default=None):
+        """A field by its name, read the way a table is read by key (for code that reads the
+        tables of several kinds, some without the field): default when there is no such field
+        or the file omitted it."""
+        f = next((f for f in self.FIELDS if _name(f) == name), None)
+        if f is None or (f.default is OMIT and getattr(self, name) is None):
+            return default
+        return getattr(self, name)
+
+
+def record(name: str, fields: tuple) -> type:
+    """A frozen dataclass of the table `fields` (a Record): one attribute per field, by its name,
+    in the table's order; a sub-table or a list of tables a record class of its own, named
+    name + the field's key (Bmc of IpmiSpec: IpmiSpecBmc)."""
+    names = [_name(f) for f in fields]
+    clash = sorted({n for n in names if names.count(n) > 1 or hasattr(Record, n)})
+    if clash:
+        raise TypeError(f"record {name}: field names used twice or taken: {', '.join(clash)}")
+    nested = {_name(f): record(name + f.key.title().replace("_", ""), _sub(f)) for f in fields if _sub(f) is not None}
+    cls = dataclasses.make_dataclass(name, [(n, Any) for n in names], bases=(Record,), frozen=True,
+                                     namespace={"FIELDS": fields, "NESTED": nested})
+    cls.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)
+    return cls
+
+
+def _name(f: Field) -> str:
+    return f.name or f.key
+
+
+def _sub(f: Field) -> tuple | None:
+    """The Fields of a field's sub-table, of its rows or of its entries, if it has them."""
+    return next((t for t in (f.table, f.rows, f.entries) if t is not None), None)
+
+
+def _held(v, f: Field, sub: type | None):
+    """A checked value as a record holds it: sub-tables as records, lists as tuples."""
+    if sub is not None and f.table is not None and isinstance(v, dict):
+        return sub.of(v)
+    if sub is not None and f.rows is not None and isinstance(v, list):
+        return tuple(sub.of(t) for t in v)
+    if sub is not None and f.entries is not None and isinstance(v, dict):
+        return {k: sub.of(t) for k, t in v.items()}
+    return tuple(v) if isinstance(v, list) else v
+
+
+def _plain(v):
+    """A held value as check() gave it: records as dicts, tuples as lists, a copy."""
+    if isinstance(v, Record):
+        return v.to_json()
+    if isinstance(v, (tuple, list)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return copy.copy(v)

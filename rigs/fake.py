@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError, os_fault
-from krig.schema import Field, check
+from krig.schema import Field, check, record
 from krig.paths import dies_with_parent
 from .procs import stopped_by_host
 from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol, FilesProtocol,
@@ -57,13 +57,16 @@ FIELDS = (
 )
 
 
-def validate_spec(spec: dict, where: str) -> dict:
+FakeSpec = record("FakeSpec", FIELDS)
+
+
+def validate_spec(spec: dict, where: str) -> FakeSpec:
     """A fake rig file (FIELDS), checked."""
     out = check(spec, FIELDS, where)
     for k, v in out["metrics"].items():
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise UsageError(f"{where}.metrics.{k}: expected a number, got {v!r}")
-    return out
+    return FakeSpec.of(out)
 
 
 class FakeMachine:
@@ -86,7 +89,7 @@ class FakeRig(Rig):
     def __init__(self, name: str, spec: dict, path=None):
         self.where = str(path) if path else f"rigs/{name}.toml"
         super().__init__(name, validate_spec(spec, self.where))
-        self.machine = FakeMachine(self.spec["fault"])
+        self.machine = FakeMachine(self.spec.fault)
         self.console = _Console()
         self.power = _Power(self.machine, name)
         self.boot = _Boot(self.machine, self.console, self.power)
@@ -95,7 +98,7 @@ class FakeRig(Rig):
 
     def prepare(self, run_dir, kernel, needs):
         self.console.log_path = pathlib.Path(run_dir) / "console.log"
-        base = pathlib.Path(self.spec["work_dir"]) if self.spec["work_dir"] else None
+        base = pathlib.Path(self.spec.work_dir) if self.spec.work_dir else None
         self.machine.share = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=base))
 
     def scratch_env(self):
@@ -169,7 +172,7 @@ class _Boot(BootProtocol):
 class _Command(CommandProtocol):
     """Answers the runner's facts command; the harness leaves the rig file's results."""
 
-    def __init__(self, machine: FakeMachine, spec: dict):
+    def __init__(self, machine: FakeMachine, spec: FakeSpec):
         self.m, self.spec = machine, spec
 
     def run(self, argv, env=None, timeout=60, salvage=None):
@@ -194,20 +197,20 @@ class _Command(CommandProtocol):
                     self.m.stopped = f"the emulator (pid {self.m.emulator.pid}) was {why} when the timeout passed"
             self.m.facts["salvage"] = "no answer (fake)"
             raise GuestHung(f"{' '.join(map(str, argv))} did not finish within {timeout:.0f}s")
-        (out / "workload-metrics.tsv").write_text("".join(f"{k}\t{v}\n" for k, v in self.spec["metrics"].items()))
-        if self.spec["output_bytes"]:
+        (out / "workload-metrics.tsv").write_text("".join(f"{k}\t{v}\n" for k, v in self.spec.metrics.items()))
+        if self.spec.output_bytes:
             with open(out / "output.bin", "wb") as f:
-                f.write(b"\0" * self.spec["output_bytes"])
+                f.write(b"\0" * self.spec.output_bytes)
         return CommandResult(list(argv), 0, b"the fake workload ran\n", b"", 0.0)
 
     def _samples(self, path: pathlib.Path, timeout: float):
         """One row a second over the whole timeout; files are created throughout ("moving") or
         stop early ("static")."""
-        if self.spec["samples"] == "none":
+        if self.spec.samples == "none":
             return
         rows = ["time\tnr_dentry\tnr_negative\txfs_log_writes\txfs_log_blocks\tscratch_files\tscratch_ffree\tmono"]
         for t in range(int(timeout) + 1):
-            used = 30 * t if self.spec["samples"] == "moving" else 30 * min(t, 5)
+            used = 30 * t if self.spec.samples == "moving" else 30 * min(t, 5)
             rows.append(f"{1000 + t}\t5000\t5\t7\t448\t1000000\t{1000000 - used}\t{t}")
         path.write_text("\n".join(rows) + "\n")
 

@@ -26,6 +26,7 @@ from .ipmi_pull import Refused, move_into
 from .ipmi_server import BootTimeout, IpmiServer
 from .ipmi_spec import validate_spec
 from .ipmi_ssh import Ssh, SshLost, remote_command
+from .ipmi_state import ServerState
 from .protocol import (OUTPUT_CAP, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
@@ -41,8 +42,8 @@ class IpmiRig(Rig):
         norm, password = self.validate(name, spec, self.where)
         super().__init__(name, norm)
         self.console = _Console()
-        self.server = s = self.server_class(name, norm, self.where, self.bmc_class(name, norm["bmc"], password),
-                                            Ssh(name, norm["ssh"]), self.console)
+        self.server = s = self.server_class(name, norm, self.where, self.bmc_class(name, norm.bmc, password),
+                                            Ssh(name, norm.ssh), self.console)
         self.bmc, self.ssh = s.bmc, s.ssh
         self.power = _Power(s)
         self.command = _Command(s)
@@ -53,20 +54,20 @@ class IpmiRig(Rig):
         self.server.prepare(run_dir, needs)
 
     def boots_installed_only(self):
-        if self.spec["boot"] != "installed":
+        if self.spec.boot != "installed":
             return None
         return (f'{self.where} says boot = "installed": it powers the server on into the kernel installed '
                 'there (boot = "kexec" boots the kernel asked)')
 
     def scratch_env(self):
-        return {"KRIG_SCRATCH_DEV": self.spec["scratch_dev"]} if self.spec["scratch_dev"] else {}
+        return {"KRIG_SCRATCH_DEV": self.spec.scratch_dev} if self.spec.scratch_dev else {}
 
     def emulator_pid(self):
         """A simulated server's emulator on this host (the rig file's emulator_pidfile: `krig lab sim`
         writes it), whose speed the host's other load sets; None for a real server. The file is the
         emulator's (it runs unprivileged): read through krig/safeio.py, no link followed, regular
         file only, 32 bytes at most."""
-        path = self.spec.get("emulator_pidfile")
+        path = self.spec.emulator_pidfile
         if not path:
             return None
         try:
@@ -103,7 +104,7 @@ class _Power(PowerProtocol):
             # stopped the run): left as it was found, up and ready for the next run.
             r.facts["power"] = "left on as found: this run neither powered it on nor started anything"
             return
-        r.prefetch_results(probe=r.state != "up")
+        r.prefetch_results(probe=r.state is not ServerState.UP)
         r.hard_off()
 
     def cycle(self):
@@ -124,16 +125,16 @@ class _Boot(BootProtocol):
 
     def boot(self, kernel, cmdline, timeout=None):
         r = self.server
-        timeout = timeout or r.spec["boot_timeout"]
+        timeout = timeout or r.spec.boot_timeout
         r.results, r.prefetched, r.salvaged = None, None, False
         t0 = time.monotonic()
         try:
-            if r.spec["boot"] == "kexec":
+            if r.spec.boot == "kexec":
                 from .ipmi_kexec import kexec_boot
                 kexec_boot(r, self.power, kernel, cmdline, timeout)
             else:
-                if r.spec["bmc"]["boot_device"]:
-                    r.bmc.bootdev(r.spec["bmc"]["boot_device"])
+                if r.spec.bmc.boot_device:
+                    r.bmc.bootdev(r.spec.bmc.boot_device)
                 if r.bmc.power_status() == "on":
                     r.power_cycle()
                 else:
@@ -157,8 +158,8 @@ class _Command(CommandProtocol):
 
     def run(self, argv, env=None, timeout=60, salvage=None):
         r = self.server
-        if r.state != "up":
-            raise GuestCrashed(f"the server is not up ({r.state})")
+        if r.state is not ServerState.UP:
+            raise GuestCrashed(f"the server is not up ({r.state.value})")
         n = self.n
         self.n += 1
         home = f"{r.wd}/home"
@@ -212,9 +213,9 @@ class _Files(FilesProtocol):
         mark = r.console_size()
         try:
             r.ssh.pipe_to(f"rm -rf {dest} && mkdir -p {dest} && tar -xzf - -C {dest}", producer,
-                          r.spec["pull_timeout"])
+                          r.spec.pull_timeout)
         except subprocess.TimeoutExpired:
-            r.on_hang(f"copying reproducers/ did not finish within {r.spec['pull_timeout']:.0f}s")
+            r.on_hang(f"copying reproducers/ did not finish within {r.spec.pull_timeout:.0f}s")
         except SshLost as e:
             r.diagnose_lost("copying reproducers/", e, mark)
         return f"{r.wd}/tree"
@@ -222,8 +223,8 @@ class _Files(FilesProtocol):
     def results_dir(self):
         r = self.server
         if r.results is None:
-            if r.state != "up" or r.wd is None:
-                why = "is not up" if r.state != "up" else "has no work directory (nothing was started)"
+            if r.state is not ServerState.UP or r.wd is None:
+                why = "is not up" if r.state is not ServerState.UP else "has no work directory (nothing was started)"
                 raise RigError(f"rig {r.name}: the server {why}; no results directory")
             rc, out, err = r.ssh_call("making the results directory",
                                   f"mktemp -d {shlex.quote(r.wd)}/out.XXXXXX", 60)
@@ -249,10 +250,10 @@ class _Files(FilesProtocol):
             if refused is not None:
                 raise refused
             return
-        if r.state != "up":
-            raise RigError(f"rig {r.name}: the server is {r.state}; {remote} was not pulled")
+        if r.state is not ServerState.UP:
+            raise RigError(f"rig {r.name}: the server is {r.state.value}; {remote} was not pulled")
         try:
-            r.pull_over_ssh(remote, local, r.spec["pull_timeout"])
+            r.pull_over_ssh(remote, local, r.spec.pull_timeout)
         except Refused:
             if remote == r.results:
                 r.salvaged = True      # what it holds was taken; shutdown() does not pull it again

@@ -16,6 +16,7 @@ import time
 from krig import progress
 from krig.errors import RigError
 from krig.paths import dies_with_parent
+from krig.schema import Record
 
 IPMITOOL = "ipmitool"
 SOL_RESTARTS = 20
@@ -61,26 +62,27 @@ class BmcAuthError(RigError):
 class Bmc:
     POWER_ON = "ipmitool ... chassis power on"       # how to power the server on by hand, as errors say it
     NMI = "chassis power diag"                        # how the NMI is sent, as rig_facts hang.nmi says it
-    def __init__(self, rig: str, cfg: dict, password: str, log_path: pathlib.Path | None = None):
+    def __init__(self, rig: str, cfg: Record, password: str, log_path: pathlib.Path | None = None):
+        """cfg: the rig file's [bmc] table, checked (rigs/ipmi_spec.py BMC)."""
         self.rig = rig
         self.cfg = cfg
         self._password = password
         self.log_path = log_path
-        self.where = f"BMC {cfg['host']}:{cfg['port']}"
+        self.where = f"BMC {cfg.host}:{cfg.port}"
         self.failed: str | None = None  # "no answer" or "login refused": clean-up then leaves the BMC alone
 
     # -- plumbing -----------------------------------------------------------
     def argv(self, *args, verbose=True) -> list:
         c = self.cfg
         # The password: ipmitool reads the rig's 0600 file itself (-f), or IPMI_PASSWORD (-E).
-        pw = ["-f", c["password_file"]] if c.get("password_file") else ["-E"]
-        a = [IPMITOOL, "-I", "lanplus", "-H", c["host"], "-p", str(c["port"]), "-U", c["user"], *pw,
-             "-C", str(c["cipher_suite"]), "-L", c["privilege"], "-N", str(c["timeout"]), "-R", "1"]
+        pw = ["-f", c.password_file] if c.password_file else ["-E"]
+        a = [IPMITOOL, "-I", "lanplus", "-H", c.host, "-p", str(c.port), "-U", c.user, *pw,
+             "-C", str(c.cipher_suite), "-L", c.privilege, "-N", str(c.timeout), "-R", "1"]
         return a + (["-v"] if verbose else []) + list(args)
 
     def env(self) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("IPMI_", "IPMITOOL_"))}
-        if not self.cfg.get("password_file"):
+        if not self.cfg.password_file:
             env["IPMI_PASSWORD"] = self._password
         return env
 
@@ -108,14 +110,14 @@ class Bmc:
             raise BmcAuthError(self._auth_message)
         if not shutil.which(IPMITOOL):
             raise RigError(f"rig {self.rig}: {IPMITOOL} is not installed (apt-get install ipmitool)")
-        tries = retries or self.cfg["retries"]
+        tries = retries or self.cfg.retries
         last = "no answer"
         for attempt in range(1, tries + 1):
             t0 = time.monotonic()
             try:
                 p = subprocess.run(dies_with_parent(self.argv(*args)), env=self.env(), stdin=subprocess.DEVNULL,
                                    capture_output=True, text=True, errors="replace",
-                                   timeout=self.cfg["timeout"] * 4 + 10, start_new_session=True)
+                                   timeout=self.cfg.timeout * 4 + 10, start_new_session=True)
                 out, err, rc = p.stdout, self._clean(p.stderr), p.returncode
             except subprocess.TimeoutExpired:
                 out, err, rc = "", "ipmitool did not finish in time", -1
@@ -128,11 +130,11 @@ class Bmc:
             why = self.classify(err)
             if why == PRIVILEGE:
                 raise RigError(f"rig {self.rig}: {self.where}: `ipmitool {' '.join(args)}`: user "
-                               f"{self.cfg['user']!r} lacks the privilege (set bmc.privilege or the user's role)")
+                               f"{self.cfg.user!r} lacks the privilege (set bmc.privilege or the user's role)")
             if why is not None:
                 self.failed = "login refused"
-                self._auth_message = (f"rig {self.rig}: {self.where} rejected user {self.cfg['user']!r}: {why} "
-                                      f"(cipher suite {self.cfg['cipher_suite']}, privilege {self.cfg['privilege']})")
+                self._auth_message = (f"rig {self.rig}: {self.where} rejected user {self.cfg.user!r}: {why} "
+                                      f"(cipher suite {self.cfg.cipher_suite}, privilege {self.cfg.privilege})")
                 raise BmcAuthError(self._auth_message)
             if rc != 0 and (rc == -1 or _NO_ANSWER.search(err)):
                 last = self._summary(err)
@@ -144,7 +146,7 @@ class Bmc:
             raise RigError(f"rig {self.rig}: {self.where}: `ipmitool {' '.join(args)}` failed: {self._summary(err)}")
         self.failed = "no answer"
         raise RigError(f"rig {self.rig}: {self.where} did not answer after {tries} tries "
-                       f"({self.cfg['timeout']}s each): {last}")
+                       f"({self.cfg.timeout}s each): {last}")
 
     def _clean(self, err: str) -> str:
         """ipmitool -v chatter that is not an error, and the password should it ever appear."""

@@ -71,8 +71,8 @@ def read(rig, log=print) -> str:
         if s.bmc.power_status() == "off":
             log(f"krig: powering {rig.name} on into its installed system to read its drivers")
             s.bmc.power("on")
-            s.wait_up(s.spec["boot_timeout"], "into its installed system (to read its drivers)")
-        elif s.ssh.probe(s.spec["ssh"]["connect_timeout"]) is None:
+            s.wait_up(s.spec.boot_timeout, "into its installed system (to read its drivers)")
+        elif s.ssh.probe(s.spec.ssh.connect_timeout) is None:
             raise RigError(f"rig {rig.name}: the server is on but does not answer SSH; its drivers cannot be "
                            "read (power it off, or give them as files: drivers=DIR)")
         try:

@@ -20,6 +20,7 @@ from krig import progress
 from krig.errors import RigError, UsageError
 from . import initramfs
 from .ipmi_ssh import SshLost, remote_command
+from .ipmi_state import ServerState
 
 # What krig's initramfs loads before it mounts the server's root (each if the
 # kernel has it; built-in ones are skipped).
@@ -30,15 +31,15 @@ SYSCALLS = ("auto", "kexec_load", "kexec_file_load")
 
 def initrd_for(rig, kernel) -> tuple[pathlib.Path | None, list]:
     """(initrd to load, words to append to the command line for it)."""
-    spec = rig.spec["kexec"]["initrd"]
-    if spec == "none":
+    initrd = rig.spec.kexec.initrd
+    if initrd == "none":
         return None, []
-    if spec == "auto":
+    if initrd == "auto":
         cand = pathlib.Path(kernel.image).parent / f"initrd.img-{kernel.release}"
         if cand.is_file():
             return cand, []
         return initramfs.build(kernel.release, kernel.modules_dir, ROOT_MODULES, optional=True), ["krig.mode=root"]
-    p = pathlib.Path(spec).expanduser()
+    p = pathlib.Path(initrd).expanduser()
     if not p.is_file():
         raise UsageError(f"{rig.where}.kexec.initrd: {p} does not exist")
     return p, []
@@ -64,17 +65,17 @@ def relocatable(kernel) -> bool:
 
 
 def kexec_args(rig, kernel, cmdline: list, image: str, initrd: str | None, syscall: str = "kexec_load") -> list:
-    k = rig.spec["kexec"]
-    extra = [*kernel.cmdline, *cmdline, *k["append"]]
+    k = rig.spec.kexec
+    extra = [*kernel.cmdline, *cmdline, *k.append]
     argv = ["kexec", "-s" if syscall == "kexec_file_load" else "-l", image]
     if initrd:
         argv.append(f"--initrd={initrd}")
-    if k["cmdline"] == "reuse":
+    if k.cmdline == "reuse":
         argv.append("--reuse-cmdline")
         if extra:
             argv.append("--append=" + " ".join(extra))
     else:
-        argv.append("--command-line=" + " ".join([k["cmdline"], *extra]).strip())
+        argv.append("--command-line=" + " ".join([k.cmdline, *extra]).strip())
     return argv
 
 
@@ -97,9 +98,9 @@ def firmware_facts(text: str) -> dict:
 
 
 def exec_command(rig, has_systemd: bool) -> list:
-    cmd = rig.spec["kexec"]["exec_command"]
+    cmd = rig.spec.kexec.exec_command
     if cmd:
-        return cmd
+        return list(cmd)
     return ["systemctl", "kexec"] if has_systemd else ["kexec", "-e"]
 
 
@@ -119,7 +120,7 @@ def _ship_modules(rig, kernel) -> str:
     try:
         rig.ssh.pipe_to(f"rm -rf {dest} && mkdir -p /lib/modules && tar -xf - -C /lib/modules "
                         f"--no-same-owner && touch {dest}/{mark} && depmod {shlex.quote(kernel.release)}",
-                        producer, rig.spec["pull_timeout"])
+                        producer, rig.spec.pull_timeout)
     except (SshLost, subprocess.TimeoutExpired) as e:
         raise RigError(f"rig {rig.name}: copying the modules of {kernel.release} to the server failed: "
                        f"{e or 'timeout'}") from None
@@ -132,12 +133,13 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
         power.on()
         rig.wait_up(timeout, "into its installed system (before kexec)")
     else:
-        bid = rig.ssh.probe(rig.spec["ssh"]["connect_timeout"])
+        bid = rig.ssh.probe(rig.spec.ssh.connect_timeout)
         if bid is None:
             rig.power_cycle()
             rig.wait_up(timeout, "into its installed system (before kexec)")
         else:
-            rig.boot_id, rig.state = bid, "up"
+            rig.boot_id = bid
+            rig.become(ServerState.UP)
     rig.check_programs(["kexec"])
     old = rig.boot_id
     image = pathlib.Path(kernel.image)
@@ -149,8 +151,8 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     q = shlex.quote(bootdir)
     try:
         with progress.waiting(f"the kernel {kernel.release} to copy to the server {rig.name}",
-                              rig.spec["pull_timeout"]):
-            rig.ssh.pipe_to(f"rm -rf {q} && mkdir -p {q} && tar -xf - -C {q}", producer, rig.spec["pull_timeout"])
+                              rig.spec.pull_timeout):
+            rig.ssh.pipe_to(f"rm -rf {q} && mkdir -p {q} && tar -xf - -C {q}", producer, rig.spec.pull_timeout)
     except (SshLost, subprocess.TimeoutExpired) as e:
         raise RigError(f"rig {rig.name}: copying the kernel to the server failed: {e or 'timeout'}") from None
     rig.facts["kexec_modules"] = _ship_modules(rig, kernel)
@@ -159,7 +161,7 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     text = out.decode(errors="replace")
     rig.facts.update(firmware_facts(text))
     lockdown = next((ln for ln in text.splitlines() if "[" in ln), "")
-    syscall = syscall_for(rig.spec["kexec"]["syscall"], lockdown)
+    syscall = syscall_for(rig.spec.kexec.syscall, lockdown)
     rig.facts["kexec_syscall"] = syscall + (f" (lockdown: {lockdown.strip()})" if lockdown else "")
     if syscall == "kexec_file_load" and not relocatable(kernel):
         raise RigError(f"rig {rig.name}: kernel {kernel.release} is not relocatable (CONFIG_RELOCATABLE is not "
@@ -186,5 +188,5 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     except (SshLost, subprocess.TimeoutExpired):
         pass                # the connection may die with the old kernel
     rig.ssh.stop_master()
-    rig.state = "unknown"
+    rig.become(ServerState.BOOTING)
     rig.wait_up(timeout, "after kexec", old_boot_id=old)

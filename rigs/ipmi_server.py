@@ -1,6 +1,7 @@
 """The lab server of one IPMI rig, as the rig's protocols (rigs/ipmi.py) share it: its BMC, its
-SSH link, its rig file and console log, and the run's state on it; powering it, waiting for it
-to come back, and what a hang or a crash leaves on it."""
+SSH link, its rig file and console log, and the run's state on it (rigs/ipmi_state.py: its
+lifecycle and the transitions allowed); powering it, waiting for it to come back, and what a
+hang or a crash leaves on it."""
 import os
 import pathlib
 import shutil
@@ -10,6 +11,7 @@ import time
 
 from krig import progress
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
+from krig.schema import Record
 from krig.paths import cache_dir
 from krig.verdict import first_crash
 from . import ipmi_lock, lab
@@ -18,6 +20,7 @@ from .netconsole import open_console
 from .ipmi_pull import Refused, pull_results
 from .ipmi_server_setup import ServerSetup
 from .ipmi_ssh import Ssh, SshLost, remote_command
+from .ipmi_state import ServerState
 from .protocol import SALVAGE_TIMEOUT, ConsoleProtocol
 
 
@@ -31,12 +34,12 @@ class BootTimeout(RigError):
 class IpmiServer(ServerSetup):
     """The lab server of one IPMI rig as its protocols share it, handed to each of them
     explicitly: the BMC, the SSH link, the rig file, the console log, and the run's state
-    (up/hung/crashed/off, boot id, work directories, results, what was learnt)."""
+    (its ServerState, boot id, work directories, results, what was learnt)."""
 
-    def __init__(self, name: str, spec: dict, where: str, bmc: Bmc, ssh: Ssh, console: ConsoleProtocol):
+    def __init__(self, name: str, spec: Record, where: str, bmc: Bmc, ssh: Ssh, console: ConsoleProtocol):
         self.name, self.spec, self.where = name, spec, where
         self.bmc, self.ssh, self.console = bmc, ssh, console
-        self.rd = spec["remote_dir"]
+        self.rd = spec.remote_dir
         self.wd: str | None = None     # this boot's work directory: <remote_dir>/run.XXXXXX
         self.run_dir: pathlib.Path | None = None
         self.workdir: pathlib.Path | None = None
@@ -48,7 +51,7 @@ class IpmiServer(ServerSetup):
         self.results = None            # remote results dir of this boot
         self.prefetched = None         # (remote, local dir, Refused or None) pulled before a power off
         self.salvaged = False
-        self.state = "unknown"         # up | hung | crashed | off | unknown
+        self._state = ServerState.UNKNOWN      # changed by become() only
         self.powered = False           # this run powered the server on
         self.in_hang = False
         self.on_timeout = None         # (argv, env): the salvage of the running command
@@ -63,18 +66,18 @@ class IpmiServer(ServerSetup):
         self.bmc.log_path = self.run_dir / "bmc.log"
         self.ssh.log_path = self.run_dir / "ssh.log"
         self.needs = dict(needs)
-        if needs.get("scratch_size") and not self.spec["scratch_dev"]:
+        if needs.get("scratch_size") and not self.spec.scratch_dev:
             raise UsageError(f"{self.where}: the reproducer needs a scratch disk; set scratch_dev")
-        b = self.spec["bmc"]
-        self.facts.update({"bmc": f"{b['host']}:{b['port']}", "ssh": self.ssh.target,
-                            "boot_mode": self.spec["boot"], "scratch_dev": self.spec["scratch_dev"]})
+        b = self.spec.bmc
+        self.facts.update({"bmc": f"{b.host}:{b.port}", "ssh": self.ssh.target,
+                            "boot_mode": self.spec.boot, "scratch_dev": self.spec.scratch_dev})
         self.facts["power_at_start"] = self.bmc.power_status()   # also proves the login works
         self.facts["bmc_info"] = self.bmc.mc_info()
         (self.run_dir / "sel-before.txt").write_text(self.bmc.sel_text())
-        if b["clear_sel"]:
+        if b.clear_sel:
             self.bmc.sel_clear()
         self.console.log_path.touch()
-        self.sol = open_console(self.spec, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}")
+        self.sol = open_console(self.spec.console, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}")
 
     def take_lock(self):
         addr = lab.address()
@@ -83,9 +86,17 @@ class IpmiServer(ServerSetup):
                                                    lab.lease_seconds())
             self.facts["lab"] = self.hold.facts
             return
-        b = self.spec["bmc"]
-        self.lock_fd, path = ipmi_lock.take(self.name, b["host"], b["port"], log=lab.say)
+        b = self.spec.bmc
+        self.lock_fd, path = ipmi_lock.take(self.name, b.host, b.port, log=lab.say)
         self.facts["lock"] = str(path)
+
+    @property
+    def state(self) -> ServerState:
+        return self._state
+
+    def become(self, state: ServerState) -> None:
+        """The server is now in `state`: a change rigs/ipmi_state.py allows, else IllegalTransition."""
+        self._state = self._state.to(state, self.name)
 
     @property
     def holding(self) -> bool:
@@ -100,33 +111,33 @@ class IpmiServer(ServerSetup):
         how = "soft"
         try:
             rc = None
-            if self.state == "up" and self.spec["shutdown_command"]:
+            if self.state is ServerState.UP and self.spec.shutdown_command:
                 try:
-                    rc, _, _ = self.ssh.run(remote_command(self.spec["shutdown_command"], None), timeout=30)
+                    rc, _, _ = self.ssh.run(remote_command(self.spec.shutdown_command, None), timeout=30)
                 except (SshLost, subprocess.TimeoutExpired):
                     rc = 0                  # the connection died with the system going down
                 self.ssh.stop_master()
             if rc != 0:
                 self.bmc.power("soft")      # ACPI power button
-            if not self.bmc.wait_power("off", self.spec["shutdown_timeout"], POLL):
-                how = f"hard (still on {self.spec['shutdown_timeout']:.0f}s after the soft shutdown)"
+            if not self.bmc.wait_power("off", self.spec.shutdown_timeout, POLL):
+                how = f"hard (still on {self.spec.shutdown_timeout:.0f}s after the soft shutdown)"
         except KrigError as e:
             how = f"hard ({e})"
         if how != "soft":
             self.hard_off()
-        self.state = "off"
+        self.become(ServerState.OFF)
         self.facts["shutdown"] = how
 
     def close(self):
         self.ssh.stop_master()
         if self.sol is not None:
             self.sol.stop()
-            self.facts["sol_restarts" if self.spec.get("console", "sol") == "sol" else "console_reconnects"] = \
+            self.facts["sol_restarts" if self.spec.console == "sol" else "console_reconnects"] = \
                 self.sol.restarts
             self.sol = None
         if self.holding and not self.bmc.failed:
             try:
-                if self.powered and self.state != "off":
+                if self.powered and self.state is not ServerState.OFF:
                     self.hard_off()        # interrupted run: never leave the server running it
             except KrigError as e:
                 self.facts["close_error"] = str(e)
@@ -151,7 +162,7 @@ class IpmiServer(ServerSetup):
         self.bmc.power("off")
         if not self.bmc.wait_power("off", 60, POLL):
             raise RigError(f"rig {self.name}: the server is still on 60s after `chassis power off`")
-        self.state = "off"
+        self.become(ServerState.OFF)
 
     def console_size(self) -> int:
         try:
@@ -174,22 +185,23 @@ class IpmiServer(ServerSetup):
         with progress.waiting(f"the server {self.name} to answer SSH {what}", timeout):
             for n in range(int(timeout / POLL) + 2):
                 left = timeout - (time.monotonic() - t0)
-                bid = self.ssh.probe(max(1.0, min(self.spec["ssh"]["connect_timeout"], left)))
+                bid = self.ssh.probe(max(1.0, min(self.spec.ssh.connect_timeout, left)))
                 if bid and bid != old_boot_id:
-                    self.boot_id, self.state = bid, "up"
+                    self.boot_id = bid
+                    self.become(ServerState.UP)
                     self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir)
                     return
                 crash = self.console_crash(mark)
                 if crash:
-                    self.state = "crashed"
+                    self.become(ServerState.CRASHED)
                     raise GuestCrashed(f"the kernel crashed {what}: {crash}")
                 if n % 5 == 4 and self.bmc.power_status() == "off":
-                    self.state = "crashed"
+                    self.become(ServerState.CRASHED)
                     raise GuestCrashed(f"the server powered off {what}")
                 if time.monotonic() - t0 > timeout:
                     break
                 time.sleep(POLL)
-        self.state = "hung"
+        self.become(ServerState.HUNG)
         raise BootTimeout(f"rig {self.name}: the server did not answer SSH within {timeout:.0f}s {what}; "
                           f"krig powers it off: see console.log, then power it on by hand ({self.bmc.POWER_ON}) "
                           f"and log in (docs/lab-server.md: a server that does not come back)")
@@ -208,21 +220,21 @@ class IpmiServer(ServerSetup):
         """The SSH connection failed: crashed, rebooted, hung, or only the network?"""
         t0 = time.monotonic()
         size, quiet_since = self.console_size(), time.monotonic()
-        limit = self.spec["hang_timeout"]
+        limit = self.spec.hang_timeout
         for n in range(int(3 * limit / POLL) + 2):
             crash = self.console_crash(mark)
             if crash:
-                self.state = "crashed"
+                self.become(ServerState.CRASHED)
                 raise GuestCrashed(f"the kernel crashed while {what}: {crash}")
-            bid = self.ssh.probe(min(10.0, self.spec["ssh"]["connect_timeout"]))
+            bid = self.ssh.probe(min(10.0, self.spec.ssh.connect_timeout))
             if bid and bid != self.boot_id:
-                self.state = "crashed"
+                self.become(ServerState.CRASHED)
                 raise GuestCrashed(f"the server rebooted while {what} (SSH: {err})")
             if bid:
                 raise RigError(f"rig {self.name}: the SSH connection to {self.ssh.target} failed while {what} "
                                f"({err}), but the server still answers")
             if n % 5 == 4 and self.bmc.power_status() == "off":
-                self.state = "crashed"
+                self.become(ServerState.CRASHED)
                 raise GuestCrashed(f"the server powered off while {what}")
             now = time.monotonic()
             if self.console_size() != size:
@@ -239,7 +251,7 @@ class IpmiServer(ServerSetup):
         if self.in_hang:
             raise GuestHung(reason)
         self.in_hang = True
-        self.state = "hung"
+        self.become(ServerState.HUNG)
         hang = self.facts.setdefault("hang", {})
         hang["reason"] = reason
         try:
@@ -256,8 +268,8 @@ class IpmiServer(ServerSetup):
                 hang["nmi"] = f"failed: {e}"
             t0 = time.monotonic()
             size, quiet = self.console_size(), time.monotonic()
-            for _ in range(int(self.spec["nmi_wait"] / 0.5) + 2):     # until the console settles
-                if time.monotonic() - t0 >= self.spec["nmi_wait"]:
+            for _ in range(int(self.spec.nmi_wait / 0.5) + 2):     # until the console settles
+                if time.monotonic() - t0 >= self.spec.nmi_wait:
                     break
                 time.sleep(0.5)
                 if self.console_size() != size:
@@ -265,11 +277,11 @@ class IpmiServer(ServerSetup):
                 elif size > mark and time.monotonic() - quiet > 3:
                     break
             hang["console_bytes_after_nmi"] = self.console_size() - mark
-            if self.spec["recover_after_hang"]:
+            if self.spec.recover_after_hang:
                 try:
                     old = self.boot_id
                     self.power_cycle()
-                    self.wait_up(self.spec["boot_timeout"], "after the power cycle", old_boot_id=old)
+                    self.wait_up(self.spec.boot_timeout, "after the power cycle", old_boot_id=old)
                     hang["recovered"] = "yes: power cycled and answering SSH again"
                 except KrigError as e:
                     hang["recovered"] = f"no: {e}"
@@ -304,7 +316,7 @@ class IpmiServer(ServerSetup):
 
     def prefetch_results(self, probe: bool = False):
         """Pull this run's remote results before the server goes off (best effort, bounded)."""
-        if self.salvaged or self.results is None or self.state not in ("up", "hung"):
+        if self.salvaged or self.results is None or self.state not in (ServerState.UP, ServerState.HUNG):
             return
         self.salvaged = True
         if probe and self.ssh.probe(10) != self.boot_id:
@@ -312,7 +324,7 @@ class IpmiServer(ServerSetup):
             return
         dest = pathlib.Path(tempfile.mkdtemp(prefix="prefetch.", dir=self.workdir))
         try:
-            self.pull_over_ssh(self.results, dest, 60 if probe else self.spec["pull_timeout"])
+            self.pull_over_ssh(self.results, dest, 60 if probe else self.spec.pull_timeout)
             self.prefetched = (self.results, dest, None)
             self.facts["results_pull"] = "pulled before the power off"
         except Refused as e:
@@ -325,5 +337,5 @@ class IpmiServer(ServerSetup):
         """The directory remote into local: only regular files and directories (rigs/ipmi_pull.py)."""
         local.mkdir(parents=True, exist_ok=True)
         with progress.waiting(f"the results to come over SSH from the server {self.name}", timeout):
-            pull_results(self.ssh, remote, local, timeout, self.spec["pull_max_size"],
-                         self.spec["pull_max_file_size"])
+            pull_results(self.ssh, remote, local, timeout, self.spec.pull_max_size,
+                         self.spec.pull_max_file_size)

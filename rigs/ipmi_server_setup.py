@@ -44,14 +44,14 @@ class ServerSetup:
 
     def after_boot(self):
         """One round trip: boot_id, NMI panic sysctls, a fresh work dir, scratch disk checks."""
-        dev = shlex.quote(self.spec["scratch_dev"])
+        dev = shlex.quote(self.spec.scratch_dev)
         script = [workdir_script(self.rd), "echo boot_id=$(cat /proc/sys/kernel/random/boot_id)",
                   "echo cmdline=$(cat /proc/cmdline)"]
-        if self.spec["nmi_panic"]:
+        if self.spec.nmi_panic:
             script.append("sysctl -q -w kernel.unknown_nmi_panic=1 kernel.panic_on_io_nmi=1 "
                           "kernel.panic_on_unrecovered_nmi=1 >/dev/null 2>&1 && echo nmi_panic=set "
                           "|| echo nmi_panic=failed")
-        if self.spec["scratch_dev"]:
+        if self.spec.scratch_dev:
             script.append(f"if [ -b {dev} ]; then echo scratch_size=$(blockdev --getsize64 {dev}); "
                           f"awk -v d={dev} 'index($1, d) == 1 {{print \"scratch_busy=\" $1 \" on \" $2}}' "
                           f"/proc/mounts /proc/swaps; else echo scratch_size=missing; fi")
@@ -64,12 +64,12 @@ class ServerSetup:
         self.facts.update({k: kv[k] for k in ("cmdline", "nmi_panic", "scratch_size") if k in kv})
         need, size = self.needs.get("scratch_size"), kv.get("scratch_size", "")
         if need and size == "missing":
-            raise RigError(f"rig {self.name}: scratch_dev {self.spec['scratch_dev']} is not a block device on the server")
+            raise RigError(f"rig {self.name}: scratch_dev {self.spec.scratch_dev} is not a block device on the server")
         if need and size.isdigit() and int(size) < need:
-            raise RigError(f"rig {self.name}: scratch_dev {self.spec['scratch_dev']} has {int(size) >> 20} MiB; "
+            raise RigError(f"rig {self.name}: scratch_dev {self.spec.scratch_dev} has {int(size) >> 20} MiB; "
                            f"the reproducer needs {need >> 20} MiB")
         if "scratch_busy" in kv:
-            raise RigError(f"rig {self.name}: scratch_dev {self.spec['scratch_dev']} is in use on the server "
+            raise RigError(f"rig {self.name}: scratch_dev {self.spec.scratch_dev} is in use on the server "
                            f"({kv['scratch_busy']}); refusing to use it as a scratch disk")
 
     def check_programs(self, extra: list | None = None):
@@ -93,7 +93,7 @@ class ServerSetup:
     def sudo_refused(self, err: bytes):
         line = next((ln for ln in err.decode(errors="replace").splitlines() if ln.startswith("sudo:")), None)
         if line:
-            u = self.spec["ssh"]["user"]
+            u = self.spec.ssh.user
             raise RigError(f"rig {self.name}: `sudo -n` as {u} failed on the server ({line}); krig runs "
                            f"everything as root: give {u} sudo without a password (docs/lab-server.md)")
 
@@ -106,7 +106,7 @@ class ServerSetup:
     def take_workdir(self, rc: int, kv: dict, err: bytes) -> str:
         if "unsafe" in kv:
             raise RigError(f"rig {self.name}: remote_dir {self.rd} is not safe to use as "
-                           f"{self.spec['ssh']['user']}: {kv['unsafe']}")
+                           f"{self.spec.ssh.user}: {kv['unsafe']}")
         wd = kv.get("workdir", "")
         if rc != 0 or not wd.startswith(self.rd + "/run."):
             raise RigError(f"rig {self.name}: cannot set up {self.rd} on the server: "

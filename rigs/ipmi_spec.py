@@ -1,11 +1,14 @@
 """Rig files of IPMI servers (driver = "ipmi"): validation on load.
 
 The fields are declared as tables (TOP, and BMC, SSH, KEXEC, LAB below it; krig/schema.py);
-every problem is one line naming the file and the field (UsageError, exit 2).
+every problem is one line naming the file and the field (UsageError, exit 2). The checked file
+is an IpmiSpec (TOP as a frozen record: its bmc an IpmiSpecBmc, its ssh an IpmiSpecSsh, its
+kexec an IpmiSpecKexec; lab the place tags, lab_tags()).
 The BMC password is read here from the environment variable or the 0600 file
 the rig file names; it is returned apart from the spec, so it never reaches
 describe(), the manifest, a log or an error message.
 """
+import dataclasses
 import json
 import os
 import pathlib
@@ -14,7 +17,7 @@ import stat
 
 from krig.config import parse_size, read_secret_file
 from krig.errors import UsageError
-from krig.schema import ANY, OMIT, Field, check
+from krig.schema import ANY, OMIT, Field, Record, check, record
 from .ipmi_pull import FILE_CAP, TOTAL_CAP
 from .netconsole import CONSOLE_SAYS, console_ok
 from .protocol import SECRETS_FILE_ENV
@@ -152,11 +155,14 @@ TOP = (
 )
 
 
-def read_password(bmc: dict, where: str) -> str:
+IpmiSpec = record("IpmiSpec", TOP)
+
+
+def read_password(bmc: Record, where: str) -> str:
     """The BMC password from the environment or a 0600 file; never echoed."""
     pw = password_of(bmc, where)
     if len(pw.encode()) > 20:
-        field = "password_env" if bmc.get("password_env") else "password_file"
+        field = "password_env" if bmc.password_env else "password_file"
         raise UsageError(f"{where}.{field}: the password is longer than 20 bytes, the IPMI 2.0 limit")
     return pw
 
@@ -197,45 +203,46 @@ def take_handed_secrets() -> None:
             pass
 
 
-def password_of(bmc: dict, where: str) -> str:
-    if bmc.get("password_env"):
-        var = bmc["password_env"]
+def password_of(bmc: Record, where: str) -> str:
+    """The password of a checked [bmc] table (password_env or password_file)."""
+    if bmc.password_env:
+        var = bmc.password_env
         value = take_env_secret(var)
         if not value:
             raise UsageError(f"{where}.password_env: environment variable {var} is not set or empty")
         return value
-    return read_secret_file(bmc["password_file"], f"{where}.password_file")
+    return read_secret_file(bmc.password_file, f"{where}.password_file")
 
 
-def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict, str]:
-    """The rig file (TOP) checked: (normalized spec, BMC password)."""
+def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[IpmiSpec, str]:
+    """The rig file (TOP) checked: (the checked spec, BMC password)."""
     where = where or f"rigs/{name}.toml"
-    out = check(spec, TOP, where)
+    out = IpmiSpec.of(check(spec, TOP, where))
     bw = f"{where}.bmc"
-    if ("password_env" in out["bmc"]) == ("password_file" in out["bmc"]):
+    if (out.bmc.password_env is None) == (out.bmc.password_file is None):
         raise UsageError(f"{bw}: set exactly one of password_env (an environment variable's name) "
                          "or password_file (a file of mode 0600)")
-    password = read_password(out["bmc"], bw)
-    check_ssh(out, spec, where)
-    return out, password
+    password = read_password(out.bmc, bw)
+    return check_ssh(out, spec, where), password
 
 
-def check_ssh(out: dict, spec: dict, where: str) -> None:
+def check_ssh(out: Record, spec: dict, where: str) -> Record:
     """What the SSH table's fields cannot say alone (the options allowed, the key's mode), and
-    the lab tags: the rig file's parts the IPMI and Redfish drivers share."""
+    the lab tags: the rig file's parts the IPMI and Redfish drivers share. `out` is the checked
+    rig file, `spec` the file as read; the checked file comes back with its lab tags."""
     sw = f"{where}.ssh"
-    for o in out["ssh"]["options"]:
+    for o in out.ssh.options:
         key = o.split("=", 1)[0].strip()
         if "=" not in o or not key.isalnum():
             raise UsageError(f"{sw}.options: {o!r}: expected Name=value (an ssh -o option)")
         if key.lower() not in {a.lower() for a in SSH_ALLOWED}:
             raise UsageError(f"{sw}.options: {key} is not allowed; allowed: {', '.join(SSH_ALLOWED)}")
-    key = out["ssh"]["key"]
+    key = out.ssh.key
     key_mode = stat.S_IMODE(pathlib.Path(key).stat().st_mode)
     if key_mode & 0o077:
         raise UsageError(f"{sw}.key: {key} has mode {key_mode:04o}; ssh refuses a private key others "
                          f"can read: run `chmod 600 {key}`")
-    out["lab"] = lab_tags(spec, where)
+    return dataclasses.replace(out, lab=lab_tags(spec, where))
 
 
 def lab_tags(spec: dict, where: str) -> dict[str, str]:

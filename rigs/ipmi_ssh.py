@@ -12,6 +12,7 @@ import subprocess
 import time
 
 from krig.errors import RigError
+from krig.schema import Record
 from .ipmi_bmc import kill_group
 from .ipmi_pull import stream_from
 from krig.paths import dies_with_parent
@@ -60,10 +61,11 @@ def remote_command(argv: list, env: dict | None, cwd: str | None = None, rc_file
 
 
 class Ssh:
-    def __init__(self, rig: str, cfg: dict):
+    def __init__(self, rig: str, cfg: Record):
+        """cfg: the rig file's [ssh] table, checked (rigs/ipmi_spec.py SSH)."""
         self.rig = rig
         self.cfg = cfg
-        self.target = f"{cfg['user']}@{cfg['host']}:{cfg['port']}"
+        self.target = f"{cfg.user}@{cfg.host}:{cfg.port}"
         self.control: pathlib.Path | None = None     # socket of our own master connection
         self.master: subprocess.Popen | None = None
         self.log_path: pathlib.Path | None = None
@@ -78,27 +80,27 @@ class Ssh:
 
     def _options(self, connect_timeout: float | None = None, mux: bool = False) -> list:
         c = self.cfg
-        a = ["-F", "none", "-T", "-p", str(c["port"]), "-l", c["user"], "-i", c["key"],
+        a = ["-F", "none", "-T", "-p", str(c.port), "-l", c.user, "-i", c.key,
              "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-             "-o", f"UserKnownHostsFile={c['known_hosts']}", "-o", "GlobalKnownHostsFile=/dev/null",
+             "-o", f"UserKnownHostsFile={c.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
              "-o", "UpdateHostKeys=no", "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none",
-             "-o", f"ConnectTimeout={int(connect_timeout or c['connect_timeout'])}",
-             "-o", f"ServerAliveInterval={c['alive_interval']}", "-o", f"ServerAliveCountMax={c['alive_count']}"]
+             "-o", f"ConnectTimeout={int(connect_timeout or c.connect_timeout)}",
+             "-o", f"ServerAliveInterval={c.alive_interval}", "-o", f"ServerAliveCountMax={c.alive_count}"]
         use = mux and self.master is not None and self.master.poll() is None and self.control.exists()
         a += ["-o", "ControlMaster=no", "-o", f"ControlPath={self.control if use else 'none'}"]
-        if c["host_key_alias"]:
-            a += ["-o", f"HostKeyAlias={c['host_key_alias']}"]
-        for o in c["options"]:
+        if c.host_key_alias:
+            a += ["-o", f"HostKeyAlias={c.host_key_alias}"]
+        for o in c.options:
             a += ["-o", o]
         return a
 
     def argv(self, remote: str, connect_timeout: float | None = None, mux: bool = True) -> list:
-        return ["ssh", *self._options(connect_timeout, mux), "--", self.cfg["host"], self.as_root(remote)]
+        return ["ssh", *self._options(connect_timeout, mux), "--", self.cfg.host, self.as_root(remote)]
 
     def as_root(self, remote: str) -> str:
         """Everything krig runs on a server runs as root: a user other than root goes through
         `sudo -n` (never a password prompt; sudo fails at once if it would ask)."""
-        if self.cfg["user"] == "root":
+        if self.cfg.user == "root":
             return remote
         return "sudo -n -- sh -c " + shlex.quote(remote)
 
@@ -110,11 +112,11 @@ class Ssh:
         self.control.unlink(missing_ok=True)
         opts = [o if not o.startswith("ControlMaster=") else "ControlMaster=yes" for o in self._options()]
         opts = [o if not o.startswith("ControlPath=") else f"ControlPath={self.control}" for o in opts]
-        self.master = subprocess.Popen(dies_with_parent(["ssh", *opts, "-N", "--", self.cfg["host"]]),
+        self.master = subprocess.Popen(dies_with_parent(["ssh", *opts, "-N", "--", self.cfg.host]),
                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                        start_new_session=True)
         ok = wait_until(lambda: self.control.exists() or self.master.poll() is not None,
-                        self.cfg["connect_timeout"] + 5, 0.2)
+                        self.cfg.connect_timeout + 5, 0.2)
         if not (ok and self.control.exists()):
             self.stop_master()
             return False
@@ -134,9 +136,9 @@ class Ssh:
         if _HOSTKEY.search(err):
             known = "is not in" if re.search(r"No \S+ host key is known", err) else "does not match"
             raise HostKeyError(f"rig {self.rig}: the SSH host key of {self.target} {known} "
-                               f"{self.cfg['known_hosts']}; refusing to connect (fix known_hosts)")
+                               f"{self.cfg.known_hosts}; refusing to connect (fix known_hosts)")
         if _AUTH.search(err):
-            raise RigError(f"rig {self.rig}: SSH login to {self.target} with key {self.cfg['key']} "
+            raise RigError(f"rig {self.rig}: SSH login to {self.target} with key {self.cfg.key} "
                            f"was refused: {_last_line(err)}")
         if _LOST.search(err) or not err.strip():
             connected = not re.search(r"connect to host|Connection refused|Connection timed out|"
@@ -187,7 +189,7 @@ class Ssh:
         """The exit code the remote wrapper wrote, or None if the server does not answer."""
         try:
             rc, out, _ = self.run(f"cat -- {shlex.quote(rc_file)} 2>/dev/null",
-                                  timeout=self.cfg["connect_timeout"] + 10, mux=False)
+                                  timeout=self.cfg.connect_timeout + 10, mux=False)
         except (SshLost, subprocess.TimeoutExpired):
             return None
         return out.decode(errors="replace").strip() if rc == 0 else None
@@ -196,7 +198,7 @@ class Ssh:
         """The machine's boot_id if it answers SSH now, else None (host key errors still raise)."""
         try:
             rc, out, _ = self.run("cat /proc/sys/kernel/random/boot_id", timeout=timeout + 5, mux=False,
-                                  connect_timeout=max(1, min(timeout, self.cfg["connect_timeout"])))
+                                  connect_timeout=max(1, min(timeout, self.cfg.connect_timeout)))
         except (SshLost, subprocess.TimeoutExpired):
             return None
         return out.decode(errors="replace").strip() if rc == 0 else None

@@ -162,8 +162,7 @@ class LabServer(SimServer):
 
     def _vm_argv(self) -> list:
         mem = self.memory_mb << 20
-        machine = qemu_memory.machine_args({"memory_backing": "sparse" if mem > host_ram() else "ram",
-                                            "memory_bytes": mem})
+        machine = qemu_memory.machine_args("sparse" if mem > host_ram() else "ram", mem)
         return ["setpriv", "--pdeathsig", "KILL",
                 "qemu-system-x86_64", "-name", "krig-labsim-server",
                 *machine, "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb),

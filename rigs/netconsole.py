@@ -202,9 +202,9 @@ class NetConsole:
         self._note(f"console stopped ({self.restarts} reconnections)")
 
 
-def open_console(spec: dict, bmc, run_dir: pathlib.Path, log_path: pathlib.Path, where: str):
-    """The rig's console writing log_path, started: SOL through the BMC, or a network console."""
-    url = spec.get("console", "sol")
+def open_console(url: str, bmc, run_dir: pathlib.Path, log_path: pathlib.Path, where: str):
+    """The rig's console (url: the rig file's console) writing log_path, started: SOL through
+    the BMC, or a network console."""
     if url == "sol":
         from .ipmi_bmc import Sol
         con = Sol(bmc, log_path, run_dir / "sol.log")

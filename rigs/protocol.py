@@ -8,6 +8,8 @@ import abc
 import dataclasses
 import pathlib
 
+from krig.schema import Record
+
 
 @dataclasses.dataclass
 class CommandResult:
@@ -101,9 +103,9 @@ class Rig(abc.ABC):
     files: FilesProtocol
     boot: BootProtocol
 
-    def __init__(self, name: str, spec: dict):
+    def __init__(self, name: str, spec: Record):
         self.name = name
-        self.spec = spec
+        self.spec = spec            # the rig file, checked: a frozen record of its driver's fields
         # where the rig was described, as errors name it: a driver sets it before this runs
         if not getattr(self, "where", None):
             self.where = f"rigs/{name}.toml"
@@ -127,7 +129,7 @@ class Rig(abc.ABC):
         return self._make()
 
     def describe(self) -> dict:
-        return {"name": self.name, "kind": self.kind, **({"arg": self.arg} if self.arg else {}), **self.spec}
+        return {"name": self.name, "kind": self.kind, **({"arg": self.arg} if self.arg else {}), **self.spec.to_json()}
 
     def facts(self) -> dict:
         """Facts learnt while running (accel used and why, versions...)."""

@@ -4,6 +4,7 @@ Power = the QEMU process; console = the guest's ttyS0 captured to
 console.log; command = a mailbox agent on a writable 9p share (workload output
 and exit codes never mix with the kernel console); files = that share.
 """
+import dataclasses
 import json
 import os
 import pathlib
@@ -21,7 +22,7 @@ from . import guestroot, initramfs, kimage, qemu_confine, qemu_launch, qemu_memo
 from .procs import stopped_by_host
 from .protocol import BootProtocol, ConsoleProtocol, FilesProtocol, PowerProtocol, Rig
 from .qemu_mailbox import MailboxCommand
-from .qemu_spec import TCG_TSC_CMDLINE, validate_spec
+from .qemu_spec import TCG_TSC_CMDLINE, QemuSpec, validate_spec
 
 QEMU = "qemu-system-x86_64"
 BASE_MODULES = ["virtio_pci", "9pnet_virtio", "9p", "nvme", "xfs", "ext4"]
@@ -235,6 +236,10 @@ class QemuRig(Rig):
         self.files = _Files(self.m)
         self.boot = _Boot(self.m, self.spec, self.console, self.power)
 
+    def respec(self, **changes) -> None:
+        """Some fields of the checked rig file replaced (tests and benchmarks: accel = "tcg"...)."""
+        self.spec = self.boot.spec = dataclasses.replace(self.spec, **changes)
+
     # what tests and benchmarks read of the current run
     share = property(lambda self: self.m.share)
     workdir = property(lambda self: self.m.workdir)
@@ -242,9 +247,9 @@ class QemuRig(Rig):
 
     def work_dir(self) -> pathlib.Path:
         """Where per-run work directories (scratch disk images, the 9p share) go."""
-        if not self.spec["work_dir"]:
+        if not self.spec.work_dir:
             return cache_dir("work")
-        d = pathlib.Path(self.spec["work_dir"]).expanduser()
+        d = pathlib.Path(self.spec.work_dir).expanduser()
         try:
             d.mkdir(parents=True, exist_ok=True)
         except OSError:
@@ -255,14 +260,14 @@ class QemuRig(Rig):
         return self.m.proc.pid if self.m.alive() else None
 
     def host_needs(self):
-        return {"memory": self.spec["memory_bytes"], "cpus": self.spec["cpus"], "programs": [QEMU],
+        return {"memory": self.spec.memory_bytes, "cpus": self.spec.cpus, "programs": [QEMU],
                 "work_dir": self.work_dir(), **qemu_memory.host_needs(self.spec)}
 
     # -- per-run state ------------------------------------------------------
     def prepare(self, run_dir, kernel, needs):
         self.m.run_dir = pathlib.Path(run_dir)
         self.console.log_path = self.m.run_dir / "console.log"
-        if needs.get("scratch_size") and not any(d["role"] == "scratch" for d in self.spec["disks"]):
+        if needs.get("scratch_size") and not any(d.role == "scratch" for d in self.spec.disks):
             raise UsageError(f"{self.where}: the reproducer needs a scratch disk; add a [[disks]] entry")
         base = self.work_dir()
         dropped = []
@@ -279,12 +284,12 @@ class QemuRig(Rig):
             self.m.facts["share_security_model"] = self.m.share_model
             want = needs.get("scratch_size", 0)
             self.m.disks = []
-            for i, d in enumerate(self.spec["disks"]):
-                size = max(d["size"], want) if d["role"] == "scratch" else d["size"]
+            for i, d in enumerate(self.spec.disks):
+                size = max(d.size, want) if d.role == "scratch" else d.size
                 img = self.m.workdir / f"nvme{i}.img"
                 with open(img, "wb") as f:
                     f.truncate(size)    # sparse
-                self.m.disks.append({**d, "size": size, "path": img})
+                self.m.disks.append({**d.to_json(), "size": size, "path": img})
         except OSError as e:
             raise RigError(f"rig {self.name}: cannot set up the work directory and scratch images in "
                            f"{base}: {os_fault(e)}") from None
@@ -319,7 +324,7 @@ class QemuRig(Rig):
             qemu_confine.end_guard(self.m.guard)
         if self.m.watch is not None:
             self.m.watch.stop()
-        if self.m.workdir and self.m.workdir.exists() and not self.spec["keep_disks"]:
+        if self.m.workdir and self.m.workdir.exists() and not self.spec.keep_disks:
             if self.m.keep_share:     # results that could not be moved stay; the images go
                 for d in self.m.disks:
                     pathlib.Path(d["path"]).unlink(missing_ok=True)
@@ -374,37 +379,38 @@ class _Console(ConsoleProtocol):
 
 
 class _Boot(BootProtocol):
-    def __init__(self, machine: QemuMachine, spec: dict, console: _Console, power: _Power):
+    def __init__(self, machine: QemuMachine, spec: QemuSpec, console: _Console, power: _Power):
         self.m, self.spec, self.console, self.power = machine, spec, console, power
 
     def boot(self, kernel, cmdline, timeout=None):
         r, spec = self.m, self.spec
-        initrd = initramfs.build(kernel.release, kernel.modules_dir, BASE_MODULES + spec["modules"])
-        accel, reason = spec["accel"], "set in the rig file"
+        initrd = initramfs.build(kernel.release, kernel.modules_dir, [*BASE_MODULES, *spec.modules])
+        accel, reason = spec.accel, "set in the rig file"
         if accel == "auto":
             accel, reason = probe_accel(kernel, initrd)
         r.facts.update({"accel": accel, "accel_reason": reason, "qemu_version": qemu_version(),
                          "initramfs": str(initrd)})
         if any(c.isspace() for c in str(ROOT)):
             raise RigError(f"the krig tree {ROOT} has whitespace in its path; the guest cannot be told it")
-        accel_arg = f"tcg,thread={spec['tcg_thread']}" if accel == "tcg" else accel
+        accel_arg = f"tcg,thread={spec.tcg_thread}" if accel == "tcg" else accel
         r.facts["accel_arg"] = accel_arg
         root_args, root_cmdline = guestroot.cached(ROOT)
         image, entry = kernel.image, "bzimage"
-        if spec["kernel_entry"] == "auto":  # the same kernel, not decompressed under emulation
+        if spec.kernel_entry == "auto":  # the same kernel, not decompressed under emulation
             elf = kimage.pvh_image(pathlib.Path(kernel.image))
             image, entry = (elf, "pvh") if elf else (image, entry)
         r.facts.update({"kernel_entry": entry, "boot_image": str(image)})
         shutil.copy(AGENT, r.share / "agent.sh")
         # the kernel's and the caller's command line come last: theirs win
-        clock = TCG_TSC_CMDLINE if accel == "tcg" and spec["tcg_clocksource"] == "tsc" else []
-        r.facts["tcg_clocksource"] = spec["tcg_clocksource"] if accel == "tcg" else None
+        clock = TCG_TSC_CMDLINE if accel == "tcg" and spec.tcg_clocksource == "tsc" else []
+        r.facts["tcg_clocksource"] = spec.tcg_clocksource if accel == "tcg" else None
         append = ["console=ttyS0", "panic=-1", "oops=panic", "loglevel=6", *clock,
                   f"krig.agent={GUEST_SHARE}/agent.sh", *root_cmdline, *qemu_memory.hash_cmdline(spec),
                   *kernel.cmdline, *cmdline]
-        argv = [QEMU, "-name", f"krig-{r.name}", *qemu_memory.machine_args(spec), "-accel", accel_arg,
+        machine = qemu_memory.machine_args(spec.memory_backing, spec.memory_bytes)
+        argv = [QEMU, "-name", f"krig-{r.name}", *machine, "-accel", accel_arg,
                 "-cpu", "host" if accel == "kvm" else "max",
-                "-smp", str(spec["cpus"]), "-m", str(spec["memory_bytes"] // (1 << 20)),
+                "-smp", str(spec.cpus), "-m", str(spec.memory_bytes // (1 << 20)),
                 "-display", "none", "-vga", "none", "-nodefaults", "-no-reboot", "-sandbox", SANDBOX,
                 "-chardev", f"file,id=con,path={self.console.log_path}", "-serial", "chardev:con",
                 "-kernel", str(image), "-initrd", str(initrd), "-append", " ".join(append),
@@ -413,13 +419,13 @@ class _Boot(BootProtocol):
         for i, d in enumerate(r.disks):
             argv += ["-drive", f"file={d['path']},if=none,id=nvme{i},format=raw,cache=unsafe",
                      "-device", f"nvme,drive=nvme{i},serial={d['serial']}"]
-        r.argv, r.extra = argv, spec["extra_args"]      # started by power.on() (rigs/qemu_launch.py)
+        r.argv, r.extra = argv, list(spec.extra_args)      # started by power.on() (rigs/qemu_launch.py)
         r.facts["kernel_cmdline"] = " ".join(append)
         # the run has a console.log from the start, even if QEMU is stopped before it opens it
         self.console.log_path.touch()
         self.power.on()
         r.watch = qemu_memory.watch(spec, r.proc, r.run_dir, r.share)
-        deadline = time.monotonic() + (timeout or spec["boot_timeout"])
+        deadline = time.monotonic() + (timeout or spec.boot_timeout)
         ready = r.share / "ctl" / "ready"
         t0 = time.monotonic()
         while not ready.exists():
@@ -427,7 +433,7 @@ class _Boot(BootProtocol):
                 raise r.died("during boot")
             if time.monotonic() > deadline:
                 r.timed_out()
-                raise GuestHung(f"guest did not come up within {timeout or spec['boot_timeout']:.0f}s")
+                raise GuestHung(f"guest did not come up within {timeout or spec.boot_timeout:.0f}s")
             time.sleep(0.1)
         r.facts["boot_seconds"] = round(time.monotonic() - t0, 2)
         r.facts["qemu_user"] = qemu_confine.process_user(r.proc.pid)     # the user the guest runs under

@@ -13,6 +13,8 @@ host-memory.tsv and writes the host budget (MemAvailable less the margin: the by
 memory the guest may still touch) into the share, where the guest reads it at
 /run/krig/share/host-budget (KRIG_HOST_BUDGET_FILE; KRIG_HOST_BUDGET_BYTES holds its value
 when the workload started). host_oom() names the host's OOM kill of QEMU.
+
+A `spec` below is the checked QEMU rig file (rigs/qemu_spec.py: QemuSpec).
 """
 import pathlib
 import re
@@ -57,24 +59,21 @@ FIELDS = (
 )
 
 
-def validate(spec: dict, out: dict, where: str) -> None:
-    """memory_backing, like_memory and host_margin of a rig file (FIELDS), into out."""
-    out.update({f.name or f.key: f.value(spec, where) for f in FIELDS})
-
-
-def machine_args(spec: dict) -> list:
-    """-machine (and, for a sparse guest, the -object backing its RAM)."""
-    if spec["memory_backing"] != "sparse":
+def machine_args(backing: str, ram: int) -> list:
+    """-machine (and, for a guest of `ram` bytes whose memory_backing is sparse, the -object
+    backing its RAM)."""
+    if backing != "sparse":
         return ["-machine", "q35"]
-    return ["-object", f"memory-backend-ram,id={BACKEND_ID},size={spec['memory_bytes']},reserve=off",
+    return ["-object", f"memory-backend-ram,id={BACKEND_ID},size={ram},reserve=off",
             "-machine", f"q35,memory-backend={BACKEND_ID}"]
 
 
-def hash_cmdline(spec: dict) -> list:
-    """dhash_entries=/ihash_entries= giving the guest the density of a like_memory machine."""
-    if spec.get("like_memory_bytes") is None:
+def hash_cmdline(spec) -> list:
+    """dhash_entries=/ihash_entries= giving the guest the density of a like_memory machine
+    (spec: the checked rig file, rigs/qemu_spec.py QemuSpec)."""
+    if spec.like_memory_bytes is None:
         return []
-    return like_cmdline(spec["memory_bytes"], spec["like_memory_bytes"])
+    return like_cmdline(spec.memory_bytes, spec.like_memory_bytes)
 
 
 def fixed_cost(ram: int, like_ram: int | None = None) -> tuple[int, str]:
@@ -103,12 +102,12 @@ def meminfo() -> dict:
     return out
 
 
-def margin(mem_total: int | None = None, spec: dict | None = None) -> int:
+def margin(mem_total: int | None = None, spec=None) -> int:
     """The host memory a sparse guest never plans on: the rig's host_margin (what the host keeps
     for everything else, e.g. other guests and builds on a shared machine), else the larger of
     1 GiB and 5% of MemTotal."""
-    if spec and spec.get("host_margin_bytes"):
-        return spec["host_margin_bytes"]
+    if spec is not None and spec.host_margin_bytes:
+        return spec.host_margin_bytes
     total = meminfo().get("MemTotal", 0) if mem_total is None else mem_total
     return max(HOST_MARGIN_MIN, total * HOST_MARGIN_PCT // 100)
 
@@ -130,7 +129,7 @@ class MemoryWatch:
     the host budget into share/BUDGET_FILE, until QEMU is gone or stop()."""
 
     def __init__(self, proc, path: pathlib.Path, share: pathlib.Path | None, interval: float = 1.0,
-                 spec: dict | None = None):
+                 spec=None):
         self.proc, self.path, self.share, self.interval = proc, pathlib.Path(path), share, interval
         self.total = meminfo().get("MemTotal", 0)
         self.margin = margin(self.total, spec)
@@ -236,16 +235,16 @@ def guest_env(watch: MemoryWatch | None, guest_share: str) -> dict:
     return {"KRIG_HOST_BUDGET_BYTES": str(watch.budget_given), "KRIG_HOST_BUDGET_FILE": f"{guest_share}/{BUDGET_FILE}"}
 
 
-def sparse(spec: dict) -> bool:
-    return spec.get("memory_backing") == "sparse"
+def sparse(spec) -> bool:
+    return spec.memory_backing == "sparse"
 
 
-def host_needs(spec: dict) -> dict:
+def host_needs(spec) -> dict:
     """A sparse guest is judged by what it will touch, not by its RAM (workflows/preflight.py)."""
     if not sparse(spec):
         return {}
-    return {"memory": None, "sparse_memory": sparse_needs(spec["memory_bytes"], margin(spec=spec),
-                                                          spec.get("like_memory_bytes"))}
+    return {"memory": None, "sparse_memory": sparse_needs(spec.memory_bytes, margin(spec=spec),
+                                                          spec.like_memory_bytes)}
 
 
 def sparse_needs(ram: int, margin_bytes: int, like_ram: int | None = None) -> dict:
@@ -269,17 +268,17 @@ def refusal(ram: int, avail: int, sparse_memory: dict | None = None) -> str | No
             f"more than this host's MemAvailable {mib(avail)} less a {mib(sparse_memory['margin'])} margin")
 
 
-def watch(spec: dict, proc, run_dir: pathlib.Path, share: pathlib.Path) -> MemoryWatch | None:
+def watch(spec, proc, run_dir: pathlib.Path, share: pathlib.Path) -> MemoryWatch | None:
     """A started MemoryWatch for a sparse guest's QEMU, else None."""
     return MemoryWatch(proc, run_dir / TSV, share, spec=spec).start() if sparse(spec) else None
 
 
-def booted(spec: dict, pid: int) -> dict:
+def booted(spec, pid: int) -> dict:
     """Facts once the guest is up: its backing and, for a sparse guest, QEMU's RSS next to what
     fixed_cost() expects of it."""
-    out = {"memory_backing": spec["memory_backing"]}
+    out = {"memory_backing": spec.memory_backing}
     if sparse(spec):
-        fixed, how = fixed_cost(spec["memory_bytes"], spec.get("like_memory_bytes"))
+        fixed, how = fixed_cost(spec.memory_bytes, spec.like_memory_bytes)
         out.update({"qemu_rss_after_boot": rss(pid), "fixed_cost_estimate": fixed, "fixed_cost_how": how})
     return out
 

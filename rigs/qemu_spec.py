@@ -1,7 +1,8 @@
 """A QEMU rig file's fields, checked: one line naming the field and what is allowed, never a
-traceback; extra_args by what QEMU would open with them (rigs/qemu_args.py)."""
+traceback; extra_args by what QEMU would open with them (rigs/qemu_args.py). The checked file
+is a QemuSpec (FIELDS as a frozen record, krig/schema.py), its [[disks]] QemuSpecDisks."""
 from krig.config import parse_size
-from krig.schema import Field, check
+from krig.schema import Field, check, record
 from . import qemu_args, qemu_memory
 
 # How TCG runs the vCPUs: "multi" (one host thread per vCPU, QEMU's default) or
@@ -45,12 +46,15 @@ FIELDS = (
 )
 
 
-def validate_spec(name: str, spec: dict, where: str) -> dict:
+QemuSpec = record("QemuSpec", FIELDS)
+
+
+def validate_spec(name: str, spec: dict, where: str) -> QemuSpec:
     """A QEMU rig file (FIELDS), checked."""
     out = check(spec, FIELDS, where)
     qemu_args.check(out["extra_args"], f"{where}.extra_args")
     for i, d in enumerate(out["disks"]):
         if d["role"] is None:
             d["role"] = "scratch" if i == 0 else "extra"
-    return out
+    return QemuSpec.of(out)
 

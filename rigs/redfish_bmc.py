@@ -16,6 +16,7 @@ import ssl
 import time
 
 from krig.errors import RigError
+from krig.schema import Record
 from .ipmi_bmc import Bmc, BmcAuthError
 from .redfish_facts import clear_logs, log_text, manager_line, server_facts
 
@@ -52,9 +53,10 @@ class RedfishBmc(Bmc):
     POWER_ON = "ComputerSystem.Reset On, from the BMC's web page or any Redfish client"
     NMI = "ComputerSystem.Reset Nmi"
 
-    def __init__(self, rig: str, cfg: dict, password: str, log_path=None):
+    def __init__(self, rig: str, cfg: Record, password: str, log_path=None):
+        """cfg: the rig file's [bmc] table, checked (rigs/redfish_spec.py BMC)."""
         super().__init__(rig, cfg, password, log_path)
-        self.url = f"https://{cfg['host']}:{cfg['port']}"
+        self.url = f"https://{cfg.host}:{cfg.port}"
         self.where = f"BMC {self.url}"
         self._root = self._system = self._conn = self._auth = None
         self._handler = None
@@ -73,22 +75,22 @@ class RedfishBmc(Bmc):
             log.addHandler(self._handler)
             log.setLevel(logging.INFO)
             log.propagate = False           # never on krig's stderr
-        verify = c.get("ca_file") or ("fingerprint" not in c)
-        self._conn = connector.Connector(self.url, verify=verify, server_side_retries=c["retries"],
-                                         server_side_retries_delay=2, default_request_timeout=c["timeout"],
-                                         connect_timeout=min(10, c["timeout"]))
-        if "fingerprint" in c:
+        verify = c.ca_file or c.fingerprint is None
+        self._conn = connector.Connector(self.url, verify=verify, server_side_retries=c.retries,
+                                         server_side_retries_delay=2, default_request_timeout=c.timeout,
+                                         connect_timeout=min(10, c.timeout))
+        if c.fingerprint is not None:
             from .redfish_tls import pin
-            pin(self._conn, c["fingerprint"])
-        kind = auth.SessionAuth if c["auth"] == "session" else auth.SessionOrBasicAuth
-        self._auth = kind(c["user"], self._password)
+            pin(self._conn, c.fingerprint)
+        kind = auth.SessionAuth if c.auth == "session" else auth.SessionOrBasicAuth
+        self._auth = kind(c.user, self._password)
         self._root = sushy.Sushy(self.url, auth=self._auth, connector=self._conn)
         systems = self._root.get_system_collection().members_identities
-        want = [s for s in systems if s.rstrip("/").rsplit("/", 1)[-1] == c["system"]] if c["system"] else systems
+        want = [s for s in systems if s.rstrip("/").rsplit("/", 1)[-1] == c.system] if c.system else systems
         if len(want) != 1:
             listed = ", ".join(s.rstrip("/").rsplit("/", 1)[-1] for s in systems) or "none"
             raise RigError(f"rig {self.rig}: {self.where}: " + (
-                f"no system {c['system']!r} (the BMC lists: {listed})" if c["system"] else
+                f"no system {c.system!r} (the BMC lists: {listed})" if c.system else
                 f"lists {len(systems)} systems ({listed}); set bmc.system to one of them"))
         self._system = self._root.get_system(want[0])
 
@@ -109,9 +111,9 @@ class RedfishBmc(Bmc):
             self._drop()
             self.failed = "login refused"
             why = ("a wrong password or a locked account" + (", or no SessionService (auth = \"auto\" logs in "
-                   "without one)" if self.cfg["auth"] == "session" else "") if login else
+                   "without one)" if self.cfg.auth == "session" else "") if login else
                    "the session dropped and a new login refused")
-            self._auth_message = (f"rig {self.rig}: {self.where} refused user {self.cfg['user']!r} "
+            self._auth_message = (f"rig {self.rig}: {self.where} refused user {self.cfg.user!r} "
                                   f"(HTTP {e.status_code}) {'logging in' if login else 'while ' + what}: {why}")
             raise BmcAuthError(self._auth_message) from None
         except sx.ConnectionError as e:
@@ -138,13 +140,13 @@ class RedfishBmc(Bmc):
         if "SSL" not in err and "certificate" not in err.lower() and "ingerprint" not in err:
             return None
         try:
-            got = _colons(fingerprint_of(self.cfg["host"], self.cfg["port"]))
+            got = _colons(fingerprint_of(self.cfg.host, self.cfg.port))
         except (OSError, ssl.SSLError):
             got = "unknown"
-        if "fingerprint" in self.cfg:
+        if self.cfg.fingerprint is not None:
             return (f"presents a certificate with SHA-256 fingerprint {got}, not the pinned "
-                    f"{_colons(self.cfg['fingerprint'])}; nothing was started")
-        trust = f"ca_file {self.cfg['ca_file']}" if self.cfg.get("ca_file") else "the system's CAs"
+                    f"{_colons(self.cfg.fingerprint)}; nothing was started")
+        trust = f"ca_file {self.cfg.ca_file}" if self.cfg.ca_file else "the system's CAs"
         return (f"presents a certificate that {trust} do not trust (SHA-256 fingerprint {got}; pin it as "
                 f"bmc.fingerprint once checked on the BMC itself); nothing was started")
 

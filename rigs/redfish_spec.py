@@ -6,12 +6,13 @@ network serial console (rfc2217:// or telnet://, rigs/netconsole.py): Redfish ha
 over LAN. TLS is always verified: against the system's CAs, a CA file (`ca_file`), or a
 pinned SHA-256 certificate fingerprint (`fingerprint`); there is no way to turn it off. The
 password comes from the environment or a 0600 file like the IPMI one, returned apart from the
-spec (never in describe(), the manifest, a log or an error).
+spec (never in describe(), the manifest, a log or an error). The checked file is a RedfishSpec
+(TOP_REDFISH as a frozen record, its bmc a RedfishSpecBmc).
 """
 import re
 
 from krig.errors import UsageError
-from krig.schema import OMIT, Field, check
+from krig.schema import OMIT, Field, check, record
 from .ipmi_spec import ENV_RE, HOST, TOP, USER, USER_RE, a_file, absolute_path, password_of, check_ssh
 from .netconsole import URL_RE
 
@@ -63,17 +64,19 @@ TOP_REDFISH = tuple(
     for f in TOP)
 
 
-def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[dict, str]:
-    """The rig file (TOP_REDFISH) checked: (normalized spec, BMC password)."""
+RedfishSpec = record("RedfishSpec", TOP_REDFISH)
+
+
+def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[RedfishSpec, str]:
+    """The rig file (TOP_REDFISH) checked: (the checked spec, BMC password)."""
     where = where or f"rigs/{name}.toml"
-    out = check(spec, TOP_REDFISH, where)
-    b, bw = out["bmc"], f"{where}.bmc"
-    if ("password_env" in b) == ("password_file" in b):
+    out = RedfishSpec.of(check(spec, TOP_REDFISH, where))
+    b, bw = out.bmc, f"{where}.bmc"
+    if (b.password_env is None) == (b.password_file is None):
         raise UsageError(f"{bw}: set exactly one of password_env (an environment variable's name) "
                          "or password_file (a file of mode 0600)")
-    if "ca_file" in b and "fingerprint" in b:
+    if b.ca_file is not None and b.fingerprint is not None:
         raise UsageError(f"{bw}: set at most one of ca_file (the CA that signed the BMC's certificate) "
                          "or fingerprint (the BMC certificate's SHA-256 fingerprint, pinned)")
     password = password_of(b, bw)
-    check_ssh(out, spec, where)
-    return out, password
+    return check_ssh(out, spec, where), password

@@ -20,7 +20,7 @@ BOOTS = 3
 
 def test_default_tcg_is_single_threaded():
     rig = load_rig("qemu-default")
-    assert rig.spec["tcg_thread"] == TCG_THREAD == "single"
+    assert rig.spec.tcg_thread == TCG_THREAD == "single"
 
 
 @pytest.mark.guest
@@ -29,7 +29,7 @@ def test_boot_panic_is_crashed_every_time(tmp_path, no_leftover_qemu, i):
     """No init in the initramfs and no root device: the kernel panics in early boot."""
     kernel = load_kernel("distro")
     rig = load_rig("qemu-default")
-    rig.spec["accel"] = "tcg"
+    rig.respec(accel="tcg")
     with rig:
         rig.prepare(pathlib.Path(tmp_path), kernel, {})
         with pytest.raises(GuestCrashed):

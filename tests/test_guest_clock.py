@@ -21,8 +21,8 @@ GAP = 20.0        # host seconds between the two readings
 
 
 def test_tcg_clocksource_values():
-    assert validate_spec("r", {"driver": "qemu"}, "rigs/r.toml")["tcg_clocksource"] == "kernel"
-    assert validate_spec("r", {"driver": "qemu", "tcg_clocksource": "tsc"}, "r")["tcg_clocksource"] == "tsc"
+    assert validate_spec("r", {"driver": "qemu"}, "rigs/r.toml").tcg_clocksource == "kernel"
+    assert validate_spec("r", {"driver": "qemu", "tcg_clocksource": "tsc"}, "r").tcg_clocksource == "tsc"
     with pytest.raises(UsageError, match=r"r.tcg_clocksource: 'hpet' is not one of tsc, kernel"):
         validate_spec("r", {"driver": "qemu", "tcg_clocksource": "hpet"}, "r")
 
@@ -41,8 +41,7 @@ def _guest_uptime(rig) -> tuple[float, float, float]:
 def test_guest_clock_keeps_the_hosts_pace(tmp_path, no_leftover_qemu, clock, want):
     kernel = load_kernel("distro")
     rig = load_rig("qemu-default")
-    rig.spec["accel"] = "tcg"
-    rig.spec["tcg_clocksource"] = clock
+    rig.respec(accel="tcg", tcg_clocksource=clock)
     with rig:
         rig.prepare(pathlib.Path(tmp_path), kernel, {})
         rig.boot.boot(kernel, [])

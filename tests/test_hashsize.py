@@ -67,7 +67,7 @@ def test_hash_tables_of_real_guests(tmp_path, memory, like, backing, no_leftover
     of two."""
     rig = load_rig(str(rig_file(tmp_path, memory=memory, backing=backing,
                                 extra=f'like_memory = "{like}"' if like else "")))
-    rig.spec["disks"] = []
+    rig.respec(disks=())
     kernel = load_kernel("distro", build=False)
     (tmp_path / "run").mkdir()
     with rig:

@@ -16,6 +16,7 @@ import secrets
 import stat
 import subprocess
 import tarfile
+import types
 
 import pytest
 
@@ -256,7 +257,7 @@ def hostile_dir(tmp_path, host):
 
 def ssh_to(monkeypatch, argv) -> Ssh:
     """The rig's Ssh, with `argv` run in place of ssh: the real pipe_from and check_exit."""
-    ssh = Ssh("t", {"user": "root", "host": "127.0.0.1", "port": 22})
+    ssh = Ssh("t", types.SimpleNamespace(user="root", host="127.0.0.1", port=22))
     monkeypatch.setattr(ssh, "argv", lambda remote, *a, **k: list(argv))
     return ssh
 
@@ -340,9 +341,9 @@ def test_rig_file_caps(tmp_path):
     base = {"driver": "ipmi", "bmc": {"host": "10.0.0.5", "user": "krig", "password_file": str(tmp_path / "pw")},
             "ssh": {"host": "10.0.0.6", "key": str(tmp_path / "key"), "known_hosts": str(tmp_path / "known_hosts")}}
     spec, _ = validate_spec("t", base)
-    assert (spec["pull_max_size"], spec["pull_max_file_size"]) == (16 << 30, 8 << 30)
+    assert (spec.pull_max_size, spec.pull_max_file_size) == (16 << 30, 8 << 30)
     spec, _ = validate_spec("t", {**base, "pull_max_size": "64G", "pull_max_file_size": "32G"})
-    assert (spec["pull_max_size"], spec["pull_max_file_size"]) == (64 << 30, 32 << 30)
+    assert (spec.pull_max_size, spec.pull_max_file_size) == (64 << 30, 32 << 30)
     with pytest.raises(UsageError, match=r"rigs/t\.toml\.pull_max_size: expected a size"):
         validate_spec("t", {**base, "pull_max_size": "lots"})
 

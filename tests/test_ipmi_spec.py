@@ -46,9 +46,9 @@ def spec(files, **over):
 
 def test_minimal_rig_file_defaults(files):
     r = IpmiRig("lab", spec(files))
-    assert r.spec["bmc"]["port"] == 623 and r.spec["bmc"]["cipher_suite"] == 17
-    assert r.spec["ssh"]["port"] == 22 and r.spec["ssh"]["user"] == "root"
-    assert r.spec["boot"] == "installed" and r.spec["remote_dir"] == "/var/lib/krig"
+    assert r.spec.bmc.port == 623 and r.spec.bmc.cipher_suite == 17
+    assert r.spec.ssh.port == 22 and r.spec.ssh.user == "root"
+    assert r.spec.boot == "installed" and r.spec.remote_dir == "/var/lib/krig"
     assert r.scratch_env() == {"KRIG_SCRATCH_DEV": "/dev/nvme0n1"}
     assert PW not in repr(r.describe())
 
@@ -161,7 +161,7 @@ def test_password_never_in_argv(files):
 
 
 def test_ssh_argv_strict(files):
-    a = Ssh("lab", IpmiRig("lab", spec(files)).spec["ssh"]).argv("true")
+    a = Ssh("lab", IpmiRig("lab", spec(files)).spec.ssh).argv("true")
     joined = " ".join(a)
     for opt in ("BatchMode=yes", "StrictHostKeyChecking=yes", f"UserKnownHostsFile={files}/known_hosts",
                 "GlobalKnownHostsFile=/dev/null", "UpdateHostKeys=no"):
@@ -283,19 +283,19 @@ def test_every_shipped_example_loads(files, monkeypatch, example):
     for var in re.findall(r'password_env = "([A-Z_]+)"', text):
         monkeypatch.setenv(var, PW)
     r = load_rig("example")
-    assert r.kind == "ipmi" and r.spec["scratch_dev"].startswith("/dev/")
+    assert r.kind == "ipmi" and r.spec.scratch_dev.startswith("/dev/")
     if example.name == "lab-server.toml":
-        assert r.spec["lab"] == {"driver": "ipmi", "scratch": "yes", "model": "r760", "memory_gib": "256",
+        assert r.spec.lab == {"driver": "ipmi", "scratch": "yes", "model": "r760", "memory_gib": "256",
                                  "scratch_gib": "3276", "cpus": "32", "numa": "2", "rack": "b3"}
     suggested = re.findall(r'#.*?"([A-Za-z]+=[^"]+)"', text)
     assert suggested, "the example suggests no ssh option to check"
     for opt in suggested:
         (d / "opt.toml").write_text(text.replace("options = []", f"options = [{opt!r}]".replace("'", '"')))
-        assert load_rig("opt").spec["ssh"]["options"] == [opt]
+        assert load_rig("opt").spec.ssh.options == (opt,)
 
 
 def test_sudo_for_a_user_other_than_root(files):
-    a = Ssh("lab", IpmiRig("lab", spec(files, ssh={"user": "krig"})).spec["ssh"]).argv("echo 'a b'")
+    a = Ssh("lab", IpmiRig("lab", spec(files, ssh={"user": "krig"})).spec.ssh).argv("echo 'a b'")
     assert a[-1] == "sudo -n -- sh -c 'echo '\"'\"'a b'\"'\"''"
     assert subprocess.run(["sh", "-c", a[-1].replace("sudo -n -- ", "")], capture_output=True,
                           text=True).stdout == "a b\n"

@@ -53,7 +53,7 @@ def _wait_for(path, data: bytes, timeout=15) -> bytes:
 def test_console_log_is_what_the_server_wrote(tmp_path, line, rfc2217):
     master, serve = line
     s = serve(rfc2217)
-    con = open_console({"console": s.url}, None, tmp_path, tmp_path / "console.log", "rig t")
+    con = open_console(s.url, None, tmp_path, tmp_path / "console.log", "rig t")
     try:
         time.sleep(1)
         os.write(master, BYTES)
@@ -108,8 +108,8 @@ def _ipmi_spec(tmp_path, console, monkeypatch):
 
 
 def test_ipmi_rig_console_field(tmp_path, monkeypatch):
-    assert validate_ipmi("x", _ipmi_spec(tmp_path, None, monkeypatch), "rigs/x.toml")[0]["console"] == "sol"
-    assert validate_ipmi("x", _ipmi_spec(tmp_path, "rfc2217://ts1:7001", monkeypatch), "rigs/x.toml")[0]["console"] == \
+    assert validate_ipmi("x", _ipmi_spec(tmp_path, None, monkeypatch), "rigs/x.toml")[0].console == "sol"
+    assert validate_ipmi("x", _ipmi_spec(tmp_path, "rfc2217://ts1:7001", monkeypatch), "rigs/x.toml")[0].console == \
         "rfc2217://ts1:7001"
     with pytest.raises(UsageError, match=r"^rigs/x.toml.console: 'ssh://ts1:22': use sol \(IPMI Serial over LAN\), "
                                          r"rfc2217://HOST:PORT or telnet://HOST:PORT"):

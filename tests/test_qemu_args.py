@@ -74,7 +74,7 @@ def test_every_syntax_naming_a_host_file_is_refused(extra, says):
 ])
 def test_options_that_open_nothing_pass(extra):
     out = validate_spec("q", {"driver": "qemu", "extra_args": extra}, WHERE)
-    assert out["extra_args"] == extra
+    assert out.extra_args == tuple(extra)
 
 
 @pytest.mark.parametrize("text,pairs", [

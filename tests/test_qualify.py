@@ -288,7 +288,7 @@ def test_seed_scale_suite_names_the_seed_scale_points(monkeypatch):
     assert {k: c["expect"] for k, c in flood.items()} == {"distro": "FAIL",
                                                           "tiny-6.1-negative-dentry-per-bucket": "PASS"}
     for c in flood.values():
-        assert load_rig(c["rig"]).spec["memory_bytes"] == 256 << 30 and c["set"]["settle_limit_x"] == "1", c
+        assert load_rig(c["rig"]).spec.memory_bytes == 256 << 30 and c["set"]["settle_limit_x"] == "1", c
     ail, unlink = by["xfs-ail-storm"][0], by["unlink-dentry-growth"][0]
     assert ail["preset"] == "seed" and int(ail["set"]["files"]) == 1200000
     params = load_reproducer("unlink-dentry-growth").resolve_params(unlink["preset"], unlink["set"])

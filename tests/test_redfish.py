@@ -281,8 +281,8 @@ def test_a_rig_file_without_console_names_it(tmp_path):
 def test_fingerprint_as_openssl_prints_it(tmp_path):
     fp = ":".join(["AB"] * 32)
     spec, pw = validate_spec("x", _spec(tmp_path, bmc={"fingerprint": f"sha256:{fp}"}), "rigs/x.toml")
-    assert spec["bmc"]["fingerprint"] == "ab" * 32 and pw == "secret"
-    assert "secret" not in json.dumps(spec) and spec["lab"]["driver"] == "redfish"
+    assert spec.bmc.fingerprint == "ab" * 32 and pw == "secret"
+    assert "secret" not in json.dumps(spec.to_json()) and spec.lab["driver"] == "redfish"
 
 
 @pytest.mark.parametrize("bmc, says", [

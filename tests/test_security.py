@@ -18,6 +18,7 @@ import pytest
 from conftest import KRIG, ROOT, require_program
 from rigs.ipmi import IpmiRig
 from rigs.ipmi_ssh import SshLost, remote_command
+from rigs.ipmi_state import ServerState
 
 
 def _free_port() -> int:
@@ -98,7 +99,8 @@ def test_exit_255_is_not_a_lost_connection(sshd, tmp_path):
     """Case 7: the workload's own exit 255 (even with ssh-like words on its stderr)
     comes back as 255; a connection that dies is SshLost."""
     rig = _rig(sshd, str(tmp_path / "rd"))
-    rig.server.workdir, rig.server.state = tmp_path, "up"
+    rig.server.workdir = tmp_path
+    rig.server.become(ServerState.UP)
     rig.server.make_workdir()
     res = rig.command.run(["sh", "-c", "echo 'Connection reset by peer' >&2; echo out; exit 255"], timeout=60)
     assert res.returncode == 255 and res.stdout == b"out\n"

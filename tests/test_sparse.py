@@ -51,15 +51,16 @@ def host_total() -> int:
 
 def test_sparse_argv_and_like_memory(tmp_path):
     rig = load_rig(str(rig_file(tmp_path, memory="64G", extra='like_memory = "3T"')))
-    assert qemu_memory.machine_args(rig.spec) == [
+    assert qemu_memory.machine_args(rig.spec.memory_backing, rig.spec.memory_bytes) == [
         "-object", f"memory-backend-ram,id=m0,size={64 << 30},reserve=off", "-machine", "q35,memory-backend=m0"]
     assert qemu_memory.hash_cmdline(rig.spec) == ["dhash_entries=1048576", "ihash_entries=524288"]
     assert qemu_memory.fixed_cost(64 << 30, 3 << 40)[0] < qemu_memory.fixed_cost(64 << 30)[0]   # its own tables
     plain = load_rig("qemu-default")
-    assert qemu_memory.machine_args(plain.spec) == ["-machine", "q35"] and not qemu_memory.hash_cmdline(plain.spec)
+    assert qemu_memory.machine_args(plain.spec.memory_backing, plain.spec.memory_bytes) == ["-machine", "q35"]
+    assert not qemu_memory.hash_cmdline(plain.spec)
     assert plain.host_needs()["memory"] == 4 << 30 and "sparse_memory" not in plain.host_needs()
     for name in ("qemu-64g-sparse", "qemu-256g-sparse"):
-        assert load_rig(name).spec["memory_backing"] == "sparse"
+        assert load_rig(name).spec.memory_backing == "sparse"
 
 
 @pytest.mark.parametrize("extra,needle", [

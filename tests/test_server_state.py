@@ -1,0 +1,197 @@
+"""A lab server's lifecycle (rigs/ipmi_state.py) as rigs/ipmi_server.py walks it, on a fake BMC
+and a fake SSH link: no server, no ipmitool, no ssh. Each wait, hang, crash and power off
+reads its rig file's fields by attribute and moves the server only as TRANSITIONS allow."""
+import dataclasses
+import itertools
+import types
+
+import pytest
+
+from krig.errors import GuestCrashed, GuestHung, RigError
+from rigs import ipmi_kexec, ipmi_server
+from rigs.ipmi import IpmiRig, _Command, _Files
+from rigs.ipmi_ssh import SshLost
+from rigs.ipmi_state import TRANSITIONS, IllegalTransition, ServerState as S
+
+PW = "s3cret-Pw"
+
+
+class FakeBmc:
+    POWER_ON, NMI = "power on by hand", "nmi"
+
+    def __init__(self):
+        self.power_state, self.calls, self.failed = "on", [], None
+
+    def power_status(self):
+        return self.power_state
+
+    def power(self, what):
+        self.calls.append(what)
+        self.power_state = {"off": "off", "soft": "off", "on": "on", "cycle": "on"}.get(what, self.power_state)
+
+    def wait_power(self, state, timeout, poll):
+        self.calls.append(f"wait {state} {timeout}")
+        return self.power_state == state
+
+    def sel_text(self):
+        return ""
+
+
+class FakeSsh:
+    target = "root@s:22"
+
+    def __init__(self, boot_ids):
+        self.boot_ids, self.ran, self.probes = iter(boot_ids), [], []
+
+    def probe(self, timeout):
+        self.probes.append(timeout)
+        return next(self.boot_ids, None)
+
+    def start_master(self, workdir):
+        return False
+
+    def stop_master(self):
+        pass
+
+    def run(self, remote, timeout=60, **kw):
+        self.ran.append((remote, timeout))
+        return 0, b"", b""
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """An IpmiServer of a checked rig file, its BMC and SSH fakes, its console a file."""
+    for f in ("key", "known_hosts"):
+        (tmp_path / f).write_text("k\n")
+        (tmp_path / f).chmod(0o600)
+    monkeypatch.setenv("KRIG_TEST_PW", PW)
+    monkeypatch.setattr(ipmi_server, "POLL", 0.01)
+    raw = {"driver": "ipmi", "nmi_wait": 0, "hang_timeout": 1, "shutdown_timeout": 7,
+           "bmc": {"host": "10.0.0.5", "user": "krig", "password_env": "KRIG_TEST_PW"},
+           "ssh": {"host": "10.0.0.6", "key": str(tmp_path / "key"), "known_hosts": str(tmp_path / "known_hosts"),
+                   "connect_timeout": 3}}
+    rig = IpmiRig("lab", raw)
+    s = rig.server
+    s.bmc, s.ssh = FakeBmc(), FakeSsh([])
+    s.console.log_path = tmp_path / "console.log"
+    s.console.log_path.write_text("")
+    s.workdir = tmp_path
+    return s
+
+
+def boots(s, *ids):
+    s.ssh.boot_ids = iter(ids)
+
+
+def test_every_state_has_its_transitions_and_none_returns_to_unknown():
+    assert set(TRANSITIONS) == set(S)
+    assert not any(S.UNKNOWN in to for to in TRANSITIONS.values())
+    assert [a for a, to in TRANSITIONS.items() if S.BOOTING in to] == [S.UP]
+    assert TRANSITIONS[S.CRASHED] == (S.OFF,)
+    assert str(S.HUNG) == "hung" and f"{S.UP}" == "up"
+
+
+@pytest.mark.parametrize("a,b", [(a, b) for a, b in itertools.product(S, S) if b not in TRANSITIONS[a]])
+def test_an_illegal_transition_is_one_line_naming_both(a, b):
+    with pytest.raises(IllegalTransition) as e:
+        a.to(b, "lab")
+    assert str(e.value).startswith(f"rig lab: the server cannot go from {a.value} to {b.value} (from {a.value}: ")
+    assert "\n" not in str(e.value)
+
+
+def test_a_state_is_a_server_state_not_a_string():
+    with pytest.raises(TypeError, match="not 'up'"):
+        S.UNKNOWN.to("up", "lab")
+
+
+def test_wait_up_then_a_reboot_under_a_command_is_crashed_then_off(server):
+    s = server
+    assert s.state is S.UNKNOWN
+    boots(s, None, "b1")
+    s.wait_up(5, "after power on")
+    assert (s.state, s.boot_id) == (S.UP, "b1") and s.ssh.probes[0] == 3     # ssh.connect_timeout
+    boots(s, "b2")
+    with pytest.raises(GuestCrashed, match="rebooted while running x"):
+        s.diagnose_lost("running x", SshLost("gone", True), 0)
+    assert s.state is S.CRASHED
+    with pytest.raises(IllegalTransition, match="from crashed to up"):
+        boots(s, "b3")
+        s.wait_up(5, "again")
+    s.hard_off()
+    assert s.state is S.OFF and s.bmc.calls[-2:] == ["off", "wait off 60"]
+
+
+def test_a_crash_on_the_console_while_booting(server, monkeypatch):
+    s = server
+
+    def probe(timeout):         # no answer; meanwhile the console shows a panic
+        with open(s.console.log_path, "a") as f:
+            f.write("[ 1.0] Kernel panic - not syncing: VFS: Unable to mount root fs\n")
+    monkeypatch.setattr(s.ssh, "probe", probe)
+    with pytest.raises(GuestCrashed, match=r"the kernel crashed after power on: \[ 1.0\] Kernel panic"):
+        s.wait_up(5, "after power on")
+    assert s.state is S.CRASHED
+
+
+def test_no_answer_in_time_is_hung(server):
+    with pytest.raises(ipmi_server.BootTimeout, match="did not answer SSH within 0s after power on"):
+        server.wait_up(0.05, "after power on")
+    assert server.state is S.HUNG
+
+
+def test_a_hang_power_cycles_and_comes_back_up(server):
+    s = server
+    boots(s, "b1")
+    s.wait_up(5, "after power on")
+    boots(s, None, "b2")
+    with pytest.raises(GuestHung, match="it stopped"):
+        s.on_hang("it stopped")
+    assert (s.state, s.boot_id) == (S.UP, "b2") and s.bmc.calls[:2] == ["diag", "cycle"]
+    assert s.facts["hang"]["recovered"].startswith("yes") and s.facts["hang"]["nmi"] == "sent (nmi)"
+
+
+def test_a_hang_left_hung_without_recovery(server):
+    s = server
+    s.spec = dataclasses.replace(s.spec, recover_after_hang=False)
+    boots(s, "b1")
+    s.wait_up(5, "after power on")
+    with pytest.raises(GuestHung):
+        s.on_hang("it stopped")
+    assert s.state is S.HUNG and "recovered" not in s.facts["hang"]
+
+
+def test_an_orderly_shutdown_of_a_server_that_is_up(server):
+    s = server
+    s.hold = types.SimpleNamespace(release=lambda: None)       # held: shutdown() touches the server
+    boots(s, "b1")
+    s.wait_up(5, "after power on")
+    s.bmc.power_state = "off"                                   # the shutdown command powered it off
+    s.shutdown()
+    assert s.state is S.OFF and s.facts["shutdown"] == "soft"
+    assert "systemctl poweroff" in s.ssh.ran[-1][0] and s.ssh.ran[-1][1] == 30
+    assert s.bmc.calls == ["wait off 7"]                        # shutdown_timeout
+
+
+def test_kexec_boots_from_up_through_booting(server, monkeypatch):
+    s = server
+    seen = []
+    boots(s, "b1")                                              # the installed system answers
+    monkeypatch.setattr(s, "check_programs", lambda progs: None)
+    monkeypatch.setattr(s, "make_workdir", lambda: "/var/lib/krig/run.x")
+    monkeypatch.setattr(ipmi_kexec, "initrd_for", lambda rig, kernel: (None, []))
+    monkeypatch.setattr(ipmi_kexec, "_ship_modules", lambda rig, kernel: "none")
+    monkeypatch.setattr(s.ssh, "pipe_to", lambda *a: None, raising=False)
+    monkeypatch.setattr(s, "ssh_call", lambda what, remote, timeout: (0, b"", b""))
+    monkeypatch.setattr(s, "wait_up", lambda timeout, what, old_boot_id=None: seen.append((s.state, old_boot_id)))
+    kernel = types.SimpleNamespace(image="/boot/vmlinuz-6.1", release="6.1", cmdline=[], modules_dir=None)
+    ipmi_kexec.kexec_boot(s, types.SimpleNamespace(on=lambda: None), kernel, [], 60)
+    assert seen == [(S.BOOTING, "b1")]
+    assert s.facts["kexec_exec"] == ["kexec", "-e"] and s.facts["kexec"][:2] == ["kexec", "-l"]
+
+
+def test_commands_and_pulls_need_a_server_that_is_up(server, tmp_path):
+    assert server.state is S.UNKNOWN
+    with pytest.raises(GuestCrashed, match=r"^the server is not up \(unknown\)$"):
+        _Command(server).run(["true"])
+    with pytest.raises(RigError, match=r"the server is unknown; /r was not pulled$"):
+        _Files(server).pull("/r", tmp_path / "out")
