@@ -56,7 +56,7 @@ help:
 
 setup: apt qemu-user python helpers
 
-# QEMU's own user when krig runs as root (rigs/qemu_confine.py): a system user without a
+# QEMU's own user when krig runs as root (rigs/qemu/confine.py): a system user without a
 # home or a login shell, made once, as Debian's own services do
 QEMU_USER := krig-qemu
 qemu-user:
@@ -98,12 +98,12 @@ test: helpers python test-prereqs
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # Before the tests: the CI kernels (cached; a no-op the second time) and, beside them, the lab
-# server's disk image (rigs/labsim_image.py, cached; mostly downloads and dpkg, so it costs the
+# server's disk image (rigs/labsim/image.py, cached; mostly downloads and dpkg, so it costs the
 # builds little). A kernel that fails to build stops `make test` with one line naming it and
 # the error; an image that could not be built is one line (its log: build/labsim-image.log)
 # and the tests go on: the lab server's tests then fail, saying why.
 test-prereqs: helpers python
-	@mkdir -p build; $(PY) rigs/labsim_image.py >build/labsim-image.log 2>&1 & img=$$!; \
+	@mkdir -p build; $(PY) rigs/labsim/image.py >build/labsim-image.log 2>&1 & img=$$!; \
 	$(KRIG) kernel build $(CI_KERNELS); rc=$$?; \
 	wait $$img || echo "make test: the lab server's image was not built: $$(tail -n 1 build/labsim-image.log)" >&2; \
 	exit $$rc

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from kernels.catalog import load_kernel  # noqa: E402
 from rigs import load_rig  # noqa: E402
-from rigs.qemu import GUEST_SHARE  # noqa: E402
+from rigs.qemu.rig import GUEST_SHARE  # noqa: E402
 
 
 MARKS = {"kernel": "Linux version", "init": "Run /init as init process",

@@ -37,7 +37,7 @@ from analysis.trace.tracedat import TraceFile  # noqa: E402
 from kernels.catalog import load_kernel  # noqa: E402
 from workflows.run import CLOCKSOURCE  # noqa: E402
 from rigs import load_rig  # noqa: E402
-from rigs.qemu import GUEST_SHARE  # noqa: E402
+from rigs.qemu.rig import GUEST_SHARE  # noqa: E402
 
 EVENTS = "-e xfs:xfs_ail_insert -e xfs:xfs_ail_move -e xfs:xfs_log_force"
 LIB = ROOT / "reproducers" / "lib"

@@ -1,5 +1,5 @@
 """Boot a QEMU guest of each size given and say what it cost the host: QEMU's RSS once the
-guest is up (and its peak) against rigs/qemu_memory.fixed_cost(), the boot time, when the
+guest is up (and its peak) against rigs/qemu/memory.fixed_cost(), the boot time, when the
 kernel itself reached /init (its printk clock), what it said about deferred struct-page
 initialisation, and the hash tables it printed against rigs/hashsize's rule.
 
@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from kernels.catalog import load_kernel  # noqa: E402
 from krig.config import parse_size  # noqa: E402
-from rigs import hashsize, load_rig, qemu_memory  # noqa: E402
+from rigs import hashsize, load_rig  # noqa: E402
+from rigs.qemu import memory as qemu_memory
 
 DMESG = ["dmesg"]
 RUN_INIT_RE = re.compile(r"^\[\s*(\d+\.\d+)\] Run /init", re.M)

@@ -2,7 +2,7 @@
 builds (`--kernel KERNEL,drivers=RIG|PATH`, kernels/given.py).
 
 What the server uses (its *inventory*) is four lists, read from the server over its rig's SSH
-(rigs/ipmi_drivers.py) or given as files:
+(rigs/ipmi/drivers.py) or given as files:
 
     modules   its loaded modules (/proc/modules, or `lsmod`'s output: the first word of a line)
     bound     the drivers its devices are bound to (/sys/bus/*/devices/*/driver): bus, device,

@@ -1,5 +1,5 @@
 """Tar headers read with a bound: tarfile reads a pax or GNU long-name header whole into memory,
-and a GNU sparse map as long as the stream says. A stream from a lab server (rigs/ipmi_pull.py) and
+and a GNU sparse map as long as the stream says. A stream from a lab server (rigs/ipmi/pull.py) and
 a bundle from a stranger (krig reproduce) are read with BoundedHeader, which stops at the first
 header krig does not read on (HeaderRefused)."""
 import tarfile

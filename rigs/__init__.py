@@ -23,41 +23,41 @@ from .protocol import SECRETS_FILE_ENV  # noqa: E402,F401 (names the handed-over
 
 
 def lab_tags(spec: dict, where: str) -> dict[str, str]:
-    """A rig file's labgrid place tags (rigs/ipmi_spec.py)."""
-    from .ipmi_spec import lab_tags as tags
+    """A rig file's labgrid place tags (rigs/ipmi/spec.py)."""
+    from rigs.ipmi.spec import lab_tags as tags
     return tags(spec, where)
 
 
 def hand_over_secrets():
-    """The secrets rig files took so far, for worker processes (rigs/ipmi_spec.py)."""
-    from .ipmi_spec import hand_over_secrets as hand_over
+    """The secrets rig files took so far, for worker processes (rigs/ipmi/spec.py)."""
+    from rigs.ipmi.spec import hand_over_secrets as hand_over
     return hand_over()
 
 
 def memory_refusal(mem: int, avail: int) -> str | None:
     """Why a guest of mem bytes does not fit the host's budget (MemAvailable avail), or None
-    (rigs/qemu_memory.py: the rule the QEMU rig and the simulated lab server admit by)."""
-    from .qemu_memory import refusal
+    (rigs/qemu/memory.py: the rule the QEMU rig and the simulated lab server admit by)."""
+    from rigs.qemu.memory import refusal
     return refusal(mem, avail)
 
 
 def read_server_drivers(rig, log) -> str:
     """What a lab rig's server runs: its modules, bound drivers and config, read over its SSH
-    (rigs/ipmi_drivers.py)."""
-    from .ipmi_drivers import read
+    (rigs/ipmi/drivers.py)."""
+    from rigs.ipmi.drivers import read
     return read(rig, log)
 
 
 def take_handed_secrets() -> None:
-    """In a worker: the secrets its parent handed over (rigs/ipmi_spec.py)."""
-    from .ipmi_spec import take_handed_secrets as take
+    """In a worker: the secrets its parent handed over (rigs/ipmi/spec.py)."""
+    from rigs.ipmi.spec import take_handed_secrets as take
     take()
 
 # driver name -> "module:Class"; a new kind of rig is one module and one line here.
 DRIVERS = {
-    "qemu": "rigs.qemu:QemuRig",
-    "ipmi": "rigs.ipmi:IpmiRig",
-    "redfish": "rigs.redfish:RedfishRig",
+    "qemu": "rigs.qemu.rig:QemuRig",
+    "ipmi": "rigs.ipmi.rig:IpmiRig",
+    "redfish": "rigs.redfish.rig:RedfishRig",
     "fake": "rigs.fake:FakeRig",      # no machine: fast tests of the runner (rigs/fake.py)
 }
 

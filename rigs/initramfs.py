@@ -2,7 +2,7 @@
 
 virtme-ng style: no disk image. /init loads the modules a guest needs
 (nvme, xfs, 9p, virtio...) in the order `modprobe --show-depends` gives, mounts
-the guest root of rigs/guestroot.py over 9p and chroots into it. The archive is cached,
+the guest root of rigs/qemu/guestroot.py over 9p and chroots into it. The archive is cached,
 keyed by everything that goes into it.
 """
 import hashlib

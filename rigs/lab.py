@@ -30,7 +30,7 @@ The labgrid Python client (ClientSession) runs on an event loop in one thread
 of its own; every operation opens a short session (connect, read the places,
 call, close), so a coordinator that went away costs one failed operation,
 never a stuck process. Nothing secret is sent: place names are rig names,
-tags come from the rig file's [lab] table (rigs/ipmi_spec.py lab_tags).
+tags come from the rig file's [lab] table (rigs/ipmi/spec.py lab_tags).
 """
 import asyncio
 import logging

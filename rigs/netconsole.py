@@ -1,7 +1,7 @@
 """A server's serial console over the network: `rfc2217://host:port` (RFC 2217, through
 pyserial's serial_for_url) or `telnet://host:port` (plain telnet), as a terminal server or
 ser2net in front of the server's serial line offers it; the rig file's `console` says which
-(`sol`, the IPMI default, is Serial over LAN through the BMC: rigs/ipmi_bmc.py Sol).
+(`sol`, the IPMI default, is Serial over LAN through the BMC: rigs/ipmi/bmc.py Sol).
 
 The console goes to console.log for the whole run, byte for byte as the server wrote it
 (telnet's IAC commands taken out); a dropped connection is reconnected a bounded number of
@@ -206,7 +206,7 @@ def open_console(url: str, bmc, run_dir: pathlib.Path, log_path: pathlib.Path, w
     """The rig's console (url: the rig file's console) writing log_path, started: SOL through
     the BMC, or a network console."""
     if url == "sol":
-        from .ipmi_bmc import Sol
+        from rigs.ipmi.bmc import Sol
         con = Sol(bmc, log_path, run_dir / "sol.log")
     else:
         con = NetConsole(url, log_path, run_dir / "netconsole.log", where)

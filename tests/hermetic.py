@@ -2,7 +2,7 @@
 
 krig finds the user's things through the environment: rig files in $XDG_CONFIG_HOME/krig/rigs
 (rigs/__init__.py user_rig_dir), secrets in $XDG_CONFIG_HOME/krig/secrets and simulated lab
-servers in $XDG_STATE_HOME/krig/labsim (rigs/labsim.py), runs under $KRIG_RESULTS (default the
+servers in $XDG_STATE_HOME/krig/labsim (rigs/labsim/sim.py), runs under $KRIG_RESULTS (default the
 checkout's results/, krig/__init__.py), and the user's own lab through KRIG_RIG_PATH,
 KRIG_LAB_COORDINATOR and KRIG_LOCK_DIR. tests/conftest.py calls enter() before it imports
 krig: those point into one directory of the session (made by the first pytest process, shared
@@ -87,7 +87,7 @@ def _alive_labsim(state: pathlib.Path) -> set[str]:
             cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if b"rigs.labsim" in cmd:
+        if b"rigs.labsim.sim" in cmd:
             alive.add(str(st.parent))
     return alive
 

@@ -1,14 +1,14 @@
-"""A simulated IPMI server for the IPMI rig's tests, all on 127.0.0.1 (rigs/labsim_bmc.py).
+"""A simulated IPMI server for the IPMI rig's tests, all on 127.0.0.1 (rigs/labsim/bmc.py).
 
 ipmi_sim is the BMC; the server QEMU boots the distro kernel with krig's
-initramfs in `krig.mode=sshd` (the guest root of rigs/guestroot.py, the host's
+initramfs in `krig.mode=sshd` (the guest root of rigs/qemu/guestroot.py, the host's
 own sshd binary with keys generated here), an NVMe scratch disk, user
 networking with ssh forwarded to 127.0.0.1 only. Everything started is killed
 in stop(), which the fixtures call even when a test fails.
 """
 import contextlib
 
-from rigs.labsim_bmc import GUEST_MODULES_EXTRA, SimServer, missing_tools
+from rigs.labsim.bmc import GUEST_MODULES_EXTRA, SimServer, missing_tools
 
 
 @contextlib.contextmanager
@@ -18,7 +18,8 @@ def running_sim(tmp_path_factory, name: str):
     import pytest
     from conftest import setup_missing
     from kernels.catalog import load_kernel
-    from rigs import initramfs, qemu
+    from rigs import initramfs
+    from rigs.qemu import rig as qemu
     setup_missing(missing_tools(), "the IPMI rig tests")
     kernel = load_kernel("distro")
     initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from rigs.labsim_bmc import free_port
+from rigs.labsim.bmc import free_port
 from krig.paths import dies_with_parent
 
 BIN = pathlib.Path(sys.executable).parent

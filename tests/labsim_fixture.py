@@ -1,6 +1,6 @@
 """One simulated lab server for the test session, started as a user starts one: `krig lab sim up`.
 
-rigs/labsim.py is the server (ipmi_sim BMC, UEFI firmware + GRUB booting
+rigs/labsim/sim.py is the server (ipmi_sim BMC, UEFI firmware + GRUB booting
 Debian 12 from its own disk, sshd, an NVMe scratch disk, panic=0). The session
 fixture `lab_sim` starts it once with `krig lab sim up krig-test-lab` in
 directories of its own (XDG_CONFIG_HOME: the rig file and the BMC password;
@@ -17,8 +17,9 @@ import subprocess
 import pytest
 
 from conftest import KRIG, ROOT, setup_missing
-from rigs import labsim, labsim_image
-from rigs.labsim_bmc import missing_tools as bmc_missing
+from rigs.labsim import sim as labsim
+from rigs.labsim import image as labsim_image
+from rigs.labsim.bmc import missing_tools as bmc_missing
 
 NAME = "krig-test-lab"
 GROUP = pytest.mark.xdist_group("labsim")       # every file that uses lab_sim

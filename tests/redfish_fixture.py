@@ -1,4 +1,4 @@
-"""A Redfish BMC for the Redfish rig's fast tests, all on 127.0.0.1 (rigs/labsim_redfish.py):
+"""A Redfish BMC for the Redfish rig's fast tests, all on 127.0.0.1 (rigs/labsim/redfish.py):
 sushy-tools' sushy-emulator (HTTPS with a certificate made here, basic authentication) with
 its libvirt driver over a small TCG domain of libvirt's per-user session daemon, and ser2net
 in front of the domain's serial line. The domain has no disk: powered on, its firmware finds
@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 from krig.config import toml_value
-from rigs.labsim_bmc import free_port
-from rigs.labsim_redfish import (LibvirtSession, Ser2net, SushyEmulator, domain_xml, make_cert, make_vm_dir,
+from rigs.labsim.bmc import free_port
+from rigs.labsim.redfish import (LibvirtSession, Ser2net, SushyEmulator, domain_xml, make_cert, make_vm_dir,
                                  missing_tools, processes, sweep, write_htpasswd)
 
 HERE = pathlib.Path(__file__).resolve().parent

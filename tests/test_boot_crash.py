@@ -13,7 +13,7 @@ from kernels.catalog import load_kernel
 from krig.errors import GuestCrashed
 from krig.verdict import first_crash
 from rigs import load_rig
-from rigs.qemu_spec import TCG_THREAD
+from rigs.qemu.spec import TCG_THREAD
 
 BOOTS = 3
 

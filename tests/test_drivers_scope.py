@@ -157,7 +157,7 @@ def test_the_rig_script_walks_this_machines_sysfs():
     device, the driver its device is bound to first."""
     import pathlib
     import subprocess
-    from rigs.ipmi_drivers import SCRIPT
+    from rigs.ipmi.drivers import SCRIPT
     p = subprocess.run(["sh", "-c", SCRIPT], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     boot = drivers.parse_inventory(p.stdout, "this machine")["boot"]

@@ -23,7 +23,7 @@ import pytest
 from conftest import KRIG, ROOT, krig_run, qemu_pids, run_dir_of
 from krig.paths import owner_record
 from krig.verdict import INCOMPLETE_REASON, Evidence, decide, exit_code
-from rigs.qemu import OWNER_FILE, reap_stale
+from rigs.qemu.rig import OWNER_FILE, reap_stale
 from test_qemu_share import guest_made
 
 pytestmark = pytest.mark.faults

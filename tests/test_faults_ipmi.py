@@ -11,7 +11,8 @@ import pytest
 from conftest import KRIG, ROOT, setup_missing
 from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
 from kernels.catalog import load_kernel
-from rigs import initramfs, qemu
+from rigs import initramfs
+from rigs.qemu import rig as qemu
 from test_faults import running_manifest, verdict_line, wait_for
 
 pytestmark = pytest.mark.faults

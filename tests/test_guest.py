@@ -10,11 +10,11 @@ import pytest
 
 from conftest import KRIG, ROOT, check_a_copy, krig_run, qemu_pids, run_dir_of
 from workflows.stall import window_for
-from rigs import qemu_confine
+from rigs.qemu import confine as qemu_confine
 
 pytestmark = pytest.mark.guest
 
-# the user QEMU runs as: an unprivileged one when the tests run as root (rigs/qemu_confine.py)
+# the user QEMU runs as: an unprivileged one when the tests run as root (rigs/qemu/confine.py)
 QEMU_USER = qemu_confine.runas_user() or pwd.getpwuid(os.geteuid()).pw_name
 
 RUN_FILES = ["manifest.json", "console.log", "stdout", "stderr", "exit_code", "samples.tsv",
@@ -36,7 +36,7 @@ def test_pass_has_every_file(tmp_path, no_leftover_qemu):
     assert m["rig_facts"]["accel"] in ("kvm", "tcg") and m["rig_facts"]["accel_reason"]
     # QEMU ran the guest as its own user, never as root (the guest still wrote its share)
     assert m["rig_facts"]["qemu_user"] == QEMU_USER and QEMU_USER != "root", m["rig_facts"]["qemu_user"]
-    # started as that user (rigs/qemu_launch.py), never root's to begin with and drop later
+    # started as that user (rigs/qemu/launch.py), never root's to begin with and drop later
     started = m["rig_facts"]["qemu_started_as"]
     assert "-runas" not in started and (f"--reuid={pwd.getpwnam(QEMU_USER).pw_uid}" in started) == (os.geteuid() == 0)
     booted = next(ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith("krig: booted in "))

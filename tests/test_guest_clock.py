@@ -15,7 +15,7 @@ from kernels.catalog import load_kernel
 from krig.errors import UsageError
 from workflows.run import CLOCKSOURCE
 from rigs import load_rig
-from rigs.qemu_spec import validate_spec
+from rigs.qemu.spec import validate_spec
 
 GAP = 20.0        # host seconds between the two readings
 

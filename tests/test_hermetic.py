@@ -59,8 +59,8 @@ def test_the_session_points_krig_away_from_the_user():
     for var, sub in hermetic.MOVED.items():
         assert os.environ[var] == str(HERMETIC_BASE / sub)
     assert not any(v in os.environ for v in hermetic.DROPPED)
-    code = ("import json, krig, rigs, rigs.labsim, krig.paths; print(json.dumps([str(krig.RESULTS_DIR), "
-            "str(rigs.user_rig_dir()), str(rigs.labsim.state_dir('x')), str(krig.paths.cache_dir())]))")
+    code = ("import json, krig, rigs, rigs.labsim.sim, krig.paths; print(json.dumps([str(krig.RESULTS_DIR), "
+            "str(rigs.user_rig_dir()), str(rigs.labsim.sim.state_dir('x')), str(krig.paths.cache_dir())]))")
     got = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                     cwd=ROOT, check=True, timeout=60).stdout)
     results, rigs_dir, state, cache = map(pathlib.Path, got)
@@ -151,14 +151,14 @@ def test_the_snapshot_sees_what_a_test_could_do(tmp_path):
     got = hermetic.changes(before, hermetic.snapshot([d]))
     assert {ln.split()[0] + " " + pathlib.Path(ln.split()[1]).name for ln in got} == {
         "added b.toml", "added new", "removed gone", "changed a.toml", "changed rigs", "changed config"}
-    live = d / "labsim" / "mine"  # a server that is up: its supervisor runs "-m rigs.labsim"
+    live = d / "labsim" / "mine"  # a server that is up: its supervisor runs "-m rigs.labsim.sim"
     live.mkdir(parents=True)
-    sup = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "rigs.labsim"])
+    sup = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "rigs.labsim.sim"])
     try:
         (live / "state.json").write_text(json.dumps({"pid": sup.pid}))
         cmdline = pathlib.Path(f"/proc/{sup.pid}/cmdline")
         for _ in range(200):  # until it has exec'd (bounded: 10 s)
-            if b"rigs.labsim" in cmdline.read_bytes():
+            if b"rigs.labsim.sim" in cmdline.read_bytes():
                 break
             time.sleep(0.05)
         assert not any(p.startswith(str(live)) for p in hermetic.snapshot([d]))

@@ -25,7 +25,7 @@ from ipmi_fixture import running_sim
 from krig.errors import RigError
 from kernels.catalog import load_kernel
 from workflows.run import run
-from rigs.ipmi import IpmiRig
+from rigs.ipmi.rig import IpmiRig
 from rigs import load_rig
 
 pytestmark = [pytest.mark.ipmi, pytest.mark.long(22)]     # minutes on 2 cores: make test starts it early

@@ -1,4 +1,4 @@
-"""The pull of a lab server's results takes only data (rigs/ipmi_pull.py).
+"""The pull of a lab server's results takes only data (rigs/ipmi/pull.py).
 
 Crafted tar streams (made here with tarfile) go through the extraction: regular files
 and directories are taken with krig's own modes; a symlink, a hard link, a device, a
@@ -21,8 +21,8 @@ import types
 import pytest
 
 from krig.errors import RigError
-from rigs.ipmi_pull import Refused, extract, move_into, pull_results, stream_from
-from rigs.ipmi_ssh import Ssh
+from rigs.ipmi.pull import Refused, extract, move_into, pull_results, stream_from
+from rigs.ipmi.ssh import Ssh
 
 WHAT = "the server's results"
 SECRET = b"the host's own file\n"
@@ -332,7 +332,7 @@ def test_stream_from_reads_stderr_alongside(host):
 
 
 def test_rig_file_caps(tmp_path):
-    from rigs.ipmi_spec import validate_spec
+    from rigs.ipmi.spec import validate_spec
     from krig.errors import UsageError
     for name in ("key", "pw"):
         (tmp_path / name).write_text("k\n")
@@ -363,8 +363,8 @@ def test_run_whose_results_hold_hostile_entries_is_error(sim, tmp_path, monkeypa
     a symlinked directory, a hard link, a FIFO and a character device (the server is root).
     The verdict is ERROR naming the refusal; the host file is untouched; the data is kept."""
     from workflows.run import run
-    from rigs import ipmi
-    from rigs.ipmi_ssh import remote_command
+    from rigs.ipmi import rig as ipmi
+    from rigs.ipmi.ssh import remote_command
     secret = tmp_path / "host-secret"
     secret.write_bytes(SECRET)
     orig = ipmi._Files.pull

@@ -8,10 +8,10 @@ import pytest
 
 from krig.errors import RigError, UsageError
 from rigs import load_rig
-from rigs.ipmi import IpmiRig
-from rigs.ipmi_bmc import Bmc
-from rigs.ipmi_kexec import kexec_args, relocatable, syscall_for
-from rigs.ipmi_ssh import Ssh, remote_command
+from rigs.ipmi.rig import IpmiRig
+from rigs.ipmi.bmc import Bmc
+from rigs.ipmi.kexec import kexec_args, relocatable, syscall_for
+from rigs.ipmi.ssh import Ssh, remote_command
 
 PW = "s3cret-Pw"
 
@@ -325,7 +325,7 @@ def test_command_output_is_read_capped(tmp_path, monkeypatch):
     the rig's one-line error, and a hung command's partial output says so instead of reading it."""
     import types
     from krig.errors import RigError
-    from rigs import ipmi
+    from rigs.ipmi import rig as ipmi
     monkeypatch.setattr(ipmi, "OUTPUT_CAP", 1000)
     server = types.SimpleNamespace(name="lab1", workdir=tmp_path)
     cmd = ipmi._Command(server)

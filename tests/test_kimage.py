@@ -1,4 +1,4 @@
-"""rigs.kimage: the vmlinux inside a bzImage, booted through PVH when the kernel has the note.
+"""rigs.qemu.kimage: the vmlinux inside a bzImage, booted through PVH when the kernel has the note.
 Real images: Debian's kernel (xz, CONFIG_PVH=y) and anything that is not a bzImage. Each case
 runs on its own empty cache ($KRIG_CACHE), so what the cache holds is what these calls put there."""
 import os
@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from rigs.kimage import has_pvh_note, pvh_image
+from rigs.qemu.kimage import has_pvh_note, pvh_image
 
 DISTRO = sorted(pathlib.Path("/boot").glob("vmlinuz-*"))
 

@@ -19,7 +19,8 @@ from conftest import KRIG, ROOT, setup_missing
 from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
 from kernels.catalog import load_kernel
 from lab_fixture import Coordinator, wait_for
-from rigs import initramfs, qemu
+from rigs import initramfs
+from rigs.qemu import rig as qemu
 
 pytestmark = pytest.mark.ipmi
 

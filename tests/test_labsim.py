@@ -1,6 +1,6 @@
 """The IPMI rig against a simulated lab server that boots like a real one.
 
-The session's server of `krig lab sim up` (tests/labsim_fixture.py, rigs/labsim.py):
+The session's server of `krig lab sim up` (tests/labsim_fixture.py, rigs/labsim/sim.py):
 ipmi_sim as the BMC, UEFI firmware + GRUB booting
 Debian 12 with systemd from the server's own disk, a non-root SSH user with
 sudo, its own host key, an NVMe scratch disk, panic=0. The kernel krig kexecs
@@ -27,7 +27,7 @@ import time
 import pytest
 
 from labsim_fixture import GROUP
-from rigs.labsim_bmc import free_port
+from rigs.labsim.bmc import free_port
 from test_ipmi import _cli, _leftovers, _wait_no_leftovers
 
 pytestmark = [pytest.mark.labsim, GROUP, pytest.mark.long(24)]     # minutes on 2 cores: its group with test_validate_e2e.py

@@ -15,8 +15,8 @@ import pytest
 from conftest import KRIG, ROOT, setup_missing
 from lab_fixture import Coordinator
 from labsim_fixture import started_under
-from rigs import labsim_image
-from rigs.labsim_bmc import missing_tools as bmc_missing
+from rigs.labsim import image as labsim_image
+from rigs.labsim.bmc import missing_tools as bmc_missing
 
 pytestmark = pytest.mark.labsim
 
@@ -42,7 +42,7 @@ def _mine(tmp_path) -> list:
     (["up", "lab1", "--memory", "64T"], r"^krig: error: --memory 64T: a sparse 65536\.0 GiB guest would touch [\d.]+ GiB "
      r"at boot alone \(struct pages \(RAM/64\) 1024\.0 GiB .*more than this host's MemAvailable [\d.]+ GiB less a "
      r"[\d.]+ GiB margin \(the host budget, as for the QEMU rig\)$"),
-    (["up", "qemu-default"], r"NAME: 'qemu-default' is already the rig .*rigs/qemu-default\.toml"),
+    (["up", "qemu-default"], r"NAME: 'qemu-default' is already the rig .*rigs/qemu/rig-default\.toml"),
     (["up", "lab1\n"], r"NAME: 'lab1\\n' is not a lab server name"),
     (["down", "lab1\n"], r"NAME: 'lab1\\n' is not a lab server name"),
 ])
@@ -86,8 +86,9 @@ def test_a_server_is_admitted_by_the_qemu_rigs_host_budget():
     """The decision, without booting, on a 24 GiB host with 22 GiB available: a 64 TiB server's
     struct pages alone exceed the host; a 256 GiB one is sparse and fits as the QEMU rig's 256 GiB
     sparse guest does; up to the host's RAM a server is backed by RAM, which must be available."""
-    from rigs import load_rig, qemu_memory
-    from rigs.labsim import admission
+    from rigs import load_rig
+    from rigs.qemu import memory as qemu_memory
+    from rigs.labsim.sim import admission
     gib = 1 << 30
     total, avail = 24 * gib, 22 * gib
     said = admission(64 << 40, avail, total)
@@ -185,7 +186,7 @@ def test_a_bisection_step_on_a_lab_server_boots_its_kernel_by_kexec(tmp_path, do
     from workflows import bisect
     from krig.errors import RigError
     from krig.record_bisect import BisectionRecord
-    import rigs.ipmi_kexec
+    import rigs.ipmi.kexec
     assert _krig(tmp_path, "lab", "sim", "up", "lab1").returncode == 0
     for k, v in _env(tmp_path).items():
         if k.startswith(("XDG_", "KRIG_")):
@@ -196,7 +197,7 @@ def test_a_bisection_step_on_a_lab_server_boots_its_kernel_by_kexec(tmp_path, do
     def kexec_boot(rig, power, kernel, cmdline, timeout):
         seen.append((rig.name, kernel.release, rig.bmc.power_status()))
         raise RigError(f"rig {rig.name}: the kexec is not part of this test")
-    monkeypatch.setattr(rigs.ipmi_kexec, "kexec_boot", kexec_boot)
+    monkeypatch.setattr(rigs.ipmi.kexec, "kexec_boot", kexec_boot)
     state = BisectionRecord(repro="selftest-pass", rig="lab1", kernel="distro", preset=None, sets=[], metric=None)
     attempt = bisect.run_krig(state)
     assert seen == [("lab1", load_kernel("distro").release, "off")]

@@ -25,7 +25,8 @@ from conftest import KRIG, ROOT, build_kernels, judged_as, setup_missing
 from kernels.catalog import load_kernel
 from kernels.demo_repo import culprit_series
 from kernels.spec import read_dotconfig
-from rigs import labsim_image, labsim_redfish
+from rigs.labsim import image as labsim_image
+from rigs.labsim import redfish as labsim_redfish
 
 pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, pytest.mark.long(30)]
 NAME = "krig-test-rf"

@@ -13,8 +13,9 @@ import pytest
 
 from conftest import KRIG, ROOT, setup_missing
 from labsim_fixture import started_under
-from rigs import labsim_image, qemu_confine
-from rigs.labsim_bmc import missing_tools as bmc_missing
+from rigs.labsim import image as labsim_image
+from rigs.qemu import confine as qemu_confine
+from rigs.labsim.bmc import missing_tools as bmc_missing
 
 pytestmark = pytest.mark.labsim
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
@@ -113,7 +114,7 @@ def test_down_signals_only_what_it_started(server, tmp_path):
     """Processes of another user whose command lines hold every string that names the server
     (its name, its LAN port as `-p PORT `, its directories) survive its `down`."""
     st = server
-    crafted = (f"sleep -p {st['lan_port']} port={st['ssh_port']} {st['base']} {st['wire']} rigs.labsim serve lab1 "
+    crafted = (f"sleep -p {st['lan_port']} port={st['ssh_port']} {st['base']} {st['wire']} rigs.labsim.sim serve lab1 "
                f"-c {st['wire']}/lan.conf")
     decoys = [subprocess.Popen(NOBODY + ["bash", "-c", f'exec -a "{crafted}" sleep 600']),
               subprocess.Popen(["bash", "-c", f'exec -a "{crafted}" sleep 600'], start_new_session=True)]
@@ -146,7 +147,7 @@ def test_two_ups_of_one_name_one_wins(tmp_path):
         rc, out, err = lost[0]
         assert rc == 3 and len(err.splitlines()) == 1 and "Traceback" not in err, (rc, out, err)
         assert re.search(r"lab sim lab1: being started or stopped by another krig lab sim \(process \d+\)", err), err
-        sups = [ln for ln in started_under(tmp_path / "state") if "rigs.labsim serve lab1" in ln]
+        sups = [ln for ln in started_under(tmp_path / "state") if "rigs.labsim.sim serve lab1" in ln]
         assert len(sups) == 1 and int(sups[0].split()[0]) == _state(tmp_path)["supervisor"]["pid"], sups
     finally:
         down = _krig(tmp_path, "lab", "sim", "down", "lab1")

@@ -1,4 +1,4 @@
-"""The simulated server's private wires (rigs/labsim_wire.py) with real sockets and processes,
+"""The simulated server's private wires (rigs/labsim/wire.py) with real sockets and processes,
 no ipmi_sim: the serial cable takes only its BMC's process and never drops it for a newcomer,
 another local user reaches no socket of the private directory, and a stop signals the session
 its BMC leads and nothing else. The whole server's are tests/test_labsim_trust.py's."""
@@ -14,8 +14,8 @@ import time
 import pytest
 
 from krig.paths import process_record
-from rigs import qemu_confine
-from rigs.labsim_wire import SerialCable, kill_session, remove_wire_dir, session_members, user_ids, wire_dir
+from rigs.qemu import confine as qemu_confine
+from rigs.labsim.wire import SerialCable, kill_session, remove_wire_dir, session_members, user_ids, wire_dir
 
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
 # a client as ipmi_sim's SOL is: connects to the socket, prints what comes, stops at EOF

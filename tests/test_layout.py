@@ -30,9 +30,10 @@ PARTS = tuple(FLOORS)
 @functools.lru_cache(maxsize=8)
 def subpackages(root: pathlib.Path = ROOT) -> list:
     """Folders with an __init__.py below a part (analysis/trace: the trace.dat library): each is a
-    library of its own, below its part, that imports only itself and the vocabulary."""
+    library of its own, below its part, that imports only itself and the vocabulary. A folder of
+    rigs/ is a driver's package (rigs/qemu/, rigs/ipmi/, ...), part of rigs, not a library."""
     return sorted(".".join(p.parent.relative_to(root).parts) for part in PARTS if FLOORS[part] == 2
-                  for p in (root / part).glob("*/__init__.py"))
+                  and part != "rigs" for p in (root / part).glob("*/__init__.py"))
 
 
 def part_of(module: str, root: pathlib.Path = ROOT) -> str:
@@ -336,7 +337,7 @@ def test_the_trace_library_is_its_own_folder():
 
 def driver_imports(root: pathlib.Path = ROOT) -> list:
     """Modules of the workflows (the runner, workflows/run.py, and every command beside it) that
-    import a rig driver's own module: rigs/qemu*.py, rigs/ipmi*.py, rigs/fake.py, every module
+    import a rig driver's own module: rigs/qemu/rig*.py, rigs/ipmi/rig*.py, rigs/fake.py, every module
     named after a driver of rigs.DRIVERS."""
     import rigs
     drivers = set(rigs.DRIVERS)
@@ -490,6 +491,6 @@ def test_handlers_and_drivers_named_by_string_are_imports():
     """A subcommand's handler and a rig driver are imported by name ("module:function"): the floor
     rules see them as imports of the module that names them, the cycle rule does not."""
     g, loaded = graph(), graph(named=False)
-    assert "workflows.group" in g["workflows.cli"] and "rigs.qemu" in g["rigs"] and "rigs.redfish" in g["rigs"]
-    assert "rigs.qemu" not in loaded["rigs"]
+    assert "workflows.group" in g["workflows.cli"] and "rigs.qemu.rig" in g["rigs"] and "rigs.redfish.rig" in g["rigs"]
+    assert "rigs.qemu.rig" not in loaded["rigs"]
     assert "kernels.build" in g["kernels.buildargs"] and "kernels.build" not in loaded["kernels.buildargs"]

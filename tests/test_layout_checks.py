@@ -36,9 +36,9 @@ RULES = {"wrong way": layout.wrong_way_imports, "cycle": layout.import_cycle,
 
 LONG_FUNCTION = "def padded():\n" + "".join(f"    x{i} = {i}\n" for i in range(81))
 CASES = [  # (rule, file, line(s) added, what the rule must name)
-    ("driver", "workflows/run.py", "import rigs.qemu\n", "workflows.run imports rigs.qemu"),
-    ("driver", "workflows/bisect.py", "from rigs.ipmi_lock import lock_dir\n",
-     "workflows.bisect imports rigs.ipmi_lock"),
+    ("driver", "workflows/run.py", "import rigs.qemu.rig\n", "workflows.run imports rigs.qemu.rig"),
+    ("driver", "workflows/bisect.py", "from rigs.ipmi.lock import lock_dir\n",
+     "workflows.bisect imports rigs.ipmi.lock"),
     ("driver", "workflows/group.py", "from rigs import fake\n", "workflows.group imports rigs.fake"),
     ("wrong way", "rigs/fake.py", "from workflows.run import run\n",
      "rigs.fake (rigs) imports workflows.run (workflows)"),

@@ -153,7 +153,7 @@ def test_a_tree_without_origin_leaves_no_path_of_this_host(tmp_path, krig_cli):
 SECRET = "qualpw-" + TOKEN[-8:]
 PROBE = '''
 import os, subprocess
-from rigs.ipmi_spec import SECRETS_FILE_ENV, take_env_secret, take_handed_secrets
+from rigs.ipmi.spec import SECRETS_FILE_ENV, take_env_secret, take_handed_secrets
 
 def test_worker_gets_the_secret_and_its_children_nothing():
     assert os.environ[SECRETS_FILE_ENV].startswith("/proc/")
@@ -166,7 +166,7 @@ HOLDER = '''
 import os, sys
 import pytest
 from workflows.qualify import worker_spec
-from rigs.ipmi_spec import SECRETS_FILE_ENV, hand_over_secrets, take_env_secret
+from rigs.ipmi.spec import SECRETS_FILE_ENV, hand_over_secrets, take_env_secret
 take_env_secret("KRIG_TEST_QUAL_PW")
 fd, path = hand_over_secrets()
 assert SECRETS_FILE_ENV not in os.environ

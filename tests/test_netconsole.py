@@ -11,9 +11,9 @@ import pytest
 
 from conftest import require_program
 from krig.errors import RigError, UsageError
-from rigs.ipmi_spec import validate_spec as validate_ipmi
-from rigs.labsim_bmc import free_port
-from rigs.labsim_redfish import Ser2net, stop_process
+from rigs.ipmi.spec import validate_spec as validate_ipmi
+from rigs.labsim.bmc import free_port
+from rigs.labsim.redfish import Ser2net, stop_process
 from rigs.netconsole import NetConsole, open_console
 
 BYTES = b"[    0.000000] Linux version 6.1\r\n\x00\x7f\xfe binary \xff\xff tail\r\n"

@@ -1,10 +1,10 @@
-"""A QEMU rig file's extra_args, parsed as QEMU parses them (rigs/qemu_args.py): every syntax
+"""A QEMU rig file's extra_args, parsed as QEMU parses them (rigs/qemu/args.py): every syntax
 that names a host file, a directory or a backend is refused, one line naming the field."""
 import pytest
 
 from krig.errors import UsageError
-from rigs import qemu_args
-from rigs.qemu_spec import validate_spec
+from rigs.qemu import args as qemu_args
+from rigs.qemu.spec import validate_spec
 
 WHERE = "/tmp/rigs/q.toml"
 

@@ -1,4 +1,4 @@
-"""QEMU opens nothing as root (rigs/qemu_launch.py): a real QEMU, started as the rig starts it,
+"""QEMU opens nothing as root (rigs/qemu/launch.py): a real QEMU, started as the rig starts it,
 has its unprivileged user from its exec on, so a root-only file named on its command line
 (the rig file's filter bypassed) is refused to it by the kernel, while what krig hands it
 (console, disk image, 9p share, all in a directory only root may enter) still works."""
@@ -14,7 +14,9 @@ import time
 import pytest
 
 from krig.errors import RigError
-from rigs import qemu, qemu_confine, qemu_launch
+from rigs.qemu import rig as qemu
+from rigs.qemu import confine as qemu_confine
+from rigs.qemu import launch as qemu_launch
 
 BASE = [qemu.QEMU, "-machine", "q35", "-accel", "tcg", "-m", "128", "-display", "none", "-vga", "none",
         "-nodefaults", "-S", "-sandbox", qemu.SANDBOX]

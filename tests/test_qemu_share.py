@@ -1,4 +1,4 @@
-"""The guest's share as the host reads it (rigs/qemu_share.py, the QEMU mailbox): no guest boots.
+"""The guest's share as the host reads it (rigs/qemu/share.py, the QEMU mailbox): no guest boots.
 
 The share's files are laid out here as QEMU's mapped-xattr model leaves them (a guest
 symlink is a regular file whose user.virtfs.mode says S_IFLNK), plus real host links and
@@ -9,9 +9,9 @@ import stat
 import pytest
 
 from krig.errors import RigError
-from rigs import qemu_share
-from rigs.qemu import QemuMachine
-from rigs.qemu_mailbox import MailboxCommand
+from rigs.qemu import share as qemu_share
+from rigs.qemu.rig import QemuMachine
+from rigs.qemu.mailbox import MailboxCommand
 
 
 def guest_made(path, mode: int, content: bytes = b""):

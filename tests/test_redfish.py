@@ -20,8 +20,8 @@ from conftest import KRIG, ROOT
 from krig.errors import RigError, UsageError
 from redfish_fixture import running_bench
 from rigs import load_rig
-from rigs.ipmi_bmc import BmcAuthError
-from rigs.redfish_spec import validate_spec
+from rigs.ipmi.bmc import BmcAuthError
+from rigs.redfish.spec import validate_spec
 
 pytestmark = [pytest.mark.redfish, pytest.mark.long(4)]
 
@@ -101,7 +101,7 @@ def test_power_through_the_offered_reset_types(bench, rig, tmp_path):
 
 
 def test_a_reset_type_the_system_does_not_offer_is_one_line(bench, rig, monkeypatch):
-    from rigs import redfish_bmc
+    from rigs.redfish import bmc as redfish_bmc
     monkeypatch.setitem(redfish_bmc.RESETS, "cycle", ("PowerCycle",))     # as a BMC whose cycle is PowerCycle only
     with pytest.raises(RigError) as e:
         rig.bmc.power("cycle")

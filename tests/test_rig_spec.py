@@ -8,9 +8,12 @@ import pytest
 
 from krig.errors import UsageError
 from krig.schema import OMIT, Field, Record, check, record
-from rigs import fake, ipmi_spec, qemu_spec, redfish_spec
-from rigs.ipmi import IpmiRig
-from rigs.qemu import QemuRig
+from rigs import fake
+from rigs.ipmi import spec as ipmi_spec
+from rigs.qemu import spec as qemu_spec
+from rigs.redfish import spec as redfish_spec
+from rigs.ipmi.rig import IpmiRig
+from rigs.qemu.rig import QemuRig
 
 PW = "s3cret-Pw"
 W = "rigs/x.toml"

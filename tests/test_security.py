@@ -16,9 +16,9 @@ import time
 import pytest
 
 from conftest import KRIG, ROOT, require_program
-from rigs.ipmi import IpmiRig
-from rigs.ipmi_ssh import SshLost, remote_command
-from rigs.ipmi_state import ServerState
+from rigs.ipmi.rig import IpmiRig
+from rigs.ipmi.ssh import SshLost, remote_command
+from rigs.ipmi.state import ServerState
 
 
 def _free_port() -> int:
@@ -162,18 +162,19 @@ time.sleep(600)
 
 
 def test_qemu_runs_as_its_own_user_and_dies_with_krig(tmp_path):
-    """QEMU as the rig starts it (rigs/qemu_launch.py): when the tests run as root, it is its own
+    """QEMU as the rig starts it (rigs/qemu/launch.py): when the tests run as root, it is its own
     unprivileged user from its exec on, under the rig's seccomp filter (set*id calls still
     denied: it never changes user itself), the share it writes is that user's, and, its
     parent-death signal gone with its non-dumpable exec, the guard kills it when its krig
     process is SIGKILLed. A real QEMU without a guest (-machine none)."""
-    from rigs import qemu_confine
+    from rigs.qemu import confine as qemu_confine
     want = qemu_confine.runas_user() or pwd.getpwuid(os.geteuid()).pw_name
     share, pidfile = tmp_path / "share", tmp_path / "qemu.pid"
     (share / "out").mkdir(parents=True)
     parent = subprocess.Popen([sys.executable, "-c", f"""
 import pathlib, subprocess, time
-from rigs import qemu, qemu_launch
+from rigs.qemu import rig as qemu
+from rigs.qemu import launch as qemu_launch
 p, guard, facts = qemu_launch.start([qemu.QEMU, "-machine", "none", "-display", "none", "-nodefaults",
                                      "-sandbox", qemu.SANDBOX], owned=[{str(share)!r}],
                                     stdin=subprocess.DEVNULL, start_new_session=True)

@@ -17,7 +17,7 @@ from kernels.catalog import load_kernel
 from kernels.spec import read_dotconfig, resolve_spec, wanted_config
 from krig.errors import UsageError
 from krig.record_machine import KernelRecord
-from rigs.ipmi_drivers import SCRIPT
+from rigs.ipmi.drivers import SCRIPT
 
 # The server drivers the brief names: NICs, RAID and HBA controllers a kexec'd QEMU kernel lacks.
 SERVER_MODULES = {"e1000e": "CONFIG_E1000E", "ixgbe": "CONFIG_IXGBE", "i40e": "CONFIG_I40E",

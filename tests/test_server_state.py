@@ -1,4 +1,4 @@
-"""A lab server's lifecycle (rigs/ipmi_state.py) as rigs/ipmi_server.py walks it, on a fake BMC
+"""A lab server's lifecycle (rigs/ipmi/state.py) as rigs/ipmi/server.py walks it, on a fake BMC
 and a fake SSH link: no server, no ipmitool, no ssh. Each wait, hang, crash and power off
 reads its rig file's fields by attribute and moves the server only as TRANSITIONS allow."""
 import dataclasses
@@ -8,10 +8,11 @@ import types
 import pytest
 
 from krig.errors import GuestCrashed, GuestHung, RigError
-from rigs import ipmi_kexec, ipmi_server
-from rigs.ipmi import IpmiRig, _Command, _Files
-from rigs.ipmi_ssh import SshLost
-from rigs.ipmi_state import TRANSITIONS, IllegalTransition, ServerState as S
+from rigs.ipmi import kexec as ipmi_kexec
+from rigs.ipmi import server as ipmi_server
+from rigs.ipmi.rig import IpmiRig, _Command, _Files
+from rigs.ipmi.ssh import SshLost
+from rigs.ipmi.state import TRANSITIONS, IllegalTransition, ServerState as S
 
 PW = "s3cret-Pw"
 

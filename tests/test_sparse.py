@@ -1,5 +1,5 @@
 """Sparse guests (RAM backed where the guest touches it), the touch rule of the preflight and the
-host watched while one runs (rigs/qemu_memory.py). The guest cases boot the distro kernel."""
+host watched while one runs (rigs/qemu/memory.py). The guest cases boot the distro kernel."""
 import json
 import pathlib
 import re
@@ -17,7 +17,8 @@ from workflows.preflight import admission_line, preflight
 from krig.reproducer import load_reproducer, touch_bytes
 from krig.reproducer_schema import parse_requires
 from krig.verdict import Evidence, decide
-from rigs import load_rig, qemu_memory
+from rigs import load_rig
+from rigs.qemu import memory as qemu_memory
 
 SPARSE_RIG = """driver = "qemu"
 memory = "{memory}"
@@ -239,7 +240,7 @@ def test_host_budget_for_the_guest(tmp_path):
 
 @pytest.mark.guest
 def test_sparse_guest_larger_than_the_host(tmp_path, no_leftover_qemu):
-    """rigs/qemu-64g-sparse.toml on a host with less RAM than 64 GB: it runs, its kernel's
+    """rigs/qemu/rig-64g-sparse.toml on a host with less RAM than 64 GB: it runs, its kernel's
     hash tables (machine facts) are the rule's for 64 GB, and QEMU's RSS is what the fixed cost
     says, not 64 GB."""
     ram = 64 << 30

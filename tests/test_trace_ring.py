@@ -13,7 +13,7 @@ from conftest import ROOT
 from kernels.catalog import load_kernel
 from krig.reproducer import load_reproducer
 from rigs import load_rig
-from rigs.qemu import GUEST_SHARE
+from rigs.qemu.rig import GUEST_SHARE
 
 pytestmark = pytest.mark.guest
 

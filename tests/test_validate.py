@@ -411,7 +411,7 @@ def test_a_lab_servers_facts_are_the_answers():
     becomes validate.json's "server" and one line of the answer; a QEMU guest has none."""
     from workflows.reply import server_line
     from workflows.validate import server_facts
-    from rigs.ipmi_kexec import firmware_facts
+    from rigs.ipmi.kexec import firmware_facts
     facts = firmware_facts("[none] integrity\nsystemd=yes\ndmi.bios_vendor=EFI Development Kit II / OVMF\n"
                            "dmi.bios_version=0.0.0\ndmi.bios_date=02/06/2015\ndmi.sys_vendor=QEMU\n"
                            "dmi.product_name=Standard PC (Q35 + ICH9, 2009)\n")

@@ -13,7 +13,7 @@ The tarball holds one directory:
 
 Secrets and identities (BMC password, password file, host names, addresses,
 user names, key and known_hosts paths, this machine's name and home, a URL's
-user:password) never enter the bundle: the password is never in a run directory (rigs/ipmi_spec.py),
+user:password) never enter the bundle: the password is never in a run directory (rigs/ipmi/spec.py),
 and every other value is replaced by a placeholder in every text file of run/.
 """
 import hashlib

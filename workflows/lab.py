@@ -140,20 +140,20 @@ def cmd_status(a) -> int:
 def cmd_sim_up(a) -> int:
     """`krig lab sim up NAME [--memory SIZE] [--nic MODEL] [--owner PID] [--bmc ipmi|redfish]`: its last
     line is the rig file's path."""
-    from rigs import labsim
+    from rigs.labsim import sim as labsim
     print(labsim.up(a.name, a.memory, owner=a.owner, nic=a.nic, bmc=a.bmc))
     return 0
 
 
 def cmd_sim_down(a) -> int:
     """`krig lab sim down NAME`."""
-    from rigs import labsim
+    from rigs.labsim import sim as labsim
     return labsim.down(a.name)
 
 
 def cmd_sim_list(a) -> int:
     """`krig lab sim list`: one line per simulated server."""
-    from rigs import labsim
+    from rigs.labsim import sim as labsim
     rows = labsim.servers()
     if not rows:
         print("no simulated lab servers (krig lab sim up NAME starts one)")

@@ -1,6 +1,6 @@
 """`--kernel KERNEL,drivers=RIG`: the drivers of a rig's server, for kernels/drivers.py.
 
-Read from the server (rigs/ipmi_drivers.py) once a krig process, and kept in
+Read from the server (rigs/ipmi/drivers.py) once a krig process, and kept in
 $KRIG_CACHE/servers/<rig>.drivers: a server found off is read from there rather than powered
 on only to be read (the reading says when it was made); one never read is powered on into its
 installed system, read, and left on for the run that follows.

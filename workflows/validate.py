@@ -290,7 +290,7 @@ def server_facts(k: dict) -> dict | None:
     out = {"rig": (k.get("rig") or {}).get("name"), "system": f.get("system"), "firmware": f.get("firmware"),
            "ram_bytes": m.get("mem_total_bytes"), "cpus": m.get("cpus"), "cpu": (m.get("cpu") or {}).get("model"),
            "bmc": f.get("bmc_info"), "bmc_address": f.get("bmc")}
-    # what a Redfish BMC says of the server (rigs/redfish_facts.py), as it says it
+    # what a Redfish BMC says of the server (rigs/redfish/facts.py), as it says it
     out.update({x: f[x] for x in ("server_model", "memory_gib", "processors", "firmware_versions") if f.get(x)})
     return out
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# krig guest agent. Runs inside the guest (chroot into its root, rigs/guestroot.py) and
+# krig guest agent. Runs inside the guest (chroot into its root, rigs/qemu/guestroot.py) and
 # executes the commands the host drops into the control directory:
 #   N.argv (NUL-separated argv), N.env (NUL-separated KEY=VALUE), then N.req
 # answering with N.out, N.err and finally N.rc. A file named `poweroff`

@@ -1,6 +1,6 @@
 #!/bin/sh
 # krig guest /init (busybox sh): load modules, assemble the guest's root from
-# read-only 9p shares (rigs/guestroot.py: a skeleton with a public copy of
+# read-only 9p shares (rigs/qemu/guestroot.py: a skeleton with a public copy of
 # /etc, tag host; the host's /usr etc., tags sys-<dir>; never the host's /),
 # mount the run's writable share, chroot into that root and run the krig
 # agent. Options come from the kernel command line:
@@ -19,7 +19,7 @@
 #                       sshd_config); the network from krig.ip=ADDR/LEN and
 #                       krig.gw=ADDR (eth0, static)
 #   krig.mode=root      boot a server's own system instead (the initrd krig
-#                       gives a kernel it kexecs into, rigs/ipmi_kexec.py):
+#                       gives a kernel it kexecs into, rigs/ipmi/kexec.py):
 #                       mount root= (UUID=, LABEL=, PARTUUID= or a device;
 #                       rootfstype=, rootflags=, ro/rw as the kernel has them)
 #                       and switch_root to init= (default /sbin/init)

@@ -1,0 +1,342 @@
+"""The lab server of one IPMI rig, as the rig's protocols (rigs/ipmi/rig.py) share it: its BMC, its
+SSH link, its rig file and console log, and the run's state on it (rigs/ipmi/state.py: its
+lifecycle and the transitions allowed); powering it, waiting for it to come back, and what a
+hang or a crash leaves on it."""
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import time
+
+from krig import progress
+from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
+from krig.schema import Record
+from krig.paths import cache_dir
+from krig.verdict import first_crash
+from rigs import lab
+from rigs.ipmi import lock as ipmi_lock
+from rigs.ipmi.bmc import Bmc, Sol
+from rigs.netconsole import open_console
+from rigs.ipmi.pull import Refused, pull_results
+from rigs.ipmi.setup import ServerSetup
+from rigs.ipmi.ssh import Ssh, SshLost, remote_command
+from rigs.ipmi.state import ServerState
+from rigs.protocol import SALVAGE_TIMEOUT, ConsoleProtocol
+
+
+POLL = 2.0
+
+
+class BootTimeout(RigError):
+    """The server did not come back: the rig's (or the lab's) problem, never the kernel's verdict."""
+
+
+class IpmiServer(ServerSetup):
+    """The lab server of one IPMI rig as its protocols share it, handed to each of them
+    explicitly: the BMC, the SSH link, the rig file, the console log, and the run's state
+    (its ServerState, boot id, work directories, results, what was learnt)."""
+
+    def __init__(self, name: str, spec: Record, where: str, bmc: Bmc, ssh: Ssh, console: ConsoleProtocol):
+        self.name, self.spec, self.where = name, spec, where
+        self.bmc, self.ssh, self.console = bmc, ssh, console
+        self.rd = spec.remote_dir
+        self.wd: str | None = None     # this boot's work directory: <remote_dir>/run.XXXXXX
+        self.run_dir: pathlib.Path | None = None
+        self.workdir: pathlib.Path | None = None
+        self.lock_fd = None
+        self.hold: lab.Hold | None = None      # the server held through the lab coordinator
+        self.sol: Sol | None = None
+        self.facts: dict = {}
+        self.boot_id = None
+        self.results = None            # remote results dir of this boot
+        self.prefetched = None         # (remote, local dir, Refused or None) pulled before a power off
+        self.salvaged = False
+        self._state = ServerState.UNKNOWN      # changed by become() only
+        self.powered = False           # this run powered the server on
+        self.in_hang = False
+        self.on_timeout = None         # (argv, env): the salvage of the running command
+        self.needs: dict = {}
+
+    # -- per-run state ------------------------------------------------------
+    def prepare(self, run_dir, needs):
+        self.run_dir = pathlib.Path(run_dir)
+        self.console.log_path = self.run_dir / "console.log"
+        self.take_lock()
+        self.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=cache_dir("work")))
+        self.bmc.log_path = self.run_dir / "bmc.log"
+        self.ssh.log_path = self.run_dir / "ssh.log"
+        self.needs = dict(needs)
+        if needs.get("scratch_size") and not self.spec.scratch_dev:
+            raise UsageError(f"{self.where}: the reproducer needs a scratch disk; set scratch_dev")
+        b = self.spec.bmc
+        self.facts.update({"bmc": f"{b.host}:{b.port}", "ssh": self.ssh.target,
+                            "boot_mode": self.spec.boot, "scratch_dev": self.spec.scratch_dev})
+        self.facts["power_at_start"] = self.bmc.power_status()   # also proves the login works
+        self.facts["bmc_info"] = self.bmc.mc_info()
+        (self.run_dir / "sel-before.txt").write_text(self.bmc.sel_text())
+        if b.clear_sel:
+            self.bmc.sel_clear()
+        self.console.log_path.touch()
+        self.sol = open_console(self.spec.console, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}")
+
+    def take_lock(self):
+        addr = lab.address()
+        if addr:
+            self.hold = lab.Coordinator(addr).hold(self.name, lab.priority(), ipmi_lock.lock_wait(),
+                                                   lab.lease_seconds())
+            self.facts["lab"] = self.hold.facts
+            return
+        b = self.spec.bmc
+        self.lock_fd, path = ipmi_lock.take(self.name, b.host, b.port, log=lab.say)
+        self.facts["lock"] = str(path)
+
+    @property
+    def state(self) -> ServerState:
+        return self._state
+
+    def become(self, state: ServerState) -> None:
+        """The server is now in `state`: a change rigs/ipmi/state.py allows, else IllegalTransition."""
+        self._state = self._state.to(state, self.name)
+
+    @property
+    def holding(self) -> bool:
+        """This process holds the server (lock file or lab coordinator)."""
+        return self.lock_fd is not None or self.hold is not None
+
+    def shutdown(self):
+        """Pull the results, then an orderly power off; a hard one if it does not finish in time."""
+        if not self.holding:
+            return
+        self.prefetch_results()
+        how = "soft"
+        try:
+            rc = None
+            if self.state is ServerState.UP and self.spec.shutdown_command:
+                try:
+                    rc, _, _ = self.ssh.run(remote_command(self.spec.shutdown_command, None), timeout=30)
+                except (SshLost, subprocess.TimeoutExpired):
+                    rc = 0                  # the connection died with the system going down
+                self.ssh.stop_master()
+            if rc != 0:
+                self.bmc.power("soft")      # ACPI power button
+            if not self.bmc.wait_power("off", self.spec.shutdown_timeout, POLL):
+                how = f"hard (still on {self.spec.shutdown_timeout:.0f}s after the soft shutdown)"
+        except KrigError as e:
+            how = f"hard ({e})"
+        if how != "soft":
+            self.hard_off()
+        self.become(ServerState.OFF)
+        self.facts["shutdown"] = how
+
+    def close(self):
+        self.ssh.stop_master()
+        if self.sol is not None:
+            self.sol.stop()
+            self.facts["sol_restarts" if self.spec.console == "sol" else "console_reconnects"] = \
+                self.sol.restarts
+            self.sol = None
+        if self.holding and not self.bmc.failed:
+            try:
+                if self.powered and self.state is not ServerState.OFF:
+                    self.hard_off()        # interrupted run: never leave the server running it
+            except KrigError as e:
+                self.facts["close_error"] = str(e)
+            try:
+                if self.run_dir is not None:
+                    (self.run_dir / "sel.txt").write_text(self.bmc.sel_text())
+            except (KrigError, OSError) as e:
+                self.facts["sel_error"] = str(e)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+        if self.hold is not None:
+            self.hold.release()
+            self.hold = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    # -- helpers ------------------------------------------------------------
+    def hard_off(self):
+        self.ssh.stop_master()
+        self.bmc.power("off")
+        if not self.bmc.wait_power("off", 60, POLL):
+            raise RigError(f"rig {self.name}: the server is still on 60s after `chassis power off`")
+        self.become(ServerState.OFF)
+
+    def console_size(self) -> int:
+        try:
+            return self.console.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def console_crash(self, since: int) -> str | None:
+        try:
+            with open(self.console.log_path, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return None
+        return first_crash(text)
+
+    def wait_up(self, timeout: float, what: str, old_boot_id=None):
+        """Until SSH answers with a boot_id other than old_boot_id; crash/off/timeout raise."""
+        mark, t0 = self.console_size(), time.monotonic()
+        with progress.waiting(f"the server {self.name} to answer SSH {what}", timeout):
+            for n in range(int(timeout / POLL) + 2):
+                left = timeout - (time.monotonic() - t0)
+                bid = self.ssh.probe(max(1.0, min(self.spec.ssh.connect_timeout, left)))
+                if bid and bid != old_boot_id:
+                    self.boot_id = bid
+                    self.become(ServerState.UP)
+                    self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir)
+                    return
+                crash = self.console_crash(mark)
+                if crash:
+                    self.become(ServerState.CRASHED)
+                    raise GuestCrashed(f"the kernel crashed {what}: {crash}")
+                if n % 5 == 4 and self.bmc.power_status() == "off":
+                    self.become(ServerState.CRASHED)
+                    raise GuestCrashed(f"the server powered off {what}")
+                if time.monotonic() - t0 > timeout:
+                    break
+                time.sleep(POLL)
+        self.become(ServerState.HUNG)
+        raise BootTimeout(f"rig {self.name}: the server did not answer SSH within {timeout:.0f}s {what}; "
+                          f"krig powers it off: see console.log, then power it on by hand ({self.bmc.POWER_ON}) "
+                          f"and log in (docs/lab-server.md: a server that does not come back)")
+
+    def ssh_call(self, what: str, remote: str, timeout: float, **kw):
+        """ssh.run with the rig's handling of a lost connection and of a timeout."""
+        mark = self.console_size()
+        try:
+            return self.ssh.run(remote, timeout=timeout, **kw)
+        except subprocess.TimeoutExpired:
+            self.on_hang(f"{what} did not finish within {timeout:.0f}s")
+        except SshLost as e:
+            self.diagnose_lost(what, e, mark)
+
+    def diagnose_lost(self, what: str, err: SshLost, mark: int):
+        """The SSH connection failed: crashed, rebooted, hung, or only the network?"""
+        t0 = time.monotonic()
+        size, quiet_since = self.console_size(), time.monotonic()
+        limit = self.spec.hang_timeout
+        for n in range(int(3 * limit / POLL) + 2):
+            crash = self.console_crash(mark)
+            if crash:
+                self.become(ServerState.CRASHED)
+                raise GuestCrashed(f"the kernel crashed while {what}: {crash}")
+            bid = self.ssh.probe(min(10.0, self.spec.ssh.connect_timeout))
+            if bid and bid != self.boot_id:
+                self.become(ServerState.CRASHED)
+                raise GuestCrashed(f"the server rebooted while {what} (SSH: {err})")
+            if bid:
+                raise RigError(f"rig {self.name}: the SSH connection to {self.ssh.target} failed while {what} "
+                               f"({err}), but the server still answers")
+            if n % 5 == 4 and self.bmc.power_status() == "off":
+                self.become(ServerState.CRASHED)
+                raise GuestCrashed(f"the server powered off while {what}")
+            now = time.monotonic()
+            if self.console_size() != size:
+                size, quiet_since = self.console_size(), now
+            if now - quiet_since > limit:
+                self.on_hang(f"no SSH answer and no console output for {limit:.0f}s while {what}")
+            if now - t0 > 3 * limit:
+                break
+            time.sleep(POLL)
+        self.on_hang(f"no SSH answer for {3 * limit:.0f}s while {what} (the console kept printing)")
+
+    def on_hang(self, reason: str):
+        """Save what can be saved, NMI, let the console show it, power cycle, wait; raise GuestHung."""
+        if self.in_hang:
+            raise GuestHung(reason)
+        self.in_hang = True
+        self.become(ServerState.HUNG)
+        hang = self.facts.setdefault("hang", {})
+        hang["reason"] = reason
+        try:
+            self.run_salvage()
+            self.prefetch_results(probe=True)
+            mark = self.console_size()
+            try:
+                if self.bmc.power_status() == "on":
+                    self.bmc.power("diag")
+                    hang["nmi"] = f"sent ({self.bmc.NMI})"
+                else:
+                    hang["nmi"] = "not sent: the server is off"
+            except RigError as e:
+                hang["nmi"] = f"failed: {e}"
+            t0 = time.monotonic()
+            size, quiet = self.console_size(), time.monotonic()
+            for _ in range(int(self.spec.nmi_wait / 0.5) + 2):     # until the console settles
+                if time.monotonic() - t0 >= self.spec.nmi_wait:
+                    break
+                time.sleep(0.5)
+                if self.console_size() != size:
+                    size, quiet = self.console_size(), time.monotonic()
+                elif size > mark and time.monotonic() - quiet > 3:
+                    break
+            hang["console_bytes_after_nmi"] = self.console_size() - mark
+            if self.spec.recover_after_hang:
+                try:
+                    old = self.boot_id
+                    self.power_cycle()
+                    self.wait_up(self.spec.boot_timeout, "after the power cycle", old_boot_id=old)
+                    hang["recovered"] = "yes: power cycled and answering SSH again"
+                except KrigError as e:
+                    hang["recovered"] = f"no: {e}"
+        finally:
+            self.in_hang = False
+        raise GuestHung(reason)
+
+    def power_cycle(self):
+        self.powered = True
+        self.ssh.stop_master()
+        try:
+            self.bmc.power("cycle")
+        except RigError:
+            self.hard_off()
+            self.bmc.power("on")
+
+    def run_salvage(self):
+        """The overrunning command's salvage argv, over a second SSH connection (bounded)."""
+        if self.on_timeout is None:
+            return
+        argv, env = self.on_timeout
+        self.on_timeout = None
+        t0 = time.monotonic()
+        try:
+            rc, _, _ = self.ssh.run(remote_command(argv, env, cwd=f"{self.wd}/home"), timeout=SALVAGE_TIMEOUT,
+                                    connect_timeout=10)
+            self.facts["salvage"] = f"ran in {time.monotonic() - t0:.1f}s, exit {rc}"
+        except subprocess.TimeoutExpired:
+            self.facts["salvage"] = f"no answer within {SALVAGE_TIMEOUT}s (the server is stuck too)"
+        except (SshLost, KrigError) as e:
+            self.facts["salvage"] = f"not possible: {e}"
+
+    def prefetch_results(self, probe: bool = False):
+        """Pull this run's remote results before the server goes off (best effort, bounded)."""
+        if self.salvaged or self.results is None or self.state not in (ServerState.UP, ServerState.HUNG):
+            return
+        self.salvaged = True
+        if probe and self.ssh.probe(10) != self.boot_id:
+            self.facts["results_pull"] = "not possible: the server does not answer SSH"
+            return
+        dest = pathlib.Path(tempfile.mkdtemp(prefix="prefetch.", dir=self.workdir))
+        try:
+            self.pull_over_ssh(self.results, dest, 60 if probe else self.spec.pull_timeout)
+            self.prefetched = (self.results, dest, None)
+            self.facts["results_pull"] = "pulled before the power off"
+        except Refused as e:
+            self.prefetched = (self.results, dest, e)       # the files it took are kept; pull() says why
+            self.facts["results_pull"] = "refused entries (pull_error)"
+        except (KrigError, SshLost, subprocess.TimeoutExpired) as e:
+            self.facts["results_pull"] = f"failed: {e or type(e).__name__}"
+
+    def pull_over_ssh(self, remote: str, local: pathlib.Path, timeout: float):
+        """The directory remote into local: only regular files and directories (rigs/ipmi/pull.py)."""
+        local.mkdir(parents=True, exist_ok=True)
+        with progress.waiting(f"the results to come over SSH from the server {self.name}", timeout):
+            pull_results(self.ssh, remote, local, timeout, self.spec.pull_max_size,
+                         self.spec.pull_max_file_size)

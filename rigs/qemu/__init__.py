@@ -1,0 +1,1 @@
+"""A QEMU rig: a local guest with emulated NVMe (driver = "qemu")."""

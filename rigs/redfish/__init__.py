@@ -1,0 +1,1 @@
+"""A lab server behind a Redfish BMC (driver = "redfish"), through sushy."""

@@ -1,0 +1,128 @@
+"""What a Redfish BMC says about its server, for the manifest, and the server's log services
+read as the IPMI SEL is (sel-before.txt, sel.txt): through sushy's resources where sushy has
+them (the system, its manager, the update service's firmware inventory) and through its
+connector for the LogService schema it has no class for. A BMC without some of it gives
+what it has; nothing here fails a run."""
+from krig.errors import RigError
+from rigs.ipmi.bmc import BmcAuthError
+
+LOG_ENTRIES = 1000          # entries read from one log service
+INVENTORY = 40              # firmware inventory items in the facts
+
+
+def _text(v) -> str:
+    return str(getattr(v, "value", v)) if v is not None else ""
+
+
+def manager_line(bmc) -> str:
+    """The BMC's identity: its manager's model and firmware, the Redfish version."""
+    def line(s):
+        try:
+            m = s.managers[0] if s.managers else None
+        except Exception as e:      # a manager link the BMC does not serve
+            return f"manager unknown ({type(e).__name__})"
+        who = " ".join(x for x in (m.json.get("Manufacturer"), m.model) if x) if m else "manager unknown"
+        fw = f", firmware {m.firmware_version}" if m is not None and m.firmware_version else ""
+        return f"{who or 'manager ' + m.identity}{fw}, Redfish {bmc._root.redfish_version or '?'}"
+    try:
+        return bmc.call("reading the manager", line)
+    except BmcAuthError:
+        raise
+    except RigError as e:
+        return f"unknown ({e})"
+
+
+def server_facts(bmc) -> dict:
+    """The server as the BMC describes it: model, memory, processors, firmware versions."""
+    def facts(s):
+        out = {"redfish_system": s.path,
+               "redfish_auth": "session token" if bmc._auth.can_refresh_session() else "basic (no SessionService)"}
+        model = " ".join(x for x in (s.manufacturer, s.model) if x)
+        if model:
+            out["server_model"] = model
+        if s.memory_summary and s.memory_summary.size_gib:
+            out["memory_gib"] = s.memory_summary.size_gib
+        ps = s.json.get("ProcessorSummary") or {}
+        model = ps.get("Model") or _first_processor(s)
+        if ps.get("Count") or model:
+            out["processors"] = f"{ps.get('Count', '?')} x {model or 'model not given'}"
+        fw = {"bios": s.bios_version} if s.bios_version else {}
+        out["firmware_versions"] = fw
+        return out
+    try:
+        out = bmc.call("reading the system", facts)
+    except RigError as e:
+        if isinstance(e, BmcAuthError):
+            raise
+        return {"server_facts_error": str(e)}
+    out["firmware_versions"].update(_inventory(bmc))
+    return out
+
+
+def _first_processor(s) -> str | None:
+    """The model of the system's first processor, when its summary does not say."""
+    try:
+        members = s.processors.get_members() if s.processors else []
+    except Exception:       # a Processors link the BMC does not serve: the facts go without it
+        return None
+    return members[0].model if members else None
+
+
+def _inventory(bmc) -> dict:
+    """Firmware versions from the update service's FirmwareInventory (name -> version), bounded."""
+    def inv(s):
+        us = bmc._root.get_update_service()
+        items = {}
+        for item in us.firmware_inventory.get_members()[:INVENTORY]:
+            if item.version:
+                items[item.name or item.identity] = item.version
+        return items
+    try:
+        return bmc.call("reading the firmware inventory", inv)
+    except RigError as e:
+        if isinstance(e, BmcAuthError):
+            raise
+        return {}
+
+
+def _services(bmc, s) -> list[str]:
+    link = (s.json.get("LogServices") or {}).get("@odata.id")
+    if not link:
+        return []
+    return [m["@odata.id"] for m in bmc.raw(link).get("Members", []) if "@odata.id" in m]
+
+
+def log_text(bmc) -> str:
+    """Every log service of the system: its entries, newest last, as lines of text."""
+    def read(s):
+        lines = []
+        for svc in _services(bmc, s):
+            body = bmc.raw(svc)
+            lines.append(f"== {svc} ({body.get('Name', '')}, {body.get('Status', {}).get('State', '')})")
+            link = (body.get("Entries") or {}).get("@odata.id")
+            entries = bmc.raw(link).get("Members", []) if link else []
+            for e in entries[-LOG_ENTRIES:]:
+                lines.append(" | ".join(str(e.get(k, "")) for k in ("Created", "Severity", "EntryType", "Message")))
+            lines.append(f"({len(entries)} entries)")
+        return lines
+    try:
+        lines = bmc.call("reading the log services", read)
+    except RigError as e:
+        if isinstance(e, BmcAuthError):
+            raise
+        return f"log services not read: {e}\n"
+    return "\n".join(lines) + "\n" if lines else "the system lists no log services\n"
+
+
+def clear_logs(bmc) -> None:
+    """LogService.ClearLog on every log service that offers it (best effort)."""
+    def clear(s):
+        for svc in _services(bmc, s):
+            act = (bmc.raw(svc).get("Actions") or {}).get("#LogService.ClearLog", {}).get("target")
+            if act:
+                bmc._conn.post(act, data={})
+    try:
+        bmc.call("clearing the log services", clear)
+    except RigError as e:
+        if isinstance(e, BmcAuthError):
+            raise

@@ -1,0 +1,82 @@
+"""Rig files of Redfish servers (driver = "redfish"): validation on load.
+
+The file is an IPMI rig file (rigs/ipmi/spec.py: the SSH, kexec and lab tables, the timeouts)
+whose [bmc] table names a Redfish service instead (BMC below) and whose `console` is a
+network serial console (rfc2217:// or telnet://, rigs/netconsole.py): Redfish has no Serial
+over LAN. TLS is always verified: against the system's CAs, a CA file (`ca_file`), or a
+pinned SHA-256 certificate fingerprint (`fingerprint`); there is no way to turn it off. The
+password comes from the environment or a 0600 file like the IPMI one, returned apart from the
+spec (never in describe(), the manifest, a log or an error). The checked file is a RedfishSpec
+(TOP_REDFISH as a frozen record, its bmc a RedfishSpecBmc).
+"""
+import re
+
+from krig.errors import UsageError
+from krig.schema import OMIT, Field, check, record
+from rigs.ipmi.spec import ENV_RE, HOST, TOP, USER, USER_RE, a_file, absolute_path, password_of, check_ssh
+from rigs.netconsole import URL_RE
+
+# BootSourceOverrideTarget values of the Redfish schema (ComputerSystem.v1_x BootSource)
+BOOT_TARGETS = ("Pxe", "Floppy", "Cd", "Usb", "Hdd", "BiosSetup", "Utilities", "Diags", "UefiShell",
+                "UefiTarget", "SDCard", "UefiHttp", "RemoteDrive", "UefiBootNext")
+FINGERPRINT_RE = re.compile(r"^(sha256:)?([0-9A-Fa-f]{2}(:?[0-9A-Fa-f]{2}){31})$")
+
+
+def _fingerprint(value: str, field: str) -> str:
+    """A SHA-256 certificate fingerprint: 64 hex digits, colons allowed (as openssl prints
+    them), an optional sha256: prefix; kept as lowercase hex."""
+    m = FINGERPRINT_RE.match(value.strip()) if isinstance(value, str) else None
+    if not m:
+        raise UsageError(f"{field}: {value!r} is not a SHA-256 fingerprint (64 hex digits, colons allowed, as "
+                         f"`openssl x509 -noout -fingerprint -sha256` prints it)")
+    return m.group(2).replace(":", "").lower()
+
+
+BMC = (
+    HOST,
+    Field("port", int, 443, min=1, max=65535, says="{v} is not a port number (1-65535)"),
+    Field("user", str, pattern=USER_RE, says=USER),
+    Field("password_env", str, OMIT, pattern=ENV_RE, says="{v!r} is not an environment variable name"),
+    Field("password_file", str, OMIT, convert=absolute_path),
+    Field("ca_file", str, OMIT, convert=a_file),
+    Field("fingerprint", str, OMIT, convert=_fingerprint),
+    Field("system", str, "", pattern=r"[A-Za-z0-9._:-]*", says="{v!r} is not a Systems member id "
+          "(the last part of /redfish/v1/Systems/<id>)"),
+    Field("auth", str, "session", choices=("session", "auto")),
+    Field("timeout", int, 30, min=1, max=300, says="must be 1-300 s, got {v}"),
+    Field("retries", int, 3, min=0, max=10, says="must be 0-10, got {v}"),
+    Field("boot_device", str, "", choices=("", *BOOT_TARGETS),
+          says="{v!r} is not a Redfish BootSourceOverrideTarget: " + ", ".join(BOOT_TARGETS)),
+    Field("clear_log", bool, True, name="clear_sel"),   # the server logs cleared after sel-before.txt
+)
+
+
+def _net_console(v: str) -> bool:
+    m = URL_RE.match(v)
+    return bool(m) and 1 <= int(m.group(3)) <= 65535
+
+
+TOP_REDFISH = tuple(
+    Field("driver", str, "redfish", choices=("redfish",)) if f.key == "driver" else
+    Field("bmc", dict, table=BMC) if f.key == "bmc" else
+    Field("console", str, test=_net_console, says="{v!r}: use rfc2217://HOST:PORT or telnet://HOST:PORT (a "
+          "network serial console such as ser2net: Redfish has no Serial over LAN)") if f.key == "console" else f
+    for f in TOP)
+
+
+RedfishSpec = record("RedfishSpec", TOP_REDFISH)
+
+
+def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[RedfishSpec, str]:
+    """The rig file (TOP_REDFISH) checked: (the checked spec, BMC password)."""
+    where = where or f"rigs/{name}.toml"
+    out = RedfishSpec.of(check(spec, TOP_REDFISH, where))
+    b, bw = out.bmc, f"{where}.bmc"
+    if (b.password_env is None) == (b.password_file is None):
+        raise UsageError(f"{bw}: set exactly one of password_env (an environment variable's name) "
+                         "or password_file (a file of mode 0600)")
+    if b.ca_file is not None and b.fingerprint is not None:
+        raise UsageError(f"{bw}: set at most one of ca_file (the CA that signed the BMC's certificate) "
+                         "or fingerprint (the BMC certificate's SHA-256 fingerprint, pinned)")
+    password = password_of(b, bw)
+    return check_ssh(out, spec, where), password
