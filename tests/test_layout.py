@@ -402,7 +402,8 @@ def test_the_size_check_sees_a_long_file_and_function():
 
 # Where a run's records (manifest.json; the judge's verdict.json, metrics.json, thresholds.json)
 # may be read, written and typed: the run record and the run-directory reader.
-RECORD_MODULES = {"krig/record.py", "krig/record_machine.py", "krig/rundir.py", "krig/record_group.py"}
+RECORD_MODULES = {"krig/record.py", "krig/record_machine.py", "krig/rundir.py", "krig/record_group.py",
+                  "krig/record_validation.py", "krig/record_compare.py"}
 _JUDGED_FILES = r"(?:\b(?:VERDICT|METRICS|THRESHOLDS|GROUP_FILE)\b|(?:verdict|metrics|thresholds|group)\.json)"
 # What reads a run's records around the record: by key, by hand, or into a record of one's own.
 MANIFEST_READS = {
