@@ -11,6 +11,7 @@ from krig.record_compare import Comparison, MetricRow, Side, Spread, ThresholdRo
 from krig.record_machine import Machine, RigRecord
 from krig.record_validation import (SeriesProvenance, ServerFacts, SideKernel, ValidationRecord, read_validation,
                                     write_validation)
+from test_validate import _fake_groups, series_repo  # noqa: F401 (series_repo: a fixture)
 
 ROW = {"metric": "files_seen", "unit": "files", "better": "higher",
        "base": {"n": 4, "median": 2.5, "min": 1.0, "max": 4.0}, "new": {"n": 4, "median": 6.5, "min": 5.0, "max": 8.0},
@@ -112,3 +113,15 @@ def test_a_bad_validation_file_is_one_line_naming_it(tmp_path, text, says):
     assert str(e.value).startswith(says.format(d=tmp_path)) and "\n" not in str(e.value), str(e.value)
     with pytest.raises(UsageError, match=r"^--dir "):
         read_validation(tmp_path, "--dir")
+
+
+def test_validate_on_a_bad_validation_file_says_one_line(series_repo, tmp_path, monkeypatch):  # noqa: F811
+    """-o names a directory whose validate.json is not a validation's: one line naming it, nothing run."""
+    from workflows.validate import validate
+    calls = _fake_groups(monkeypatch, {"base": ("FAIL", -100), "new": ("PASS", 10)})
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "validate.json").write_text("[]")
+    with pytest.raises(UsageError) as e:
+        validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 1, out=tmp_path / "v",
+                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)
+    assert str(e.value) == f"-o {tmp_path / 'v'}: validate.json is not a JSON object" and not calls
