@@ -109,7 +109,7 @@ def details(state: ValidationRecord) -> str:
     if res:
         lines += [f"runs:    base {res.base.verdict_text}, patched {res.new.verdict_text}", ""]
         lines += table_lines(res, state.judged_metrics or None)
-    lines += [f"differs: {d}" for d in state.differences]
+    lines += [f"differs: {d}" for d in state.differences or []]
     return "\n".join(lines)
 
 
