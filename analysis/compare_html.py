@@ -9,6 +9,7 @@ import pathlib
 
 from krig.errors import KrigError
 from krig.record import read_metrics
+from krig.record_compare import Comparison
 from krig.reproducer import load_reproducer
 from krig.rundir import RunDir
 
@@ -65,62 +66,62 @@ def overlay_plot(spec: dict, repro, runs: dict, out: pathlib.Path) -> pathlib.Pa
     return png
 
 
-def _side_rows(res: dict) -> list:
+def _side_rows(res: Comparison) -> list:
     rows = []
     for side in ("base", "new"):
-        s = res[side]
-        rows.append([SIDES[side]["label"], esc(", ".join(s["kernels"])), esc(", ".join(s["releases"])),
-                     esc(", ".join(s["rigs"])),
-                     esc(s["verdict_text"]) + (f"<br>{esc(s['outcome'])}" if s.get("outcome") else ""),
-                     "<br>".join(esc(r) for r in s["runs"])])
+        s = res.side(side)
+        rows.append([SIDES[side]["label"], esc(", ".join(s.kernels)), esc(", ".join(s.releases)),
+                     esc(", ".join(s.rigs)),
+                     esc(s.verdict_text) + (f"<br>{esc(s.outcome)}" if s.outcome else ""),
+                     "<br>".join(esc(r) for r in s.runs)])
     return rows
 
 
-def _metric_rows(res: dict) -> list:
+def _metric_rows(res: Comparison) -> list:
     rows = []
-    for r in res["metrics"]:
-        b, n = r["base"], r["new"]
-        p = "-" if r["p"] is None else f"{r['p']:.4f}"
-        sig = ("yes" if r["material"] else f"yes, but under {r['min_change_pct']:g}%") \
-            if r["significant"] else ("no" if r["reachable"] else "no (too few runs)")
-        way = r["verdict"] or (f"({r['direction']})" if r["direction"] else "")
-        rows.append([esc(r["metric"]), esc(r["unit"]), b["n"], esc(fmt(b["median"])),
-                     esc(f"{fmt(b['min'])} - {fmt(b['max'])}"), n["n"], esc(fmt(n["median"])),
-                     esc(f"{fmt(n['min'])} - {fmt(n['max'])}"),
-                     "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%", esc(way), p, sig])
+    for r in res.metrics:
+        b, n = r.base, r.new
+        p = "-" if r.p is None else f"{r.p:.4f}"
+        sig = ("yes" if r.material else f"yes, but under {r.min_change_pct:g}%") \
+            if r.significant else ("no" if r.reachable else "no (too few runs)")
+        way = r.verdict or (f"({r.direction})" if r.direction else "")
+        rows.append([esc(r.metric), esc(r.unit), b.n, esc(fmt(b.median)),
+                     esc(f"{fmt(b.min)} - {fmt(b.max)}"), n.n, esc(fmt(n.median)),
+                     esc(f"{fmt(n.min)} - {fmt(n.max)}"),
+                     "-" if r.change_pct is None else f"{r.change_pct:+.1f}%", esc(way), p, sig])
     return rows
 
 
-def write_compare_html(res: dict, out: pathlib.Path) -> list:
+def write_compare_html(res: Comparison, out: pathlib.Path) -> list:
     """Writes out/compare.html and its PNGs; returns notes (one line per plot that failed)."""
     out.mkdir(parents=True, exist_ok=True)
-    repro = load_reproducer(res["reproducer"])
+    repro = load_reproducer(res.reproducer)
     notes, figs = [], []
-    runs = {"base": res["_runs"]["base"], "new": res["_runs"]["new"]}
+    runs = {"base": res.judged_runs.get("base", []), "new": res.judged_runs.get("new", [])}
     if runs["base"] or runs["new"]:
         for spec in repro.plots:
             try:
                 figs.append((overlay_plot(spec, repro, runs, out), spec["title"]))
             except Exception as e:      # one plot failing never stops the page
                 notes.append(f"plot {spec['name']}: {type(e).__name__}: {e}")
-    parts = [f"<h1>krig compare: {esc(res['reproducer'])}</h1>",
-             f"<p>preset {esc(res['preset'] or '(defaults)')}; "
-             f"{esc(' '.join(f'{k}={v}' for k, v in (res['params'] or {}).items()))}</p>"]
-    parts += [f"<p class=\"note\">warning: {esc(w)}</p>" for w in res["warnings"]]
+    parts = [f"<h1>krig compare: {esc(res.reproducer)}</h1>",
+             f"<p>preset {esc(res.preset or '(defaults)')}; "
+             f"{esc(' '.join(f'{k}={v}' for k, v in (res.params or {}).items()))}</p>"]
+    parts += [f"<p class=\"note\">warning: {esc(w)}</p>" for w in res.warnings]
     parts += ["<h2>Sides</h2>", html_table(["side", "kernel", "release", "rig", "verdicts", "runs"],
                                            _side_rows(res))]
     parts += ["<h2>Metrics</h2>",
-              f"<p>Judged runs (PASS/FAIL) only. p: {esc(res['test'])}; significant only at p &lt; "
-              f"{res['alpha']} with at least {res['min_n_per_side']} runs a side (with 3 vs 3 the smallest "
+              f"<p>Judged runs (PASS/FAIL) only. p: {esc(res.test)}; significant only at p &lt; "
+              f"{res.alpha} with at least {res.min_n_per_side} runs a side (with 3 vs 3 the smallest "
               f"possible p is 0.10). Change: NEW median against BASE median; better/worse when significant and "
               f"at least the metric's min_change_pct (default 1%), \"small\" when significant but "
               f"smaller, in brackets when not significant.</p>",
               html_table(["metric", "unit", "n", "BASE median", "BASE min - max", "n", "NEW median",
                           "NEW min - max", "change", "", "p", "significant"], _metric_rows(res),
                          (2, 3, 4, 5, 6, 7, 8, 10))]
-    trows = [[esc(t["threshold"]), esc(t["kind"]), f"{t['base']['held']}/{t['base']['judged']}",
-              f"{t['new']['held']}/{t['new']['judged']}", "FLIPS" if t["flips"] else "-"]
-             for t in res["thresholds"]]
+    trows = [[esc(t.threshold), esc(t.kind), f"{t.base.held}/{t.base.judged}",
+              f"{t.new.held}/{t.new.judged}", "FLIPS" if t.flips else "-"]
+             for t in res.thresholds]
     parts += ["<h2>Thresholds</h2>", html_table(["threshold", "kind", "BASE held", "NEW held", "flips"], trows)
               if trows else "<p>none</p>"]
     parts.append("<h2>Plots</h2>")
@@ -131,7 +132,7 @@ def write_compare_html(res: dict, out: pathlib.Path) -> list:
         parts.append("<p>no plots (no judged runs, or none declared)</p>")
     for n in notes:
         parts.append(f"<p class=\"note\">compare: {esc(n)}</p>")
-    title = f"krig compare {res['reproducer']}"
+    title = f"krig compare {res.reproducer}"
     (out / "compare.html").write_text(
         f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
         f"<style>{CSS}td.n{{white-space:nowrap}} body{{max-width:1300px}}</style></head><body>\n"

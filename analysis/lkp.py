@@ -17,10 +17,12 @@ end_nr_negative:
 peak_negative_vs_inflight:
        50    0.0%   -97.7%     1.155    1.7% 0.221
 
-Input: a `krig compare` result.
+Input: a `krig compare` result (krig/record_compare.py Comparison).
 """
 import math
 import statistics
+
+from krig.record_compare import Comparison
 
 WIDTH = 72
 HEAD = f"{'base':>9s} {'%stddev':>7s} {'%change':>8s} {'new':>9s} {'%stddev':>7s} {'p':>6s}  metric"
@@ -56,20 +58,20 @@ def _pct(v, signed=False) -> str:
     return f"{v:+.1f}%" if signed else f"{v:.1f}%"
 
 
-def lkp_rows(res: dict) -> list:
+def lkp_rows(res: Comparison) -> list:
     """[{metric, base, base_sd, new, new_sd, change, p, significant, n_base, n_new}] in res's order."""
     rows = []
-    for r in res["metrics"]:
-        bm, bsd = mean_sd(r["values"]["base"])
-        nm, nsd = mean_sd(r["values"]["new"])
+    for r in res.metrics:
+        bm, bsd = mean_sd(r.values["base"])
+        nm, nsd = mean_sd(r.values["new"])
         change = 100.0 * (nm - bm) / abs(bm) if bm not in (None, 0) and nm is not None else None
-        rows.append({"metric": r["metric"], "base": bm, "base_sd": bsd, "new": nm, "new_sd": nsd,
-                     "change": change, "p": r["p"], "significant": r["significant"], "verdict": r["verdict"],
-                     "n_base": r["base"]["n"], "n_new": r["new"]["n"]})
+        rows.append({"metric": r.metric, "base": bm, "base_sd": bsd, "new": nm, "new_sd": nsd,
+                     "change": change, "p": r.p, "significant": r.significant, "verdict": r.verdict,
+                     "n_base": r.base.n, "n_new": r.new.n})
     return rows
 
 
-def table_lines(res: dict, metrics: list | None = None) -> list:
+def table_lines(res: Comparison, metrics: list | None = None) -> list:
     """The table (header, rule, one row a metric; only `metrics` if given), each line <= 72 columns."""
     room = WIDTH - len(RULE) + 6
     rows = [row for row in lkp_rows(res) if metrics is None or row["metric"] in metrics]
@@ -83,15 +85,15 @@ def table_lines(res: dict, metrics: list | None = None) -> list:
     return out
 
 
-def format_lkp(res: dict) -> str:
-    b, n = res["base"], res["new"]
-    out = [f"{res['reproducer']} (preset {res['preset'] or 'defaults'})"[:WIDTH],
-           f"base: {', '.join(b['kernels'])}"[:WIDTH], f"  {b['judged']} judged runs: {b['verdict_text']}"[:WIDTH],
-           f"new:  {', '.join(n['kernels'])}"[:WIDTH], f"  {n['judged']} judged runs: {n['verdict_text']}"[:WIDTH],
+def format_lkp(res: Comparison) -> str:
+    b, n = res.base, res.new
+    out = [f"{res.reproducer} (preset {res.preset or 'defaults'})"[:WIDTH],
+           f"base: {', '.join(b.kernels)}"[:WIDTH], f"  {b.judged} judged runs: {b.verdict_text}"[:WIDTH],
+           f"new:  {', '.join(n.kernels)}"[:WIDTH], f"  {n.judged} judged runs: {n.verdict_text}"[:WIDTH],
            ""]
-    out += [f"differs: {d}"[:WIDTH] for d in res.get("differences", [])]
+    out += [f"differs: {d}"[:WIDTH] for d in res.differences]
     out += table_lines(res)
     out += ["", "base/new: means of the judged runs; %stddev: sample standard",
             "deviation in % of the mean; p: Mann-Whitney U, two-sided;",
-            f"* = significant (p < {res['alpha']} with at least {res['min_n_per_side']} runs a side)."]
+            f"* = significant (p < {res.alpha} with at least {res.min_n_per_side} runs a side)."]
     return "\n".join(line.encode("ascii", "replace").decode() for line in out)

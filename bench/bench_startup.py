@@ -25,6 +25,10 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from krig.record_validation import SeriesProvenance, ValidationRecord, write_validation      # noqa: E402
+
 KRIG = pathlib.Path(sys.executable).parent / "krig"
 TARGET_S = 0.150
 PACKAGES = ("krig", "kernels", "analysis", "rigs")
@@ -55,9 +59,9 @@ def validations(tmp: pathlib.Path) -> pathlib.Path:
     """--dir: one finished validation, of another series."""
     d = tmp / "validate"
     (d / "other").mkdir(parents=True)
-    (d / "other" / "validate.json").write_text(json.dumps({
-        "kind": "krig-validate", "reproducer": "selftest-pass", "answer": "fixed",
-        "series_provenance": {"message_id": "other@example.org", "patchset_hash": "0" * 64}}))
+    write_validation(d / "other", ValidationRecord(
+        reproducer="selftest-pass", answer="fixed",
+        series_provenance=SeriesProvenance(message_id="other@example.org", patchset_hash="0" * 64)))
     return d
 
 

@@ -83,12 +83,12 @@ def write_example(validation: pathlib.Path, demo: pathlib.Path) -> None:
     no remote, and this machine's paths are not the example's business), written again by the
     real reply code, so the tree is named and cloned as a real one would be."""
     from workflows.reply import identity, write_reply
-    from krig.results import read_json
-    text = json.dumps(read_json(validation / "validate.json"))
-    state = json.loads(text.replace(json.dumps(str(demo))[1:-1], PUBLISHED))
+    from krig.record_validation import ValidationRecord, read_validation
+    text = json.dumps(read_validation(validation).to_json())
+    state = ValidationRecord.from_json(json.loads(text.replace(json.dumps(str(demo))[1:-1], PUBLISHED)))
     dest = ROOT / "docs" / "examples"
     dest.mkdir(exist_ok=True)
-    write_reply(dest, state, state["comparison"], identity(SENDER))
+    write_reply(dest, state, state.comparison, identity(SENDER))
 
 
 def main() -> None:

@@ -44,7 +44,7 @@ def validated(series_repo, tmp_path, monkeypatch):  # noqa: F811
     vdir = tmp_path / "results" / "validate" / "selftest-pass-x"
     _, state, _ = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=vdir,
                            sender="Krig Tester <tester@example.org>", log=lambda *a: None)
-    assert state["answer"] == "fixed"
+    assert state.answer == "fixed"
     monkeypatch.setenv("KRIG_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))          # the command runs from the kernel tree
     return vdir

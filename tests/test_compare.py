@@ -99,20 +99,20 @@ def test_compare_numbers_equal_the_runs(tmp_path):
     base = fake_group(tmp_path, "gb", bvals, kernel="k1")
     new = fake_group(tmp_path, "gn", nvals, kernel="k2", verdict="FAIL")
     res = compare([str(base)], [str(new)])
-    row = next(r for r in res["metrics"] if r["metric"] == "files_seen")
-    assert row["base"] == {"n": 5, "median": statistics.median(bvals), "min": 98, "max": 104}
-    assert row["new"] == {"n": 5, "median": statistics.median(nvals), "min": 149, "max": 160}
+    row = next(r for r in res.metrics if r.metric == "files_seen")
+    assert row.base.to_json() == {"n": 5, "median": statistics.median(bvals), "min": 98, "max": 104}
+    assert row.new.to_json() == {"n": 5, "median": statistics.median(nvals), "min": 149, "max": 160}
     bm, nm = statistics.median(bvals), statistics.median(nvals)
-    assert row["change_pct"] == pytest.approx(100 * (nm - bm) / bm)
-    assert row["p"] == pytest.approx(2 / math.comb(10, 5)) and row["significant"]
-    assert row["direction"] == "better"          # files_seen: higher is better
-    ans = next(r for r in res["metrics"] if r["metric"] == "answer")
-    assert ans["p"] == 1.0 and not ans["significant"] and ans["change_pct"] == 0
-    th = {t["metric"]: t for t in res["thresholds"]}
-    assert th["files_seen"]["base"] == {"held": 5, "judged": 5, "contended": 0, "state": "held"}
-    assert th["files_seen"]["new"]["state"] == "crossed" and th["files_seen"]["flips"]
-    assert not th["answer"]["flips"]
-    assert res["base"]["verdict_text"] == "PASS 5/5" and res["new"]["verdict_text"] == "FAIL 5/5"
+    assert row.change_pct == pytest.approx(100 * (nm - bm) / bm)
+    assert row.p == pytest.approx(2 / math.comb(10, 5)) and row.significant
+    assert row.direction == "better"          # files_seen: higher is better
+    ans = next(r for r in res.metrics if r.metric == "answer")
+    assert ans.p == 1.0 and not ans.significant and ans.change_pct == 0
+    th = {t.metric: t for t in res.thresholds}
+    assert th["files_seen"].base.to_json() == {"held": 5, "judged": 5, "contended": 0, "state": "held"}
+    assert th["files_seen"].new.state == "crossed" and th["files_seen"].flips
+    assert not th["answer"].flips
+    assert res.base.verdict_text == "PASS 5/5" and res.new.verdict_text == "FAIL 5/5"
     text = format_text(res)
     assert max(len(line) for line in text.splitlines()) <= 100
     line = next(ln for ln in text.splitlines() if ln.startswith("files_seen"))
@@ -125,15 +125,15 @@ def test_a_significant_but_tiny_change_is_small_not_better(tmp_path):
     base = fake_group(tmp_path, "gb", [260290, 260291, 260290, 260289], kernel="k1")
     new = fake_group(tmp_path, "gn", [260297, 260298, 260297, 260296], kernel="k2")
     res = compare([str(base)], [str(new)])
-    row = next(r for r in res["metrics"] if r["metric"] == "files_seen")
-    assert row["significant"] and row["direction"] == "better" and abs(row["change_pct"]) < 0.01
-    assert row["min_change_pct"] == 1.0 and not row["material"] and row["verdict"] == "small"
+    row = next(r for r in res.metrics if r.metric == "files_seen")
+    assert row.significant and row.direction == "better" and abs(row.change_pct) < 0.01
+    assert row.min_change_pct == 1.0 and not row.material and row.verdict == "small"
     line = next(ln for ln in format_text(res).splitlines() if ln.startswith("files_seen"))
     assert line.rstrip().endswith("small") and "better" not in line
     # a 2% change with the same spread is material: better
     new2 = fake_group(tmp_path, "gn2", [265500, 265501, 265500, 265499], kernel="k2")
-    row2 = next(r for r in compare([str(base)], [str(new2)])["metrics"] if r["metric"] == "files_seen")
-    assert row2["material"] and row2["verdict"] == "better"
+    row2 = next(r for r in compare([str(base)], [str(new2)]).metrics if r.metric == "files_seen")
+    assert row2.material and row2.verdict == "better"
 
 
 def test_min_change_pct_is_checked(tmp_path):
@@ -167,8 +167,8 @@ def test_run_dirs_and_groups_mix(tmp_path):
     b = fake_run(tmp_path / "b", 11)
     g = fake_group(tmp_path, "g", [20, 21, 22])
     res = compare([str(a), str(b)], [str(g)])
-    row = next(r for r in res["metrics"] if r["metric"] == "files_seen")
-    assert row["base"]["n"] == 2 and row["new"]["median"] == 21 and not row["reachable"]
+    row = next(r for r in res.metrics if r.metric == "files_seen")
+    assert row.base.n == 2 and row.new.median == 21 and not row.reachable
 
 
 def test_mismatch_is_one_line_exit_2(tmp_path):
@@ -199,6 +199,18 @@ def test_different_rig_is_a_warning_and_json_and_html(tmp_path):
     row = next(r for r in res["metrics"] if r["metric"] == "files_seen")
     assert row["p"] == pytest.approx(2 / 70) and row["significant"]
     assert (out / "compare.html").exists() and "files_seen" in (out / "compare.html").read_text()
+    # --json is the comparison's record as written, with the page's path; its shape, key by key
+    assert res == {**compare([str(a)], [str(b)]).to_json(), "html": str(out / "compare.html")}
+    assert list(res) == ["reproducer", "preset", "params", "test", "alpha", "min_n_per_side", "base", "new",
+                         "warnings", "differences", "metrics", "thresholds", "html"]
+    assert list(res["base"]) == list(res["new"]) == ["runs", "verdicts", "verdict_text", "judged", "kernels",
+                                                     "releases", "rigs", "outcome", "projection"]
+    assert list(row) == ["metric", "unit", "better", "base", "new", "change_pct", "direction", "p", "u", "floor",
+                         "reachable", "significant", "min_change_pct", "material", "values", "verdict"]
+    assert list(row["base"]) == ["n", "median", "min", "max"] and list(row["values"]) == ["base", "new"]
+    t = res["thresholds"][0]
+    assert list(t) == ["threshold", "metric", "kind", "base", "new", "flips"]
+    assert list(t["base"]) == ["held", "judged", "contended", "state"]
 
 
 def test_parse_args():

@@ -241,8 +241,9 @@ def test_timing_crossing_beside_a_real_fail_is_said_apart_and_not_counted(tmp_pa
     (line,) = [ln for ln in rows if ln.startswith("files_seen")]
     assert line[52:].split() == (["1/1", "0/0", "+1", "-"] if contended else ["1/1", "0/1", "FLIPS"]), text
     assert ("not counted (1)" in text) == contended, text
+    from krig.record_compare import Comparison
     from workflows.validate import decide
-    answer_is = decide(res, ["answer"])[0]
+    answer_is = decide(Comparison.from_json(res), ["answer"])[0]
     assert answer_is == ("not fixed" if contended else "regressed"), answer_is
     # a metric bisection reads the run as this: the timing metric's value is left out on the
     # contended host (a skip vote), a number the host cannot move is used either way

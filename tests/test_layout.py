@@ -404,9 +404,10 @@ def test_the_size_check_sees_a_long_file_and_function():
 # Where a run's records (manifest.json; the judge's verdict.json, metrics.json, thresholds.json)
 # may be read, written and typed: the run record and the run-directory reader.
 RECORD_MODULES = {"krig/record.py", "krig/record_machine.py", "krig/rundir.py", "krig/record_group.py",
-                  "krig/record_bisect.py", "krig/record_qualify.py"}
-_JUDGED_FILES = r"(?:\b(?:VERDICT|METRICS|THRESHOLDS|GROUP_FILE|BISECT_STATE|SUITE_FILE|QUALIFY_CASES|_?case_file)\b" \
-                r"|(?:verdict|metrics|thresholds|group|suite)\.json)"
+                  "krig/record_bisect.py", "krig/record_qualify.py", "krig/record_validation.py",
+                  "krig/record_compare.py"}
+_JUDGED_FILES = r"(?:\b(?:VERDICT|METRICS|THRESHOLDS|GROUP_FILE|VALIDATE_FILE|BISECT_STATE|SUITE_FILE|QUALIFY_CASES" \
+                r"|_?case_file)\b|(?:verdict|metrics|thresholds|group|validate|suite)\.json)"
 # What reads a run's records around the record: by key, by hand, or into a record of one's own.
 MANIFEST_READS = {
     "reads the manifest by key": re.compile(r"\.manifest(?:\[|\.get\()"),
@@ -418,6 +419,8 @@ MANIFEST_READS = {
                                                         r"|\bopen|\bread_bytes|\bread_text|\bwrite_text|\bwrite_bytes)\("
                                                         r"[^\n]*" + _JUDGED_FILES + r"|" + _JUDGED_FILES +
                                                         r"\W*\.(?:read|open|write)"),
+    # a judged file's path kept in a name, to be read or written by hand a line later
+    "keeps a judged file's path": re.compile(r"^\s*\w+\s*=\s*[\w.()]+\s*/\s*[\"']?" + _JUDGED_FILES + r"[\"']?\s*$"),
 }
 
 
@@ -446,9 +449,10 @@ def test_a_run_is_read_only_through_the_run_record():
     """krig/record.py's RunRecord is the one way a run is read: outside the record modules no
     code reads the manifest by key, makes a Manifest (or Verdict) from JSON, reads manifest.json
     itself, or reads or writes verdict.json, metrics.json or thresholds.json but through
-    krig/record.py, group.json but through krig/record_group.py, a bisection's state.json but
-    through krig/record_bisect.py, or a qualification's suite.json and case files but through
-    krig/record_qualify.py; reproducers' analyze.py and the benchmarks included."""
+    krig/record.py, group.json but through krig/record_group.py, validate.json but through
+    krig/record_validation.py, a bisection's state.json but through krig/record_bisect.py, or a
+    qualification's suite.json and case files but through krig/record_qualify.py; reproducers'
+    analyze.py and the benchmarks included."""
     bad = manifest_reads_under()
     assert not bad, "\n".join(bad)
 
@@ -482,6 +486,14 @@ def test_a_run_is_read_only_through_the_run_record():
     ("write_json(case_file(qdir, cid), rec)\n", ["line 1: reads or writes a judged file by hand"]),
     ("c = json.loads((qdir / QUALIFY_CASES / name).read_text())\n", ["line 1: reads or writes a judged file by hand"]),
     ("(qdir / QUALIFY_CASES).mkdir(parents=True, exist_ok=True)\n", []),
+    ("state = json.loads((vdir / VALIDATE_FILE).read_text())\n", ["line 1: reads or writes a judged file by hand"]),
+    ("write_json(vdir / VALIDATE_FILE, state)\n", ["line 1: reads or writes a judged file by hand"]),
+    ("(d / 'validate.json').write_text(json.dumps(state))\n", ["line 1: reads or writes a judged file by hand"]),
+    ("if (vdir / VALIDATE_FILE).exists():\n", []),
+    ("state = read_validation(vdir, '-o')\n", []),
+    ("vfile = vdir / VALIDATE_FILE\nstate = json.loads(vfile.read_text())\n", ["line 1: keeps a judged file's path"]),
+    ("f = run_dir / 'verdict.json'\n", ["line 1: keeps a judged file's path"]),
+    ("made = read_validation(vdir) if (vdir / VALIDATE_FILE).exists() else None\n", []),
 ])
 def test_the_checker_sees_a_manifest_read_around_the_record(snippet, found):
     assert manifest_reads(snippet) == found

@@ -14,6 +14,7 @@ import pytest
 from conftest import KRIG, ROOT
 from kernels.given import _git_origin
 from workflows.reply import body
+from krig.record_validation import ValidationRecord
 from krig.results import public_url
 from test_kcidb import made_run
 
@@ -63,12 +64,12 @@ def test_origin_is_recorded_without_its_token(tmp_path, origin, public):
     assert rec["repository"] == public and rec["branch"] == "master"
 
 
-def _state(git: dict) -> dict:
+def _state(git: dict) -> ValidationRecord:
     kernel = {"release": "6.1.0-test", "git": git, "rig": {"name": "qemu-default"}}
-    return {"series_provenance": {"patchset_hash": "b" * 64}, "reproducer": "selftest-pass", "answer": "fixed",
+    return ValidationRecord.from_json({"series_provenance": {"patchset_hash": "b" * 64}, "reproducer": "selftest-pass", "answer": "fixed",
             "reason": "the base fails, the series passes", "base_kernel": kernel, "new_kernel": kernel,
             "preset": None, "repeat": 4, "differences": [], "series": "20261120.1-1-dev@example.org",
-            "command": ["krig", "validate", "selftest-pass", "--base", "tiny-6.1", "--series", "x"]}
+            "command": ["krig", "validate", "selftest-pass", "--base", "tiny-6.1", "--series", "x"]})
 
 
 def test_an_older_manifests_token_reaches_no_bundle_reply_or_report(tmp_path, krig_cli):
@@ -139,7 +140,7 @@ def test_a_tree_without_origin_leaves_no_path_of_this_host(tmp_path, krig_cli):
     assert meta["kernel"]["git"]["repository"] == "linux" and meta["kernel"]["description"] == "built tree linux"
 
     state = _state({**rec, "repository": str(tree)})
-    state["command"] = ["krig", "validate", "selftest-pass", "--base", f"{tree}@master", "--series", "x"]
+    state.command = ["krig", "validate", "selftest-pass", "--base", f"{tree}@master", "--series", "x"]
     text = body(state, None, ("Krig Tester", "tester@example.org"))
     # no public remote: the tree is said to be local, the command names ./linux at the base commit
     assert str(src) not in text and "tree            a local tree (no public remote)" in text

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from krig import hashsize
+from krig.record_validation import ValidationRecord
 from workflows.compare import compare
 from workflows.reply import write_reply
 from test_flood_stop import GIB2, LIMIT_2G, _past_limit, flood_run_dir
@@ -109,15 +110,15 @@ def test_compare_and_reply_carry_the_patched_sides_projection(tmp_path, krig_cli
     for d in base + new:
         assert krig_cli("check", str(d)).returncode == 1
     res = compare([str(d) for d in base], [str(d) for d in new])
-    assert res["base"]["projection"]["kind"] == "unbounded"
-    proj = res["new"]["projection"]
+    assert res.base.projection["kind"] == "unbounded"
+    proj = res.new.projection
     assert proj["kind"] == "per_bucket" and proj["runs"] == 3
     assert proj["measured_per_bucket"] == pytest.approx(759_000 / BUCKETS_2G)       # the median run's (760k - 1k)
-    state = {"reproducer": "neg-dentry-flood", "preset": "smoke", "repeat": 3, "answer": "not fixed",
+    state = ValidationRecord.from_json({"reproducer": "neg-dentry-flood", "preset": "smoke", "repeat": 3, "answer": "not fixed",
              "reason": "the patched kernel still FAILs", "judged_metrics": [], "differences": [],
              "series_provenance": {"patchset_hash": "0" * 64, "message_id": "s@example.org", "subject": "x"},
              "reply_subject": "[PATCH] dcache: cap negatives", "base_kernel": {}, "new_kernel": {},
-             "command": ["krig", "validate", "neg-dentry-flood"], "series": "s@example.org"}
+             "command": ["krig", "validate", "neg-dentry-flood"], "series": "s@example.org"})
     write_reply(tmp_path, state, res, ("Krig Tester", "tester@example.org"))
     text = (tmp_path / "reply.txt").read_text()
     assert "Projected to other machines from the patched kernel's median run\n(not a measurement):" in text

@@ -110,7 +110,7 @@ def test_b4_check_imports_neither_numpy_nor_plotting(tmp_path):
     assert [e["status"] for e in json.loads(p.stdout)] == ["warn"]
     assert "workflows.b4check" in mods and "kernels.series" in mods
     assert not tops(mods, HEAVY), tops(mods, HEAVY)
-    # neither the run record (a validation is read as JSON) nor the installed package's metadata
+    # neither the run record (a validation is read through krig/record_validation.py) nor the installed package's metadata
     assert not {"krig.record", "importlib.metadata"} & mods, {"krig.record", "importlib.metadata"} & mods
 
 

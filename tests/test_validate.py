@@ -20,6 +20,8 @@ from kernels.given import image_release, parse
 from kernels.series import load_series
 from workflows.compare import compare
 from krig.errors import UsageError
+from krig.record_compare import Comparison
+from krig.record_validation import SideKernel, ValidationRecord
 from workflows.reply import write_reply
 from workflows.validate import decide, judged_metrics
 from test_compare import fake_group
@@ -151,7 +153,7 @@ def test_series_by_message_id_is_fetched_with_b4_once(series_repo, tmp_path, mon
         res = sides(tmp_path, [0, 0, 0, 0], [5, 6, 7, 8])
         answer, reason = decide(res, judged_metrics(res))
         state = reply_state(s, answer, reason, res, tmp_path)
-        state["command"][-1] = f"https://lore.kernel.org/linux-xfs/{msgid}/T/#u"
+        state.command[-1] = f"https://lore.kernel.org/linux-xfs/{msgid}/T/#u"
         (tmp_path / "reply").mkdir()
         write_reply(tmp_path / "reply", state, res, TESTER)
         text = (tmp_path / "reply" / "reply.txt").read_text()
@@ -258,10 +260,10 @@ def test_answers(tmp_path, base, new, base_verdict, new_verdicts, answer):
 
 def test_regressed_when_a_held_threshold_is_crossed_only_with_the_series(tmp_path):
     res = sides(tmp_path, [0, 0, 0, 0], [0, 0, 0, 0], "FAIL", ["FAIL"] * 4)
-    for t in res["thresholds"]:
-        if t["metric"] == "answer":
-            t["base"].update(state="held", held=4, judged=4)
-            t["new"].update(state="crossed", held=0, judged=4)
+    for t in res.thresholds:
+        if t.metric == "answer":
+            t.base.state, t.base.held, t.base.judged = "held", 4, 4
+            t.new.state, t.new.held, t.new.judged = "crossed", 0, 4
     got, reason = decide(res, judged_metrics(res))
     assert got == "regressed" and "answer" in reason
 
@@ -287,8 +289,8 @@ def test_compare_lkp_numbers_equal_the_runs(tmp_path):
 PUBLIC_TREE = "https://git.example.org/pub/scm/linux/kernel/git/" + "x" * 60 + "/linux.git"
 
 
-def reply_state(series, answer, reason, res, tmp_path, tree=None, base=None):
-    return {"reproducer": "selftest-pass", "preset": None, "repeat": 4, "answer": answer, "reason": reason,
+def reply_state(series, answer, reason, res, tmp_path, tree=None, base=None) -> ValidationRecord:
+    return ValidationRecord.from_json({"reproducer": "selftest-pass", "preset": None, "repeat": 4, "answer": answer, "reason": reason,
             "series_provenance": series["provenance"], "reply_subject": series["reply_subject"],
             "judged_metrics": judged_metrics(res), "differences": ["CONFIG_KASAN: BASE n, NEW y"],
             "base_kernel": {"release": "6.1.192-krig-gabc", "git": {"repository": tree or PUBLIC_TREE,
@@ -297,7 +299,7 @@ def reply_state(series, answer, reason, res, tmp_path, tree=None, base=None):
                             "rig": {"name": "qemu-default"}, "rig_facts": {"accel": "tcg"}},
             "new_kernel": {"release": "6.1.192-krig-gabc-s1234"},
             "command": ["krig", "validate", "selftest-pass", "--base",
-                        base or f"{tmp_path / ('y' * 90)}@master,like=tiny-6.1", "--series", str(series["source"])], "series": series["source"]}
+                        base or f"{tmp_path / ('y' * 90)}@master,like=tiny-6.1", "--series", str(series["source"])], "series": series["source"]})
 
 
 # -- the orchestration, with the groups faked (the real ones: tests/test_validate_e2e.py) ---
@@ -334,7 +336,7 @@ def test_validate_alternates_the_kernels(series_repo, tmp_path, monkeypatch):
                                  sender="Krig Tester <tester@example.org>", log=lambda *a: None)
     assert calls == [("base", 1), ("new", 1), ("base", 2), ("new", 2), ("base", 3), ("new", 3), ("base", 4),
                      ("new", 4)]
-    assert (state["answer"], code) == ("fixed", 0) and "files_seen p = 0.0" in state["reason"]
+    assert (state.answer, code) == ("fixed", 0) and "files_seen p = 0.0" in state.reason
     assert "Tested-by: Krig Tester <tester@example.org>" in (vdir / "reply.txt").read_text()
     saved = json.loads((vdir / "validate.json").read_text())
     assert saved["series_provenance"]["base_commit"] == series_repo["base"] and saved["answer"] == "fixed"
@@ -342,7 +344,7 @@ def test_validate_alternates_the_kernels(series_repo, tmp_path, monkeypatch):
     calls.clear()
     _, again, _ = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
                            sender="Krig Tester <tester@example.org>", log=lambda *a: None)
-    assert again["answer"] == "fixed" and len(list((vdir / "base").glob("run-*"))) == 4
+    assert again.answer == "fixed" and len(list((vdir / "base").glob("run-*"))) == 4
     with pytest.raises(UsageError, match="made for base 'tiny-6.1', not 'linux-6.1'"):
         validate("selftest-pass", "linux-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
                  sender="Krig Tester <tester@example.org>", log=lambda *a: None)
@@ -353,7 +355,7 @@ def test_validate_stops_when_the_base_does_not_reproduce(series_repo, tmp_path, 
     calls = _fake_groups(monkeypatch, {"base": ("PASS", 10), "new": ("PASS", 10)})
     vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
                                  sender="Krig Tester <tester@example.org>", log=lambda *a: None)
-    assert calls == [("base", 1), ("new", 1)] and (state["answer"], code) == ("base does not reproduce", 4)
+    assert calls == [("base", 1), ("new", 1)] and (state.answer, code) == ("base does not reproduce", 4)
     text = (vdir / "reply.txt").read_text()
     assert "Tested-by" not in text and "base does not reproduce" in text
     assert all(len(ln) <= 72 for ln in text.splitlines())
@@ -366,8 +368,8 @@ def test_a_series_that_brings_the_regression_to_a_passing_base_is_regressed(seri
     vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 2, out=tmp_path / "v",
                                  sender="Krig Tester <tester@example.org>", log=lambda *a: None)
     assert calls == [("base", 1), ("new", 1), ("base", 2), ("new", 2)]
-    assert (state["answer"], code) == ("regressed", 5), state["reason"]
-    assert "held in every base run" in state["reason"]
+    assert (state.answer, code) == ("regressed", 5), state.reason
+    assert "held in every base run" in state.reason
     assert "Tested-by" not in (vdir / "reply.txt").read_text()
 
 
@@ -389,8 +391,8 @@ def test_runs_lost_to_host_contention_are_run_again(series_repo, tmp_path, monke
     vdir, state, code = validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 2, out=tmp_path / "v",
                                  sender="Krig Tester <tester@example.org>", log=lambda *a: None)
     assert calls == [("base", 1), ("new", 1), ("new", 2), ("base", 2), ("new", 3)]
-    assert (state["answer"], code) == ("fixed", 0), state["reason"]
-    assert state["comparison"]["new"]["verdicts"] == {"PASS": 2, "ERROR": 1}
+    assert (state.answer, code) == ("fixed", 0), state.reason
+    assert state.comparison.new.verdicts == {"PASS": 2, "ERROR": 1}
 
 
 def test_timing_thresholds_a_busy_host_moves_are_not_required():
@@ -401,9 +403,9 @@ def test_timing_thresholds_a_busy_host_moves_are_not_required():
     res = {"reproducer": "unlink-dentry-growth",
            "thresholds": [row("peak_negative_vs_inflight", "crossed"), row("end_nr_negative", "crossed"),
                           row("trough_peak_ratio", "crossed")]}
-    assert judged_metrics(res) == ["peak_negative_vs_inflight", "end_nr_negative"]
+    assert judged_metrics(Comparison.from_json(res)) == ["peak_negative_vs_inflight", "end_nr_negative"]
     res["thresholds"] = [row("peak_negative_vs_inflight", "held"), row("trough_peak_ratio", "crossed")]
-    assert judged_metrics(res) == ["trough_peak_ratio"]
+    assert judged_metrics(Comparison.from_json(res)) == ["trough_peak_ratio"]
 
 
 def test_a_lab_servers_facts_are_the_answers():
@@ -419,15 +421,16 @@ def test_a_lab_servers_facts_are_the_answers():
                      "system": "QEMU Standard PC (Q35 + ICH9, 2009)"}
     k = {"rig": {"name": "lab1"}, "machine": {"mem_total_bytes": 2 << 30, "cpus": 1, "cpu": {"model": "QEMU TCG"}},
          "rig_facts": {**facts, "bmc_info": "manufacturer id 4753, firmware 9.08, IPMI 2.0", "bmc": "127.0.0.1:623"}}
-    s = server_facts(k)
-    assert s["firmware"].startswith("EFI Development Kit") and s["ram_bytes"] == 2 << 30 and s["rig"] == "lab1"
+    s = server_facts(SideKernel.from_json(k))
+    assert s.firmware.startswith("EFI Development Kit") and s.ram_bytes == 2 << 30 and s.rig == "lab1"
     assert server_line(s) == ("QEMU Standard PC (Q35 + ICH9, 2009), firmware EFI Development Kit II / OVMF 0.0.0 "
                               "(02/06/2015), 2.0 GiB, 1 x QEMU TCG; BMC manufacturer id 4753, firmware 9.08, IPMI 2.0")
-    assert "server_model" not in s and "firmware_versions" not in s
+    assert "server_model" not in s.to_json() and "firmware_versions" not in s.to_json()
     redfish = {"server_model": "Contoso 3500", "memory_gib": 256, "firmware_versions": {"bios": "2.1.7"}}
-    s = server_facts({**k, "rig_facts": {**k["rig_facts"], **redfish}})        # as a Redfish BMC says it
-    assert {x: s[x] for x in redfish} == redfish and s["firmware"].startswith("EFI Development Kit")
-    assert server_facts({"rig": {"name": "qemu-default"}, "rig_facts": {"accel": "tcg"}}) is None
+    s = server_facts(SideKernel.from_json({**k, "rig_facts": {**k["rig_facts"], **redfish}}))   # as a Redfish BMC says it
+    assert {x: s.to_json()[x] for x in redfish} == redfish and s.firmware.startswith("EFI Development Kit")
+    assert server_facts(SideKernel.from_json({"rig": {"name": "qemu-default"}, "rig_facts": {"accel": "tcg"}})) is None
+    assert server_facts(None) is None                   # no run of the base could be read
     assert firmware_facts("dmi.bios_vendor=\ndmi.sys_vendor=\n") == {}
 
 

@@ -122,9 +122,10 @@ def test_every_reproducer_says_in_one_sentence_what_it_measures():
 
 def test_a_metric_name_too_long_for_its_column_never_sits_beside_another_row():
     from analysis.lkp import table_lines
-    res = {"metrics": [{"metric": m, "values": {"base": [b, b], "new": [n, n]}, "p": 0.194, "significant": False,
+    from krig.record_compare import Comparison
+    res = Comparison.from_json({"metrics": [{"metric": m, "values": {"base": [b, b], "new": [n, n]}, "p": 0.194, "significant": False,
                         "verdict": "PASS", "base": {"n": 2}, "new": {"n": 2}}
-                       for m, b, n in (("end_nr_negative", 40000, 8), ("peak_negative_vs_inflight", 50, 1.155))]}
+                       for m, b, n in (("end_nr_negative", 40000, 8), ("peak_negative_vs_inflight", 50, 1.155))]})
     lines = table_lines(res)
     assert lines[2:] == ["end_nr_negative:", "    40000    0.0%  -100.0%         8    0.0% 0.194",
                          "peak_negative_vs_inflight:", "       50    0.0%   -97.7%     1.155    0.0% 0.194"], lines

@@ -31,6 +31,7 @@ import sys
 import tempfile
 
 from krig.errors import KrigError, UsageError
+from krig.record_validation import ValidationRecord, read_validation
 from krig.results import VALIDATE_FILE, validations_dir
 
 STATUS = {"fixed": "pass", "not fixed": "fail", "regressed": "fail",
@@ -48,15 +49,15 @@ def _ids(msg) -> set:
 
 
 def validations(dirs: list) -> list:
-    """(directory, validate.json as a dict) of every validation under `dirs`."""
+    """(directory, its ValidationRecord) of every validation under `dirs`."""
     out = []
     for d in dirs:
         for vfile in [pathlib.Path(d) / VALIDATE_FILE, *sorted(pathlib.Path(d).glob("*/" + VALIDATE_FILE))]:
             try:
-                state = json.loads(vfile.read_text())
-            except (OSError, ValueError):         # none here, or one being written
+                state = read_validation(vfile.parent, "--dir")
+            except (OSError, UsageError):         # none here, one being written, or no validation's
                 continue
-            if isinstance(state, dict) and state.get("kind") == "krig-validate":
+            if state.kind == "krig-validate":
                 out.append((vfile.parent, state))
     return out
 
@@ -76,39 +77,39 @@ def _patchset_hash(data: bytes) -> str | None:
 def matching(data: bytes, found: list) -> list:
     msg = email.message_from_bytes(data, policy=email.policy.compat32)
     ids = _ids(msg)
-    hits = [(d, s) for d, s in found if (s.get("series_provenance") or {}).get("message_id") in ids]
+    hits = [(d, s) for d, s in found if s.series_provenance.message_id in ids]
     if not hits and found and b"\n---" in data:
         phash = _patchset_hash(data)
-        hits = [(d, s) for d, s in found if phash and (s.get("series_provenance") or {}).get("patchset_hash") == phash]
+        hits = [(d, s) for d, s in found if phash and s.series_provenance.patchset_hash == phash]
     return hits
 
 
-def entry(vdir: pathlib.Path, state: dict, others: int) -> dict:
-    repro, answer = state.get("reproducer", "?"), state.get("answer")
+def entry(vdir: pathlib.Path, state: ValidationRecord, others: int) -> dict:
+    repro, answer = state.reproducer or "?", state.answer
     reply = vdir / "reply.txt"
     url = reply.resolve().as_uri() if reply.exists() else vdir.resolve().as_uri()
     if not answer:
         return {"tool": f"krig/{repro}", "status": "warn", "url": url, "details": "",
-                "summary": f"validation not finished (started {state.get('created', '?')}): run the same "
+                "summary": f"validation not finished (started {state.created or '?'}): run the same "
                            f"`krig validate` again to finish it ({vdir})"}
-    summary = f"{answer}: {state.get('reason', '')}"
+    summary = f"{answer}: {state.reason or ''}"
     if others:
         summary += f" (the newest of {others + 1} validations with {repro})"
     return {"tool": f"krig/{repro}", "status": STATUS.get(answer, "warn"), "summary": summary,
             "url": url, "details": details(state)}
 
 
-def details(state: dict) -> str:
+def details(state: ValidationRecord) -> str:
     from analysis.lkp import table_lines
-    res = state.get("comparison")
-    rel = {side: (state.get(f"{side}_kernel") or {}).get("release") for side in ("base", "new")}
-    lines = [f"base:    {state.get('base', '?')}" + (f" ({rel['base']})" if rel["base"] else ""),
+    res = state.comparison
+    rel = {side: k.release if k else None for side, k in (("base", state.base_kernel), ("new", state.new_kernel))}
+    lines = [f"base:    {state.base or '?'}" + (f" ({rel['base']})" if rel["base"] else ""),
              "patched: the base + the series" + (f" ({rel['new']})" if rel["new"] else ""),
-             f"rig:     {state.get('rig', '?')}, preset {state.get('preset') or 'defaults'}"]
+             f"rig:     {state.rig or '?'}, preset {state.preset or 'defaults'}"]
     if res:
-        lines += [f"runs:    base {res['base']['verdict_text']}, patched {res['new']['verdict_text']}", ""]
-        lines += table_lines(res, state.get("judged_metrics") or None)
-    lines += [f"differs: {d}" for d in state.get("differences") or []]
+        lines += [f"runs:    base {res.base.verdict_text}, patched {res.new.verdict_text}", ""]
+        lines += table_lines(res, state.judged_metrics or None)
+    lines += [f"differs: {d}" for d in state.differences or []]
     return "\n".join(lines)
 
 
@@ -126,8 +127,7 @@ def check(data: bytes, dirs: list) -> list:
                             f"--series {shlex.quote(mid)}"}]
     newest = {}
     for vdir, state in hits:
-        newest.setdefault(state.get("reproducer"), []).append((state.get("finished") or state.get("updated") or "",
-                                                               vdir, state))
+        newest.setdefault(state.reproducer, []).append((state.finished or state.updated or "", vdir, state))
     out = []
     for repro in sorted(newest, key=str):
         runs = sorted(newest[repro], key=lambda t: t[0])

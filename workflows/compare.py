@@ -33,6 +33,7 @@ from krig.reproducer import load_analyzer, load_reproducer
 from krig.reproducer_schema import MIN_CHANGE_PCT
 from krig.results import GROUP_FILE, compare_dir, run_state
 from krig.record import Manifest, RunRecord
+from krig.record_compare import Comparison, MetricRow, Side, Spread, ThresholdRow, ThresholdSide
 from krig.rundir import is_run_dir
 from krig.verdict import JUDGED
 
@@ -110,13 +111,15 @@ def check_same(base: list, new: list) -> list:
     return []
 
 
-def _side_info(runs: list) -> dict:
+def _side(repro, runs: list) -> Side:
     counts = verdict_counts(runs)
-    kernels = sorted({r.manifest.kernel.name or "?" for _, _, r in runs})
-    releases = sorted({r.manifest.release or "?" for _, _, r in runs})
-    return {"runs": [str(d) for d, _, _ in runs], "verdicts": counts,
-            "verdict_text": verdict_text(counts, sum(counts.values())), "judged": sum(counts.get(v, 0) for v in JUDGED), "kernels": kernels, "releases": releases,
-            "rigs": sorted({r.manifest.rig_name or "?" for _, _, r in runs})}
+    return Side(runs=[str(d) for d, _, _ in runs], verdicts=counts,
+                verdict_text=verdict_text(counts, sum(counts.values())),
+                judged=sum(counts.get(v, 0) for v in JUDGED),
+                kernels=sorted({r.manifest.kernel.name or "?" for _, _, r in runs}),
+                releases=sorted({r.manifest.release or "?" for _, _, r in runs}),
+                rigs=sorted({r.manifest.rig_name or "?" for _, _, r in runs}),
+                outcome=side_outcome(repro, runs), projection=side_projection(repro, runs))
 
 
 def side_outcome(repro, runs: list) -> str | None:
@@ -155,7 +158,7 @@ def side_projection(repro, runs: list) -> dict | None:
     return {**projs[(len(projs) - 1) // 2], "runs": len(projs)}
 
 
-def _thresholds(repro, base: list, new: list) -> list:
+def _thresholds(repro, base: list, new: list) -> list[ThresholdRow]:
     """Per threshold and side: how many judged runs held it. A timing (host_sensitive) threshold
     crossed in a run whose host was contended is not counted (`contended`): the host moved it,
     and a run FAILed on other thresholds kept that crossing in its reason, not as the kernel's."""
@@ -164,17 +167,17 @@ def _thresholds(repro, base: list, new: list) -> list:
     judged = {label: [threshold_outcomes(rec.run, repro) for _, v, rec in runs if v in JUDGED]
               for label, runs in (("base", base), ("new", new))}
     for t in repro.thresholds:
-        row = {"threshold": threshold_id(t), "metric": t.metric, "kind": t.kind}
+        sides = {}
         for label in ("base", "new"):
             outcomes = [o.get(threshold_id(t)) for o in judged[label]]
             held = [o == "pass" for o in outcomes if o not in (None, "contended")]
             lost = outcomes.count("contended")
-            row[label] = {"held": sum(held), "judged": len(held), "contended": lost,
-                          "state": "-" if not held else "held" if all(held) else "crossed" if not any(held)
-                          else "mixed"}
-        b, n = row["base"]["state"], row["new"]["state"]
-        row["flips"] = b != n and {b, n} == {"held", "crossed"}
-        rows.append(row)
+            sides[label] = ThresholdSide(sum(held), len(held), lost,
+                                         "-" if not held else "held" if all(held) else "crossed" if not any(held)
+                                         else "mixed")
+        b, n = sides["base"].state, sides["new"].state
+        rows.append(ThresholdRow(threshold_id(t), t.metric, t.kind, **sides,
+                                 flips=b != n and {b, n} == {"held", "crossed"}))
     return rows
 
 
@@ -211,7 +214,7 @@ def differences(base: list, new: list) -> list:
     return out
 
 
-def compare(base_paths: list, new_paths: list) -> dict:
+def compare(base_paths: list, new_paths: list) -> Comparison:
     base, new = load_side("BASE", base_paths), load_side("NEW", new_paths)
     both = {d.resolve() for d, _, _ in base} & {d.resolve() for d, _, _ in new}
     if both:
@@ -225,28 +228,23 @@ def compare(base_paths: list, new_paths: list) -> dict:
     rows = []
     for name in list(bvals) + [n for n in nvals if n not in bvals]:
         meta = bmeta.get(name) or nmeta[name]
-        b, n = describe(bvals.get(name, [])), describe(nvals.get(name, []))
-        ch = change_pct(b["median"], n["median"])
+        b, n = Spread(**describe(bvals.get(name, []))), Spread(**describe(nvals.get(name, [])))
+        ch = change_pct(b.median, n.median)
         test = compare_samples(bvals.get(name, []), nvals.get(name, []))
         way = direction(ch, meta["better"])
         floor = repro.metrics.get(name, {}).get("min_change_pct", MIN_CHANGE_PCT)
         material = ch is not None and abs(ch) >= floor
-        rows.append({"metric": name, "unit": meta["unit"], "better": meta["better"], "base": b, "new": n,
-                     "change_pct": ch, "direction": way, **test, "min_change_pct": floor,
-                     "material": material,
-                     "values": {"base": bvals.get(name, []), "new": nvals.get(name, [])},
-                     # what the change is called: better/worse only when significant and material
-                     "verdict": (way if material else "small") if test["significant"] and
-                     way in ("better", "worse") else ""})
-    return {"reproducer": repro.name, "preset": man.preset, "params": man.params,
-            "test": TEST, "alpha": ALPHA, "min_n_per_side": min_n_per_side(),
-            "base": {**_side_info(base), "outcome": side_outcome(repro, base),
-                     "projection": side_projection(repro, base)},
-            "new": {**_side_info(new), "outcome": side_outcome(repro, new),
-                    "projection": side_projection(repro, new)}, "warnings": warnings,
-            "differences": differences(base, new),
-            "metrics": rows, "thresholds": _thresholds(repro, base, new),
-            "_runs": {"base": [d for d, v, _ in base if v in JUDGED], "new": [d for d, v, _ in new if v in JUDGED]}}
+        rows.append(MetricRow(name, meta["unit"], meta["better"], b, n, change_pct=ch, direction=way, **test,
+                              min_change_pct=floor, material=material,
+                              values={"base": bvals.get(name, []), "new": nvals.get(name, [])},
+                              # what the change is called: better/worse only when significant and material
+                              verdict=(way if material else "small") if test["significant"] and
+                              way in ("better", "worse") else ""))
+    return Comparison(repro.name, man.preset, man.params, TEST, ALPHA, min_n_per_side(),
+                      _side(repro, base), _side(repro, new), warnings, differences(base, new),
+                      rows, _thresholds(repro, base, new),
+                      judged_runs={"base": [d for d, v, _ in base if v in JUDGED],
+                                   "new": [d for d, v, _ in new if v in JUDGED]})
 
 
 def _n(v) -> str:
@@ -260,8 +258,8 @@ def _n(v) -> str:
     return f"{v:.4g}"
 
 
-def _range(s: dict) -> str:
-    return "-" if s["min"] is None else f"{_n(s['min'])}-{_n(s['max'])}"
+def _range(s: Spread) -> str:
+    return "-" if s.min is None else f"{_n(s.min)}-{_n(s.max)}"
 
 
 def _pct(v) -> str:
@@ -270,66 +268,63 @@ def _pct(v) -> str:
     return f"{v:+.0f}%" if abs(v) >= 1000 else f"{v:+.1f}%"
 
 
-def _p(row) -> str:
-    if row["p"] is None:
+def _p(row: MetricRow) -> str:
+    if row.p is None:
         return "-"
-    return f"{row['p']:.3f}" + ("*" if row["significant"] else "")
+    return f"{row.p:.3f}" + ("*" if row.significant else "")
 
 
-def format_text(res: dict) -> str:
-    b, n = res["base"], res["new"]
-    out = [f"krig compare: {res['reproducer']}, preset {res['preset'] or '(defaults)'}",
-           f"BASE: {', '.join(b['kernels'])} ({', '.join(b['releases'])}): {b['verdict_text']}",
-           f"NEW:  {', '.join(n['kernels'])} ({', '.join(n['releases'])}): {n['verdict_text']}"]
+def format_text(res: Comparison) -> str:
+    b, n = res.base, res.new
+    out = [f"krig compare: {res.reproducer}, preset {res.preset or '(defaults)'}",
+           f"BASE: {', '.join(b.kernels)} ({', '.join(b.releases)}): {b.verdict_text}",
+           f"NEW:  {', '.join(n.kernels)} ({', '.join(n.releases)}): {n.verdict_text}"]
     for label, side in (("BASE", b), ("NEW", n)):
-        if side.get("outcome"):
-            out.append(f"{label + ':':5s} {side['outcome']}")
-    out += [f"warning: {w}" for w in res["warnings"]]
-    out += [f"differs (numbers may not be comparable): {d}" for d in res["differences"]]
-    out += ["", f"{'':26s} {'BASE, n=' + str(b['judged']):^24s} {'NEW, n=' + str(n['judged']):^24s}",
+        if side.outcome:
+            out.append(f"{label + ':':5s} {side.outcome}")
+    out += [f"warning: {w}" for w in res.warnings]
+    out += [f"differs (numbers may not be comparable): {d}" for d in res.differences]
+    out += ["", f"{'':26s} {'BASE, n=' + str(b.judged):^24s} {'NEW, n=' + str(n.judged):^24s}",
             f"{'metric':26s} {'median':>8s} {'min-max':>15s} {'median':>8s} {'min-max':>15s} "
             f"{'change':>8s} {'p':>6s} {'':7s}"]
     uneven = []
-    for r in res["metrics"]:
-        name = r["metric"] if len(r["metric"]) <= 26 else r["metric"][:25] + "~"
-        ch = _pct(r["change_pct"])
-        bs, ns = r["base"], r["new"]
-        verdict = r["verdict"]
-        out.append(f"{name:26s} {_n(bs['median']):>8s} {_range(bs):>15s} "
-                   f"{_n(ns['median']):>8s} {_range(ns):>15s} "
-                   f"{ch:>8s} {_p(r):>6s} {verdict:7s}".rstrip())
-        if (bs["n"], ns["n"]) != (b["judged"], n["judged"]):
-            uneven.append(f"{r['metric']} {bs['n']} vs {ns['n']}")
+    for r in res.metrics:
+        name = r.metric if len(r.metric) <= 26 else r.metric[:25] + "~"
+        bs, ns = r.base, r.new
+        out.append(f"{name:26s} {_n(bs.median):>8s} {_range(bs):>15s} "
+                   f"{_n(ns.median):>8s} {_range(ns):>15s} "
+                   f"{_pct(r.change_pct):>8s} {_p(r):>6s} {r.verdict:7s}".rstrip())
+        if (bs.n, ns.n) != (b.judged, n.judged):
+            uneven.append(f"{r.metric} {bs.n} vs {ns.n}")
     out.append("")
-    out.append(f"p: {res['test']}. * = significant: p < {res['alpha']}")
-    out.append(f"   and at least {res['min_n_per_side']} judged runs a side (3 vs 3 cannot reach it: its "
+    out.append(f"p: {res.test}. * = significant: p < {res.alpha}")
+    out.append(f"   and at least {res.min_n_per_side} judged runs a side (3 vs 3 cannot reach it: its "
                f"smallest p is {min_p(3, 3):.2f}).")
     out.append("   change: NEW median vs BASE median; better/worse only when significant and at least")
     out.append(f"   the metric's min_change_pct (default {MIN_CHANGE_PCT:g}%); small: significant but smaller.")
-    if any(r["p"] is not None and not r["reachable"] for r in res["metrics"]):
-        out.append(f"   with {b['judged']} vs {n['judged']} judged runs the smallest possible p is "
-                   f"{min_p(b['judged'], n['judged']):.3f}: nothing here can be significant.")
+    if any(r.p is not None and not r.reachable for r in res.metrics):
+        out.append(f"   with {b.judged} vs {n.judged} judged runs the smallest possible p is "
+                   f"{min_p(b.judged, n.judged):.3f}: nothing here can be significant.")
     for u in uneven:
         out.append(f"   fewer values than runs: {u}")
-    if res["thresholds"]:
+    if res.thresholds:
         out += ["", f"{'threshold':52s} {'BASE held':>10s} {'NEW held':>10s}  flips"]
-        for t in res["thresholds"]:
-            tb, tn = t["base"], t["new"]
-            name = t["threshold"] if len(t["threshold"]) <= 52 else t["threshold"][:51] + "~"
-            out.append(f"{name:52s} {_held(tb):>10s} {_held(tn):>10s}  {'FLIPS' if t['flips'] else '-'}")
-        lost = sum(t[s]["contended"] for t in res["thresholds"] for s in ("base", "new"))
+        for t in res.thresholds:
+            name = t.threshold if len(t.threshold) <= 52 else t.threshold[:51] + "~"
+            out.append(f"{name:52s} {_held(t.base):>10s} {_held(t.new):>10s}  {'FLIPS' if t.flips else '-'}")
+        lost = sum(side.contended for t in res.thresholds for side in (t.base, t.new))
         if lost:
             out.append(f"   +k: crossings of a timing threshold in a run whose host was contended, not counted ({lost})")
     return "\n".join(line[:WIDTH] for line in out)
 
 
-def _held(side: dict) -> str:
+def _held(side: ThresholdSide) -> str:
     """held/judged, and +k timing crossings left out for the host's contention."""
-    return f"{side['held']}/{side['judged']}" + (f" +{side['contended']}" if side.get("contended") else "")
+    return f"{side.held}/{side.judged}" + (f" +{side.contended}" if side.contended else "")
 
 
-def default_out(res: dict) -> pathlib.Path:
-    return compare_dir(res["reproducer"])
+def default_out(res: Comparison) -> pathlib.Path:
+    return compare_dir(res.reproducer)
 
 
 def main(tokens: list) -> int:
@@ -339,9 +334,8 @@ def main(tokens: list) -> int:
     res = compare(opts["base"], opts["new"])
     out = pathlib.Path(opts["out"]) if opts["out"] else default_out(res)
     notes = write_compare_html(res, out)
-    public = {k: v for k, v in res.items() if not k.startswith("_")}
-    public["html"] = str(out / "compare.html")
-    for w in res["warnings"]:
+    public = {**res.to_json(), "html": str(out / "compare.html")}
+    for w in res.warnings:
         print(f"krig: warning: {w}", file=sys.stderr)
     for note in notes:
         print(f"krig: compare: {note}", file=sys.stderr)

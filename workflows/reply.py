@@ -29,6 +29,8 @@ import time
 from analysis.lkp import WIDTH, table_lines
 from analysis.projection import text_lines as projection_lines
 from krig.errors import KrigError, UsageError
+from krig.record_compare import Comparison
+from krig.record_validation import ServerFacts, SideKernel, ValidationRecord
 from krig.reproducer import load_reproducer
 from krig.results import is_path, is_url, public_kernel_arg, public_repository, public_url, split_kernel_arg
 from krig.version import git_revision, origin, version
@@ -101,18 +103,23 @@ def _para(text: str) -> list:
     return textwrap.wrap(_ascii(text), WIDTH, break_long_words=True, break_on_hyphens=False)
 
 
-def _rig_line(k: dict) -> str:
-    m, rig = k.get("machine") or {}, k.get("rig") or {}
-    mem = f"{m['mem_total_bytes'] / (1 << 30):.1f} GiB" if m.get("mem_total_bytes") else "? GiB"
-    accel = (k.get("rig_facts") or {}).get("accel") or rig.get("kind") or "?"
-    return f"{rig.get('name', '?')}: {m.get('cpus', '?')} CPUs, {mem}, {accel}"
+def _rig_line(k: SideKernel) -> str:
+    m, rig = k.machine_said, k.rig
+    mem = f"{m.mem_total_bytes / (1 << 30):.1f} GiB" if m.mem_total_bytes else "? GiB"
+    accel = (k.rig_facts or {}).get("accel") or rig.kind or "?"
+    return f"{_known(rig.name)}: {_known(m.cpus)} CPUs, {mem}, {accel}"
 
 
-def server_line(s: dict) -> str:
+def _known(value) -> str:
+    """A fact as the reply says it: ? when it was not recorded."""
+    return "?" if value is None else str(value)
+
+
+def server_line(s: ServerFacts) -> str:
     """A lab server's facts in one line (workflows.validate.server_facts)."""
-    ram = f"{s['ram_bytes'] / (1 << 30):.1f} GiB" if s.get("ram_bytes") else "? GiB"
-    return (f"{s.get('system') or '?'}, firmware {s.get('firmware') or '?'}, {ram}, {s.get('cpus') or '?'} x "
-            f"{s.get('cpu') or '?'}; BMC {s.get('bmc') or '?'}")
+    ram = f"{s.ram_bytes / (1 << 30):.1f} GiB" if s.ram_bytes else "? GiB"
+    return (f"{s.system or '?'}, firmware {s.firmware or '?'}, {ram}, {s.cpus or '?'} x "
+            f"{s.cpu or '?'}; BMC {s.bmc or '?'}")
 
 
 def _cpu_line(cpu: dict | None) -> str:
@@ -126,17 +133,17 @@ def _cpu_line(cpu: dict | None) -> str:
     return ", ".join(parts)
 
 
-def outcome_lines(res: dict) -> list:
+def outcome_lines(res: Comparison) -> list:
     """What the reproducer says of each side (where the flood's negatives went), and the patched
     kernel's projection to other machine sizes, labelled as one."""
     out = []
-    said = [(label, res[side].get("outcome")) for side, label in (("base", "base"), ("new", "patched"))]
+    said = [(label, res.side(side).outcome) for side, label in (("base", "base"), ("new", "patched"))]
     if any(text for _, text in said):
         out += ["", "What the runs showed:"]
         for label, text in said:
             if text:
                 out += _para_indented(f"{label}: {text}")
-    proj = res["new"].get("projection")
+    proj = res.new.projection
     if proj:
         out += ["", "Projected to other machines from the patched kernel's median run", "(not a measurement):"]
         out += _para_indented(proj["basis"] + ".")
@@ -160,12 +167,12 @@ def measures(reproducer: str) -> str | None:
         return None
 
 
-def reproduce_lines(state: dict, tree: str | None, by_id: bool) -> list:
+def reproduce_lines(state: ValidationRecord, tree: str | None, by_id: bool) -> list:
     """The command that reproduces the answer on anyone's machine: a base given as a path
     (TREE@REF, a built tree, an image) is named ./linux (@REF a commit, not a local branch),
     after a `git clone` of the tree's public URL when it has one; the series by its
     Message-ID, or by its file name."""
-    cmd, git = list(state["command"]), (state.get("base_kernel") or {}).get("git") or {}
+    cmd, git = list(state.command), (state.base_kernel.git if state.base_kernel else None) or {}
     cloned = False
     if "--base" in cmd:
         i = cmd.index("--base") + 1
@@ -177,7 +184,7 @@ def reproduce_lines(state: dict, tree: str | None, by_id: bool) -> list:
             cloned = bool(at)
     if "--series" in cmd:
         i = cmd.index("--series") + 1
-        cmd[i] = f"<{state['series']}>" if by_id else pathlib.Path(cmd[i]).name
+        cmd[i] = f"<{state.series}>" if by_id else pathlib.Path(cmd[i]).name
     said = "b4 fetches the series by its Message-ID" if by_id else "with the series saved as an mbox"
     if cloned and not tree:
         said += "; ./linux: a clone of the tree holding the base commit"
@@ -185,73 +192,73 @@ def reproduce_lines(state: dict, tree: str | None, by_id: bool) -> list:
     return [*_para(f"To reproduce (krig; {said}):"), *clone, *wrap_shell(cmd)]
 
 
-def body(state: dict, res: dict, who: tuple) -> str:
-    prov = state["series_provenance"]
-    base, new = state.get("base_kernel") or {}, state.get("new_kernel") or {}
+def body(state: ValidationRecord, res: Comparison | None, who: tuple) -> str:
+    prov = state.series_provenance
+    base, new = state.base_kernel or SideKernel(), state.new_kernel or SideKernel()
     out = ["Hi,", ""]
-    out += _para(f"krig's {state['reproducer']} reproducer on this series: {state['answer']}. "
-                 f"{state['reason'][0].upper()}{state['reason'][1:]}.")
-    said = measures(state["reproducer"])
+    out += _para(f"krig's {state.reproducer} reproducer on this series: {state.answer}. "
+                 f"{state.reason[0].upper()}{state.reason[1:]}.")
+    said = measures(state.reproducer)
     if said:
         out += ["", *_para(said)]
-    if state["answer"] == "fixed":
+    if state.answer == "fixed":
         out += ["", f"Tested-by: {_ascii(who[0])} <{who[1]}>"]
-    git = base.get("git") or {}
+    git = base.git or {}
     out += ["", "Tested on:",
-            f"  base kernel     {base.get('release', '?')}",
-            f"  patched kernel  {new.get('release', '?')}",
-            f"  base commit     {git.get('commit') or prov.get('base_commit') or '-'}"]
+            f"  base kernel     {_known(base.release)}",
+            f"  patched kernel  {_known(new.release)}",
+            f"  base commit     {git.get('commit') or prov.base_commit or '-'}"]
     tree = public_tree(git.get("repository"))
     if tree:
         out += wrap_shell([f"  tree            {tree}" + (f" ({git['branch']})" if git.get("branch") else "")],
                           indent="", quote=False)
     elif git.get("repository"):
         out += ["  tree            a local tree (no public remote)"]
-    out += ["  patchset hash (sha256 of each patch's sha256, KCIDB)", f"    {prov['patchset_hash']}",
+    out += ["  patchset hash (sha256 of each patch's sha256, KCIDB)", f"    {prov.patchset_hash}",
             f"  rig             {_rig_line(base)}",
-            f"  machine CPU     {_cpu_line((base.get('machine') or {}).get('cpu'))}",
-            *(textwrap.wrap(_ascii(server_line(state["server"])), WIDTH, initial_indent="  server          ",
-                            subsequent_indent=" " * 18) if state.get("server") else []),
-            f"  host CPU        {_cpu_line(base.get('host_cpu'))}",
-            f"  reproducer      {state['reproducer']}, preset {state['preset'] or 'defaults'}",
-            f"  runs            base {res['base']['verdict_text']}, patched {res['new']['verdict_text']}"
+            f"  machine CPU     {_cpu_line(base.machine_said.cpu)}",
+            *(textwrap.wrap(_ascii(server_line(state.server)), WIDTH, initial_indent="  server          ",
+                            subsequent_indent=" " * 18) if state.server else []),
+            f"  host CPU        {_cpu_line(base.host_cpu)}",
+            f"  reproducer      {state.reproducer}, preset {state.preset or 'defaults'}",
+            f"  runs            base {res.base.verdict_text}, patched {res.new.verdict_text}"
             if res else "  runs            the first run a side PASSed; nothing more ran",
-            f"                  ({state['repeat']} a side, alternating)" if res else None,
-            f"  krig            version {state.get('krig_version') or version()}, commit",
-            f"                  {state.get('krig_revision') or git_revision()}",
+            f"                  ({state.repeat} a side, alternating)" if res else None,
+            f"  krig            version {state.krig_version or version()}, commit",
+            f"                  {state.krig_revision or git_revision()}",
             f"                  from {public_url(origin())}" if origin() else None]
-    if state["differences"]:
+    if state.differences:
         out += ["", "Not comparable, the two sides differ in:"]
-        out += [f"  {d}" for d in state["differences"]]
+        out += [f"  {d}" for d in state.differences]
     if res:
         out += ["", "Judged metrics (means of the judged runs; p: Mann-Whitney U,",
-                f"two-sided, * = significant at p < {res['alpha']} with >= {res['min_n_per_side']} runs a "
+                f"two-sided, * = significant at p < {res.alpha} with >= {res.min_n_per_side} runs a "
                 "side):", ""]
-        out += table_lines(res, state["judged_metrics"])
+        out += table_lines(res, state.judged_metrics)
         out += outcome_lines(res)
     # a series named by its Message-ID is fetched the same way anywhere; a file is named by its name
-    by_id = bool(state.get("series")) and not str(state["series"]).startswith("/")
+    by_id = bool(state.series) and not str(state.series).startswith("/")
     out += ["", *reproduce_lines(state, tree, by_id)]
     out += ["", "-- ", "krig validate (automated test; the numbers come from the runs above)"]
     return "\n".join(_ascii(line).rstrip() if line != "-- " else line for line in out if line is not None) + "\n"
 
 
-def message(state: dict, text: str, who: tuple) -> str:
-    prov = state["series_provenance"]
-    subject = _one_line(state.get("reply_subject") or prov.get("subject") or "") or "your series"
+def message(state: ValidationRecord, text: str, who: tuple) -> str:
+    prov = state.series_provenance
+    subject = _one_line(state.reply_subject or prov.subject or "") or "your series"
     subject = subject if subject.lower().startswith("re:") else f"Re: {subject}"
     domain = who[1].rpartition("@")[2]
     headers = [("From", email.utils.formataddr(who, "utf-8")),
-               ("To", email.utils.formataddr(email.utils.parseaddr(_one_line(prov.get("author") or "")), "utf-8")
-                if _one_line(prov.get("author") or "") else None),
+               ("To", email.utils.formataddr(email.utils.parseaddr(_one_line(prov.author or "")), "utf-8")
+                if _one_line(prov.author or "") else None),
                ("Cc", ", ".join(email.utils.formataddr(email.utils.parseaddr(_one_line(a)), "utf-8")
-                                for a in prov.get("cc") or []
+                                for a in prov.cc or []
                                 if email.utils.parseaddr(_one_line(a))[1].lower() != who[1].lower()) or None),
                ("Subject", _ascii(subject)),
                ("Date", email.utils.formatdate(usegmt=True)),
                ("Message-ID", email.utils.make_msgid("krig-validate", domain)),
-               ("In-Reply-To", f"<{prov['message_id']}>" if prov.get("message_id") else None),
-               ("References", f"<{prov['message_id']}>" if prov.get("message_id") else None),
+               ("In-Reply-To", f"<{prov.message_id}>" if prov.message_id else None),
+               ("References", f"<{prov.message_id}>" if prov.message_id else None),
                ("MIME-Version", "1.0"), ("Content-Type", 'text/plain; charset="us-ascii"'),
                ("Content-Transfer-Encoding", "7bit")]
     # every header one line: a folded From: or Subject: of the series (a newline and a
@@ -260,7 +267,7 @@ def message(state: dict, text: str, who: tuple) -> str:
     return head + "\n" + text
 
 
-def write_reply(vdir: pathlib.Path, state: dict, res: dict, who: tuple) -> None:
+def write_reply(vdir: pathlib.Path, state: ValidationRecord, res: Comparison | None, who: tuple) -> None:
     text = body(state, res, who)
     msg = message(state, text, who)
     stamp = time.asctime(time.gmtime())

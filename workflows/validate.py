@@ -26,6 +26,7 @@ the key a hash of everything asked) keeps both groups; the same command keeps ev
 finished run and runs what is missing. validate.json holds the answer, reply.mbox and
 reply.txt the mail (workflows/reply.py).
 """
+import dataclasses
 import hashlib
 import json
 import pathlib
@@ -43,12 +44,14 @@ from krig.errors import KrigError, UsageError
 from .group import group_planned, group_runs
 from .plan import RunPlan, resolve
 from .preflight import check_boots
+from krig.record_compare import Comparison, MetricRow
 from krig.record_group import GroupRecord, read_group
+from krig.record_machine import Machine
+from krig.record_validation import ServerFacts, SideKernel, ValidationRecord, read_validation, write_validation
 from krig.verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, server_line, write_reply
 from krig.reproducer import load_reproducer
-from krig.results import (VALIDATE_FILE, VALIDATE_SIDES, now, run_dirs_of, validation_dir,
-                      validation_side, write_json)
+from krig.results import VALIDATE_FILE, VALIDATE_SIDES, now, run_dirs_of, validation_dir, validation_side
 from krig.record import RunRecord
 from krig.version import git_revision, version
 
@@ -86,12 +89,12 @@ def _run_side(plan: RunPlan, want: int, repeat: int, gdir: pathlib.Path, log) ->
         group_planned(plan, len(runs) + 1, gdir, log=log)
 
 
-def decide(res: dict, judged_metrics: list, replaced: dict | None = None) -> tuple[str, str]:
+def decide(res: Comparison, judged_metrics: list, replaced: dict | None = None) -> tuple[str, str]:
     """A comparison (workflows.compare.compare) -> (answer, the reason in one sentence).
 
     replaced: {"base": k, "new": k}: ERROR runs lost to host contention that were run again;
     they are left out of the counts (the rest of the side was judged without them)."""
-    b, n = dict(res["base"]["verdicts"]), dict(res["new"]["verdicts"])
+    b, n = dict(res.base.verdicts), dict(res.new.verdicts)
     for side, counts in (("base", b), ("new", n)):
         k = min((replaced or {}).get(side, 0), counts.get("ERROR", 0))
         if k:
@@ -109,52 +112,52 @@ def decide(res: dict, judged_metrics: list, replaced: dict | None = None) -> tup
         return "inconclusive", f"runs that were not judged: {', '.join(unjudged)}"
     if not nb or not nn:
         return "inconclusive", "too few judged runs (none on one side)"
-    only_new = [t for t in res["thresholds"] if t["kind"] == "regression" and t["base"]["state"] == "held"
-                and t["new"]["judged"] and t["new"]["held"] < t["new"]["judged"]]
+    only_new = [t for t in res.thresholds if t.kind == "regression" and t.base.state == "held"
+                and t.new.judged and t.new.held < t.new.judged]
     if only_new and not (b.get("FAIL") and b.get("PASS")):
         t = only_new[0]
-        return "regressed", (f"{t['threshold']} is crossed with the series in {t['new']['judged'] - t['new']['held']}"
-                             f" of {t['new']['judged']} runs and held in every base run")
+        return "regressed", (f"{t.threshold} is crossed with the series in {t.new.judged - t.new.held}"
+                             f" of {t.new.judged} runs and held in every base run")
     if not b.get("FAIL"):
         return "base does not reproduce", (f"the base kernel PASSed {b.get('PASS', 0)} of {nb} runs: there is "
                                            "nothing for the series to fix")
     if b.get("PASS"):
         return "inconclusive", f"mixed verdicts on the base (FAIL {b['FAIL']}/{nb}, PASS {b['PASS']}/{nb})"
     if n.get("PASS") == nn:
-        rows = [r for r in res["metrics"] if r["metric"] in judged_metrics]
-        if rows and not any(r["reachable"] for r in rows):
+        rows = [r for r in res.metrics if r.metric in judged_metrics]
+        if rows and not any(r.reachable for r in rows):
             return "fixed", (f"every base run FAILed and every patched run PASSed ({nb} vs {nn} runs: too few "
                              "for any change to be significant, so this rests on the verdicts)")
-        weak = [r for r in rows if not (r["significant"] and _better(r))]
+        weak = [r for r in rows if not (r.significant and _better(r))]
         if weak:
             r = weak[0]
-            p = "-" if r["p"] is None else f"{r['p']:.3f}"
-            return "inconclusive", (f"the verdicts flip, but {r['metric']} does not change significantly "
+            p = "-" if r.p is None else f"{r.p:.3f}"
+            return "inconclusive", (f"the verdicts flip, but {r.metric} does not change significantly "
                                     f"for the better (p = {p})")
-        ps = ", ".join(f"{r['metric']} p = {r['p']:.3f}" for r in rows)
+        ps = ", ".join(f"{r.metric} p = {r.p:.3f}" for r in rows)
         return "fixed", f"every base run FAILed, every patched run PASSed, and {ps}"
     if n.get("FAIL") == nn:
         return "not fixed", f"the patched kernel FAILs like the base ({nn} of {nn} runs)"
     return "inconclusive", f"mixed verdicts with the series (FAIL {n.get('FAIL', 0)}/{nn}, PASS {n.get('PASS', 0)}/{nn})"
 
 
-def _better(row: dict) -> bool:
+def _better(row: MetricRow) -> bool:
     """The median moved in the metric's better direction (also from a base median of 0)."""
-    b, n = row["base"]["median"], row["new"]["median"]
-    if b is None or n is None or b == n or row["better"] not in ("lower", "higher"):
+    b, n = row.base.median, row.new.median
+    if b is None or n is None or b == n or row.better not in ("lower", "higher"):
         return False
-    return (n < b) == (row["better"] == "lower")
+    return (n < b) == (row.better == "lower")
 
 
-def judged_metrics(res: dict) -> list:
+def judged_metrics(res: Comparison) -> list:
     """The metrics that must move for "fixed": those of the regression thresholds the base
     crossed (else of every regression threshold), without the timing ones a busy host moves
     (host_sensitive in repro.toml) when a threshold the host cannot move was crossed too."""
-    timing = load_reproducer(res["reproducer"]).timing_metrics
-    rows = [t for t in res["thresholds"] if t["kind"] == "regression"]
-    crossed = [t["metric"] for t in rows if t["base"]["state"] in ("crossed", "mixed")]
+    timing = load_reproducer(res.reproducer).timing_metrics
+    rows = [t for t in res.thresholds if t.kind == "regression"]
+    crossed = [t.metric for t in rows if t.base.state in ("crossed", "mixed")]
     solid = [m for m in crossed if m not in timing]
-    return list(dict.fromkeys(solid or crossed or [t["metric"] for t in rows]))
+    return list(dict.fromkeys(solid or crossed or [t.metric for t in rows]))
 
 
 def _check_base(base: str):
@@ -193,7 +196,8 @@ def _base_text(base: str, series: dict) -> str:
 
 
 def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT_REPEAT, rig_name=DEFAULT_RIG,
-             preset=None, sets=(), out=None, sender=None, log=print) -> tuple[pathlib.Path, dict, int]:
+             preset=None, sets=(), out=None, sender=None,
+             log=print) -> tuple[pathlib.Path, ValidationRecord, int]:
     if repeat < 1:
         raise UsageError(f"--repeat: {repeat} is below the minimum 1")
     if out is not None:
@@ -213,11 +217,10 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     phash = series["provenance"]["patchset_hash"]
     key = hashlib.sha256(json.dumps({**asked, "patchset": phash}, sort_keys=True).encode()).hexdigest()[:8]
     vdir = pathlib.Path(out) if out else validation_dir(repro.name, phash, key)
-    vfile = vdir / VALIDATE_FILE
-    state = json.loads(vfile.read_text()) if vfile.exists() else {}
+    made = read_validation(vdir, "-o") if (vdir / VALIDATE_FILE).exists() else None
     for field, value in asked.items():
-        if state and state.get(field) != value:
-            raise UsageError(f"-o {vdir}: the validation was made for {field} {state.get(field)!r}, not {value!r}")
+        if made is not None and getattr(made, field) != value:
+            raise UsageError(f"-o {vdir}: the validation was made for {field} {getattr(made, field)!r}, not {value!r}")
     log(f"krig: validating {len(series['patches'])} patch(es) {series['provenance']['subject']!r} on {base_text}"
         f" with {repro.name}, {repeat} run(s) a side -> {vdir}")
     plan = plan.checked(vdir, [("--base", base_text), ("--series", new_text)])
@@ -228,11 +231,8 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     sides = {"new": plan.with_kernel(new_text, quiet)}
     sides["base"] = plan.with_kernel(base_text, quiet)
     vdir.mkdir(parents=True, exist_ok=True)      # the kernels exist: the validation starts
-    state = {"kind": "krig-validate", **asked, **state, "repeat": repeat, "series_provenance": series["provenance"],
-             "reply_subject": series["reply_subject"], "patches": series["patch_subjects"],
-             "krig_revision": git_revision(), "krig_version": version(), "updated": now()}
-    state.setdefault("created", now())
-    write_json(vfile, state)
+    state = _started(made, asked, repeat, series)
+    write_validation(vdir, state)
     stopped = None
     for i in range(1, repeat + 1):
         bgroup = _run_side(sides["base"], i, repeat, validation_side(vdir, "base"), log)
@@ -253,57 +253,67 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
         judged = judged_metrics(res)
         lost = {side: len(contended(validation_side(vdir, side))) for side in VALIDATE_SIDES}
         answer, reason = decide(res, judged, {k: v if v <= repeat else 0 for k, v in lost.items()})
-        differences = res["differences"]
+        differences = res.differences
     base_kernel = _kernel_of(validation_side(vdir, "base"))
-    state.update(answer=answer, reason=reason, judged_metrics=judged, finished=now(),
-                 base_kernel=base_kernel, new_kernel=_kernel_of(validation_side(vdir, "new")),
-                 server=server_facts(base_kernel),
-                 differences=differences,
-                 command=AskedRun(repro.name, rig.name, base, preset, tuple(sets)).validate_argv(
-                     series_path, repeat if repeat != DEFAULT_REPEAT else None),
-                 comparison={k: v for k, v in res.items() if not k.startswith("_")} if res else None)
-    write_json(vfile, state)
+    state = dataclasses.replace(
+        state, answer=answer, reason=reason, judged_metrics=judged, finished=now(),
+        base_kernel=base_kernel, new_kernel=_kernel_of(validation_side(vdir, "new")),
+        server=server_facts(base_kernel), differences=differences,
+        command=AskedRun(repro.name, rig.name, base, preset, tuple(sets)).validate_argv(
+            series_path, repeat if repeat != DEFAULT_REPEAT else None),
+        comparison=res)
+    write_validation(vdir, state)
     write_reply(vdir, state, res, who)
     return vdir, state, ANSWERS[answer]
 
 
-def _kernel_of(gdir: pathlib.Path) -> dict:
-    """The kernel the group's first run booted (manifest.json: release, git origin, debug options)."""
+def _started(made: ValidationRecord | None, asked: dict, repeat: int, series: dict) -> ValidationRecord:
+    """validate.json as the validation starts or resumes: what was asked, the series and which krig
+    (a resumed one keeps its answer until the new one is known, and when it was created)."""
+    state = dataclasses.replace(made or ValidationRecord(), **asked, repeat=repeat,
+                                series_provenance=series["provenance"], reply_subject=series["reply_subject"],
+                                patches=series["patch_subjects"], krig_revision=git_revision(),
+                                krig_version=version(), updated=now())
+    if state.created is None:
+        state.created = now()
+    return state
+
+
+def _kernel_of(gdir: pathlib.Path) -> SideKernel | None:
+    """The kernel the group's first run booted (manifest.json: release, git origin, debug options),
+    with the machine, rig and host it ran on; None when no run of the group can be read."""
     for d in run_dirs_of(gdir):
         try:
             man = RunRecord.read(d).manifest
         except (OSError, KrigError):
             continue
-        # validate.json's record of it (base_kernel): the manifest's objects as they were written
-        return {"name": man.kernel.name, "release": man.release, "git": man.kernel.git,
-                "machine": man.machine.to_json() if man.machine is not None else None, "rig": man.rig.to_json(),
-                "rig_facts": man.rig_facts, "host_cpu": man.host_cpu}
-    return {}
+        return SideKernel(man.kernel.name, man.release, man.kernel.git, man.machine, man.rig, man.rig_facts,
+                          man.host_cpu)
+    return None
 
 
-def server_facts(k: dict) -> dict | None:
+def server_facts(k: SideKernel | None) -> ServerFacts | None:
     """A lab server's facts (firmware, system, RAM, CPU, BMC), from the base's first run; None for a
     rig that is no server (a QEMU guest has its facts in base_kernel.machine)."""
-    f, m = k.get("rig_facts") or {}, k.get("machine") or {}
+    f, m = (k.rig_facts if k else None) or {}, k.machine_said if k else Machine()
     if not (f.get("bmc_info") or f.get("firmware")):
         return None
-    out = {"rig": (k.get("rig") or {}).get("name"), "system": f.get("system"), "firmware": f.get("firmware"),
-           "ram_bytes": m.get("mem_total_bytes"), "cpus": m.get("cpus"), "cpu": (m.get("cpu") or {}).get("model"),
-           "bmc": f.get("bmc_info"), "bmc_address": f.get("bmc")}
     # what a Redfish BMC says of the server (rigs/redfish/facts.py), as it says it
-    out.update({x: f[x] for x in ("server_model", "memory_gib", "processors", "firmware_versions") if f.get(x)})
-    return out
+    redfish = {x: f[x] for x in ServerFacts.REDFISH if f.get(x)}
+    return ServerFacts(rig=k.rig.name, system=f.get("system"), firmware=f.get("firmware"),
+                       ram_bytes=m.mem_total_bytes, cpus=m.cpus, cpu=(m.cpu or {}).get("model"),
+                       bmc=f.get("bmc_info"), bmc_address=f.get("bmc"), **redfish)
 
 
-def format_answer(vdir: pathlib.Path, state: dict) -> str:
-    res = state["comparison"]
-    lines = [f"{state['answer']}: {state['reason']}"]
+def format_answer(vdir: pathlib.Path, state: ValidationRecord) -> str:
+    res = state.comparison
+    lines = [f"{state.answer}: {state.reason}"]
     if res:
-        lines += [f"base:    {res['base']['verdict_text']} ({', '.join(res['base']['releases'])})",
-                  f"patched: {res['new']['verdict_text']} ({', '.join(res['new']['releases'])})"]
-    if state.get("server"):
-        lines.append(f"server:  {state['server'].get('rig')}: {server_line(state['server'])}")
-    lines += [f"differs (numbers may not be comparable): {d}" for d in state["differences"]]
+        lines += [f"base:    {res.base.verdict_text} ({', '.join(res.base.releases)})",
+                  f"patched: {res.new.verdict_text} ({', '.join(res.new.releases)})"]
+    if state.server:
+        lines.append(f"server:  {state.server.rig}: {server_line(state.server)}")
+    lines += [f"differs (numbers may not be comparable): {d}" for d in state.differences]
     lines += [f"reply: {vdir / 'reply.mbox'} (and reply.txt)", f"validation: {vdir}"]
     return "\n".join(lines)
 
