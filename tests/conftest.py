@@ -91,7 +91,7 @@ def how_built(output: str, name: str) -> str:
 
 
 def rig_with_memory(directory: pathlib.Path, memory: str) -> pathlib.Path:
-    """rigs/qemu/rig-default.toml with another `memory`, written into directory (for `--rig PATH`)."""
+    """rigs/qemu-default.toml with another `memory`, written into directory (for `--rig PATH`)."""
     text = (ROOT / "rigs" / "qemu-default.toml").read_text()
     path = directory / f"qemu-{memory.lower()}.toml"
     path.write_text(re.sub(r"(?m)^memory = .*$", f'memory = "{memory}"', text))

@@ -42,7 +42,7 @@ def _mine(tmp_path) -> list:
     (["up", "lab1", "--memory", "64T"], r"^krig: error: --memory 64T: a sparse 65536\.0 GiB guest would touch [\d.]+ GiB "
      r"at boot alone \(struct pages \(RAM/64\) 1024\.0 GiB .*more than this host's MemAvailable [\d.]+ GiB less a "
      r"[\d.]+ GiB margin \(the host budget, as for the QEMU rig\)$"),
-    (["up", "qemu-default"], r"NAME: 'qemu-default' is already the rig .*rigs/qemu/rig-default\.toml"),
+    (["up", "qemu-default"], r"NAME: 'qemu-default' is already the rig .*rigs/qemu-default\.toml"),
     (["up", "lab1\n"], r"NAME: 'lab1\\n' is not a lab server name"),
     (["down", "lab1\n"], r"NAME: 'lab1\\n' is not a lab server name"),
 ])

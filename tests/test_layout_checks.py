@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 import test_layout as layout
+import test_layout_records as records
 from conftest import ROOT
 
 TOPS = (*layout.PARTS, "reproducers", "bench")
@@ -31,7 +32,7 @@ RULES = {"wrong way": layout.wrong_way_imports, "cycle": layout.import_cycle,
          "analyzer": layout.analyzer_imports, "vocabulary": layout.vocabulary_imports,
          "private": layout.private_name_imports, "driver": layout.driver_imports,
          "size": lambda root: layout.too_long(root, python_files(root)),
-         "manifest": layout.manifest_reads_under}
+         "manifest": records.manifest_reads_under}
 
 
 LONG_FUNCTION = "def padded():\n" + "".join(f"    x{i} = {i}\n" for i in range(81))

@@ -240,7 +240,7 @@ def test_host_budget_for_the_guest(tmp_path):
 
 @pytest.mark.guest
 def test_sparse_guest_larger_than_the_host(tmp_path, no_leftover_qemu):
-    """rigs/qemu/rig-64g-sparse.toml on a host with less RAM than 64 GB: it runs, its kernel's
+    """rigs/qemu-64g-sparse.toml on a host with less RAM than 64 GB: it runs, its kernel's
     hash tables (machine facts) are the rule's for 64 GB, and QEMU's RSS is what the fixed cost
     says, not 64 GB."""
     ram = 64 << 30
