@@ -53,7 +53,7 @@ def main():
                 times[collect].append(t)
                 clock = RunData(d).record.manifest.machine_said.clocksource or "?"
                 print(f"pair {i + 1} {'traced+sampled' if collect else 'bare          '}: create {t:.1f} s"
-                      f" (clocksource {clock}{', ' + v['verdict'] if collect else ''})", flush=True)
+                      f" (clocksource {clock}{', ' + v.verdict if collect else ''})", flush=True)
     ratios = [f / b for f, b in zip(times[True], times[False])]
     med = statistics.median(ratios)
     load = os.getloadavg()

@@ -46,7 +46,7 @@ def same_on_a_copy(tmp_path, d, verdict):
     shutil.copytree(d, copy)
     (copy / "verdict.json").unlink()
     again = check(copy)
-    assert (again["verdict"], again["reason"]) == (verdict["verdict"], verdict["reason"])
+    assert (again.verdict, again.reason) == (verdict.verdict, verdict.reason)
 
 
 def test_every_fault_has_a_case():
@@ -63,7 +63,7 @@ def test_fake_rig_refuses_unknown_faults(tmp_path):
 
 def test_pass(tmp_path):
     d, v = fake_run(tmp_path)
-    assert v["verdict"] == "PASS", v["reason"]
+    assert v.verdict == "PASS", v.reason
     assert (d / "stdout").read_text() == "the fake workload ran\n"
     assert json.loads((d / "manifest.json").read_text())["outcome"] == "completed"
     assert not list((tmp_path / "work").iterdir()), "the fake machine's results directory was left behind"
@@ -71,21 +71,21 @@ def test_pass(tmp_path):
 
 def test_boot_fails(tmp_path):
     d, v = fake_run(tmp_path, fault="boot-fails")
-    assert v["verdict"] == "ERROR" and v["reason"] == "the fake machine did not come up (fake fault boot-fails)"
+    assert v.verdict == "ERROR" and v.reason == "the fake machine did not come up (fake fault boot-fails)"
     same_on_a_copy(tmp_path, d, v)
 
 
 def test_boot_panic(tmp_path):
     d, v = fake_run(tmp_path, fault="boot-panic")
-    assert v["verdict"] == "CRASHED" and "Kernel panic - not syncing: VFS" in v["reason"], v["reason"]
+    assert v.verdict == "CRASHED" and "Kernel panic - not syncing: VFS" in v.reason, v.reason
     same_on_a_copy(tmp_path, d, v)
 
 
 def test_hung(tmp_path):
     """A timeout while nothing moved: HUNG, and HUNG again on a copy of the run directory."""
     d, v = fake_run(tmp_path, fault="command-timeout", samples="static")
-    assert v["verdict"] == "HUNG", v["reason"]
-    assert v["reason"].endswith("did not finish within 120s")
+    assert v.verdict == "HUNG", v.reason
+    assert v.reason.endswith("did not finish within 120s")
     assert (d / "stdout").read_text() == "the fake workload started\n"     # the partial output is kept
     same_on_a_copy(tmp_path, d, v)
 
@@ -93,35 +93,35 @@ def test_hung(tmp_path):
 def test_slow_not_hung(tmp_path):
     """A timeout while files were still being created: ERROR (the host's slowness), on a copy too."""
     d, v = fake_run(tmp_path, fault="command-timeout", samples="moving")
-    assert v["verdict"] == "ERROR", v["reason"]
-    assert v["reason"].startswith("timeout, not a hang: the workload was still making progress in phase "
+    assert v.verdict == "ERROR", v.reason
+    assert v.reason.startswith("timeout, not a hang: the workload was still making progress in phase "
                                   "create at 120s (scratch used inodes +1,800 in the last 60 s of samples; "
-                                  "host load "), v["reason"]
+                                  "host load "), v.reason
     same_on_a_copy(tmp_path, d, v)
 
 
 def test_pull_fails(tmp_path):
     d, v = fake_run(tmp_path, fault="pull-fails")
-    assert v["verdict"] == "ERROR" and "cannot reach the machine to pull" in v["reason"], v["reason"]
+    assert v.verdict == "ERROR" and "cannot reach the machine to pull" in v.reason, v.reason
     kept = next((tmp_path / "work").iterdir())
-    assert f"kept in {kept}" in v["reason"] and (kept / "workload-metrics.tsv").exists()
+    assert f"kept in {kept}" in v.reason and (kept / "workload-metrics.tsv").exists()
     same_on_a_copy(tmp_path, d, v)
 
 
 def test_power_off_fails(tmp_path):
     """The results were pulled before the power-off: the verdict stands, with a warning."""
     d, v = fake_run(tmp_path, fault="power-off-fails")
-    assert v["verdict"] == "PASS", v["reason"]
-    assert v["warnings"] == ["the rig failed to power off after the run: rig fake-power-off-fails-none: "
+    assert v.verdict == "PASS", v.reason
+    assert v.warnings == ["the rig failed to power off after the run: rig fake-power-off-fails-none: "
                              "the machine did not power off (fake fault power-off-fails)"]
 
 
 def test_emulator_stopped(tmp_path):
     """The host stopped the emulator (SIGSTOP on a real process): ERROR naming the host, not HUNG."""
     d, v = fake_run(tmp_path, fault="emulator-stopped", samples="static")
-    assert v["verdict"] == "ERROR", v["reason"]
-    assert v["reason"].startswith("host: the emulator (pid ") and "stopped (process state T" in v["reason"]
-    assert v["reason"].endswith("; the kernel was not judged")
+    assert v.verdict == "ERROR", v.reason
+    assert v.reason.startswith("host: the emulator (pid ") and "stopped (process state T" in v.reason
+    assert v.reason.endswith("; the kernel was not judged")
     rows = (d / "host.tsv").read_text().splitlines()
     assert rows[0].startswith("mono\tbusy_cpus\temulator_cpus"), "the host was sampled next to the emulator"
     same_on_a_copy(tmp_path, d, v)
@@ -135,8 +135,8 @@ def test_results_disk_fills(tmp_path):
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "krig-test-fake", str(mnt)], check=True)
     try:
         d, v = fake_run(tmp_path, results=mnt / "results", output=4 << 20)
-        assert v["verdict"] == "ERROR", v["reason"]
-        assert "No space left on device" in v["reason"] and "kept in" in v["reason"], v["reason"]
+        assert v.verdict == "ERROR", v.reason
+        assert "No space left on device" in v.reason and "kept in" in v.reason, v.reason
         kept = next((tmp_path / "work").iterdir())
         assert (kept / "output.bin").stat().st_size == 4 << 20
     finally:

@@ -194,7 +194,7 @@ def test_hang_recovers(sim, tmp_path):
     power cycle, the server answers again; then it is powered off and released."""
     run_dir, verdict = run("selftest-hang", rig_name="sim", sets={"timeout": "30"},
                            results_root=tmp_path / "results", log=print)
-    assert verdict["verdict"] == "HUNG", verdict
+    assert verdict.verdict == "HUNG", verdict
     m = json.loads((run_dir / "manifest.json").read_text())
     hang = m["rig_facts"]["hang"]
     assert hang["nmi"].startswith("sent"), hang
@@ -217,8 +217,8 @@ def test_hang_recovers(sim, tmp_path):
 def test_panic_is_crashed(sim, tmp_path):
     """The kernel panics under the workload: the SSH connection drops, the SOL console has the panic."""
     run_dir, verdict = run("selftest-panic", rig_name="sim", results_root=tmp_path / "results", log=print)
-    assert verdict["verdict"] == "CRASHED", verdict
-    assert "sysrq: Trigger a crash" in verdict["reason"]
+    assert verdict.verdict == "CRASHED", verdict
+    assert "sysrq: Trigger a crash" in verdict.reason
     assert "Kernel panic" in (run_dir / "console.log").read_text(errors="replace")
     assert sim.power_status() == "off"
     assert not _wait_no_leftovers(sim)
@@ -289,7 +289,7 @@ def test_run_passes(sim, tmp_path, repro, preset, expected, monkeypatch, capfd):
     finally:
         watch.stop_flag.set()
         watch.join(10)
-    assert verdict["verdict"] == expected, verdict
+    assert verdict.verdict == expected, verdict
     assert "KRIG_TEST_BMC_PW" not in os.environ, "the password stayed in krig's environment"
     assert not watch.hits, f"the BMC password was in a process's argv: {watch.hits}"
     assert watch.scans > 10 and watch.ipmitool_seen > 0, "the argv scan never saw ipmitool running"
@@ -334,8 +334,8 @@ def test_bmc_dies_before_power_off_results_kept(sim, tmp_path, monkeypatch):
         run_dir, verdict = run("selftest-pass", rig_name="simfast", results_root=tmp_path / "results", log=print)
     finally:
         sim.start_bmc()
-    assert verdict["verdict"] == "PASS", verdict
-    assert any("failed to power off" in w for w in verdict.get("warnings", [])), verdict
+    assert verdict.verdict == "PASS", verdict
+    assert any("failed to power off" in w for w in verdict.warnings or []), verdict
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["outcome"] == "completed" and m["complete"] is True and m["power_off_error"], m
     for f in ("metrics.json", "samples.tsv", "stdout", "facts.txt", "junit.xml"):

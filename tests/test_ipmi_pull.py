@@ -380,8 +380,8 @@ def test_run_whose_results_hold_hostile_entries_is_error(sim, tmp_path, monkeypa
     monkeypatch.setattr(ipmi._Files, "pull", planting_pull)
     run_dir, verdict = run("selftest-pass", rig_name="sim", results_root=tmp_path / "results", log=print)
     assert planted and planted[0][0] == 0, planted
-    assert verdict["verdict"] == "ERROR", verdict
-    reason = verdict["reason"]
+    assert verdict.verdict == "ERROR", verdict
+    reason = verdict.reason
     assert reason.startswith("rig sim: the server's results hold ") and "\n" not in reason, reason
     assert ": refused (and 4 more: " in reason, reason
     assert f"a symlink evil -> {secret}" in reason or "; ..." in reason, reason

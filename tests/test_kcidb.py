@@ -60,7 +60,7 @@ def made_run(d: pathlib.Path, case: str, answer=42, series=None, git=None) -> pa
     (d / "console.log").write_text(BANNER + "[    1.000000] booted\n" + (PANIC if case == "crashed" else ""))
     if outcome == "completed":
         (d / "workload-metrics.tsv").write_text(f"answer\t{answer}\nfiles_seen\t100\n")
-    assert check(d)["verdict"] == CASES[case][1]
+    assert check(d).verdict == CASES[case][1]
     return d
 
 
@@ -75,7 +75,7 @@ def runs(tmp_path_factory):
     man = json.loads((err / "manifest.json").read_text())
     man.update(outcome="error", reason="rig qemu-default: QEMU exited with status 1")
     (err / "manifest.json").write_text(json.dumps(man))
-    assert check(err)["verdict"] == "ERROR"
+    assert check(err).verdict == "ERROR"
     assert json.loads((err / "metrics.json").read_text())["answer"]["value"] == 42
     out["error-with-numbers"] = err
     return out

@@ -70,7 +70,7 @@ def test_a_run_loads_each_thing_once(tmp_path, counted):
     from workflows.run import run
     d, v = run("selftest-pass", str(fake_rig(tmp_path)), "distro", results_root=tmp_path / "results",
                log=lambda *a, **k: None)
-    assert v["verdict"] == "PASS"
+    assert v.verdict == "PASS"
     assert dict(counted) == {"load_kernel": 1, "load_rig": 1, "load_reproducer": 1}
 
 

@@ -295,10 +295,10 @@ def test_host_oom_kill_of_a_sparse_guest_is_error(tmp_path, monkeypatch, no_left
             subprocess.run(["kill", "-KILL", str(pid)], check=False)
     run_dir, verdict = run_with_host_lowered(tmp_path, monkeypatch, "selftest-hang", rig_file(tmp_path), 51200,
                                              kill, wait=240, sets={"timeout": "300"})
-    assert verdict["verdict"] == "ERROR", verdict
-    assert verdict["reason"].startswith("host: the emulator (QEMU pid ") and "OOM killer" in verdict["reason"], \
-        verdict["reason"]
-    assert "MemAvailable 50 MiB" in verdict["reason"]
+    assert verdict.verdict == "ERROR", verdict
+    assert verdict.reason.startswith("host: the emulator (QEMU pid ") and "OOM killer" in verdict.reason, \
+        verdict.reason
+    assert "MemAvailable 50 MiB" in verdict.reason
 
 
 @pytest.mark.guest
@@ -317,9 +317,9 @@ def test_flood_stops_at_the_host_budget_not_the_oom_killer(tmp_path, monkeypatch
                                              preset="smoke")
     flood = dict(t.partition("=")[::2] for t in (run_dir / "flood.txt").read_text().split())
     assert flood["stop_reason"] == "host_budget" and flood["host_budget_end_bytes"] == "0", flood
-    assert verdict["verdict"] == "ERROR" and verdict["reason"].startswith("instrument: host_budget_untold = 1"), verdict
-    assert "the host's memory ended the flood before the RAM limit" in verdict["reason"]
-    assert verdict["cause"] != "kernel"
+    assert verdict.verdict == "ERROR" and verdict.reason.startswith("instrument: host_budget_untold = 1"), verdict
+    assert "the host's memory ended the flood before the RAM limit" in verdict.reason
+    assert verdict.cause != "kernel"
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["rig_facts"]["host_budget_at_workload"] is not None and m["outcome"] == "completed", m["outcome"]
     pre = m["preflight"]

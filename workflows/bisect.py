@@ -168,7 +168,7 @@ def run_krig(state: BisectionRecord) -> Attempt:
                                       parse_set(asked.sets), log=lambda line: None)
     except KrigError as e:
         return Attempt("ERROR", f"krig run: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
-    if verdict.get("verdict") == "INTERRUPTED":
+    if verdict.verdict == "INTERRUPTED":
         raise KeyboardInterrupt
     return read_attempt(run_dir, state.metric)
 

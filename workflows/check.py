@@ -218,8 +218,8 @@ def evidence(run: RunDir, m: Manifest) -> Evidence:
     return ev
 
 
-def check(run_dir, project: tuple = (), repro=None) -> dict:
-    """Judge a run directory: verdict.json (returned as written), metrics.json, thresholds.json, the
+def check(run_dir, project: tuple = (), repro=None) -> Verdict:
+    """Judge a run directory: verdict.json (its record returned as written), metrics.json, thresholds.json, the
     report. repro: the run's reproducer when the caller has it (the runner's plan), else read
     from the manifest."""
     data = RunData(safeio.given(run_dir))       # the user's own path: results/latest is followed
@@ -276,7 +276,7 @@ def check(run_dir, project: tuple = (), repro=None) -> dict:
         junit.write_single(data.path("junit.xml"), repro.name, v, why, junit_properties(manifest))
     write_verdict(data, verdict)
     report(data, repro, project)
-    return verdict.to_json()
+    return verdict
 
 
 def junit_properties(m: Manifest) -> dict:
@@ -299,5 +299,5 @@ def report(run, repro=None, project: tuple = ()) -> None:
 def cmd_check(a) -> int:
     """`krig check RUN_DIR`."""
     verdict = check(a.run_dir, parse_projects(a.project))
-    print(f"{verdict['verdict']}: {verdict['reason']}")
-    return exit_code(verdict["verdict"])
+    print(f"{verdict.verdict}: {verdict.reason}")
+    return exit_code(verdict.verdict)

@@ -154,10 +154,10 @@ def group_planned(plan: RunPlan, repeat: int, group_dir=None, results_root: path
             run_dir = next_group_run(gdir, [d for d, _ in runs])
             log(f"krig: group run {group.counted + 1} of {repeat} -> {run_dir}")
             d, verdict = execute(plan.rechecked(results_root), results_root, log, run_dir)
-            log(f"krig: {d.name}: {verdict['verdict']}: {verdict['reason']}")
+            log(f"krig: {d.name}: {verdict.verdict}: {verdict.reason}")
             runs = group_runs(gdir)
             _write(gdir, group, runs)
-            if verdict["verdict"] == "INTERRUPTED":
+            if verdict.verdict == "INTERRUPTED":
                 raise KeyboardInterrupt
     finally:
         runs = group_runs(gdir)
@@ -188,6 +188,6 @@ def cmd_run(a) -> int:
         print(format_group(gdir, group))
         return code
     run_dir, verdict = run(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set))
-    print(f"{verdict['verdict']}: {verdict['reason']}")
+    print(f"{verdict.verdict}: {verdict.reason}")
     print(f"results: {run_dir}")
-    return exit_code(verdict["verdict"])
+    return exit_code(verdict.verdict)

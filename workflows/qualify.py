@@ -274,7 +274,7 @@ def test_qualify_case(qualify_case):
     try:
         run_dir, verdict = run(c["reproducer"], rig_name=c["rig"], kernel_name=c["kernel"], preset=c["preset"],
                                sets=c["set"], results_root=qdir / "runs", log=lambda *a, **k: None)
-        rec.verdict, rec.reason, rec.run_dir = verdict["verdict"], verdict["reason"], str(run_dir)
+        rec.verdict, rec.reason, rec.run_dir = verdict.verdict, verdict.reason, str(run_dir)
     except KrigError as e:          # nothing ran (a rig that went away between loading and the run, ...)
         rec.verdict, rec.reason, rec.run_dir = "ERROR", str(e), None
     rec.ended, rec.seconds, rec.ok = now(), round(time.monotonic() - t0, 1), rec.verdict == c["expect"]

@@ -18,7 +18,7 @@ from krig.paths import owner_record
 from .plan import RunPlan, plan_run
 from .preflight import admission_line
 from .serverdrivers import server_drivers
-from krig.record import Manifest
+from krig.record import Manifest, Verdict
 from krig.record_machine import Machine
 from krig.results import claim_run_dir, new_run_dir, now
 from krig.version import git_revision
@@ -32,7 +32,7 @@ kernel_drivers.rig_reader = server_drivers        # --kernel KERNEL,drivers=RIG 
 def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT_KERNEL,
         preset: str | None = None, sets: dict | None = None,
         results_root: pathlib.Path = RESULTS_DIR, log=print, collect: bool = True,
-        run_dir: pathlib.Path | None = None) -> tuple[pathlib.Path, dict]:
+        run_dir: pathlib.Path | None = None) -> tuple[pathlib.Path, Verdict]:
     """Returns (run_dir, verdict). Bad input raises UsageError before anything starts.
 
     collect=False runs the workload without sampler and tracer (for benchmarks).
@@ -42,7 +42,7 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
 
 
 def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
-            run_dir: pathlib.Path | None = None) -> tuple[pathlib.Path, dict]:
+            run_dir: pathlib.Path | None = None) -> tuple[pathlib.Path, Verdict]:
     """One run of a plan (workflows/plan.py) on a fresh object of its rig: (run_dir, verdict)."""
     repro, kernel, params, collect, host = plan.repro, plan.kernel, plan.params, plan.collect, plan.host
     rig = plan.rig.fresh()
