@@ -16,17 +16,19 @@ import pathlib
 
 from kernels.catalog import load_kernel
 from kernels.given import check_config
+from kernels.kernel import Kernel
 from krig import RESULTS_DIR
-from krig.reproducer import load_reproducer
+from krig.reproducer import Reproducer, load_reproducer
 from rigs import load_rig
+from rigs.protocol import Rig
 from .preflight import before_build, preflight
 
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
-    repro: object               # krig.reproducer.Reproducer
-    rig: object                 # the rig as loaded (rigs.load_rig); each run drives a fresh() one
-    kernel: object              # kernels.kernel.Kernel, built
+    repro: Reproducer
+    rig: Rig                    # the rig as loaded (rigs.load_rig); each run drives a fresh() one
+    kernel: Kernel | None       # built (None until with_kernel: a validation's shared part)
     kernel_arg: str             # the kernel as asked (--kernel's text): what a group or a rerun names
     preset: str | None
     sets: dict                  # --set NAME=VALUE as given
