@@ -44,7 +44,8 @@ def read_group(gdir: pathlib.Path, what: str = "--group") -> GroupRecord:
     try:
         data = read_json(pathlib.Path(gdir) / GROUP_FILE)
     except UsageError as e:
-        raise UsageError(f"{what} {gdir}: {GROUP_FILE}: {str(e).rsplit(': ', 1)[-1]}") from None
+        said = str(e).partition(f"{GROUP_FILE}: ")[2] or str(e)         # what is wrong, without the path
+        raise UsageError(f"{what} {gdir}: {GROUP_FILE}: {said}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{what} {gdir}: {GROUP_FILE} is not a JSON object")
     return GroupRecord.from_json(data)

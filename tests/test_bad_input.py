@@ -298,7 +298,7 @@ def table_answers(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("badtable")
     (tmp / "made").mkdir()
     run, verdict = fake_run(tmp / "made")
-    assert verdict["verdict"] == "PASS", verdict["reason"]
+    assert verdict.verdict == "PASS", verdict.reason
     paths = {"RUN": run, "BUNDLE": tmp / "b.tar.gz", "DIR": tmp / "a-dir", "FILE": tmp / "a-file",
              "MISSING": tmp / "missing", "RAND": tmp / "random.toml", "LATIN1": tmp / "latin1.toml",
              "EMPTY": tmp / "empty.toml", "NUL": tmp / "nul.toml"}

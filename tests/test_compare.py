@@ -15,6 +15,7 @@ from krig import results
 from workflows import group as kg
 from workflows.compare import compare, format_text, parse_args
 from krig.errors import UsageError
+from krig.record import Verdict
 from krig.record_group import GroupRecord
 
 from conftest import KRIG, ROOT
@@ -233,9 +234,9 @@ def fake_runner(values, interrupt_at=None):
         calls.append(run_dir.name)
         if interrupt_at is not None and len(calls) == interrupt_at:
             fake_run(run_dir, 0, verdict="INTERRUPTED")
-            return run_dir, {"verdict": "INTERRUPTED", "reason": "signal"}
+            return run_dir, Verdict("INTERRUPTED", "signal")
         fake_run(run_dir, values[len(calls) - 1])
-        return run_dir, {"verdict": "PASS", "reason": "ok"}
+        return run_dir, Verdict("PASS", "ok")
     return run, calls
 
 

@@ -12,6 +12,7 @@ import tarfile
 
 import pytest
 
+from krig.record import Verdict
 from workflows import reproduce as kr
 
 RELEASE = "6.1.0-test"
@@ -234,7 +235,7 @@ def test_bundle_text_reaches_the_terminal_without_escape_sequences(tmp_path, mon
         ti = tarfile.TarInfo(f"{m.name.split('/')[0]}/reproducer/selftest-pass/run{esc}.sh")
         ti.size = len(data)
         t.addfile(ti, io.BytesIO(data))
-    monkeypatch.setattr(kr, "run", lambda *a, **k: (tmp_path / "run", {"verdict": "PASS", "reason": "stand-in"}))
+    monkeypatch.setattr(kr, "run", lambda *a, **k: (tmp_path / "run", Verdict("PASS", "stand-in")))
     logged = []
     assert kr.reproduce(str(tmp_path / "b2.tar"), kernel="distro", log=logged.append) == 1
     out = capsys.readouterr().out + "\n".join(logged)

@@ -65,7 +65,7 @@ def hostile(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
     (tmp / "made").mkdir()
     d, v = fake_run(tmp / "made")
-    assert v["verdict"] == "PASS", v["reason"]
+    assert v.verdict == "PASS", v.reason
     token = "krig-secret-" + secrets.token_hex(8)
     secret_file, target_file = tmp / "host-secret", tmp / "host-target"
     secret_file.write_text(token + "\n")

@@ -93,7 +93,7 @@ def test_the_interval_is_bounded(monkeypatch):
 def test_a_run_keeps_its_log(tmp_path, monkeypatch):
     """A real run (the fake rig): krig.log holds what krig said of it; no wait is left running."""
     d, verdict = fake_run(tmp_path)
-    assert verdict["verdict"] == "PASS"
+    assert verdict.verdict == "PASS"
     text = (d / "krig.log").read_text()
     assert text.startswith("krig: selftest-pass on fake-none-none with kernel "), text
     assert not [t for t in threading.enumerate() if t.name == "krig-progress"]

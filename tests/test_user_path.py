@@ -24,7 +24,7 @@ def run(tmp_path_factory):
     user made, and the real path with a trailing slash."""
     tmp = tmp_path_factory.mktemp("userpath")
     d, v = fake_run(tmp)
-    assert v["verdict"] == "PASS", v["reason"]
+    assert v.verdict == "PASS", v.reason
     shutil.copyfile(TRACE, d / "trace.dat")
     latest = tmp / "results" / "latest"
     assert latest.is_symlink() and latest.resolve() == d.resolve()
