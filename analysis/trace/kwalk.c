@@ -29,6 +29,7 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
 
@@ -104,4 +105,29 @@ long kz_chunks(void *dctx, const uint8_t *src, long srclen, long n, int big, uin
 		off += 8 + csize;
 	}
 	return fill;
+}
+
+/* The group table's memory (kwalk.h: kg_put grows it through kg_grow). */
+int kg_init(struct kgroup *g, long slots)
+{
+	g->keys = malloc(slots * sizeof(uint64_t));
+	g->cnt = calloc(slots, sizeof(int64_t));
+	g->mask = slots - 1, g->shift = 64 - __builtin_ctzl(slots), g->used = 0, g->last = -1;
+	return g->keys && g->cnt ? 0 : -1;
+}
+
+int kg_grow(struct kgroup *g)
+{
+	struct kgroup old = *g;
+	if (kg_init(g, 2 * (old.mask + 1))) {
+		free(g->keys), free(g->cnt);
+		*g = old;
+		return -1;
+	}
+	for (uint64_t i = 0; i <= old.mask; i++)
+		if (old.cnt[i])
+			kg_put(g, old.keys[i], old.cnt[i]); /* fits: half the slots are free */
+	g->last = -1;
+	free(old.keys), free(old.cnt);
+	return 0;
 }

@@ -43,7 +43,8 @@ struct kgroup {
 	long used, last;	/* slots in use; the slot of the last value (-1: none) */
 };
 
-int kg_grow(struct kgroup *g); /* kcount.c: twice the slots; 0, or -1 without memory */
+int kg_init(struct kgroup *g, long slots); /* kwalk.c: an empty table of slots (a power of two) */
+int kg_grow(struct kgroup *g); /* kwalk.c: twice the slots; 0, or -1 without memory */
 
 /* add c to the count of v; 0, or -1 without memory */
 static inline int kg_put(struct kgroup *g, uint64_t v, int64_t c)
