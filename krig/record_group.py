@@ -6,9 +6,8 @@ and per metric n, median, min and max over the judged runs. Written and read her
 import dataclasses
 import pathlib
 
-from .errors import UsageError
 from .record_machine import KeepsExtra
-from .results import GROUP_FILE, read_json, write_json
+from .results import GROUP_FILE, read_record, write_json
 
 
 @dataclasses.dataclass
@@ -41,14 +40,7 @@ class GroupRecord(KeepsExtra):
 def read_group(gdir: pathlib.Path, what: str = "--group") -> GroupRecord:
     """The group directory's group.json; an unreadable one or one that is not a JSON object is one
     line naming `what` (the option or argument that gave the directory)."""
-    try:
-        data = read_json(pathlib.Path(gdir) / GROUP_FILE)
-    except UsageError as e:
-        said = str(e).partition(f"{GROUP_FILE}: ")[2] or str(e)         # what is wrong, without the path
-        raise UsageError(f"{what} {gdir}: {GROUP_FILE}: {said}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{what} {gdir}: {GROUP_FILE} is not a JSON object")
-    return GroupRecord.from_json(data)
+    return GroupRecord.from_json(read_record(gdir, GROUP_FILE, what))
 
 
 def write_group(gdir: pathlib.Path, group: GroupRecord) -> None:

@@ -10,10 +10,9 @@ does not know is kept as it was (`extra`), at every level.
 import dataclasses
 import pathlib
 
-from .errors import UsageError
 from .record_compare import Comparison
 from .record_machine import KeepsExtra, Machine, RigRecord
-from .results import VALIDATE_FILE, read_json, write_json
+from .results import VALIDATE_FILE, read_record, write_json
 
 
 @dataclasses.dataclass
@@ -154,14 +153,7 @@ class ValidationRecord(KeepsExtra):
 def read_validation(vdir: pathlib.Path, what: str = "-o") -> ValidationRecord:
     """The validation directory's validate.json; an unreadable one or one that is not a JSON
     object is one line naming `what` (the option that gave the directory)."""
-    try:
-        data = read_json(pathlib.Path(vdir) / VALIDATE_FILE)
-    except UsageError as e:
-        said = str(e).partition(f"{VALIDATE_FILE}: ")[2] or str(e)       # what is wrong, without the path
-        raise UsageError(f"{what} {vdir}: {VALIDATE_FILE}: {said}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{what} {vdir}: {VALIDATE_FILE} is not a JSON object")
-    return ValidationRecord.from_json(data)
+    return ValidationRecord.from_json(read_record(vdir, VALIDATE_FILE, what))
 
 
 def write_validation(vdir: pathlib.Path, validation: ValidationRecord) -> None:

@@ -21,7 +21,7 @@ import pathlib
 import re
 
 from . import RESULTS_DIR, ROOT, safeio
-from .errors import KrigError
+from .errors import KrigError, UsageError
 from .paths import owner_alive
 from .rundir import RunDir
 
@@ -207,6 +207,19 @@ def _point_latest(root: pathlib.Path, d: pathlib.Path):
 def write_json(path: pathlib.Path, data) -> None:
     """Write path atomically: its directory is krig's, the name is never written through (krig/safeio.py)."""
     safeio.write_json(*safeio.split(path), data)
+
+
+def read_record(d: pathlib.Path, name: str, what: str) -> dict:
+    """The JSON object of directory d's record file `name`; an unreadable one or one that is not a
+    JSON object is one line naming `what` (the option or argument that gave the directory)."""
+    try:
+        data = read_json(pathlib.Path(d) / name)
+    except UsageError as e:
+        said = str(e).partition(f"{name}: ")[2] or str(e)        # what is wrong, without the path
+        raise UsageError(f"{what} {d}: {name}: {said}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{what} {d}: {name} is not a JSON object")
+    return data
 
 
 def read_json(path: pathlib.Path):

@@ -80,12 +80,20 @@ def _words(key: str, default=()) -> Field:
 
 HOST = Field("host", str, test=_host_name, says="{v!r} is not a host name or IP address")
 USER = "{v!r}: use letters, digits, '.', '_' or '-'"
+
+
+def login(port: int) -> tuple:
+    """A BMC's address and account (an IPMI BMC's [bmc], a Redfish one's): host, port (default
+    `port`), user, and where its password is (password_env or password_file)."""
+    return (HOST,
+            Field("port", int, port, min=1, max=65535, says="{v} is not a port number (1-65535)"),
+            Field("user", str, pattern=USER_RE, says=USER),
+            Field("password_env", str, OMIT, pattern=ENV_RE, says="{v!r} is not an environment variable name"),
+            Field("password_file", str, OMIT, convert=absolute_path))
+
+
 BMC = (
-    HOST,
-    Field("port", int, 623, min=1, max=65535, says="{v} is not a port number (1-65535)"),
-    Field("user", str, pattern=USER_RE, says=USER),
-    Field("password_env", str, OMIT, pattern=ENV_RE, says="{v!r} is not an environment variable name"),
-    Field("password_file", str, OMIT, convert=absolute_path),
+    *login(623),
     Field("cipher_suite", int, 17, min=0, max=17, says="{v} is not an IPMI cipher suite (0-17; 3 or 17 usual)"),
     Field("privilege", str, "ADMINISTRATOR", convert=lambda v, _: v.upper(), choices=PRIVILEGES),
     Field("timeout", int, 5, min=1, max=60, says="must be 1-60 s, got {v}"),

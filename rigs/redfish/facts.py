@@ -49,14 +49,22 @@ def server_facts(bmc) -> dict:
         fw = {"bios": s.bios_version} if s.bios_version else {}
         out["firmware_versions"] = fw
         return out
-    try:
-        out = bmc.call("reading the system", facts)
-    except RigError as e:
-        if isinstance(e, BmcAuthError):
-            raise
-        return {"server_facts_error": str(e)}
+    out, fault = _asked(bmc, "reading the system", facts)
+    if fault:
+        return {"server_facts_error": fault}
     out["firmware_versions"].update(_inventory(bmc))
     return out
+
+
+def _asked(bmc, what: str, fn):
+    """(bmc.call(what, fn), None), or (None, the fault's line) for what the run can go without; a
+    refused login is no such fault (BmcAuthError: the run stops)."""
+    try:
+        return bmc.call(what, fn), None
+    except BmcAuthError:
+        raise
+    except RigError as e:
+        return None, str(e)
 
 
 def _first_processor(s) -> str | None:
@@ -105,12 +113,9 @@ def log_text(bmc) -> str:
                 lines.append(" | ".join(str(e.get(k, "")) for k in ("Created", "Severity", "EntryType", "Message")))
             lines.append(f"({len(entries)} entries)")
         return lines
-    try:
-        lines = bmc.call("reading the log services", read)
-    except RigError as e:
-        if isinstance(e, BmcAuthError):
-            raise
-        return f"log services not read: {e}\n"
+    lines, fault = _asked(bmc, "reading the log services", read)
+    if fault:
+        return f"log services not read: {fault}\n"
     return "\n".join(lines) + "\n" if lines else "the system lists no log services\n"
 
 

@@ -13,7 +13,7 @@ import re
 
 from krig.errors import UsageError
 from krig.schema import OMIT, Field, check, record
-from rigs.ipmi.spec import ENV_RE, HOST, TOP, USER, USER_RE, a_file, absolute_path, password_of, check_ssh
+from rigs.ipmi.spec import TOP, a_file, check_ssh, login, password_of
 from rigs.netconsole import URL_RE
 
 # BootSourceOverrideTarget values of the Redfish schema (ComputerSystem.v1_x BootSource)
@@ -33,11 +33,7 @@ def _fingerprint(value: str, field: str) -> str:
 
 
 BMC = (
-    HOST,
-    Field("port", int, 443, min=1, max=65535, says="{v} is not a port number (1-65535)"),
-    Field("user", str, pattern=USER_RE, says=USER),
-    Field("password_env", str, OMIT, pattern=ENV_RE, says="{v!r} is not an environment variable name"),
-    Field("password_file", str, OMIT, convert=absolute_path),
+    *login(443),
     Field("ca_file", str, OMIT, convert=a_file),
     Field("fingerprint", str, OMIT, convert=_fingerprint),
     Field("system", str, "", pattern=r"[A-Za-z0-9._:-]*", says="{v!r} is not a Systems member id "
