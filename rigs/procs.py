@@ -8,7 +8,10 @@ krig still takes every rig child with it. As with PR_SET_PDEATHSIG itself,
 "parent" is the thread that started the child: start children from threads
 that live as long as the children should.
 """
+import os
 import pathlib
+import signal
+import subprocess
 
 def stopped_by_host(pid: int) -> str | None:
     """Why the process pid is not running at all, if the host stopped it: a stop signal
@@ -26,3 +29,24 @@ def stopped_by_host(pid: int) -> str | None:
     except (OSError, StopIteration, IndexError):
         return None
     return f"frozen with its cgroup {path}" if "frozen 1" in events.splitlines() else None
+
+
+def stop_group(p: subprocess.Popen | None, grace: float = 3.0) -> None:
+    """SIGTERM the child's process group, then SIGKILL, waiting up to `grace` seconds after each;
+    the child reaped. Bounded: a child that outlives SIGKILL (uninterruptible sleep) is left."""
+    if p is None or p.poll() is not None:
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            p.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        p.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass

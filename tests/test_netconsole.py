@@ -13,7 +13,8 @@ from conftest import require_program
 from krig.errors import RigError, UsageError
 from rigs.ipmi.spec import validate_spec as validate_ipmi
 from rigs.labsim.bmc import free_port
-from rigs.labsim.redfish import Ser2net, stop_process
+from rigs.labsim.redfish import Ser2net
+from rigs.procs import stop_group
 from rigs.netconsole import NetConsole, open_console
 
 BYTES = b"[    0.000000] Linux version 6.1\r\n\x00\x7f\xfe binary \xff\xff tail\r\n"
@@ -73,7 +74,7 @@ def test_a_dropped_console_server_is_reconnected(tmp_path, line):
         time.sleep(1)
         os.write(master, b"before\r\n")
         assert b"before" in _wait_for(tmp_path / "console.log", b"before")
-        stop_process(s.proc)
+        stop_group(s.proc, 10)
         serve(False, port=s.port)           # the console server back on its port
         for _ in range(100):
             if con.restarts and con._conn is not None:

@@ -8,7 +8,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -17,6 +16,7 @@ from krig import progress
 from krig.errors import RigError
 from krig.paths import dies_with_parent
 from krig.schema import Record
+from rigs.procs import stop_group
 
 IPMITOOL = "ipmitool"
 SOL_RESTARTS = 20
@@ -37,22 +37,6 @@ _NO_ANSWER = re.compile(r"Get Auth Capabilities error|Error issuing Get Channel 
                         r"Error sending|Address lookup|Connection refused", re.I)
 _CHATTER = ("Loading IANA", "Running Get VSO", "Discovered IPMB", "Invalid completion code received",
             "Get HPM.x", "tcgetattr", "Err in cmd get sensor", "Get SDR ", "SDRR successfully")
-
-
-def kill_group(p: subprocess.Popen, grace: float = 3.0):
-    if p is None or p.poll() is not None:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            p.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-    p.wait()
 
 
 class BmcAuthError(RigError):
@@ -299,7 +283,7 @@ class Sol:
             try:
                 p.wait(5)
             except subprocess.TimeoutExpired:
-                kill_group(p)
+                stop_group(p)
         try:
             p.stdin.close()
         except OSError:

@@ -34,7 +34,7 @@ from krig import safeio
 from krig.tarbound import BoundedHeader as _Header, HeaderRefused as _Stop
 from krig.errors import RigError, os_fault
 from krig.rundir import KRIG_FILES
-from rigs.ipmi.bmc import kill_group
+from rigs.procs import stop_group
 from krig.paths import dies_with_parent
 
 TOTAL_CAP = 16 << 30            # the whole stream (rig file: pull_max_size)
@@ -317,7 +317,7 @@ def stream_from(argv: list, consume, timeout: float, label: str) -> tuple[int | 
         while left > 0 and (b := pipe.read(min(left, CHUNK))):    # tar pads to its record size
             left -= len(b)
         if left <= 0:
-            kill_group(p, 2)
+            stop_group(p, 2)
             return None, pipe.err_tail.decode(errors="replace"), result
         pipe.finish_stderr()
         try:
@@ -326,7 +326,7 @@ def stream_from(argv: list, consume, timeout: float, label: str) -> tuple[int | 
             raise subprocess.TimeoutExpired(label, timeout) from None
         return p.returncode, pipe.err_tail.decode(errors="replace"), result
     finally:
-        kill_group(p, 2)
+        stop_group(p, 2)
         p.stdout.close()
         p.stderr.close()
 

@@ -13,7 +13,7 @@ import time
 
 from krig.errors import RigError
 from krig.schema import Record
-from rigs.ipmi.bmc import kill_group
+from rigs.procs import stop_group
 from rigs.ipmi.pull import stream_from
 from krig.paths import dies_with_parent
 
@@ -124,7 +124,7 @@ class Ssh:
 
     def stop_master(self):
         if self.master is not None:
-            kill_group(self.master, 3)
+            stop_group(self.master, 3)
             self.master = None
         if self.control is not None:
             self.control.unlink(missing_ok=True)
@@ -165,11 +165,11 @@ class Ssh:
         try:
             out, err = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            kill_group(p, 2)
+            stop_group(p, 2)
             self._log(f"ssh {remote[:100]!r}: killed after {timeout:.0f}s")
             raise
         except BaseException:
-            kill_group(p, 2)
+            stop_group(p, 2)
             raise
         self._log(f"ssh {remote[:100]!r} -> rc {p.returncode} in {time.monotonic() - t0:.1f}s"
                   + (" (shared connection)" if "ControlPath=none" not in p.args else ""))
@@ -214,7 +214,7 @@ class Ssh:
             try:
                 prod.wait(30)
             except subprocess.TimeoutExpired:
-                kill_group(prod)
+                stop_group(prod)
         if prod.returncode != 0:
             raise RigError(f"rig {self.rig}: {producer[0]} failed: {_last_line(prod.stderr.read().decode(errors='replace'))}")
         if rc != 0:

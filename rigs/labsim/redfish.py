@@ -26,6 +26,7 @@ import time
 from krig.errors import KrigError
 from rigs.qemu import confine as qemu_confine
 from krig.paths import dies_with_parent
+from rigs.procs import stop_group
 
 NEEDED = {"libvirtd": "libvirt-daemon", "ser2net": "ser2net", "openssl": "openssl",
           "qemu-system-x86_64": "qemu-system-x86"}
@@ -96,23 +97,6 @@ def wait_port(port: int, proc: subprocess.Popen, what: str, log: pathlib.Path) -
     raise KrigError(f"{what} does not listen on 127.0.0.1:{port} after {START_WAIT}s (log {log})")
 
 
-def stop_process(proc: subprocess.Popen | None, grace: float = 10) -> None:
-    """SIGTERM its process group, then SIGKILL; bounded."""
-    if proc is None or proc.poll() is not None:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-    proc.wait(grace)
-
-
 class LibvirtSession:
     """libvirtd as a per-user session daemon with its home in vm_dir/libvirt."""
 
@@ -174,7 +158,7 @@ class LibvirtSession:
                 conn.close()
             except Exception as e:      # the daemon is stopping anyway: the sweep below ends the rest
                 (self.logs / "libvirtd.log").open("a").write(f"krig: clean-up through libvirt: {e}\n")
-        stop_process(self.proc)
+        stop_group(self.proc, 10)
 
 
 class SushyEmulator:
@@ -203,7 +187,7 @@ class SushyEmulator:
         wait_port(self.port, self.proc, "sushy-emulator", self.logs / "sushy-emulator.log")
 
     def stop(self):
-        stop_process(self.proc)
+        stop_group(self.proc, 10)
 
 
 class Ser2net:
@@ -231,7 +215,7 @@ class Ser2net:
         wait_port(self.port, self.proc, "ser2net", self.logs / "ser2net.log")
 
     def stop(self):
-        stop_process(self.proc, grace=5)
+        stop_group(self.proc, 5)
 
 
 def processes(mark: str) -> list[str]:
