@@ -195,6 +195,20 @@ def test_key_ignores_comments_and_order_of_equal_settings(layout):
     assert key("var", layout) == k0
 
 
+def test_the_keys_of_kernels_already_built_stay_the_same(layout, monkeypatch):
+    """The cache key is a kernel's address in $KRIG_CACHE/kernels/: a key that changes while its
+    inputs do not sends every cached kernel to be built again. Pinned for a fixed compiler."""
+    monkeypatch.setattr(kspec, "compiler_version", lambda: "gcc (Debian 12.2.0-14) 12.2.0")
+    assert key("base", layout) == "06bfb08abf47125e"
+    assert key("var", layout) == "29f82513a1c5b857"
+    kd, rd, _ = layout
+    spec = kspec.resolve_spec("var", kernel_dir=kd, repro_dir=rd)
+    inputs = kspec.build_inputs(spec, {"kind": "git", "commit": "0" * 40})
+    assert list(inputs) == ["recipe", "arch", "compiler", "source", "base_config", "config", "patches"]
+    assert kspec.cache_key(inputs) == "17574f81d6a79d9b"
+    assert kspec.cache_key({"image": "ab" * 32}) == "3ab9b06b2709b620"      # a given image's directory
+
+
 def test_not_built_is_a_clear_error(layout):
     kd, rd, _ = layout
     with pytest.raises(kspec.KernelNotBuilt) as e:
