@@ -9,9 +9,9 @@ import pathlib
 import re
 
 from krig import KERNEL_DIR
-from krig.config import load_toml, optional
+from krig.config import load_toml
 from krig.errors import UsageError
-from krig.schema import OMIT, Field, check
+from krig.schema import OMIT, Field, check, optional
 from .given import is_given, load_given
 from .kernel import Kernel
 from .spec import is_distro, kernel_toml, load_built_kernel

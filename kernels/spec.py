@@ -19,10 +19,10 @@ import re
 import subprocess
 
 from krig import KERNEL_DIR, REPRO_DIR, ROOT
-from krig.config import load_toml, optional, reject_unknown
+from krig.config import load_toml
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
-from krig.schema import OMIT, Field, check, missing
+from krig.schema import OMIT, Field, check, missing, optional, reject_unknown
 from .kernel import Kernel
 
 RECIPE = "krig-kbuild-1"      # bump when the build recipe changes what comes out

@@ -1,6 +1,7 @@
-"""Loading and validating krig's TOML files (reproducers, rigs, kernels).
+"""Loading krig's TOML files (reproducers, rigs, kernels) and reading the values in them: sizes,
+typed parameters, secrets, --set NAME=VALUE. A table's fields are checked by krig/schema.py.
 
-Every check raises UsageError with one line naming the file, the field and
+Every refusal raises UsageError with one line naming the file, the field and
 what is allowed.
 """
 import json
@@ -133,38 +134,6 @@ def coerce(value, ptype: str, field: str, choices=None):
     if choices is not None and v not in choices:
         raise UsageError(f"{field}: {v!r} is not one of {', '.join(map(str, choices))}")
     return v
-
-
-def require(table: dict, key: str, types, where: str):
-    if key not in table:
-        raise UsageError(f"{where}: missing required field '{key}'")
-    v = table[key]
-    if not isinstance(v, types) or (isinstance(v, bool) and bool not in _as_tuple(types)):
-        raise UsageError(f"{where}.{key}: expected {_type_names(types)}, got {v!r}")
-    if isinstance(v, float) and not math.isfinite(v):       # TOML's nan, inf and 1e400
-        raise UsageError(f"{where}.{key}: expected a finite number, got {v!r}")
-    return v
-
-
-def optional(table: dict, key: str, types, where: str, default=None):
-    if key not in table:
-        return default
-    return require(table, key, types, where)
-
-
-def reject_unknown(table: dict, allowed, where: str):
-    for k in table:
-        if k not in allowed:
-            raise UsageError(f"{where}: unknown field '{k}'; allowed: {', '.join(sorted(allowed))}")
-
-
-def _as_tuple(t):
-    return t if isinstance(t, tuple) else (t,)
-
-
-def _type_names(types) -> str:
-    names = {int: "integer", float: "number", str: "string", bool: "boolean", list: "list", dict: "table"}
-    return " or ".join(names.get(t, t.__name__) for t in _as_tuple(types))
 
 
 def toml_value(v) -> str:

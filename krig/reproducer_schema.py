@@ -4,9 +4,9 @@ krig/reproducer_plots.py; krig/reproducer.py puts a Reproducer together from all
 """
 import re
 
-from .config import PARAM_TYPES, coerce, parse_size, require
+from .config import PARAM_TYPES, coerce, parse_size
 from .errors import UsageError
-from .schema import ANY, OMIT, Field, a_table, check, missing, with_defaults
+from .schema import ANY, OMIT, Field, a_table, check, missing, require, with_defaults
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 BETTER = ("higher", "lower", "info")

@@ -11,7 +11,9 @@ field and saying what is allowed (exit 2), like every other bad input:
     -> UsageError: rigs/lab.toml.bmc.port: 70000 is not a port number (1-65535)
 
 What one field cannot say alone (exactly one of two keys, a name that must be declared in
-another table) stays a few lines of code after check(), next to the table.
+another table) stays a few lines of code after check(), next to the table. check() is made of
+require() (one key, its types) and reject_unknown() (no key outside the table's), which a table
+read key by key (a lab's [select]) uses alone; this module imports nothing of krig but its errors.
 
 record() makes a table's checked value a frozen dataclass, the table still its only
 declaration: a field by its name as an attribute, a sub-table (table=) a record of its own,
@@ -23,11 +25,11 @@ omit (OMIT) is None when it was. to_json() gives back check()'s dict:
 """
 import copy
 import dataclasses
+import math
 import re
 import sys
 from typing import Any, Callable
 
-from .config import reject_unknown, require
 from .errors import UsageError
 
 REQUIRED = object()     # a field's default: the key must be there ("missing required field")
@@ -152,6 +154,35 @@ def a_table(t, where: str, says: str | None = None) -> dict:
     return t
 
 
+# -- one key at a time: what check() and Field.value are made of, for the few tables (a lab's
+# [select], a preset's values) read key by key
+
+def require(table: dict, key: str, types, where: str):
+    """table[key], of `types` (a type or a tuple of them; bool is never an int, a number is finite)."""
+    if key not in table:
+        raise UsageError(f"{where}: missing required field '{key}'")
+    v = table[key]
+    if not isinstance(v, types) or (isinstance(v, bool) and bool not in _as_tuple(types)):
+        raise UsageError(f"{where}.{key}: expected {_type_names(types)}, got {v!r}")
+    if isinstance(v, float) and not math.isfinite(v):       # TOML's nan, inf and 1e400
+        raise UsageError(f"{where}.{key}: expected a finite number, got {v!r}")
+    return v
+
+
+def optional(table: dict, key: str, types, where: str, default=None):
+    """table[key] as require() takes it, or default when the key is absent."""
+    if key not in table:
+        return default
+    return require(table, key, types, where)
+
+
+def reject_unknown(table: dict, allowed, where: str):
+    """One line naming the first key of `table` that is not in `allowed`."""
+    for k in table:
+        if k not in allowed:
+            raise UsageError(f"{where}: unknown field '{k}'; allowed: {', '.join(sorted(allowed))}")
+
+
 def missing(table: dict, key: str, where: str):
     """table[key], a field required only in some cases: absent (or None) is the usual line."""
     if table.get(key) is None:
@@ -169,6 +200,11 @@ def _item_ok(rule, item) -> bool:
 
 def _as_tuple(t) -> tuple:
     return t if isinstance(t, tuple) else (t,)
+
+
+def _type_names(types) -> str:
+    names = {int: "integer", float: "number", str: "string", bool: "boolean", list: "list", dict: "table"}
+    return " or ".join(names.get(t, t.__name__) for t in _as_tuple(types))
 
 
 def _fresh(default):

@@ -7,8 +7,9 @@ coordinator goes away. Holding a server during a run is rigs/lab.py.
 """
 import time
 
-from krig.config import load_toml, optional, reject_unknown
+from krig.config import load_toml
 from krig.errors import UsageError
+from krig.schema import optional, reject_unknown
 from rigs import lab, lab_tags, load_rig, rig_names, rig_path, rig_places
 
 SELECT = {"tags", "min", "count"}
