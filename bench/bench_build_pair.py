@@ -30,9 +30,10 @@ import uuid
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels import given, trees as kt          # noqa: E402
+from kernels import derived, given, trees as kt          # noqa: E402
 from kernels.demo_repo import commit_on, make_demo_repo     # noqa: E402
-from kernels.spec import build_inputs, cache_key, kernel_cache, source_identity      # noqa: E402
+from kernels.digest import cache_key      # noqa: E402
+from kernels.spec import build_inputs, kernel_cache, source_identity      # noqa: E402
 from krig.paths import cache_dir      # noqa: E402
 
 LIKE = "tiny-6.1"
@@ -66,7 +67,7 @@ def one(arg: str) -> dict:
     """Build one given kernel (not cached); what its build did."""
     said = []
     load0, t0 = os.getloadavg()[0], time.monotonic()
-    kernel = given.load_given(arg, build=True, log=said.append)
+    kernel = derived.derived_kernel(given.parse(arg), build=True, log=said.append)
     meta = json.loads((kernel.image.parent / "build.json").read_text())
     how = [m for m in said if re.match(r"kbuild: \S+: .*\((incremental|full build)\)", m)]
     return {"kernel": arg, "dir": str(kernel.image.parent), "incremental": meta["incremental"],
@@ -109,7 +110,8 @@ def made_by(args) -> tuple[list, list]:
     """Where the builds of args will put their kernels, and the git build trees they will make."""
     kernels, trees = [], []
     for a in args:
-        spec, _ = given._spec(given.parse(a), given.given_series(a, log=lambda m: None))
+        g = given.parse(a)
+        spec, _ = derived.derived_spec(g, derived.series_of(g, log=lambda m: None))
         identity = source_identity(spec)
         kernels.append(kernel_cache(cache_key(build_inputs(spec, identity))))
         if spec.source == "git":

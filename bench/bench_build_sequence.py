@@ -15,9 +15,10 @@ import shutil
 import sys
 import time
 
-from kernels import given
+from kernels import derived, given
+from kernels.digest import cache_key
 from kernels.incremental import build_kernel
-from kernels.spec import build_inputs, cache_key, kernel_cache, resolve_spec
+from kernels.spec import build_inputs, kernel_cache, resolve_spec
 
 BASE = "tiny-6.1"
 
@@ -33,9 +34,10 @@ def step(label: str, series: str | None) -> dict:
         meta = build_kernel(resolve_spec(BASE), force=True, log=quiet)
     else:
         arg = f"{BASE},series={series}"
-        spec, _ = given._spec(given.parse(arg), given.given_series(arg, log=quiet))
+        g = given.parse(arg)
+        spec, _ = derived.derived_spec(g, derived.series_of(g, log=quiet))
         shutil.rmtree(kernel_cache(cache_key(build_inputs(spec))), ignore_errors=True)
-        kernel = given.load_given(arg, build=True, log=quiet)
+        kernel = derived.derived_kernel(g, build=True, log=quiet)
         meta = json.loads((kernel.image.parent / "build.json").read_text())
     took = (time.monotonic() - t0) / 60
     return {"step": label, "compiled": compiled(meta["log"]), "minutes": round(took, 2),

@@ -1,13 +1,19 @@
-"""Kernels under test: the catalog (kernels/<name>.toml), building them from
-source with patch series and config fragments, and bisecting between them.
+"""Kernels under test: the catalog (kernels/<name>.toml and the other forms --kernel takes),
+building them from source with patch series and config fragments, and bisecting between them.
 
-    catalog.py      load_kernel(name) -> Kernel: distro packages and built kernels
+    catalog.py      load_kernel(name) -> Kernel: one loader per kind of kernel
+    given.py        the --kernel text: a name, a path, TREE@REF, and their options
+    prebuilt.py     a built tree or an image file, built elsewhere
+    derived.py      TREE@REF, or a kernel with a series or a server's drivers on top, built on demand
+    distro.py       Debian's packaged kernel, installed on this machine
+    definition.py   kernels/<name>.toml: found, read, `extends` resolved, its fields
+    spec.py         a definition made a build spec: what decides the build, its cache key
     kernel.py       the Kernel record a rig boots
-    spec.py         a kernel toml resolved to a build spec, its config and cache key
+    kconfig.py      fragments and .config files; a kernel's config against a reproducer's
+    digest.py       the hashes naming things in the cache; gitrepo.py: git, a tree's origin
     incremental.py  one reused tree per source origin: patch, configure, make, install
     build.py        `make kernel` / `make kernels` / `make kernel-status`
-    bisect.py       `make bisect` / `make bisect-demo`, with a reproducer as the oracle
-    demo_repo.py    the small 6.1 history with one injected bad commit for the demo
+    demo_repo.py    the small 6.1 history with one injected bad commit for the bisect demo
 
 This package never imports krig's runner (workflows.run, workflows.check, workflows.cli):
 bisect drives runs through the `krig run` command.

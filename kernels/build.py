@@ -7,7 +7,6 @@ goes into it (kernels/spec.py), so the same kernel is never built twice.
     krig kernel status [NAME..] (make kernel-status)
 """
 import argparse
-import json
 import pathlib
 import sys
 
@@ -15,19 +14,19 @@ from krig import KERNEL_DIR
 from krig.config import load_toml
 from krig.errors import UsageError, guarded, handler
 from .buildargs import add_commands
-from .spec import is_distro
+from .definition import is_distro, kernel_toml
+from .digest import cache_key
 from .incremental import build_kernel
-from .spec import build_inputs, cache_key, kernel_cache, kernel_toml, resolve_spec
+from .spec import build_inputs, build_meta, kernel_cache, resolve_spec
 
 
 def status(name: str) -> dict:
     spec = resolve_spec(name)
     key = cache_key(build_inputs(spec))
-    meta = kernel_cache(key) / "build.json"
-    out = {"name": name, "key": key, "built": meta.exists(), "dir": str(kernel_cache(key))}
-    if meta.exists():
-        out.update({k: v for k, v in json.loads(meta.read_text()).items()
-                    if k in ("release", "seconds", "finished", "incremental")})
+    meta = build_meta(key)
+    out = {"name": name, "key": key, "built": meta is not None, "dir": str(kernel_cache(key))}
+    if meta is not None:
+        out.update({k: v for k, v in meta.items() if k in ("release", "seconds", "finished", "incremental")})
     return out
 
 

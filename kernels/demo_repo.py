@@ -28,7 +28,8 @@ from krig.errors import KrigError
 from krig.paths import cache_dir
 from .patching import apply_to_copies
 from .trees import ensure_pristine
-from .spec import DEFAULT_TARBALL, tarball_sha256
+from .definition import DEFAULT_TARBALL
+from .digest import tarball_sha256
 
 CULPRIT = "vfs: do not prune a removed directory's children in vfs_rmdir() (demo regression)"
 COMMITS = [

@@ -43,7 +43,7 @@ import re
 
 from krig.errors import UsageError
 from . import kbuildmap
-from .spec import parse_dotconfig
+from .kconfig import parse_dotconfig
 
 FORMAT = "krig-drivers 1"
 SECTIONS = ("modules", "bound", "boot", "config")

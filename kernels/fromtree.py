@@ -25,7 +25,7 @@ import stat
 
 from krig import safeio
 from krig.errors import KrigError
-from .spec import parse_dotconfig
+from .kconfig import parse_dotconfig
 
 RELEASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 RELEASE_MAX = 64            # the kernel's own limit (__NEW_UTS_LEN)

@@ -44,8 +44,11 @@ from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
 from . import bounds, ccache, drivers, fromtree, overlay, sandbox
-from .spec import (ARCH, DRIVERS_LABEL, KernelSpec, build_inputs, cache_key, config_mismatches, git, git_env, kernel_cache,
-                   localversion_fragment, read_dotconfig, sha256_file, source_identity, wanted_config)
+from .digest import cache_key, sha256_file
+from .gitrepo import git, git_env
+from .kconfig import config_mismatches, read_dotconfig
+from .spec import (ARCH, DRIVERS_LABEL, KernelSpec, build_inputs, kernel_cache, localversion_fragment, source_identity,
+                   wanted_config)
 from .makelog import TIMED_OUT, clean_env, first_error, run_logged
 from .trees import copy_as_is, create_tree, load_state, locked, origin_of, prune_orphans, save_state, tree_lock
 from .patching import apply_patch, boxed, in_krig, inside, patch_label, restore

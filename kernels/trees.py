@@ -14,7 +14,10 @@ import time
 
 from krig.errors import KrigError
 from krig.paths import cache_dir
-from .spec import DEFAULT_BASE_CONFIG, KernelSpec, cache_key, git
+from .definition import DEFAULT_BASE_CONFIG
+from .digest import cache_key
+from .gitrepo import git
+from .spec import KernelSpec
 
 
 @contextlib.contextmanager

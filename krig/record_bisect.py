@@ -35,7 +35,7 @@ class BisectionRecord(KeepsExtra):
     tree: str | None = None
     ref: str = "BISECT_HEAD"            # the commit each step builds (git bisect's, --no-checkout)
     kernel: str | None = None           # the step's kernel: bisect-<id>, its toml in `kernels`
-    kernels: str | None = None          # the bisection's own kernel tomls (kernels.spec.GENERATED_DIRS)
+    kernels: str | None = None          # the bisection's own kernel tomls (kernels.definition.GENERATED_DIRS)
     repro: str | None = None
     preset: str | None = None
     repeat: int = 1                     # runs a step makes at most (the strict majority answers)

@@ -14,7 +14,8 @@ HERMETIC_BASE, HERMETIC_OWNER, USER_DIRS = hermetic.enter()
 USER_SNAPSHOT = hermetic.snapshot(USER_DIRS) if HERMETIC_OWNER else None
 
 from kernels.trees import ensure_pristine  # noqa: E402
-from kernels.spec import DEFAULT_TARBALL, tarball_sha256  # noqa: E402
+from kernels.definition import DEFAULT_TARBALL  # noqa: E402
+from kernels.digest import tarball_sha256  # noqa: E402
 
 from xdist_groups import pytest_collection_modifyitems  # noqa: F401,E402 (make test's worker groups)
 from slowlog import pytest_configure, pytest_runtest_logreport  # noqa: F401,E402 (slow phases, failures)

@@ -21,7 +21,8 @@ import pytest
 from conftest import KRIG, ROOT
 from workflows import b4check
 from kernels.trees import pristine_dir
-from kernels.spec import DEFAULT_TARBALL, sha256_file
+from kernels.definition import DEFAULT_TARBALL
+from kernels.digest import sha256_file
 from workflows.validate import validate
 from test_validate import _fake_groups, git, series_repo  # noqa: F401  (series_repo is a fixture)
 

@@ -12,7 +12,8 @@ from workflows import bisect as kb
 from krig.errors import KrigError
 from workflows.bisect import Attempt
 from conftest import ROOT
-from kernels.spec import GENERATED_DIRS, resolve_spec
+from kernels.definition import GENERATED_DIRS
+from kernels.spec import resolve_spec
 
 
 @pytest.mark.parametrize("verdict, booted, vote", [

@@ -11,7 +11,8 @@ import pytest
 from conftest import build_kernels
 from kernels import drivers, given
 from kernels.catalog import load_kernel
-from kernels.spec import read_dotconfig, resolve_spec, wanted_config
+from kernels.kconfig import read_dotconfig
+from kernels.spec import resolve_spec, wanted_config
 from krig.errors import UsageError
 
 SERVER = """krig-drivers 1

@@ -26,12 +26,13 @@ import pytest
 
 from conftest import build_kernels
 from krig.errors import KrigError, RigError, UsageError, guarded
-from kernels import given
+from kernels import derived, given
 from kernels import incremental as kt
 from kernels import patching
 from kernels import sandbox
 from kernels.fromtree import check_release
 from kernels import spec as kspec
+from kernels.digest import cache_key
 from rigs import initramfs
 
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- hostile-build-test-secret\n"
@@ -307,12 +308,12 @@ def test_a_series_cannot_patch_through_a_link_it_made(host):
 
 
 def test_trial_apply_of_a_series_out_of_the_tree_reads_nothing_outside(host):
-    """`--kernel NAME,series=` applies the series to copies first (given.trial_apply): a target
+    """`--kernel NAME,series=` applies the series to copies first (kernels/derived.py trial_apply): a target
     outside the tree is refused before the pristine source is read for it."""
     layout = source(host)
     before = snapshot(host)
     with pytest.raises(UsageError, match=r"^evil: patch 0001-out.patch touches '\.\./"):
-        given.trial_apply(layout("evil"))
+        derived.trial_apply(layout("evil"))
     assert secret_in_cache(host) == [] and snapshot(host) == before
 
 
@@ -479,9 +480,10 @@ def test_a_real_series_editing_dcache_c_from_its_makefile_leaves_the_next_kernel
         series.mkdir()
         (series / "0001.patch").write_text(text)
         arg = f"tiny-6.1,series={series}"
-        spec, _ = given._spec(given.parse(arg), given.given_series(arg, log=lambda m: None))
-        shutil.rmtree(kspec.kernel_cache(kspec.cache_key(kspec.build_inputs(spec))), ignore_errors=True)
-        kernel = given.load_given(arg, build=True, log=lambda m: None)
+        g = given.parse(arg)
+        spec, _ = derived.derived_spec(g, derived.series_of(g, log=lambda m: None))
+        shutil.rmtree(kspec.kernel_cache(cache_key(kspec.build_inputs(spec))), ignore_errors=True)
+        kernel = derived.derived_kernel(g, build=True, log=lambda m: None)
         built[name] = json.loads((kernel.image.parent / "build.json").read_text())
         built[name]["System.map"] = (kernel.image.parent / "System.map").read_text()
         shutil.rmtree(kernel.image.parent)          # nothing of this test stays in the kernel cache

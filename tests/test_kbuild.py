@@ -20,7 +20,7 @@ from kernels import sandbox
 from kernels.build import status
 from workflows.metric_bisect import attempt_vote, zones
 from krig.errors import UsageError
-from kernels.spec import read_dotconfig
+from kernels.kconfig import read_dotconfig
 
 pytestmark = [pytest.mark.kbuild, pytest.mark.long(24)]     # minutes on 2 cores: make test starts it early
 

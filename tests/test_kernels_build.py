@@ -12,11 +12,13 @@ import pytest
 from krig import KERNEL_DIR
 from krig.config import load_toml
 from krig.errors import UsageError
+from kernels import kconfig
 from kernels import spec as kspec
 from kernels.build import buildable_kernels
+from kernels.definition import DEFAULT_BASE_CONFIG, resolved_table
+from kernels.digest import cache_key
 from kernels import incremental as kt
 from kernels import patching
-from kernels import spec
 from kernels import trees as kt_trees
 
 
@@ -51,7 +53,7 @@ def layout(tmp_path):
 
 def key(name, layout):
     kd, rd, _ = layout
-    return kspec.cache_key(kspec.build_inputs(kspec.resolve_spec(name, kernel_dir=kd, repro_dir=rd)))
+    return cache_key(kspec.build_inputs(kspec.resolve_spec(name, kernel_dir=kd, repro_dir=rd)))
 
 
 # -- fragments ---------------------------------------------------------------
@@ -59,7 +61,7 @@ def key(name, layout):
 def test_fragments_merge_last_wins(tmp_path):
     a = write(tmp_path / "a", "CONFIG_A=y\nCONFIG_B=m\n# CONFIG_C is not set\n\n# a comment\n")
     b = write(tmp_path / "b", "CONFIG_B=y\nCONFIG_C=y\nCONFIG_S=\"x y\"\n")
-    values, origin, redefined = kspec.merge_fragments([("a", a), ("b", b)])
+    values, origin, redefined = kconfig.merge_fragments([("a", a), ("b", b)])
     assert values == {"CONFIG_A": "y", "CONFIG_B": "y", "CONFIG_C": "y", "CONFIG_S": '"x y"'}
     assert origin["CONFIG_A"] == "a" and origin["CONFIG_B"] == "b"
     assert ("b", "CONFIG_C", "n", "y") in redefined
@@ -68,14 +70,14 @@ def test_fragments_merge_last_wins(tmp_path):
 def test_fragment_bad_line_is_one_line(tmp_path):
     f = write(tmp_path / "frag", "CONFIG_A=y\nXFS=y\n")
     with pytest.raises(UsageError) as e:
-        kspec.parse_fragment(f, "reproducers/x/config")
+        kconfig.parse_fragment(f, "reproducers/x/config")
     assert str(e.value).startswith("reproducers/x/config:2: not a kconfig line") and "\n" not in str(e.value)
 
 
 def test_config_mismatches():
     wanted = {"CONFIG_A": "m", "CONFIG_B": "y", "CONFIG_C": "n", "CONFIG_D": "y"}
     final = {"CONFIG_A": "y", "CONFIG_B": "y", "CONFIG_D": "m"}
-    assert kspec.config_mismatches(wanted, final) == [("CONFIG_D", "y", "m")]
+    assert kconfig.config_mismatches(wanted, final) == [("CONFIG_D", "y", "m")]
 
 
 @pytest.mark.kbuild
@@ -85,8 +87,8 @@ def test_merge_matches_the_kernels_merge_config(tmp_path, linux_source):
     f2 = write(tmp_path / "f2", "# CONFIG_A is not set\nCONFIG_B=m\n")
     subprocess.run(["bash", str(linux_source / "scripts/kconfig/merge_config.sh"), "-m", ".config", str(f1), str(f2)], cwd=tmp_path,
                    check=True, capture_output=True)
-    mine, _, _ = kspec.merge_fragments([("base", base), ("f1", f1), ("f2", f2)])
-    assert kspec.read_dotconfig(tmp_path / ".config") == mine
+    mine, _, _ = kconfig.merge_fragments([("base", base), ("f1", f1), ("f2", f2)])
+    assert kconfig.read_dotconfig(tmp_path / ".config") == mine
 
 
 # -- specs ---------------------------------------------------------------------
@@ -143,7 +145,7 @@ def test_real_kernel_tomls_resolve():
         assert all(label.startswith("kernels/fragments/") for label in after), "the guest fragment must win"
         if s.cmdline:       # a boot-time variant of the kernel it extends: the same build
             parent = kspec.resolve_spec(load_toml(KERNEL_DIR / f"{n}.toml")["extends"])
-            assert kspec.cache_key(kspec.build_inputs(s)) == kspec.cache_key(kspec.build_inputs(parent)), n
+            assert cache_key(kspec.build_inputs(s)) == cache_key(kspec.build_inputs(parent)), n
         else:
             assert s.localversion == f"-krig-{n}"
         data = load_toml(KERNEL_DIR / f"{n}.toml")
@@ -205,14 +207,14 @@ def test_the_keys_of_kernels_already_built_stay_the_same(layout, monkeypatch):
     spec = kspec.resolve_spec("var", kernel_dir=kd, repro_dir=rd)
     inputs = kspec.build_inputs(spec, {"kind": "git", "commit": "0" * 40})
     assert list(inputs) == ["recipe", "arch", "compiler", "source", "base_config", "config", "patches"]
-    assert kspec.cache_key(inputs) == "17574f81d6a79d9b"
-    assert kspec.cache_key({"image": "ab" * 32}) == "3ab9b06b2709b620"      # a given image's directory
+    assert cache_key(inputs) == "17574f81d6a79d9b"
+    assert cache_key({"image": "ab" * 32}) == "3ab9b06b2709b620"      # a given image's directory
 
 
 def test_not_built_is_a_clear_error(layout):
     kd, rd, _ = layout
     with pytest.raises(kspec.KernelNotBuilt) as e:
-        kspec.load_built_kernel("var", {"extends": "base"}, "kernels/var.toml", kd, rd)
+        kspec.load_built_kernel("var", *resolved_table("var", kd), kd, rd)
     assert str(e.value).startswith("kernel var is not built; run `krig kernel build var`")
 
 
@@ -221,7 +223,7 @@ def test_built_kernel_loads(layout):
     out = kspec.kernel_cache(key("var", layout))
     out.mkdir(parents=True)
     (out / "build.json").write_text('{"release": "6.1.192-krig-var"}')
-    k = kspec.load_built_kernel("var", {"extends": "base"}, "kernels/var.toml", kd, rd)
+    k = kspec.load_built_kernel("var", *resolved_table("var", kd), kd, rd)
     assert k.release == "6.1.192-krig-var" and k.image == out / "bzImage"
     assert k.modules_dir == out / "mod" / "lib" / "modules" / "6.1.192-krig-var"
 
@@ -413,7 +415,7 @@ def test_a_tainted_tree_seeds_no_other(tmp_path, cache):
         write(trees / name / "fs" / "f.c", f"{name}\n")
         kt.save_state(trees / name, {"built": True, "last_used": 2 if tainted else 1,
                                      **({"tainted": tainted} if tainted else {})})
-    assert kt_trees._seed_candidates(trees / "git-new", spec.DEFAULT_BASE_CONFIG) == [trees / "src-old"]
+    assert kt_trees._seed_candidates(trees / "git-new", DEFAULT_BASE_CONFIG) == [trees / "src-old"]
     kt.save_state(trees / "src-old", {"built": True, "last_used": 1, "tainted": "other.mbox"})
     state = kt.create_tree(trees / "git-new", {"kind": "git", "repo": str(repo)}, log=lambda m: None)
     assert state["seeded_from"] is None and not (trees / "git-new" / "fs").exists()

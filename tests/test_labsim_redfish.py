@@ -24,7 +24,7 @@ import pytest
 from conftest import KRIG, ROOT, build_kernels, judged_as, setup_missing
 from kernels.catalog import load_kernel
 from kernels.demo_repo import culprit_series
-from kernels.spec import read_dotconfig
+from kernels.kconfig import read_dotconfig
 from rigs.labsim import image as labsim_image
 from rigs.labsim import redfish as labsim_redfish
 

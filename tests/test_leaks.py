@@ -12,7 +12,7 @@ import tarfile
 import pytest
 
 from conftest import KRIG, ROOT
-from kernels.given import _git_origin
+from kernels.gitrepo import git_origin
 from workflows.reply import body
 from krig.record_validation import ValidationRecord
 from krig.results import public_url
@@ -60,7 +60,7 @@ def test_origin_is_recorded_without_its_token(tmp_path, origin, public):
     subprocess.run(["git", "init", "-q", "-b", "master", str(tree)], check=True)
     subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "x"], check=True)
     subprocess.run(git + ["remote", "add", "origin", origin], check=True)
-    rec = _git_origin(tree)
+    rec = git_origin(tree)
     assert rec["repository"] == public and rec["branch"] == "master"
 
 
@@ -112,7 +112,7 @@ def test_a_tree_without_origin_leaves_no_path_of_this_host(tmp_path, krig_cli):
     git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@example.org"]
     subprocess.run(["git", "init", "-q", "-b", "master", str(tree)], check=True)
     subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "x"], check=True)
-    rec = _git_origin(tree)
+    rec = git_origin(tree)
     assert rec["repository"] == "linux"
     kernel = {"name": "tree-linux", "release": "6.1.0-test", "arg": str(tree), "description": f"built tree {tree}",
               "image": str(tree / "arch/x86/boot/bzImage"), "config": str(tree / ".config"), "git": rec}

@@ -14,7 +14,8 @@ import pytest
 from conftest import KRIG, ROOT, build_kernels
 from kernels import drivers, kbuildmap
 from kernels.catalog import load_kernel
-from kernels.spec import read_dotconfig, resolve_spec, wanted_config
+from kernels.kconfig import read_dotconfig
+from kernels.spec import resolve_spec, wanted_config
 from krig.errors import UsageError
 from krig.record_machine import KernelRecord
 from rigs.ipmi.drivers import SCRIPT

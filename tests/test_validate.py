@@ -16,7 +16,8 @@ import sys
 import pytest
 
 from conftest import KRIG, ROOT
-from kernels.given import image_release, parse
+from kernels.given import parse
+from kernels.prebuilt import image_release
 from kernels.series import load_series
 from workflows.compare import compare
 from krig.errors import UsageError

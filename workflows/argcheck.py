@@ -108,7 +108,7 @@ def run_args(reproducer: str, rig: str, preset=None, sets=(), kernel: str | None
 def kernel_arg(text: str) -> None:
     """--kernel's form: a kernel name of kernels/, or a path, TREE@REF, ... that kernels/given.py
     reads (its files there); nothing is built."""
-    from kernels.catalog import kernel_names
+    from kernels.definition import kernel_names
     from kernels.given import is_given, parse
     if is_given(text):
         parse(text)

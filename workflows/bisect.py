@@ -7,7 +7,7 @@
 The bisection never touches TREE's working tree (`git bisect start
 --no-checkout`): each step reads BISECT_HEAD, builds it through a generated
 bisect-<id>.toml in the bisection's own directory (<bisection>/kernels/, found
-through kernels.spec.GENERATED_DIRS; never in the checkout; `extends` the --like
+through kernels.definition.GENERATED_DIRS; never in the checkout; `extends` the --like
 kernel: same config, same fragments, no patches, source = git) in krig's own
 build tree, and runs
 `krig run REPRO --kernel bisect-<id>` REPEAT times. Each run is classified:
@@ -53,7 +53,8 @@ from krig.verdict import JUDGED, KERNEL_STOPPED, host_contended
 from .metric_bisect import Zones, attempt_vote, from_state, to_state, zones
 from kernels.build import build as build_kernel
 from kernels.demo_repo import CULPRIT, existing_demo_repo, make_demo_repo
-from kernels.spec import GENERATED_DIRS, git
+from kernels.definition import GENERATED_DIRS
+from kernels.gitrepo import git
 from rigs import load_rig
 
 GOOD, BAD, SKIP, ABORT = 0, 1, 125, 255

@@ -4,7 +4,8 @@ description (the rest is in its repro.toml); a rig or kernel its whole one-line 
 import re
 import textwrap
 
-from kernels.catalog import kernel_names, load_kernel
+from kernels.catalog import load_kernel
+from kernels.definition import kernel_names
 from rigs import load_rig, rig_names
 from krig.errors import KrigError
 from krig.reproducer import load_reproducer, reproducer_names

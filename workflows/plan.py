@@ -15,7 +15,7 @@ import dataclasses
 import pathlib
 
 from kernels.catalog import load_kernel
-from kernels.given import check_config
+from kernels.kconfig import check_config
 from kernels.kernel import Kernel
 from krig import RESULTS_DIR
 from krig.reproducer import Reproducer, load_reproducer

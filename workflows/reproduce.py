@@ -42,7 +42,7 @@ from krig.errors import UsageError
 from krig.paths import cache_dir
 from krig.reproducer import reproducer_names
 from .run import run
-from kernels.catalog import kernel_names
+from kernels.definition import kernel_names
 from rigs import load_rig
 from krig.tarbound import BoundedHeader, HeaderRefused
 

@@ -1,0 +1,177 @@
+"""A kernel krig builds from a --kernel text (kernels/given.py), on demand: a git tree at a
+ref (TREE@REF, the config of ,like=KERNEL), a kernel definition (a built kernels/<name>.toml),
+either with a patch series (,series=, kernels/series.py) or a server's drivers (,drivers=,
+kernels/drivers.py) on top. The spec is made from the definition's table (kernels/spec.py),
+the build cached like every built kernel's (kernels/incremental.py); a series is first applied
+to copies of the files it touches, so a patch that does not apply is one line before any build.
+"""
+import os
+import pathlib
+import shutil
+import subprocess
+
+from krig import KERNEL_DIR
+from krig.errors import UsageError
+from krig.paths import cache_dir
+from . import drivers
+from .definition import is_distro, kernel_toml, resolved_table
+from .digest import cache_key
+from .given import NAME_RE, Given
+from .gitrepo import git_env, git_origin
+from .incremental import build_kernel
+from .kernel import Kernel
+from .patching import apply_to_copies
+from .series import load_series
+from .spec import (KernelSpec, build_inputs, build_meta, built_kernel, resolve_commit, source_identity, spec_of,
+                   wanted_config)
+from .trees import ensure_pristine
+
+DEFAULT_LIKE = "linux-6.1"
+
+
+def derived_spec(g: Given, series: dict | None, log=print) -> tuple[KernelSpec, dict | None]:
+    """The spec of a given toml or TREE@REF kernel with its series and drivers, and the git
+    origin of its source (None for a tarball's)."""
+    if g.kind == "toml":
+        path = kernel_toml(g.name)
+        if not path.exists():
+            raise UsageError(f"--kernel {g.text}: unknown kernel {g.name!r}")
+        data, where = resolved_table(g.name, KERNEL_DIR)
+        if is_distro(data):
+            raise UsageError(f"--kernel {g.text}: {g.name} is the distro's packaged kernel; a series needs a "
+                             "kernel krig builds (a built kernel toml, or TREE@REF)")
+        spec = spec_of(g.name, data, where)
+        origin = git_origin(spec.tree, spec.ref) if spec.source == "git" else None
+    else:
+        like = g.opts.get("like", DEFAULT_LIKE)
+        if not (KERNEL_DIR / f"{like}.toml").exists():
+            raise UsageError(f"--kernel {g.text}: like={like}: unknown kernel")
+        data, _ = resolved_table(like, KERNEL_DIR)
+        if is_distro(data):
+            raise UsageError(f"--kernel {g.text}: like={like} is the distro kernel; like= takes a built kernel's "
+                             "config (e.g. tiny-6.1, linux-6.1)")
+        ref = g.ref or (series or {}).get("provenance", {}).get("base_commit")
+        if not ref:
+            raise UsageError(f"--kernel {g.text}: TREE@ takes the series' base-commit, and "
+                             f"{'there is no series' if not series else 'the series has no base-commit: line'}")
+        for k in ("tarball", "tree", "ref", "patches", "description"):
+            data.pop(k, None)
+        data.update(source="git", tree=str(g.path), ref=ref)
+        where = f"--kernel {g.text}"
+        probe = spec_of(f"git-{g.path.name}", data, where)
+        commit = resolve_commit(probe)
+        data["localversion"] = f"-krig-g{commit[:12]}"
+        data["description"] = f"{g.path.name} at {ref} ({commit[:12]}), config like {like}"
+        spec = spec_of(f"git-{g.path.name}-{commit[:12]}", data, where)
+        origin = git_origin(g.path, ref)
+    if "drivers" in g.opts:
+        _add_drivers(spec, g, log)
+    if series:
+        label = pathlib.Path(series["source"]).name
+        spec.patches = spec.patches + [(label, p) for p in series["patches"]]
+        phash = series["provenance"]["patchset_hash"]
+        spec.name = f"{spec.name}+s{phash[:8]}"
+        spec.localversion = f"{spec.localversion}-s{phash[:8]}"
+        spec.description = f"{spec.description or spec.name} + series {series['provenance']['subject']!r}"
+    return spec, origin
+
+
+def series_of(g: Given, log=print) -> dict | None:
+    """The series ,series= names, read (kernels/series.py load_series), or None."""
+    return load_series(g.opts["series"], "series=", log) if "series" in g.opts else None
+
+
+def trial_apply(spec: KernelSpec) -> None:
+    """Apply the spec's patches to copies of the files they touch, from its source, before
+    any build: a patch that does not apply is one line naming it and the file or hunk."""
+    ident = source_identity(spec)
+    if spec.source == "git":
+        def read(rel):
+            p = subprocess.run(["git", "-C", str(spec.tree), "cat-file", "blob", f"{ident['commit']}:{rel}"],
+                               capture_output=True)
+            return p.stdout if p.returncode == 0 else None
+    else:
+        pristine = ensure_pristine(spec.tarball, ident["tarball_sha256"])
+
+        def read(rel):
+            f = pristine / rel
+            return f.read_bytes() if f.is_file() else None
+    apply_to_copies(read, spec.patches)
+
+
+def derived_kernel(g: Given, build: bool = False, log=print) -> Kernel:
+    """A given toml or TREE@REF kernel with its series and drivers; built when it is not yet
+    and `build` says so (krig run, krig validate)."""
+    series = series_of(g, log)
+    spec, origin = derived_spec(g, series, log)
+    key = cache_key(build_inputs(spec))
+    meta = build_meta(key)
+    if meta is None:
+        if not build:
+            raise UsageError(f"--kernel {g.text}: not built yet (krig run and krig validate build it)")
+        if series:
+            trial_apply(spec)
+        build_kernel(spec, log=log)
+        meta = build_meta(key)
+    return built_kernel(spec, key, meta, arg=g.text, git=origin, series=series["provenance"] if series else None,
+                        drivers=meta.get("drivers"))
+
+
+# -- a server's drivers added (kernels/drivers.py) ---------------------------------
+
+def source_tree(spec: KernelSpec) -> pathlib.Path:
+    """The spec's source as files to read the build files of: the extracted tarball, or a git
+    commit's Makefiles, Kbuild and Kconfig files taken out once into krig's cache."""
+    ident = source_identity(spec)
+    if spec.source != "git":
+        return ensure_pristine(spec.tarball, ident["tarball_sha256"])
+    out = cache_dir("kbuild", "buildfiles") / ident["commit"]
+    if out.is_dir():
+        return out
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    names = subprocess.run(["git", "-C", str(spec.tree), "ls-tree", "-r", "-z", "--name-only", ident["commit"]],
+                           capture_output=True, env=git_env()).stdout.split(b"\0")
+    want = [n.decode(errors="replace") for n in names if n.rsplit(b"/", 1)[-1] in (b"Makefile", b"Kbuild") or
+            n.rsplit(b"/", 1)[-1].startswith(b"Kconfig")]
+    want = [n for n in want if ".." not in n.split("/") and not n.startswith("/")]
+    batch = subprocess.run(["git", "-C", str(spec.tree), "cat-file", "--batch"], capture_output=True,
+                           input="".join(f"{ident['commit']}:{n}\n" for n in want).encode(), env=git_env()).stdout
+    pos = 0
+    for rel in want:                    # "<oid> blob <size>\n<bytes>\n" per name, in order
+        head, _, _ = batch[pos:pos + 200].partition(b"\n")
+        words = head.split()
+        pos += len(head) + 1
+        if len(words) != 3 or words[1] != b"blob":
+            continue
+        size = int(words[2])
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_bytes(batch[pos:pos + size])
+        pos += size + 1
+    tmp.rename(out)
+    return out
+
+
+def _add_drivers(spec: KernelSpec, g: Given, log) -> None:
+    """spec + the drivers of the server drivers= names (a rig) or describes (files)."""
+    value = g.opts["drivers"]
+    label = f"--kernel {g.text}: drivers={value}"
+    path = pathlib.Path(value).expanduser()
+    if path.exists():
+        inv = drivers.read_inventory(path, label)
+    elif drivers.rig_reader is None or not NAME_RE.match(value):
+        raise UsageError(f"{label}: no such file or directory, and not a rig name (drivers= takes a rig "
+                         "whose server krig reads, or a module list, or a directory of modules/bound/config)")
+    else:
+        inv = drivers.rig_reader(value, log)
+    tree = source_tree(spec)
+    p = drivers.plan(inv, tree, wanted_config(spec)[0], g.opts.get("drivers-scope"), label)
+    if not p["config"]:
+        log(f"krig: drivers from {inv['source']} (scope {p['scope']}): nothing to add to {spec.name} (every driver "
+            f"of the server is in it already or not in this source; {len(p['skipped'])} skipped)")
+        return
+    spec.drivers = {**p, "tree": str(tree)}
+    spec.name = f"{spec.name}+d{p['hash']}"
+    spec.localversion = f"{spec.localversion}-d{p['hash']}"
+    spec.description = f"{spec.description or spec.name} + the drivers of {inv['source']}"
