@@ -111,7 +111,7 @@ def made_by(args) -> tuple[list, list]:
     kernels, trees = [], []
     for a in args:
         g = given.parse(a)
-        spec, _ = derived.derived_spec(g, derived.series_of(g, log=lambda m: None))
+        spec, _, _ = derived.derived_spec(g, log=lambda m: None)
         identity = source_identity(spec)
         kernels.append(kernel_cache(cache_key(build_inputs(spec, identity))))
         if spec.source == "git":

@@ -35,7 +35,7 @@ def step(label: str, series: str | None) -> dict:
     else:
         arg = f"{BASE},series={series}"
         g = given.parse(arg)
-        spec, _ = derived.derived_spec(g, derived.series_of(g, log=quiet))
+        spec, _, _ = derived.derived_spec(g, log=quiet)
         shutil.rmtree(kernel_cache(cache_key(build_inputs(spec))), ignore_errors=True)
         kernel = derived.derived_kernel(g, build=True, log=quiet)
         meta = json.loads((kernel.image.parent / "build.json").read_text())

@@ -5,33 +5,29 @@ kernels/drivers.py) on top. The spec is made from the definition's table (kernel
 the build cached like every built kernel's (kernels/incremental.py); a series is first applied
 to copies of the files it touches, so a patch that does not apply is one line before any build.
 """
-import os
 import pathlib
-import shutil
-import subprocess
 
 from krig import KERNEL_DIR
 from krig.errors import UsageError
-from krig.paths import cache_dir
 from . import drivers
 from .definition import is_distro, kernel_toml, resolved_table
 from .digest import cache_key
 from .given import NAME_RE, Given
-from .gitrepo import git_env, git_origin
+from .gitrepo import git_origin
 from .incremental import build_kernel
 from .kernel import Kernel
 from .patching import apply_to_copies
 from .series import load_series
-from .spec import (KernelSpec, build_inputs, build_meta, built_kernel, resolve_commit, source_identity, spec_of,
-                   wanted_config)
-from .trees import ensure_pristine
+from .spec import KernelSpec, build_inputs, build_meta, built_kernel, resolve_commit, spec_of, wanted_config
+from .trees import source_files, source_tree
 
 DEFAULT_LIKE = "linux-6.1"
 
 
-def derived_spec(g: Given, series: dict | None, log=print) -> tuple[KernelSpec, dict | None]:
-    """The spec of a given toml or TREE@REF kernel with its series and drivers, and the git
-    origin of its source (None for a tarball's)."""
+def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | None]:
+    """The spec of a given toml or TREE@REF kernel with its series and drivers, the git origin
+    of its source (None for a tarball's), and the series ,series= names, read (or None)."""
+    series = load_series(g.opts["series"], "series=", log) if "series" in g.opts else None
     if g.kind == "toml":
         path = kernel_toml(g.name)
         if not path.exists():
@@ -73,84 +69,24 @@ def derived_spec(g: Given, series: dict | None, log=print) -> tuple[KernelSpec, 
         spec.name = f"{spec.name}+s{phash[:8]}"
         spec.localversion = f"{spec.localversion}-s{phash[:8]}"
         spec.description = f"{spec.description or spec.name} + series {series['provenance']['subject']!r}"
-    return spec, origin
-
-
-def series_of(g: Given, log=print) -> dict | None:
-    """The series ,series= names, read (kernels/series.py load_series), or None."""
-    return load_series(g.opts["series"], "series=", log) if "series" in g.opts else None
-
-
-def trial_apply(spec: KernelSpec) -> None:
-    """Apply the spec's patches to copies of the files they touch, from its source, before
-    any build: a patch that does not apply is one line naming it and the file or hunk."""
-    ident = source_identity(spec)
-    if spec.source == "git":
-        def read(rel):
-            p = subprocess.run(["git", "-C", str(spec.tree), "cat-file", "blob", f"{ident['commit']}:{rel}"],
-                               capture_output=True)
-            return p.stdout if p.returncode == 0 else None
-    else:
-        pristine = ensure_pristine(spec.tarball, ident["tarball_sha256"])
-
-        def read(rel):
-            f = pristine / rel
-            return f.read_bytes() if f.is_file() else None
-    apply_to_copies(read, spec.patches)
+    return spec, origin, series
 
 
 def derived_kernel(g: Given, build: bool = False, log=print) -> Kernel:
     """A given toml or TREE@REF kernel with its series and drivers; built when it is not yet
     and `build` says so (krig run, krig validate)."""
-    series = series_of(g, log)
-    spec, origin = derived_spec(g, series, log)
+    spec, origin, series = derived_spec(g, log)
     key = cache_key(build_inputs(spec))
     meta = build_meta(key)
     if meta is None:
         if not build:
             raise UsageError(f"--kernel {g.text}: not built yet (krig run and krig validate build it)")
-        if series:
-            trial_apply(spec)
+        if series:          # applied to copies of the files it touches first: a patch that does not apply is one line
+            apply_to_copies(source_files(spec), spec.patches)
         build_kernel(spec, log=log)
         meta = build_meta(key)
     return built_kernel(spec, key, meta, arg=g.text, git=origin, series=series["provenance"] if series else None,
                         drivers=meta.get("drivers"))
-
-
-# -- a server's drivers added (kernels/drivers.py) ---------------------------------
-
-def source_tree(spec: KernelSpec) -> pathlib.Path:
-    """The spec's source as files to read the build files of: the extracted tarball, or a git
-    commit's Makefiles, Kbuild and Kconfig files taken out once into krig's cache."""
-    ident = source_identity(spec)
-    if spec.source != "git":
-        return ensure_pristine(spec.tarball, ident["tarball_sha256"])
-    out = cache_dir("kbuild", "buildfiles") / ident["commit"]
-    if out.is_dir():
-        return out
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    names = subprocess.run(["git", "-C", str(spec.tree), "ls-tree", "-r", "-z", "--name-only", ident["commit"]],
-                           capture_output=True, env=git_env()).stdout.split(b"\0")
-    want = [n.decode(errors="replace") for n in names if n.rsplit(b"/", 1)[-1] in (b"Makefile", b"Kbuild") or
-            n.rsplit(b"/", 1)[-1].startswith(b"Kconfig")]
-    want = [n for n in want if ".." not in n.split("/") and not n.startswith("/")]
-    batch = subprocess.run(["git", "-C", str(spec.tree), "cat-file", "--batch"], capture_output=True,
-                           input="".join(f"{ident['commit']}:{n}\n" for n in want).encode(), env=git_env()).stdout
-    pos = 0
-    for rel in want:                    # "<oid> blob <size>\n<bytes>\n" per name, in order
-        head, _, _ = batch[pos:pos + 200].partition(b"\n")
-        words = head.split()
-        pos += len(head) + 1
-        if len(words) != 3 or words[1] != b"blob":
-            continue
-        size = int(words[2])
-        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / rel).write_bytes(batch[pos:pos + size])
-        pos += size + 1
-    tmp.rename(out)
-    return out
 
 
 def _add_drivers(spec: KernelSpec, g: Given, log) -> None:

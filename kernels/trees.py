@@ -1,6 +1,8 @@
 """The reused build trees: one per source origin under $KRIG_CACHE/kbuild/trees/, its lock and
 state, the pristine source it starts from, and how a new tree is seeded from a built one (a copy
-with timestamps kept, so make reuses its objects). kernels/incremental.py builds in them."""
+with timestamps kept, so make reuses its objects). kernels/incremental.py builds in them.
+A spec's source is read here too without a tree: a file at a time (a series tried on copies of
+the files it touches), or its build files (Makefiles, Kbuild, Kconfig: a server's drivers mapped)."""
 import contextlib
 import fcntl
 import itertools
@@ -16,8 +18,8 @@ from krig.errors import KrigError
 from krig.paths import cache_dir
 from .definition import DEFAULT_BASE_CONFIG
 from .digest import cache_key
-from .gitrepo import git
-from .spec import KernelSpec
+from .gitrepo import git, git_env
+from .spec import KernelSpec, source_identity
 
 
 @contextlib.contextmanager
@@ -97,6 +99,58 @@ def ensure_pristine(tarball: pathlib.Path, sha: str, log=print) -> pathlib.Path:
             raise KrigError(f"cannot extract {tarball}: {p.stderr.strip()[:300] or 'no Makefile inside'}")
         tmp.rename(dest)
     return dest
+
+
+def source_files(spec: KernelSpec):
+    """A reader of the spec's source, a file at a time: rel -> its bytes, or None when the source
+    has no such file (the extracted tarball's files, or a git commit's)."""
+    ident = source_identity(spec)
+    if spec.source == "git":
+        def read(rel):
+            p = subprocess.run(["git", "-C", str(spec.tree), "cat-file", "blob", f"{ident['commit']}:{rel}"],
+                               capture_output=True)
+            return p.stdout if p.returncode == 0 else None
+        return read
+    pristine = ensure_pristine(spec.tarball, ident["tarball_sha256"])
+
+    def read(rel):
+        f = pristine / rel
+        return f.read_bytes() if f.is_file() else None
+    return read
+
+
+def source_tree(spec: KernelSpec) -> pathlib.Path:
+    """The spec's source as files to read the build files of: the extracted tarball, or a git
+    commit's Makefiles, Kbuild and Kconfig files taken out once into krig's cache."""
+    ident = source_identity(spec)
+    if spec.source != "git":
+        return ensure_pristine(spec.tarball, ident["tarball_sha256"])
+    out = cache_dir("kbuild", "buildfiles") / ident["commit"]
+    if out.is_dir():
+        return out
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    names = subprocess.run(["git", "-C", str(spec.tree), "ls-tree", "-r", "-z", "--name-only", ident["commit"]],
+                           capture_output=True, env=git_env()).stdout.split(b"\0")
+    want = [n.decode(errors="replace") for n in names if n.rsplit(b"/", 1)[-1] in (b"Makefile", b"Kbuild") or
+            n.rsplit(b"/", 1)[-1].startswith(b"Kconfig")]
+    want = [n for n in want if ".." not in n.split("/") and not n.startswith("/")]
+    batch = subprocess.run(["git", "-C", str(spec.tree), "cat-file", "--batch"], capture_output=True,
+                           input="".join(f"{ident['commit']}:{n}\n" for n in want).encode(), env=git_env()).stdout
+    pos = 0
+    for rel in want:                    # "<oid> blob <size>\n<bytes>\n" per name, in order
+        head, _, _ = batch[pos:pos + 200].partition(b"\n")
+        words = head.split()
+        pos += len(head) + 1
+        if len(words) != 3 or words[1] != b"blob":
+            continue
+        size = int(words[2])
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_bytes(batch[pos:pos + size])
+        pos += size + 1
+    tmp.rename(out)
+    return out
 
 
 def config_family(spec: KernelSpec) -> str:

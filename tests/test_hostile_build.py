@@ -30,6 +30,7 @@ from kernels import derived, given
 from kernels import incremental as kt
 from kernels import patching
 from kernels import sandbox
+from kernels import trees
 from kernels.fromtree import check_release
 from kernels import spec as kspec
 from kernels.digest import cache_key
@@ -308,12 +309,14 @@ def test_a_series_cannot_patch_through_a_link_it_made(host):
 
 
 def test_trial_apply_of_a_series_out_of_the_tree_reads_nothing_outside(host):
-    """`--kernel NAME,series=` applies the series to copies first (kernels/derived.py trial_apply): a target
-    outside the tree is refused before the pristine source is read for it."""
+    """`--kernel NAME,series=` applies the series to copies first (kernels/derived.py: the files of
+    the source read by kernels/trees.py source_files): a target outside the tree is refused
+    before the pristine source is read for it."""
     layout = source(host)
     before = snapshot(host)
+    spec = layout("evil")
     with pytest.raises(UsageError, match=r"^evil: patch 0001-out.patch touches '\.\./"):
-        derived.trial_apply(layout("evil"))
+        patching.apply_to_copies(trees.source_files(spec), spec.patches)
     assert secret_in_cache(host) == [] and snapshot(host) == before
 
 
@@ -481,7 +484,7 @@ def test_a_real_series_editing_dcache_c_from_its_makefile_leaves_the_next_kernel
         (series / "0001.patch").write_text(text)
         arg = f"tiny-6.1,series={series}"
         g = given.parse(arg)
-        spec, _ = derived.derived_spec(g, derived.series_of(g, log=lambda m: None))
+        spec, _, _ = derived.derived_spec(g, log=lambda m: None)
         shutil.rmtree(kspec.kernel_cache(cache_key(kspec.build_inputs(spec))), ignore_errors=True)
         kernel = derived.derived_kernel(g, build=True, log=lambda m: None)
         built[name] = json.loads((kernel.image.parent / "build.json").read_text())
