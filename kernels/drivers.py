@@ -1,5 +1,5 @@
 """A kernel built for the server it boots on: the drivers a server uses, added to a kernel krig
-builds (`--kernel KERNEL,drivers=RIG|PATH`, kernels/given.py).
+builds (`--kernel KERNEL,drivers=RIG|PATH`, kernels/derived.py).
 
 What the server uses (its *inventory*) is four lists, read from the server over its rig's SSH
 (rigs/ipmi/drivers.py) or given as files:

@@ -55,6 +55,7 @@ def is_given(text: str) -> bool:
 
 
 def parse(text: str) -> Given:
+    """The --kernel text as a Given (a plain name: kind toml, no options); one line when it is none."""
     if not text.strip():
         raise UsageError(f"--kernel {text!r}: empty; give a kernel (syntax: {SYNTAX})")
     head, *rest = text.split(",")

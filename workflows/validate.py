@@ -1,6 +1,6 @@
 """`krig validate REPRO --base KERNEL --series MBOX`: does this series fix it, on this machine?
 
-Builds the base kernel and base + series (kernels/given.py, kernels/series.py; cached
+Builds the base kernel and base + series (kernels/derived.py, kernels/series.py; cached
 like every built kernel), runs the reproducer on them alternately, N runs each (two
 groups, workflows/group.py: base/ and new/ in the validation directory), compares them
 (workflows/compare.py) and answers one of:
