@@ -129,6 +129,7 @@ TOP = (
     Field("remote_dir", str, "/var/lib/krig", convert=lambda v, _: v.rstrip("/"), test=_dedicated_dir,
           says="{raw!r}: use a dedicated absolute directory like /var/lib/krig"),
     Field("boot", str, "installed", choices=("installed", "kexec")),
+    Field("cold_boot", bool, False),        # every run of a workflow through the firmware (rigs/ipmi_warm.py)
     _seconds("boot_timeout", 600, 1),
     _seconds("shutdown_timeout", 120, 0),
     _words("shutdown_command", ["systemctl", "poweroff"]),
