@@ -56,6 +56,7 @@ class IpmiServer(ServerSetup):
         self.next_boot: tuple[str, str] | None = None
         self.installed_cmdline: str | None = None
         self.firmware: dict = {}
+        self.at_boot: dict = {}            # tainted, dmesg_lines after the boot (rigs/ipmi_server_setup.py)
 
     # -- per-run state ------------------------------------------------------
     def prepare(self, run_dir, needs):

@@ -27,7 +27,7 @@ from .ipmi_ssh import SshLost
 UNHEALTHY_TAINT = {4: "M", 5: "B", 7: "D", 9: "W", 14: "L"}
 COLD_BOOT = "the rig file asks for cold boots (cold_boot = true)"
 HEALTH = ("uname -r; cat /proc/sys/kernel/random/boot_id; cat /proc/sys/kernel/tainted; "
-          "[ -e /sys/kernel/kexec_loaded ] && echo kexec=yes || echo kexec=no; dmesg 2>/dev/null | tail -n 5000")
+          "[ -e /sys/kernel/kexec_loaded ] && echo kexec=yes || echo kexec=no; dmesg 2>/dev/null | tail -n +{since}")
 
 
 def health(server) -> tuple[str | None, str | None]:
@@ -37,7 +37,7 @@ def health(server) -> tuple[str | None, str | None]:
     if server.results is not None and not server.salvaged:
         return None, "a failed pull (the results were not brought back)"
     try:
-        rc, out, _ = server.ssh.run(HEALTH, timeout=60)
+        rc, out, _ = server.ssh.run(HEALTH.format(since=server.at_boot.get("dmesg_lines", 0) + 1), timeout=60)
     except (SshLost, subprocess.TimeoutExpired, KrigError):
         return None, "the kernel did not answer SSH after the run"
     lines = out.decode(errors="replace").splitlines()
@@ -49,7 +49,8 @@ def health(server) -> tuple[str | None, str | None]:
     crash = first_crash("\n".join(lines[4:]))
     if crash:
         return None, f"{release}'s dmesg shows: {crash[:200]}"
-    bad = "".join(f for bit, f in UNHEALTHY_TAINT.items() if tainted.isdigit() and int(tainted) >> bit & 1)
+    new = int(tainted) & ~server.at_boot.get("tainted", 0) if tainted.isdigit() else 0
+    bad = "".join(f for bit, f in UNHEALTHY_TAINT.items() if new >> bit & 1)
     if bad:
         return None, f"{release} is tainted ({bad}: {tainted})"
     if kexec != "kexec=yes":
