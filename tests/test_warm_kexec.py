@@ -77,6 +77,7 @@ def test_cold_reason_of_a_run():
     assert cold_reason("crashed", "the kernel crashed: BUG", None) == "a crash (the kernel crashed: BUG)"
     assert cold_reason("error", "run.sh exited 1", None) == "an error (run.sh exited 1)"
     assert cold_reason("completed", "ok", "pulling failed").startswith("a failed pull (pulling failed")
+    assert cold_reason("error", "no SSH after kexec", "no results directory") == "an error (no SSH after kexec)"
 
 
 def test_a_healthy_kernel_is_kexeced_from(files):
@@ -211,6 +212,17 @@ def test_a_group_keeps_one_rig_across_its_runs_and_powers_it_off_at_the_end(tmp_
     ids = {i for i, _ in Kept.seen}
     assert len(ids) == 1, Kept.seen                     # one rig object for the three runs
     assert [c for _, c in Kept.seen] == [None, None, None, "shutdown"]
+
+
+def test_nothing_is_kept_while_a_ctrl_c_ends_the_run(tmp_path):
+    Kept.seen = []
+    s = Session(log=lambda m: None)
+    rig = Kept("k", {"work_dir": str(tmp_path)})
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        assert s.keep(rig, "error", "the run did not start", None) is False
+    assert Kept.seen == [] and s.rig is None
 
 
 def test_a_rig_that_keeps_nothing_is_closed_after_each_run(tmp_path):

@@ -9,6 +9,8 @@ again. When the workflow ends the session powers the kept machine off as a run d
 orderly shutdown); on an error or Ctrl-C it is powered off hard. Nothing it powered on is
 left running.
 """
+import sys
+
 from rigs import load_rig
 from krig.errors import KrigError
 
@@ -16,12 +18,10 @@ from krig.errors import KrigError
 def cold_reason(outcome: str, reason: str, pull_error: str | None) -> str | None:
     """Why the next boot must go through the firmware after a run that ended so; None after a
     healthy one (completed: PASS or FAIL, or a reproducer's own skip)."""
-    if pull_error:
-        return f"a failed pull ({pull_error})"
-    if outcome in ("completed", "skip"):
-        return None
-    what = {"hung": "a hang", "crashed": "a crash"}.get(outcome, "an error")
-    return f"{what} ({reason})"
+    if outcome not in ("completed", "skip"):
+        what = {"hung": "a hang", "crashed": "a crash"}.get(outcome, "an error")
+        return f"{what} ({reason})"
+    return f"a failed pull ({pull_error})" if pull_error else None
 
 
 class Session:
@@ -39,8 +39,10 @@ class Session:
         return self.rig
 
     def keep(self, rig, outcome: str, reason: str, pull_error: str | None) -> bool:
-        """After a run: True when the rig stays up for the next run (the run must not close it)."""
-        kept = rig.keep_for_next(cold_reason(outcome, reason, pull_error))
+        """After a run: True when the rig stays up for the next run (the run must not close it).
+        Never while a Ctrl-C (or SIGTERM) ends the run: the run powers the machine off then."""
+        interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
+        kept = not interrupted and rig.keep_for_next(cold_reason(outcome, reason, pull_error))
         self.rig = rig if kept else None
         return kept
 
