@@ -53,6 +53,8 @@ class Session:
             return
         try:
             rig.shutdown() if orderly else rig.power.off()
+            how = rig.facts().get("shutdown")
+            self.log(f"krig: {rig.name}: powered off after the last run" + (f" ({how})" if how else ""))
         except KrigError as e:
             self.log(f"krig: {rig.name}: powering off after the last run: {e}")
         finally:
