@@ -216,7 +216,7 @@ def test_parse_args():
 def fake_runner(values, interrupt_at=None):
     calls = []
 
-    def run(repro, rig, kernel, preset, sets, results_root=None, log=None, run_dir=None):
+    def run(repro, rig, kernel, preset, sets, results_root=None, log=None, run_dir=None, session=None):
         calls.append(run_dir.name)
         if interrupt_at is not None and len(calls) == interrupt_at:
             fake_run(run_dir, 0, verdict="INTERRUPTED")

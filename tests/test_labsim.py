@@ -12,8 +12,9 @@ tests/test_validate_e2e.py and boot it as few times as possible, in this order:
   1. the test powers the server on itself (one boot, timed) and the rig finds
      it running: a changed host key and a missing package are each one line,
      and nothing is started, so the server is left on as found;
-  2. a wedged kexec'd kernel: NMI, stacks on the SOL console, HUNG, power
-     cycle back into the installed system;
+  2. two runs of one workflow: a kexec from the installed system, then a kexec
+     straight from that run's kernel into a wedged one: NMI, stacks on the SOL
+     console, HUNG, power cycle back into the installed system;
   3. a server that never answers SSH: ERROR, one line.
 The next runs on the same server after the wedge are tests/test_validate_e2e.py's
 (its reproduced bundle loaded with kexec_file_load, `kexec -s`, what a locked-down
@@ -28,6 +29,7 @@ import pytest
 from conftest import build_kernels
 from kernels.catalog import load_kernel
 from workflows.run import run
+from workflows.session import Session
 from labsim_fixture import GROUP
 from rigs.labsim_bmc import free_port
 from test_ipmi import _cli, _leftovers, _wait_no_leftovers
@@ -98,19 +100,33 @@ def test_found_running_host_key_and_missing_package(lab, tmp_path):
 
 
 def test_wedged_kexec_kernel_gets_nmi(lab, tmp_path):
-    """kexec (systemctl kexec under systemd) into tiny-6.1 with krig's initramfs and
-    its test_lockup module; the module spins with interrupts off. The NMI through the BMC
-    puts the stacks on the SOL console; HUNG; the power cycle brings the installed system
-    back (panic=0: nothing else would)."""
+    """Two runs of one workflow (a Session, as a group's): selftest-pass kexec'd from the
+    installed system found running, then selftest-wedge kexec'd straight from the first run's
+    kernel (no firmware, no installed system in between). kexec (systemctl kexec under systemd)
+    into tiny-6.1 with krig's initramfs and its test_lockup module; the module spins with
+    interrupts off. The NMI through the BMC puts the stacks on the SOL console; HUNG; the power
+    cycle brings the installed system back (panic=0: nothing else would), and the next boot of
+    the workflow is said to follow it."""
     build_kernels(KEXEC_KERNEL)         # make test built it first (ci-kernels): a no-op then
     kernel = load_kernel(KEXEC_KERNEL)
     image = json.loads((lab.image_dir / "image.json").read_text())
     assert kernel.release != image["release"]
-    run_dir, verdict = run("selftest-wedge", rig_name="lab", results_root=tmp_path / "wedge", log=print,
-                           kernel_name=KEXEC_KERNEL)
+    with Session(log=print) as session:
+        first, verdict = run("selftest-pass", rig_name="lab", results_root=tmp_path / "pass", log=print,
+                             kernel_name=KEXEC_KERNEL, session=session)
+        assert verdict["verdict"] == "PASS", verdict
+        run_dir, verdict = run("selftest-wedge", rig_name="lab", results_root=tmp_path / "wedge", log=print,
+                               kernel_name=KEXEC_KERNEL, session=session)
     assert verdict["verdict"] == "HUNG", verdict
+    f1 = json.loads((first / "manifest.json").read_text())["rig_facts"]
+    assert f1["booted_by"] in ("found on: kexec from its running system", "cold: power on"), f1   # alone: off
+    assert f1["next_boot"] == f"warm: kexec from {kernel.release} of the previous run", f1
     m = json.loads((run_dir / "manifest.json").read_text())
     f = m["rig_facts"]
+    assert f["booted_by"] == f1["next_boot"] and f["power_at_start"] == "on", f
+    assert f["firmware"] == f1["firmware"], f       # read in the installed system, before the first kexec
+    assert f["next_boot"].startswith("cold: power cycle after a hang ("), f
+    assert lab.power_status() == "off"              # the workflow's end: powered off
     assert m["machine"]["release"] == kernel.release
     assert f["kexec_exec"] == ["systemctl", "kexec"] and f["kexec"][:2] == ["kexec", "-l"], f
     assert f["kexec_modules"].startswith("copied"), f

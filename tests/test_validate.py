@@ -309,7 +309,7 @@ def _fake_groups(monkeypatch, verdicts: dict):
     from test_compare import fake_run
     calls = []
 
-    def run_group(repro, rig, kernel, preset, sets, repeat, gdir, log=print):
+    def run_group(repro, rig, kernel, preset, sets, repeat, gdir, log=print, session=None):
         side = "new" if ",series=" in kernel else "base"
         calls.append((side, repeat))
         verdict, value = verdicts[side]
@@ -375,7 +375,7 @@ def test_runs_lost_to_host_contention_are_run_again(series_repo, tmp_path, monke
     from workflows import validate as kv
     plain = kv.run_group
 
-    def contended_once(repro, rig, kernel, preset, sets, repeat, gdir, log=print):
+    def contended_once(repro, rig, kernel, preset, sets, repeat, gdir, log=print, session=None):
         out = plain(repro, rig, kernel, preset, sets, repeat, gdir, log)
         first = gdir / "run-01"
         if ",series=" in kernel and repeat == 1:

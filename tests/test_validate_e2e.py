@@ -6,7 +6,8 @@ history's culprit commit (kernels/demo_repo.py) with `git format-patch --cover-l
 --thread`. The base is tiny-6.1 (Debian's linux-source-6.1, also the lab server's kexec
 kernel); the patched kernel is built on the controller from it. unlink-dentry-growth's
 smoke preset PASSes on the base and FAILs with the series: *regressed* (exit 5), every run
-a kexec of its kernel (modules copied to the server) from the server's installed system,
+a kexec of its kernel (modules copied to the server): the first from the server's installed
+system, each next one straight from the previous run's kernel (the server stays up between them),
 the server's facts (firmware, RAM, CPU, BMC) in validate.json and the reply. Then a
 patched run's bundle is reproduced on the same server with `krig reproduce --rig` (--kernel:
 a bundle may name no series itself), its kernel loaded with kexec_file_load (`kexec -s`).
@@ -74,6 +75,11 @@ def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
             assert f["kexec"][0] == "kexec" and f["kexec_exec"] == ["systemctl", "kexec"], f
             assert f["kexec_modules"].startswith("copied"), f
             assert f["bmc_info"] == server["bmc"] and f["firmware"] == server["firmware"], f
+            # the server stays up between the runs: each after the first kexecs from the previous one's kernel
+            other = new_release if side == "base" else base_release
+            first = side == "base" and run.name == "run-01"
+            assert f["booted_by"].startswith(("cold: power on", "found on: ")) if first else \
+                f["booted_by"] == f"warm: kexec from {other} of the previous run", (run, f["booted_by"])
         verdicts = {json.loads((r / "verdict.json").read_text())["verdict"] for r in runs}
         assert verdicts == ({"PASS"} if side == "base" else {"FAIL"}), (side, verdicts)
     (reply,) = list(mailbox.mbox(str(vdir / "reply.mbox")))
@@ -98,6 +104,6 @@ def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
     f = m["rig_facts"]
     assert m["machine"]["release"] == new_release and f["kexec_modules"].startswith("copied"), f
     assert f["kexec"][:2] == ["kexec", "-s"] and f["kexec_syscall"].startswith("kexec_file_load"), f
-    assert f["shutdown"] == "soft", f
+    assert f["shutdown"] == "soft" and f["booted_by"] == "cold: power on", f
     assert lab_sim.power_status() == "off"
     assert not _wait_no_leftovers(lab_sim)

@@ -31,6 +31,7 @@ from krig.results import group_dir as group_dir_of
 from krig.rundir import RunDir
 from .preflight import before_build
 from .run import run
+from .session import Session
 from krig.verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
 
 
@@ -107,8 +108,14 @@ def _write(gdir, group, runs):
 
 
 def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, group_dir=None,
-              results_root: pathlib.Path = RESULTS_DIR, log=print) -> tuple[pathlib.Path, dict, int]:
-    """Returns (group_dir, group.json content, exit code)."""
+              results_root: pathlib.Path = RESULTS_DIR, log=print, session=None) -> tuple[pathlib.Path, dict, int]:
+    """Returns (group_dir, group.json content, exit code). The runs share one Session
+    (workflows/session.py: a lab server stays up between them); session: a caller's own, which
+    it closes (a validation's, over both its groups)."""
+    if session is None:
+        with Session(log) as own:
+            return run_group(repro_name, rig_name, kernel_name, preset, sets, repeat, group_dir, results_root,
+                             log, own)
     if repeat < 1:
         raise UsageError(f"--repeat: {repeat} is below the minimum 1")
     if group_dir is not None:       # before a kernel is built for it
@@ -152,7 +159,7 @@ def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, grou
             run_dir = next_group_run(gdir, [d for d, _ in runs])
             log(f"krig: group run {group['counted'] + 1} of {repeat} -> {run_dir}")
             d, verdict = run(repro_name, rig_name, kernel_name, preset, sets, results_root=results_root,
-                             log=log, run_dir=run_dir)
+                             log=log, run_dir=run_dir, session=session)
             log(f"krig: {d.name}: {verdict['verdict']}: {verdict['reason']}")
             runs = group_runs(gdir)
             _write(gdir, group, runs)

@@ -34,13 +34,15 @@ kernel_drivers.rig_reader = server_drivers        # --kernel KERNEL,drivers=RIG 
 def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT_KERNEL,
         preset: str | None = None, sets: dict | None = None,
         results_root: pathlib.Path = RESULTS_DIR, log=print, collect: bool = True,
-        run_dir: pathlib.Path | None = None) -> tuple[pathlib.Path, dict]:
+        run_dir: pathlib.Path | None = None, session=None) -> tuple[pathlib.Path, dict]:
     """Returns (run_dir, verdict). Bad input raises UsageError before anything starts.
 
     collect=False runs the workload without sampler and tracer (for benchmarks).
-    run_dir: a new directory to use instead of results/<repro>/<kernel>/<rig>/<time> (a group's run)."""
+    run_dir: a new directory to use instead of results/<repro>/<kernel>/<rig>/<time> (a group's run).
+    session: the workflow's workflows.session.Session (a group's runs): the rig comes from it and
+    may stay up in it for the next run instead of being powered off."""
     repro = load_reproducer(repro_name)
-    rig = load_rig(rig_name)
+    rig = session.take(rig_name) if session else load_rig(rig_name)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
     host = before_build(rig, repro, results_root, [("--kernel", kernel_name)], collect, preset, params)
     kernel = load_kernel(kernel_name, build=True, log=log)
@@ -67,8 +69,9 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
 def _attempt(rig, repro, params, kernel, run_dir, manifest: Manifest, log, collect) -> str:
     """Boot, run and pull on the rig; how the run ended recorded in the manifest. Returns the reason."""
     outcome, reason = "error", "the run did not start"
+    kept = False
     try:
-        with rig:
+        try:
             try:
                 outcome, reason = _drive(rig, repro, params, kernel, run_dir, manifest, log, collect)
             except GuestHung as e:
@@ -87,10 +90,10 @@ def _attempt(rig, repro, params, kernel, run_dir, manifest: Manifest, log, colle
             finally:
                 # Results first: pulled before anything is powered off or removed; a
                 # power-off that fails is recorded and never costs the results.
-                _pull(rig, run_dir, manifest)
-                manifest.rig_facts = rig.facts()
-                manifest.host_fault = rig.host_fault()
-                _power_down(rig, outcome == "completed", manifest)
+                kept = _end(rig, run_dir, manifest, outcome, reason, session)
+        finally:
+            if not kept:
+                rig.close()
     except KeyboardInterrupt:
         outcome, reason = "interrupted", "interrupted by a signal (SIGINT/SIGTERM)"
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -139,6 +142,18 @@ def _final_write(run_dir, manifest: Manifest):
         pulled = f"; {manifest.pull_error}" if manifest.pull_error else ""
         raise RigError(f"cannot record the end of the run in {run_dir}: {os_fault(e)} "
                        f"(run ended: {manifest.outcome}: {manifest.reason}{pulled})") from None
+
+
+def _end(rig, run_dir, manifest: Manifest, outcome: str, reason: str, session) -> bool:
+    """The run's end on the rig: results pulled, facts recorded, then the machine powered off, or
+    kept up by the session for the workflow's next run (True)."""
+    _pull(rig, run_dir, manifest)
+    manifest.rig_facts = rig.facts()
+    manifest.host_fault = rig.host_fault()
+    if session is not None and session.keep(rig, outcome, reason, manifest.pull_error):
+        return True
+    _power_down(rig, outcome == "completed", manifest)
+    return False
 
 
 def _power_down(rig, orderly: bool, manifest: Manifest):

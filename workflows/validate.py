@@ -47,6 +47,7 @@ from .preflight import before_build, check_boots
 from krig.results import GROUP_FILE
 from krig.verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, server_line, write_reply
+from .session import Session
 from krig.reproducer import load_reproducer
 from krig.results import (VALIDATE_FILE, VALIDATE_SIDES, git_revision, now, read_json, run_dirs_of, validation_dir,
                       validation_side, write_json)
@@ -74,7 +75,7 @@ def contended(gdir: pathlib.Path) -> list:
     return out
 
 
-def _run_side(repro, rig, kernel, preset, sets, want: int, repeat: int, gdir: pathlib.Path, log) -> dict:
+def _run_side(repro, rig, kernel, preset, sets, want: int, repeat: int, gdir: pathlib.Path, log, session) -> dict:
     """Runs until the side has `want` runs besides those lost to host contention, which are
     replaced up to `repeat` times (a shared host under TCG; the verdict rule calls them ERROR)."""
     while True:
@@ -84,7 +85,7 @@ def _run_side(repro, rig, kernel, preset, sets, want: int, repeat: int, gdir: pa
             return read_json(gdir / GROUP_FILE)
         if lost:
             log(f"krig: {lost} run(s) in {gdir.name} lost to host contention; running another")
-        run_group(repro, rig, kernel, preset, sets, len(runs) + 1, gdir, log=log)
+        run_group(repro, rig, kernel, preset, sets, len(runs) + 1, gdir, log=log, session=session)
 
 
 def decide(res: dict, judged_metrics: list, replaced: dict | None = None) -> tuple[str, str]:
@@ -234,17 +235,18 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     state.setdefault("created", now())
     write_json(vfile, state)
     stopped = None
-    for i in range(1, repeat + 1):
-        bgroup = _run_side(repro.name, rig.name, base_text, preset, set_values, i, repeat,
-                           validation_side(vdir, "base"), log)
-        ngroup = _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat,
-                           validation_side(vdir, "new"), log)
-        if i == 1 and not bgroup["verdicts"].get("FAIL") and bgroup["verdicts"].get("PASS") \
-                and not ngroup["verdicts"].get("FAIL"):
-            stopped = bgroup
-            log("krig: the base kernel PASSed, and so did the patched one: the base does not reproduce the "
-                "regression; stopping")
-            break
+    with Session(log) as session:       # the server stays up from one side's run to the other's
+        for i in range(1, repeat + 1):
+            bgroup = _run_side(repro.name, rig.name, base_text, preset, set_values, i, repeat,
+                               validation_side(vdir, "base"), log, session)
+            ngroup = _run_side(repro.name, rig.name, new_text, preset, set_values, i, repeat,
+                               validation_side(vdir, "new"), log, session)
+            if i == 1 and not bgroup["verdicts"].get("FAIL") and bgroup["verdicts"].get("PASS") \
+                    and not ngroup["verdicts"].get("FAIL"):
+                stopped = bgroup
+                log("krig: the base kernel PASSed, and so did the patched one: the base does not reproduce the "
+                    "regression; stopping")
+                break
     if stopped:
         res = None
         answer, reason = "base does not reproduce", ("the base kernel PASSed its first run: there is nothing "
