@@ -58,7 +58,7 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
         log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
         if host.get("sparse_admitted_by") == "host_budget_guard":
             log(admission_line(host))
-        reason = _attempt(rig, repro, params, kernel, run_dir, manifest, log, collect)
+        reason = _attempt(rig, repro, params, kernel, run_dir, manifest, log, collect, session)
     try:
         verdict = check(run_dir)
     except OSError as e:
@@ -66,8 +66,9 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
     return run_dir, verdict
 
 
-def _attempt(rig, repro, params, kernel, run_dir, manifest: Manifest, log, collect) -> str:
-    """Boot, run and pull on the rig; how the run ended recorded in the manifest. Returns the reason."""
+def _attempt(rig, repro, params, kernel, run_dir, manifest: Manifest, log, collect, session) -> str:
+    """Boot, run and pull on the rig; how the run ended recorded in the manifest; the rig closed,
+    or kept up by the session for the workflow's next run. Returns the reason."""
     outcome, reason = "error", "the run did not start"
     kept = False
     try:
