@@ -75,10 +75,11 @@ def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
             assert f["kexec"][0] == "kexec" and f["kexec_exec"] == ["systemctl", "kexec"], f
             assert f["kexec_modules"].startswith("copied"), f
             assert f["bmc_info"] == server["bmc"] and f["firmware"] == server["firmware"], f
-            # the server stays up between the runs: each after the first kexecs from the previous one's kernel
+            # the server stays up between the runs: each after the first kexecs from the previous one's
+            # kernel; the first follows test_labsim.py's wedged kernel and its power cycle: cold
             other = new_release if side == "base" else base_release
             first = side == "base" and run.name == "run-01"
-            assert f["booted_by"].startswith(("cold: power on", "found on: ")) if first else \
+            assert f["booted_by"].startswith("cold: ") if first else \
                 f["booted_by"] == f"warm: kexec from {other} of the previous run", (run, f["booted_by"])
         verdicts = {json.loads((r / "verdict.json").read_text())["verdict"] for r in runs}
         assert verdicts == ({"PASS"} if side == "base" else {"FAIL"}), (side, verdicts)
