@@ -23,7 +23,7 @@ from krig import progress
 from krig.errors import RigError, UsageError
 from . import initramfs
 from .ipmi_ssh import SshLost, remote_command
-from .ipmi_warm import begin, installed_cmdline
+from .ipmi_warm import INSTALLED, begin, keep_installed, warm_words
 
 # What krig's initramfs loads before it mounts the server's root (each if the
 # kernel has it; built-in ones are skipped).
@@ -155,24 +155,23 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     except (SshLost, subprocess.TimeoutExpired) as e:
         raise RigError(f"rig {rig.name}: copying the kernel to the server failed: {e or 'timeout'}") from None
     rig.facts["kexec_modules"] = _ship_modules(rig, kernel)
-    rc, out, _ = rig.ssh.run("cat /sys/kernel/security/lockdown 2>/dev/null; echo \"running_cmdline=$(cat "
-                             "/proc/cmdline)\"; [ -d /run/systemd/system ] && echo systemd=yes; " + FIRMWARE_FACTS,
-                             timeout=60)
+    rc, out, _ = rig.ssh.run("cat /sys/kernel/security/lockdown 2>/dev/null; " + INSTALLED +
+                             "; [ -d /run/systemd/system ] && echo systemd=yes; " + FIRMWARE_FACTS, timeout=60)
     text = out.decode(errors="replace")
-    # from the kernel of the previous run (warm), the installed system's: its DMI and command line
+    # from the kernel of the previous run (warm), the installed system's: its DMI, command line, ACPI
     rig.firmware = firmware_facts(text) or (rig.firmware if warm else {})
     rig.facts.update(rig.firmware)
-    if not warm or rig.installed_cmdline is None:
-        rig.installed_cmdline = installed_cmdline(text.partition("running_cmdline=")[2].partition("\n")[0])
-    lockdown = next((ln for ln in text.splitlines() if "[" in ln and not ln.startswith("running_cmdline=")), "")
+    keep_installed(rig, text, warm)
+    lockdown = next((ln for ln in text.splitlines() if "[" in ln and "=" not in ln), "")
     syscall = syscall_for(rig.spec["kexec"]["syscall"], lockdown)
     rig.facts["kexec_syscall"] = syscall + (f" (lockdown: {lockdown.strip()})" if lockdown else "")
     if syscall == "kexec_file_load" and not relocatable(kernel):
         raise RigError(f"rig {rig.name}: kernel {kernel.release} is not relocatable (CONFIG_RELOCATABLE is not "
                        f"set): kexec_file_load (`kexec -s`) cannot load it; build it with CONFIG_RELOCATABLE=y "
                        f"or use kexec.syscall = \"kexec_load\" (docs/lab-server.md)")
-    argv = kexec_args(rig, kernel, [*cmdline, *initrd_words], f"{bootdir}/{image.name}",
-                      f"{bootdir}/{initrd.name}" if initrd else None, syscall, rig.installed_cmdline if warm else None)
+    argv = kexec_args(rig, kernel, [*cmdline, *initrd_words, *(warm_words(rig) if warm else [])],
+                      f"{bootdir}/{image.name}", f"{bootdir}/{initrd.name}" if initrd else None, syscall,
+                      rig.installed_cmdline if warm else None)
     rig.facts["kexec"] = argv
     with progress.waiting(f"kexec to load the kernel {kernel.release} on the server {rig.name}", 120):
         rc, _, err = rig.ssh_call("loading the kernel with kexec", remote_command(argv, None), 120)

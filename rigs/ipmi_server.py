@@ -57,6 +57,7 @@ class IpmiServer(ServerSetup):
         # installed system's command line and the firmware facts read before a kexec
         self.next_boot: tuple[str, str] | None = None
         self.installed_cmdline: str | None = None
+        self.acpi_rsdp: str | None = None   # the installed system's ACPI root pointer (EFI systab)
         self.firmware: dict = {}
         self.at_boot: dict = {}            # tainted, dmesg_lines after the boot (rigs/ipmi_server_setup.py)
 

@@ -109,6 +109,31 @@ def begin(server, power, timeout: float) -> str:
     return said if how else "found on: kexec from its running system"
 
 
+# What a kexec from another kernel under test takes from the installed system, read there before
+# the workflow's first kexec: its command line, and the ACPI root pointer (RSDP) from its EFI
+# system table. A kernel under test without EFI (tiny-6.1) knows the RSDP only from the boot
+# parameters the installed system's kexec gave it; its own kexec_load passes none on, and a
+# kernel booted from UEFI firmware without it finds no ACPI tables (no interrupt routing, no
+# console: it never answers). `acpi_rsdp=` on the next kernel's command line carries it over.
+INSTALLED = ("echo \"running_cmdline=$(cat /proc/cmdline)\"; echo \"acpi_rsdp=$( (sed -n 's/^ACPI20=//p' "
+             "/sys/firmware/efi/systab; sed -n 's/^ACPI=//p' /sys/firmware/efi/systab) 2>/dev/null | head -n 1)\"")
+
+
 def installed_cmdline(running: str) -> str:
     """The installed system's command line as a kexec may reuse it (no BOOT_IMAGE= of its loader)."""
     return " ".join(w for w in running.split() if not w.startswith("BOOT_IMAGE="))
+
+
+def keep_installed(server, text: str, warm: bool) -> None:
+    """INSTALLED's lines (in text) kept when read in the installed system, not a kernel under test."""
+    if warm and server.installed_cmdline is not None:
+        return
+    kv = dict(ln.split("=", 1) for ln in text.splitlines() if ln.startswith(("running_cmdline=", "acpi_rsdp=")))
+    server.installed_cmdline = installed_cmdline(kv.get("running_cmdline", ""))
+    rsdp = kv.get("acpi_rsdp", "").strip()
+    server.acpi_rsdp = rsdp if rsdp.lower().startswith("0x") else None
+
+
+def warm_words(server) -> list:
+    """The next kernel's command line words a kexec from a kernel under test adds."""
+    return [f"acpi_rsdp={server.acpi_rsdp}"] if server.acpi_rsdp else []
