@@ -6,12 +6,14 @@ would; the session through the real run pipeline on the fake rig. The real thing
 simulated lab server: tests/test_labsim.py (a group of two runs, the second a kexec from the
 first's kernel, then a wedged kernel followed by a power cycle) and tests/test_validate_e2e.py.
 """
+import subprocess
+
 import pytest
 
 from rigs.fake import FakeRig
 from rigs.ipmi import IpmiRig
 from rigs.ipmi_kexec import kexec_args
-from rigs.ipmi_warm import begin, health, next_boot, park
+from rigs.ipmi_warm import INSTALLED, begin, health, keep_installed, next_boot, park, warm_words
 from test_fake_rig import fake_rig
 from test_ipmi_spec import files, spec  # noqa: F401 (the fixture)
 from workflows.group import run_group
@@ -187,6 +189,25 @@ def test_a_warm_kexec_gives_the_installed_command_line(files):
     assert kexec_args(r, K, ["krig.mode=root"], "/r/boot/bzImage", None, "kexec_load",
                       "root=UUID=ab ro panic=0") == \
         ["kexec", "-l", "/r/boot/bzImage", "--command-line=root=UUID=ab ro panic=0 mitigations=off krig.mode=root"]
+
+
+def test_the_installed_systems_acpi_root_pointer_goes_to_a_warm_kexec(files, tmp_path):
+    """INSTALLED run by a real shell over an EFI systab as Linux shows it; what the installed
+    system said is kept, what a kernel under test says later (no EFI there) changes nothing."""
+    systab = tmp_path / "systab"
+    systab.write_text("ACPI20=0x7fb7e014\nACPI=0x7fb7e000\nSMBIOS=0x7f9c6000\n")
+    out = subprocess.run(["sh", "-c", INSTALLED.replace("/sys/firmware/efi/systab", str(systab))],
+                         capture_output=True, text=True, check=True).stdout
+    r, _ = server(files)
+    keep_installed(r, out, warm=False)
+    assert warm_words(r) == ["acpi_rsdp=0x7fb7e014"] and r.installed_cmdline, (out, r.installed_cmdline)
+    keep_installed(r, "running_cmdline=root=UUID=ab krig.mode=root\nacpi_rsdp=\n", warm=True)
+    assert warm_words(r) == ["acpi_rsdp=0x7fb7e014"] and "krig.mode=root" not in r.installed_cmdline
+    systab.unlink()                     # a server booted by a BIOS: nothing to carry over
+    out = subprocess.run(["sh", "-c", INSTALLED.replace("/sys/firmware/efi/systab", str(systab))],
+                         capture_output=True, text=True, check=True).stdout
+    keep_installed(r, out, warm=False)
+    assert warm_words(r) == [], out
 
 
 class Kept(FakeRig):
