@@ -112,9 +112,9 @@ def begin(server, power, timeout: float) -> str:
 # What a kexec from another kernel under test takes from the installed system, read there before
 # the workflow's first kexec: its command line, and the ACPI root pointer (RSDP) from its EFI
 # system table. A kernel under test without EFI (tiny-6.1) knows the RSDP only from the boot
-# parameters the installed system's kexec gave it; its own kexec_load passes none on, and a
-# kernel booted from UEFI firmware without it finds no ACPI tables (no interrupt routing, no
-# console: it never answers). `acpi_rsdp=` on the next kernel's command line carries it over.
+# parameters the installed system's kexec gave it, and kexec-tools finds it, for the kernel it
+# loads, only in the running kernel's EFI system table; a kernel booted from UEFI firmware has
+# no other way to its ACPI tables. `acpi_rsdp=` on the next kernel's command line carries it over.
 INSTALLED = ("echo \"running_cmdline=$(cat /proc/cmdline)\"; echo \"acpi_rsdp=$( (sed -n 's/^ACPI20=//p' "
              "/sys/firmware/efi/systab; sed -n 's/^ACPI=//p' /sys/firmware/efi/systab) 2>/dev/null | head -n 1)\"")
 
