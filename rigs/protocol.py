@@ -162,6 +162,14 @@ class Rig(abc.ABC):
         """Orderly power off after a finished run; drivers may do better than a hard off."""
         self.power.off()
 
+    def keep_for_next(self, cold: str | None) -> bool:
+        """After a run of a workflow with more runs to come (workflows/session.py), its results
+        pulled: keep the machine up and held for the next run's boot, which then skips what it
+        can (a lab server's firmware: rigs/ipmi/warm.py). cold: why the next boot must start
+        from the firmware (a hang, a crash, a failed pull...), None after a healthy run. False
+        (the default): nothing is kept; the run powers the machine off and closes it."""
+        return False
+
     @abc.abstractmethod
     def close(self) -> None:
         """Stop everything this rig started. Safe to call repeatedly."""

@@ -230,7 +230,7 @@ def test_parse_args():
 def fake_runner(values, interrupt_at=None):
     calls = []
 
-    def run(plan, results_root=None, log=None, run_dir=None):      # workflows.run.execute
+    def run(plan, results_root=None, log=None, run_dir=None, session=None):      # workflows.run.execute
         calls.append(run_dir.name)
         if interrupt_at is not None and len(calls) == interrupt_at:
             fake_run(run_dir, 0, verdict="INTERRUPTED")

@@ -86,9 +86,9 @@ def test_a_validation_resolves_each_side_once(series_repo, tmp_path, monkeypatch
                         lambda self, text, log=print: resolved.append(text) or dataclasses.replace(self, kernel_arg=text))
     faked = kv.group_planned
 
-    def group_planned(plan, repeat, gdir, log=print):
+    def group_planned(plan, repeat, gdir, log=print, session=None):
         plans[gdir.name].add(id(plan))
-        return faked(plan, repeat, gdir, log)
+        return faked(plan, repeat, gdir, log, session)
     monkeypatch.setattr(kv, "group_planned", group_planned)
     kv.validate("selftest-pass", "tiny-6.1", str(series_repo["mbox"]), 4, out=tmp_path / "v",
                 sender="Krig Tester <tester@example.org>", log=lambda *a: None)

@@ -315,7 +315,7 @@ def _fake_groups(monkeypatch, verdicts: dict):
     from test_compare import fake_run
     calls = []
 
-    def run_group(plan, repeat, gdir, log=print):
+    def run_group(plan, repeat, gdir, log=print, session=None):
         side = "new" if ",series=" in plan.kernel_arg else "base"
         calls.append((side, repeat))
         verdict, value = verdicts[side]
@@ -381,8 +381,8 @@ def test_runs_lost_to_host_contention_are_run_again(series_repo, tmp_path, monke
     from workflows import validate as kv
     plain = kv.group_planned
 
-    def contended_once(plan, repeat, gdir, log=print):
-        out = plain(plan, repeat, gdir, log)
+    def contended_once(plan, repeat, gdir, log=print, session=None):
+        out = plain(plan, repeat, gdir, log, session)
         first = gdir / "run-01"
         if ",series=" in plan.kernel_arg and repeat == 1:
             (first / "verdict.json").write_text(json.dumps({"verdict": "ERROR", "reason": "host contention: x",

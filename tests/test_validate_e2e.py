@@ -6,7 +6,8 @@ history's culprit commit (kernels/demo_repo.py) with `git format-patch --cover-l
 --thread`. The base is tiny-6.1 (Debian's linux-source-6.1, also the lab server's kexec
 kernel); the patched kernel is built on the controller from it. unlink-dentry-growth's
 smoke preset PASSes on the base and FAILs with the series: *regressed* (exit 5), every run
-a kexec of its kernel (modules copied to the server) from the server's installed system,
+a kexec of its kernel (modules copied to the server): the first from the server's installed
+system, each next one straight from the previous run's kernel (the server stays up between them),
 the server's facts (firmware, RAM, CPU, BMC) in validate.json and the reply. Then a
 patched run's bundle is reproduced on the same server with `krig reproduce --rig` (--kernel:
 a bundle may name no series itself), its kernel loaded with kexec_file_load (`kexec -s`).
@@ -74,6 +75,14 @@ def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
         verdicts = [json.loads((r / "verdict.json").read_text()) for r in runs]
         assert all(judged_as(v, want, r) for v, r in zip(verdicts, runs)), (side, [v["reason"] for v in verdicts])
         assert verdicts[-1]["verdict"] == want, (side, verdicts[-1]["reason"])
+    # the server stays up between the runs (rigs/ipmi/warm.py): the validation's first run boots cold,
+    # each next one as the run before it said (next_boot), the second a kexec straight from the first's kernel
+    order = sorted((json.loads((r / "manifest.json").read_text()) for side in ("base", "new")
+                    for r in (vdir / side).glob("run-*")), key=lambda m: m["started"])
+    booted = [m["rig_facts"]["booted_by"] for m in order]
+    assert booted[0].startswith("cold: "), booted
+    assert booted[1] == f"warm: kexec from {order[0]['machine']['release']} of the previous run", booted
+    assert booted[1:] == [m["rig_facts"]["next_boot"] for m in order[:-1]], booted
     (reply,) = list(mailbox.mbox(str(vdir / "reply.mbox")))
     prov = state["series_provenance"]
     assert reply["In-Reply-To"] == f"<{prov['message_id']}>" and reply["Cc"] == FIX_LIST   # the list it went to
@@ -96,6 +105,6 @@ def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
     f = m["rig_facts"]
     assert m["machine"]["release"] == new_release and f["kexec_modules"].startswith("copied"), f
     assert f["kexec"][:2] == ["kexec", "-s"] and f["kexec_syscall"].startswith("kexec_file_load"), f
-    assert f["shutdown"] == "soft", f
+    assert f["shutdown"] == "soft" and f["booted_by"] == "cold: power on", f
     assert lab_sim.power_status() == "off"
     assert not _wait_no_leftovers(lab_sim)

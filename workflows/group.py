@@ -30,6 +30,7 @@ from krig.results import group_dir as group_dir_of
 from krig.record import read_metrics
 from .plan import RunPlan, plan_run
 from .run import execute, run
+from .session import Session
 from krig.verdict import JUDGED, SEVERITY, UNFINISHED, VERDICTS, exit_code
 
 
@@ -123,9 +124,14 @@ def _check_group_args(repeat: int, group_dir) -> None:
 
 
 def group_planned(plan: RunPlan, repeat: int, group_dir=None, results_root: pathlib.Path = RESULTS_DIR,
-                  log=print) -> tuple[pathlib.Path, GroupRecord, int]:
+                  log=print, session: Session | None = None) -> tuple[pathlib.Path, GroupRecord, int]:
     """The group of a plan (workflows/plan.py: its kernel built once): runs until `repeat` are
-    counted, the host checked again before each. Returns (group_dir, its GroupRecord, exit code)."""
+    counted, the host checked again before each. Returns (group_dir, its GroupRecord, exit code).
+    The runs share one Session (workflows/session.py: a lab server stays up between them);
+    session: a caller's own, which it closes (a validation's, over both its sides)."""
+    if session is None:
+        with Session(log) as own:
+            return group_planned(plan, repeat, group_dir, results_root, log, own)
     _check_group_args(repeat, group_dir)
     repro, rig, kernel = plan.repro, plan.rig, plan.kernel
     asked = GroupRecord(repro.name, rig.name, plan.kernel_arg, kernel.kernel_id, plan.preset,
@@ -153,7 +159,7 @@ def group_planned(plan: RunPlan, repeat: int, group_dir=None, results_root: path
         while group.counted < repeat:
             run_dir = next_group_run(gdir, [d for d, _ in runs])
             log(f"krig: group run {group.counted + 1} of {repeat} -> {run_dir}")
-            d, verdict = execute(plan.rechecked(results_root), results_root, log, run_dir)
+            d, verdict = execute(plan.rechecked(results_root), results_root, log, run_dir, session)
             log(f"krig: {d.name}: {verdict.verdict}: {verdict.reason}")
             runs = group_runs(gdir)
             _write(gdir, group, runs)

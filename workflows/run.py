@@ -18,6 +18,7 @@ from krig.paths import owner_record
 from .plan import RunPlan, plan_run
 from .preflight import admission_line
 from .serverdrivers import server_drivers
+from .session import Session
 from krig.record import Manifest, Verdict
 from krig.record_machine import Machine
 from krig.results import claim_run_dir, new_run_dir, now
@@ -42,10 +43,13 @@ def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT
 
 
 def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
-            run_dir: pathlib.Path | None = None) -> tuple[pathlib.Path, Verdict]:
-    """One run of a plan (workflows/plan.py) on a fresh object of its rig: (run_dir, verdict)."""
+            run_dir: pathlib.Path | None = None, session: Session | None = None) -> tuple[pathlib.Path, Verdict]:
+    """One run of a plan (workflows/plan.py) on a fresh object of its rig: (run_dir, verdict).
+    session: the workflow's (workflows/session.py: a group's, a validation's): the rig comes from
+    it, kept up from the previous run when it can be, and may stay up in it for the next run
+    instead of being powered off."""
     repro, kernel, params, collect, host = plan.repro, plan.kernel, plan.params, plan.collect, plan.host
-    rig = plan.rig.fresh()
+    rig = session.take(plan.rig) if session is not None else plan.rig.fresh()
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
     manifest = Manifest(repro.name, plan.preset, params, kernel.describe(), kernel.series, rig.describe(),
@@ -56,7 +60,7 @@ def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
         log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
         if host.get("sparse_admitted_by") == "host_budget_guard":
             log(admission_line(host))
-        reason = _attempt(rig, repro, params, kernel, run_dir, manifest, log, collect)
+        reason = _attempt(rig, repro, params, kernel, run_dir, manifest, log, collect, session)
     try:
         verdict = check(run_dir, repro=repro)
     except OSError as e:
@@ -64,11 +68,13 @@ def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
     return run_dir, verdict
 
 
-def _attempt(rig, repro, params, kernel, run_dir, manifest: Manifest, log, collect) -> str:
-    """Boot, run and pull on the rig; how the run ended recorded in the manifest. Returns the reason."""
+def _attempt(rig, repro, params, kernel, run_dir, manifest: Manifest, log, collect, session) -> str:
+    """Boot, run and pull on the rig; how the run ended recorded in the manifest; the rig closed,
+    or kept up by the session for the workflow's next run. Returns the reason."""
     outcome, reason = "error", "the run did not start"
+    kept = False
     try:
-        with rig:
+        try:
             try:
                 outcome, reason = _drive(rig, repro, params, kernel, run_dir, manifest, log, collect)
             except GuestHung as e:
@@ -87,10 +93,10 @@ def _attempt(rig, repro, params, kernel, run_dir, manifest: Manifest, log, colle
             finally:
                 # Results first: pulled before anything is powered off or removed; a
                 # power-off that fails is recorded and never costs the results.
-                _pull(rig, run_dir, manifest)
-                manifest.rig_facts = rig.facts()
-                manifest.host_fault = rig.host_fault()
-                _power_down(rig, outcome == "completed", manifest)
+                kept = _end(rig, run_dir, manifest, outcome, reason, session)
+        finally:
+            if not kept:
+                rig.close()
     except KeyboardInterrupt:
         outcome, reason = "interrupted", "interrupted by a signal (SIGINT/SIGTERM)"
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -139,6 +145,18 @@ def _final_write(run_dir, manifest: Manifest):
         pulled = f"; {manifest.pull_error}" if manifest.pull_error else ""
         raise RigError(f"cannot record the end of the run in {run_dir}: {os_fault(e)} "
                        f"(run ended: {manifest.outcome}: {manifest.reason}{pulled})") from None
+
+
+def _end(rig, run_dir, manifest: Manifest, outcome: str, reason: str, session) -> bool:
+    """The run's end on the rig: results pulled, facts recorded, then the machine powered off, or
+    kept up by the session for the workflow's next run (True)."""
+    _pull(rig, run_dir, manifest)
+    manifest.rig_facts = rig.facts()
+    manifest.host_fault = rig.host_fault()
+    if session is not None and session.keep(rig, outcome, reason, manifest.pull_error):
+        return True
+    _power_down(rig, outcome == "completed", manifest)
+    return False
 
 
 def _power_down(rig, orderly: bool, manifest: Manifest):

@@ -50,6 +50,7 @@ from krig.record_machine import Machine
 from krig.record_validation import ServerFacts, SideKernel, ValidationRecord, read_validation, write_validation
 from krig.verdict import UNFINISHED as NOT_COUNTED
 from .reply import identity, server_line, write_reply
+from .session import Session
 from krig.reproducer import load_reproducer
 from krig.results import VALIDATE_FILE, VALIDATE_SIDES, now, run_dirs_of, validation_dir, validation_side
 from krig.record import RunRecord
@@ -76,7 +77,8 @@ def contended(gdir: pathlib.Path) -> list:
     return out
 
 
-def _run_side(plan: RunPlan, want: int, repeat: int, gdir: pathlib.Path, log) -> GroupRecord:
+def _run_side(plan: RunPlan, want: int, repeat: int, gdir: pathlib.Path, log,
+              session: Session) -> GroupRecord:
     """Runs the side's plan until it has `want` runs besides those lost to host contention, which
     are replaced up to `repeat` times (a shared host under TCG; the verdict rule calls them ERROR)."""
     while True:
@@ -86,7 +88,7 @@ def _run_side(plan: RunPlan, want: int, repeat: int, gdir: pathlib.Path, log) ->
             return read_group(gdir)
         if lost:
             log(f"krig: {lost} run(s) in {gdir.name} lost to host contention; running another")
-        group_planned(plan, len(runs) + 1, gdir, log=log)
+        group_planned(plan, len(runs) + 1, gdir, log=log, session=session)
 
 
 def decide(res: Comparison, judged_metrics: list, replaced: dict | None = None) -> tuple[str, str]:
@@ -234,15 +236,16 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     state = _started(made, asked, repeat, series)
     write_validation(vdir, state)
     stopped = None
-    for i in range(1, repeat + 1):
-        bgroup = _run_side(sides["base"], i, repeat, validation_side(vdir, "base"), log)
-        ngroup = _run_side(sides["new"], i, repeat, validation_side(vdir, "new"), log)
-        if i == 1 and not bgroup.verdicts.get("FAIL") and bgroup.verdicts.get("PASS") \
-                and not ngroup.verdicts.get("FAIL"):
-            stopped = bgroup
-            log("krig: the base kernel PASSed, and so did the patched one: the base does not reproduce the "
-                "regression; stopping")
-            break
+    with Session(log) as session:       # the server stays up from one side's run to the other's
+        for i in range(1, repeat + 1):
+            bgroup = _run_side(sides["base"], i, repeat, validation_side(vdir, "base"), log, session)
+            ngroup = _run_side(sides["new"], i, repeat, validation_side(vdir, "new"), log, session)
+            if i == 1 and not bgroup.verdicts.get("FAIL") and bgroup.verdicts.get("PASS") \
+                    and not ngroup.verdicts.get("FAIL"):
+                stopped = bgroup
+                log("krig: the base kernel PASSed, and so did the patched one: the base does not reproduce the "
+                    "regression; stopping")
+                break
     if stopped:
         res = None
         answer, reason = "base does not reproduce", ("the base kernel PASSed its first run: there is nothing "

@@ -11,6 +11,9 @@ only one a kernel locked down by Secure Boot allows) loads them with the
 command line (`cmdline = "reuse"` keeps the running one), the exec command
 (`systemctl kexec` where systemd runs: an orderly shutdown first; `kexec -e`
 otherwise) jumps into it, and the rig waits for SSH to answer with a new boot_id.
+Between the runs of one workflow the server stays up: the next run kexecs from the
+previous run's kernel when it is healthy, else it goes through a power cycle first
+(rigs/ipmi/warm.py).
 """
 import pathlib
 import shlex
@@ -21,6 +24,7 @@ from krig.errors import RigError, UsageError
 from rigs import initramfs
 from rigs.ipmi.ssh import SshLost, remote_command
 from rigs.ipmi.state import ServerState
+from rigs.ipmi.warm import INSTALLED, begin, keep_installed, warm_words
 
 # What krig's initramfs loads before it mounts the server's root (each if the
 # kernel has it; built-in ones are skipped).
@@ -64,13 +68,18 @@ def relocatable(kernel) -> bool:
         return True
 
 
-def kexec_args(rig, kernel, cmdline: list, image: str, initrd: str | None, syscall: str = "kexec_load") -> list:
+def kexec_args(rig, kernel, cmdline: list, image: str, initrd: str | None, syscall: str = "kexec_load",
+               reused: str | None = None) -> list:
+    """reused: the installed system's command line, given to a kexec from another kernel under
+    test (`cmdline = "reuse"` would take that kernel's own, krig's words included, again)."""
     k = rig.spec.kexec
     extra = [*kernel.cmdline, *cmdline, *k.append]
     argv = ["kexec", "-s" if syscall == "kexec_file_load" else "-l", image]
     if initrd:
         argv.append(f"--initrd={initrd}")
-    if k.cmdline == "reuse":
+    if k.cmdline == "reuse" and reused is not None:
+        argv.append("--command-line=" + " ".join([reused, *extra]).strip())
+    elif k.cmdline == "reuse":
         argv.append("--reuse-cmdline")
         if extra:
             argv.append("--append=" + " ".join(extra))
@@ -129,17 +138,8 @@ def _ship_modules(rig, kernel) -> str:
 
 def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     """rig: the IpmiServer (rigs/ipmi/rig.py) being booted; power: its power protocol."""
-    if rig.bmc.power_status() == "off":
-        power.on()
-        rig.wait_up(timeout, "into its installed system (before kexec)")
-    else:
-        bid = rig.ssh.probe(rig.spec.ssh.connect_timeout)
-        if bid is None:
-            rig.power_cycle()
-            rig.wait_up(timeout, "into its installed system (before kexec)")
-        else:
-            rig.boot_id = bid
-            rig.become(ServerState.UP)
+    rig.facts["booted_by"] = begin(rig, power, timeout)
+    warm = rig.facts["booted_by"].startswith("warm")      # from the previous run's kernel
     rig.check_programs(["kexec"])
     old = rig.boot_id
     image = pathlib.Path(kernel.image)
@@ -156,19 +156,23 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     except (SshLost, subprocess.TimeoutExpired) as e:
         raise RigError(f"rig {rig.name}: copying the kernel to the server failed: {e or 'timeout'}") from None
     rig.facts["kexec_modules"] = _ship_modules(rig, kernel)
-    rc, out, _ = rig.ssh.run("cat /sys/kernel/security/lockdown 2>/dev/null; "
-                             "[ -d /run/systemd/system ] && echo systemd=yes; " + FIRMWARE_FACTS, timeout=60)
+    rc, out, _ = rig.ssh.run("cat /sys/kernel/security/lockdown 2>/dev/null; " + INSTALLED +
+                             "; [ -d /run/systemd/system ] && echo systemd=yes; " + FIRMWARE_FACTS, timeout=60)
     text = out.decode(errors="replace")
-    rig.facts.update(firmware_facts(text))
-    lockdown = next((ln for ln in text.splitlines() if "[" in ln), "")
+    # from the kernel of the previous run (warm), the installed system's: its DMI, command line, ACPI
+    rig.firmware = firmware_facts(text) or (rig.firmware if warm else {})
+    rig.facts.update(rig.firmware)
+    keep_installed(rig, text, warm)
+    lockdown = next((ln for ln in text.splitlines() if "[" in ln and "=" not in ln), "")
     syscall = syscall_for(rig.spec.kexec.syscall, lockdown)
     rig.facts["kexec_syscall"] = syscall + (f" (lockdown: {lockdown.strip()})" if lockdown else "")
     if syscall == "kexec_file_load" and not relocatable(kernel):
         raise RigError(f"rig {rig.name}: kernel {kernel.release} is not relocatable (CONFIG_RELOCATABLE is not "
                        f"set): kexec_file_load (`kexec -s`) cannot load it; build it with CONFIG_RELOCATABLE=y "
                        f"or use kexec.syscall = \"kexec_load\" (docs/lab-server.md)")
-    argv = kexec_args(rig, kernel, [*cmdline, *initrd_words], f"{bootdir}/{image.name}",
-                      f"{bootdir}/{initrd.name}" if initrd else None, syscall)
+    argv = kexec_args(rig, kernel, [*cmdline, *initrd_words, *(warm_words(rig) if warm else [])],
+                      f"{bootdir}/{image.name}", f"{bootdir}/{initrd.name}" if initrd else None, syscall,
+                      rig.installed_cmdline if warm else None)
     rig.facts["kexec"] = argv
     with progress.waiting(f"kexec to load the kernel {kernel.release} on the server {rig.name}", 120):
         rc, _, err = rig.ssh_call("loading the kernel with kexec", remote_command(argv, None), 120)

@@ -83,6 +83,10 @@ class IpmiRig(Rig):
         """Pull the results, then an orderly power off; a hard one if it does not finish in time."""
         self.server.shutdown()
 
+    def keep_for_next(self, cold):
+        from rigs.ipmi.warm import park
+        return park(self.server, cold)
+
     def close(self):
         self.server.close()
 
@@ -137,8 +141,10 @@ class _Boot(BootProtocol):
                     r.bmc.bootdev(r.spec.bmc.boot_device)
                 if r.bmc.power_status() == "on":
                     r.power_cycle()
+                    r.facts["booted_by"] = "cold: power cycle"
                 else:
                     self.power.on()
+                    r.facts["booted_by"] = "cold: power on"
                 r.wait_up(timeout, "after power on")
             r.after_boot()
         except BootTimeout as e:

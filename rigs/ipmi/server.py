@@ -57,12 +57,23 @@ class IpmiServer(ServerSetup):
         self.in_hang = False
         self.on_timeout = None         # (argv, env): the salvage of the running command
         self.needs: dict = {}
+        # between the runs of one workflow (rigs/ipmi/warm.py): how the next run boots, the
+        # installed system's command line and the firmware facts read before a kexec
+        self.next_boot: tuple[str, str] | None = None
+        self.installed_cmdline: str | None = None
+        self.acpi_rsdp: str | None = None   # the installed system's ACPI root pointer (EFI systab)
+        self.firmware: dict = {}
+        self.at_boot: dict = {}            # tainted, dmesg_lines after the boot (rigs/ipmi/setup.py)
 
     # -- per-run state ------------------------------------------------------
     def prepare(self, run_dir, needs):
         self.run_dir = pathlib.Path(run_dir)
         self.console.log_path = self.run_dir / "console.log"
-        self.take_lock()
+        if self.holding:        # kept from the workflow's previous run: its facts stay in its manifest
+            self.facts = {k: self.facts[k] for k in ("lab", "lock") if k in self.facts}
+            self.in_hang, self.on_timeout = False, None
+        else:
+            self.take_lock()
         self.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=cache_dir("work")))
         self.bmc.log_path = self.run_dir / "bmc.log"
         self.ssh.log_path = self.run_dir / "ssh.log"
@@ -130,6 +141,18 @@ class IpmiServer(ServerSetup):
         self.facts["shutdown"] = how
 
     def close(self):
+        # an interrupted run, or the last one of a workflow: never leave the server running it
+        self.end_run(off=self.powered and self.state is not ServerState.OFF)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+        if self.hold is not None:
+            self.hold.release()
+            self.hold = None
+
+    def end_run(self, off: bool):
+        """The run's end on this side: SOL and SSH stopped, the SEL saved, the local work directory
+        removed; powered off when off (else kept on and held for the workflow's next run)."""
         self.ssh.stop_master()
         if self.sol is not None:
             self.sol.stop()
@@ -138,8 +161,8 @@ class IpmiServer(ServerSetup):
             self.sol = None
         if self.holding and not self.bmc.failed:
             try:
-                if self.powered and self.state is not ServerState.OFF:
-                    self.hard_off()        # interrupted run: never leave the server running it
+                if off:
+                    self.hard_off()
             except KrigError as e:
                 self.facts["close_error"] = str(e)
             try:
@@ -147,12 +170,6 @@ class IpmiServer(ServerSetup):
                     (self.run_dir / "sel.txt").write_text(self.bmc.sel_text())
             except (KrigError, OSError) as e:
                 self.facts["sel_error"] = str(e)
-        if self.lock_fd is not None:
-            os.close(self.lock_fd)
-            self.lock_fd = None
-        if self.hold is not None:
-            self.hold.release()
-            self.hold = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None

@@ -46,7 +46,8 @@ class ServerSetup:
         """One round trip: boot_id, NMI panic sysctls, a fresh work dir, scratch disk checks."""
         dev = shlex.quote(self.spec.scratch_dev)
         script = [workdir_script(self.rd), "echo boot_id=$(cat /proc/sys/kernel/random/boot_id)",
-                  "echo cmdline=$(cat /proc/cmdline)"]
+                  "echo cmdline=$(cat /proc/cmdline)", "echo tainted=$(cat /proc/sys/kernel/tainted)",
+                  "echo dmesg_lines=$(dmesg 2>/dev/null | wc -l)"]
         if self.spec.nmi_panic:
             script.append("sysctl -q -w kernel.unknown_nmi_panic=1 kernel.panic_on_io_nmi=1 "
                           "kernel.panic_on_unrecovered_nmi=1 >/dev/null 2>&1 && echo nmi_panic=set "
@@ -61,6 +62,8 @@ class ServerSetup:
         kv = dict(ln.split("=", 1) for ln in out.decode(errors="replace").splitlines() if "=" in ln)
         self.take_workdir(rc, kv, err)
         self.boot_id = kv.get("boot_id", "").strip()
+        # what the kernel said before the run: the health check after it looks at what came since
+        self.at_boot = {k: int(v) for k, v in kv.items() if k in ("tainted", "dmesg_lines") and v.strip().isdigit()}
         self.facts.update({k: kv[k] for k in ("cmdline", "nmi_panic", "scratch_size") if k in kv})
         need, size = self.needs.get("scratch_size"), kv.get("scratch_size", "")
         if need and size == "missing":

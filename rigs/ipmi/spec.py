@@ -142,6 +142,7 @@ TOP = (
           says="{raw!r}: use a dedicated absolute directory like /var/lib/krig"),
     Field("boot", str, "installed", choices=("installed", "kexec")),
     Field("console", str, "sol", test=console_ok, says=CONSOLE_SAYS),
+    Field("cold_boot", bool, False),        # every run of a workflow through the firmware (rigs/ipmi/warm.py)
     _seconds("boot_timeout", 600, 1),
     _seconds("shutdown_timeout", 120, 0),
     _words("shutdown_command", ["systemctl", "poweroff"]),

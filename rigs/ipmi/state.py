@@ -1,5 +1,6 @@
 """The lifecycle of a lab server (rigs/ipmi/server.py, and the Redfish server built on it) as the
-rig sees it during one run: which state it is in, and which state may follow which.
+rig sees it during one run, or across the runs of one workflow that keeps it up between them
+(rigs/ipmi/warm.py): which state it is in, and which state may follow which.
 
     UNKNOWN  nothing learnt yet: the server may be off, up, or running anything
     OFF      powered off by this run (an orderly shutdown, or a hard power off)
@@ -13,11 +14,14 @@ The transitions (TRANSITIONS), and what makes them:
     UNKNOWN -> UP | HUNG | CRASHED | OFF   the first wait for SSH, its probe, or the power off
     OFF     -> UP | HUNG | CRASHED | OFF   powered on and waited for; a second power off
     UP      -> UP | BOOTING | HUNG | CRASHED | OFF
-                                           probed again; kexec -e; a command or a pull overran;
+                                           probed again (also by the next run of a workflow that
+                                           kept it up); kexec -e (also from the previous run's
+                                           kernel: a warm kexec); a command or a pull overran;
                                            the link failed and the console or BMC says why
     BOOTING -> UP | HUNG | CRASHED | OFF   the kexec'd kernel answers, or does not, or crashes
     HUNG    -> UP | HUNG | CRASHED | OFF   the power cycle after a hang brought it back, or not
-    CRASHED -> OFF                         nothing runs on a crashed server but its power off
+    CRASHED -> OFF                         nothing runs on a crashed server but its power off (a
+                                           workflow's next run too: a hard off, then power on)
 
 Nothing returns to UNKNOWN, and only a server that is UP can be told to boot (BOOTING). Any
 other change is krig's own mistake: ServerState.to() refuses it as IllegalTransition, one

@@ -1,0 +1,69 @@
+"""The machine of one workflow across its runs (a group, a validation's two sides).
+
+A single `krig run` takes a fresh object of its plan's rig (workflows/plan.py), boots it, runs,
+pulls the results and powers it off. A workflow of several runs holds a Session, passed down
+beside its plans: after each run, the run offers its rig to the session (Rig.keep_for_next)
+with why the next boot must be cold, if it must; a rig that can skip work between runs (a lab
+server: no firmware before a kexec, rigs/ipmi/warm.py) stays up and held, and the next run of
+a plan of the same rig (the same loaded rig: a validation's two sides share it) takes it from
+the session instead of a fresh one. When the workflow ends the session powers the kept machine
+off as a run does (an orderly shutdown); on an error or Ctrl-C it is powered off hard. Nothing
+it powered on is left running.
+"""
+import sys
+
+from krig.errors import KrigError
+from rigs.protocol import Rig
+
+
+def cold_reason(outcome: str, reason: str, pull_error: str | None) -> str | None:
+    """Why the next boot must go through the firmware after a run that ended so; None after a
+    healthy one (completed: PASS or FAIL, or a reproducer's own skip)."""
+    if outcome not in ("completed", "skip"):
+        what = {"hung": "a hang", "crashed": "a crash"}.get(outcome, "an error")
+        return f"{what} ({reason})"
+    return f"a failed pull ({pull_error})" if pull_error else None
+
+
+class Session:
+    def __init__(self, log=print):
+        self.log = log
+        self.rig: Rig | None = None        # the machine kept up after the last run
+        self.made_from: Rig | None = None  # the plan's rig (as loaded) it is a fresh() object of
+
+    def take(self, loaded: Rig) -> Rig:
+        """The rig of the next run of a plan whose rig is `loaded`: the one kept from the previous
+        run, or a fresh one."""
+        if self.rig is not None and self.made_from is loaded:
+            return self.rig         # still the session's until the run ends: a run that stops early leaves it here
+        self.close()
+        self.rig, self.made_from = loaded.fresh(), loaded
+        return self.rig
+
+    def keep(self, rig: Rig, outcome: str, reason: str, pull_error: str | None) -> bool:
+        """After a run: True when the rig stays up for the next run (the run must not close it).
+        Never while a Ctrl-C (or SIGTERM) ends the run: the run powers the machine off then."""
+        interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
+        kept = not interrupted and rig.keep_for_next(cold_reason(outcome, reason, pull_error))
+        self.rig = rig if kept else None
+        return kept
+
+    def close(self, orderly: bool = True):
+        """Power the kept machine off (orderly: a shutdown, else hard) and let it go."""
+        rig, self.rig = self.rig, None
+        if rig is None:
+            return
+        try:
+            rig.shutdown() if orderly else rig.power.off()
+            how = rig.facts().get("shutdown")
+            self.log(f"krig: {rig.name}: powered off after the last run" + (f" ({how})" if how else ""))
+        except KrigError as e:
+            self.log(f"krig: {rig.name}: powering off after the last run: {e}")
+        finally:
+            rig.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *_):
+        self.close(orderly=exc_type is None)
