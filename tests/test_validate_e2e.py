@@ -14,8 +14,9 @@ a bundle may name no series itself), its kernel loaded with kexec_file_load (`ke
 In `make test` these runs follow tests/test_labsim.py's on the same server (a server that
 works again after a HUNG run's power cycle: tests/test_labsim_redfish.py).
 
-CI budget: one run a side (too few to be significant: the answer rests on the thresholds
-the base held), one reproduced run. The default N=4 is measured in docs/validate.md.
+CI budget: two runs a side (too few to be significant: the answer rests on the verdicts),
+the first booted cold and the three after it warm, one reproduced run. The default N=4 is
+measured in docs/validate.md.
 """
 import json
 import mailbox
@@ -45,7 +46,7 @@ def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
     mbox = culprit_series(tmp_path / "rmdir.mbox", log=lambda *a: None)
 
     p = _krig(lab_sim, tmp_path, "validate", "unlink-dentry-growth", "--rig", NAME, "--base", "tiny-6.1",
-              "--series", str(mbox), "--repeat", "1", "--preset", "smoke", "--from", TESTER, "-o", str(tmp_path / "v"))
+              "--series", str(mbox), "--repeat", "2", "--preset", "smoke", "--from", TESTER, "-o", str(tmp_path / "v"))
     assert p.returncode == 5, p.stdout[-3000:] + p.stderr[-3000:]
     answer = [ln for ln in p.stdout.splitlines() if not ln.startswith(("krig: ", "kbuild: "))]
     assert answer[0].startswith("regressed: "), answer
@@ -62,7 +63,7 @@ def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
     image = json.loads((lab_sim.image_dir / "image.json").read_text())
     for side, release in (("base", base_release), ("new", new_release)):
         runs = sorted((vdir / side).glob("run-*"))     # a run the host's contention took is run again
-        assert 1 <= len(runs) <= 2, runs
+        assert 2 <= len(runs) <= 3, runs
         for run in runs:
             m = json.loads((run / "manifest.json").read_text())
             f = m["rig_facts"]
@@ -76,12 +77,14 @@ def test_validate_and_reproduce_on_a_lab_server(lab_sim, tmp_path):
         assert all(judged_as(v, want, r) for v, r in zip(verdicts, runs)), (side, [v["reason"] for v in verdicts])
         assert verdicts[-1]["verdict"] == want, (side, verdicts[-1]["reason"])
     # the server stays up between the runs (rigs/ipmi/warm.py): the validation's first run boots cold,
-    # each next one as the run before it said (next_boot), the second a kexec straight from the first's kernel
+    # each next one as the run before it said (next_boot): a kexec straight from the previous run's kernel
     order = sorted((json.loads((r / "manifest.json").read_text()) for side in ("base", "new")
                     for r in (vdir / side).glob("run-*")), key=lambda m: m["started"])
     booted = [m["rig_facts"]["booted_by"] for m in order]
-    assert booted[0].startswith("cold: "), booted
-    assert booted[1] == f"warm: kexec from {order[0]['machine']['release']} of the previous run", booted
+    assert booted[0].startswith(("cold: ", "found on: ")), booted
+    # warm after a healthy kernel; a kernel whose dmesg or taint says otherwise (a soft lockup under
+    # a loaded emulator) makes the next one cold: the chain below holds either way
+    assert len(order) >= 4 and any(b.startswith("warm: kexec from ") for b in booted[1:]), booted
     assert booted[1:] == [m["rig_facts"]["next_boot"] for m in order[:-1]], booted
     (reply,) = list(mailbox.mbox(str(vdir / "reply.mbox")))
     prov = state["series_provenance"]
