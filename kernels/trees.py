@@ -108,7 +108,7 @@ def source_files(spec: KernelSpec):
     if spec.source == "git":
         def read(rel):
             p = subprocess.run(["git", "-C", str(spec.tree), "cat-file", "blob", f"{ident['commit']}:{rel}"],
-                               capture_output=True)
+                               capture_output=True, env=git_env())
             return p.stdout if p.returncode == 0 else None
         return read
     pristine = ensure_pristine(spec.tarball, ident["tarball_sha256"])

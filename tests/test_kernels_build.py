@@ -373,6 +373,8 @@ def test_git_tree_moves_between_commits_and_unpatches(tmp_path, layout, monkeypa
     assert ident2 != ident
     kt.sync_source(t, spec, ident2, state, log=lambda m: None)
     assert (t / "f.c").read_text() == "a\n" and (t / "g.c").exists()
+    read = kt_trees.source_files(spec)  # the source a series is tried on: the commit's, not GIT_DIR's
+    assert read("g.c") == b"g\n" and read("f.c") == b"a\n" and read("none.c") is None
     assert g("status", "--porcelain") == "", "the user's repository is not touched"
     assert not list((decoy / "refs" / "heads").iterdir()), "GIT_DIR from the environment is ignored"
 

@@ -40,7 +40,7 @@ import time
 from krig import DEFAULT_RIG, RESULTS_DIR, ROOT
 from . import run as runner
 from .preflight import before_build
-from .argcheck import ascii_int, like_kernel, run_args
+from .argcheck import like_kernel, run_args
 from krig.asked import AskedRun
 from .bisectargs import DEMO_LIKE, add_commands
 from krig.config import parse_set
