@@ -406,3 +406,17 @@ def test_handlers_and_drivers_named_by_string_are_imports():
     assert "workflows.group" in g["workflows.cli"] and "rigs.qemu.rig" in g["rigs"] and "rigs.redfish.rig" in g["rigs"]
     assert "rigs.qemu.rig" not in loaded["rigs"]
     assert "kernels.build" in g["kernels.buildargs"] and "kernels.build" not in loaded["kernels.buildargs"]
+
+
+def test_the_design_pages_drawing_reads_the_same_graph():
+    """docs/layout.py draws docs/layout.png from this file's graph: its folder arrows are the
+    imports counted here, none of them up a floor."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("layout_drawing", ROOT / "docs" / "layout.py")
+    drawing = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(drawing)
+    edges, lines = drawing.folder_graph()
+    assert edges and all(FLOORS[a] >= FLOORS[b] for a, b in edges), edges
+    assert edges[("workflows", "krig")] == sum(1 for m, deps in graph().items() if m.split(".")[0] == "workflows"
+                                                for d in deps if d.split(".")[0] == "krig")
+    assert all(lines[p] > 0 for p in FLOORS)
