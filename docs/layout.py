@@ -78,10 +78,9 @@ def draw(dest: pathlib.Path) -> tuple[int, int]:
         ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=14, lw=1 + n ** 0.5 / 3,
                                      color="#c0392b" if back else "#555",
                                      connectionstyle="arc3,rad=-0.35" if skip else "arc3,rad=0.08"))
-        if skip:
-            start = end = (0.975, (ya + yb + hb) / 2 + 0.03)
-        ax.text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2, str(n), fontsize=8, color="#333",
-                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"})
+        label = (0.975, (ya + yb + hb) / 2 + 0.03) if skip else ((start[0] + end[0]) / 2, (start[1] + end[1]) / 2)
+        ax.text(*label, str(n), fontsize=8, color="#333", bbox={"boxstyle": "round,pad=0.15", "fc": "white",
+                                                                "ec": "none"})
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 0.95)
     ax.set_title(f"krig's folders as floors, drawn from their imports: {sum(edges.values())} imports "

@@ -27,6 +27,7 @@ from rigs.ipmi.server import BootTimeout, IpmiServer
 from rigs.ipmi.spec import validate_spec
 from rigs.ipmi.ssh import Ssh, SshLost, remote_command
 from rigs.ipmi.state import ServerState
+from rigs.ipmi.warm import park
 from rigs.protocol import (OUTPUT_CAP, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
 
@@ -84,7 +85,6 @@ class IpmiRig(Rig):
         self.server.shutdown()
 
     def keep_for_next(self, cold):
-        from rigs.ipmi.warm import park
         return park(self.server, cold)
 
     def close(self):
