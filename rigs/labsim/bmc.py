@@ -43,6 +43,7 @@ from krig.config import toml_value
 from krig.paths import process_record
 from rigs.qemu import guestroot
 from rigs.qemu import confine as qemu_confine
+from rigs.procs import stop_group
 from rigs.labsim.wire import (KCS_MARK, SOL_MARK, SerialCable, kill_session,
                               remove_wire_dir, session_members, user_ids, wire_dir)
 from krig.paths import SETPRIV
@@ -289,17 +290,7 @@ loadlib "{w}/krig_diag.so" ""
                 self.ipmitool("chassis", "power", "off", timeout=15)
         except (subprocess.TimeoutExpired, OSError):
             pass
-        if self.proc is not None and self.proc.poll() is None:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(self.proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.proc.wait(10)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+        stop_group(self.proc, 10)
         kill_session(self.bmc_record)      # the server's QEMU, if it outlived ipmi_sim
         if self.cable is not None:
             self.cable.stop()
