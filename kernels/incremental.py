@@ -47,8 +47,8 @@ from . import bounds, ccache, drivers, fromtree, overlay, sandbox
 from .digest import cache_key, sha256_file
 from .gitrepo import git, git_env
 from .kconfig import config_mismatches, read_dotconfig
-from .spec import (ARCH, DRIVERS_LABEL, KernelSpec, build_inputs, kernel_cache, localversion_fragment, source_identity,
-                   wanted_config)
+from .spec import (ARCH, DRIVERS_LABEL, KernelSpec, build_inputs, build_meta, kernel_cache, localversion_fragment,
+                   source_identity, wanted_config)
 from .makelog import TIMED_OUT, clean_env, first_error, run_logged
 from .trees import copy_as_is, create_tree, load_state, locked, origin_of, prune_orphans, save_state, tree_lock
 from .patching import apply_patch, boxed, in_krig, inside, patch_label, restore
@@ -174,9 +174,9 @@ def outside_series(spec: KernelSpec) -> str | None:
 
 
 def _cached(out: pathlib.Path, spec: KernelSpec, key: str, log) -> dict | None:
-    if not (out / "build.json").exists():
+    meta = build_meta(key)          # out is kernel_cache(key)
+    if meta is None:
         return None
-    meta = json.loads((out / "build.json").read_text())
     log(f"kbuild: {spec.name} is built ({meta['release']}, key {key}); nothing to do")
     return {**meta, "dir": str(out)}
 
