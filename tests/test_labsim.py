@@ -21,12 +21,15 @@ its Redfish BMC; the IPMI NMI, SEL and SOL path is tests/test_ipmi.py's
 test_hang_recovers.
 """
 import json
+import pathlib
 import re
 import time
 
 import pytest
 
-from labsim_fixture import GROUP
+from krig.config import load_toml
+from labsim_fixture import GROUP, NAME
+from rigs.labsim import image as labsim_image
 from rigs.labsim.bmc import free_port
 from test_ipmi import _cli, _leftovers, _wait_no_leftovers
 
@@ -71,6 +74,13 @@ def test_found_running_host_key_and_missing_package(lab, tmp_path):
     image = json.loads((lab.image_dir / "image.json").read_text())
     assert facts[:4] == [image["release"], "krig", "0", "systemd"], facts
     assert "panic=0" in facts[4].split() and "root=UUID=" in facts[4], facts
+    # the server's QEMU keeps a small translated-code cache (a warm kexec's copy stays quick), and its
+    # installed system starts none of the units the image masks (they would delay sshd under TCG)
+    pidfile = load_toml(lab.rigs / f"{NAME}.toml")["emulator_pidfile"]
+    argv = pathlib.Path(f"/proc/{int(open(pidfile).read())}/cmdline").read_bytes().split(b"\0")
+    assert f"tcg,tb-size={labsim_image.TB_CACHE_MIB}".encode() in argv, argv
+    active = lab.ssh("sudo -n systemctl list-units --all --state=active --plain --no-legend | cut -d' ' -f1").stdout.split()
+    assert "ssh.service" in active and not set(active) & set(labsim_image.MASKED), active
 
     lab.rig_file("badkey", boot="kexec", ssh={"known_hosts": str(lab.base / "bad_known_hosts")})
     p = _cli(lab, tmp_path / "badkey", "run", "selftest-pass", "--rig", "badkey")

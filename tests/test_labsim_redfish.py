@@ -118,6 +118,9 @@ def test_a_wedged_kernel_gets_the_redfish_nmi(rf_sim, tmp_path):
     back = console.index("Linux version", nmi)                       # came back after the power cycle:
     assert "Welcome to GRUB" in console[nmi:], console[nmi:nmi + 2000]     # firmware, GRUB, the installed system
     assert back > nmi
+    # libvirt gave the server's QEMU the small translated-code cache (what keeps a warm kexec's copy quick)
+    qemu_logs = list(pathlib.Path(st["vm_dir"]).glob("lv/k/libvirt/qemu/log/*.log"))
+    assert any(f"tb-size={labsim_image.TB_CACHE_MIB}" in q.read_text(errors="replace") for q in qemu_logs), qemu_logs
 
 
 def test_validate_after_the_wedge(rf_sim, tmp_path):

@@ -241,10 +241,11 @@ def sweep(mark: str) -> int:
 
 
 def domain_xml(name: str, memory_mb: int, serial_sock: pathlib.Path, disks: list = (), os_extra: str = "",
-               qemu_args: list = (), nic: bool = False, cpu: str = "qemu64") -> str:
+               qemu_args: list = (), nic: bool = False, cpu: str = "qemu64", tb_cache_mib: int = 0) -> str:
     """A TCG domain: its serial line a unix socket (ser2net's connector); disks: (file, format,
     target dev vdX); nic: a user-mode network card (something to boot from over PXE); cpu: a
-    CPU model, or "max" for every feature TCG has;
+    CPU model, or "max" for every feature TCG has; tb_cache_mib: the size of QEMU's translated-code
+    cache (0: QEMU's default);
     qemu_args: QEMU arguments libvirt has no element for (qemu:commandline)."""
     from xml.sax.saxutils import escape, quoteattr
     disk = "".join(f"<disk type='file' device='disk'><driver name='qemu' type={quoteattr(fmt)}/>"
@@ -253,7 +254,9 @@ def domain_xml(name: str, memory_mb: int, serial_sock: pathlib.Path, disks: list
     extra = "".join(f"<qemu:arg value={quoteattr(a)}/>" for a in qemu_args)
     return (f"<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>"
             f"<name>{escape(name)}</name><memory unit='MiB'>{memory_mb}</memory><vcpu>1</vcpu>"
-            f"<os><type arch='x86_64' machine='q35'>hvm</type>{os_extra}</os><features><acpi/></features>"
+            f"<os><type arch='x86_64' machine='q35'>hvm</type>{os_extra}</os><features><acpi/>"
+            + (f"<tcg><tb-cache unit='MiB'>{int(tb_cache_mib)}</tb-cache></tcg>" if tb_cache_mib else "")
+            + "</features>"
             + ("<cpu mode='maximum'/>" if cpu == "max" else f"<cpu mode='custom'><model>{escape(cpu)}</model></cpu>")
             + "<on_poweroff>destroy</on_poweroff>"
             f"<on_reboot>restart</on_reboot><on_crash>destroy</on_crash>"

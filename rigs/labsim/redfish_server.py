@@ -73,7 +73,7 @@ class RedfishLabServer:
         loader = (f"<loader readonly='yes' secure='no' type='pflash'>{labsim_image.OVMF_CODE}</loader>"
                   f"<nvram>{v / 'OVMF_VARS.fd'}</nvram>")
         return domain_xml(DOMAIN, self.memory_mb, v / "serial.sock", disks=[(v / "disk.qcow2", "qcow2", "vda")],
-                          os_extra=loader, cpu="max", qemu_args=[
+                          os_extra=loader, cpu="max", tb_cache_mib=labsim_image.TB_CACHE_MIB, qemu_args=[
                               "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
                               "-device", f"{self.nic_device},netdev=n0,romfile=,bus=pcie.0,addr=0x10",  # slots libvirt leaves free
                               "-drive", f"file={v / 'scratch.img'},if=none,id=nvme0,format=raw,cache=unsafe",
