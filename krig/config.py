@@ -136,6 +136,17 @@ def coerce(value, ptype: str, field: str, choices=None):
     return v
 
 
+def toml_document(top: dict, **tables: dict) -> str:
+    """A TOML file: top's keys (a dict among them becomes a table after the others), then each
+    table of `tables` in order; None values are left out."""
+    top = dict(top)
+    tables = {**tables, **{k: top.pop(k) for k in list(top) if isinstance(top[k], dict)}}
+    text = "".join(f"{k} = {toml_value(v)}\n" for k, v in top.items() if v is not None)
+    for table, d in tables.items():
+        text += f"\n[{table}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in d.items() if v is not None)
+    return text
+
+
 def toml_value(v) -> str:
     """A value as TOML (strings, numbers, booleans, lists, inline tables)."""
     if isinstance(v, bool):

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 
-from krig.config import toml_value
+from krig.config import toml_document
 from rigs.labsim.bmc import free_port
 from rigs.labsim.redfish import (LibvirtSession, Ser2net, SushyEmulator, domain_xml, make_cert, make_vm_dir,
                                  missing_tools, processes, sweep, write_htpasswd)
@@ -69,14 +69,10 @@ class RedfishBench:
                 "shutdown_timeout": 10, **top}
         b = {"host": "127.0.0.1", "port": self.port, "user": USER, "password_file": str(self.password_file),
              "fingerprint": self.fingerprint, "auth": "auto", "timeout": 10, "retries": 1, **(bmc or {})}
-        b = {k: v for k, v in b.items() if v is not None}
         s = {"host": "127.0.0.1", "port": free_port(), "user": "root", "key": str(self.base / "client_key"),
              "known_hosts": str(self.base / "known_hosts"), "connect_timeout": 2}
-        text = "".join(f"{k} = {toml_value(v)}\n" for k, v in spec.items())
-        for table, d in (("bmc", b), ("ssh", s)):
-            text += f"\n[{table}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in d.items())
         path = self.rigs / f"{name}.toml"
-        path.write_text(text)
+        path.write_text(toml_document(spec, bmc=b, ssh=s))
         return path
 
     def processes(self) -> list[str]:

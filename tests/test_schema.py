@@ -1,8 +1,10 @@
 """krig/schema.py: a TOML table checked against its Fields. Every kind of rule refuses a bad value
 with one line naming the file's field and what is allowed; good values come back with defaults."""
+import tomllib
+
 import pytest
 
-from krig.config import parse_size
+from krig.config import parse_size, toml_document
 from krig.errors import UsageError
 from krig.schema import ANY, OMIT, Field, check, check_entries, check_rows, missing, with_defaults
 
@@ -110,3 +112,16 @@ def test_a_rule_without_its_words_is_refused_where_it_is_declared():
     """A pattern, test or each rule must say what is allowed: the error line is written with it."""
     with pytest.raises(TypeError, match="says"):
         Field("user", str, pattern=r"[a-z]+")
+
+
+def test_a_written_rig_file_reads_back_as_written(tmp_path):
+    """krig/config.py toml_document (what `krig lab sim up` and the test servers write): top keys,
+    then the named tables, then a dict among the top keys as its own table; None left out."""
+    top = {"driver": "ipmi", "boot_timeout": 900, "skip": None, "shutdown_command": ["systemctl", "poweroff"],
+           "kexec": {"append": ["loglevel=6"]}, "cold_boot": False}
+    text = toml_document(top, bmc={"host": "127.0.0.1", "port": 623, "fingerprint": None}, ssh={"user": "krig"})
+    assert tomllib.loads(text) == {"driver": "ipmi", "boot_timeout": 900, "shutdown_command": ["systemctl", "poweroff"],
+                                   "cold_boot": False, "bmc": {"host": "127.0.0.1", "port": 623},
+                                   "ssh": {"user": "krig"}, "kexec": {"append": ["loglevel=6"]}}
+    assert [ln for ln in text.splitlines() if ln.startswith("[")] == ["[bmc]", "[ssh]", "[kexec]"]
+    assert "kexec" in top          # the caller's dict is not changed

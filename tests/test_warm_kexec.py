@@ -164,26 +164,32 @@ class Power:
 def test_begin_boots_as_the_previous_run_left_it(files):
     _, s = server(files)
     s.next_boot = ("warm", "warm: kexec from 6.1.0-tiny of the previous run")
-    assert begin(s, Power(s), 60) == "warm: kexec from 6.1.0-tiny of the previous run"
+    assert begin(s, Power(s), 60) == ("warm: kexec from 6.1.0-tiny of the previous run", True)
     assert s.bmc.did == [] and s.next_boot is None
 
     ups = []
     s.wait_up = lambda timeout, what, old_boot_id=None: ups.append(old_boot_id)
     s.next_boot = ("cycle", "cold: power cycle after a hang (x)")
-    assert begin(s, Power(s), 60) == "cold: power cycle after a hang (x)"
+    assert begin(s, Power(s), 60) == ("cold: power cycle after a hang (x)", False)
     assert s.bmc.did == ["cycle"] and ups == [BOOT_ID]
 
     s.bmc = Bmc("off")
     s.next_boot = ("cycle", "cold: power cycle after a crash (y)")
-    assert begin(s, Power(s), 60) == "cold: power on after a crash (y)" and s.bmc.did == ["on"]
+    assert begin(s, Power(s), 60) == ("cold: power on after a crash (y)", False) and s.bmc.did == ["on"]
 
     s.bmc, s.ssh = Bmc(), Ssh(probe="3333-cccc")       # not the kernel the previous run left
     s.next_boot = ("warm", "warm: kexec from 6.1.0-tiny of the previous run")
-    assert begin(s, Power(s), 60) == "cold: power cycle: the previous run's system did not answer SSH"
+    assert begin(s, Power(s), 60) == ("cold: power cycle: the previous run's system did not answer SSH", False)
     assert s.bmc.did == ["cycle"]
 
     s.bmc, s.ssh, s.boot_id = Bmc(), Ssh(), BOOT_ID
-    assert begin(s, Power(s), 60) == "found on: kexec from its running system" and s.bmc.did == []
+    assert begin(s, Power(s), 60) == ("found on: kexec from its running system", False) and s.bmc.did == []
+
+    # the installed system a hang's power cycle brought back: up, but no kernel of a run to kexec from
+    said = "cold: power cycle after a hang (x) (end of the previous run), then kexec from the installed system"
+    s.next_boot = ("installed", said)
+    assert begin(s, Power(s), 60) == (said, False)
+    assert s.bmc.did == []
 
 
 def test_a_crashed_server_is_powered_off_before_the_next_runs_boot(files):
@@ -198,12 +204,12 @@ def test_a_crashed_server_is_powered_off_before_the_next_runs_boot(files):
     s.wait_up = wait_up
     s.become(S.CRASHED)
     s.next_boot = ("cycle", "cold: power cycle after a crash (y)")
-    assert begin(s, Power(s), 60) == "cold: power cycle after a crash (y)"
+    assert begin(s, Power(s), 60) == ("cold: power cycle after a crash (y)", False)
     assert s.bmc.did == ["off", "on"] and seen == [S.OFF] and s.state is S.UP
     s.become(S.CRASHED)
     s.bmc = Bmc("off")                                  # it powered off underneath
     s.next_boot = ("cycle", "cold: power cycle after a crash (the server powered off)")
-    assert begin(s, Power(s), 60) == "cold: power on after a crash (the server powered off)"
+    assert begin(s, Power(s), 60) == ("cold: power on after a crash (the server powered off)", False)
     assert s.bmc.did == ["on"] and seen == [S.OFF, S.OFF] and s.state is S.UP
 
 

@@ -138,8 +138,7 @@ def _ship_modules(rig, kernel) -> str:
 
 def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     """rig: the IpmiServer (rigs/ipmi/rig.py) being booted; power: its power protocol."""
-    rig.facts["booted_by"] = begin(rig, power, timeout)
-    warm = rig.facts["booted_by"].startswith("warm")      # from the previous run's kernel
+    rig.facts["booted_by"], warm = begin(rig, power, timeout)     # warm: from the previous run's kernel
     rig.check_programs(["kexec"])
     old = rig.boot_id
     image = pathlib.Path(kernel.image)

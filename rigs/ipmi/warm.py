@@ -17,6 +17,7 @@ What each run's boot was is its fact `booted_by` (manifest.json); what a run lef
 next, `next_boot`. The last run's server is powered off by the workflow (workflows/session.py).
 """
 import subprocess
+from typing import NamedTuple
 
 from krig.errors import KrigError
 from krig.verdict import first_crash
@@ -85,9 +86,16 @@ def park(server, cold: str | None) -> bool:
     return True
 
 
-def begin(server, power, timeout: float) -> str:
+class Booted(NamedTuple):
+    """How begin brought the server up: the run's booted_by, and whether the system it kexecs
+    from is the previous run's kernel (warm) rather than the installed system."""
+    how: str
+    warm: bool = False
+
+
+def begin(server, power, timeout: float) -> Booted:
     """Bring the server to a running system to kexec from, as the previous run left it
-    (next_boot); returns how (the run's booted_by)."""
+    (next_boot)."""
     how, said = server.next_boot or (None, "")
     server.next_boot = None
     before = "into its installed system (before kexec)"
@@ -98,7 +106,7 @@ def begin(server, power, timeout: float) -> str:
             server.become(ServerState.OFF)
         power.on()
         server.wait_up(timeout, before)
-        return "cold: power on" + (said.removeprefix("cold: power cycle") if how == "cycle" else "")
+        return Booted("cold: power on" + (said.removeprefix("cold: power cycle") if how == "cycle" else ""))
     if how == "cycle":
         if crashed:                 # the cycle as its two halves: a hard power off, then on
             server.hard_off()
@@ -106,16 +114,16 @@ def begin(server, power, timeout: float) -> str:
         else:
             server.power_cycle()
         server.wait_up(timeout, "after the power cycle (before kexec)", old_boot_id=old)
-        return said
+        return Booted(said)
     bid = server.ssh.probe(server.spec.ssh.connect_timeout)
     if bid is None or (how is not None and bid != old):
         server.power_cycle()
         server.wait_up(timeout, before, old_boot_id=old)
         what = "the previous run's system" if how else "the server (found on)"
-        return f"cold: power cycle: {what} did not answer SSH"
+        return Booted(f"cold: power cycle: {what} did not answer SSH")
     server.boot_id = bid
     server.become(ServerState.UP)
-    return said if how else "found on: kexec from its running system"
+    return Booted(said, how == "warm") if how else Booted("found on: kexec from its running system")
 
 
 # What a kexec from another kernel under test takes from the installed system, read there before

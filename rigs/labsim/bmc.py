@@ -39,7 +39,7 @@ import subprocess
 import time
 
 from krig import safeio
-from krig.config import toml_value
+from krig.config import toml_document
 from krig.paths import process_record
 from rigs.qemu import guestroot
 from rigs.qemu import confine as qemu_confine
@@ -268,11 +268,7 @@ loadlib "{w}/krig_diag.so" ""
              **(bmc or {})}
         s = {"host": "127.0.0.1", "port": self.ssh_port, "user": "root", "key": str(self.base / "client_key"),
              "known_hosts": str(self.base / "known_hosts"), "connect_timeout": 30, **(ssh or {})}
-        tables = {k: spec.pop(k) for k in list(spec) if isinstance(spec[k], dict)}
-        text = "".join(f"{k} = {toml_value(v)}\n" for k, v in spec.items() if v is not None)
-        for table, d in (("bmc", b), ("ssh", s), *tables.items()):
-            text += f"\n[{table}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in d.items() if v is not None)
-        safeio.write_text(self.rigs, f"{name}.toml", text)
+        safeio.write_text(self.rigs, f"{name}.toml", toml_document(spec, bmc=b, ssh=s))
         return self.rigs / f"{name}.toml"
 
     def processes(self) -> list[str]:

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 
 from krig import safeio
-from krig.config import toml_value
+from krig.config import toml_document
 from rigs.labsim import image as labsim_image
 from rigs.labsim.bmc import free_port
 from rigs.labsim.redfish import (LibvirtSession, Ser2net, SushyEmulator, domain_xml, make_cert, make_vm_dir, own,
@@ -105,13 +105,8 @@ class RedfishLabServer:
              "fingerprint": self.fingerprint, "auth": "auto", "timeout": 30, "retries": 3, **(bmc or {})}
         s = {"host": "127.0.0.1", "port": self.ssh_port, "user": self.USER, "key": str(self.base / "client_key"),
              "known_hosts": str(self.base / "known_hosts"), "connect_timeout": 30, **(ssh or {})}
-        tables = {k: spec.pop(k) for k in list(spec) if isinstance(spec[k], dict)}
-        text = "".join(f"{k} = {toml_value(v)}\n" for k, v in spec.items() if v is not None)
-        for table, d in (("bmc", b), ("ssh", s), *tables.items()):
-            text += f"\n[{table}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in d.items() if v is not None)
-        path = self.rigs / f"{name}.toml"
-        path.write_text(text)
-        return path
+        safeio.write_text(self.rigs, f"{name}.toml", toml_document(spec, bmc=b, ssh=s))
+        return self.rigs / f"{name}.toml"
 
     def stop(self):
         for part in (self.ser2net, self.emulator, self.libvirt):

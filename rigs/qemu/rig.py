@@ -10,7 +10,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -25,7 +24,7 @@ from rigs.qemu import confine as qemu_confine
 from rigs.qemu import launch as qemu_launch
 from rigs.qemu import memory as qemu_memory
 from rigs.qemu import share as qemu_share
-from rigs.procs import stopped_by_host
+from rigs.procs import stop_group, stopped_by_host
 from rigs.protocol import BootProtocol, ConsoleProtocol, FilesProtocol, PowerProtocol, Rig
 from rigs.qemu.mailbox import MailboxCommand
 from rigs.qemu.spec import TCG_TSC_CMDLINE, QemuSpec, validate_spec
@@ -75,7 +74,7 @@ def probe_accel(kernel, initrd: pathlib.Path) -> tuple[str, str]:
         try:
             _, err = p.communicate(timeout=PROBE_TIMEOUT)
         except subprocess.TimeoutExpired:
-            _kill(p)
+            stop_group(p, 5.0)
             err = b""
         qemu_confine.end_guard(guard)
         ok = "KRIG-PROBE-OK" in log.read_text(errors="replace") if log.exists() else False
@@ -87,23 +86,6 @@ def probe_accel(kernel, initrd: pathlib.Path) -> tuple[str, str]:
         accel, reason = "tcg", f"KVM probe boot failed within {PROBE_TIMEOUT:.0f}s ({why[0]}); using TCG"
     cache.write_text(json.dumps({"key": key, "time": time.time(), "accel": accel, "reason": reason}))
     return accel, reason
-
-
-def _kill(p: subprocess.Popen, grace: float = 5.0):
-    if p.poll() is not None:
-        return
-    try:
-        os.killpg(p.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        p.wait(grace)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
 
 
 def qemu_fault(proc: subprocess.Popen, qemu_log: pathlib.Path) -> str | None:
@@ -326,7 +308,7 @@ class QemuRig(Rig):
 
     def close(self):
         if self.m.proc is not None:
-            _kill(self.m.proc)
+            stop_group(self.m.proc, 5.0)
             qemu_confine.end_guard(self.m.guard)
         if self.m.watch is not None:
             self.m.watch.stop()
@@ -373,7 +355,7 @@ class _Power(PowerProtocol):
 
     def off(self):
         if self.m.proc is not None:
-            _kill(self.m.proc)
+            stop_group(self.m.proc, 5.0)
 
     def status(self):
         return "on" if self.m.alive() else "off"
