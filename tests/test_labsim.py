@@ -77,9 +77,10 @@ def test_found_running_host_key_and_missing_package(lab, tmp_path):
     # the server's QEMU keeps a small translated-code cache (a warm kexec's copy stays quick), and its
     # installed system starts none of the units the image masks (they would delay sshd under TCG)
     pidfile = load_toml(lab.rigs / f"{NAME}.toml")["emulator_pidfile"]
-    argv = pathlib.Path(f"/proc/{int(open(pidfile).read())}/cmdline").read_bytes().split(b"\0")
+    argv = pathlib.Path(f"/proc/{int(pathlib.Path(pidfile).read_text())}/cmdline").read_bytes().split(b"\0")
     assert f"tcg,tb-size={labsim_image.TB_CACHE_MIB}".encode() in argv, argv
-    active = lab.ssh("sudo -n systemctl list-units --all --state=active --plain --no-legend | cut -d' ' -f1").stdout.split()
+    units = lab.ssh("sudo -n systemctl list-units --all --state=active --plain --no-legend").stdout
+    active = [ln.split()[0] for ln in units.splitlines() if ln.strip()]
     assert "ssh.service" in active and not set(active) & set(labsim_image.MASKED), active
 
     lab.rig_file("badkey", boot="kexec", ssh={"known_hosts": str(lab.base / "bad_known_hosts")})

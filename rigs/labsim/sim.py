@@ -168,7 +168,8 @@ class LabServer(SimServer):
         machine = qemu_memory.machine_args("sparse" if mem > host_ram() else "ram", mem)
         return ["setpriv", "--pdeathsig", "KILL",
                 "qemu-system-x86_64", "-name", "krig-labsim-server",
-                *machine, "-accel", f"tcg,tb-size={labsim_image.TB_CACHE_MIB}", "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb),
+                *machine, "-accel", f"tcg,tb-size={labsim_image.TB_CACHE_MIB}", "-cpu", "max", "-smp", "1",
+                "-m", str(self.memory_mb),
                 "-display", "none", "-vga", "none", "-nodefaults", *self._disk_fdsets(),
                 "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={labsim_image.OVMF_CODE}",
                 "-drive", "if=pflash,format=raw,unit=1,file=/dev/fdset/3,file.locking=off",
