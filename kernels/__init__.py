@@ -1,10 +1,11 @@
 """Kernels under test: the catalog (kernels/<name>.toml and the other forms --kernel takes),
 building them from source with patch series and config fragments, and bisecting between them.
 
-    catalog.py      load_kernel(name) -> Kernel: one loader per kind of kernel
-    given.py        the --kernel text: a name, a path, TREE@REF, and their options
+    catalog.py      load_kernel(name) -> Kernel: the text read once, passed to the loader of its kind
+    given.py        the --kernel text: a name, a path, TREE@REF, and their options; the Loader protocol
     prebuilt.py     a built tree or an image file, built elsewhere
     derived.py      TREE@REF, or a kernel with a series or a server's drivers on top, built on demand
+    named.py        a plain name: the distro's kernel, or one krig built
     distro.py       Debian's packaged kernel, installed on this machine
     definition.py   kernels/<name>.toml: found, read, `extends` resolved, its fields
     spec.py         a definition made a build spec: what decides the build, its cache key

@@ -3,36 +3,42 @@ loader of its kind:
 
     PATH of a built tree, of an image     kernels/prebuilt.py   built elsewhere, nothing built
     TREE@REF, NAME,series=, NAME,drivers= kernels/derived.py    built by krig on demand
-    NAME, Debian's packaged kernel        kernels/distro.py     installed on this machine
-    NAME, a kernel krig builds            kernels/spec.py       found in the cache (`krig kernel build`)
+    NAME                                  kernels/named.py      Debian's packaged kernel (kernels/distro.py),
+                                                                or one krig built (kernels/spec.py; `krig kernel build`)
 
+Each loader is a kernels/given.py Loader: it says which Givens it takes and loads them; the
+catalog picks the one that takes the Given and passes the Given on, so the name is read once and
+nothing below reads it again. A new kind of kernel is a new loader here, not another branch.
 A NAME is kernels/<name>.toml (kernels/definition.py); a Kernel is what a rig boots (kernels/kernel.py).
 """
 from krig import KERNEL_DIR
 from krig.config import load_toml
-from .definition import is_distro, kernel_toml, read
-from .derived import derived_kernel
-from .distro import distro_kernel
-from .given import parse
+from krig.errors import KrigError
+from .definition import is_distro, kernel_toml
+from .derived import DerivedKernels
+from .given import Given, Loader, parse
 from .kernel import Kernel
-from .prebuilt import image_kernel, tree_kernel
-from .spec import load_built_kernel
+from .named import NamedKernels
+from .prebuilt import ImageKernels, TreeKernels
+
+# One Loader per kind of Given; each Given is taken by exactly one (tests/test_kernel_given.py).
+LOADERS: tuple[Loader, ...] = (TreeKernels(), ImageKernels(), DerivedKernels(), NamedKernels())
+
+
+def loader_of(g: Given) -> Loader:
+    """The one loader that takes g."""
+    takers = [loader for loader in LOADERS if loader.takes(g)]
+    if len(takers) != 1:            # krig's own fault: the loaders' `takes` overlap or leave a gap
+        raise KrigError(f"--kernel {g.text}: {len(takers)} of krig's kernel loaders take a {g.kind} kernel, not one")
+    return takers[0]
 
 
 def load_kernel(name: str, build: bool = False, log=print) -> Kernel:
-    """A kernel by toml name, or any form kernels/given.py reads (a path, TREE@REF, ...,series=).
-    build: build a given git kernel or series that is not built yet (krig run, krig validate)."""
+    """A kernel by toml name, or any form kernels/given.py reads (a path, TREE@REF, ...,series=),
+    read once into a Given and loaded by its kind's loader. build: build a given git kernel or
+    series that is not built yet (krig run, krig validate)."""
     g = parse(name)
-    if g.kind == "tree":
-        return tree_kernel(g, log)
-    if g.kind == "image":
-        return image_kernel(g)
-    if g.kind == "git" or g.opts:          # TREE@REF, or a toml's kernel with a series or drivers
-        return derived_kernel(g, build, log)
-    data, where = read(g.name, KERNEL_DIR)
-    if is_distro(data):             # (distro kernels cannot be extended)
-        return distro_kernel(g.name, data, where)
-    return load_built_kernel(g.name, data, where)
+    return loader_of(g).load(g, build, log)
 
 
 def krig_builds(name: str) -> bool:

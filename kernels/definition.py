@@ -73,28 +73,35 @@ def is_distro(data: dict) -> bool:
 
 def read(name: str, kernel_dir: pathlib.Path = KERNEL_DIR) -> tuple[dict, str]:
     """kernels/<name>.toml's table, as the catalog takes it, and where it is: the distro kernel's
-    as written (it extends nothing), a built kernel's with `extends` resolved."""
-    path = kernel_toml(name, kernel_dir)
-    if not path.exists():
+    as written (it extends nothing), a built kernel's with `extends` resolved. The file is read once."""
+    data, where = _load(name, kernel_dir)
+    if data is None:
         known = ", ".join(kernel_names(kernel_dir)) or "(none)"
         raise UsageError(f"--kernel {name!r}: unknown kernel; allowed: {known}")
-    data = load_toml(path)
-    where = f"kernels/{name}.toml"
     optional(data, "source", str, where, None)          # a source that is not a string: one line
     if "extends" in data and not is_distro(data):
-        return resolved_table(name, kernel_dir)
+        return _extended(name, data, where, kernel_dir, ())
     return data, where
 
 
 def resolved_table(name: str, kernel_dir: pathlib.Path, seen=()) -> tuple[dict, str]:
     """The toml's table with `extends` resolved (the child's keys win)."""
-    where = f"kernels/{name}.toml"
-    path = kernel_toml(name, kernel_dir)
-    if not path.exists() and not seen:
+    data, where = _load(name, kernel_dir)
+    if data is None and not seen:
         raise UsageError(f"{name}: unknown kernel (no {where}); known: {', '.join(kernel_names(kernel_dir))}")
-    if not path.exists():
+    if data is None:
         raise UsageError(f"{seen[-1]}.extends: unknown kernel {name!r}")
-    data = load_toml(path)
+    return _extended(name, data, where, kernel_dir, seen)
+
+
+def _load(name: str, kernel_dir: pathlib.Path) -> tuple[dict | None, str]:
+    """kernels/<name>.toml's table as written (None: no such file), and where it is."""
+    path = kernel_toml(name, kernel_dir)
+    return (load_toml(path) if path.exists() else None), f"kernels/{name}.toml"
+
+
+def _extended(name: str, data: dict, where: str, kernel_dir: pathlib.Path, seen: tuple) -> tuple[dict, str]:
+    """data (kernels/<name>.toml's, as read) with its `extends` chain resolved."""
     reject_unknown(data, FIELDS, where)
     parent = optional(data, "extends", str, where)
     if parent is None:

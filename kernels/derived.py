@@ -89,6 +89,17 @@ def derived_kernel(g: Given, build: bool = False, log=print) -> Kernel:
                         drivers=meta.get("drivers"))
 
 
+class DerivedKernels:
+    """The Loader of TREE@REF, and of a kernels/<name>.toml with a series or drivers on top
+    (derived_kernel): built on demand."""
+
+    def takes(self, g: Given) -> bool:
+        return g.kind == "git" or (g.kind == "toml" and bool(g.opts))
+
+    def load(self, g: Given, build: bool, log) -> Kernel:
+        return derived_kernel(g, build, log)
+
+
 def _add_drivers(spec: KernelSpec, g: Given, log) -> None:
     """spec + the drivers of the server drivers= names (a rig) or describes (files)."""
     value = g.opts["drivers"]

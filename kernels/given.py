@@ -29,9 +29,11 @@ import dataclasses
 import os
 import pathlib
 import re
+from typing import Protocol
 
 from krig.errors import UsageError
 from . import drivers
+from .kernel import Kernel
 
 OPTIONS = ("config", "modules", "like", "series", "drivers", "drivers-scope")
 SYNTAX = ("NAME | PATH (built tree or image file) | TREE@REF, then optionally ,config=FILE "
@@ -47,6 +49,15 @@ class Given:
     path: pathlib.Path | None = None
     ref: str | None = None
     opts: dict = dataclasses.field(default_factory=dict)
+
+
+class Loader(Protocol):
+    """The loader of one kind of Given (kernels/catalog.py LOADERS): whether it takes a Given,
+    and its Kernel, built first when `build` says so and the kind is one krig builds."""
+
+    def takes(self, g: Given) -> bool: ...
+
+    def load(self, g: Given, build: bool, log) -> Kernel: ...
 
 
 def is_given(text: str) -> bool:

@@ -116,3 +116,23 @@ def image_kernel(g: Given) -> Kernel:
                          ",modules=DIR (a lib/modules/<release> directory, from `make modules_install`)")
     return Kernel(name=f"image-{img.name}", release=release, image=img, modules_dir=mods, config=cfg,
                   cmdline=[], description=f"image {img.name}", arg=g.text)
+
+
+class TreeKernels:
+    """The Loader of a built kernel tree (tree_kernel); nothing is built."""
+
+    def takes(self, g: Given) -> bool:
+        return g.kind == "tree"
+
+    def load(self, g: Given, build: bool, log) -> Kernel:
+        return tree_kernel(g, log)
+
+
+class ImageKernels:
+    """The Loader of an image file with its config and modules (image_kernel); nothing is built."""
+
+    def takes(self, g: Given) -> bool:
+        return g.kind == "image"
+
+    def load(self, g: Given, build: bool, log) -> Kernel:
+        return image_kernel(g)

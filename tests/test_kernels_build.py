@@ -232,11 +232,11 @@ def test_child_toml_without_source_is_a_built_kernel(layout, monkeypatch):
     """`extends` without `source`: the source comes from the parent (a child toml used to be
     taken for a distro kernel and refused with "unknown field 'extends'")."""
     import functools
-    from kernels import catalog
+    from kernels import catalog, named
     kd, rd, _ = layout
     write(kd / "child.toml", 'extends = "base"\npatches = ["s1"]\n')
-    monkeypatch.setattr(catalog, "KERNEL_DIR", kd)
-    monkeypatch.setattr(catalog, "load_built_kernel",
+    monkeypatch.setattr(named, "KERNEL_DIR", kd)
+    monkeypatch.setattr(named, "load_built_kernel",
                         functools.partial(kspec.load_built_kernel, kernel_dir=kd, repro_dir=rd))
     with pytest.raises(kspec.KernelNotBuilt, match="kernel child is not built"):
         catalog.load_kernel("child")

@@ -1,0 +1,76 @@
+"""The kernel catalog (kernels/catalog.py): --kernel's text is read once into a Given and
+loaded by the one loader that takes its kind; nothing below reads the text again."""
+import importlib
+import inspect
+import pathlib
+import pkgutil
+
+import pytest
+
+import kernels
+from kernels import catalog
+from kernels.given import Given, parse
+from krig.errors import KrigError
+
+TREE = pathlib.Path("/src/linux")
+FORMS = {
+    "a name": (Given("tiny-6.1", "toml", name="tiny-6.1"), "NamedKernels"),
+    "a name with a series": (Given("tiny-6.1,series=s.mbox", "toml", name="tiny-6.1", opts={"series": "s.mbox"}),
+                             "DerivedKernels"),
+    "a name with drivers": (Given("tiny-6.1,drivers=lab", "toml", name="tiny-6.1", opts={"drivers": "lab"}),
+                            "DerivedKernels"),
+    "TREE@REF": (Given("/src/linux@v6.1", "git", path=TREE, ref="v6.1"), "DerivedKernels"),
+    "TREE@ with like=": (Given("/src/linux@,like=tiny-6.1", "git", path=TREE, opts={"like": "tiny-6.1"}),
+                         "DerivedKernels"),
+    "a built tree": (Given("/src/linux", "tree", path=TREE), "TreeKernels"),
+    "an image": (Given("/boot/vmlinuz", "image", path=pathlib.Path("/boot/vmlinuz")), "ImageKernels"),
+    "an image with its config": (Given("/boot/vmlinuz,config=c", "image", path=pathlib.Path("/boot/vmlinuz"),
+                                       opts={"config": "c"}), "ImageKernels"),
+}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_each_form_is_taken_by_exactly_one_loader(form):
+    g, want = FORMS[form]
+    assert [type(loader).__name__ for loader in catalog.LOADERS if loader.takes(g)] == [want]
+
+
+class Recorder:
+    """A loader that takes built trees and records what it is given."""
+
+    def __init__(self):
+        self.seen = []
+
+    def takes(self, g):
+        return g.kind == "tree"
+
+    def load(self, g, build, log):
+        self.seen.append((g, build))
+        return f"kernel of {g.path.name}"
+
+
+def test_the_catalog_passes_the_given_it_read_to_the_loader_that_takes_it(tmp_path, monkeypatch):
+    rec = Recorder()
+    others = tuple(x for x in catalog.LOADERS if type(x).__name__ != "TreeKernels")
+    monkeypatch.setattr(catalog, "LOADERS", (rec,) + others)
+    assert catalog.load_kernel(str(tmp_path), build=True) == f"kernel of {tmp_path.name}"
+    assert rec.seen == [(parse(str(tmp_path)), True)]
+
+
+def test_loaders_that_overlap_are_krigs_fault_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(catalog, "LOADERS", catalog.LOADERS + (Recorder(),))
+    with pytest.raises(KrigError, match=r"^--kernel .*: 2 of krig's kernel loaders take a tree kernel, not one$"):
+        catalog.load_kernel(str(tmp_path))
+
+
+def test_every_loader_is_in_the_catalog():
+    """A loader under kernels/ that the catalog does not list would never be chosen: each class
+    with `takes` and `load` (the Loader protocol aside) is listed, once."""
+    found = []
+    for m in pkgutil.iter_modules(kernels.__path__):
+        mod = importlib.import_module(f"kernels.{m.name}")
+        found += [cls for _, cls in inspect.getmembers(mod, inspect.isclass)
+                  if cls.__module__ == mod.__name__ and not getattr(cls, "_is_protocol", False)
+                  and callable(getattr(cls, "takes", None)) and callable(getattr(cls, "load", None))]
+    assert len(found) >= 4
+    assert sorted(c.__name__ for c in found) == sorted(type(x).__name__ for x in catalog.LOADERS)
