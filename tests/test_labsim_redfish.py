@@ -151,6 +151,8 @@ def test_validate_after_the_wedge(rf_sim, tmp_path):
     assert base_release.startswith(tiny.release + "-d"), base_release
     assert state["new_kernel"]["release"] == f"{base_release}-s{state['series_provenance']['patchset_hash'][:8]}"
     consoles, bmc_logs = [], []
+    last = max((r for side in ("base", "new") for r in (vdir / side).glob("run-*")),
+               key=lambda r: json.loads((r / "manifest.json").read_text())["started"])
     for side, release, want in (("base", base_release, "PASS"), ("new", state["new_kernel"]["release"], "FAIL")):
         runs = sorted((vdir / side).glob("run-*"))     # a run the host's contention took is run again
         assert 1 <= len(runs) <= 2, runs
@@ -163,8 +165,10 @@ def test_validate_after_the_wedge(rf_sim, tmp_path):
             assert f["kexec"][0] == "kexec" and f["kexec_syscall"].startswith("kexec_"), f
             assert f["kexec_exec"] == ["systemctl", "kexec"], f
             assert f["server_model"] == "Sushy Emulator" and f["memory_gib"] == 2, f
-            # kept up for the next run (rigs/ipmi/warm.py): the validation's end shuts it down
-            assert f["results_pull"] == "pulled before the power off" and "shutdown" not in f, f
+            # kept up for the next run (rigs/ipmi/warm.py): the validation's end shuts it down, in
+            # the record of the run it ran last (workflows/session.py)
+            assert f["results_pull"] == "pulled before the power off", f
+            assert ("shutdown" in f) == (run == last) and "power_off_error" not in m, (run, last, f)
             assert (run / "host.tsv").exists(), "the simulated server's emulator: the host sampled beside it"
             _check_drivers_kernel(m, tiny.release)
             console = (run / "console.log").read_text(errors="replace")       # through ser2net

@@ -6,11 +6,14 @@ would; the session through the real run pipeline on the fake rig. The real thing
 simulated lab servers: tests/test_validate_e2e.py (IPMI) and tests/test_labsim_redfish.py
 (Redfish), each a validation whose runs after the first kexec from the previous run's kernel.
 """
+import json
 import subprocess
 
 import pytest
 
 from rigs import load_rig
+from krig.errors import RigError
+from krig.record import Manifest
 from rigs.fake import FakeRig
 from rigs.ipmi.kexec import kexec_args
 from rigs.ipmi.rig import IpmiRig
@@ -249,9 +252,14 @@ class Kept(FakeRig):
         self.seen.append((id(self), cold))
         return True
 
+    refuse: str | None = None       # a shutdown that fails with this line
+
     def shutdown(self):
         self.seen.append((id(self), "shutdown"))
+        if self.refuse:
+            raise RigError(self.refuse)
         super().shutdown()
+        self.machine.facts["shutdown"] = "soft (fake)"
 
 
 def test_a_group_keeps_one_rig_across_its_runs_and_powers_it_off_at_the_end(tmp_path, monkeypatch):
@@ -264,6 +272,30 @@ def test_a_group_keeps_one_rig_across_its_runs_and_powers_it_off_at_the_end(tmp_
     ids = {i for i, _ in Kept.seen}
     assert len(ids) == 1, Kept.seen                     # one rig object for the three runs
     assert [c for _, c in Kept.seen] == [None, None, None, "shutdown"]
+    manifests = [json.loads((gdir / r["dir"] / "manifest.json").read_text()) for r in group.runs]
+    # the power-off after the last run is in the last run's record, as a single run has its own
+    assert [m["rig_facts"].get("shutdown") for m in manifests] == [None, None, "soft (fake)"]
+    assert not any("power_off_error" in m for m in manifests)
+
+
+def test_a_failed_power_off_after_a_workflow_is_in_its_last_runs_record(tmp_path, monkeypatch):
+    monkeypatch.setattr("rigs.fake.FakeRig", Kept)
+    monkeypatch.setattr(Kept, "refuse", "rig fake: the BMC does not answer (fake)")
+    said = []
+    gdir, group, code = run_group("selftest-pass", fake_rig(tmp_path), "distro", None, {}, 2, tmp_path / "g",
+                                  results_root=tmp_path / "results", log=said.append)
+    assert group.verdicts == {"PASS": 2} and code == 0, group
+    first, last = (gdir / r["dir"] for r in group.runs)
+    assert json.loads((last / "manifest.json").read_text())["power_off_error"] == Kept.refuse
+    assert "power_off_error" not in json.loads((first / "manifest.json").read_text())
+    v = json.loads((last / "verdict.json").read_text())
+    assert v["verdict"] == "PASS" and v["warnings"] == [f"the rig failed to power off after the run: {Kept.refuse}"]
+    assert any(m.endswith(f"powering off after the last run: {Kept.refuse}") for m in said), said
+
+
+def ran(tmp_path):
+    """A run's directory and its manifest, as the runner offers them to the session."""
+    return tmp_path / "run", Manifest("selftest-pass")
 
 
 def test_nothing_is_kept_while_a_ctrl_c_ends_the_run(tmp_path):
@@ -273,7 +305,7 @@ def test_nothing_is_kept_while_a_ctrl_c_ends_the_run(tmp_path):
     try:
         raise KeyboardInterrupt
     except KeyboardInterrupt:
-        assert s.keep(rig, "error", "the run did not start", None) is False
+        assert s.keep(rig, "error", "the run did not start", ran(tmp_path)) is False
     assert Kept.seen == [] and s.rig is None
 
 
@@ -282,7 +314,7 @@ def test_a_rig_that_keeps_nothing_is_closed_after_each_run(tmp_path):
     loaded = load_rig(fake_rig(tmp_path))               # a plan's rig (workflows/plan.py)
     rig = s.take(loaded)
     assert rig is not loaded and s.take(loaded) is rig  # a run that stopped early leaves it to the session
-    assert s.keep(rig, "completed", "ok", None) is False and s.rig is None
+    assert s.keep(rig, "completed", "ok", ran(tmp_path)) is False and s.rig is None
     assert s.take(loaded) is not rig                    # nothing kept: the next run has a fresh one
     s.close()
 
@@ -295,6 +327,6 @@ def test_a_plan_of_another_rig_gets_its_own(tmp_path, monkeypatch):
     s = Session(log=lambda m: None)
     one, other = load_rig(fake_rig(tmp_path)), load_rig(fake_rig(tmp_path, samples="moving"))
     rig = s.take(one)
-    assert s.keep(rig, "completed", "ok", None) is True and s.take(one) is rig
+    assert s.keep(rig, "completed", "ok", ran(tmp_path)) is True and s.take(one) is rig
     assert s.take(other) is not rig and Kept.seen[-1] == (id(rig), "shutdown")
     s.close()

@@ -18,7 +18,7 @@ from krig.paths import owner_record
 from .plan import RunPlan, plan_run
 from .preflight import admission_line
 from .serverdrivers import server_drivers
-from .session import Session
+from .session import Session, power_down
 from krig.record import Manifest, Verdict
 from krig.record_machine import Machine
 from krig.results import claim_run_dir, new_run_dir, now
@@ -153,18 +153,10 @@ def _end(rig, run_dir, manifest: Manifest, outcome: str, reason: str, session) -
     _pull(rig, run_dir, manifest)
     manifest.rig_facts = rig.facts()
     manifest.host_fault = rig.host_fault()
-    if session is not None and session.keep(rig, outcome, reason, manifest.pull_error):
+    if session is not None and session.keep(rig, outcome, reason, (run_dir, manifest)):
         return True
-    _power_down(rig, outcome == "completed", manifest)
+    manifest.power_off_error = power_down(rig, outcome == "completed")
     return False
-
-
-def _power_down(rig, orderly: bool, manifest: Manifest):
-    try:
-        with progress.waiting(f"{rig.name} to power off"):
-            rig.shutdown() if orderly else rig.power.off()
-    except KrigError as e:
-        manifest.power_off_error = str(e)
 
 
 def _pull(rig, run_dir, manifest):

@@ -8,12 +8,18 @@ server: no firmware before a kexec, rigs/ipmi/warm.py) stays up and held, and th
 a plan of the same rig (the same loaded rig: a validation's two sides share it) takes it from
 the session instead of a fresh one. When the workflow ends the session powers the kept machine
 off as a run does (an orderly shutdown); on an error or Ctrl-C it is powered off hard. Nothing
-it powered on is left running.
+it powered on is left running. The power-off is recorded in the manifest of the run the machine
+ran last, as a single run records its own: the rig's facts then (how it shut down), and a
+power-off that failed (judged again: a warning in its verdict).
 """
+import pathlib
 import sys
 
+from krig import progress
 from krig.errors import KrigError
+from krig.record import Manifest
 from rigs.protocol import Rig
+from .check import check
 
 
 def cold_reason(outcome: str, reason: str, pull_error: str | None) -> str | None:
@@ -25,11 +31,22 @@ def cold_reason(outcome: str, reason: str, pull_error: str | None) -> str | None
     return f"a failed pull ({pull_error})" if pull_error else None
 
 
+def power_down(rig: Rig, orderly: bool) -> str | None:
+    """Power the machine off (orderly: a shutdown, else hard): None, or why it failed."""
+    try:
+        with progress.waiting(f"{rig.name} to power off"):
+            rig.shutdown() if orderly else rig.power.off()
+    except KrigError as e:
+        return str(e)
+    return None
+
+
 class Session:
     def __init__(self, log=print):
         self.log = log
         self.rig: Rig | None = None        # the machine kept up after the last run
         self.made_from: Rig | None = None  # the plan's rig (as loaded) it is a fresh() object of
+        self.last: tuple[pathlib.Path, Manifest] | None = None   # the run it ran last: where, its record
 
     def take(self, loaded: Rig) -> Rig:
         """The rig of the next run of a plan whose rig is `loaded`: the one kept from the previous
@@ -40,27 +57,41 @@ class Session:
         self.rig, self.made_from = loaded.fresh(), loaded
         return self.rig
 
-    def keep(self, rig: Rig, outcome: str, reason: str, pull_error: str | None) -> bool:
-        """After a run: True when the rig stays up for the next run (the run must not close it).
-        Never while a Ctrl-C (or SIGTERM) ends the run: the run powers the machine off then."""
+    def keep(self, rig: Rig, outcome: str, reason: str, run: tuple[pathlib.Path, Manifest]) -> bool:
+        """After a run (run: its directory and manifest): True when the rig stays up for the next
+        run (the run must not close it). Never while a Ctrl-C (or SIGTERM) ends the run: the run
+        powers the machine off then."""
         interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
-        kept = not interrupted and rig.keep_for_next(cold_reason(outcome, reason, pull_error))
-        self.rig = rig if kept else None
+        kept = not interrupted and rig.keep_for_next(cold_reason(outcome, reason, run[1].pull_error))
+        self.rig, self.last = (rig, run) if kept else (None, None)
         return kept
 
     def close(self, orderly: bool = True):
         """Power the kept machine off (orderly: a shutdown, else hard) and let it go."""
-        rig, self.rig = self.rig, None
+        rig, self.rig, last, self.last = self.rig, None, self.last, None
         if rig is None:
             return
         try:
-            rig.shutdown() if orderly else rig.power.off()
+            failed = power_down(rig, orderly)
             how = rig.facts().get("shutdown")
-            self.log(f"krig: {rig.name}: powered off after the last run" + (f" ({how})" if how else ""))
-        except KrigError as e:
-            self.log(f"krig: {rig.name}: powering off after the last run: {e}")
+            self.log(f"krig: {rig.name}: " + (f"powering off after the last run: {failed}" if failed else
+                                                "powered off after the last run" + (f" ({how})" if how else "")))
+            if last is not None:
+                self._record(last, rig.facts(), failed)
         finally:
             rig.close()
+
+    def _record(self, last: tuple[pathlib.Path, Manifest], facts: dict, failed: str | None):
+        """The power-off in the last run's manifest; a failed one judged again (its verdict warns).
+        A disk that refuses it costs nothing but this record: one line."""
+        run_dir, manifest = last
+        manifest.rig_facts, manifest.power_off_error = dict(facts), failed
+        try:
+            manifest.write(run_dir)
+            if failed:
+                check(run_dir)
+        except (KrigError, OSError) as e:
+            self.log(f"krig: {run_dir}: the power-off after the run is not recorded: {e}")
 
     def __enter__(self):
         return self
