@@ -40,7 +40,7 @@ def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | N
         origin = git_origin(spec.tree, spec.ref) if spec.source == "git" else None
     else:
         like = g.opts.get("like", DEFAULT_LIKE)
-        if not (KERNEL_DIR / f"{like}.toml").exists():
+        if not kernel_toml(like).exists():     # kernels/, or a toml a workflow wrote (GENERATED_DIRS)
             raise UsageError(f"--kernel {g.text}: like={like}: unknown kernel")
         data, _ = resolved_table(like, KERNEL_DIR)
         if is_distro(data):

@@ -4,13 +4,14 @@ import importlib
 import inspect
 import pathlib
 import pkgutil
+import subprocess
 
 import pytest
 
 import kernels
 from kernels import catalog
 from kernels.given import Given, parse
-from krig.errors import KrigError
+from krig.errors import KrigError, UsageError
 
 TREE = pathlib.Path("/src/linux")
 FORMS = {
@@ -74,3 +75,22 @@ def test_every_loader_is_in_the_catalog():
                   and callable(getattr(cls, "takes", None)) and callable(getattr(cls, "load", None))]
     assert len(found) >= 4
     assert sorted(c.__name__ for c in found) == sorted(type(x).__name__ for x in catalog.LOADERS)
+
+
+def test_like_takes_a_kernel_a_workflow_wrote_for_itself(tmp_path, monkeypatch):
+    """like= finds a kernel where every other kernel name is found: kernels/, then the tomls a
+    workflow wrote outside the checkout (krig bisect's)."""
+    from kernels import definition, derived
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "made-here.toml").write_text('extends = "tiny-6.1"\n')
+    tree = tmp_path / "linux"
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    subprocess.run(["git", "-C", str(tree), "-c", "user.name=k", "-c", "user.email=k@example.org", "commit", "-q",
+                    "--allow-empty", "-m", "base"], check=True)
+    g = parse(f"{tree}@HEAD,like=made-here")
+    with pytest.raises(UsageError, match="like=made-here: unknown kernel"):
+        derived.derived_spec(g)
+    monkeypatch.setattr(definition, "GENERATED_DIRS", [made])
+    spec, origin, series = derived.derived_spec(g)
+    assert spec.description.endswith("config like made-here") and spec.source == "git" and series is None
