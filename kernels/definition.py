@@ -1,15 +1,16 @@
 """A kernel definition, kernels/<name>.toml (docs/kernels.md): where it is found, its table read
 with `extends` resolved, and the fields each kind of kernel may have: Debian's packaged kernel
 (DISTRO_FIELDS, kernels/distro.py) or one krig builds (KERNEL_FIELDS, with what one field cannot
-say alone in `checked`; kernels/spec.py makes the table a build spec). The catalog reads a
-name here once (`read`).
+say alone in `checked`). A checked definition is a typed value, a DistroDefinition or a
+KernelDefinition (field tables as records, krig/schema.py); kernels/spec.py makes a
+KernelDefinition a build spec. The catalog reads a name here once (`read`).
 """
 import pathlib
 
 from krig import KERNEL_DIR
 from krig.config import load_toml
 from krig.errors import UsageError
-from krig.schema import OMIT, Field, check, missing, optional, reject_unknown
+from krig.schema import OMIT, Field, check, missing, optional, record, reject_unknown
 
 DEFAULT_TARBALL = "/usr/src/linux-source-6.1.tar.xz"
 DEFAULT_BASE_CONFIG = ["x86_64_defconfig", "kvm_guest.config"]
@@ -37,6 +38,7 @@ KERNEL_FIELDS = (
     Field("cmdline", list, [], each=str, says=_STRINGS),
 )
 FIELDS = {f.key for f in KERNEL_FIELDS}
+KernelDefinition = record("KernelDefinition", KERNEL_FIELDS)       # checked (`checked`); an omitted field is None
 
 # Debian's packaged kernel, kernels/distro.toml: no source, or source = "distro".
 DISTRO_FIELDS = (
@@ -45,6 +47,7 @@ DISTRO_FIELDS = (
     Field("description", str, ""),
     Field("cmdline", list, [], each=str, says=_STRINGS),
 )
+DistroDefinition = record("DistroDefinition", DISTRO_FIELDS)
 
 # Directories of kernel tomls a workflow wrote for itself outside the checkout (krig bisect's,
 # in its results directory: workflows/bisect.py), searched after kernels/ while it runs.
@@ -71,17 +74,20 @@ def is_distro(data: dict) -> bool:
     return data.get("source", None if "extends" in data else "distro") == "distro"
 
 
-def read(name: str, kernel_dir: pathlib.Path = KERNEL_DIR) -> tuple[dict, str]:
-    """kernels/<name>.toml's table, as the catalog takes it, and where it is: the distro kernel's
-    as written (it extends nothing), a built kernel's with `extends` resolved. The file is read once."""
+def read(name: str, kernel_dir: pathlib.Path = KERNEL_DIR) -> tuple[KernelDefinition | DistroDefinition, str]:
+    """kernels/<name>.toml checked, as the catalog takes it, and where it is: the distro kernel's
+    (it extends nothing) a DistroDefinition, a built kernel's a KernelDefinition with `extends`
+    resolved. The file is read once."""
     data, where = _load(name, kernel_dir)
     if data is None:
         known = ", ".join(kernel_names(kernel_dir)) or "(none)"
         raise UsageError(f"--kernel {name!r}: unknown kernel; allowed: {known}")
     optional(data, "source", str, where, None)          # a source that is not a string: one line
-    if "extends" in data and not is_distro(data):
-        return _extended(name, data, where, kernel_dir, ())
-    return data, where
+    if is_distro(data):
+        return DistroDefinition.of(check(data, DISTRO_FIELDS, where)), where
+    if "extends" in data:
+        data, where = _extended(name, data, where, kernel_dir, ())
+    return checked(data, where), where
 
 
 def resolved_table(name: str, kernel_dir: pathlib.Path, seen=()) -> tuple[dict, str]:
@@ -121,7 +127,7 @@ def _extended(name: str, data: dict, where: str, kernel_dir: pathlib.Path, seen:
     return merged, where
 
 
-def checked(data: dict, where: str) -> dict:
+def checked(data: dict, where: str) -> KernelDefinition:
     """A built kernel's table (resolved) against KERNEL_FIELDS, and what one field cannot say
     alone: no field of the other source, a git source's tree."""
     t = check(data, KERNEL_FIELDS, where)
@@ -132,4 +138,4 @@ def checked(data: dict, where: str) -> dict:
                 raise UsageError(f"{where}.{f}: only for source = {s!r}, this kernel's source is {source!r}")
     if source == "git":
         missing(t, "tree", where)
-    return t
+    return KernelDefinition.of(t)

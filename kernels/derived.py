@@ -10,7 +10,7 @@ import pathlib
 from krig import KERNEL_DIR
 from krig.errors import UsageError
 from . import drivers
-from .definition import is_distro, kernel_toml, resolved_table
+from .definition import checked, is_distro, kernel_toml, resolved_table
 from .digest import cache_key
 from .given import NAME_RE, Given
 from .gitrepo import git_origin
@@ -36,7 +36,7 @@ def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | N
         if is_distro(data):
             raise UsageError(f"--kernel {g.text}: {g.name} is the distro's packaged kernel; a series needs a "
                              "kernel krig builds (a built kernel toml, or TREE@REF)")
-        spec = spec_of(g.name, data, where)
+        spec = spec_of(g.name, checked(data, where), where)
         origin = git_origin(spec.tree, spec.ref) if spec.source == "git" else None
     else:
         like = g.opts.get("like", DEFAULT_LIKE)
@@ -54,11 +54,11 @@ def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | N
             data.pop(k, None)
         data.update(source="git", tree=str(g.path), ref=ref)
         where = f"--kernel {g.text}"
-        probe = spec_of(f"git-{g.path.name}", data, where)
+        probe = spec_of(f"git-{g.path.name}", checked(data, where), where)
         commit = resolve_commit(probe)
         data["localversion"] = f"-krig-g{commit[:12]}"
         data["description"] = f"{g.path.name} at {ref} ({commit[:12]}), config like {like}"
-        spec = spec_of(f"git-{g.path.name}-{commit[:12]}", data, where)
+        spec = spec_of(f"git-{g.path.name}-{commit[:12]}", checked(data, where), where)
         origin = git_origin(g.path, ref)
     if "drivers" in g.opts:
         _add_drivers(spec, g, log)

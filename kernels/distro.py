@@ -5,16 +5,14 @@ import pathlib
 import re
 
 from krig.errors import UsageError
-from krig.schema import check
-from .definition import DISTRO_FIELDS
+from .definition import DistroDefinition
 from .kernel import Kernel
 
 
-def distro_kernel(name: str, data: dict, where: str, boot_dir=pathlib.Path("/boot"),
+def distro_kernel(name: str, t: DistroDefinition, boot_dir=pathlib.Path("/boot"),
                   modules_root=pathlib.Path("/lib/modules")) -> Kernel:
-    """The Kernel record of kernels/<name>.toml (data, read from `where`), a distro kernel."""
-    t = check(data, DISTRO_FIELDS, where)
-    release = t.get("release")
+    """The Kernel record of kernels/<name>.toml, a distro kernel (its definition: kernels/definition.py read)."""
+    release = t.release
     images = sorted(boot_dir.glob("vmlinuz-*"), key=lambda p: _release_key(p.name[len("vmlinuz-"):]))
     if release:
         images = [p for p in images if p.name == f"vmlinuz-{release}"]
@@ -25,7 +23,7 @@ def distro_kernel(name: str, data: dict, where: str, boot_dir=pathlib.Path("/boo
     image = images[-1]
     rel = image.name[len("vmlinuz-"):]
     return Kernel(name=name, release=rel, image=image, modules_dir=modules_root / rel,
-                  config=boot_dir / f"config-{rel}", cmdline=list(t["cmdline"]), description=t["description"])
+                  config=boot_dir / f"config-{rel}", cmdline=list(t.cmdline), description=t.description)
 
 
 def _release_key(rel: str):

@@ -2,7 +2,7 @@
 packaged kernel (kernels/distro.py), or one krig builds, found in its cache (kernels/spec.py;
 built by `krig kernel build NAME`, never here)."""
 from krig import KERNEL_DIR
-from .definition import is_distro, read
+from .definition import DistroDefinition, read
 from .distro import distro_kernel
 from .given import Given
 from .kernel import Kernel
@@ -17,7 +17,7 @@ class NamedKernels:
         return g.kind == "toml" and not g.opts
 
     def load(self, g: Given, build: bool, log) -> Kernel:
-        data, where = read(g.name, KERNEL_DIR)
-        if is_distro(data):
-            return distro_kernel(g.name, data, where)
-        return load_built_kernel(g.name, data, where)
+        defn, where = read(g.name, KERNEL_DIR)
+        if isinstance(defn, DistroDefinition):
+            return distro_kernel(g.name, defn)
+        return load_built_kernel(g.name, defn, where)

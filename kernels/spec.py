@@ -20,7 +20,7 @@ import subprocess
 from krig import KERNEL_DIR, REPRO_DIR, ROOT
 from krig.errors import UsageError
 from krig.paths import cache_dir
-from .definition import DEFAULT_TARBALL, checked, resolved_table
+from .definition import DEFAULT_TARBALL, KernelDefinition, checked, resolved_table
 from .digest import cache_key, sha256_file, tarball_sha256
 from .gitrepo import git_env
 from .kconfig import merge_fragments
@@ -61,29 +61,28 @@ class KernelSpec:
 def resolve_spec(name: str, kernel_dir: pathlib.Path = KERNEL_DIR, repro_dir: pathlib.Path = REPRO_DIR) -> KernelSpec:
     """The spec of kernels/<name>.toml, `extends` resolved."""
     data, where = resolved_table(name, kernel_dir)
-    return spec_of(name, data, where, kernel_dir, repro_dir)
+    return spec_of(name, checked(data, where), where, kernel_dir, repro_dir)
 
 
-def spec_of(name: str, data: dict, where: str, kernel_dir: pathlib.Path = KERNEL_DIR,
+def spec_of(name: str, t: KernelDefinition, where: str, kernel_dir: pathlib.Path = KERNEL_DIR,
             repro_dir: pathlib.Path = REPRO_DIR) -> KernelSpec:
-    """The spec of a built kernel's table (`extends` resolved) read from `where`: the table
-    checked, and the files it names found (paths relative to kernels/)."""
-    t = checked(data, where)
-    source = t["source"]
-    tarball = _path(t.get("tarball", DEFAULT_TARBALL), ROOT) if source == "linux-source" else None
-    tree = _path(t["tree"], ROOT) if source == "git" else None
-    ref = t["ref"] if source == "git" else "HEAD"
+    """The spec of a built kernel's definition (checked, `extends` resolved) read from `where`:
+    the files it names found (paths relative to kernels/)."""
+    source = t.source
+    tarball = _path(t.tarball or DEFAULT_TARBALL, ROOT) if source == "linux-source" else None
+    tree = _path(t.tree, ROOT) if source == "git" else None
+    ref = t.ref if source == "git" else "HEAD"
     fragments = [(f"reproducers/{n}/config", repro_dir / n / "config") for n in _reproducers(t, where, repro_dir)]
-    for f in t["fragments"]:
+    for f in t.fragments:
         p = _path(f, kernel_dir)
         if not p.is_file():
             raise UsageError(f"{where}.fragments: {f!r} not found (paths are relative to kernels/)")
         fragments.append((f"kernels/{f}" if not os.path.isabs(f) else f, p))
     return KernelSpec(name=name, where=where, source=source, tarball=tarball, tree=tree, ref=ref,
-                      base_config=list(t["base_config"]), fragments=fragments,
-                      patches=_patches(t["patches"], where, kernel_dir),
-                      localversion=t.get("localversion", f"-krig-{name}"), cmdline=list(t["cmdline"]),
-                      description=t["description"])
+                      base_config=list(t.base_config), fragments=fragments,
+                      patches=_patches(t.patches, where, kernel_dir),
+                      localversion=f"-krig-{name}" if t.localversion is None else t.localversion,
+                      cmdline=list(t.cmdline), description=t.description)
 
 
 def _path(value: str, base: pathlib.Path) -> pathlib.Path:
@@ -91,14 +90,14 @@ def _path(value: str, base: pathlib.Path) -> pathlib.Path:
     return p if p.is_absolute() else base / p
 
 
-def _reproducers(t: dict, where: str, repro_dir: pathlib.Path) -> list:
+def _reproducers(t: KernelDefinition, where: str, repro_dir: pathlib.Path) -> list:
     """The reproducers whose config fragments the kernel takes ("all": every one that has one)."""
-    if t["reproducers"] == "all":
+    if t.reproducers == "all":
         return sorted(p.parent.name for p in repro_dir.glob("*/config"))
-    for n in t["reproducers"]:
+    for n in t.reproducers:
         if not isinstance(n, str) or not (repro_dir / n / "config").exists():
             raise UsageError(f"{where}.reproducers: {n!r} has no reproducers/{n}/config")
-    return list(t["reproducers"])
+    return list(t.reproducers)
 
 
 def _patches(series, where: str, kernel_dir: pathlib.Path) -> list:
@@ -196,11 +195,11 @@ def built_kernel(spec: KernelSpec, key: str, meta: dict, **more) -> Kernel:
                   cmdline=list(spec.cmdline), description=spec.description, **more)
 
 
-def load_built_kernel(name: str, data: dict, where: str, kernel_dir: pathlib.Path = KERNEL_DIR,
+def load_built_kernel(name: str, defn: KernelDefinition, where: str, kernel_dir: pathlib.Path = KERNEL_DIR,
                       repro_dir: pathlib.Path = REPRO_DIR) -> Kernel:
     """The Kernel record of a kernel built by `krig kernel build NAME` (make kernel KERNEL=NAME),
-    from its table (`extends` resolved: kernels/definition.py read)."""
-    spec = spec_of(name, data, where, kernel_dir, repro_dir)
+    from its definition (kernels/definition.py read)."""
+    spec = spec_of(name, defn, where, kernel_dir, repro_dir)
     key = cache_key(build_inputs(spec))
     meta = build_meta(key)
     if meta is None:

@@ -15,7 +15,7 @@ from krig.errors import UsageError
 from kernels import kconfig
 from kernels import spec as kspec
 from kernels.build import buildable_kernels
-from kernels.definition import DEFAULT_BASE_CONFIG, resolved_table
+from kernels.definition import DEFAULT_BASE_CONFIG, read
 from kernels.digest import cache_key
 from kernels import incremental as kt
 from kernels import patching
@@ -214,7 +214,7 @@ def test_the_keys_of_kernels_already_built_stay_the_same(layout, monkeypatch):
 def test_not_built_is_a_clear_error(layout):
     kd, rd, _ = layout
     with pytest.raises(kspec.KernelNotBuilt) as e:
-        kspec.load_built_kernel("var", *resolved_table("var", kd), kd, rd)
+        kspec.load_built_kernel("var", *read("var", kd), kd, rd)
     assert str(e.value).startswith("kernel var is not built; run `krig kernel build var`")
 
 
@@ -223,7 +223,7 @@ def test_built_kernel_loads(layout):
     out = kspec.kernel_cache(key("var", layout))
     out.mkdir(parents=True)
     (out / "build.json").write_text('{"release": "6.1.192-krig-var"}')
-    k = kspec.load_built_kernel("var", *resolved_table("var", kd), kd, rd)
+    k = kspec.load_built_kernel("var", *read("var", kd), kd, rd)
     assert k.release == "6.1.192-krig-var" and k.image == out / "bzImage"
     assert k.modules_dir == out / "mod" / "lib" / "modules" / "6.1.192-krig-var"
 
