@@ -57,6 +57,17 @@ class Kernel:
             return hashlib.sha256(self.config.read_bytes()).hexdigest()[:16]
         return None
 
+    def to_json(self) -> dict:
+        """The record itself as JSON (paths as text), what of_json reads back: a kernel loaded once
+        and handed to another process (a qualification's workers)."""
+        return {f.name: str(v) if isinstance(v, pathlib.Path) else v
+                for f in dataclasses.fields(self) for v in (getattr(self, f.name),)}
+
+    @classmethod
+    def of_json(cls, data: dict) -> "Kernel":
+        paths = ("image", "modules_dir", "config")
+        return cls(**{k: pathlib.Path(v) if k in paths and v is not None else v for k, v in data.items()})
+
     def describe(self) -> dict:
         return {
             "name": self.name, "release": self.release, "image": str(self.image),

@@ -298,3 +298,35 @@ def test_seed_scale_suite_names_the_seed_scale_points(monkeypatch):
     assert {c["rig"] for c in lab["cases"]} == {"qemu-8g"} and all(c["id"].endswith("@qemu-8g#1") for c in lab["cases"])
     with pytest.raises(UsageError, match=r"^--rig: a rig is given twice"):
         load_suite(ROOT / "qualify" / "seed-scale.toml", ["qemu-8g", "qemu-8g"])
+
+
+def test_a_qualification_loads_each_kernel_once(tmp_path, monkeypatch):
+    """The suite loads each of its kernels once for all its runs; a worker's run boots the kernel
+    the suite loaded and resolves no kernel name (the workers' side, run here in this process)."""
+    import workflows.plan
+    import workflows.qualify as kq
+    from kernels.kernel import Kernel
+    from test_fake_rig import fake_rig
+    loads = []
+    real = kq.load_kernel
+    monkeypatch.setattr(kq, "load_kernel", lambda name, *a, **k: loads.append(name) or real(name, *a, **k))
+    monkeypatch.setattr(workflows.plan, "load_kernel", lambda name, *a, **k: pytest.fail(f"{name} resolved again"))
+    monkeypatch.setenv("KRIG_RESULTS", str(tmp_path / "results"))
+    rig = fake_rig(tmp_path)
+    f = tmp_path / "s.toml"
+    f.write_text(f'kernels = ["distro"]\nrigs = ["{rig}"]\nrepeats = 2\n[[runs]]\nreproducer = "selftest-pass"\n'
+                 '[[runs]]\nreproducer = "selftest-fail"\nexpect = "FAIL"\n')
+    suite = load_suite(f)
+    assert loads == ["distro"] and len(suite["cases"]) == 4
+    assert Kernel.of_json(json.loads(json.dumps(suite["kernels"]["distro"].to_json()))) == suite["kernels"]["distro"]
+    qdir = tmp_path / "q"
+    (qdir / "cases").mkdir(parents=True)
+    monkeypatch.setenv(kq.SPEC_ENV, json.dumps({"cases": suite["cases"], "qdir": str(qdir),
+                                                "kernels": {k: v.to_json() for k, v in suite["kernels"].items()}}))
+    for c in suite["cases"]:
+        kq.test_qualify_case(c)
+    done = kq.finished(qdir, suite["cases"])
+    assert sorted(r.verdict for r in done.values()) == ["FAIL", "FAIL", "PASS", "PASS"], done
+    assert all(r.ok for r in done.values()) and loads == ["distro"]
+    m = json.loads(pathlib.Path(next(iter(done.values())).run_dir, "manifest.json").read_text())
+    assert m["kernel"]["name"] == "distro" and m["kernel"]["release"] == suite["kernels"]["distro"].release

@@ -9,7 +9,8 @@ config against the reproducer's). A validation takes the same steps with a check
 between them, and `with_kernel` again for its second side; `rechecked` is the same plan with the
 host checked again (each run of a group after its first). The runner (workflows/run.py:
 execute), a group (workflows/group.py) and a validation take a plan and resolve no name again:
-a group of N runs loads its kernel once, a validation each of its two once.
+a group of N runs loads its kernel once, a validation each of its two once, a qualification each
+of its suite's kernels once (`with_loaded` in its workers).
 """
 import dataclasses
 import pathlib
@@ -44,7 +45,10 @@ class RunPlan:
 
     def with_kernel(self, kernel_arg: str, log=print) -> "RunPlan":
         """The same run on this kernel (resolved, built if it must be, its config checked)."""
-        kernel = load_kernel(kernel_arg, build=True, log=log)
+        return self.with_loaded(load_kernel(kernel_arg, build=True, log=log), kernel_arg)
+
+    def with_loaded(self, kernel: Kernel, kernel_arg: str) -> "RunPlan":
+        """The same run on a kernel loaded already (a qualification's: by its suite), its config checked."""
         check_config(kernel, self.repro.name)
         return dataclasses.replace(self, kernel=kernel, kernel_arg=kernel_arg)
 

@@ -43,9 +43,11 @@ from .qualify_report import write_outputs
 from krig.reproducer import load_reproducer
 from krig.record_qualify import CaseRecord, read_case, write_case
 from krig.results import QUALIFY_CASES, now, qualify_dir
-from .run import run
+from .plan import resolve
+from .run import execute
 from krig.verdict import UNFINISHED, VERDICTS
 from kernels.catalog import krig_builds, load_kernel
+from kernels.kernel import Kernel
 from rigs import SECRETS_FILE_ENV, hand_over_secrets, load_rig, take_handed_secrets
 from krig.paths import dies_with_parent
 
@@ -84,7 +86,8 @@ SUITE_FIELDS = (
 # -- the suite ------------------------------------------------------------------
 
 def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = False) -> dict:
-    """The suite file, validated: {name, description, cases: [...]} (every problem one line).
+    """The suite file, validated: {name, description, cases: [...], kernels: {name: Kernel}} (every
+    problem one line; each kernel loaded once, what the workers' runs boot).
     rigs: names every run goes to instead of the suite's (`krig qualify --rig`); unbuilt: a kernel
     krig builds need not be built yet (`krig qualify --check`, before the builds)."""
     where = str(path)
@@ -103,7 +106,7 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
         top["rigs"] = select_rigs(top["lab"], f"{where}.lab")
     top.setdefault("rigs", [DEFAULT_RIG])
     runs = check_rows(top["runs"], RUN_FIELDS, f"{where}.runs", "expected a table ([[runs]])")
-    cases, rig_objs = [], {}
+    cases, rig_objs, loaded = [], {}, {}
     for i, r in enumerate(runs):
         w = f"{where}.runs[{i}]"
         repro = _named(w, load_reproducer, r["reproducer"])
@@ -111,8 +114,9 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
         sets = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in r["set"].items()}
         kernels, rigs = r.get("kernels", top["kernels"]), r.get("rigs", top["rigs"])
         expect = _expect(r["expect"], w, kernels)
-        for k in kernels:
-            _named(w, kernel_arg if unbuilt and krig_builds(k) else load_kernel, k)
+        for k in kernels:               # each kernel loaded once, for every run of the suite
+            if k not in loaded:
+                loaded[k] = _named(w, kernel_arg if unbuilt and krig_builds(k) else load_kernel, k)
         for rig in rigs:
             if rig not in rig_objs:
                 rig_objs[rig] = _named(w, load_rig, rig)
@@ -135,7 +139,7 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
         raise UsageError(f"{where}.runs: the same run is listed twice: {dup[0]}")
     _one_rig_per_server(rig_objs, where)
     return {"name": path.stem, "file": str(path), "description": top["description"], "rigs": list(rig_objs),
-            "cases": cases}
+            "cases": cases, "kernels": {k: v for k, v in loaded.items() if isinstance(v, Kernel)}}
 
 
 def _named(where: str, loader, name: str):
@@ -218,7 +222,7 @@ def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: floa
     started = now()
     interrupted = False
     if todo:
-        interrupted = _run_pytest(todo, rigs, qdir, log)
+        interrupted = _run_pytest(todo, rigs, qdir, suite["kernels"], log)
     done = finished(qdir, suite["cases"])
     res = write_outputs(qdir, suite, done, started, complete=len(done) == len(suite["cases"]))
     for line in res["signoff"]:
@@ -230,9 +234,11 @@ def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: floa
     return 0 if res["all_as_expected"] else 1
 
 
-def _run_pytest(todo: list, rigs: list, qdir: pathlib.Path, log) -> bool:
-    """Runs the cases in pytest-xdist workers, one per rig; True if interrupted."""
-    os.environ[SPEC_ENV] = json.dumps({"cases": todo, "qdir": str(qdir)})
+def _run_pytest(todo: list, rigs: list, qdir: pathlib.Path, kernels: dict, log) -> bool:
+    """Runs the cases in pytest-xdist workers, one per rig, each on the kernel the suite loaded;
+    True if interrupted."""
+    os.environ[SPEC_ENV] = json.dumps({"cases": todo, "qdir": str(qdir),
+                                       "kernels": {k: v.to_json() for k, v in kernels.items()}})
     os.environ.setdefault("KRIG_LOCK_WAIT", "3600")
     # load_suite took BMC passwords out of the environment; the workers read them from a file in
     # memory this process holds (gone with it, however it ends), named in their environment only
@@ -268,12 +274,15 @@ def pytest_generate_tests(metafunc):
 def test_qualify_case(qualify_case):
     take_handed_secrets()           # before any child: none of them inherits KRIG_SECRETS_FILE
     c = qualify_case
-    qdir = pathlib.Path(json.loads(os.environ[SPEC_ENV])["qdir"])
+    spec = json.loads(os.environ[SPEC_ENV])
+    qdir = pathlib.Path(spec["qdir"])
     t0 = time.monotonic()
     rec = CaseRecord(**c, started=now())
-    try:
-        run_dir, verdict = run(c["reproducer"], rig_name=c["rig"], kernel_name=c["kernel"], preset=c["preset"],
-                               sets=c["set"], results_root=qdir / "runs", log=lambda *a, **k: None)
+    try:                            # the suite's kernel as it loaded it: no name resolved again
+        plan = resolve(c["reproducer"], c["rig"], c["preset"], c["set"])
+        plan = plan.checked(qdir / "runs", [("--kernel", c["kernel"])])
+        run_dir, verdict = execute(plan.with_loaded(Kernel.of_json(spec["kernels"][c["kernel"]]), c["kernel"]),
+                                   qdir / "runs", log=lambda *a, **k: None)
         rec.verdict, rec.reason, rec.run_dir = verdict.verdict, verdict.reason, str(run_dir)
     except KrigError as e:          # nothing ran (a rig that went away between loading and the run, ...)
         rec.verdict, rec.reason, rec.run_dir = "ERROR", str(e), None
