@@ -73,11 +73,12 @@ class Session:
             return
         try:
             failed = power_down(rig, orderly)
-            how = rig.facts().get("shutdown")
+            facts = rig.facts()
+            how = facts.get("shutdown")
             self.log(f"krig: {rig.name}: " + (f"powering off after the last run: {failed}" if failed else
                                                 "powered off after the last run" + (f" ({how})" if how else "")))
             if last is not None:
-                self._record(last, rig.facts(), failed)
+                self._record(last, facts, failed)
         finally:
             rig.close()
 
