@@ -31,13 +31,14 @@ HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
 # the trace reader's page walk in C (analysis/trace/kbuffer.py loads it with ctypes)
 KWALK := analysis/trace/_kwalk.so
 
-.PHONY: help setup apt qemu-user python helpers test test-prereqs test-fast test-bisect run list check bench clean qualify seed-scale docs-pictures
+.PHONY: help setup apt qemu-user python helpers lint test test-prereqs test-fast test-bisect run list check bench clean qualify seed-scale docs-pictures
 
 help:
 	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
 	@echo "make qemu-user             the system user krig-qemu QEMU runs as when krig is root (in setup)"
 	@echo "make test                  self-tests, including real QEMU guests and smoke runs"
 	@echo "make test-fast             self-tests that boot no guest and build no kernel"
+	@echo "make lint                  the static checks alone: ruff, mypy, shellcheck (make test-fast runs them too)"
 	@echo "make test-bisect           krig bisect end to end alone (also in make test; 10-20 min)"
 	@echo "make run REPRO=.. [RIG=.. KERNEL=.. PRESET=.. SET='k=v ..']   one run, prints the verdict"
 	@echo "make check [RUN=dir]       re-judge a run directory (default results/latest)"
@@ -111,6 +112,11 @@ test-prereqs: helpers python
 # krig bisect end to end: real incremental builds of a short demo history and a guest per step
 test-bisect: helpers python ci-kernels
 	$(PY) -m pytest -m bisect $(PYTEST_ARGS)
+
+lint: python
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/shellcheck -x $$(git ls-files '*.sh') .ci/run
 
 test-fast: helpers python
 	$(PY) -m pytest -n auto -m "not guest and not smoke and not ipmi and not kbuild and not labsim" $(PYTEST_ARGS)

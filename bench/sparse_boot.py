@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from kernels.catalog import load_kernel  # noqa: E402
 from krig.config import parse_size  # noqa: E402
 from rigs import hashsize, load_rig  # noqa: E402
-from rigs.qemu import memory as qemu_memory
+from rigs.qemu import memory as qemu_memory  # noqa: E402
 
 DMESG = ["dmesg"]
 RUN_INIT_RE = re.compile(r"^\[\s*(\d+\.\d+)\] Run /init", re.M)

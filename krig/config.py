@@ -11,6 +11,7 @@ import pathlib
 import re
 import stat
 import tomllib
+from typing import Any
 
 from .errors import UsageError
 
@@ -99,6 +100,7 @@ def coerce(value, ptype: str, field: str, choices=None):
     with ASCII digits: Python would read a full-width or Arabic-Indic digit as one."""
     if ptype in ("int", "float", "size") and isinstance(value, str) and not value.isascii():
         raise UsageError(f"{field}: expected {ptype} written with ASCII digits 0-9, got {value!r}")
+    v: Any
     try:
         if ptype == "int":
             if isinstance(value, bool):

@@ -41,7 +41,9 @@ def process_record(pid: int) -> dict | None:
 
 def owner_record() -> dict:
     """Who owns a run or a work directory: this process."""
-    return process_record(os.getpid())
+    me = process_record(os.getpid())
+    assert me is not None, "this process has no /proc entry"
+    return me
 
 
 def owner_alive(rec: dict | None) -> bool:

@@ -26,7 +26,7 @@ QUIET_ENV = "KRIG_QUIET"
 INTERVAL_ENV = "KRIG_PROGRESS_INTERVAL"
 
 _lock = threading.Lock()
-_stack: list["waiting"] = []        # the waits under way, outermost first
+_stack: list[waiting] = []        # the waits under way, outermost first
 _logs: list = []                    # text files every line is appended to
 
 
@@ -93,7 +93,7 @@ class waiting:
         limit = f" (at most {_secs(self.limit)})" if self.limit else ""
         return f"{self.what}, {_secs(self.clock() - self.t0)} so far{limit}"
 
-    def __enter__(self) -> "waiting":
+    def __enter__(self) -> waiting:
         self.t0 = self.clock()
         with _lock:
             outermost = not _stack

@@ -10,6 +10,7 @@ keeps it as its "comparison" (krig/record_validation.py). The judged runs' direc
 kept as it was (`extra`), at every level.
 """
 import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .record_machine import KeepsExtra
 
@@ -27,6 +28,8 @@ class Nested(KeepsExtra):
     NESTED: dict = {}
     LISTS: dict = {}
     UNWRITTEN: tuple = ()
+    if TYPE_CHECKING:       # each subclass is a dataclass
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def __post_init__(self):
         for name, cls in self.NESTED.items():

@@ -6,6 +6,7 @@ Each keeps a key it does not know (`extra`; for the rig, every rig-file setting 
 writes it back as it was, so a manifest any krig wrote reads and writes back the same.
 """
 import dataclasses
+from typing import TYPE_CHECKING, Any
 
 
 def _known(cls, data: dict) -> tuple[dict, dict]:
@@ -17,6 +18,10 @@ def _known(cls, data: dict) -> tuple[dict, dict]:
 
 class KeepsExtra:
     """A record of a JSON object that keeps the keys it does not know (`extra`) and writes them back."""
+    extra: dict[str, Any]
+
+    if TYPE_CHECKING:       # each subclass is a dataclass: its own __init__ takes its fields and extra
+        def __init__(self, **fields: Any) -> None: ...
 
     @classmethod
     def from_json(cls, data: dict):

@@ -88,6 +88,7 @@ def read_case(qdir: pathlib.Path, cid: str) -> CaseRecord:
 
 
 def write_case(qdir: pathlib.Path, case: CaseRecord) -> None:
+    assert case.id is not None, "a case is written under its id"
     write_json(case_file(qdir, case.id), case.to_json())
 
 

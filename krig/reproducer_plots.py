@@ -45,7 +45,6 @@ field, like the rest of repro.toml.
     seconds = 4.0                      # steepest_rise: width of the window
 """
 
-import re
 
 from .errors import UsageError
 from .schema import ANY, OMIT, Field, a_table, check, check_rows, missing

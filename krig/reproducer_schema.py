@@ -190,7 +190,10 @@ def parse_param(name: str, spec, timeout: int, pw: str) -> dict:
 def parse_presets(tables: dict, params: dict, w: str) -> tuple[dict, dict, dict, dict]:
     """[presets.<name>]: parameter values, and optionally the preset's own [requires] and [trace]
     (buffer_kb, mode). Returns (values, requires, buffer_kb, trace mode), each by preset."""
-    presets, requires, buffer_kb, modes = {}, {}, {}, {}
+    presets: dict = {}
+    requires: dict = {}
+    buffer_kb: dict = {}
+    modes: dict = {}
     for name, values in tables.items():
         prw = f"{w}.presets.{name}"
         values = dict(a_table(values, prw, "expected a table of parameter values"))

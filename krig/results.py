@@ -20,7 +20,7 @@ import os
 import pathlib
 import re
 
-from . import RESULTS_DIR, ROOT, safeio
+from . import RESULTS_DIR, safeio
 from .errors import KrigError, UsageError
 from .paths import owner_alive
 from .rundir import RunDir
@@ -130,7 +130,7 @@ def _path_name(v: str) -> str:
 
 def stamp() -> str:
     """The UTC time in a result's name: 20261126T044500Z."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 def _root(root) -> pathlib.Path:
@@ -228,7 +228,7 @@ def read_json(path: pathlib.Path):
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def run_state(d) -> str:

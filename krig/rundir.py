@@ -137,7 +137,7 @@ class RunDir:
 
     def phases(self) -> dict:
         """name -> wall time of its first occurrence."""
-        out = {}
+        out: dict[str, float] = {}
         for t, name in self.phase_rows():
             out.setdefault(name, t)
         return out

@@ -28,7 +28,8 @@ import dataclasses
 import math
 import re
 import sys
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .errors import UsageError
 
@@ -251,7 +252,7 @@ def record(name: str, fields: tuple) -> type:
     clash = sorted({n for n in names if names.count(n) > 1 or hasattr(Record, n)})
     if clash:
         raise TypeError(f"record {name}: field names used twice or taken: {', '.join(clash)}")
-    nested = {_name(f): record(name + f.key.title().replace("_", ""), _sub(f)) for f in fields if _sub(f) is not None}
+    nested = {_name(f): record(name + f.key.title().replace("_", ""), s) for f in fields if (s := _sub(f)) is not None}
     cls = dataclasses.make_dataclass(name, [(n, Any) for n in names], bases=(Record,), frozen=True,
                                      namespace={"FIELDS": fields, "NESTED": nested})
     cls.__module__ = sys._getframe(1).f_globals.get("__name__", __name__)
@@ -267,7 +268,7 @@ def _sub(f: Field) -> tuple | None:
     return next((t for t in (f.table, f.rows, f.entries) if t is not None), None)
 
 
-def _held(v, f: Field, sub: type | None):
+def _held(v, f: Field, sub: Any):
     """A checked value as a record holds it: sub-tables as records, lists as tuples."""
     if sub is not None and f.table is not None and isinstance(v, dict):
         return sub.of(v)

@@ -47,6 +47,7 @@ CAUSES = ("kernel", "machine", "rig", "host-contention", "host-fault", "krig", "
 
 class Decided(tuple):
     """(verdict, reason) as decide() and judged() return it, with .cause (one of CAUSES)."""
+    cause: str
 
     def __new__(cls, verdict, reason: str, cause: str):
         assert cause in CAUSES, cause
@@ -72,7 +73,7 @@ def first_crash(text: str) -> str | None:
 def scan_console(text: str) -> dict:
     """Lines that matter for the verdict: crashes, lockups, OOM kills, warnings."""
     lines = text.splitlines()
-    out = {"crash": [], **{k: [] for k in WARN_PATTERNS}}
+    out: dict[str, list[str]] = {"crash": [], **{k: [] for k in WARN_PATTERNS}}
     for i, line in enumerate(lines):
         if _CRASH_RE.search(line):
             out["crash"].append(line.strip())

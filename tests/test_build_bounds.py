@@ -8,7 +8,6 @@ KRIG_BUILD_DISK), so a limit that does not hold fails the test, never the machin
 tries a fixed number of short sleeps, or a fixed number of bytes. Each test then builds a benign
 series the same way, and checks nothing is left: no cgroup, no loop device, no layer."""
 import os
-import pathlib
 import signal
 import subprocess
 import sys

@@ -83,7 +83,7 @@ def stretched(rows, factor):
 
 def with_stalls(rows, every=20, seconds=10.0, interval=0.25):
     """Every `every` rows the generators stop for `seconds`: rows of the same names and count."""
-    out, shift = [], 0.0
+    out, shift, prev = [], 0.0, rows[0]
     for i, r in enumerate(rows):
         if i and i % every == 0:
             for k in range(1, int(seconds / interval) + 1):

@@ -34,13 +34,13 @@ def walks(path):
     tf = TraceFile(path)
     tf.BATCH_BYTES = 64 << 10  # several batches per cpu
     out = {True: [], False: []}
-    for native in (True, False):
+    for in_c in (True, False):
         kb = kbuffer.PageDecoder(tf.page_size, tf._data_start, tf.commit_size, tf.big_endian,
-                                 tf._err, native=native)
-        assert kb.native == native
+                                 tf._err, native=in_c)
+        assert kb.native == in_c
         for cpu, buf, n, page0 in tf._pages().all_batches(tf._cpu_data, tf._data_compressed,
                                                          prefetch=False):
-            out[native].append(kb.walk(buf, n, cpu, page0, True, True))
+            out[in_c].append(kb.walk(buf, n, cpu, page0, True, True))
     return out[True], out[False]
 
 
@@ -93,9 +93,9 @@ def test_trace_file_results_agree(tmp_path):
 
 def errors(path):
     msgs = []
-    for native in (True, False):
+    for in_c in (True, False):
         tf = TraceFile(path)
-        tf.NATIVE = native
+        tf.NATIVE = in_c
         with pytest.raises(TraceError) as ei:
             tf.columns(XFS)
         msgs.append(str(ei.value))
@@ -142,7 +142,7 @@ def test_corrupt_chunks_give_the_same_error(tmp_path):
     tf = TraceFile(path)
     _, off, _ = tf._cpu_data[1]
     good = path.read_bytes()
-    (csize, usize), second = struct.unpack_from("<II", good, off + 4), off + 4 + 8 + \
+    (_csize, usize), second = struct.unpack_from("<II", good, off + 4), off + 4 + 8 + \
         struct.unpack_from("<I", good, off + 4)[0]
     bad = tmp_path / "bad.dat"
     cases = {  # what the error says: the bytes changed

@@ -47,8 +47,8 @@ def coord(tmp_path):
 def _env(tmp_path, coord, **extra):
     rigs = tmp_path / "rigs"
     rigs.mkdir(exist_ok=True)
-    for name, lab in LABS.items():
-        (rigs / f"{name}.toml").write_text(RIG.format(name=name, lab=lab))
+    for name, lab_name in LABS.items():
+        (rigs / f"{name}.toml").write_text(RIG.format(name=name, lab=lab_name))
     return {**os.environ, "KRIG_RIG_PATH": str(rigs), "KRIG_LAB_COORDINATOR": coord.addr, **extra}
 
 

@@ -13,7 +13,7 @@ from krig import hashsize
 from krig.record_validation import ValidationRecord
 from workflows.compare import compare
 from workflows.reply import write_reply
-from test_flood_stop import GIB2, LIMIT_2G, _past_limit, flood_run_dir
+from test_flood_stop import LIMIT_2G, _past_limit, flood_run_dir
 
 BUCKETS_2G = 262144            # 6.1's dentry hash table on 2 GiB: one bucket per 8 KiB
 

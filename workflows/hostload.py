@@ -60,7 +60,7 @@ class HostSampler:
         self._thread = threading.Thread(target=self._loop, name="krig-host-sampler", daemon=True)
         self.ncpus = os.cpu_count() or 1
 
-    def start(self) -> "HostSampler":
+    def start(self) -> HostSampler:
         self.path.write_text(HEADER)
         self._thread.start()
         return self

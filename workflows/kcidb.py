@@ -354,7 +354,7 @@ def _times(man: Manifest) -> tuple[str | None, float | None]:
             t = datetime.datetime.fromisoformat(s)
         except (TypeError, ValueError):
             return None
-        return t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)
+        return t if t.tzinfo else t.replace(tzinfo=datetime.UTC)
     start, end = parse(man.started), parse(man.ended)
     duration = (end - start).total_seconds() if start and end and end >= start else None
     return (start.isoformat() if start else None), duration

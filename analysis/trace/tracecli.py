@@ -5,6 +5,11 @@ field are C code called through ctypes (analysis/trace/native.py), and numpy's i
 a large share of their time; strings and arrays are grouped over numpy columns."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
 import json
 import sys
 from collections import Counter

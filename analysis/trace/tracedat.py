@@ -11,6 +11,11 @@ whatever the length of the trace.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
 import os
 import struct
 import sys

@@ -56,7 +56,7 @@ fi
 # trace keeps every event that fit, the harness says so in one line and the lost events
 # make the run ERROR (instrument check). KRIG_TRACE_MODE=record streams the buffer to
 # trace.dat while the workload runs (trace-cmd record: readers wake every -s usecs).
-tracer= trace_mode=${KRIG_TRACE_MODE:-ring} trace_kb=${KRIG_TRACE_BUFFER_KB:-65536}
+tracer='' trace_mode=${KRIG_TRACE_MODE:-ring} trace_kb=${KRIG_TRACE_BUFFER_KB:-65536}
 if [[ -n ${KRIG_TRACE_EVENTS:-} && ${KRIG_COLLECT:-1} != 0 ]]; then
     tracefs=/sys/kernel/tracing
     args=()

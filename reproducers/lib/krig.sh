@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Functions for reproducers' run.sh: `source "$KRIG_LIB/krig.sh"`.
 # Only functions; no shell options or globals are changed by sourcing.
 

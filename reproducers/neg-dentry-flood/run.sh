@@ -1,6 +1,7 @@
 #!/bin/bash
 # neg-dentry-flood: parallel negative-dentry generators on the fs under test; see repro.toml.
 set -euo pipefail
+# shellcheck source=reproducers/lib/krig.sh
 source "$KRIG_LIB/krig.sh"
 krig_require_scratch
 mnt=$KRIG_SCRATCH_MNT
@@ -39,7 +40,7 @@ sleep "$(awk -v i="${SAMPLE_INTERVAL:-1}" 'BEGIN { print 2 * i + 0.2 }')"
 # First inotify watch on the flooded directory walks its children.
 krig_phase inotify
 "$bin/inotify-lat" "$mnt/flood" > "$KRIG_OUT/inotify-us.txt"
-krig_phase done
+krig_phase 'done'
 cat "$KRIG_OUT/flood.txt"
 echo "inotify_add_watch: $(< "$KRIG_OUT/inotify-us.txt") us"
 umount "$mnt"

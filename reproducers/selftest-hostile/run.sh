@@ -2,6 +2,7 @@
 # selftest-hostile: plant links, FIFOs and a device node where the host reads and writes
 # (the results directory and the agent's control directory); expected verdict ERROR.
 set -euo pipefail
+# shellcheck source=reproducers/lib/krig.sh
 source "$KRIG_LIB/krig.sh"
 out=$KRIG_OUT
 ctl=$(dirname "$out")/ctl
@@ -23,6 +24,8 @@ plant mknod "$ctl/9.out" c 1 3
 for i in 5 6 7; do
     plant ln -sf "$TARGET" "$ctl/$i.argv"
 done
+# the mailbox's names are the agent's own numbers: ls lists them as they are
+# shellcheck disable=SC2012
 me=$(ls "$ctl" | sed -n 's/^\([0-9]*\)\.req$/\1/p' | sort -n | tail -n 1)
 echo "planted $n hostile entries"
 krig_metric planted "$((n + 2))"

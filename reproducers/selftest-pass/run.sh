@@ -1,6 +1,7 @@
 #!/bin/bash
 # selftest-pass: exercise the scratch disk and report metrics that pass.
 set -euo pipefail
+# shellcheck source=reproducers/lib/krig.sh
 source "$KRIG_LIB/krig.sh"
 krig_require_scratch
 mkfs.xfs -f -q "$KRIG_SCRATCH_DEV"

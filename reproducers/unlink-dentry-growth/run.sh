@@ -1,6 +1,7 @@
 #!/bin/bash
 # unlink-dentry-growth: parallel rm -rf of an fs_mark-style tree; see repro.toml.
 set -euo pipefail
+# shellcheck source=reproducers/lib/krig.sh
 source "$KRIG_LIB/krig.sh"
 krig_require_scratch
 mnt=$KRIG_SCRATCH_MNT
@@ -38,6 +39,6 @@ krig_phase unlink
 } | "$KRIG_LIB/bin/krig-progress" -i "$SAMPLE_INTERVAL" -o "$KRIG_OUT/progress.tsv"
 krig_phase unlinked
 sleep 3    # let the sampler see the aftermath
-krig_phase done
+krig_phase 'done'
 cat "$KRIG_OUT"/rm-*.time
 umount "$mnt"

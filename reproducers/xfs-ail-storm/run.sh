@@ -1,6 +1,7 @@
 #!/bin/bash
 # xfs-ail-storm: parallel create on XFS with a large log; see repro.toml.
 set -euo pipefail
+# shellcheck source=reproducers/lib/krig.sh
 source "$KRIG_LIB/krig.sh"
 krig_require_scratch
 mnt=$KRIG_SCRATCH_MNT
@@ -34,6 +35,6 @@ sync
 # A small closing checkpoint: its LSN marks where the last big one ended.
 : > "$mnt/closing-checkpoint"
 sync
-krig_phase done
+krig_phase 'done'
 umount "$mnt"
 echo "created $((per * WRITERS)) files with $WRITERS writers"

@@ -29,8 +29,10 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 
-mode=run agent= tree= hostname=krig-guest ip= gw= sysdirs=
-root= rootfstype= rootflags= rootmode=ro init=/sbin/init
+mode=run agent='' tree='' hostname=krig-guest ip='' gw='' sysdirs=''
+root='' rootfstype='' rootflags='' rootmode=ro init=/sbin/init
+# the command line's words, as the kernel split them
+# shellcheck disable=SC2013
 for opt in $(cat /proc/cmdline); do
     case "$opt" in
         krig.mode=*) mode=${opt#krig.mode=} ;;

@@ -1,0 +1,73 @@
+"""The static checks are clean on the checkout and see what they are for: ruff (the rule set in
+pyproject.toml), mypy (its [tool.mypy] files) and shellcheck (every Bash or sh file krig ships,
+.shellcheckrc beside them) each report nothing here, and each names the line of one violation
+injected into a copy of the tree. make test-fast runs this file, so CI does too."""
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+BIN = pathlib.Path(sys.executable).parent
+
+
+def shell_files(root: pathlib.Path) -> list[str]:
+    """The shell scripts krig ships: every tracked *.sh and .ci/run."""
+    out = subprocess.run(["git", "ls-files", "*.sh"], cwd=root, capture_output=True, text=True, check=True).stdout
+    return [*out.split(), ".ci/run"]
+
+
+def ruff(root: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "--output-format", "concise", "."],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+
+
+def mypy(root: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "mypy"), "--no-incremental"], cwd=root, capture_output=True,
+                          text=True, timeout=600)
+
+
+def shellcheck(root: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "shellcheck"), "-x", "-f", "gcc", *shell_files(ROOT)], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+
+
+CHECKS = {"ruff": ruff, "mypy": mypy, "shellcheck": shellcheck}
+INJECTED = {  # a copy of the tree with one line that breaks the check, and what it must name
+    "ruff": ("workflows/run.py", "import json as _never_used\n", "workflows/run.py:"),
+    "mypy": ("krig/errors.py", "_NUMBER: int = 'not a number'\n", "krig/errors.py:"),
+    "shellcheck": ("reproducers/selftest-pass/run.sh", "echo $undefined_spaces\n", "reproducers/selftest-pass/run.sh:"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_clean_here(name):
+    done = CHECKS[name](ROOT)
+    assert done.returncode == 0, f"{name} is not clean:\n{done.stdout[-4000:]}{done.stderr[-2000:]}"
+
+
+def copy_checkout(dst: pathlib.Path) -> pathlib.Path:
+    """The tracked files of the checkout, as they are in the work tree."""
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for rel in out.split():
+        src = ROOT / rel
+        if src.is_file() and not src.is_symlink():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / rel)
+    return dst
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_a_violation_is_named(name, tmp_path):
+    root = copy_checkout(tmp_path / "tree")
+    rel, line, named = INJECTED[name]
+    with open(root / rel, "a") as f:
+        f.write(line)
+    done = CHECKS[name](root)
+    assert done.returncode != 0, f"{name} passed a tree with {line!r} added to {rel}"
+    assert named in done.stdout, done.stdout[-2000:]
+    assert os.path.exists(root / rel)
