@@ -1,7 +1,7 @@
 """The run record: what a run asked, what it measured, how it ended and what the judge decided,
 as typed values. manifest.json (the runner's, written as the run goes: workflows/run.py),
 verdict.json, metrics.json and thresholds.json (the judge's: workflows/check.py) are written
-from these values and read back into them here, and nowhere else (tests/test_layout.py).
+from these values and read back into them here, and nowhere else (tests/test_layout_records.py).
 
     RunRecord            one run directory, read through krig/rundir.py (safe reads); `.run` is
                          its RunDir, which every later read of the run goes through
@@ -19,7 +19,7 @@ functions below on the run's RunDir: read_verdict, read_metrics, read_thresholds
 judge writes with write_verdict, write_metrics, write_thresholds.
 
 The manifest is read at once (a missing or unreadable one is one line); the rest when asked.
-This module is the one place manifest.json's object becomes a Manifest (tests/test_layout.py).
+This module is the one place manifest.json's object becomes a Manifest (tests/test_layout_records.py).
 
 A key a newer or an older krig wrote that this one does not know is kept (`extra`) and written
 back as it was, so a run directory made by any krig reads and re-judges the same
@@ -123,6 +123,63 @@ class Manifest:
         return self.machine_said.mem_total_bytes or None
 
 
+@dataclasses.dataclass(frozen=True)
+class ThresholdOutcome:
+    threshold: str          # the threshold's id (metric and limit)
+    outcome: str            # pass, fail, contended (a timing one on a contended host), unmeasured, instrument, error
+    message: str
+    host_sensitive: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Tally:
+    """The judge's outcomes counted, as the verdict rule reads them (krig/verdict.py judged()) and
+    verdict.json keeps them ("thresholds"): how many thresholds held, were crossed (how many of
+    those are timing ones), could not be measured, or broke (an instrument check, or the judge
+    itself: `errors`), with the sentences of each kind. A timing threshold crossed on a
+    contended host is counted as crossed: the rule says what it makes of it."""
+    passed: int = 0
+    failed: int = 0
+    failed_host_sensitive: int = 0
+    unmeasured: int = 0
+    instrument: int = 0
+    instrument_host_sensitive: int = 0
+    errors: int = 0
+    failures: tuple[str, ...] = ()
+    timing_failures: tuple[str, ...] = ()
+    not_judged: tuple[str, ...] = ()
+    broken: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, outcomes: "list[ThresholdOutcome]") -> "Tally":
+        def said(*kinds: str, timing: bool | None = None) -> tuple[str, ...]:
+            return tuple(o.message for o in outcomes if o.outcome in kinds
+                         and (timing is None or o.host_sensitive == timing))
+
+        def count(*kinds: str, timing: bool | None = None) -> int:
+            return len(said(*kinds, timing=timing))
+        judge_broke = tuple(o.outcome for o in outcomes
+                            if o.outcome not in ("pass", "fail", "unmeasured", "instrument"))
+        return cls(passed=count("pass"), failed=count("fail"), failed_host_sensitive=count("fail", timing=True),
+                   unmeasured=count("unmeasured"), instrument=count("instrument"),
+                   instrument_host_sensitive=count("instrument", timing=True), errors=len(judge_broke),
+                   failures=said("fail"), timing_failures=said("fail", timing=True),
+                   not_judged=said("unmeasured"),
+                   broken=tuple(o.message for o in outcomes if o.outcome not in ("pass", "fail", "unmeasured")))
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Tally":
+        """verdict.json's "thresholds" (a key an older krig did not write is 0 or empty)."""
+        out: dict = {}
+        for f in dataclasses.fields(cls):
+            v = data.get(f.name, f.default)
+            out[f.name] = tuple(str(x) for x in v) if isinstance(f.default, tuple) else int(v or 0)
+        return cls(**out)
+
+    def to_json(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
 @dataclasses.dataclass
 class Verdict:
     verdict: str | None
@@ -134,7 +191,7 @@ class Verdict:
     console: dict = dataclasses.field(default_factory=dict)
     oom_kill: list | None = None
     warnings: list | None = None
-    thresholds: dict | None = None  # the judge's tally (workflows.check.tally); None when not judged
+    thresholds: Tally | None = None  # the judge's tally; None when not judged
     notes: list | None = None
     crash_context: list | None = None
     extra: dict = dataclasses.field(default_factory=dict)
@@ -146,23 +203,19 @@ class Verdict:
     @classmethod
     def from_json(cls, data: dict) -> "Verdict":
         names = set(cls._ORDER)
-        return cls(**{k: v for k, v in data.items() if k in names},
-                   extra={k: v for k, v in data.items() if k not in names})
+        known = {k: v for k, v in data.items() if k in names}
+        if isinstance(known.get("thresholds"), dict):
+            known["thresholds"] = Tally.from_json(known["thresholds"])
+        return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
     def to_json(self) -> dict:
         out = {k: getattr(self, k) for k in self._ORDER if k in self._ALWAYS or getattr(self, k) is not None}
+        if self.thresholds is not None:
+            out["thresholds"] = self.thresholds.to_json()
         return {**out, **self.extra}
 
     def warn(self, line: str) -> None:
         self.warnings = (self.warnings or []) + [line]
-
-
-@dataclasses.dataclass(frozen=True)
-class ThresholdOutcome:
-    threshold: str          # the threshold's id (metric and limit)
-    outcome: str            # pass, fail, contended (a timing one on a contended host), unmeasured, instrument, error
-    message: str
-    host_sensitive: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

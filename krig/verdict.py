@@ -2,6 +2,8 @@
 import dataclasses
 import re
 
+from .record import Tally
+
 VERDICTS = {
     # verdict: (exit code, meaning)
     "PASS": (0, "every threshold held: the kernel does not show the regression"),
@@ -96,7 +98,7 @@ class Evidence:
     """What a run directory records about how the run ended: everything the rule looks at.
 
     workflows.check.evidence() reads it from the run directory (manifest.json, console.log,
-    samples.tsv, phases.tsv, host.tsv, the thresholds' junit.xml), so `krig check` on a
+    samples.tsv, phases.tsv, host.tsv, the judge's thresholds.json), so `krig check` on a
     copy of a run directory decides exactly what `krig run` decided."""
     outcome: str | None                   # how the rig saw the run end: completed, hung, crashed, ...
     reason: str = ""
@@ -109,7 +111,7 @@ class Evidence:
     last_phase: str | None = None
     timeout: float | None = None
     host_load: str | None = None          # the host's load average when the run ended
-    thresholds: dict | None = None        # the judge's tally (workflows.check.tally), once judged
+    thresholds: Tally | None = None       # the judge's tally, once judged
     analysis_error: str | None = None     # metrics could not be computed
     host_contended_pct: float | None = None
 
@@ -181,7 +183,7 @@ def host_contended(host_contended_pct: float | None) -> bool:
     return host_contended_pct is not None and host_contended_pct > CONTENDED_LIMIT_PCT
 
 
-def judged(res: dict, host_contended_pct: float | None = None) -> tuple[str, str]:
+def judged(res: Tally, host_contended_pct: float | None = None) -> tuple[str, str]:
     """The thresholds' verdict: an instrument check that failed (or a judge that broke) makes the
     run ERROR whatever else happened (host contention when every one is a host_sensitive instrument
     and the host was contended, else krig's); so does a FAIL that rests only on host_sensitive thresholds
@@ -189,30 +191,30 @@ def judged(res: dict, host_contended_pct: float | None = None) -> tuple[str, str
     FAIL only if a measured regression threshold failed (metrics that could not be computed
     are named alongside); otherwise a metric that could not be computed is ERROR naming it;
     otherwise PASS."""
-    if res["broken"] and len(res["broken"]) == res.get("instrument_host_sensitive", 0) \
+    if res.broken and len(res.broken) == res.instrument_host_sensitive \
             and host_contended(host_contended_pct):      # a starved guest's instrument (its sampler's gaps)
         return Decided("ERROR", (f"host contention: other processes kept the host's CPUs saturated in "
                                  f"{host_contended_pct:.0f}% of the workload's seconds (limit "
                                  f"{CONTENDED_LIMIT_PCT:g}%, host.tsv), and the guest's instrument it starved "
-                                 f"broke: " + "; ".join(res["broken"])), "host-contention")
-    if res["broken"]:
-        return Decided("ERROR", ("instrument: " if res["instrument"] else "judge error: ") + "; ".join(res["broken"]),
+                                 f"broke: " + "; ".join(res.broken)), "host-contention")
+    if res.broken:
+        return Decided("ERROR", ("instrument: " if res.instrument else "judge error: ") + "; ".join(res.broken),
                        "krig")
-    if res["failed"] and res.get("failed_host_sensitive", 0) == res["failed"] and host_contended(host_contended_pct):
+    if res.failed and res.failed_host_sensitive == res.failed and host_contended(host_contended_pct):
         return Decided("ERROR", (f"host contention: other processes kept the host's CPUs saturated in "
                                  f"{host_contended_pct:.0f}% of the workload's seconds (limit "
                                  f"{CONTENDED_LIMIT_PCT:g}%, host.tsv), so these timing thresholds are not "
-                                 f"blamed on the kernel: " + "; ".join(res["failures"])), "host-contention")
-    if res["failed"]:
-        extra = [f"not measured: {m}" for m in res["not_judged"]]
+                                 f"blamed on the kernel: " + "; ".join(res.failures)), "host-contention")
+    if res.failed:
+        extra = [f"not measured: {m}" for m in res.not_judged]
         # the kernel FAILed on thresholds the host cannot move; timing ones it crossed on a
         # contended host are said apart, not blamed on it (krig compare does not count them)
-        timing = res.get("timing_failures", []) if host_contended(host_contended_pct) else []
-        said = "; ".join([f for f in res["failures"] if f not in timing] + extra)
+        timing = res.timing_failures if host_contended(host_contended_pct) else []
+        said = "; ".join([f for f in res.failures if f not in timing] + extra)
         if timing:
             said += (f"; not blamed on the kernel, its host contended in {host_contended_pct:.0f}% of the "
                      f"workload's seconds: " + "; ".join(timing))
         return Decided("FAIL", said, "kernel")
-    if res["unmeasured"]:
-        return Decided("ERROR", "metric not measured: " + "; ".join(res["not_judged"]), "krig")
-    return Decided("PASS", f"{res['passed']} thresholds held", "kernel")
+    if res.unmeasured:
+        return Decided("ERROR", "metric not measured: " + "; ".join(res.not_judged), "krig")
+    return Decided("PASS", f"{res.passed} thresholds held", "kernel")

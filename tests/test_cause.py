@@ -1,13 +1,14 @@
 """Who a verdict blames is data (verdict.json "cause"), and what decides reads that, not words."""
+import dataclasses
 import json
 
 import pytest
 
 from workflows import validate
+from krig.record import Tally
 from krig.verdict import CAUSES, Evidence, decide, judged
 
-TALLY = {"passed": 2, "failed": 0, "failed_host_sensitive": 0, "unmeasured": 0, "instrument": 0,
-         "errors": 0, "failures": [], "not_judged": [], "broken": []}
+TALLY = Tally(passed=2)
 CONSOLE = "[    0.000000] Linux version 6.1.0 (x@y) (gcc) #1\n"
 
 
@@ -35,10 +36,10 @@ def test_every_verdict_names_its_cause(ev, verdict, cause):
 
 
 def test_judged_causes():
-    fail = {**TALLY, "failed": 1, "failed_host_sensitive": 1, "failures": ["t crossed"]}
+    fail = dataclasses.replace(TALLY, failed=1, failed_host_sensitive=1, failures=("t crossed",))
     assert judged(fail).cause == "kernel"
     assert judged(fail, host_contended_pct=50.0).cause == "host-contention"
-    assert judged({**TALLY, "broken": ["x"], "instrument": 1}).cause == "krig"
+    assert judged(dataclasses.replace(TALLY, broken=("x",), instrument=1)).cause == "krig"
 
 
 def test_validate_counts_runs_lost_to_contention_by_cause_not_words(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import pytest
 
 from workflows import hostload
 from workflows.check import judge
+from krig.record import Tally, read_thresholds
 from krig.verdict import judged as verdict_of
 from krig.errors import UsageError
 from krig.reproducer import load_reproducer, parse_reproducer
@@ -118,10 +119,9 @@ def test_a_starved_sampler_on_a_contended_host_is_the_hosts_error(tmp_path):
     assert v == "ERROR" and why.startswith("instrument: ")
 
 
-def tally_of(tmp_path) -> dict:
+def tally_of(tmp_path) -> Tally:
     """The judge's tally of the run judged last in tmp_path (thresholds.json)."""
-    from workflows.check import tally
-    return tally(json.loads((tmp_path / "thresholds.json").read_text()))
+    return Tally.of(list(read_thresholds(tmp_path).values()))
 
 
 def test_host_sensitive_is_checked(tmp_path):

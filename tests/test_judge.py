@@ -65,7 +65,7 @@ def judged(tmp_path, name, values):
 def test_fixed_kernel_passes(tmp_path, name):
     verdict, reason, res = judged(tmp_path, name, FIXED[name])
     assert verdict == "PASS", reason
-    assert res["passed"] == len(load_reproducer(name).thresholds)
+    assert res.passed == len(load_reproducer(name).thresholds)
 
 
 @pytest.mark.parametrize("name,metric", [(n, m) for n in sorted(REPORT_BAD) for m in REPORT_BAD[n]])
@@ -73,7 +73,7 @@ def test_report_numbers_fail_each_threshold(tmp_path, name, metric):
     """Every regression threshold, alone at the report's number, makes the run FAIL."""
     verdict, reason, res = judged(tmp_path, name, {**FIXED[name], metric: REPORT_BAD[name][metric]})
     assert verdict == "FAIL", reason
-    assert res["failed"] == 1 and reason.startswith(f"{metric} = ")
+    assert res.failed == 1 and reason.startswith(f"{metric} = ")
 
 
 def test_every_regression_threshold_has_a_report_number():
@@ -86,7 +86,7 @@ def test_every_regression_threshold_has_a_report_number():
 def test_unmeasured_metric_is_error_naming_it(tmp_path, missing):
     verdict, reason, res = judged(tmp_path, "xfs-ail-storm",
                                   {**FIXED["xfs-ail-storm"], "max_checkpoint_vs_fixed_limit": missing})
-    assert verdict == "ERROR" and res["failed"] == 0 and res["unmeasured"] == 1
+    assert verdict == "ERROR" and res.failed == 0 and res.unmeasured == 1
     assert "max_checkpoint_vs_fixed_limit: could not be computed" in reason and "\n" not in reason
 
 
@@ -103,7 +103,7 @@ def test_lost_events_are_error_not_fail(tmp_path):
         verdict, reason, res = judged(tmp_path, "xfs-ail-storm",
                                       {**FIXED["xfs-ail-storm"], "trace_lost_events": 1234, **extra})
         assert verdict == "ERROR", reason
-        assert res["instrument"] == 1 and reason.startswith("instrument: trace_lost_events = 1234")
+        assert res.instrument == 1 and reason.startswith("instrument: trace_lost_events = 1234")
         assert "\n" not in reason
 
 

@@ -8,6 +8,7 @@ threshold, analysis/test_thresholds.py); each one's outcome comes back as data
 (conftest.py's --krig-outcomes) into the run's thresholds.json, and junit.xml is written
 from the same outcomes beside it for other tools, never read back.
 """
+import dataclasses
 import json
 import math
 import pathlib
@@ -24,7 +25,7 @@ from krig import ROOT, junit, safeio
 from krig.errors import KrigError, UsageError
 from .hostload import contended_pct
 from krig.paths import owner_alive
-from krig.record import (Manifest, MetricEntry, ThresholdOutcome, Verdict, write_metrics, write_thresholds,
+from krig.record import (Manifest, MetricEntry, Tally, ThresholdOutcome, Verdict, write_metrics, write_thresholds,
                          write_verdict)
 from krig.reproducer import load_analyzer, load_reproducer
 from krig.rundir import MANIFEST, RunDir
@@ -88,8 +89,8 @@ def compute_metrics(data: RunData, repro, analyzer) -> dict[str, MetricEntry]:
     return out
 
 
-def judge(run, contended: bool = False, properties: dict | None = None) -> dict:
-    """Run the threshold tests with pytest; returns counts and one line per threshold not passed,
+def judge(run, contended: bool = False, properties: dict | None = None) -> Tally:
+    """Run the threshold tests with pytest; returns their Tally (counts and one line per threshold not passed),
     and writes the run's thresholds.json (each threshold's outcome, as data) and junit.xml (the
     same, for other tools; never read back; `properties`: its suite's, what ran where).
     `contended`: the run's host was contended (krig.verdict.host_contended); a timing
@@ -115,13 +116,12 @@ def judge(run, contended: bool = False, properties: dict | None = None) -> dict:
         rows = [json.loads(ln) for ln in said.read_text().splitlines()] if said.exists() else []
     tests = threshold_tests(rows)
     record = outcomes(tests)
-    counts = tally(record)
+    counts = Tally.of(record)           # before a contended host relabels: the rule reads the crossing
     if contended:
-        for r in record:
-            if r["outcome"] == "fail" and r["host_sensitive"]:
-                r["outcome"] = "contended"
+        record = [dataclasses.replace(r, outcome="contended") if r.outcome == "fail" and r.host_sensitive else r
+                  for r in record]
     junit.write(run_dir / "junit.xml", "krig", junit_cases(tests, record), properties or {})
-    write_thresholds(run, [ThresholdOutcome(**r) for r in record])
+    write_thresholds(run, record)
     return counts
 
 
@@ -129,80 +129,62 @@ def judge(run, contended: bool = False, properties: dict | None = None) -> dict:
 PYTEST_JUDGED = (0, 1, 5)
 
 
-def threshold_tests(rows: list) -> dict:
-    """The judge's phases (conftest.py's rows) -> per threshold test id: whether a phase failed,
-    the line that says it, and the properties the test recorded."""
-    tests = {}
+@dataclasses.dataclass
+class ThresholdTest:
+    """One threshold test as pytest ran it (its phases, conftest.py's rows, folded): whether a
+    phase failed, the line that says it, and the properties the test recorded."""
+    failed: bool = False
+    message: str = ""
+    properties: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def threshold_tests(rows: list) -> dict[str, ThresholdTest]:
+    """The judge's phases (conftest.py's rows) -> per threshold test id, its ThresholdTest."""
+    tests: dict[str, ThresholdTest] = {}
     for r in rows:
-        t = tests.setdefault(r["id"], {"failed": False, "properties": {}, "message": ""})
-        t["properties"].update(r.get("properties") or {})
-        if r["outcome"] == "failed" and not t["failed"]:
-            t["failed"], t["message"] = True, r.get("message") or ""
+        t = tests.setdefault(r["id"], ThresholdTest())
+        t.properties.update({str(k): str(v) for k, v in (r.get("properties") or {}).items()})
+        if r["outcome"] == "failed" and not t.failed:
+            t.failed, t.message = True, r.get("message") or ""
     return tests
 
 
-def outcomes(tests: dict) -> list:
-    """One entry per threshold test: its threshold id, the outcome (pass, fail, unmeasured,
-    instrument; error when the judge itself broke), the line that says it, and whether the
-    threshold is host-sensitive."""
+def outcomes(tests: dict[str, ThresholdTest]) -> list[ThresholdOutcome]:
+    """One per threshold test: its threshold id, the outcome (pass, fail, unmeasured, instrument;
+    error when the judge itself broke), the line that says it, and whether the threshold is
+    host-sensitive."""
     out = []
     for tid, t in tests.items():
-        props = t["properties"]
-        said = props.get("krig_outcome")
-        outcome = "pass" if not t["failed"] and said in (None, "pass") else said if said not in (None, "pass") \
+        said = t.properties.get("krig_outcome")
+        outcome = "pass" if not t.failed and said in (None, "pass") else said if said not in (None, "pass") \
             else "error"
-        message = props.get("krig_message") if outcome != "error" else f"test_threshold[{tid}]: {t['message'][:400] or 'error'}"
-        out.append({"threshold": props.get("krig_threshold") or tid, "outcome": outcome, "message": message,
-                    "host_sensitive": props.get("krig_host_sensitive") == "1"})
+        message = t.properties.get("krig_message", "") if outcome != "error" \
+            else f"test_threshold[{tid}]: {t.message[:400] or 'error'}"
+        out.append(ThresholdOutcome(t.properties.get("krig_threshold") or tid, outcome, message,
+                                    t.properties.get("krig_host_sensitive") == "1"))
     return out
 
 
-def junit_cases(tests: dict, record: list) -> list:
+def junit_cases(tests: dict[str, ThresholdTest], record: list[ThresholdOutcome]) -> list:
     """The judge's junit.xml cases, one per threshold test (as pytest names it), with the
     properties the test recorded: a crossed threshold a failure, one the judge could not
     judge (unmeasured, instrument, a broken test) an error, a timing threshold crossed on a
     contended host a skipped case saying why."""
     cases = []
     for (tid, t), r in zip(tests.items(), record):
-        result, kind = None, None
-        if r["outcome"] == "fail":
-            result = ("failure", r["message"], r["message"])
-        elif r["outcome"] == "contended":
+        result: tuple | None = None
+        kind = None
+        if r.outcome == "fail":
+            result = ("failure", r.message, r.message)
+        elif r.outcome == "contended":
             result = ("skipped", "host contended, not blamed on the kernel: "
-                      f"{t['properties'].get('krig_message', '')}", None)
+                      f"{t.properties.get('krig_message', '')}", None)
             kind = "krig.contended"
-        elif r["outcome"] != "pass":
-            result = ("error", r["message"], r["message"])
+        elif r.outcome != "pass":
+            result = ("error", r.message, r.message)
         cases.append(junit.Case("analysis.test_thresholds", f"test_threshold[{tid}]",
-                                list(t["properties"].items()), result, kind=kind))
+                                list(t.properties.items()), result, kind=kind))
     return cases
-
-
-def tally(record: list) -> dict:
-    res = {"passed": 0, "failed": 0, "failed_host_sensitive": 0, "unmeasured": 0, "instrument": 0,
-           "instrument_host_sensitive": 0, "errors": 0, "failures": [], "timing_failures": [], "not_judged": [],
-           "broken": []}
-    for r in record:
-        outcome = r["outcome"]
-        if outcome == "pass":
-            res["passed"] += 1
-        elif outcome == "fail":
-            res["failed"] += 1
-            res["failures"].append(r["message"])
-            res["failed_host_sensitive"] += r["host_sensitive"]
-            if r["host_sensitive"]:
-                res["timing_failures"].append(r["message"])
-        elif outcome == "unmeasured":
-            res["unmeasured"] += 1
-            res["not_judged"].append(r["message"])
-        elif outcome == "instrument":
-            res["instrument"] += 1
-            res["instrument_host_sensitive"] += r["host_sensitive"]
-            res["broken"].append(r["message"])
-        else:
-            res["errors"] += 1
-            res["broken"].append(r["message"])
-    return res
 
 
 def evidence(run: RunDir, m: Manifest) -> Evidence:
