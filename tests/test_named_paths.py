@@ -8,7 +8,7 @@ import subprocess
 from conftest import ROOT
 
 TOPS = ("tests", "krig", "rigs", "workflows", "kernels", "analysis", "bench", "reproducers", "docs", "qualify")
-NAMED = re.compile(r"\b(?:%s)/[A-Za-z0-9_./-]+\.(?:py|md|sh)\b" % "|".join(TOPS))
+NAMED = re.compile(r"\b(?:" + "|".join(TOPS) + r")/[A-Za-z0-9_./-]+\.(?:py|md|sh)\b")
 PLACEHOLDER = re.compile(r"[A-Z]{1,5}(?:\.|/|$)|/x/|\*")
 
 
