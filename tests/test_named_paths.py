@@ -2,6 +2,7 @@
 is checked (tests/test_layout_records.py), a comment that points at the module doing a thing, a
 doc's path. A Python, Markdown or shell file named under one of the checkout's folders must be
 there; a placeholder (test_X.py, NAME) is not a name."""
+import pathlib
 import re
 import subprocess
 
@@ -33,7 +34,8 @@ def dangling(root, files) -> list[str]:
 
 
 def test_every_named_file_exists():
-    assert dangling(ROOT, tracked(ROOT)) == []
+    mine = pathlib.Path(__file__).relative_to(ROOT).as_posix()     # its own examples are not names
+    assert dangling(ROOT, [f for f in tracked(ROOT) if f != mine]) == []
 
 
 def test_a_name_of_a_file_that_is_gone_is_found(tmp_path):
