@@ -19,7 +19,7 @@ takes host memory only once the server touches it.
 session) that holds the BMC and the serial cable; ipmi_sim dies with it and
 the server's QEMU with ipmi_sim (setpriv --pdeathsig), so a supervisor that
 dies takes its server with it. When krig is root, ipmi_sim runs as
-rigs/qemu/confine.py's unprivileged user from its first instruction, and so does
+rigs/labsim/user.py's unprivileged `krig-lab` from its first instruction, and so does
 the server's QEMU it starts: the supervisor opens the server's disk, its image,
 firmware variables and scratch disk and hands them down (QEMU's -add-fd); the
 BMC's wires are Unix sockets in a private directory (rigs/labsim/wire.py).
@@ -113,7 +113,6 @@ def host_ram() -> int:
 class LabServer(SimServer):
     """The simulated lab server: SimServer's BMC, a server booting firmware + GRUB from its own disk."""
     USER = "krig"
-    BMC_USER = True             # ipmi_sim and the QEMU it starts: qemu_confine's user when krig is root
 
     def __init__(self, base: pathlib.Path, image_dir: pathlib.Path, memory_mb: int = 2048,
                  scratch_bytes: int = 16 << 30, nic: str = "virtio-net"):
@@ -135,6 +134,7 @@ class LabServer(SimServer):
         self.password = self.password_file.read_text().strip() if self.password_file.exists() else ""
         self.logs, self.proc, self.cable = self.base / "logs", None, None
         self.wire, self.bmc_record, self.fds = pathlib.Path(st["wire"]), st["bmc"], []
+        self.lan_sock = None                    # the supervisor's
         self.kernel = self.initrd = None
         return self
 
@@ -146,9 +146,6 @@ class LabServer(SimServer):
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
                         "-b", str(self.image_dir / "disk.qcow2"), str(b / "disk.qcow2")], check=True, timeout=60)
         shutil.copy(labsim_image.OVMF_VARS, b / "OVMF_VARS.fd")
-
-    def _guard_line(self) -> str:
-        return ""               # QEMU keeps ipmi_sim's user: its parent-death signal holds
 
     def _disk_fdsets(self) -> list:
         """-add-fd arguments: the server's disk, its image, firmware variables and scratch disk,
