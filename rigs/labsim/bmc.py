@@ -290,7 +290,10 @@ loadlib "{w}/krig_diag.so" ""
              **(bmc or {})}
         s = {"host": "127.0.0.1", "port": self.ssh_port, "user": "root", "key": str(self.base / "client_key"),
              "known_hosts": str(self.base / "known_hosts"), "connect_timeout": 30, **(ssh or {})}
-        safeio.write_text(self.rigs, f"{name}.toml", toml_document(spec, bmc=b, ssh=s))
+        return self._write_rig(name, toml_document(spec, bmc=b, ssh=s))
+
+    def _write_rig(self, name: str, text: str) -> pathlib.Path:
+        safeio.write_text(self.rigs, f"{name}.toml", text)
         return self.rigs / f"{name}.toml"
 
     def processes(self) -> list[str]:
