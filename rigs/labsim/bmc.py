@@ -71,7 +71,8 @@ def missing_tools() -> list[str]:
 
 
 def free_port(kind=socket.SOCK_STREAM) -> int:
-    """A port free now (a test's listener that binds it at once; never a server krig records)."""
+    """A port free now: another process may bind it before whoever binds it later (bound_udp
+    keeps its socket instead)."""
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
