@@ -86,6 +86,15 @@ def bound_udp() -> socket.socket:
     return s
 
 
+def _drain(sock: socket.socket) -> None:
+    """Discard the datagrams queued on sock (without changing its flags, shared with ipmi_sim)."""
+    for _ in range(10000):
+        try:
+            sock.recv(65536, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+
+
 class SimServer:
     USER = "krig"
 
@@ -244,6 +253,7 @@ loadlib "{w}/krig_diag.so" ""
 
     def start_bmc(self):
         """ipmi_sim (the BMC) on its LAN port; the chassis starts powered off."""
+        _drain(self.lan_sock)                   # what came while no ipmi_sim read it is not the new one's
         log = open(self.logs / "ipmi_sim.log", "ab")
         self.proc = subprocess.Popen(self._bmc_argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
                                      pass_fds=[*self.fds, self.lan_sock.fileno()], start_new_session=True)
