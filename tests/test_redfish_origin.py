@@ -195,6 +195,24 @@ def test_a_system_member_at_another_origin_is_never_asked(tmp_path, servers, cer
     assert any(r["auth"] for r in servers["bmc"].seen)     # basic authentication: to the BMC only
 
 
+def test_a_session_located_at_another_origin_is_not_logged_out_there(tmp_path, servers, cert):
+    """The BMC's own Sessions answer a token and a Location at another origin: the session is
+    used on the BMC only; its logout (a DELETE of the Location) is refused, bmc.log says so."""
+    redfish(servers["bmc"], sessions="/redfish/v1/SessionService/Sessions")
+    elsewhere = f"{servers['https'].url}/redfish/v1/SessionService/Sessions/1"
+    servers["bmc"].routes["/redfish/v1/SessionService/Sessions"] = (201, {"X-Auth-Token": "tok-1",
+                                                                         "Location": elsewhere}, {})
+    rig = load_rig(rig_file(tmp_path, servers["bmc"], cert[2], auth="session"))
+    rig.bmc.log_path = tmp_path / "bmc.log"
+    try:
+        assert rig.bmc.power_status() == "off"
+    finally:
+        rig.bmc.close()
+    untouched(servers["http"], servers["https"])
+    assert servers["bmc"].seen[-1]["token"] == "tok-1" and servers["bmc"].seen[-1]["auth"] is None
+    assert f"links to DELETE {elsewhere}, not the BMC's own origin" in (tmp_path / "bmc.log").read_text()
+
+
 def test_a_redirect_to_another_origin_is_refused_and_one_on_the_origin_followed(tmp_path, servers, cert):
     redfish(servers["bmc"])
     target = f"{servers['https'].url}/redfish/v1/Systems"

@@ -179,7 +179,7 @@ class RedfishBmc(Bmc):
             try:
                 self._auth.close()
             except Exception as e:      # the BMC may be gone: never fails the clean-up
-                self._log(f"logout: {type(e).__name__}")
+                self._log(f"logout: {e if isinstance(e, BmcRefused) else type(e).__name__}")
         self._auth = None
         self._drop()
         if self._handler is not None:
