@@ -134,7 +134,7 @@ def servers(cert):
 
 
 def rig_file(tmp_path, bmc: FakeBmc, fingerprint: str, host: str = "127.0.0.1", bound: str | None = None,
-             **over) -> str:
+             console: int = 9, **over) -> str:
     for name in ("key", "known_hosts"):
         (tmp_path / name).write_text("")
         (tmp_path / name).chmod(0o600)
@@ -146,7 +146,7 @@ def rig_file(tmp_path, bmc: FakeBmc, fingerprint: str, host: str = "127.0.0.1", 
     s = {"host": "127.0.0.1", "port": 9, "key": str(tmp_path / "key"), "known_hosts": str(tmp_path / "known_hosts"),
          "connect_timeout": 2}
     path = tmp_path / "rf.toml"
-    path.write_text(toml_document({"driver": "redfish", "console": "telnet://127.0.0.1:9", "boot_timeout": 5,
+    path.write_text(toml_document({"driver": "redfish", "console": f"telnet://127.0.0.1:{console}", "boot_timeout": 5,
                                    "scratch_dev": "/dev/vdb"},
                                   bmc=b, ssh=s))
     return str(path)
@@ -341,3 +341,36 @@ def test_a_password_file_for_another_bmc_is_one_line(tmp_path, secret, host, por
     with pytest.raises(UsageError, match=r"^rigs/x\.toml\.bmc\.password_file: \S+" + says) as e:
         validate_spec("x", _spec(tmp_path, secret, host, port=port), "rigs/x.toml")
     assert "\n" not in str(e.value) and "second-secret" not in str(e.value)
+
+
+def test_a_run_shows_the_bmc_strings_printable(tmp_path, servers, cert):
+    """A whole run against a BMC whose model, firmware and log entries carry escape sequences (its
+    server never answers SSH: ERROR): no control byte on the terminal, in the manifest or sel.txt."""
+    redfish(servers["bmc"], Manufacturer=f"Acme{EVIL}", Model=f"R1{EVIL}", BiosVersion=f"1.0{EVIL}",
+            LogServices={"@odata.id": "/redfish/v1/Systems/s1/LogServices"})
+    servers["bmc"].routes.update({
+        "/redfish/v1/Systems/s1/Actions/ComputerSystem.Reset": (204, {}, None),
+        "/redfish/v1/Systems/s1/LogServices": (200, {}, {"Members": [{"@odata.id": "/redfish/v1/Systems/s1/Log"}]}),
+        "/redfish/v1/Systems/s1/Log": (200, {}, {"Name": f"SEL{EVIL}", "Entries": {"@odata.id": "/redfish/v1/E"}}),
+        "/redfish/v1/E": (200, {}, {"Members": [{"Created": "now", "Message": f"fan{EVIL}\nfailed"}]})})
+    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results"), "KRIG_LOCK_DIR": str(tmp_path / "locks")}
+    with socket.create_server(("127.0.0.1", 0)) as console:     # a console server whose line stays quiet
+        accepted = []
+        threading.Thread(target=lambda: accepted.append(console.accept()), daemon=True).start()
+        rig = rig_file(tmp_path, servers["bmc"], cert[2], console=console.getsockname()[1])
+        p = subprocess.run(KRIG + ["run", "selftest-pass", "--rig", rig], capture_output=True, text=True, cwd=ROOT,
+                           timeout=300, env=env)
+        for conn, _ in accepted:
+            conn.close()
+    out = p.stdout + p.stderr
+    assert p.returncode == 3 and "Traceback" not in out, out
+    assert "did not answer SSH" in out
+    assert not CONTROL - {"\n"} & set(out), repr(out)
+    run_dir = next((tmp_path / "results").glob("*/*/*/*"))
+    facts = json.loads((run_dir / "manifest.json").read_text())["rig_facts"]
+    assert facts["server_model"] == "Acme\\x1b]0;owned\\x07\\x1b[2J\\x1b[31m R1\\x1b]0;owned\\x07\\x1b[2J\\x1b[31m"
+    for f in ("manifest.json", "sel-before.txt", "sel.txt"):
+        text = (run_dir / f).read_text()
+        assert "\x1b" not in text and "\x07" not in text, f
+    assert "fan\\x1b]0;owned" in (run_dir / "sel-before.txt").read_text()
+    untouched(servers["http"], servers["https"])
