@@ -52,6 +52,11 @@ def read_secret_file(path, field: str) -> str:
     """A secret (a password, a token) from the first line of a file only its owner can
     read (mode 0600 or stricter, owned by the user running krig). Errors name the field
     and the file, never what is in it."""
+    return read_secret_lines(path, field)[0]
+
+
+def read_secret_lines(path, field: str) -> list[str]:
+    """The lines of a secret file (read_secret_file), the secret first; at most 64 KiB read."""
     p = pathlib.Path(path)
     try:
         st = p.stat()
@@ -65,12 +70,13 @@ def read_secret_file(path, field: str) -> str:
     if st.st_uid != os.geteuid():
         raise UsageError(f"{field}: {p} is not owned by the user running krig (uid {os.geteuid()})")
     try:
-        lines = p.read_text().splitlines()
+        with open(p, "rb") as f:
+            lines = f.read(64 << 10).decode().splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"{field}: cannot read {p}: {type(e).__name__}") from None
     if not lines or not lines[0]:
         raise UsageError(f"{field}: {p} is empty; put the secret on its first line")
-    return lines[0]
+    return lines
 
 
 def parse_size(value, field: str) -> int:

@@ -45,7 +45,7 @@ class RedfishBench:
         write_htpasswd(self.base / "htpasswd", USER, self.password)
         self.password_file = self.base / "bmc-password"
         self.password_file.touch(mode=0o600)
-        self.password_file.write_text(self.password + "\n")
+        self.password_file.write_text(f"{self.password}\nbmc = 127.0.0.1:{self.port}\n")
         self.emulator = SushyEmulator(self.base, self.libvirt.uri, self.port, self.cert, key,
                                       self.base / "htpasswd", self.logs,
                                       launcher=[sys.executable, str(HERE / "redfish_faults.py"), str(self.faults)])

@@ -274,7 +274,7 @@ def installed_rig(d: pathlib.Path) -> pathlib.Path:
     """A lab server's rig file that loads here (its key, known_hosts and password file exist) and
     boots the kernel installed on the server (boot = "installed"); its BMC is never asked."""
     d.mkdir()
-    for name, text in (("key", "not really a key\n"), ("pw", "s3cret-Pw\n"), ("known_hosts", "")):
+    for name, text in (("key", "not really a key\n"), ("pw", "s3cret-Pw\nbmc = 192.0.2.5\n"), ("known_hosts", "")):
         (d / name).write_text(text)
         (d / name).chmod(0o600)
     rig = d / "installed.toml"

@@ -166,7 +166,10 @@ def test_bad_bmc_and_host_key_give_one_clear_line(sim, tmp_path):
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    sim.rig_file("noanswer", bmc={"port": port, "timeout": 1, "retries": 2})
+    bound = sim.base / "noanswer-password"      # a password file names the BMCs it goes to: this one
+    bound.touch(mode=0o600)
+    bound.write_text(f"{sim.password}\nbmc = 127.0.0.1:{port}\n")
+    sim.rig_file("noanswer", bmc={"port": port, "timeout": 1, "retries": 2, "password_file": str(bound)})
     cases.append(("noanswer", {}, 3, rf"BMC 127\.0\.0\.1:{port} did not answer after 2 tries"))
     loose = sim.base / "loose-password"
     loose.write_text(sim.password + "\n")

@@ -335,7 +335,7 @@ def test_rig_file_caps(tmp_path):
     from rigs.ipmi.spec import validate_spec
     from krig.errors import UsageError
     for name in ("key", "pw"):
-        (tmp_path / name).write_text("k\n")
+        (tmp_path / name).write_text("k\nbmc = 10.0.0.5\n")
         (tmp_path / name).chmod(0o600)
     (tmp_path / "known_hosts").write_text("")
     base = {"driver": "ipmi", "bmc": {"host": "10.0.0.5", "user": "krig", "password_file": str(tmp_path / "pw")},

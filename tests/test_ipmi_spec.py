@@ -22,7 +22,7 @@ def files(tmp_path, monkeypatch):
     (tmp_path / "key").chmod(0o600)
     (tmp_path / "known_hosts").write_text("")
     pw = tmp_path / "pw"
-    pw.write_text(PW + "\n")
+    pw.write_text(PW + "\nbmc = 10.0.0.5\n")
     pw.chmod(0o600)
     monkeypatch.setenv("KRIG_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setenv("KRIG_TEST_PW", PW)
@@ -134,7 +134,7 @@ def test_password_file_mode_owner_and_length(files):
                                          r"run `chmod 600 .*pw`$"):
         IpmiRig("lab", spec(files, bmc={"password_env": None, "password_file": str(pw)}))
     pw.chmod(0o600)
-    pw.write_text("x" * 21)
+    pw.write_text("x" * 21 + "\nbmc = 10.0.0.5:623\n")
     with pytest.raises(UsageError, match=r"longer than 20 bytes") as e:
         IpmiRig("lab", spec(files, bmc={"password_env": None, "password_file": str(pw)}))
     assert "x" * 21 not in str(e.value)

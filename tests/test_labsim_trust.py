@@ -50,7 +50,7 @@ def server(tmp_path):
 
 
 def _power(st: dict, tmp_path, what: str) -> None:
-    env = {**os.environ, "IPMI_PASSWORD": pathlib.Path(st["password_file"]).read_text().strip()}
+    env = {**os.environ, "IPMI_PASSWORD": pathlib.Path(st["password_file"]).read_text().splitlines()[0]}
     p = subprocess.run(["ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", str(st["lan_port"]), "-U", "krig", "-E",
                         "-C", "3", "chassis", "power", what], capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0, p.stderr

@@ -251,7 +251,7 @@ def _spec(tmp_path, **over):
     key.write_text("k")
     key.chmod(0o600)
     pw = tmp_path / "pw"
-    pw.write_text("secret\n")
+    pw.write_text("secret\nbmc = bmc1:443\n")
     pw.chmod(0o600)
     bmc = {"host": "bmc1", "user": "krig", "password_file": str(pw), **over.pop("bmc", {})}
     return {"driver": "redfish", "console": "telnet://ts1:7001", "bmc": bmc,

@@ -35,7 +35,7 @@ Spec = record("Spec", FIELDS)
 @pytest.fixture
 def files(tmp_path, monkeypatch):
     for f in ("key", "known_hosts", "pw"):
-        (tmp_path / f).write_text(PW + "\n")
+        (tmp_path / f).write_text(PW + "\nbmc = bmc1\n")
         (tmp_path / f).chmod(0o600)
     monkeypatch.setenv("KRIG_TEST_PW", PW)
     return tmp_path

@@ -46,7 +46,7 @@ def sshd(tmp_path_factory):
     host_pub = (d / "host_key.pub").read_text().split()[:2]
     (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(host_pub)}\n")
     pw = d / "bmc-password"
-    pw.write_text("unused\n")
+    pw.write_text("unused\nbmc = 127.0.0.1\n")
     pw.chmod(0o600)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)       # sshd's privilege separation directory
     p = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")],

@@ -6,16 +6,20 @@ is an IpmiSpec (TOP as a frozen record: its bmc an IpmiSpecBmc, its ssh an IpmiS
 kexec an IpmiSpecKexec; lab the place tags, lab_tags()).
 The BMC password is read here from the environment variable or the 0600 file
 the rig file names; it is returned apart from the spec, so it never reaches
-describe(), the manifest, a log or an error message.
+describe(), the manifest, a log or an error message. A password file is bound to the
+BMCs it is for: below the password, one line `bmc = HOST` (any port) or `bmc = HOST:PORT`
+(`bmc = [IPV6]:PORT`) for each; a rig file whose bmc.host (and port) is not among them
+is refused, so a rig file cannot send another BMC's password to a host it picks.
 """
 import dataclasses
+import ipaddress
 import json
 import os
 import pathlib
 import re
 import stat
 
-from krig.config import parse_size, read_secret_file
+from krig.config import parse_size, read_secret_lines
 from krig.errors import UsageError
 from krig.schema import ANY, OMIT, Field, Record, check, record
 from rigs.ipmi.pull import FILE_CAP, TOTAL_CAP
@@ -220,7 +224,55 @@ def password_of(bmc: Record, where: str) -> str:
         if not value:
             raise UsageError(f"{where}.password_env: environment variable {var} is not set or empty")
         return value
-    return read_secret_file(bmc.password_file, f"{where}.password_file")
+    field = f"{where}.password_file"
+    lines = read_secret_lines(bmc.password_file, field)
+    bound = _bound_to(lines[1:], f"{field}: {bmc.password_file}")
+    here = f"{url_host(bmc.host)}:{bmc.port}"
+    if not bound:
+        raise UsageError(f"{field}: {bmc.password_file} does not say which BMC its password is for: add the line "
+                         f"`bmc = {here}` below the password (a password file goes only to the BMCs it names)")
+    if not any(h == host_key(bmc.host) and p in (None, bmc.port) for h, p in bound):
+        names = ", ".join(f"{url_host(h)}:{p}" if p else h for h, p in bound)
+        raise UsageError(f"{field}: {bmc.password_file} is for {names} (its bmc lines), not bmc.host {here}: "
+                         "a password file goes only to the BMCs it names")
+    return lines[0]
+
+
+def host_key(host: str) -> str:
+    """A host as compared: an IP address in its one written form, a name in lower case."""
+    h = host.strip("[]")
+    try:
+        return str(ipaddress.ip_address(h))
+    except ValueError:
+        return h.lower().rstrip(".")
+
+
+def url_host(host: str) -> str:
+    """A host as written in a URL or beside a port: an IPv6 address in brackets."""
+    try:
+        return f"[{host}]" if ipaddress.ip_address(host.strip("[]")).version == 6 else host
+    except ValueError:
+        return host
+
+
+def _bound_to(lines: list[str], where: str) -> list[tuple[str, int | None]]:
+    """The (host, port or None) a password file's `bmc = ...` lines name (blank lines and
+    # comments skipped); any other line is refused, its number named, never its text."""
+    out = []
+    for n, line in enumerate(lines, 2):
+        key, eq, value = line.partition("=")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        v = value.strip()
+        host, port = (v[1:].partition("]")[0], v.partition("]")[2]) if v.startswith("[") else (
+            v.rpartition(":")[0], ":" + v.rpartition(":")[2]) if v.count(":") == 1 else (v, "")
+        ok = key.strip() == "bmc" and eq and _host_name(host.strip("[]")) and (
+            port == "" or (port[:1] == ":" and port[1:].isdigit() and 0 < int(port[1:]) < 65536))
+        if not ok:
+            raise UsageError(f"{where} line {n}: expected `bmc = HOST` or `bmc = HOST:PORT` (`bmc = [IPV6]:PORT`), "
+                             "a BMC this password is for")
+        out.append((host_key(host), int(port[1:]) if port else None))
+    return out
 
 
 def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[IpmiSpec, str]:

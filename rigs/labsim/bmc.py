@@ -142,8 +142,10 @@ class SimServer:
         self.write_password()
 
     def write_password(self):
-        """The BMC password, mode 0600: a new file renamed over the name (a link there is replaced)."""
-        safeio.write_text(self.password_file.parent, self.password_file.name, self.password + "\n", mode=0o600)
+        """The BMC password, mode 0600, bound to this BMC (rigs/ipmi/spec.py): a new file renamed over
+        the name (a link there is replaced)."""
+        safeio.write_text(self.password_file.parent, self.password_file.name,
+                          f"{self.password}\nbmc = 127.0.0.1:{self.lan_port}\n", mode=0o600)
 
     def _wires(self) -> list:
         """QEMU's end of the KCS wire (ipmi_sim's socket) and its COM port (connected to the

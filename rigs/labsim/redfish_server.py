@@ -54,8 +54,9 @@ class RedfishLabServer:
     def _files(self):
         b, v = self.base, self.vm_dir
         labsim_image.client_files(b, self.image_dir, self.ssh_port)
-        # the BMC password, mode 0600: a new file renamed over the name (a link there is replaced)
-        safeio.write_text(self.password_file.parent, self.password_file.name, self.password + "\n", mode=0o600)
+        # the BMC password, mode 0600, bound to this BMC (rigs/ipmi/spec.py): a new file renamed over the name
+        safeio.write_text(self.password_file.parent, self.password_file.name,
+                          f"{self.password}\nbmc = 127.0.0.1:{self.lan_port}\n", mode=0o600)
         try:            # the cached image, readable by the domain's user without entering root's home
             os.link(self.image_dir / "disk.qcow2", v / "base.qcow2")
         except OSError:

@@ -139,7 +139,7 @@ class LabServer(SimServer):
         self.nic = st.get("nic", "virtio-net")
         self.lan_port, self.ssh_port = st["lan_port"], st["ssh_port"]
         self.password_file, self.rigs = pathlib.Path(st["password_file"]), pathlib.Path(st["rigs"])
-        self.password = self.password_file.read_text().strip() if self.password_file.exists() else ""
+        self.password = (self.password_file.read_text().splitlines() or [""])[0] if self.password_file.exists() else ""
         self.logs, self.proc, self.cable = self.base / "logs", None, None
         self.wire, self.bmc_record, self.fds = pathlib.Path(st["wire"]), st["bmc"], []
         self.lan_sock, self.written = None, st.get("written") or []      # the supervisor's

@@ -6,8 +6,10 @@ Power is ComputerSystem.Reset with a ResetType the system lists (AllowableValues
 ResetType Nmi where offered. Login is a session token (SessionService), or with
 `auth = "auto"` basic authentication on a BMC without sessions. TLS is verified against the
 system's CAs, the rig file's ca_file, or a pinned SHA-256 fingerprint: never turned off. The
-password is handed to sushy in this process only; sushy's own log lines go to bmc.log, the
-password taken out. Every failure is one RigError line naming the BMC.
+password is handed to sushy in this process only, and every request goes through
+rigs/redfish/origin.py: to the BMC's own origin over TLS only, its body read within a cap.
+sushy's own log lines go to bmc.log, the password taken out. Every failure is one RigError
+line naming the BMC; what the BMC wrote reaches it as printable text only (krig.safeio).
 """
 import hashlib
 import logging
@@ -16,8 +18,10 @@ import ssl
 import time
 
 from krig.errors import RigError
+from krig.safeio import printable
 from krig.schema import Record
 from rigs.ipmi.bmc import Bmc, BmcAuthError
+from rigs.redfish.origin import BmcRefused, bmc_url, guard, public_session
 from rigs.redfish.facts import clear_logs, log_text, manager_line, server_facts
 
 # krig's power actions -> the ResetTypes that do them, the first one the system offers wins
@@ -32,7 +36,7 @@ class _ToBmcLog(logging.Handler):
 
     def emit(self, record):
         try:
-            self.bmc._log(f"sushy: {self.bmc._clean(record.getMessage())}".splitlines()[0][:500])
+            self.bmc._log(f"sushy: {self.bmc._clean(record.getMessage())}")
         except Exception:       # a log line never fails the run
             pass
 
@@ -56,9 +60,9 @@ class RedfishBmc(Bmc):
     def __init__(self, rig: str, cfg: Record, password: str, log_path=None):
         """cfg: the rig file's [bmc] table, checked (rigs/redfish/spec.py BMC)."""
         super().__init__(rig, cfg, password, log_path)
-        self.url = f"https://{cfg.host}:{cfg.port}"
+        self.url = bmc_url(cfg.host, cfg.port)
         self.where = f"BMC {self.url}"
-        self._root = self._system = self._conn = self._auth = None
+        self._root = self._system = self._conn = self._auth = self._guard = None
         self._handler = None
 
     # -- plumbing -----------------------------------------------------------
@@ -79,16 +83,16 @@ class RedfishBmc(Bmc):
         self._conn = connector.Connector(self.url, verify=verify, server_side_retries=c.retries,
                                          server_side_retries_delay=2, default_request_timeout=c.timeout,
                                          connect_timeout=min(10, c.timeout))
-        if c.fingerprint is not None:
-            from rigs.redfish.tls import pin
-            pin(self._conn, c.fingerprint)
+        where, deadline = f"rig {self.rig}: {self.where}", 2 * c.timeout
+        self._guard = guard(self._conn, self.url, where, c.fingerprint, deadline)
         kind = auth.SessionAuth if c.auth == "session" else auth.SessionOrBasicAuth
         self._auth = kind(c.user, self._password)
-        self._root = sushy.Sushy(self.url, auth=self._auth, connector=self._conn)
+        self._root = sushy.Sushy(self.url, auth=self._auth, connector=self._conn,
+                                 public_connector=public_session(self.url, where, c.fingerprint, deadline))
         systems = self._root.get_system_collection().members_identities
         want = [s for s in systems if s.rstrip("/").rsplit("/", 1)[-1] == c.system] if c.system else systems
         if len(want) != 1:
-            listed = ", ".join(s.rstrip("/").rsplit("/", 1)[-1] for s in systems) or "none"
+            listed = printable(", ".join(s.rstrip("/").rsplit("/", 1)[-1] for s in systems) or "none", 300)
             raise RigError(f"rig {self.rig}: {self.where}: " + (
                 f"no system {c.system!r} (the BMC lists: {listed})" if c.system else
                 f"lists {len(systems)} systems ({listed}); set bmc.system to one of them"))
@@ -104,9 +108,16 @@ class RedfishBmc(Bmc):
             if login:
                 self._connect()
             out = fn(self._system, *args)
+            if self._guard.refused:         # a refusal sushy took as a missing attribute
+                raise BmcRefused(self._guard.refused)
             self._log(f"{what}: ok in {time.monotonic() - t0:.1f}s")
             self.failed = None
             return out
+        except BmcRefused as e:
+            self._drop()
+            self.failed, self._auth_message = "login refused", str(e)
+            self._log(f"{what}: {e}")
+            raise
         except sx.AccessError as e:
             self._drop()
             self.failed = "login refused"
@@ -129,10 +140,14 @@ class RedfishBmc(Bmc):
             busy = " (busy: still after the retries)" if e.status_code == 503 else ""
             raise RigError(f"rig {self.rig}: {self.where}: HTTP {e.status_code}{busy} while {what}: "
                            f"{self._clean(e.message or '')[:200]}") from None
+        except (TypeError, AttributeError, KeyError, ValueError) as e:    # a field of another type than the schema's
+            self._log(f"{what}: {type(e).__name__}")
+            raise RigError(f"rig {self.rig}: {self.where}: {what} failed: its answer is not what the Redfish "
+                           f"schema says ({type(e).__name__})") from None
         except sx.SushyError as e:
             self._log(f"{what}: {type(e).__name__}")
             raise RigError(f"rig {self.rig}: {self.where}: {what} failed: "
-                           f"{self._clean(str(e)).splitlines()[0][:300]}") from None
+                           f"{self._clean(str(e))}") from None
 
     def _tls_refusal(self, e) -> str | None:
         """A TLS failure as one line saying what the BMC presented; None for other failures."""
@@ -150,6 +165,11 @@ class RedfishBmc(Bmc):
         return (f"presents a certificate that {trust} do not trust (SHA-256 fingerprint {got}; pin it as "
                 f"bmc.fingerprint once checked on the BMC itself); nothing was started")
 
+    def _clean(self, err: str) -> str:
+        """What the BMC or sushy wrote, the password taken out, as one printable line."""
+        lines = super()._clean(err).splitlines()
+        return printable(lines[0] if lines else "", 300)
+
     def _drop(self):
         self._system = self._root = None
 
@@ -159,7 +179,7 @@ class RedfishBmc(Bmc):
             try:
                 self._auth.close()
             except Exception as e:      # the BMC may be gone: never fails the clean-up
-                self._log(f"logout: {type(e).__name__}")
+                self._log(f"logout: {e if isinstance(e, BmcRefused) else type(e).__name__}")
         self._auth = None
         self._drop()
         if self._handler is not None:

@@ -2,16 +2,19 @@
 read as the IPMI SEL is (sel-before.txt, sel.txt): through sushy's resources where sushy has
 them (the system, its manager, the update service's firmware inventory) and through its
 connector for the LogService schema it has no class for. A BMC without some of it gives
-what it has; nothing here fails a run."""
+what it has; nothing here fails a run. Every string the BMC wrote comes out printable
+(krig.safeio.printable: no control character reaches a terminal, the manifest or a report)."""
 from krig.errors import RigError
+from krig.safeio import printable
 from rigs.ipmi.bmc import BmcAuthError
 
 LOG_ENTRIES = 1000          # entries read from one log service
 INVENTORY = 40              # firmware inventory items in the facts
 
 
-def _text(v) -> str:
-    return str(getattr(v, "value", v)) if v is not None else ""
+def _text(v, limit: int = 160) -> str:
+    """A value the BMC gave as one printable line ("" for none)."""
+    return printable(getattr(v, "value", v), limit) if v is not None else ""
 
 
 def manager_line(bmc) -> str:
@@ -21,9 +24,9 @@ def manager_line(bmc) -> str:
             m = s.managers[0] if s.managers else None
         except Exception as e:      # a manager link the BMC does not serve
             return f"manager unknown ({type(e).__name__})"
-        who = " ".join(x for x in (m.json.get("Manufacturer"), m.model) if x) if m else "manager unknown"
-        fw = f", firmware {m.firmware_version}" if m is not None and m.firmware_version else ""
-        return f"{who or 'manager ' + m.identity}{fw}, Redfish {bmc._root.redfish_version or '?'}"
+        who = " ".join(_text(x) for x in (m.json.get("Manufacturer"), m.model) if x) if m else "manager unknown"
+        fw = f", firmware {_text(m.firmware_version)}" if m is not None and m.firmware_version else ""
+        return f"{who or 'manager ' + _text(m.identity)}{fw}, Redfish {_text(bmc._root.redfish_version or '?')}"
     try:
         return bmc.call("reading the manager", line)
     except BmcAuthError:
@@ -35,18 +38,18 @@ def manager_line(bmc) -> str:
 def server_facts(bmc) -> dict:
     """The server as the BMC describes it: model, memory, processors, firmware versions."""
     def facts(s):
-        out = {"redfish_system": s.path,
+        out = {"redfish_system": _text(s.path),
                "redfish_auth": "session token" if bmc._auth.can_refresh_session() else "basic (no SessionService)"}
-        model = " ".join(x for x in (s.manufacturer, s.model) if x)
+        model = " ".join(_text(x) for x in (s.manufacturer, s.model) if x)
         if model:
             out["server_model"] = model
-        if s.memory_summary and s.memory_summary.size_gib:
+        if s.memory_summary and isinstance(s.memory_summary.size_gib, (int, float)):
             out["memory_gib"] = s.memory_summary.size_gib
         ps = s.json.get("ProcessorSummary") or {}
         model = ps.get("Model") or _first_processor(s)
         if ps.get("Count") or model:
-            out["processors"] = f"{ps.get('Count', '?')} x {model or 'model not given'}"
-        fw = {"bios": s.bios_version} if s.bios_version else {}
+            out["processors"] = f"{_text(ps.get('Count', '?'))} x {_text(model) or 'model not given'}"
+        fw = {"bios": _text(s.bios_version)} if s.bios_version else {}
         out["firmware_versions"] = fw
         return out
     out, fault = _asked(bmc, "reading the system", facts)
@@ -83,7 +86,7 @@ def _inventory(bmc) -> dict:
         items = {}
         for item in us.firmware_inventory.get_members()[:INVENTORY]:
             if item.version:
-                items[item.name or item.identity] = item.version
+                items[_text(item.name or item.identity, 80)] = _text(item.version)
         return items
     try:
         return bmc.call("reading the firmware inventory", inv)
@@ -106,11 +109,14 @@ def log_text(bmc) -> str:
         lines = []
         for svc in _services(bmc, s):
             body = bmc.raw(svc)
-            lines.append(f"== {svc} ({body.get('Name', '')}, {body.get('Status', {}).get('State', '')})")
+            st = body.get("Status")
+            state = st.get("State", "") if isinstance(st, dict) else ""
+            lines.append(f"== {_text(svc)} ({_text(body.get('Name', ''))}, {_text(state)})")
             link = (body.get("Entries") or {}).get("@odata.id")
             entries = bmc.raw(link).get("Members", []) if link else []
             for e in entries[-LOG_ENTRIES:]:
-                lines.append(" | ".join(str(e.get(k, "")) for k in ("Created", "Severity", "EntryType", "Message")))
+                lines.append(" | ".join(_text(e.get(k, ""), 1000) for k in ("Created", "Severity", "EntryType",
+                                                                             "Message")))
             lines.append(f"({len(entries)} entries)")
         return lines
     lines, fault = _asked(bmc, "reading the log services", read)
