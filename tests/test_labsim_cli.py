@@ -129,7 +129,7 @@ def test_up_down_and_a_supervisor_that_dies(tmp_path, downed):
     assert p.stdout.splitlines()[-1] == str(rig) and rig.is_file()
     secret = tmp_path / "config" / "krig" / "secrets" / "labsim-lab1-bmc"
     assert oct(secret.stat().st_mode & 0o777) == "0o600" and f'password_file = "{secret}"' in rig.read_text()
-    password = secret.read_text().strip()
+    password = secret.read_text().splitlines()[0]
     assert password not in rig.read_text() and not [ln for ln in _mine(tmp_path) if password in ln]
     state = json.loads((tmp_path / "state" / "krig" / "labsim" / "lab1" / "state.json").read_text())
     # its QEMU's pid file: a run samples the host beside the emulator (host.tsv, host contention)
@@ -155,7 +155,7 @@ def test_up_down_and_a_supervisor_that_dies(tmp_path, downed):
 
     # the supervisor killed: its BMC and the powered-on server die with it
     state = json.loads((tmp_path / "state" / "krig" / "labsim" / "lab1" / "state.json").read_text())
-    env = {**os.environ, "IPMI_PASSWORD": secret.read_text().strip()}
+    env = {**os.environ, "IPMI_PASSWORD": secret.read_text().splitlines()[0]}
     on = subprocess.run(["ipmitool", "-I", "lanplus", "-H", "127.0.0.1", "-p", str(state["lan_port"]), "-U", "krig",
                          "-E", "-C", "3", "chassis", "power", "on"], capture_output=True, text=True, env=env, timeout=60)
     assert on.returncode == 0, on.stderr

@@ -147,8 +147,10 @@ class LabServer(SimServer):
         return self
 
     def write_password(self):
-        """The BMC password, mode 0600, a new file (owned.py: never over one that is there)."""
-        self.written.append(owned.write_new(self.password_file, (self.password + "\n").encode(), 0o600))
+        """The BMC password, mode 0600, bound to this BMC (rigs/ipmi/spec.py), a new file (owned.py:
+        never over one that is there)."""
+        text = f"{self.password}\nbmc = 127.0.0.1:{self.lan_port}\n"
+        self.written.append(owned.write_new(self.password_file, text.encode(), 0o600))
 
     def _write_rig(self, name: str, text: str) -> pathlib.Path:
         path = self.rigs / f"{name}.toml"
