@@ -29,7 +29,7 @@ def line(tmp_path):
     started = []
 
     def serve(rfc2217: bool, port=None) -> Ser2net:
-        s = Ser2net(tmp_path, port or free_port(), f"serialdev,{os.ttyname(slave)},115200n81,local", tmp_path,
+        s = Ser2net(port or free_port(), f"serialdev,{os.ttyname(slave)},115200n81,local", tmp_path,
                     rfc2217=rfc2217)
         s.start()
         started.append(s)
@@ -75,7 +75,7 @@ def test_a_dropped_console_server_is_reconnected(tmp_path, line):
         os.write(master, b"before\r\n")
         assert b"before" in _wait_for(tmp_path / "console.log", b"before")
         stop_group(s.proc, 10)
-        serve(False, port=s.port)           # the console server back on its port
+        serve(False, port=s.listen)           # the console server back on its port
         for _ in range(100):
             if con.restarts and con._conn is not None:
                 break
