@@ -31,11 +31,12 @@ HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
 # the trace reader's page walk in C (analysis/trace/kbuffer.py loads it with ctypes)
 KWALK := analysis/trace/_kwalk.so
 
-.PHONY: help setup apt qemu-user python helpers test test-prereqs test-fast test-bisect run list check bench clean qualify seed-scale docs-pictures
+.PHONY: help setup apt qemu-user lab-user python helpers test test-prereqs test-fast test-bisect run list check bench clean qualify seed-scale docs-pictures
 
 help:
 	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
 	@echo "make qemu-user             the system user krig-qemu QEMU runs as when krig is root (in setup)"
+	@echo "make lab-user              the system user krig-lab simulated lab servers run as when krig is root (in setup)"
 	@echo "make test                  self-tests, including real QEMU guests and smoke runs"
 	@echo "make test-fast             self-tests that boot no guest and build no kernel"
 	@echo "make test-bisect           krig bisect end to end alone (also in make test; 10-20 min)"
@@ -54,7 +55,7 @@ help:
 	@echo "make bisect-demo [METRIC=.. LIKE=..]   bisect a small local 6.1 history with one injected bad commit"
 	@echo "make clean                 remove build outputs (keeps results/)"
 
-setup: apt qemu-user python helpers
+setup: apt qemu-user lab-user python helpers
 
 # QEMU's own user when krig runs as root (rigs/qemu/confine.py): a system user without a
 # home or a login shell, made once, as Debian's own services do
@@ -62,6 +63,13 @@ QEMU_USER := krig-qemu
 qemu-user:
 	@getent passwd $(QEMU_USER) >/dev/null || $(SUDO) useradd --system --user-group --no-create-home \
 		--home-dir /nonexistent --shell /usr/sbin/nologin --comment "krig's QEMU" $(QEMU_USER)
+
+# the simulated lab servers' own user when krig runs as root (rigs/labsim/user.py): not
+# krig-qemu, so that a QEMU rig guest that escapes reaches no simulated server
+LAB_USER := krig-lab
+lab-user:
+	@getent passwd $(LAB_USER) >/dev/null || $(SUDO) useradd --system --user-group --no-create-home \
+		--home-dir /nonexistent --shell /usr/sbin/nologin --comment "krig's simulated lab servers" $(LAB_USER)
 
 apt:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \

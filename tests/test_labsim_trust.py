@@ -14,6 +14,7 @@ import pytest
 from conftest import KRIG, ROOT, setup_missing
 from labsim_fixture import started_under
 from rigs.labsim import image as labsim_image
+from rigs.labsim.user import lab_user
 from rigs.qemu import confine as qemu_confine
 from rigs.labsim.bmc import missing_tools as bmc_missing
 
@@ -72,8 +73,8 @@ def _uid(pid: int) -> int:
 
 
 def test_another_user_reaches_neither_console_nor_bmc_wires(server, tmp_path):
-    """Powered on: ipmi_sim and the server's QEMU run as the unprivileged user (krig as root);
-    the console, the KCS wire and QEMU's COM port are Unix sockets that nobody (a second local
+    """Powered on: ipmi_sim and the server's QEMU run as krig-lab (krig as root; not krig-qemu,
+    the QEMU rig's guests' user); the console, the KCS wire and QEMU's COM port are Unix sockets that nobody (a second local
     user) cannot connect to; the only ports are the IPMI LAN (UDP) and SSH; a local newcomer on
     the SOL wire is closed and ipmi_sim keeps its console."""
     st = server
@@ -86,27 +87,30 @@ def test_another_user_reaches_neither_console_nor_bmc_wires(server, tmp_path):
     procs = {int(ln.split()[0]): ln for ln in started_under(tmp_path / "state")}
     qemu = [p for p, ln in procs.items() if "qemu-system-x86_64" in ln.split()[1]]
     assert len(qemu) == 1 and st["bmc"]["pid"] in procs, procs
-    if qemu_confine.runas_user() is not None:
+    if lab_user() is not None:
         import pwd
-        uid = pwd.getpwnam(qemu_confine.runas_user()).pw_uid
+        uid = pwd.getpwnam(lab_user()).pw_uid
         assert _uid(qemu[0]) == uid and _uid(st["bmc"]["pid"]) == uid
+        assert uid not in (0, pwd.getpwnam(qemu_confine.USER).pw_uid), uid
     ports, lines = _listening(set(procs))
     assert ports == {f"u:{st['lan_port']}", f"t:{st['ssh_port']}"}, (st["lan_port"], st["ssh_port"], procs, lines)
-    for sock in ("sol.sock", "kcs.sock", "serial.sock"):
+    guest_user = ["setpriv", f"--reuid={qemu_confine.USER}", f"--regid={qemu_confine.USER}", "--clear-groups", "--"]
+    for sock in (run.parent / "sol.sock", run / "kcs.sock", run / "serial.sock"):
         code = ("import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1]); print('reached')\n"
                 "except PermissionError: print('refused')\n")
-        p = subprocess.run(NOBODY + ["/usr/bin/python3", "-I", "-c", code, str(run / sock)], capture_output=True,
-                           text=True, timeout=30)
-        assert p.stdout.strip() == "refused", (sock, p.stdout, p.stderr)
+        for who in [NOBODY] + ([guest_user] if os.geteuid() == 0 else []):
+            p = subprocess.run(who + ["/usr/bin/python3", "-I", "-c", code, str(sock)], capture_output=True,
+                               text=True, timeout=30)
+            assert p.stdout.strip() == "refused", (who, sock, p.stdout, p.stderr)
     intruder = socket.socket(socket.AF_UNIX)
-    intruder.connect(str(run / "sol.sock"))
+    intruder.connect(str(run.parent / "sol.sock"))
     intruder.settimeout(10)
     assert intruder.recv(100) == b""            # closed at once
     intruder.close()
     # ipmi_sim still holds the cable's BMC end: its socket's peer is the supervisor's accepted one
     ss = subprocess.run(["ss", "-H", "-xp", "state", "established"], capture_output=True, text=True).stdout
     ends = [ln for ln in ss.splitlines() if f"pid={st['bmc']['pid']}," in ln and "sol.sock" not in ln.split()[3]]
-    sup = [ln for ln in ss.splitlines() if f"{run}/sol.sock" in ln and f"pid={st['supervisor']['pid']}," in ln]
+    sup = [ln for ln in ss.splitlines() if f"{run.parent}/sol.sock" in ln and f"pid={st['supervisor']['pid']}," in ln]
     assert len(sup) == 1 and any(ln.split()[4] == sup[0].split()[6] for ln in ends), (sup, ends)
 
 
@@ -156,8 +160,9 @@ def test_two_ups_of_one_name_one_wins(tmp_path):
 
 
 def test_files_are_not_written_through_planted_links(tmp_path):
-    """A link planted at the rig file's or the password's name is replaced, its target left as
-    it was; a rig directory that is a link is refused in one line."""
+    """A link planted at the rig file's or the password's name is left as it is, the `up` refused
+    in one line (rigs/labsim/owned.py), its target as it was; with those gone, `up` writes its own
+    files; a rig directory that is a link is refused in one line."""
     setup_missing(bmc_missing() + labsim_image.missing_tools(), "the lab server tests")
     rigs, secrets = tmp_path / "config" / "krig" / "rigs", tmp_path / "config" / "krig" / "secrets"
     rigs.mkdir(parents=True)
@@ -166,6 +171,11 @@ def test_files_are_not_written_through_planted_links(tmp_path):
     for t, link in zip(targets, (rigs / "lab1.toml", secrets / "labsim-lab1-bmc")):
         t.write_text("theirs\n")
         link.symlink_to(t)
+    for link in (rigs / "lab1.toml", secrets / "labsim-lab1-bmc"):
+        p = _krig(tmp_path, "lab", "sim", "up", "lab1")
+        assert p.returncode == 2 and f"NAME: {link} is there" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+        assert link.is_symlink() and [t.read_text() for t in targets] == ["theirs\n", "theirs\n"]
+        link.unlink()
     try:
         p = _krig(tmp_path, "lab", "sim", "up", "lab1")
         assert p.returncode == 0, p.stdout + p.stderr

@@ -14,10 +14,13 @@ import time
 import pytest
 
 from krig.paths import process_record
+from rigs.labsim.user import lab_user
 from rigs.qemu import confine as qemu_confine
 from rigs.labsim.wire import SerialCable, kill_session, remove_wire_dir, session_members, user_ids, wire_dir
 
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+# the QEMU rig's guests' user when the tests run as root: no simulated server's wire is theirs either
+QEMU_GUEST = ["setpriv", f"--reuid={qemu_confine.USER}", f"--regid={qemu_confine.USER}", "--clear-groups", "--"]
 # a client as ipmi_sim's SOL is: connects to the socket, prints what comes, stops at EOF
 CLIENT = ("import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\nprint('connected',flush=True)\n"
           "while True:\n d=s.recv(100)\n if not d: break\n print(d.decode(),flush=True)\n")
@@ -47,7 +50,7 @@ class FakeCom(threading.Thread):
 
 @pytest.fixture
 def wires():
-    d = wire_dir(qemu_confine.runas_user())
+    d = wire_dir(lab_user())
     yield d
     remove_wire_dir(d)
     assert not d.exists()
@@ -56,9 +59,9 @@ def wires():
 def test_the_cable_takes_only_its_bmc_and_keeps_it(wires):
     com = FakeCom(wires / "run" / "serial.sock")
     com.start()
-    cable = SerialCable(wires / "run" / "sol.sock", wires / "run" / "serial.sock")
+    cable = SerialCable(wires / "sol.sock", wires / "run" / "serial.sock")
     cable.start()
-    bmc = subprocess.Popen([sys.executable, "-c", CLIENT, str(wires / "run" / "sol.sock")], stdout=subprocess.PIPE,
+    bmc = subprocess.Popen([sys.executable, "-c", CLIENT, str(wires / "sol.sock")], stdout=subprocess.PIPE,
                            text=True)
     try:
         assert bmc.stdout.readline().strip() == "connected"
@@ -66,7 +69,7 @@ def test_the_cable_takes_only_its_bmc_and_keeps_it(wires):
         _wait(lambda: cable.bmc is not None and com.conn is not None, "the cable's two ends")
         # a newcomer of the same user (another process): closed at once, never the BMC end
         intruder = socket.socket(socket.AF_UNIX)
-        intruder.connect(str(wires / "run" / "sol.sock"))
+        intruder.connect(str(wires / "sol.sock"))
         intruder.settimeout(10)
         assert intruder.recv(100) == b""
         assert cable.refused == 1
@@ -84,24 +87,25 @@ def test_another_user_reaches_no_wire(wires):
     what is in it; the user the BMC runs as when krig is root can."""
     com = FakeCom(wires / "run" / "serial.sock")
     com.start()
-    cable = SerialCable(wires / "run" / "sol.sock", wires / "run" / "serial.sock",
-                        owner=user_ids(qemu_confine.runas_user()))
+    cable = SerialCable(wires / "sol.sock", wires / "run" / "serial.sock",
+                        owner=user_ids(lab_user()))
     (wires / "lan.conf").write_text("secret\n")
     try:
-        for target in ("run/sol.sock", "run/serial.sock", "lan.conf", "run"):
+        for target in ("sol.sock", "run/serial.sock", "lan.conf", "run"):
             path = wires / target
             code = ("import socket,sys,os\np=sys.argv[1]\ntry:\n if p.endswith('.sock'):\n"
                     "  s=socket.socket(socket.AF_UNIX); s.connect(p)\n elif os.path.isdir(p): os.listdir(p)\n"
                     " else: open(p).read()\n print('reached')\nexcept PermissionError: print('refused')\n")
-            p = subprocess.run(NOBODY + ["/usr/bin/python3", "-I", "-c", code, str(path)], capture_output=True,
-                               text=True, timeout=30)
-            assert p.stdout.strip() == "refused", (target, p.stdout, p.stderr)
+            for who in [NOBODY] + ([QEMU_GUEST] if os.geteuid() == 0 else []):
+                p = subprocess.run(who + ["/usr/bin/python3", "-I", "-c", code, str(path)], capture_output=True,
+                                   text=True, timeout=30)
+                assert p.stdout.strip() == "refused", (who, target, p.stdout, p.stderr)
         assert oct(wires.stat().st_mode & 0o777) in ("0o700", "0o710")
-        if qemu_confine.runas_user() is not None:          # as root: the BMC's user goes through to its sockets
-            who = qemu_confine.runas_user()
+        if lab_user() is not None:          # as root: the BMC's user goes through to its sockets
+            who = lab_user()
             code = "import socket,sys\ns=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print('reached')"
             p = subprocess.run(["setpriv", f"--reuid={who}", f"--regid={user_ids(who)[1]}", "--clear-groups", "--",
-                                "/usr/bin/python3", "-I", "-c", code, str(wires / "run" / "sol.sock")],
+                                "/usr/bin/python3", "-I", "-c", code, str(wires / "sol.sock")],
                                capture_output=True, text=True, timeout=30)
             assert p.stdout.strip() == "reached", p.stderr
     finally:
@@ -135,7 +139,7 @@ def test_the_cable_feeds_no_com_port_but_its_servers(wires):
     says no): the cable hangs up on it and sends it nothing."""
     com = FakeCom(wires / "run" / "serial.sock")
     com.start()
-    cable = SerialCable(wires / "run" / "sol.sock", wires / "run" / "serial.sock")
+    cable = SerialCable(wires / "sol.sock", wires / "run" / "serial.sock")
     seen = []
     cable.vm_ok = lambda pid: seen.append(pid) or False
     cable.start()

@@ -1,7 +1,10 @@
 """A simulated IPMI server, all on 127.0.0.1: the BMC, the wire to the server's serial port, its power.
 
-OpenIPMI's ipmi_sim is the BMC (RMCP+ on a free UDP port, users from a
-generated lan.conf). Its `startcmd` starts a QEMU server with an external BMC
+OpenIPMI's ipmi_sim is the BMC: RMCP+ on a UDP port of 127.0.0.1 that krig binds
+itself and hands to ipmi_sim (no other user can take the port first), one user
+from a generated lan.conf with a generated password, cipher suite 3 only (no
+IPMI 1.5 session, no RMCP+ suite without password, integrity or confidentiality:
+rigs/labsim/ipmisim/krig_unix.c), no anonymous user. Its `startcmd` starts a QEMU server with an external BMC
 (`ipmi-bmc-extern` + `isa-ipmi-kcs`, chardev socket with reconnect) when the
 chassis is powered on. SimServer's own server boots a distro kernel with krig's
 initramfs in `krig.mode=sshd` (the guest root of rigs/qemu/guestroot.py, never the
@@ -20,10 +23,11 @@ Two pieces model what a real server has and ipmi_sim lacks:
 The BMC's side channels (the KCS wire, SOL, QEMU's COM port) are Unix sockets
 in the server's private directory, never TCP ports (rigs/labsim/wire.py); what
 stays on 127.0.0.1 is what a real BMC and server offer: the IPMI LAN (RMCP+,
-password) and SSH (key). `BMC_USER`: ipmi_sim runs as rigs/qemu/confine.py's
-user when krig is root (the lab server's), or as root with QEMU dropping to
-that user itself (the IPMI rig tests' server, which boots a root-only
-/boot/vmlinuz).
+password) and SSH (key, its host key pinned). When krig is root, ipmi_sim and the
+server's QEMU it starts run as rigs/labsim/user.py's `krig-lab` from their first
+instruction (never as root, never as the QEMU rig's `krig-qemu`); the files QEMU
+needs are opened by krig and handed down as descriptors (rigs/qemu/launch.py's
+Handover: a root-only /boot/vmlinuz goes as a sealed copy).
 
 ipmi_sim dies with the thread that started it and the server's QEMU with
 ipmi_sim (setpriv --pdeathsig); stop() ends everything started here (the
@@ -43,6 +47,8 @@ from krig.config import toml_document
 from krig.paths import process_record
 from rigs.qemu import guestroot
 from rigs.qemu import confine as qemu_confine
+from rigs.qemu.launch import Handover
+from rigs.labsim.user import lab_user
 from rigs.procs import stop_group
 from rigs.labsim.wire import (KCS_MARK, SOL_MARK, SerialCable, kill_session,
                               remove_wire_dir, session_members, user_ids, wire_dir)
@@ -65,14 +71,22 @@ def missing_tools() -> list[str]:
 
 
 def free_port(kind=socket.SOCK_STREAM) -> int:
+    """A port free now (a test's listener that binds it at once; never a server krig records)."""
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+def bound_udp() -> socket.socket:
+    """A UDP socket bound to a new port of 127.0.0.1: ipmi_sim's LAN, held by krig from its
+    choice to the server's stop (ipmi_sim gets the descriptor, krig_unix.c)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
 class SimServer:
     USER = "krig"
-    BMC_USER = False            # ipmi_sim as root; QEMU drops to qemu_confine's user itself
 
     def __init__(self, base: pathlib.Path, kernel, initrd: pathlib.Path, memory_mb: int = 2048,
                  scratch_bytes: int = 16 << 30):
@@ -82,7 +96,8 @@ class SimServer:
         self.kernel = kernel
         self.initrd = initrd
         self.password = "krigpw" + secrets.token_hex(5)      # ipmi_sim keeps 16 bytes
-        self.lan_port = free_port(socket.SOCK_DGRAM)
+        self.lan_sock = bound_udp()             # the BMC's LAN: krig's until stop()
+        self.lan_port = self.lan_sock.getsockname()[1]
         self.ssh_port = free_port()
         self.proc: subprocess.Popen | None = None
         self.bmc_record: dict | None = None    # ipmi_sim's process record: its session is the server's
@@ -127,16 +142,24 @@ class SimServer:
                 "-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0", "-device", "isa-ipmi-kcs,bmc=bmc0",
                 "-chardev", f"socket,id=ser0,path={w}/serial.sock,server=on,wait=on", "-serial", "chardev:ser0"]
 
-    def _guard_line(self) -> str:
-        return qemu_confine.guard_shell_line()
+    def _handed(self, argv: list) -> list:
+        """QEMU's argv as ipmi_sim's user runs it: when that is krig-lab, each host file it names
+        is a descriptor krig opened (QEMU gets them through ipmi_sim), its host key krig-lab's."""
+        who = lab_user()
+        if who is None:
+            return argv
+        qemu_confine.give([self.base / "cfg" / "ssh_host_ed25519_key"], who)
+        h = Handover(who)
+        out = h.rewrite(argv)
+        self.fds += h.fds               # closed at stop(), after ipmi_sim (and QEMU) got them
+        return out
 
     def _vm_argv(self) -> list:
         b = self.base
         root_args, root_cmdline = guestroot.build(b / "guestroot", ROOT)
         append = ("console=ttyS0,115200 panic=-1 loglevel=6 krig.mode=sshd krig.hostname=krig-ipmi-guest "
                   "krig.ip=10.0.2.15/24 krig.gw=10.0.2.2 " + " ".join(root_cmdline))
-        # QEMU reads the host key after dropping to its user: the key is that user's
-        return ["setpriv", "--pdeathsig", "KILL", *qemu_confine.confine([
+        return ["setpriv", "--pdeathsig", "KILL", *self._handed([
                 "qemu-system-x86_64", "-name", "krig-ipmi-sim-guest",
                 "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb),
                 "-display", "none", "-vga", "none", "-nodefaults", *self._wires(),
@@ -146,7 +169,7 @@ class SimServer:
                 *root_args,
                 "-virtfs", f"local,path={b}/cfg,mount_tag=krigcfg,security_model=none,readonly=on,multidevs=remap",
                 "-drive", f"file={b}/scratch.img,if=none,id=nvme0,format=raw,cache=unsafe",
-                "-device", "nvme,drive=nvme0,serial=krig-scratch"], owned=[b / "cfg" / "ssh_host_ed25519_key"])]
+                "-device", "nvme,drive=nvme0,serial=krig-scratch"])]
 
     def _configs(self):
         b, w = self.base, self.wire
@@ -155,24 +178,24 @@ class SimServer:
         log = os.open(self.logs / "qemu.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self.fds.append(log)
         start = w / "start-vm"                  # root's when krig is: ipmi_sim runs it, cannot change it
-        start.write_text("#!/bin/bash\n# ipmi_sim's startcmd: the server's power\n" + self._guard_line() + "exec "
+        start.write_text("#!/bin/bash\n# ipmi_sim's startcmd: the server's power\nexec "
                          + " ".join(f"'{a}'" for a in self._vm_argv()) + f" >&{log} 2>&1\n")
         start.chmod(0o755)
         for src in (DIAG_SRC, UNIX_SRC):
             subprocess.run(["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", str(w / f"{src.stem}.so"), str(src),
                             "-ldl"], check=True, timeout=120, capture_output=True)
         conf = os.open(w / "lan.conf", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
-        os.fchown(conf, -1, user_ids(qemu_confine.runas_user())[1])     # its password: root and ipmi_sim's user
+        os.fchown(conf, -1, user_ids(lab_user())[1])     # its password: root and ipmi_sim's user
         with os.fdopen(conf, "w") as f:
             f.write(f"""name "krigsim"
 set_working_mc 0x20
   startlan 1
     addr 127.0.0.1 {self.lan_port}
     priv_limit admin
-    allowed_auths_callback none md2 md5 straight
-    allowed_auths_user none md2 md5 straight
-    allowed_auths_operator none md2 md5 straight
-    allowed_auths_admin none md2 md5 straight
+    allowed_auths_callback
+    allowed_auths_user
+    allowed_auths_operator
+    allowed_auths_admin
     guid a123456789abcdefa123456789abcdef
   endlan
   serial 15 127.0.0.1 {KCS_MARK} codec VM
@@ -181,7 +204,7 @@ set_working_mc 0x20
   startnow false
   poweroff_wait 5
   kill_wait 5
-  user 2 true "{self.USER}" "{self.password}" admin 10 none md2 md5 straight
+  user 2 true "{self.USER}" "{self.password}" admin 10
 loadlib "{w}/krig_diag.so" ""
 """)
         (w / "sim.emu").write_text(
@@ -196,35 +219,36 @@ loadlib "{w}/krig_diag.so" ""
     def start(self):
         self.rigs.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir()
-        user = qemu_confine.runas_user()
+        user = lab_user()
         self.wire = wire_dir(user)
         self._keys()
         self._configs()
-        self.cable = SerialCable(self.wire / "run" / "sol.sock", self.wire / "run" / "serial.sock",
-                                 owner=user_ids(user) if self.BMC_USER else None)
+        self.cable = SerialCable(self.wire / "sol.sock", self.wire / "run" / "serial.sock",
+                                 owner=None if user is None else user_ids(user))
         self.cable.start()
         self.start_bmc()
 
     def _bmc_argv(self) -> list:
-        """ipmi_sim with krig_unix.so preloaded (rigs/labsim/wire.py), as BMC_USER says; dies with
-        the starting thread (--pdeathsig, set after the user changes)."""
+        """ipmi_sim with krig_unix.so preloaded (rigs/labsim/wire.py) and krig's LAN socket, as
+        krig-lab when krig is root; dies with the starting thread (--pdeathsig, set after the user
+        changes)."""
         w = self.wire
-        who = qemu_confine.runas_user() if self.BMC_USER else None
+        who = lab_user()
         drop = [] if who is None else ["--reuid", who, "--regid", str(user_ids(who)[1]), "--clear-groups"]
         return [SETPRIV, *drop, "--pdeathsig", "KILL", "--", "env", f"LD_PRELOAD={w}/krig_unix.so",
-                f"KRIG_BMC_LISTEN={KCS_MARK}:{w}/run/kcs.sock", f"KRIG_BMC_CONNECT={SOL_MARK}:{w}/run/sol.sock",
+                f"KRIG_BMC_LISTEN={KCS_MARK}:{w}/run/kcs.sock", f"KRIG_BMC_CONNECT={SOL_MARK}:{w}/sol.sock",
+                f"KRIG_BMC_LAN={self.lan_port}:{self.lan_sock.fileno()}",
                 "ipmi_sim", "-c", f"{w}/lan.conf", "-f", f"{w}/sim.emu", "-s", f"{w}/state", "-n"]
 
     def start_bmc(self):
         """ipmi_sim (the BMC) on its LAN port; the chassis starts powered off."""
         log = open(self.logs / "ipmi_sim.log", "ab")
         self.proc = subprocess.Popen(self._bmc_argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
-                                     pass_fds=self.fds, start_new_session=True)
+                                     pass_fds=[*self.fds, self.lan_sock.fileno()], start_new_session=True)
         log.close()
         self.bmc_record = process_record(self.proc.pid)
         self.cable.peer = self.proc.pid
         self.cable.vm_ok = lambda pid: pid in session_members(self.bmc_record)
-        kcs = self.wire / "run" / "kcs.sock"
         for _ in range(50):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ipmi_sim exited {self.proc.returncode}: "
@@ -234,8 +258,6 @@ loadlib "{w}/krig_diag.so" ""
             except subprocess.TimeoutExpired:       # a busy host: ipmitool's own retries outlast the wait
                 answered = False
             if answered:
-                if not self.BMC_USER and qemu_confine.runas_user() is not None:
-                    os.chown(kcs, *user_ids(qemu_confine.runas_user()), follow_symlinks=False)  # QEMU reconnects
                 return
             time.sleep(0.2)
         raise RuntimeError("ipmi_sim does not answer on its LAN port")
@@ -268,7 +290,10 @@ loadlib "{w}/krig_diag.so" ""
              **(bmc or {})}
         s = {"host": "127.0.0.1", "port": self.ssh_port, "user": "root", "key": str(self.base / "client_key"),
              "known_hosts": str(self.base / "known_hosts"), "connect_timeout": 30, **(ssh or {})}
-        safeio.write_text(self.rigs, f"{name}.toml", toml_document(spec, bmc=b, ssh=s))
+        return self._write_rig(name, toml_document(spec, bmc=b, ssh=s))
+
+    def _write_rig(self, name: str, text: str) -> pathlib.Path:
+        safeio.write_text(self.rigs, f"{name}.toml", text)
         return self.rigs / f"{name}.toml"
 
     def processes(self) -> list[str]:
@@ -293,6 +318,9 @@ loadlib "{w}/krig_diag.so" ""
         for fd in self.fds:
             os.close(fd)
         self.fds = []
+        if getattr(self, "lan_sock", None) is not None:
+            self.lan_sock.close()
+            self.lan_sock = None
         remove_wire_dir(self.wire)
 
     def own(self) -> list[int]:

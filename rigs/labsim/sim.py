@@ -19,7 +19,7 @@ takes host memory only once the server touches it.
 session) that holds the BMC and the serial cable; ipmi_sim dies with it and
 the server's QEMU with ipmi_sim (setpriv --pdeathsig), so a supervisor that
 dies takes its server with it. When krig is root, ipmi_sim runs as
-rigs/qemu/confine.py's unprivileged user from its first instruction, and so does
+rigs/labsim/user.py's unprivileged `krig-lab` from its first instruction, and so does
 the server's QEMU it starts: the supervisor opens the server's disk, its image,
 firmware variables and scratch disk and hands them down (QEMU's -add-fd); the
 BMC's wires are Unix sockets in a private directory (rigs/labsim/wire.py).
@@ -57,6 +57,7 @@ from krig.errors import KrigError, UsageError
 from krig.paths import owner_alive, process_record
 from rigs import lab, lab_tags, user_rig_dir
 from rigs.labsim import image as labsim_image
+from rigs.labsim import owned
 from rigs.labsim import redfish as labsim_redfish
 from rigs.qemu import memory as qemu_memory
 from rigs.labsim.bmc import SimServer, missing_tools as bmc_missing
@@ -99,6 +100,11 @@ def secret_dir() -> pathlib.Path:
     return own_dir(_xdg("XDG_CONFIG_HOME", "~/.config") / "secrets", private=True)
 
 
+def own_files(name: str) -> tuple[pathlib.Path, pathlib.Path]:
+    """Where `up NAME` writes beside the user's own files: the rig file and the BMC password."""
+    return user_rig_dir() / f"{name}.toml", _xdg("XDG_CONFIG_HOME", "~/.config") / "secrets" / f"labsim-{name}-bmc"
+
+
 def state_dir(name: str) -> pathlib.Path:
     return _xdg("XDG_STATE_HOME", "~/.local/state") / "labsim" / name
 
@@ -113,12 +119,12 @@ def host_ram() -> int:
 class LabServer(SimServer):
     """The simulated lab server: SimServer's BMC, a server booting firmware + GRUB from its own disk."""
     USER = "krig"
-    BMC_USER = True             # ipmi_sim and the QEMU it starts: qemu_confine's user when krig is root
 
     def __init__(self, base: pathlib.Path, image_dir: pathlib.Path, memory_mb: int = 2048,
                  scratch_bytes: int = 16 << 30, nic: str = "virtio-net"):
         super().__init__(base, kernel=None, initrd=None, memory_mb=memory_mb, scratch_bytes=scratch_bytes)
         self.image_dir, self.nic = image_dir, nic
+        self.written: list[dict] = []       # the records of the files written beside the user's (owned.py)
 
     @classmethod
     def attach(cls, name: str) -> "LabServer":
@@ -135,8 +141,18 @@ class LabServer(SimServer):
         self.password = self.password_file.read_text().strip() if self.password_file.exists() else ""
         self.logs, self.proc, self.cable = self.base / "logs", None, None
         self.wire, self.bmc_record, self.fds = pathlib.Path(st["wire"]), st["bmc"], []
+        self.lan_sock, self.written = None, st.get("written") or []      # the supervisor's
         self.kernel = self.initrd = None
         return self
+
+    def write_password(self):
+        """The BMC password, mode 0600, a new file (owned.py: never over one that is there)."""
+        self.written.append(owned.write_new(self.password_file, (self.password + "\n").encode(), 0o600))
+
+    def _write_rig(self, name: str, text: str) -> pathlib.Path:
+        path = self.rigs / f"{name}.toml"
+        self.written.append(owned.write_new(path, (owned.header(name) + text).encode()))
+        return path
 
     def _keys(self):
         b = self.base
@@ -146,9 +162,6 @@ class LabServer(SimServer):
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
                         "-b", str(self.image_dir / "disk.qcow2"), str(b / "disk.qcow2")], check=True, timeout=60)
         shutil.copy(labsim_image.OVMF_VARS, b / "OVMF_VARS.fd")
-
-    def _guard_line(self) -> str:
-        return ""               # QEMU keeps ipmi_sim's user: its parent-death signal holds
 
     def _disk_fdsets(self) -> list:
         """-add-fd arguments: the server's disk, its image, firmware variables and scratch disk,
@@ -292,6 +305,7 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
         if st and owner_alive(st.get("supervisor")):
             log(f"krig: lab sim {name}: already up ({st['memory_mb']} MiB); krig lab sim down {name} stops it")
             return pathlib.Path(st["rig"])
+        owned.in_the_way(name, own_files(name), (st or {}).get("written"))
         st = _start(name, mem, owner_rec, st, log, nic, bmc)
     finally:
         os.close(lock)
@@ -414,9 +428,8 @@ def _clean(st: dict) -> list[int]:
 
 
 def _forget(st: dict) -> None:
-    for f in (st.get("rig"), st.get("password_file")):
-        if f:
-            pathlib.Path(f).unlink(missing_ok=True)
+    """Remove the rig file and password the server wrote, if they are still what it wrote."""
+    owned.remove(st.get("written"))
 
 
 # -- the supervisor ---------------------------------------------------------------
@@ -432,7 +445,9 @@ def serve(name: str) -> int:
                            nic=req.get("nic") or "virtio-net")
     server.base.mkdir()
     server.rigs = own_dir(user_rig_dir())
-    server.password_file = secret_dir() / f"labsim-{name}-bmc"
+    secret_dir()
+    server.password_file = own_files(name)[1]
+    written = server.__dict__.setdefault("written", [])     # the records of what it writes there (owned.py)
     stop = threading.Event()
     owner, orphaned = req.get("owner"), False
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -442,10 +457,13 @@ def serve(name: str) -> int:
              "sparse": (server.memory_mb << 20) > host_ram(), "nic": getattr(server, "nic", "virtio-net"),
              "scratch_bytes": server.scratch_bytes,
              "password_file": str(server.password_file), "rigs": str(server.rigs),
-             "lan_port": server.lan_port, "ssh_port": server.ssh_port}
+             "lan_port": server.lan_port, "ssh_port": server.ssh_port, "written": written}
     try:
         server.start()
         rig = server.rig_file(name, boot="kexec", kexec={"append": ["loglevel=6"]})
+        for path in {str(rig), str(server.password_file)} - {r["path"] for r in written}:
+            rec = owned.record_of(pathlib.Path(path))       # a server that writes them another way
+            written += [rec] if rec else []
         state.update(rig=str(rig), ready=True, wire=str(getattr(server, "wire", "") or ""),
                      bmc=getattr(server, "bmc_record", None), bmc_kind=req.get("bmc_kind", "ipmi"),
                      vm_dir=str(getattr(server, "vm_dir", "") or ""), parts=getattr(server, "parts", None))

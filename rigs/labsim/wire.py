@@ -3,15 +3,16 @@
 A simulated server's BMC side channels are Unix sockets in a directory of its
 own (`wire_dir`, made by mkdtemp: a new name, mode 0700), never TCP ports:
   run/kcs.sock     ipmi_sim's VM serial interface (the KCS wire); QEMU connects
-  run/sol.sock     the serial cable's BMC end; ipmi_sim's SOL connects
+  sol.sock         the serial cable's BMC end (krig's, mode 0600, ipmi_sim's user's); ipmi_sim's SOL connects
   run/serial.sock  QEMU's COM port; the serial cable connects
 ipmi_sim knows only TCP for the first two: rigs/labsim/ipmisim/krig_unix.c, preloaded
 into it, turns its bind and connect to the privileged ports lan.conf names into
-these sockets. When krig runs as root, ipmi_sim and QEMU run as the user of
-rigs/qemu/confine.runas_user(): the directory is then root's with that user's
-group and mode 0710 (the user goes through it, lists and creates nothing in it:
-its configuration and the libraries preloaded into ipmi_sim stay root's), and
-`run` and `state` are that user's (0700). No other user reaches a socket.
+these sockets. When krig runs as root, ipmi_sim and QEMU run as rigs/labsim/user.py's
+`krig-lab`: the directory is then root's with that user's group and mode 0710 (the
+user goes through it, lists and creates nothing in it: its configuration, the
+libraries preloaded into ipmi_sim and the cable's socket stay root's to make), and
+`run` and `state` are that user's (0700). No other user reaches a socket: not
+`nobody`, not `krig-qemu` (the QEMU rig's guests).
 
 The serial cable also checks its peers: only ipmi_sim's own process (SO_PEERCRED)
 is the BMC end, another connection is closed at once and never displaces it; and

@@ -1,6 +1,8 @@
 /*
  * krig_unix.c: preloaded into ipmi_sim (LD_PRELOAD), it puts the BMC's two
- * side channels on Unix sockets in the simulated server's private directory.
+ * side channels on Unix sockets in the simulated server's private directory,
+ * gives it the LAN socket krig bound, and refuses RMCP+ sessions without a
+ * password or without protection.
  * ipmi_sim 2.0.33 only knows TCP for them: its VM serial interface (`serial
  * 15 ADDR PORT`, the KCS wire QEMU's ipmi-bmc-extern connects to) listens on
  * a TCP port, and its SOL device `tcp:ADDR:PORT` connects to one. A TCP port
@@ -9,6 +11,19 @@
  *
  *   KRIG_BMC_LISTEN="PORT:PATH"   bind() to 127.0.0.1:PORT binds a Unix socket at PATH (mode 0600)
  *   KRIG_BMC_CONNECT="PORT:PATH"  connect() to 127.0.0.1:PORT connects to the Unix socket at PATH
+ *   KRIG_BMC_LAN="PORT:FD"        bind() of a UDP socket to 127.0.0.1:PORT takes FD instead: a UDP
+ *                                 socket krig bound to that port and handed down, so no other
+ *                                 local user can take the port between its choice and the bind
+ *
+ * ipmi_sim 2.0.33 accepts RMCP+ cipher suite 0 (authentication RAKP-none: any
+ * password opens an admin session) and the suites without integrity or
+ * confidentiality, whatever lan.conf says (lan.conf limits IPMI 1.5 only).
+ * Every datagram recvfrom() returns that is an RMCP+ Open Session Request
+ * asking for algorithm 0 ("none") for authentication, integrity or
+ * confidentiality, or leaving the choice to the BMC, gets algorithm 63
+ * instead, which ipmi_sim answers with "invalid algorithm": a session needs
+ * the user's password (RAKP-HMAC), integrity and confidentiality (cipher
+ * suite 3).
  *
  * lan.conf names privileged ports (below 1024) for both: without this library,
  * an unprivileged ipmi_sim fails to bind its port and connects to nothing an
@@ -95,6 +110,32 @@ drop_stale(const struct sockaddr_un *sun)
     close(probe);
 }
 
+/* fd (a UDP socket ipmi_sim is binding to KRIG_BMC_LAN's port) becomes krig's bound socket. */
+static int
+take_lan(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    const char *val = getenv("KRIG_BMC_LAN"), *colon = val ? strchr(val, ':') : NULL;
+    const struct sockaddr_in *in = (const struct sockaddr_in *) addr;
+    int lan, type = 0, fl, fdfl;
+    socklen_t tl = sizeof(type);
+
+    if (!colon || !addr || len < sizeof(*in) || addr->sa_family != AF_INET
+        || ntohs(in->sin_port) != atoi(val)
+        || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 || type != SOCK_DGRAM)
+        return 1;
+    lan = atoi(colon + 1);
+    fl = fcntl(fd, F_GETFL);
+    fdfl = fcntl(fd, F_GETFD);
+    if (lan <= 2 || dup2(lan, fd) < 0)
+        return -1;
+    close(lan);
+    unsetenv("KRIG_BMC_LAN");
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl);
+    fcntl(fd, F_SETFD, fdfl >= 0 ? fdfl : FD_CLOEXEC);
+    return 0;
+}
+
 int
 bind(int fd, const struct sockaddr *addr, socklen_t len)
 {
@@ -104,8 +145,10 @@ bind(int fd, const struct sockaddr *addr, socklen_t len)
     mode_t old;
     int rv;
 
-    if (!path)
-        return real(fd, addr, len);
+    if (!path) {
+        rv = take_lan(fd, addr, len);
+        return rv <= 0 ? rv : real(fd, addr, len);
+    }
     if (to_unix(fd, path, &sun) < 0)
         return -1;
     drop_stale(&sun);
@@ -139,4 +182,34 @@ setsockopt(int fd, int level, int name, const void *val, socklen_t len)
     if (level == IPPROTO_TCP && getsockname(fd, (struct sockaddr *) &ss, &sl) == 0 && ss.ss_family == AF_UNIX)
         return 0;
     return real(fd, level, name, val, len);
+}
+
+/* An RMCP+ Open Session Request (RMCP header, session header of auth type 6 and payload type 0x10,
+ * then the payload): each of its three algorithm records that says "none" (0) or leaves the
+ * choice to the BMC (a record of length 0) asks for algorithm 63, which no BMC has. */
+static void
+refuse_weak(unsigned char *p, ssize_t n)
+{
+    int rec;
+
+    if (n < 48 || p[0] != 0x06 || p[3] != 0x07 || p[4] != 0x06 || (p[5] & 0x3f) != 0x10)
+        return;
+    for (rec = 24; rec <= 40; rec += 8) {           /* payload at 16: records at payload + 8, 16, 24 */
+        if (p[rec + 3] == 0 || (p[rec + 4] & 0x3f) == 0) {
+            p[rec + 3] = 8;
+            p[rec + 4] = 0x3f;
+        }
+    }
+}
+
+ssize_t
+recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *src, socklen_t *alen)
+{
+    typedef ssize_t (*recvfrom_call)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+    recvfrom_call real = (recvfrom_call) dlsym(RTLD_NEXT, "recvfrom");
+    ssize_t n = real(fd, buf, len, flags, src, alen);
+
+    if (n > 0 && !(flags & MSG_PEEK))
+        refuse_weak(buf, n);
+    return n;
 }
