@@ -19,9 +19,9 @@ import secrets
 import shutil
 import subprocess
 
-from krig import safeio
 from krig.config import toml_document
 from rigs.labsim import image as labsim_image
+from rigs.labsim import owned
 from krig.paths import process_record
 from rigs.labsim.bmc import free_port
 from rigs.labsim.redfish import (LibvirtSession, Ser2net, SushyEmulator, domain_xml, give, kill_leftovers,
@@ -50,6 +50,7 @@ class RedfishLabServer:
         self.libvirt = self.emulator = self.ser2net = None
         self.fingerprint = ""
         self.parts: list[dict] = []     # process records of libvirtd, sushy-emulator and ser2net
+        self.written: list[dict] = []   # the records of the rig file and password (owned.py)
 
     @property
     def proc(self):
@@ -59,8 +60,8 @@ class RedfishLabServer:
     def _files(self):
         b, v = self.base, self.vm_dir
         labsim_image.client_files(b, self.image_dir, self.ssh_port)
-        # the BMC password, mode 0600: a new file renamed over the name (a link there is replaced)
-        safeio.write_text(self.password_file.parent, self.password_file.name, self.password + "\n", mode=0o600)
+        # the BMC password, mode 0600, a new file (owned.py: never over one that is there)
+        self.written.append(owned.write_new(self.password_file, (self.password + "\n").encode(), 0o600))
         try:            # the cached image, readable by the domain's user without entering root's home
             os.link(self.image_dir / "disk.qcow2", v / "base.qcow2")
         except OSError:
@@ -114,8 +115,9 @@ class RedfishLabServer:
              "fingerprint": self.fingerprint, "auth": "auto", "timeout": 30, "retries": 3, **(bmc or {})}
         s = {"host": "127.0.0.1", "port": self.ssh_port, "user": self.USER, "key": str(self.base / "client_key"),
              "known_hosts": str(self.base / "known_hosts"), "connect_timeout": 30, **(ssh or {})}
-        safeio.write_text(self.rigs, f"{name}.toml", toml_document(spec, bmc=b, ssh=s))
-        return self.rigs / f"{name}.toml"
+        path = self.rigs / f"{name}.toml"
+        self.written.append(owned.write_new(path, (owned.header(name) + toml_document(spec, bmc=b, ssh=s)).encode()))
+        return path
 
     def stop(self):
         for part in (self.ser2net, self.emulator, self.libvirt):
