@@ -19,7 +19,7 @@ from krig.errors import RigError
 
 SCHEMES = ("rfc2217", "telnet")
 URL_RE = re.compile(r"^(rfc2217|telnet)://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})$")
-UNIX_RE = re.compile(r"^unix:(/[A-Za-z0-9._/+-]{1,106})$")        # a Unix socket's path: at most 107 bytes
+UNIX_RE = re.compile(r"^unix:(/[A-Za-z0-9_./+=@-]{1,106})$")        # a Unix socket's path: at most 107 bytes
 RESTARTS = 20
 CONNECT_TIMEOUT = 10
 READ = 4096

@@ -115,3 +115,21 @@ def test_ipmi_rig_console_field(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match=r"^rigs/x.toml.console: 'ssh://ts1:22': use sol \(IPMI Serial over LAN\), "
                                          r"rfc2217://HOST:PORT or telnet://HOST:PORT"):
         validate_ipmi("x", _ipmi_spec(tmp_path, "ssh://ts1:22", monkeypatch), "rigs/x.toml")
+
+
+def test_a_unix_socket_console_is_read_byte_for_byte(tmp_path, line):
+    """`unix:/PATH`: ser2net's Unix accepter (mode 0600), the bytes as the server wrote them."""
+    master, serve = line
+    s = serve(False, port=tmp_path / "console.sock")
+    assert s.url == f"unix:{tmp_path}/console.sock" and oct(os.stat(tmp_path / "console.sock").st_mode & 0o777) == "0o600"
+    con = open_console(s.url, None, tmp_path, tmp_path / "console.log", "rig t")
+    try:
+        time.sleep(1)
+        os.write(master, BYTES)
+        assert _wait_for(tmp_path / "console.log", BYTES) == BYTES
+    finally:
+        con.stop()
+    with pytest.raises(RigError, match=rf"^rig t: cannot connect to the console unix:{tmp_path}/none.sock: "):
+        NetConsole(f"unix:{tmp_path}/none.sock", tmp_path / "c.log", tmp_path / "n.log", "rig t").start()
+    with pytest.raises(UsageError, match=r"console: 'unix:console.sock': use sol"):
+        validate_ipmi("x", {"driver": "ipmi", "console": "unix:console.sock"}, "rigs/x.toml")
