@@ -74,14 +74,15 @@ def _uid(pid: int) -> int:
 
 def test_another_user_reaches_neither_console_nor_bmc_wires(server, tmp_path):
     """Powered on: ipmi_sim and the server's QEMU run as krig-lab (krig as root; not krig-qemu,
-    the QEMU rig's guests' user); the console, the KCS wire and QEMU's COM port are Unix sockets that nobody (a second local
-    user) cannot connect to; the only ports are the IPMI LAN (UDP) and SSH; a local newcomer on
-    the SOL wire is closed and ipmi_sim keeps its console."""
+    the QEMU rig's guests' user); the console, the KCS wire and QEMU's COM port are Unix sockets
+    that neither nobody (a second local user) nor krig-qemu can connect to; the only ports are
+    the IPMI LAN (UDP) and SSH; a local newcomer on the SOL wire is closed and ipmi_sim keeps its
+    console; QEMU's COM port is connected to the serial cable's socket."""
     st = server
     _power(st, tmp_path, "on")
     run = pathlib.Path(st["wire"]) / "run"
-    for _ in range(300):
-        if (run / "serial.sock").exists() and len(started_under(tmp_path / "state")) >= 3:
+    for _ in range(300):            # QEMU started and listening (its SSH forward)
+        if f"t:{st['ssh_port']}" in _listening({int(ln.split()[0]) for ln in started_under(tmp_path / "state")})[0]:
             break
         time.sleep(0.2)
     procs = {int(ln.split()[0]): ln for ln in started_under(tmp_path / "state")}
@@ -95,7 +96,7 @@ def test_another_user_reaches_neither_console_nor_bmc_wires(server, tmp_path):
     ports, lines = _listening(set(procs))
     assert ports == {f"u:{st['lan_port']}", f"t:{st['ssh_port']}"}, (st["lan_port"], st["ssh_port"], procs, lines)
     guest_user = ["setpriv", f"--reuid={qemu_confine.USER}", f"--regid={qemu_confine.USER}", "--clear-groups", "--"]
-    for sock in (run.parent / "sol.sock", run / "kcs.sock", run / "serial.sock"):
+    for sock in (run.parent / "sol.sock", run / "kcs.sock", run.parent / "serial.sock"):
         code = ("import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1]); print('reached')\n"
                 "except PermissionError: print('refused')\n")
         for who in [NOBODY] + ([guest_user] if os.geteuid() == 0 else []):
@@ -112,6 +113,15 @@ def test_another_user_reaches_neither_console_nor_bmc_wires(server, tmp_path):
     ends = [ln for ln in ss.splitlines() if f"pid={st['bmc']['pid']}," in ln and "sol.sock" not in ln.split()[3]]
     sup = [ln for ln in ss.splitlines() if f"{run.parent}/sol.sock" in ln and f"pid={st['supervisor']['pid']}," in ln]
     assert len(sup) == 1 and any(ln.split()[4] == sup[0].split()[6] for ln in ends), (sup, ends)
+    for _ in range(100):
+        ss = subprocess.run(["ss", "-H", "-xp", "state", "established"], capture_output=True, text=True).stdout
+        com = [ln for ln in ss.splitlines() if f"{run.parent}/serial.sock" in ln and f"pid={st['supervisor']['pid']}," in ln]
+        qemu_ends = [ln for ln in ss.splitlines() if f"pid={qemu[0]}," in ln]
+        if len(com) == 1 and any(ln.split()[4] == com[0].split()[6] for ln in qemu_ends):
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError(f"QEMU's COM port is not connected to the cable: {com} {qemu_ends}")
 
 
 def test_down_signals_only_what_it_started(server, tmp_path):

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -34,18 +33,12 @@ def _wait(cond, what, timeout=20):
     raise AssertionError(f"waited {timeout}s for {what}")
 
 
-class FakeCom(threading.Thread):
-    """QEMU's COM port: a Unix socket server that sends what it is given to the cable."""
+class FakeCom:
+    """QEMU's COM port: connects to the cable's server end; what it sends goes to the cable."""
 
     def __init__(self, path: pathlib.Path):
-        super().__init__(daemon=True)
-        self.srv = socket.socket(socket.AF_UNIX)
-        self.srv.bind(str(path))
-        self.srv.listen(1)
-        self.conn = None
-
-    def run(self):
-        self.conn = self.srv.accept()[0]
+        self.conn = socket.socket(socket.AF_UNIX)
+        self.conn.connect(str(path))
 
 
 @pytest.fixture
@@ -57,16 +50,15 @@ def wires():
 
 
 def test_the_cable_takes_only_its_bmc_and_keeps_it(wires):
-    com = FakeCom(wires / "run" / "serial.sock")
-    com.start()
-    cable = SerialCable(wires / "sol.sock", wires / "run" / "serial.sock")
+    cable = SerialCable(wires / "sol.sock", wires / "serial.sock")
     cable.start()
+    com = FakeCom(wires / "serial.sock")
     bmc = subprocess.Popen([sys.executable, "-c", CLIENT, str(wires / "sol.sock")], stdout=subprocess.PIPE,
                            text=True)
     try:
         assert bmc.stdout.readline().strip() == "connected"
         cable.peer = bmc.pid
-        _wait(lambda: cable.bmc is not None and com.conn is not None, "the cable's two ends")
+        _wait(lambda: cable.bmc is not None and cable.vm is not None, "the cable's two ends")
         # a newcomer of the same user (another process): closed at once, never the BMC end
         intruder = socket.socket(socket.AF_UNIX)
         intruder.connect(str(wires / "sol.sock"))
@@ -85,13 +77,10 @@ def test_the_cable_takes_only_its_bmc_and_keeps_it(wires):
 def test_another_user_reaches_no_wire(wires):
     """A second local user (nobody) can connect to no socket of the private directory, nor read
     what is in it; the user the BMC runs as when krig is root can."""
-    com = FakeCom(wires / "run" / "serial.sock")
-    com.start()
-    cable = SerialCable(wires / "sol.sock", wires / "run" / "serial.sock",
-                        owner=user_ids(lab_user()))
+    cable = SerialCable(wires / "sol.sock", wires / "serial.sock", owner=user_ids(lab_user()))
     (wires / "lan.conf").write_text("secret\n")
     try:
-        for target in ("sol.sock", "run/serial.sock", "lan.conf", "run"):
+        for target in ("sol.sock", "serial.sock", "lan.conf", "run"):
             path = wires / target
             code = ("import socket,sys,os\np=sys.argv[1]\ntry:\n if p.endswith('.sock'):\n"
                     "  s=socket.socket(socket.AF_UNIX); s.connect(p)\n elif os.path.isdir(p): os.listdir(p)\n"
@@ -101,15 +90,16 @@ def test_another_user_reaches_no_wire(wires):
                                    text=True, timeout=30)
                 assert p.stdout.strip() == "refused", (who, target, p.stdout, p.stderr)
         assert oct(wires.stat().st_mode & 0o777) in ("0o700", "0o710")
-        if lab_user() is not None:          # as root: the BMC's user goes through to its sockets
+        if lab_user() is not None:          # as root: the BMC's user goes through to the cable's sockets
             who = lab_user()
             code = "import socket,sys\ns=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print('reached')"
-            p = subprocess.run(["setpriv", f"--reuid={who}", f"--regid={user_ids(who)[1]}", "--clear-groups", "--",
-                                "/usr/bin/python3", "-I", "-c", code, str(wires / "sol.sock")],
-                               capture_output=True, text=True, timeout=30)
-            assert p.stdout.strip() == "reached", p.stderr
+            for sock in ("sol.sock", "serial.sock"):
+                p = subprocess.run(["setpriv", f"--reuid={who}", f"--regid={user_ids(who)[1]}", "--clear-groups", "--",
+                                    "/usr/bin/python3", "-I", "-c", code, str(wires / sock)],
+                                   capture_output=True, text=True, timeout=30)
+                assert p.stdout.strip() == "reached", (sock, p.stderr)
     finally:
-        cable.listener.close()
+        cable.close()
 
 
 def test_a_stop_signals_the_session_and_nothing_else(tmp_path):
@@ -135,16 +125,14 @@ def test_a_stop_signals_the_session_and_nothing_else(tmp_path):
 
 
 def test_the_cable_feeds_no_com_port_but_its_servers(wires):
-    """A socket put at the COM port's name by a process that is not the server's QEMU (vm_ok
+    """A connection to the COM port's end from a process that is not the server's QEMU (vm_ok
     says no): the cable hangs up on it and sends it nothing."""
-    com = FakeCom(wires / "run" / "serial.sock")
-    com.start()
-    cable = SerialCable(wires / "sol.sock", wires / "run" / "serial.sock")
+    cable = SerialCable(wires / "sol.sock", wires / "serial.sock")
     seen = []
     cable.vm_ok = lambda pid: seen.append(pid) or False
     cable.start()
+    com = FakeCom(wires / "serial.sock")
     try:
-        _wait(lambda: com.conn is not None, "the cable to knock")
         com.conn.settimeout(10)
         assert com.conn.recv(100) == b"" and cable.vm is None
         assert seen and seen[0] == os.getpid()          # asked about the socket's server: this process

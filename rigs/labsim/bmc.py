@@ -136,11 +136,12 @@ class SimServer:
         safeio.write_text(self.password_file.parent, self.password_file.name, self.password + "\n", mode=0o600)
 
     def _wires(self) -> list:
-        """QEMU's end of the KCS wire and its COM port (Unix sockets in the private directory)."""
+        """QEMU's end of the KCS wire (ipmi_sim's socket) and its COM port (connected to the
+        serial cable's socket, there before any power on): Unix sockets in the private directory."""
         w = self.wire / "run"
         return ["-pidfile", f"{w}/qemu.pid", "-chardev", f"socket,id=ipmi0,path={w}/kcs.sock,reconnect=2",
                 "-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0", "-device", "isa-ipmi-kcs,bmc=bmc0",
-                "-chardev", f"socket,id=ser0,path={w}/serial.sock,server=on,wait=on", "-serial", "chardev:ser0"]
+                "-chardev", f"socket,id=ser0,path={self.wire}/serial.sock", "-serial", "chardev:ser0"]
 
     def _handed(self, argv: list) -> list:
         """QEMU's argv as ipmi_sim's user runs it: when that is krig-lab, each host file it names
@@ -223,7 +224,7 @@ loadlib "{w}/krig_diag.so" ""
         self.wire = wire_dir(user)
         self._keys()
         self._configs()
-        self.cable = SerialCable(self.wire / "sol.sock", self.wire / "run" / "serial.sock",
+        self.cable = SerialCable(self.wire / "sol.sock", self.wire / "serial.sock",
                                  owner=None if user is None else user_ids(user))
         self.cable.start()
         self.start_bmc()

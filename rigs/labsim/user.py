@@ -1,8 +1,8 @@
 """The user a simulated lab server's parts run as when krig is root: `krig-lab`.
 
-ipmi_sim, sushy-emulator, ser2net, libvirt's session daemon and the QEMU a simulated
-server boots run as `krig-lab`, a system user without a home or a login shell that
-`make setup` creates (`make lab-user`, idempotent). It is not `krig-qemu`, the user of
+A simulated IPMI server's ipmi_sim and the QEMU it starts (rigs/labsim/bmc.py) run as
+`krig-lab`, a system user without a home or a login shell that `make setup` creates
+(`make lab-user`, idempotent). It is not `krig-qemu`, the user of
 every QEMU guest the QEMU rig runs (rigs/qemu/confine.py): a guest that escapes its
 QEMU reaches no simulated server's BMC, console, libvirt socket or state.
 
@@ -12,11 +12,8 @@ parts keep krig's own user.
 """
 import os
 import pwd
-import shutil
-import subprocess
 
 USER = "krig-lab"
-COMMENT = "krig's simulated lab servers"
 
 
 def lab_user() -> str | None:
@@ -47,16 +44,3 @@ def exists() -> bool:
     except KeyError:
         return False
 
-
-def create_argv() -> list[str]:
-    """useradd's argv for `krig-lab` (the Makefile's lab-user target runs the same)."""
-    return [shutil.which("useradd") or "/usr/sbin/useradd", "--system", "--user-group", "--no-create-home",
-            "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", "--comment", COMMENT, USER]
-
-
-def create() -> bool:
-    """Make `krig-lab` when it is missing (root only); True when it was made now."""
-    if exists():
-        return False
-    subprocess.run(create_argv(), check=True, timeout=60, capture_output=True)
-    return True

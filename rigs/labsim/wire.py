@@ -3,8 +3,9 @@
 A simulated server's BMC side channels are Unix sockets in a directory of its
 own (`wire_dir`, made by mkdtemp: a new name, mode 0700), never TCP ports:
   run/kcs.sock     ipmi_sim's VM serial interface (the KCS wire); QEMU connects
-  sol.sock         the serial cable's BMC end (krig's, mode 0600, ipmi_sim's user's); ipmi_sim's SOL connects
-  run/serial.sock  QEMU's COM port; the serial cable connects
+  sol.sock         the serial cable's BMC end; ipmi_sim's SOL connects
+  serial.sock      the serial cable's server end; QEMU's COM port connects
+(the cable's two are krig's, made in krig's directory, mode 0600, ipmi_sim's user's)
 ipmi_sim knows only TCP for the first two: rigs/labsim/ipmisim/krig_unix.c, preloaded
 into it, turns its bind and connect to the privileged ports lan.conf names into
 these sockets. When krig runs as root, ipmi_sim and QEMU run as rigs/labsim/user.py's
@@ -14,10 +15,9 @@ libraries preloaded into ipmi_sim and the cable's socket stay root's to make), a
 `run` and `state` are that user's (0700). No other user reaches a socket: not
 `nobody`, not `krig-qemu` (the QEMU rig's guests).
 
-The serial cable also checks its peers: only ipmi_sim's own process (SO_PEERCRED)
-is the BMC end, another connection is closed at once and never displaces it; and
-the COM port it connects to must be served by a process of ipmi_sim's session
-(the server's QEMU), so a socket put in its place is never fed the console.
+The serial cable also checks its peers (SO_PEERCRED): only ipmi_sim's own process
+is the BMC end and only a process of ipmi_sim's session (the server's QEMU) the COM
+port; another connection is closed at once and never displaces either.
 
 What a server started is known by record, never by a command line: ipmi_sim's
 process (krig.paths.process_record: pid + start time) leads a session of its own,
@@ -76,60 +76,63 @@ def peer_pid(conn: socket.socket) -> int:
     return pid
 
 
+def _listen(path: pathlib.Path, owner: tuple[int, int] | None) -> socket.socket:
+    """A Unix socket listening at `path` (in krig's own directory), mode 0600, `owner`'s."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        s.bind(str(path))
+    finally:
+        os.umask(old)
+    if owner is not None:
+        os.chown(path, *owner, follow_symlinks=False)
+    s.listen(4)
+    return s
+
+
 class SerialCable(threading.Thread):
     """The wire between the BMC's SOL UART and the server's COM port, which stays connected
-    across power cycles. ipmi_sim's SOL connects to `bmc_path` (its process only: `peer`, set
-    once it runs); the cable connects to QEMU's serial socket `vm_path` whenever a server runs,
-    and keeps the connection when `vm_ok(pid of the socket's server)` says it is the server's."""
+    across power cycles. Both ends are the cable's sockets, made in krig's own directory (mode
+    0600, `owner`'s: the user ipmi_sim and QEMU run as): ipmi_sim's SOL connects to `bmc_path`
+    (its process only: `peer`, set once it runs), the server's QEMU connects its COM port to
+    `vm_path` each time it starts (a process `vm_ok(pid)` says is the server's). Any other
+    connection to either is closed at once and never displaces the end it knocked on; krig
+    itself connects to nothing another user could have put in its way."""
 
     def __init__(self, bmc_path: pathlib.Path, vm_path: pathlib.Path, owner: tuple[int, int] | None = None):
         super().__init__(name="ipmi-serial-cable", daemon=True)
-        self.vm_path = str(vm_path)
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            self.listener.bind(str(bmc_path))
-        finally:
-            os.umask(old)
-        if owner is not None:
-            os.chown(bmc_path, *owner, follow_symlinks=False)
-        self.listener.listen(4)
+        self.bmc_listener = _listen(bmc_path, owner)
+        self.vm_listener = _listen(vm_path, owner)
         self.stop_flag = threading.Event()
         self.bmc = self.vm = None
         self.peer: int | None = None        # ipmi_sim's pid
         self.vm_ok = lambda pid: True
-        self.pending: list[socket.socket] = []
+        self.pending: list[tuple[socket.socket, str]] = []
         self.refused = 0
 
-    def _try_vm(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(0.2)
+    def _admit(self, conn: socket.socket, end: str) -> bool:
         try:
-            s.connect(self.vm_path)
-            if not self.vm_ok(peer_pid(s)):
-                raise OSError("not the server's COM port")
-            s.settimeout(None)
-            self.vm = s
+            pid = peer_pid(conn)
         except OSError:
-            s.close()
+            return False
+        return pid == self.peer if end == "bmc" else bool(self.vm_ok(pid))
 
     def _judge(self):
-        """Connections to the BMC end: ipmi_sim's becomes it, any other is closed."""
-        if self.peer is None:
-            return
-        for conn in self.pending:
-            try:
-                ok = peer_pid(conn) == self.peer
-            except OSError:
-                ok = False
-            if ok:
-                if self.bmc is not None:
-                    self.bmc.close()
-                self.bmc = conn
+        """New connections: ipmi_sim's becomes the BMC end, the server's QEMU's the COM port,
+        any other is closed (BMC ones wait until ipmi_sim's pid is known)."""
+        keep = []
+        for conn, end in self.pending:
+            if end == "bmc" and self.peer is None:
+                keep.append((conn, end))
+            elif self._admit(conn, end):
+                old = getattr(self, end)
+                if old is not None:
+                    old.close()
+                setattr(self, end, conn)
             else:
                 self.refused += 1
                 conn.close()
-        self.pending = []
+        self.pending = keep
 
     def _relay(self, s):
         try:
@@ -151,23 +154,24 @@ class SerialCable(threading.Thread):
                 pass
 
     def run(self):
-        last_try = 0.0
         while not self.stop_flag.is_set():
-            if self.vm is None and time.monotonic() - last_try > 0.1:
-                last_try = time.monotonic()
-                self._try_vm()
             self._judge()
-            socks = [s for s in (self.listener, self.bmc, self.vm) if s is not None]
+            socks = [s for s in (self.bmc_listener, self.vm_listener, self.bmc, self.vm) if s is not None]
             try:
                 ready, _, _ = select.select(socks, [], [], 0.1)
             except (OSError, ValueError):
                 continue
             for s in ready:
-                if s is self.listener:
-                    self.pending.append(self.listener.accept()[0])
+                if s is self.bmc_listener:
+                    self.pending.append((s.accept()[0], "bmc"))
+                elif s is self.vm_listener:
+                    self.pending.append((s.accept()[0], "vm"))
                 elif s in (self.bmc, self.vm):
                     self._relay(s)
-        for s in (self.listener, self.bmc, self.vm, *self.pending):
+        self.close()
+
+    def close(self):
+        for s in (self.bmc_listener, self.vm_listener, self.bmc, self.vm, *(c for c, _ in self.pending)):
             if s is not None:
                 s.close()
 
