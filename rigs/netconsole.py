@@ -9,9 +9,12 @@ The console goes to console.log for the whole run, byte for byte as the server w
 (telnet's IAC commands taken out); a dropped connection is reconnected a bounded number of
 times, each time noted in netconsole.log, as SOL's restarts are in sol.log.
 """
+import errno
+import os
 import pathlib
 import re
 import socket
+import struct
 import threading
 import time
 
@@ -109,13 +112,20 @@ class _Telnet:
 
 
 class _Unix:
-    """A console server's Unix socket: the bytes as they come."""
+    """A console server's Unix socket: the bytes as they come, taken only from a process of the
+    user the socket file (not a link in its place) belongs to (SO_PEERCRED): a socket of
+    another user's put at the name is never read; nothing is ever sent."""
 
     def __init__(self, path: str):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.settimeout(CONNECT_TIMEOUT)
             self.sock.connect(path)
+            peer = struct.unpack("3i", self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+            owner = os.lstat(path).st_uid
+            if peer != owner:
+                raise PermissionError(errno.EPERM, f"answered by a process of uid {peer}, not of the socket's "
+                                                   f"owner (uid {owner})")
         except OSError:
             self.sock.close()
             raise

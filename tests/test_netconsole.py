@@ -3,7 +3,11 @@ of a pty this test writes to as a server's serial port would: RFC 2217 and plain
 console.log byte for byte, a dropped console server reconnected, and the rig file's
 `console` field of both drivers."""
 import os
+import pathlib
 import pty
+import shutil
+import subprocess
+import tempfile
 import time
 import tty
 
@@ -133,3 +137,36 @@ def test_a_unix_socket_console_is_read_byte_for_byte(tmp_path, line):
         NetConsole(f"unix:{tmp_path}/none.sock", tmp_path / "c.log", tmp_path / "n.log", "rig t").start()
     with pytest.raises(UsageError, match=r"console: 'unix:console.sock': use sol"):
         validate_ipmi("x", {"driver": "ipmi", "console": "unix:console.sock"}, "rigs/x.toml")
+
+
+def test_a_unix_console_of_another_user_put_at_its_name_is_not_read(tmp_path):
+    """A link at the console's name to a socket another user (nobody) serves: refused in one line
+    (the link is root's, the peer nobody's); the socket itself, nobody's and served by nobody, is read."""
+    if os.geteuid() != 0:
+        pytest.fail("this test makes up another user: it runs as root (make test does)")
+    theirs = pathlib.Path(tempfile.mkdtemp(prefix="krig-test-theirs-"))       # where nobody can bind
+    theirs.chmod(0o777)
+    code = ("import socket,sys,time\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen(4)\n"
+            "while True:\n c=s.accept()[0]\n try:\n  c.sendall(b'from nobody\\n'); time.sleep(0.5)\n"
+            " except OSError: pass\n c.close()\n")
+    srv = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--",
+                            "/usr/bin/python3", "-I", "-c", code, str(theirs / "s.sock")])
+    try:
+        for _ in range(100):
+            if (theirs / "s.sock").exists():
+                break
+            time.sleep(0.1)
+        (tmp_path / "console.sock").symlink_to(theirs / "s.sock")
+        con = NetConsole(f"unix:{tmp_path}/console.sock", tmp_path / "c.log", tmp_path / "n.log", "rig t")
+        with pytest.raises(RigError, match=rf"^rig t: cannot connect to the console unix:{tmp_path}/console.sock: "
+                                           r"answered by a process of uid 65534, not of the socket's owner \(uid 0\)$"):
+            con.start()
+        con = open_console(f"unix:{theirs}/s.sock", None, tmp_path, tmp_path / "c.log", "rig t")
+        try:
+            assert b"from nobody" in _wait_for(tmp_path / "c.log", b"from nobody")
+        finally:
+            con.stop()
+    finally:
+        srv.kill()
+        srv.wait()
+        shutil.rmtree(theirs)

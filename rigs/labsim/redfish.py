@@ -15,7 +15,9 @@ there, in its own directory (mode 0640, the lab user's group); the domain's file
 overlay, firmware variables, scratch disk) it creates there and then gives to the lab user.
 Its one subdirectory `run` is the lab user's (0700): libvirtd's home and sockets, the serial
 line's socket, ser2net's console socket (0600) and sushy-emulator's state. Nothing running as
-root opens, creates, changes or executes a path in a directory of another user.
+root opens, creates, changes or executes a path in a directory of another user; krig drives
+libvirtd through virsh run as that user, and its console reader checks who answers
+(rigs/netconsole.py).
 
 krig binds the BMC's port itself (127.0.0.1, a port the kernel picks) and hands the listening
 socket to sushy-emulator (werkzeug's WERKZEUG_SERVER_FD), so no other local user can take the
@@ -26,8 +28,8 @@ What a server started is known by record, never by command line: each part leads
 of its own (krig.paths.process_record: pid + start time; rigs/labsim/wire.py
 session_members). libvirt starts QEMU (and its log daemon) as daemons outside libvirtd's
 session: those are the processes of the server's user, started after its first part, that
-hold a file of the server's directory open (`holders`). stop() destroys and undefines the
-domains, stops the parts and kills what remains of them; every wait is bounded.
+hold a file of the server's directory open (`holders`). stop() destroys the domains, stops
+the parts and kills what remains of them; every wait is bounded.
 """
 import hashlib
 import os
@@ -182,7 +184,9 @@ def wait_path(path: pathlib.Path, proc: subprocess.Popen, what: str, log: pathli
 
 
 class LibvirtSession:
-    """libvirtd as a per-user session daemon with its home in vm_dir/run."""
+    """libvirtd as a per-user session daemon with its home in vm_dir/run. krig speaks to it only
+    through `virsh` run as the lab user: no root process connects to a socket of that user's
+    (one put in its place would be root's to talk to)."""
 
     def __init__(self, vm_dir: pathlib.Path, logs: pathlib.Path):
         self.home = vm_dir / "run"
@@ -190,49 +194,47 @@ class LibvirtSession:
         self.sock = self.home / "r" / "libvirt" / "libvirt-sock"
         self.uri = f"qemu:///session?socket={self.sock}"
         self.proc: subprocess.Popen | None = None
+        h = self.home
+        self.env = ["env", "-i", f"HOME={h}", f"XDG_RUNTIME_DIR={h}/r", f"XDG_CONFIG_HOME={h}/c",
+                    f"XDG_CACHE_HOME={h}/k", f"XDG_DATA_HOME={h}/d", PATH]
 
     def start(self):
-        h = self.home
-        env = ["env", "-i", f"HOME={h}", f"XDG_RUNTIME_DIR={h}/r", f"XDG_CONFIG_HOME={h}/c",
-               f"XDG_CACHE_HOME={h}/k", f"XDG_DATA_HOME={h}/d", PATH]
-        self.proc = start_part([*env, "libvirtd", "--timeout", "0"], self.logs / "libvirtd.log")
+        self.proc = start_part([*self.env, "libvirtd", "--timeout", "0"], self.logs / "libvirtd.log")
         for _ in range(START_WAIT * 5):
             if self.proc.poll() is not None:
                 raise KrigError(f"libvirtd exited {self.proc.returncode} at start (log {self.logs}/libvirtd.log)")
-            if self.sock.exists():
-                try:
-                    self.connect().close()
-                    return
-                except Exception:       # libvirt.libvirtError while it starts up
-                    pass
+            if self.sock.exists() and self.virsh("uri", check=False).returncode == 0:
+                return
             time.sleep(0.2)
         raise KrigError(f"libvirtd did not answer on {self.sock} after {START_WAIT}s")
 
+    def virsh(self, *args, check: bool = True) -> subprocess.CompletedProcess:
+        """virsh ARGS against the daemon, as the lab user (bounded)."""
+        p = subprocess.run(as_lab_user([*self.env, "virsh", "-q", "-c", self.uri, *args]), stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=60, cwd="/")
+        if check and p.returncode != 0:
+            why = (p.stderr.strip().splitlines() or ["no output"])[0]
+            raise KrigError(f"libvirtd: virsh {args[0]} failed: {why} (log {self.logs}/libvirtd.log)")
+        return p
+
     def connect(self):
+        """A libvirt connection of this process (an observer's, the tests'; krig uses virsh)."""
         import libvirt
         libvirt.registerErrorHandler(lambda *a: None, None)     # errors are exceptions, not stderr lines
         return libvirt.open(self.uri)
 
-    def define(self, xml: str) -> str:
-        conn = self.connect()
-        try:
-            return conn.defineXML(xml).name()
-        finally:
-            conn.close()
+    def define(self, xml: str) -> None:
+        """The domain of `xml`, from a file krig writes in its own directory (vm_dir)."""
+        self.virsh("define", str(write_shared(self.home.parent, "domain.xml", xml.encode())))
 
     def stop(self):
-        """Every domain destroyed and undefined (its firmware variables are krig's to remove),
-        then the daemon stopped."""
+        """Every running domain destroyed, then the daemon stopped (the directory, with the
+        domains' definitions, goes after)."""
         if self.proc is not None and self.proc.poll() is None:
             try:
-                import libvirt
-                conn = self.connect()
-                for dom in conn.listAllDomains():
-                    if dom.isActive():
-                        dom.destroy()
-                    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_KEEP_NVRAM)
-                conn.close()
-            except Exception as e:      # the daemon is stopping anyway: the sweep below ends the rest
+                for name in self.virsh("list", "--name").stdout.split():
+                    self.virsh("destroy", name, check=False)
+            except (KrigError, subprocess.TimeoutExpired) as e:     # the sweep after this ends the rest
                 with (self.logs / "libvirtd.log").open("a") as f:
                     f.write(f"krig: clean-up through libvirt: {e}\n")
         stop_group(self.proc, 10)
