@@ -168,3 +168,40 @@ def test_virtual_media_is_off(bench):
     state = bench.run / "sushy" / "vmedia.sqlite"
     assert state.exists() and state.stat().st_uid == lab_ids()[0]
     assert pwd.getpwuid(os.lstat(bench.run / "sushy").st_uid).pw_name == "krig-lab"
+
+
+def test_a_listener_on_the_bmc_port_without_its_certificate_gets_no_password(bench, tmp_path):
+    """Whatever took the BMC's address first (here a TLS server with a certificate of its own)
+    gets no byte of a request, so no password: the client checks the pinned fingerprint before
+    it sends one."""
+    import ssl
+    from krig.errors import RigError
+    from rigs import load_rig
+    from rigs.labsim.redfish import listen_local, make_cert
+    (tmp_path / "other").mkdir()
+    cert, key, _ = make_cert(tmp_path / "other")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    lsock, got = listen_local(), []
+    lsock.settimeout(3)
+
+    def serve():
+        for _ in range(3):
+            try:
+                conn = ctx.wrap_socket(lsock.accept()[0], server_side=True)
+                conn.settimeout(5)
+                got.append(conn.recv(65536))
+                conn.close()
+            except (OSError, ssl.SSLError) as e:
+                got.append(type(e).__name__.encode())
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    rig = load_rig(str(bench.rig_file("rfspoof", bmc={"port": lsock.getsockname()[1]})))
+    try:
+        with pytest.raises(RigError, match=r"presents a certificate with SHA-256 fingerprint .*, not the pinned"):
+            rig.bmc.power_status()
+    finally:
+        rig.bmc.close()
+        t.join(15)
+        lsock.close()
+    assert got and not [g for g in got if bench.password.encode() in g or b"HTTP" in g], got
