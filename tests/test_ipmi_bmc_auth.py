@@ -1,8 +1,8 @@
 """A simulated IPMI server's BMC admits only its own user with its password, over cipher suite 3:
 the real ipmi_sim as SimServer starts it (rigs/labsim/bmc.py), its server never powered on (no
 guest boots; seconds). Each refusal is tried as `nobody` and, when the tests run as root, as
-`krig-qemu` (the QEMU rig's guests' user); ipmi_sim itself runs as `krig-lab`, and its LAN
-port stays krig's while ipmi_sim is down."""
+`krig-qemu` (the QEMU rig's guests' user) and `krig-lab` (the server's own QEMU's); ipmi_sim
+itself runs as `krig-lab`, and its LAN port stays krig's while ipmi_sim is down."""
 import os
 import pathlib
 import pwd
@@ -20,6 +20,8 @@ from rigs.qemu import confine as qemu_confine
 pytestmark = pytest.mark.ipmi
 ROOT_RUN = os.geteuid() == 0
 USERS = ["nobody"] + ([qemu_confine.USER] if ROOT_RUN else [])
+# the BMC's refusals hold for the server's own user too (a guest that escaped its QEMU)
+AUTH_USERS = USERS + ([LAB_USER] if ROOT_RUN else [])
 
 
 def _as(user: str) -> list:
@@ -66,39 +68,39 @@ def test_the_right_user_password_and_cipher_suite_3_work(bmc):
     assert p.returncode == 0 and "Chassis Power is off" in p.stdout, (p.stdout, p.stderr)
 
 
-@pytest.mark.parametrize("user", USERS)
+@pytest.mark.parametrize("user", AUTH_USERS)
 def test_cipher_suite_0_with_a_wrong_password_is_refused(bmc, user):
     p = _ipmitool(bmc, user, "-I", "lanplus", "-C", "0", "-U", "krig", "-L", "ADMINISTRATOR", password="wrong")
     assert _refused(p), (p.stdout, p.stderr)
 
 
-@pytest.mark.parametrize("user", USERS)
+@pytest.mark.parametrize("user", AUTH_USERS)
 def test_cipher_suite_0_even_with_the_password_is_refused(bmc, user):
     """Suite 0 authenticates nobody: not offered even to whoever knows the password."""
     p = _ipmitool(bmc, user, "-I", "lanplus", "-C", "0", "-U", "krig")
     assert _refused(p), (p.stdout, p.stderr)
 
 
-@pytest.mark.parametrize("user", USERS)
+@pytest.mark.parametrize("user", AUTH_USERS)
 @pytest.mark.parametrize("suite", ["1", "2"])
 def test_suites_without_integrity_or_confidentiality_are_refused(bmc, user, suite):
     p = _ipmitool(bmc, user, "-I", "lanplus", "-C", suite, "-U", "krig")
     assert _refused(p), (suite, p.stdout, p.stderr)
 
 
-@pytest.mark.parametrize("user", USERS)
+@pytest.mark.parametrize("user", AUTH_USERS)
 def test_ipmi_1_5_authentication_none_is_refused(bmc, user):
     p = _ipmitool(bmc, user, "-I", "lan", "-A", "NONE", "-U", "krig", password="wrong")
     assert _refused(p), (p.stdout, p.stderr)
 
 
-@pytest.mark.parametrize("user", USERS)
+@pytest.mark.parametrize("user", AUTH_USERS)
 def test_a_wrong_password_with_cipher_suite_3_is_refused(bmc, user):
     p = _ipmitool(bmc, user, "-I", "lanplus", "-C", "3", "-U", "krig", password="wrong")
     assert _refused(p), (p.stdout, p.stderr)
 
 
-@pytest.mark.parametrize("user", USERS)
+@pytest.mark.parametrize("user", AUTH_USERS)
 def test_the_anonymous_user_is_refused(bmc, user):
     p = _ipmitool(bmc, user, "-I", "lanplus", "-C", "3", "-U", "", password="")
     assert _refused(p), (p.stdout, p.stderr)

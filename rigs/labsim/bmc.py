@@ -71,7 +71,8 @@ def missing_tools() -> list[str]:
 
 
 def free_port(kind=socket.SOCK_STREAM) -> int:
-    """A port free now (a test's listener that binds it at once; never a server krig records)."""
+    """A port free now: another process may bind it before whoever binds it later (bound_udp
+    keeps its socket instead)."""
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -83,6 +84,15 @@ def bound_udp() -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))
     return s
+
+
+def _drain(sock: socket.socket) -> None:
+    """Discard the datagrams queued on sock (without changing its flags, shared with ipmi_sim)."""
+    for _ in range(10000):
+        try:
+            sock.recv(65536, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
 
 
 class SimServer:
@@ -243,6 +253,7 @@ loadlib "{w}/krig_diag.so" ""
 
     def start_bmc(self):
         """ipmi_sim (the BMC) on its LAN port; the chassis starts powered off."""
+        _drain(self.lan_sock)                   # what came while no ipmi_sim read it is not the new one's
         log = open(self.logs / "ipmi_sim.log", "ab")
         self.proc = subprocess.Popen(self._bmc_argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/",
                                      pass_fds=[*self.fds, self.lan_sock.fileno()], start_new_session=True)

@@ -33,8 +33,9 @@ removes its state. Where things go:
   everything   state_dir(NAME): state.json, the disk overlay, logs
   the lock     state_dir(NAME)/../NAME.lock
   the wires    a private directory in the temp directory (state.json names it)
-Both files are written as new files renamed over their name (a link planted there is
-replaced, never written through), in directories made 0700 and refused when a link.
+Both files are written only where nothing is, and removed only while they are what was
+written (rigs/labsim/owned.py: a user's own rig file or secret at the name, or a link, is
+one line, exit 2), in directories made 0700 and refused when a link.
 With KRIG_LAB_COORDINATOR set, `up` also makes the server a place there (krig lab sync).
 """
 import fcntl

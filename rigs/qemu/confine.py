@@ -4,18 +4,15 @@ A guest that escapes the emulator (9p and NVMe emulation are where QEMU's escape
 been) has QEMU's user: `krig-qemu` when krig runs as root (a system user `make setup`
 creates; `nobody` where it does not exist), krig's own user otherwise. The QEMU rig's
 QEMU is exec'd as that user from its first instruction, its host files handed over as
-descriptors (rigs/qemu/launch.py). `confine` is the older way, for a QEMU a shell script
-starts (the simulated lab server's): `-runas USER`, which drops to that user only after
-QEMU opened, as root, what its command line names; there the seccomp filter must let QEMU
-make the set*id calls of the drop itself (`elevateprivileges=allow`).
+descriptors (rigs/qemu/launch.py). A simulated lab server's QEMU runs as that server's
+ipmi_sim, as `krig-lab` (rigs/labsim/user.py), never as `krig-qemu`.
 
-Either way QEMU ends up non-dumpable (its user changed, or its real and effective groups
-differ at exec), and the kernel clears its parent-death signal (`setpriv --pdeathsig`,
-rigs/procs.py). A guard does that job: a small process of krig's user in its own session
-that waits on pidfds of krig and QEMU, SIGKILLs QEMU when krig goes first and exits when
-QEMU does.
+QEMU ends up non-dumpable (its real and effective groups differ at exec), and the kernel
+clears its parent-death signal (`setpriv --pdeathsig`, rigs/procs.py). A guard does that
+job: a small process of krig's user in its own session that waits on pidfds of krig and
+QEMU, SIGKILLs QEMU when krig goes first and exits when QEMU does.
 
-This file runs as that guard too (`python -I qemu_confine.py fd|pid WATCH QEMU`): the
+This file runs as that guard too (`python -I qemu_confine.py fd WATCH QEMU`): the
 standard library only.
 """
 import os
@@ -42,21 +39,6 @@ def runas_user() -> str | None:
             continue
     from krig.errors import RigError
     raise RigError(f"neither {USER} nor {FALLBACK_USER} exists for QEMU to run as; run `make setup`")
-
-
-def confine(argv: list, owned=()) -> list:
-    """QEMU's argv (argv[0] the emulator) as krig starts it: with `-runas USER` when krig
-    is root, its `-sandbox` allowing the drop itself, and each path of `owned` (a directory
-    with everything below it, links not followed) made that user's."""
-    who = runas_user()
-    if who is None:
-        return list(argv)
-    give(owned, who)
-    rest = [str(a) for a in argv[1:]]
-    for i in range(len(rest) - 1):
-        if rest[i] == "-sandbox":
-            rest[i + 1] = rest[i + 1].replace("elevateprivileges=deny", "elevateprivileges=allow")
-    return [str(argv[0]), "-runas", who, *rest]
 
 
 def give(owned, who: str) -> None:
@@ -115,15 +97,6 @@ def end_guard(guard: subprocess.Popen | None) -> None:
         guard.wait()
 
 
-def guard_shell_line() -> str:
-    """For a shell script that then `exec`s QEMU: a line starting the guard in the background,
-    watching the script's parent (the program that ran it) and the script's own pid, which
-    becomes QEMU's. Empty when QEMU keeps that user."""
-    if runas_user() is None:
-        return ""
-    return f"'{sys.executable}' -I '{__file__}' pid \"$PPID\" \"$$\" </dev/null >/dev/null 2>&1 &\n"
-
-
 def _guard(watch_fd: int, qemu_fd: int) -> None:
     poll = select.poll()
     poll.register(watch_fd, select.POLLIN)
@@ -141,23 +114,10 @@ def _guard(watch_fd: int, qemu_fd: int) -> None:
 
 
 def main(args: list) -> int:
-    if len(args) != 3 or args[0] not in ("fd", "pid") or not all(a.isdigit() for a in args[1:]):
-        print("usage: qemu_confine.py fd|pid WATCH QEMU", file=sys.stderr)
+    if len(args) != 3 or args[0] != "fd" or not all(a.isdigit() for a in args[1:]):
+        print("usage: qemu_confine.py fd WATCH QEMU", file=sys.stderr)
         return 2
-    if args[0] == "pid":
-        os.closerange(3, 1 << 16)     # nothing of the script's parent is kept open
-        try:
-            qemu_fd = os.pidfd_open(int(args[2]))
-        except ProcessLookupError:
-            return 0
-        try:
-            fds = [os.pidfd_open(int(args[1])), qemu_fd]
-        except ProcessLookupError:      # the parent went already
-            signal.pidfd_send_signal(qemu_fd, signal.SIGKILL)
-            return 0
-    else:
-        fds = [int(a) for a in args[1:]]
-    _guard(*fds)
+    _guard(*(int(a) for a in args[1:]))
     return 0
 
 
