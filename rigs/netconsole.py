@@ -1,15 +1,20 @@
 """A server's serial console over the network: `rfc2217://host:port` (RFC 2217, through
 pyserial's serial_for_url) or `telnet://host:port` (plain telnet), as a terminal server or
-ser2net in front of the server's serial line offers it; the rig file's `console` says which
-(`sol`, the IPMI default, is Serial over LAN through the BMC: rigs/ipmi/bmc.py Sol).
+ser2net in front of the server's serial line offers it, or `unix:/PATH` (a console server's
+Unix socket on this host, raw bytes: the simulated Redfish server's ser2net, a socket of mode
+0600 only its user and root reach); the rig file's `console` says which (`sol`, the IPMI
+default, is Serial over LAN through the BMC: rigs/ipmi/bmc.py Sol).
 
 The console goes to console.log for the whole run, byte for byte as the server wrote it
 (telnet's IAC commands taken out); a dropped connection is reconnected a bounded number of
 times, each time noted in netconsole.log, as SOL's restarts are in sol.log.
 """
+import errno
+import os
 import pathlib
 import re
 import socket
+import struct
 import threading
 import time
 
@@ -17,6 +22,7 @@ from krig.errors import RigError
 
 SCHEMES = ("rfc2217", "telnet")
 URL_RE = re.compile(r"^(rfc2217|telnet)://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})$")
+UNIX_RE = re.compile(r"^unix:(/[A-Za-z0-9_./+=@-]{1,106})$")        # a Unix socket's path: at most 107 bytes
 RESTARTS = 20
 CONNECT_TIMEOUT = 10
 READ = 4096
@@ -24,19 +30,26 @@ IAC, DONT, DO, WONT, WILL, SB, SE = 255, 254, 253, 252, 251, 250, 240
 BINARY, SGA = 0, 3
 
 
-def console_ok(v: str) -> bool:
-    """The rig file's console: sol, or a network console URL with a port 1-65535."""
-    if v == "sol":
-        return True
+def net_console_ok(v: str) -> bool:
+    """A console server: a network console URL with a port 1-65535, or unix:/PATH."""
     m = URL_RE.match(v)
-    return bool(m) and 1 <= int(m.group(3)) <= 65535
+    return bool(m) and 1 <= int(m.group(3)) <= 65535 or bool(UNIX_RE.match(v))
+
+
+def console_ok(v: str) -> bool:
+    """The rig file's console: sol, or a console server (net_console_ok)."""
+    return v == "sol" or net_console_ok(v)
 
 
 CONSOLE_SAYS = ("{v!r}: use sol (IPMI Serial over LAN), rfc2217://HOST:PORT or telnet://HOST:PORT "
-                "(a network serial console such as ser2net)")
+                "(a network serial console such as ser2net), or unix:/PATH (a console server's Unix socket)")
 
 
 def parse(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of a console URL; ("unix", path, 0) of unix:/PATH."""
+    u = UNIX_RE.match(url)
+    if u:
+        return "unix", u.group(1), 0
     m = URL_RE.match(url)
     if not m:
         raise RigError(f"not a network console URL: {url!r}")
@@ -98,6 +111,39 @@ class _Telnet:
         self.sock.close()
 
 
+class _Unix:
+    """A console server's Unix socket: the bytes as they come, taken only from a process of the
+    user the socket file (not a link in its place) belongs to (SO_PEERCRED): a socket of
+    another user's put at the name is never read; nothing is ever sent."""
+
+    def __init__(self, path: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.settimeout(CONNECT_TIMEOUT)
+            self.sock.connect(path)
+            peer = struct.unpack("3i", self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+            owner = os.lstat(path).st_uid
+            if peer != owner:
+                raise PermissionError(errno.EPERM, f"answered by a process of uid {peer}, not of the socket's "
+                                                   f"owner (uid {owner})")
+        except OSError:
+            self.sock.close()
+            raise
+        self.sock.settimeout(1.0)
+
+    def read(self) -> bytes:
+        try:
+            data = self.sock.recv(READ)
+        except socket.timeout:
+            return b""
+        if not data:
+            raise ConnectionError("the console server closed the connection")
+        return data
+
+    def close(self):
+        self.sock.close()
+
+
 class _Rfc2217:
     def __init__(self, host: str, port: int):
         import serial       # pyserial (pyserial-labgrid, labgrid's own): RFC 2217 client
@@ -138,6 +184,8 @@ class NetConsole:
             f.write(f"{time.strftime('%H:%M:%S')} krig: {line}\n")
 
     def _connect(self):
+        if self.scheme == "unix":
+            return _Unix(self.host)
         kind = _Rfc2217 if self.scheme == "rfc2217" else _Telnet
         return kind(self.host, self.port)
 

@@ -1,22 +1,24 @@
 """A Redfish BMC for the Redfish rig's fast tests, all on 127.0.0.1 (rigs/labsim/redfish.py):
 sushy-tools' sushy-emulator (HTTPS with a certificate made here, basic authentication) with
 its libvirt driver over a small TCG domain of libvirt's per-user session daemon, and ser2net
-in front of the domain's serial line. The domain has no disk: powered on, its firmware finds
+in front of the domain's serial line (a Unix socket), all as the lab user when the tests run as
+root, in a directory laid out as `krig lab sim up` lays out its own. The domain has no disk: powered on, its firmware finds
 nothing to boot, which is enough to see power states, reset types, the boot override, an NMI
 and the server's facts. tests/redfish_faults.py sits in front of the emulator for the faults
 (a busy BMC, a dropped session). Everything started is stopped by stop(), and nothing of it
 may be left running."""
 import contextlib
+import os
 import pathlib
 import secrets
-import shutil
 import subprocess
-import sys
 
 from krig.config import toml_document
+from krig.paths import process_record
 from rigs.labsim.bmc import free_port
-from rigs.labsim.redfish import (LibvirtSession, Ser2net, SushyEmulator, domain_xml, make_cert, make_vm_dir,
-                                 missing_tools, processes, sweep, write_htpasswd)
+from rigs.labsim.redfish import (LibvirtSession, Ser2net, SushyEmulator, describe, domain_xml, holders,
+                                 kill_leftovers, listen_local, make_cert, make_vm_dir, missing_tools, remove_vm_dir,
+                                 write_htpasswd)
 
 HERE = pathlib.Path(__file__).resolve().parent
 USER = "krig"
@@ -26,12 +28,16 @@ DOMAIN = "server"
 class RedfishBench:
     def __init__(self):
         self.base = make_vm_dir()
+        self.run = self.base / "run"
         self.logs = self.base / "logs"
         self.rigs = self.base / "rigs"
         self.password = "rf-" + secrets.token_hex(8)
-        self.port, self.console_port = free_port(), free_port()
+        self.listener = listen_local()
+        self.port = self.listener.getsockname()[1]
         self.faults = self.base / "faults"
         self.libvirt = self.emulator = self.ser2net = None
+        self.parts: list[dict] = []
+        self.since = process_record(os.getpid())["start"]
 
     def start(self):
         self.logs.mkdir()
@@ -39,19 +45,22 @@ class RedfishBench:
         self.faults.write_text("")
         self.libvirt = LibvirtSession(self.base, self.logs)
         self.libvirt.start()
-        self.libvirt.define(domain_xml(DOMAIN, 1024, self.base / "serial.sock", nic=True,
+        self.parts.append(process_record(self.libvirt.proc.pid))
+        self.libvirt.define(domain_xml(DOMAIN, 1024, self.run / "serial.sock", nic=True,
                                        os_extra="<bios useserial='yes'/>"))
         self.cert, key, self.fingerprint = make_cert(self.base)
-        write_htpasswd(self.base / "htpasswd", USER, self.password)
         self.password_file = self.base / "bmc-password"
         self.password_file.touch(mode=0o600)
         self.password_file.write_text(f"{self.password}\nbmc = 127.0.0.1:{self.port}\n")
-        self.emulator = SushyEmulator(self.base, self.libvirt.uri, self.port, self.cert, key,
-                                      self.base / "htpasswd", self.logs,
-                                      launcher=[sys.executable, str(HERE / "redfish_faults.py"), str(self.faults)])
+        self.emulator = SushyEmulator(self.base, self.libvirt.uri, self.listener, self.cert, key,
+                                      write_htpasswd(self.base, USER, self.password), self.logs, self.run / "sushy",
+                                      self.fingerprint,
+                                      launcher=[HERE / "redfish_faults.py", self.faults])
         self.emulator.start()
-        self.ser2net = Ser2net(self.base, self.console_port, f"unix,{self.base / 'serial.sock'}", self.logs)
+        self.parts.append(process_record(self.emulator.proc.pid))
+        self.ser2net = Ser2net(self.run / "console.sock", f"unix,{self.run / 'serial.sock'}", self.logs, lab=True)
         self.ser2net.start()
+        self.parts.append(process_record(self.ser2net.proc.pid))
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.base / "client_key")],
                        check=True, timeout=60)
         (self.base / "known_hosts").write_text("")
@@ -76,13 +85,18 @@ class RedfishBench:
         return path
 
     def processes(self) -> list[str]:
-        return processes(str(self.base))
+        """'PID ARGS' of each process of the bench still running: its parts' sessions and what
+        libvirt started (rigs/labsim/redfish.py holders)."""
+        from rigs.labsim.wire import session_members
+        pids = {p for rec in self.parts for p in session_members(rec)} | set(holders(self.base, self.since))
+        return describe(sorted(pids))
 
     def stop(self):
         for part in (self.ser2net, self.emulator, self.libvirt):
             if part is not None:
                 part.stop()
-        sweep(str(self.base))
+        self.listener.close()
+        kill_leftovers(self.base, self.parts, since=self.since)
 
 
 @contextlib.contextmanager
@@ -96,5 +110,5 @@ def running_bench():
     finally:
         bench.stop()
         left = bench.processes()
-        shutil.rmtree(bench.base, ignore_errors=True)
+        remove_vm_dir(bench.base)
     assert not left, f"left running after the Redfish BMC stopped: {left}"

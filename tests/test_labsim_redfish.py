@@ -1,7 +1,7 @@
 """The Redfish rig end to end, as a lab uses it, on `krig lab sim up NAME --bmc redfish --nic e1000e`
 started as a user starts it: the disk-booted Debian 12 lab server as a libvirt session domain with
 an Intel e1000e card, sushy-emulator its BMC (HTTPS, the certificate pinned in the generated rig
-file), its console through ser2net. Every kernel is tiny-6.1 built like the server
+file), its console through ser2net (a Unix socket). Every kernel is tiny-6.1 built like the server
 (`drivers=RIG`: its drivers read over SSH from the installed system, powered on through Redfish
 for it): only the drivers of its network card and disks, so e1000e built in, which tiny-6.1 lacks.
 
@@ -69,7 +69,7 @@ def _krig(env, *args):
 def test_the_rig_file_pins_the_bmc_and_names_the_console(rf_sim):
     env, rig, st = rf_sim
     text = open(rig).read()
-    assert 'driver = "redfish"' in text and 'console = "telnet://127.0.0.1:' in text
+    assert 'driver = "redfish"' in text and f'console = "unix:{st["vm_dir"]}/run/console.sock"' in text
     assert f'port = {st["lan_port"]}' in text and "fingerprint = " in text and "password =" not in text
     assert st["bmc_kind"] == "redfish" and st["nic"] == "e1000e"
 
@@ -119,7 +119,7 @@ def test_a_wedged_kernel_gets_the_redfish_nmi(rf_sim, tmp_path):
     assert "Welcome to GRUB" in console[nmi:], console[nmi:nmi + 2000]     # firmware, GRUB, the installed system
     assert back > nmi
     # libvirt gave the server's QEMU the small translated-code cache (what keeps a warm kexec's copy quick)
-    qemu_logs = list(pathlib.Path(st["vm_dir"]).glob("lv/k/libvirt/qemu/log/*.log"))
+    qemu_logs = list(pathlib.Path(st["vm_dir"]).glob("run/k/libvirt/qemu/log/*.log"))
     assert any(f"tb-size={labsim_image.TB_CACHE_MIB}" in q.read_text(errors="replace") for q in qemu_logs), qemu_logs
 
 

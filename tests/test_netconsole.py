@@ -3,7 +3,11 @@ of a pty this test writes to as a server's serial port would: RFC 2217 and plain
 console.log byte for byte, a dropped console server reconnected, and the rig file's
 `console` field of both drivers."""
 import os
+import pathlib
 import pty
+import shutil
+import subprocess
+import tempfile
 import time
 import tty
 
@@ -29,7 +33,7 @@ def line(tmp_path):
     started = []
 
     def serve(rfc2217: bool, port=None) -> Ser2net:
-        s = Ser2net(tmp_path, port or free_port(), f"serialdev,{os.ttyname(slave)},115200n81,local", tmp_path,
+        s = Ser2net(port or free_port(), f"serialdev,{os.ttyname(slave)},115200n81,local", tmp_path,
                     rfc2217=rfc2217)
         s.start()
         started.append(s)
@@ -75,7 +79,7 @@ def test_a_dropped_console_server_is_reconnected(tmp_path, line):
         os.write(master, b"before\r\n")
         assert b"before" in _wait_for(tmp_path / "console.log", b"before")
         stop_group(s.proc, 10)
-        serve(False, port=s.port)           # the console server back on its port
+        serve(False, port=s.listen)           # the console server back on its port
         for _ in range(100):
             if con.restarts and con._conn is not None:
                 break
@@ -115,3 +119,54 @@ def test_ipmi_rig_console_field(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match=r"^rigs/x.toml.console: 'ssh://ts1:22': use sol \(IPMI Serial over LAN\), "
                                          r"rfc2217://HOST:PORT or telnet://HOST:PORT"):
         validate_ipmi("x", _ipmi_spec(tmp_path, "ssh://ts1:22", monkeypatch), "rigs/x.toml")
+
+
+def test_a_unix_socket_console_is_read_byte_for_byte(tmp_path, line):
+    """`unix:/PATH`: ser2net's Unix accepter (mode 0600), the bytes as the server wrote them."""
+    master, serve = line
+    s = serve(False, port=tmp_path / "console.sock")
+    assert s.url == f"unix:{tmp_path}/console.sock" and oct(os.stat(tmp_path / "console.sock").st_mode & 0o777) == "0o600"
+    con = open_console(s.url, None, tmp_path, tmp_path / "console.log", "rig t")
+    try:
+        time.sleep(1)
+        os.write(master, BYTES)
+        assert _wait_for(tmp_path / "console.log", BYTES) == BYTES
+    finally:
+        con.stop()
+    with pytest.raises(RigError, match=rf"^rig t: cannot connect to the console unix:{tmp_path}/none.sock: "):
+        NetConsole(f"unix:{tmp_path}/none.sock", tmp_path / "c.log", tmp_path / "n.log", "rig t").start()
+    with pytest.raises(UsageError, match=r"console: 'unix:console.sock': use sol"):
+        validate_ipmi("x", {"driver": "ipmi", "console": "unix:console.sock"}, "rigs/x.toml")
+
+
+def test_a_unix_console_of_another_user_put_at_its_name_is_not_read(tmp_path):
+    """A link at the console's name to a socket another user (nobody) serves: refused in one line
+    (the link is root's, the peer nobody's); the socket itself, nobody's and served by nobody, is read."""
+    if os.geteuid() != 0:
+        pytest.fail("this test makes up another user: it runs as root (make test does)")
+    theirs = pathlib.Path(tempfile.mkdtemp(prefix="krig-test-theirs-"))       # where nobody can bind
+    theirs.chmod(0o777)
+    code = ("import socket,sys,time\ns=socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen(4)\n"
+            "while True:\n c=s.accept()[0]\n try:\n  c.sendall(b'from nobody\\n'); time.sleep(0.5)\n"
+            " except OSError: pass\n c.close()\n")
+    srv = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--",
+                            "/usr/bin/python3", "-I", "-c", code, str(theirs / "s.sock")])
+    try:
+        for _ in range(100):
+            if (theirs / "s.sock").exists():
+                break
+            time.sleep(0.1)
+        (tmp_path / "console.sock").symlink_to(theirs / "s.sock")
+        con = NetConsole(f"unix:{tmp_path}/console.sock", tmp_path / "c.log", tmp_path / "n.log", "rig t")
+        with pytest.raises(RigError, match=rf"^rig t: cannot connect to the console unix:{tmp_path}/console.sock: "
+                                           r"answered by a process of uid 65534, not of the socket's owner \(uid 0\)$"):
+            con.start()
+        con = open_console(f"unix:{theirs}/s.sock", None, tmp_path, tmp_path / "c.log", "rig t")
+        try:
+            assert b"from nobody" in _wait_for(tmp_path / "c.log", b"from nobody")
+        finally:
+            con.stop()
+    finally:
+        srv.kill()
+        srv.wait()
+        shutil.rmtree(theirs)

@@ -206,7 +206,7 @@ def add_lab_commands(sub) -> None:
                     "(a card the kernel under test may lack a driver for: --kernel KERNEL,drivers=NAME)")
     su.add_argument("--bmc", choices=("ipmi", "redfish"), default="ipmi",
                     help="its BMC: ipmi (ipmi_sim, SOL; default) or redfish (sushy-emulator over libvirt, "
-                    "console through ser2net)")
+                    "console through ser2net on a Unix socket; as root its parts run as krig-lab)")
     su.set_defaults(handler="workflows.lab:cmd_sim_up")
     sd = simsub.add_parser("down", help="stop it: nothing of it left running, its rig file and secret removed")
     sd.add_argument("name", metavar="NAME", help="the name given to up")

@@ -5,11 +5,13 @@ from its own disk, rigs/labsim/image.py; an NVMe scratch disk; its network card 
 `--nic e1000e`/`e1000`, QEMU's user-mode network with SSH forwarded to 127.0.0.1 (a
 -netdev/-device pair on the domain's QEMU command line: libvirt's user interface forwards no
 port); panic=0), here a libvirt domain of libvirt's per-user session daemon, its BMC sushy-tools'
-sushy-emulator with the libvirt driver, its serial line served by ser2net over telnet
-(rigs/labsim/redfish.py). HTTPS with a self-signed certificate made at `up`, pinned by its
-fingerprint in the generated rig file; the BMC password in krig's secret store. The domain's
-files (its disk overlay on a hard link of the cached image, firmware variables, scratch
-disk, serial socket) are in vm_dir, of the user libvirtd runs as; the rest in base.
+sushy-emulator with the libvirt driver, its serial line served by ser2net on a Unix socket
+(the rig's `console = "unix:PATH"`; rigs/labsim/redfish.py). HTTPS with a self-signed
+certificate made at `up`, pinned by its fingerprint in the generated rig file; the BMC
+password in krig's secret store. The domain's files (its disk overlay on a hard link of the
+cached image, firmware variables, scratch disk) and the daemons' configuration are in vm_dir
+(krig's directory; the domain's files given to the lab user), the sockets in vm_dir/run (the
+lab user's); the rest in base.
 """
 import os
 import pathlib
@@ -17,12 +19,13 @@ import secrets
 import shutil
 import subprocess
 
-from krig import safeio
 from krig.config import toml_document
 from rigs.labsim import image as labsim_image
+from rigs.labsim import owned
+from krig.paths import process_record
 from rigs.labsim.bmc import free_port
-from rigs.labsim.redfish import (LibvirtSession, Ser2net, SushyEmulator, domain_xml, make_cert, make_vm_dir, own,
-                             sweep, write_htpasswd)
+from rigs.labsim.redfish import (LibvirtSession, Ser2net, SushyEmulator, domain_xml, give, kill_leftovers,
+                                 listen_local, make_cert, make_vm_dir, remove_vm_dir, write_htpasswd)
 
 DOMAIN = "server"
 
@@ -37,14 +40,17 @@ class RedfishLabServer:
         self.base, self.image_dir, self.memory_mb, self.scratch_bytes = base, image_dir, memory_mb, scratch_bytes
         self.name, self.nic, self.nic_device = name, nic, nic_device     # --nic, and QEMU's device of it
         self.password = "krig-rf-" + secrets.token_hex(8)
-        self.lan_port, self.sol_port, self.ssh_port = free_port(), free_port(), free_port()
-        self.kcs_port, self.vm_serial_port = free_port(), free_port()   # the IPMI server's: unused here
+        self.listener = listen_local()              # the BMC's port, bound here, handed to sushy-emulator
+        self.lan_port = self.listener.getsockname()[1]
+        self.ssh_port = free_port()     # QEMU's forward binds it: whatever answers there must have the image's host key
         self.rigs = base / "rigs"
         self.logs = base / "logs"
         self.password_file = base / "bmc-password"
         self.vm_dir: pathlib.Path | None = None
         self.libvirt = self.emulator = self.ser2net = None
         self.fingerprint = ""
+        self.parts: list[dict] = []     # process records of libvirtd, sushy-emulator and ser2net
+        self.written: list[dict] = []   # the records of the rig file and password (owned.py)
 
     @property
     def proc(self):
@@ -54,9 +60,10 @@ class RedfishLabServer:
     def _files(self):
         b, v = self.base, self.vm_dir
         labsim_image.client_files(b, self.image_dir, self.ssh_port)
-        # the BMC password, mode 0600, bound to this BMC (rigs/ipmi/spec.py): a new file renamed over the name
-        safeio.write_text(self.password_file.parent, self.password_file.name,
-                          f"{self.password}\nbmc = 127.0.0.1:{self.lan_port}\n", mode=0o600)
+        # the BMC password, mode 0600, bound to this BMC (rigs/ipmi/spec.py), a new file (owned.py:
+        # never over one that is there)
+        text = f"{self.password}\nbmc = 127.0.0.1:{self.lan_port}\n"
+        self.written.append(owned.write_new(self.password_file, text.encode(), 0o600))
         try:            # the cached image, readable by the domain's user without entering root's home
             os.link(self.image_dir / "disk.qcow2", v / "base.qcow2")
         except OSError:
@@ -67,13 +74,13 @@ class RedfishLabServer:
         with open(v / "scratch.img", "wb") as f:
             f.truncate(self.scratch_bytes)      # sparse
         for f in ("disk.qcow2", "OVMF_VARS.fd", "scratch.img"):
-            own(v / f)
+            give(v / f)
 
     def domain(self) -> str:
         v = self.vm_dir
         loader = (f"<loader readonly='yes' secure='no' type='pflash'>{labsim_image.OVMF_CODE}</loader>"
                   f"<nvram>{v / 'OVMF_VARS.fd'}</nvram>")
-        return domain_xml(DOMAIN, self.memory_mb, v / "serial.sock", disks=[(v / "disk.qcow2", "qcow2", "vda")],
+        return domain_xml(DOMAIN, self.memory_mb, v / "run" / "serial.sock", disks=[(v / "disk.qcow2", "qcow2", "vda")],
                           os_extra=loader, cpu="max", tb_cache_mib=labsim_image.TB_CACHE_MIB, qemu_args=[
                               "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
                               "-device", f"{self.nic_device},netdev=n0,romfile=,bus=pcie.0,addr=0x10",  # slots libvirt leaves free
@@ -85,34 +92,40 @@ class RedfishLabServer:
         self.logs.mkdir(exist_ok=True)
         self.vm_dir = make_vm_dir()
         self._files()
-        self.libvirt = LibvirtSession(self.vm_dir, self.logs)
+        v = self.vm_dir
+        self.libvirt = LibvirtSession(v, self.logs)
         self.libvirt.start()
+        self.parts.append(process_record(self.libvirt.proc.pid))
         self.libvirt.define(self.domain())
-        cert, key, self.fingerprint = make_cert(self.base)
-        write_htpasswd(self.base / "htpasswd", self.USER, self.password)
-        self.emulator = SushyEmulator(self.vm_dir, self.libvirt.uri, self.lan_port, cert, key,
-                                      self.base / "htpasswd", self.logs)
+        cert, key, self.fingerprint = make_cert(v)
+        self.emulator = SushyEmulator(v, self.libvirt.uri, self.listener, cert, key,
+                                      write_htpasswd(v, self.USER, self.password), self.logs, v / "run" / "sushy",
+                                      self.fingerprint)
         self.emulator.start()
-        self.ser2net = Ser2net(self.vm_dir, self.sol_port, f"unix,{self.vm_dir / 'serial.sock'}", self.logs)
+        self.parts.append(process_record(self.emulator.proc.pid))
+        self.ser2net = Ser2net(v / "run" / "console.sock", f"unix,{v / 'run' / 'serial.sock'}", self.logs, lab=True)
         self.ser2net.start()
+        self.parts.append(process_record(self.ser2net.proc.pid))
 
     def rig_file(self, name: str, bmc: dict | None = None, ssh: dict | None = None, **top) -> pathlib.Path:
         spec = {"driver": "redfish", "description": f"simulated lab server ({self.memory_mb} MiB, sushy-emulator "
                 f"on 127.0.0.1:{self.lan_port})", "console": self.ser2net.url, "scratch_dev": "/dev/nvme0n1",
                 "remote_dir": "/var/lib/krig", "shutdown_command": ["systemctl", "poweroff"], "boot_timeout": 1800,
                 "hang_timeout": 60, "nmi_wait": 20, "shutdown_timeout": 120,
-                "emulator_pidfile": str(self.vm_dir / "lv" / "r" / "libvirt" / "qemu" / "run" / "server.pid"), **top}
+                "emulator_pidfile": str(self.vm_dir / "run" / "r" / "libvirt" / "qemu" / "run" / "server.pid"), **top}
         b = {"host": "127.0.0.1", "port": self.lan_port, "user": self.USER, "password_file": str(self.password_file),
              "fingerprint": self.fingerprint, "auth": "auto", "timeout": 30, "retries": 3, **(bmc or {})}
         s = {"host": "127.0.0.1", "port": self.ssh_port, "user": self.USER, "key": str(self.base / "client_key"),
              "known_hosts": str(self.base / "known_hosts"), "connect_timeout": 30, **(ssh or {})}
-        safeio.write_text(self.rigs, f"{name}.toml", toml_document(spec, bmc=b, ssh=s))
-        return self.rigs / f"{name}.toml"
+        path = self.rigs / f"{name}.toml"
+        self.written.append(owned.write_new(path, (owned.header(name) + toml_document(spec, bmc=b, ssh=s)).encode()))
+        return path
 
     def stop(self):
         for part in (self.ser2net, self.emulator, self.libvirt):
             if part is not None:
                 part.stop()
+        self.listener.close()
         if self.vm_dir is not None:
-            sweep(str(self.vm_dir))
-            shutil.rmtree(self.vm_dir, ignore_errors=True)
+            kill_leftovers(self.vm_dir, self.parts, since=process_record(os.getpid())["start"])
+            remove_vm_dir(self.vm_dir)

@@ -411,10 +411,9 @@ def down(name: str, log=print) -> int:
             return 0
         _stop_supervisor(st.get("supervisor"))        # it stops its server
         left = _clean(st)
-        if st.get("vm_dir"):                # a Redfish server's domain files (rigs/labsim/redfish_server.py)
-            left += labsim_redfish.processes(st["vm_dir"])
-            labsim_redfish.sweep(st["vm_dir"])
-            shutil.rmtree(st["vm_dir"], ignore_errors=True)
+        if st.get("vm_dir"):                # a Redfish server's parts and directory (rigs/labsim/redfish_server.py)
+            left += labsim_redfish.kill_leftovers(st["vm_dir"], st.get("parts"), since=st["supervisor"]["start"])
+            labsim_redfish.remove_vm_dir(st["vm_dir"])
         shutil.rmtree(state_dir(name), ignore_errors=True)
     finally:
         os.close(lock)
@@ -470,7 +469,7 @@ def serve(name: str) -> int:
             written += [rec] if rec else []
         state.update(rig=str(rig), ready=True, wire=str(getattr(server, "wire", "") or ""),
                      bmc=getattr(server, "bmc_record", None), bmc_kind=req.get("bmc_kind", "ipmi"),
-                     vm_dir=str(getattr(server, "vm_dir", "") or ""))
+                     vm_dir=str(getattr(server, "vm_dir", "") or ""), parts=getattr(server, "parts", None))
         safeio.write_text(d, "state.json", json.dumps(state, indent=1) + "\n", mode=0o600)
         print(f"labsim {name}: up, rig {rig}", flush=True)
         while not stop.wait(1):

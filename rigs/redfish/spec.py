@@ -2,8 +2,8 @@
 
 The file is an IPMI rig file (rigs/ipmi/spec.py: the SSH, kexec and lab tables, the timeouts)
 whose [bmc] table names a Redfish service instead (BMC below) and whose `console` is a
-network serial console (rfc2217:// or telnet://, rigs/netconsole.py): Redfish has no Serial
-over LAN. TLS is always verified: against the system's CAs, a CA file (`ca_file`), or a
+network serial console (rfc2217:// or telnet://, or unix:/PATH of a console server on this
+host: rigs/netconsole.py): Redfish has no Serial over LAN. TLS is always verified: against the system's CAs, a CA file (`ca_file`), or a
 pinned SHA-256 certificate fingerprint (`fingerprint`); there is no way to turn it off. The
 password comes from the environment or a 0600 file like the IPMI one, returned apart from the
 spec (never in describe(), the manifest, a log or an error). The checked file is a RedfishSpec
@@ -14,7 +14,7 @@ import re
 from krig.errors import UsageError
 from krig.schema import OMIT, Field, check, record
 from rigs.ipmi.spec import TOP, a_file, check_ssh, login, password_of
-from rigs.netconsole import URL_RE
+from rigs.netconsole import net_console_ok
 
 # BootSourceOverrideTarget values of the Redfish schema (ComputerSystem.v1_x BootSource)
 BOOT_TARGETS = ("Pxe", "Floppy", "Cd", "Usb", "Hdd", "BiosSetup", "Utilities", "Diags", "UefiShell",
@@ -47,16 +47,12 @@ BMC = (
 )
 
 
-def _net_console(v: str) -> bool:
-    m = URL_RE.match(v)
-    return bool(m) and 1 <= int(m.group(3)) <= 65535
-
-
 TOP_REDFISH = tuple(
     Field("driver", str, "redfish", choices=("redfish",)) if f.key == "driver" else
     Field("bmc", dict, table=BMC) if f.key == "bmc" else
-    Field("console", str, test=_net_console, says="{v!r}: use rfc2217://HOST:PORT or telnet://HOST:PORT (a "
-          "network serial console such as ser2net: Redfish has no Serial over LAN)") if f.key == "console" else f
+    Field("console", str, test=net_console_ok, says="{v!r}: use rfc2217://HOST:PORT or telnet://HOST:PORT (a "
+          "network serial console such as ser2net: Redfish has no Serial over LAN), or unix:/PATH (a console "
+          "server's Unix socket on this host)") if f.key == "console" else f
     for f in TOP)
 
 
