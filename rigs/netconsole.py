@@ -134,7 +134,7 @@ class _Unix:
     def read(self) -> bytes:
         try:
             data = self.sock.recv(READ)
-        except socket.timeout:
+        except TimeoutError:
             return b""
         if not data:
             raise ConnectionError("the console server closed the connection")
