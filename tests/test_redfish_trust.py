@@ -196,7 +196,11 @@ def test_a_listener_on_the_bmc_port_without_its_certificate_gets_no_password(ben
                 got.append(type(e).__name__.encode())
     t = threading.Thread(target=serve, daemon=True)
     t.start()
-    rig = load_rig(str(bench.rig_file("rfspoof", bmc={"port": lsock.getsockname()[1]})))
+    port = lsock.getsockname()[1]
+    secret = tmp_path / "spoof-password"        # the real password, bound to the address taken first
+    secret.touch(mode=0o600)
+    secret.write_text(f"{bench.password}\nbmc = 127.0.0.1:{port}\n")
+    rig = load_rig(str(bench.rig_file("rfspoof", bmc={"port": port, "password_file": str(secret)})))
     try:
         with pytest.raises(RigError, match=r"presents a certificate with SHA-256 fingerprint .*, not the pinned"):
             rig.bmc.power_status()
