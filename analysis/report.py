@@ -37,7 +37,9 @@ pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.8em} img{max-widt
 
 
 def esc(x) -> str:
-    return html.escape("" if x is None else str(x), quote=True)
+    """A value for the page: HTML-escaped, and no control character but newline and tab (a
+    server's release or a console line may hold an escape sequence: shown as \\xNN)."""
+    return html.escape(safeio.printable_text("" if x is None else x), quote=True)
 
 
 def _read(run: RunData, read, default):

@@ -63,7 +63,8 @@ def guarded(fn, error_code: int | None = None) -> int:
     try:
         return fn()
     except KrigError as e:
-        print(f"krig: error: {e}", file=sys.stderr)
+        from .safeio import printable_text      # here: safeio's errors are these
+        print(f"krig: error: {printable_text(e)}", file=sys.stderr)
         return e.exit_code if error_code is None else error_code
     except OSError as e:            # the host (a full or read-only disk, ...): ERROR's code, never FAIL's
         print(f"krig: error: {os_fault(e)}", file=sys.stderr)

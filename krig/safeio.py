@@ -257,6 +257,14 @@ def printable(text, limit: int = 160) -> str:
     return s if len(s) <= limit else s[:limit] + "..."
 
 
+def printable_text(text) -> str:
+    """Text a stranger shaped that may run over lines (a server's stderr, a console line, a
+    reason holding them) for a terminal, a mail or a report: newlines and tabs kept, every other
+    control character (ESC, CSI, a carriage return, DEL) as \\xNN, so no escape sequence reaches
+    the reader's terminal."""
+    return "".join(c if c.isprintable() or c in "\n\t" else f"\\x{ord(c) & 0xff:02x}" for c in str(text))
+
+
 def name_below(rel) -> pathlib.PurePosixPath:
     """rel checked as the name of something below a directory, before anything is looked up:
     relative, no `..` component, not empty (UnsafeFile otherwise)."""

@@ -228,7 +228,7 @@ class IpmiServer(ServerSetup):
         """ssh.run with the rig's handling of a lost connection and of a timeout."""
         mark = self.console_size()
         try:
-            return self.ssh.run(remote, timeout=timeout, **kw)
+            return self.ssh.run(remote, timeout=timeout, what=what, **kw)
         except subprocess.TimeoutExpired:
             self.on_hang(f"{what} did not finish within {timeout:.0f}s")
         except SshLost as e:
