@@ -201,7 +201,7 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
     except Exception as e:
         notes.append(f"{projection.PROJECTION}: {type(e).__name__}: {e}")
     try:
-        run.write_text("summary.txt", build_summary(run.record, verdict, metrics, repro, proj))
+        run.write_text("summary.txt", safeio.printable_text(build_summary(run.record, verdict, metrics, repro, proj)))
         files.append(run_dir / "summary.txt")
     except Exception as e:
         notes.append(f"summary.txt: {type(e).__name__}: {e}")

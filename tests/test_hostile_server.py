@@ -22,6 +22,8 @@ from krig.errors import RigError
 from rigs.ipmi.ssh import Ssh
 from rigs.procs import Overflow, drain
 from sshd_fixture import running_sshd
+from test_report import flood_run  # noqa: F401 (a fixture)
+from test_validate import TESTER, reply_state, series_repo, sides  # noqa: F401 (series_repo: a fixture)
 
 ESC_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")     # what no terminal line, reply or report may hold
 HOSTILE_RELEASE = "\x1b[2J\x1b]0;title\x07 6.1-evil"
@@ -204,3 +206,84 @@ def _pids_with(mark: bytes) -> list:
         except OSError:
             pass
     return out
+
+
+# -- fast: what a server said, in the reply and the report ---------------------------
+
+def _clean(text: str) -> bool:
+    return not ESC_RE.search(text.replace("\n", "").replace("\t", ""))
+
+
+def test_a_servers_strings_reach_the_reply_as_text(series_repo, tmp_path):
+    from kernels.series import load_series
+    from krig.record_validation import ServerFacts
+    from workflows.reply import write_reply
+    from workflows.validate import decide, format_answer, judged_metrics
+    from krig.safeio import printable_text
+    series = load_series(series_repo["mbox"], log=lambda *a: None)
+    res = sides(tmp_path, [0, 0, 0, 0], [5, 6, 7, 8])
+    answer, reason = decide(res, judged_metrics(res))
+    state = reply_state(series, answer, reason, res, tmp_path)
+    state.base_kernel.release = HOSTILE_RELEASE
+    state.server = ServerFacts(rig="lab1", system="\x1b[2JEvil box", firmware="\x1b]0;pwned\x07 1.0", cpus=2,
+                               cpu="\x9b31mCPU", bmc="BMC \x1bc", ram_bytes=4 << 30)
+    vdir = tmp_path / "v"
+    vdir.mkdir()
+    write_reply(vdir, state, res, TESTER)
+    for name in ("reply.txt", "reply.mbox"):
+        text = (vdir / name).read_text()
+        assert _clean(text) and "\\x1b[2J" in text and "\\x1b]0;pwned\\x07 1.0" in text, name
+    assert _clean(printable_text(format_answer(vdir, state)))       # what `krig validate` prints
+
+
+def test_a_servers_strings_reach_the_report_as_text(flood_run):
+    from analysis.report import write_report
+    manifest = json.loads((flood_run / "manifest.json").read_text())
+    manifest["kernel"]["release"] = manifest["release"] = HOSTILE_RELEASE
+    (flood_run / "manifest.json").write_text(json.dumps(manifest))
+    (flood_run / "verdict.json").write_text(json.dumps({"verdict": "ERROR", "reason": "rig lab1: \x1b[2Jboom"}))
+    (flood_run / "console.log").write_bytes(b"[    1.0] \x1b]0;title\x07 console \x1b[31mred\r\n")
+    (flood_run / "stderr").write_bytes(b"\x1b[2J workload stderr\n")
+    write_report(flood_run)
+    page = (flood_run / "report.html").read_text()
+    assert _clean(page), ESC_RE.findall(page)
+    assert "\\x1b[2Jboom" in page and "\\x1b]0;title\\x07 console" in page and "\\x1b[2J workload" in page
+    assert _clean((flood_run / "summary.txt").read_text())
+
+
+def test_a_console_server_that_floods_is_cut_at_the_cap(tmp_path, monkeypatch):
+    """A network console (telnet) that never stops writing: console.log stops at the cap,
+    netconsole.log says so, and the reading thread ends."""
+    import socket
+    import threading
+    from rigs import netconsole
+    monkeypatch.setattr(netconsole, "CONSOLE_CAP", 1 << 20)
+    srv = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def flood():
+        conn, _ = srv.accept()
+        with conn:
+            while not stop.is_set():
+                try:
+                    conn.sendall(b"x" * 65536)
+                except OSError:
+                    return
+    t = threading.Thread(target=flood, daemon=True)
+    t.start()
+    con = netconsole.NetConsole(f"telnet://127.0.0.1:{srv.getsockname()[1]}", tmp_path / "console.log",
+                                tmp_path / "netconsole.log")
+    con.start()
+    try:
+        for _ in range(300):
+            if con.capped:
+                break
+            time.sleep(0.1)
+        assert con.capped and not con.alive()
+    finally:
+        con.stop()
+        stop.set()
+        srv.close()
+        t.join(10)
+    assert (tmp_path / "console.log").stat().st_size == 1 << 20
+    assert "the console went past 1 MiB, the most krig keeps of it" in (tmp_path / "netconsole.log").read_text()
