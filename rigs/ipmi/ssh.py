@@ -3,7 +3,10 @@
 Host keys are always checked against the rig's own known_hosts
 (StrictHostKeyChecking=yes, no global file, never updated); BatchMode=yes so
 nothing ever prompts. argv is quoted word by word for the remote shell; the
-environment is passed as `env -i NAME=value ...` words, names checked.
+environment is passed as `env -i NAME=value ...` words, names checked. Every remote
+command runs with krig's PATH (BASE_PATH), and what it writes is read as it comes, at most
+a cap a stream (rigs/procs.py drain): a server can neither pick the programs nor fill
+krig's memory or disk.
 """
 import pathlib
 import re
