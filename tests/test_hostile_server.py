@@ -287,3 +287,22 @@ def test_a_console_server_that_floods_is_cut_at_the_cap(tmp_path, monkeypatch):
         t.join(10)
     assert (tmp_path / "console.log").stat().st_size == 1 << 20
     assert "the console went past 1 MiB, the most krig keeps of it" in (tmp_path / "netconsole.log").read_text()
+
+
+def test_a_bmc_whose_answer_never_ends_is_cut_at_the_cap(tmp_path, monkeypatch):
+    """ipmitool's output (what the BMC answered) is read as it comes: an answer past the cap is
+    one line naming it, nothing retried, ipmitool ended."""
+    from rigs.ipmi import bmc as ipmi_bmc
+    from sshd_fixture import ipmi_rig
+    for name in ("bmc-password", "client_key", "known_hosts"):
+        (tmp_path / name).write_text("unused\n")
+        (tmp_path / name).chmod(0o600)
+    tool = _script(tmp_path / "ipmitool", 'case "$*" in *status*) echo "Chassis Power is on" ;; '
+                                          '*) exec head -c 100000000 /dev/zero ;; esac\n')
+    monkeypatch.setattr(ipmi_bmc, "IPMITOOL", tool)
+    bmc = ipmi_rig({"dir": tmp_path, "port": 22}, "/tmp/krig-unused").bmc
+    assert bmc.power_status() == "on"
+    with pytest.raises(Overflow, match=r"^rig local: BMC 127\.0\.0\.1:623: `ipmitool mc info`: its stdout went "
+                                       r"past 16 MiB, the most krig reads of it; krig stopped reading and ended it$"):
+        bmc.run("mc", "info")
+    assert _pids_with(tool.encode()) == []

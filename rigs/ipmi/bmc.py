@@ -16,10 +16,11 @@ from krig import progress
 from krig.errors import RigError
 from krig.paths import dies_with_parent
 from krig.schema import Record
-from rigs.procs import stop_group
+from rigs.procs import drain, stop_group
 
 IPMITOOL = "ipmitool"
 SOL_RESTARTS = 20
+OUT_CAPS = (16 << 20, 1 << 20)     # what krig reads of ipmitool's stdout and stderr (a BMC's answers)
 
 # ipmitool -v stderr -> what went wrong (first match wins).
 _AUTH = [
@@ -99,10 +100,11 @@ class Bmc:
         for attempt in range(1, tries + 1):
             t0 = time.monotonic()
             try:
-                p = subprocess.run(dies_with_parent(self.argv(*args)), env=self.env(), stdin=subprocess.DEVNULL,
-                                   capture_output=True, text=True, errors="replace",
-                                   timeout=self.cfg.timeout * 4 + 10, start_new_session=True)
-                out, err, rc = p.stdout, self._clean(p.stderr), p.returncode
+                p = subprocess.Popen(dies_with_parent(self.argv(*args)), env=self.env(), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                b_out, b_err, _ = drain(p, self.cfg.timeout * 4 + 10, OUT_CAPS,
+                                        f"rig {self.rig}: {self.where}: `ipmitool {' '.join(args)}`")
+                out, err, rc = b_out.decode(errors="replace"), self._clean(b_err.decode(errors="replace")), p.returncode
             except subprocess.TimeoutExpired:
                 out, err, rc = "", "ipmitool did not finish in time", -1
             ok = rc == 0 and not re.search(r"\bfailed\b", err, re.I)
