@@ -4,8 +4,9 @@ its PATH. The real sshd of the host on 127.0.0.1 (tests/sshd_fixture.py), each h
 server one key whose forced command (or environment) is the attack; the reading krig
 process is a child of the test, so that its memory is its own.
 
-Fast cases (no sshd) check the bounded reader (rigs/procs.py drain) on local processes, and
-that the reply and the report show a server's control characters as text.
+Fast cases (no sshd) check the bounded reader (rigs/procs.py drain) on local processes (a
+workload's output files, an ipmitool whose answer never ends), a console server that floods,
+and that the reply and the report show a server's control characters as text.
 """
 import json
 import os
@@ -289,20 +290,48 @@ def test_a_console_server_that_floods_is_cut_at_the_cap(tmp_path, monkeypatch):
     assert "the console went past 1 MiB, the most krig keeps of it" in (tmp_path / "netconsole.log").read_text()
 
 
-def test_a_bmc_whose_answer_never_ends_is_cut_at_the_cap(tmp_path, monkeypatch):
-    """ipmitool's output (what the BMC answered) is read as it comes: an answer past the cap is
-    one line naming it, nothing retried, ipmitool ended."""
+def _fake_bmc(tmp_path, monkeypatch, answers: str):
+    """The rig's Bmc with an ipmitool of this test's: `answers` is the body of its `case "$*"`."""
     from rigs.ipmi import bmc as ipmi_bmc
     from sshd_fixture import ipmi_rig
     for name in ("bmc-password", "client_key", "known_hosts"):
         (tmp_path / name).write_text("unused\n")
         (tmp_path / name).chmod(0o600)
-    tool = _script(tmp_path / "ipmitool", 'case "$*" in *status*) echo "Chassis Power is on" ;; '
-                                          '*) exec head -c 100000000 /dev/zero ;; esac\n')
+    tool = _script(tmp_path / "ipmitool", f'case "$*" in {answers} esac\n')
     monkeypatch.setattr(ipmi_bmc, "IPMITOOL", tool)
-    bmc = ipmi_rig({"dir": tmp_path, "port": 22}, "/tmp/krig-unused").bmc
+    return ipmi_rig({"dir": tmp_path, "port": 22}, "/tmp/krig-unused").bmc, tool
+
+
+def test_a_bmc_whose_answer_never_ends_is_cut_at_the_cap(tmp_path, monkeypatch):
+    """ipmitool's output (what the BMC answered) is read as it comes: an answer past the cap is
+    one line naming it, nothing retried, ipmitool ended."""
+    bmc, tool = _fake_bmc(tmp_path, monkeypatch, '*status*) echo "Chassis Power is on" ;; '
+                                                 '*) exec head -c 100000000 /dev/zero ;;')
     assert bmc.power_status() == "on"
     with pytest.raises(Overflow, match=r"^rig local: BMC 127\.0\.0\.1:623: `ipmitool mc info`: its stdout went "
                                        r"past 16 MiB, the most krig reads of it; krig stopped reading and ended it$"):
         bmc.run("mc", "info")
+    assert _pids_with(tool.encode()) == []
+
+
+def test_a_sol_console_that_floods_is_cut_at_the_cap(tmp_path, monkeypatch):
+    """SOL (ipmitool sol activate) that never stops writing: console.log stops at the cap, the
+    session is ended and not restarted, sol.log says so."""
+    from rigs import netconsole
+    from rigs.ipmi.bmc import Sol
+    monkeypatch.setattr(netconsole, "CONSOLE_CAP", 1 << 20)
+    bmc, tool = _fake_bmc(tmp_path, monkeypatch, '*"sol activate"*) exec head -c 50000000 /dev/zero ;; '
+                                                 '*) exit 0 ;;')
+    sol = Sol(bmc, tmp_path / "console.log", tmp_path / "sol.log")
+    sol.start()
+    try:
+        for _ in range(300):
+            if sol.capped and not sol.alive():
+                break
+            time.sleep(0.1)
+        assert sol.capped and not sol.alive() and sol.restarts == 0
+    finally:
+        sol.stop()
+    assert (tmp_path / "console.log").stat().st_size == 1 << 20
+    assert "the console went past 1 MiB, the most krig keeps of it" in (tmp_path / "sol.log").read_text()
     assert _pids_with(tool.encode()) == []

@@ -203,7 +203,10 @@ class Sol:
 
     A thread restarts the session if the BMC drops it (bounded); stop()
     leaves with the `~.` escape, kills what remains and deactivates the
-    payload on the BMC so the next run can take the console.
+    payload on the BMC so the next run can take the console. ipmitool's output
+    goes through krig (a thread a session) into log_path, at most CONSOLE_CAP
+    bytes a run (rigs/netconsole.py): past it krig ends the session, sol.log
+    says so and `capped` is set.
     """
 
     def __init__(self, bmc: Bmc, log_path: pathlib.Path, notes_path: pathlib.Path):
@@ -212,6 +215,7 @@ class Sol:
         self.notes_path = notes_path
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
+        self.capped = False
         self._want = False
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -221,15 +225,29 @@ class Sol:
             f.write(f"{time.strftime('%H:%M:%S')} krig: {line}\n")
 
     def _spawn(self):
-        out = open(self.log_path, "ab")
         err = open(self.notes_path, "ab")
         try:
             self.proc = subprocess.Popen(dies_with_parent(self.bmc.argv("sol", "activate", verbose=False)),
-                                         env=self.bmc.env(), stdin=subprocess.PIPE, stdout=out, stderr=err,
-                                         start_new_session=True)
+                                         env=self.bmc.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=err, start_new_session=True)
         finally:
-            out.close()
             err.close()
+        threading.Thread(target=self._keep, args=(self.proc,), name="krig-sol-log", daemon=True).start()
+
+    def _keep(self, proc: subprocess.Popen):
+        """The session's console into log_path as it comes, up to CONSOLE_CAP for the run."""
+        from rigs.netconsole import CONSOLE_CAP
+        with open(self.log_path, "ab", buffering=0) as log, proc.stdout:
+            while b := os.read(proc.stdout.fileno(), 65536):
+                if log.tell() + len(b) > CONSOLE_CAP:
+                    log.write(b[:max(0, CONSOLE_CAP - log.tell())])
+                    with self._lock:
+                        self.capped, self._want = True, False
+                    self._note(f"the console went past {CONSOLE_CAP >> 20} MiB, the most krig keeps of it; "
+                               "krig ended the SOL session")
+                    stop_group(proc, 2)
+                    return
+                log.write(b)
 
     def start(self):
         try:
