@@ -6,8 +6,9 @@ ser2net in front of the server's serial line offers it; the rig file's `console`
 The console goes to console.log for the whole run, byte for byte as the server wrote it
 (telnet's IAC commands taken out); a dropped connection is reconnected a bounded number of
 times, each time noted in netconsole.log, as SOL's restarts are in sol.log. What is kept is
-bounded: past CONSOLE_CAP bytes (a console server that floods; a serial line at 115200 baud
-writes some 40 MB an hour) krig stops reading, says so in netconsole.log, and `capped` says it.
+bounded: past rigs/protocol.py CONSOLE_CAP bytes (a console server that floods; a serial line
+at 115200 baud writes some 40 MB an hour) krig stops reading, says so in netconsole.log, and
+`capped` says it.
 """
 import pathlib
 import re
@@ -16,13 +17,13 @@ import threading
 import time
 
 from krig.errors import RigError
+from rigs.protocol import CONSOLE_CAP
 
 SCHEMES = ("rfc2217", "telnet")
 URL_RE = re.compile(r"^(rfc2217|telnet)://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})$")
 RESTARTS = 20
 CONNECT_TIMEOUT = 10
 READ = 4096
-CONSOLE_CAP = 1 << 30       # console.log of one run, at most
 IAC, DONT, DO, WONT, WILL, SB, SE = 255, 254, 253, 252, 251, 250, 240
 BINARY, SGA = 0, 3
 
@@ -166,10 +167,11 @@ class NetConsole:
                     if not self._reconnect(e):
                         return
                     continue
-                if data and log.tell() + len(data) > CONSOLE_CAP:
-                    log.write(data[:max(0, CONSOLE_CAP - log.tell())])
+                cap = CONSOLE_CAP
+                if data and log.tell() + len(data) > cap:
+                    log.write(data[:max(0, cap - log.tell())])
                     self.capped, self._want = True, False
-                    self._note(f"the console went past {CONSOLE_CAP >> 20} MiB, the most krig keeps of it; "
+                    self._note(f"the console went past {cap >> 20} MiB, the most krig keeps of it; "
                                "krig stopped reading it")
                     return
                 if data:

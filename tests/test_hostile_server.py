@@ -317,12 +317,11 @@ def test_a_bmc_whose_answer_never_ends_is_cut_at_the_cap(tmp_path, monkeypatch):
 def test_a_sol_console_that_floods_is_cut_at_the_cap(tmp_path, monkeypatch):
     """SOL (ipmitool sol activate) that never stops writing: console.log stops at the cap, the
     session is ended and not restarted, sol.log says so."""
-    from rigs import netconsole
-    from rigs.ipmi.bmc import Sol
-    monkeypatch.setattr(netconsole, "CONSOLE_CAP", 1 << 20)
+    from rigs.ipmi import bmc as ipmi_bmc
+    monkeypatch.setattr(ipmi_bmc, "CONSOLE_CAP", 1 << 20)
     bmc, tool = _fake_bmc(tmp_path, monkeypatch, '*"sol activate"*) exec head -c 50000000 /dev/zero ;; '
                                                  '*) exit 0 ;;')
-    sol = Sol(bmc, tmp_path / "console.log", tmp_path / "sol.log")
+    sol = ipmi_bmc.Sol(bmc, tmp_path / "console.log", tmp_path / "sol.log")
     sol.start()
     try:
         for _ in range(300):

@@ -16,6 +16,7 @@ from krig import progress
 from krig.errors import RigError
 from krig.paths import dies_with_parent
 from krig.schema import Record
+from rigs.protocol import CONSOLE_CAP
 from rigs.procs import drain, stop_group
 
 IPMITOOL = "ipmitool"
@@ -205,7 +206,7 @@ class Sol:
     leaves with the `~.` escape, kills what remains and deactivates the
     payload on the BMC so the next run can take the console. ipmitool's output
     goes through krig (a thread a session) into log_path, at most CONSOLE_CAP
-    bytes a run (rigs/netconsole.py): past it krig ends the session, sol.log
+    bytes a run (rigs/protocol.py): past it krig ends the session, sol.log
     says so and `capped` is set.
     """
 
@@ -236,14 +237,14 @@ class Sol:
 
     def _keep(self, proc: subprocess.Popen):
         """The session's console into log_path as it comes, up to CONSOLE_CAP for the run."""
-        from rigs.netconsole import CONSOLE_CAP
+        cap = CONSOLE_CAP
         with open(self.log_path, "ab", buffering=0) as log, proc.stdout:
             while b := os.read(proc.stdout.fileno(), 65536):
-                if log.tell() + len(b) > CONSOLE_CAP:
-                    log.write(b[:max(0, CONSOLE_CAP - log.tell())])
+                if log.tell() + len(b) > cap:
+                    log.write(b[:max(0, cap - log.tell())])
                     with self._lock:
                         self.capped, self._want = True, False
-                    self._note(f"the console went past {CONSOLE_CAP >> 20} MiB, the most krig keeps of it; "
+                    self._note(f"the console went past {cap >> 20} MiB, the most krig keeps of it; "
                                "krig ended the SOL session")
                     stop_group(proc, 2)
                     return
