@@ -37,7 +37,9 @@ pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:.8em} img{max-widt
 
 
 def esc(x) -> str:
-    return html.escape("" if x is None else str(x), quote=True)
+    """A value for the page: HTML-escaped, and no control character but newline and tab (a
+    server's release or a console line may hold an escape sequence: shown as \\xNN)."""
+    return html.escape(safeio.printable_text("" if x is None else x), quote=True)
 
 
 def _read(run: RunData, read, default):
@@ -199,7 +201,7 @@ def write_report(run, repro=None, project: tuple = ()) -> dict:
     except Exception as e:
         notes.append(f"{projection.PROJECTION}: {type(e).__name__}: {e}")
     try:
-        run.write_text("summary.txt", build_summary(run.record, verdict, metrics, repro, proj))
+        run.write_text("summary.txt", safeio.printable_text(build_summary(run.record, verdict, metrics, repro, proj)))
         files.append(run_dir / "summary.txt")
     except Exception as e:
         notes.append(f"summary.txt: {type(e).__name__}: {e}")

@@ -42,6 +42,7 @@ import pathlib
 import re
 
 from krig.errors import UsageError
+from krig.safeio import printable
 from . import kbuildmap
 from .kconfig import parse_dotconfig
 
@@ -125,7 +126,7 @@ def parse_inventory(text: str, label: str) -> dict:
             if cur not in SECTIONS:
                 raise UsageError(f"{label}:{n}: unknown section {cur!r}; allowed: {', '.join(SECTIONS)}")
         elif cur is None and raw.startswith("release "):
-            release = raw[8:].strip()[:128]
+            release = printable(raw[8:].strip(), 128)      # a server's text: no escape sequence
         elif cur is not None:
             parts[cur].append((n, raw))
     inv = {"source": label, "release": release, "modules": _modules(parts["modules"], label),

@@ -47,6 +47,14 @@ def os_fault(e: OSError) -> str:
     return f"{e.strerror or e}{f' [{name}]' if name else ''}{where}"
 
 
+def printable_text(text) -> str:
+    """Text a stranger shaped that may run over lines (a server's stderr, a console line, a
+    reason holding them) for a terminal, a mail or a report: newlines and tabs kept, every other
+    control character (ESC, CSI, a carriage return, DEL) as \\xNN, so no escape sequence reaches
+    the reader's terminal."""
+    return "".join(c if c.isprintable() or c in "\n\t" else f"\\x{ord(c) & 0xff:02x}" for c in str(text))
+
+
 def _sigterm(signum, frame):
     raise KeyboardInterrupt
 
@@ -63,7 +71,7 @@ def guarded(fn, error_code: int | None = None) -> int:
     try:
         return fn()
     except KrigError as e:
-        print(f"krig: error: {e}", file=sys.stderr)
+        print(f"krig: error: {printable_text(e)}", file=sys.stderr)
         return e.exit_code if error_code is None else error_code
     except OSError as e:            # the host (a full or read-only disk, ...): ERROR's code, never FAIL's
         print(f"krig: error: {os_fault(e)}", file=sys.stderr)

@@ -20,6 +20,8 @@ import os
 import threading
 import time
 
+from krig.safeio import printable_text
+
 INTERVAL = 30.0
 INTERVAL_MIN = 0.01
 QUIET_ENV = "KRIG_QUIET"
@@ -45,6 +47,7 @@ def interval() -> float:
 
 def say(line: str) -> None:
     """One progress line: to the terminal unless quiet, and to every registered log."""
+    line = printable_text(line)        # a server's or a console's words in it: no escape sequence
     with _lock:
         logs = list(_logs)
     if not quiet():

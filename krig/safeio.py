@@ -24,7 +24,7 @@ import os
 import pathlib
 import stat
 
-from .errors import UsageError
+from .errors import UsageError, printable_text
 
 DEFAULT_CAP = 64 << 20          # run files krig reads whole (manifest, verdict, samples, logs)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -253,7 +253,7 @@ def copy_out(base, rel, dest, cap: int = 8 << 30, dest_dir_fd: int | None = None
 def printable(text, limit: int = 160) -> str:
     """Text a stranger shaped (a name in a tarball, a bundle's verdict) as one printable line for a
     terminal: every control character (an escape sequence's ESC, CSI, a newline) as \\xNN."""
-    s = "".join(c if c.isprintable() else f"\\x{ord(c) & 0xff:02x}" for c in str(text))
+    s = printable_text(text).replace("\n", "\\x0a").replace("\t", "\\x09")
     return s if len(s) <= limit else s[:limit] + "..."
 
 

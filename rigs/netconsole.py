@@ -7,7 +7,10 @@ default, is Serial over LAN through the BMC: rigs/ipmi/bmc.py Sol).
 
 The console goes to console.log for the whole run, byte for byte as the server wrote it
 (telnet's IAC commands taken out); a dropped connection is reconnected a bounded number of
-times, each time noted in netconsole.log, as SOL's restarts are in sol.log.
+times, each time noted in netconsole.log, as SOL's restarts are in sol.log. What is kept is
+bounded: past rigs/protocol.py CONSOLE_CAP bytes (a console server that floods; a serial line
+at 115200 baud writes some 40 MB an hour) krig stops reading, says so in netconsole.log, and
+`capped` says it.
 """
 import errno
 import os
@@ -19,6 +22,7 @@ import threading
 import time
 
 from krig.errors import RigError
+from rigs.protocol import CONSOLE_CAP
 
 SCHEMES = ("rfc2217", "telnet")
 URL_RE = re.compile(r"^(rfc2217|telnet)://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})$")
@@ -174,6 +178,7 @@ class NetConsole:
         self.url, self.log_path, self.notes_path, self.where = url, log_path, notes_path, where
         self.scheme, self.host, self.port = parse(url)
         self.restarts = 0
+        self.capped = False
         self._conn = None
         self._want = False
         self._thread: threading.Thread | None = None
@@ -210,6 +215,13 @@ class NetConsole:
                     if not self._reconnect(e):
                         return
                     continue
+                cap = CONSOLE_CAP
+                if data and log.tell() + len(data) > cap:
+                    log.write(data[:max(0, cap - log.tell())])
+                    self.capped, self._want = True, False
+                    self._note(f"the console went past {cap >> 20} MiB, the most krig keeps of it; "
+                               "krig stopped reading it")
+                    return
                 if data:
                     log.write(data)
 

@@ -10,8 +10,15 @@ that live as long as the children should.
 """
 import os
 import pathlib
+import select
 import signal
 import subprocess
+import time
+
+from krig.errors import RigError
+
+CHUNK = 1 << 16
+TAIL = 4096                 # the end of a stderr written to a file, kept for the caller's message
 
 def stopped_by_host(pid: int) -> str | None:
     """Why the process pid is not running at all, if the host stopped it: a stop signal
@@ -50,3 +57,65 @@ def stop_group(p: subprocess.Popen | None, grace: float = 3.0) -> None:
         p.wait(grace)
     except subprocess.TimeoutExpired:
         pass
+
+
+class Overflow(RigError):
+    """A child's stdout or stderr went past what krig reads of it; the child was killed."""
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
+
+
+def drain(p: subprocess.Popen, timeout: float, caps: tuple, label: str, sinks: tuple = (None, None)):
+    """Read the stdout and stderr of p (started with both as pipes, in its own session) as they
+    come, each bounded while it streams: (stdout, stderr, the end of stderr) once p exits.
+
+    A channel goes to memory, or to its sink (an open binary file; then b"" comes back for it).
+    Past its cap (caps: (stdout, stderr) in bytes) krig stops reading, kills p's process group
+    and raises Overflow, one line: `<label>: its stdout went past ...`. Past timeout seconds, p's
+    group is killed and subprocess.TimeoutExpired raised. Never leaves p running."""
+    deadline = time.monotonic() + timeout
+    fds = {p.stdout.fileno(): 0, p.stderr.fileno(): 1}
+    kept, seen, tail = (bytearray(), bytearray()), [0, 0], b""
+    try:
+        while fds:
+            left = deadline - time.monotonic()
+            ready = select.select(list(fds), [], [], left)[0] if left > 0 else []
+            if not ready:
+                raise subprocess.TimeoutExpired(label, timeout)
+            for fd in ready:
+                i, b = fds[fd], os.read(fd, CHUNK)
+                if not b:
+                    del fds[fd]
+                    continue
+                seen[i] += len(b)
+                if seen[i] > caps[i]:
+                    raise Overflow(f"{label}: its {('stdout', 'stderr')[i]} went past {_size(caps[i])}, the most "
+                                   "krig reads of it; krig stopped reading and ended it")
+                if i == 1:
+                    tail = (tail + b)[-TAIL:]
+                if sinks[i] is None:
+                    kept[i].extend(b)
+                else:
+                    _write_all(sinks[i].fileno(), b)
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(label, timeout) from None
+    except BaseException:
+        stop_group(p, 2)
+        raise
+    finally:
+        p.stdout.close()
+        p.stderr.close()
+    return bytes(kept[0]), bytes(kept[1]), tail
+
+
+def _write_all(fd: int, b: bytes) -> None:
+    view = memoryview(b)
+    while view:
+        view = view[os.write(fd, view):]

@@ -71,6 +71,7 @@ class CommandProtocol(abc.ABC):
 SALVAGE_TIMEOUT = 60   # seconds a salvage command may take before the hang is declared
 SECRETS_FILE_ENV = "KRIG_SECRETS_FILE"   # names the secrets a parent hands its worker processes
 OUTPUT_CAP = 256 << 20   # a command's stdout or stderr, as much as a rig reads back from the machine
+CONSOLE_CAP = 1 << 30    # a lab server's console.log of one run (SOL or a network console), at most
 
 
 class FilesProtocol(abc.ABC):

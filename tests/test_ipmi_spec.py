@@ -167,7 +167,7 @@ def test_ssh_argv_strict(files):
                 "GlobalKnownHostsFile=/dev/null", "UpdateHostKeys=no"):
         assert opt in joined
     assert "StrictHostKeyChecking=no" not in joined
-    assert a[-3:] == ["--", "10.0.0.6", "true"]
+    assert a[-3:] == ["--", "10.0.0.6", "PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH; true"]
 
 
 @pytest.mark.parametrize("words", [["printf", "%s\\n", "plain"], ["printf", "%s|", "a b", "'q'", '"d"', "$(x)", "`y`",
@@ -296,7 +296,8 @@ def test_every_shipped_example_loads(files, monkeypatch, example):
 
 def test_sudo_for_a_user_other_than_root(files):
     a = Ssh("lab", IpmiRig("lab", spec(files, ssh={"user": "krig"})).spec.ssh).argv("echo 'a b'")
-    assert a[-1] == "sudo -n -- sh -c 'echo '\"'\"'a b'\"'\"''"
+    path = "PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH; "
+    assert a[-1] == path + "sudo -n -- sh -c '" + path + "echo '\"'\"'a b'\"'\"''"
     assert subprocess.run(["sh", "-c", a[-1].replace("sudo -n -- ", "")], capture_output=True,
                           text=True).stdout == "a b\n"
 

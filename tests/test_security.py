@@ -8,69 +8,28 @@ import json
 import os
 import pwd
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from conftest import KRIG, ROOT, require_program
+from conftest import KRIG, ROOT
+from sshd_fixture import ipmi_rig, running_sshd
 from rigs.ipmi.rig import IpmiRig
 from rigs.ipmi.ssh import SshLost, remote_command
 from rigs.ipmi.state import ServerState
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
-    """The host's own sshd on 127.0.0.1 with keys made here; a rig that logs in to it."""
-    if os.geteuid() != 0:
-        pytest.skip(f"running as uid {os.geteuid()}, not root: the host's own sshd only starts as root, "
-                    "and who runs the tests is not something `make setup` changes")
-    require_program("sshd", "openssh-server")
-    d = tmp_path_factory.mktemp("sshd")
-    for name in ("host_key", "client_key"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True, timeout=60)
-    (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
-    port = _free_port()
-    (d / "sshd_config").write_text(
-        f"ListenAddress 127.0.0.1\nPort {port}\nHostKey {d}/host_key\nAuthorizedKeysFile {d}/authorized_keys\n"
-        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        f"UsePAM no\nUseDNS no\nStrictModes no\nPidFile {d}/sshd.pid\nPrintMotd no\n")
-    host_pub = (d / "host_key.pub").read_text().split()[:2]
-    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(host_pub)}\n")
-    pw = d / "bmc-password"
-    pw.write_text("unused\nbmc = 127.0.0.1\n")
-    pw.chmod(0o600)
-    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)       # sshd's privilege separation directory
-    p = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")],
-                         stdout=subprocess.DEVNULL, stderr=open(d / "sshd.log", "wb"), start_new_session=True)
-    try:
-        for _ in range(100):
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.1)
-        yield {"dir": d, "port": port}
-    finally:
-        os.killpg(p.pid, signal.SIGTERM)
-        p.wait(10)
+    """The host's own sshd on 127.0.0.1 with keys made here (tests/sshd_fixture.py)."""
+    with running_sshd(tmp_path_factory.mktemp("sshd")) as server:
+        yield server
 
 
 def _rig(sshd, remote_dir: str) -> IpmiRig:
-    d = sshd["dir"]
-    rig = IpmiRig("local", {"driver": "ipmi", "remote_dir": remote_dir,
-                            "bmc": {"host": "127.0.0.1", "user": "u", "password_file": str(d / "bmc-password")},
-                            "ssh": {"host": "127.0.0.1", "port": sshd["port"], "key": str(d / "client_key"),
-                                    "known_hosts": str(d / "known_hosts"), "options": ["Compression=no"]}})
-    rig.ssh.log_path = d / "ssh.log"
-    return rig
+    return ipmi_rig(sshd, remote_dir)
 
 
 def test_remote_dir_refused_unless_safe(sshd, tmp_path):

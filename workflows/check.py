@@ -281,5 +281,5 @@ def report(run, repro=None, project: tuple = ()) -> None:
 def cmd_check(a) -> int:
     """`krig check RUN_DIR`."""
     verdict = check(a.run_dir, parse_projects(a.project))
-    print(f"{verdict.verdict}: {verdict.reason}")
+    print(safeio.printable_text(f"{verdict.verdict}: {verdict.reason}"))
     return exit_code(verdict.verdict)

@@ -335,16 +335,17 @@ def main(tokens: list) -> int:
     out = pathlib.Path(opts["out"]) if opts["out"] else default_out(res)
     notes = write_compare_html(res, out)
     public = {**res.to_json(), "html": str(out / "compare.html")}
+    show = safeio.printable_text         # a server's release in a line: no escape sequence
     for w in res.warnings:
-        print(f"krig: warning: {w}", file=sys.stderr)
+        print(show(f"krig: warning: {w}"), file=sys.stderr)
     for note in notes:
-        print(f"krig: compare: {note}", file=sys.stderr)
+        print(show(f"krig: compare: {note}"), file=sys.stderr)
     if opts["json"]:
         print(json.dumps(public, indent=1))
     elif opts["format"] == "lkp":
-        print(format_lkp(res))
+        print(show(format_lkp(res)))
     else:
-        print(format_text(res))
+        print(show(format_text(res)))
         print(f"\ncompare.html: {out / 'compare.html'}")
     return 0
 

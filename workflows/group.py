@@ -24,6 +24,7 @@ from krig import RESULTS_DIR
 from krig.config import parse_set
 from .argcheck import output_dir
 from krig.errors import KrigError, UsageError
+from krig.safeio import printable_text
 from krig.record_group import GroupRecord, read_group, write_group
 from krig.results import GROUP_FILE, next_group_run, now, run_dirs_of, run_state
 from krig.results import group_dir as group_dir_of
@@ -160,7 +161,7 @@ def group_planned(plan: RunPlan, repeat: int, group_dir=None, results_root: path
             run_dir = next_group_run(gdir, [d for d, _ in runs])
             log(f"krig: group run {group.counted + 1} of {repeat} -> {run_dir}")
             d, verdict = execute(plan.rechecked(results_root), results_root, log, run_dir, session)
-            log(f"krig: {d.name}: {verdict.verdict}: {verdict.reason}")
+            log(printable_text(f"krig: {d.name}: {verdict.verdict}: {verdict.reason}"))
             runs = group_runs(gdir)
             _write(gdir, group, runs)
             if verdict.verdict == "INTERRUPTED":
@@ -194,6 +195,6 @@ def cmd_run(a) -> int:
         print(format_group(gdir, group))
         return code
     run_dir, verdict = run(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set))
-    print(f"{verdict.verdict}: {verdict.reason}")
+    print(printable_text(f"{verdict.verdict}: {verdict.reason}"))
     print(f"results: {run_dir}")
     return exit_code(verdict.verdict)

@@ -1,11 +1,11 @@
 """What `krig qualify` leaves in its directory: suite.json (krig/record_qualify.py), junit.xml, qualify.html,
 signoff.txt."""
-import html
 import os
 import pathlib
 
 from analysis.summary import threshold_measurements, threshold_properties
 
+from analysis.report import esc as _esc
 from krig import junit
 from krig.errors import KrigError
 from krig.reproducer import load_reproducer
@@ -101,10 +101,6 @@ def key_metric(case: CaseRecord) -> str:
     if m.value is None:
         return f"{metric} not measured"
     return f"{metric} {m.value:.4g} {m.unit}".rstrip()
-
-
-def _esc(x) -> str:
-    return html.escape("" if x is None else str(x), quote=True)
 
 
 COLOURS = {True: "#d7f5d7", False: "#f8d0d0", None: "#eeeeee"}

@@ -29,6 +29,7 @@ import time
 from analysis.lkp import WIDTH, table_lines
 from analysis.projection import text_lines as projection_lines
 from krig.errors import KrigError, UsageError
+from krig.safeio import printable_text
 from krig.record_compare import Comparison
 from krig.record_validation import ServerFacts, SideKernel, ValidationRecord
 from krig.reproducer import load_reproducer
@@ -56,7 +57,9 @@ def identity(sender: str | None) -> tuple[str, str]:
 
 
 def _ascii(s: str) -> str:
-    return s.encode("ascii", "replace").decode()
+    """ASCII text without a control character but newline and tab (a server's release, model or
+    firmware may hold an escape sequence: shown as \\xNN, never sent)."""
+    return printable_text(s).encode("ascii", "replace").decode()
 
 
 def _one_line(s) -> str:

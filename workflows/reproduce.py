@@ -273,7 +273,7 @@ def reproduce(bundle: str, kernel: str | None = None, rig: str = DEFAULT_RIG, lo
     run_dir, verdict = run(asked.reproducer, rig, kernel, asked.preset, parse_set(list(asked.sets)),
                            results_root=RESULTS_DIR, log=log)
     bundled = meta.get("verdict")
-    print(f"{verdict.verdict}: {verdict.reason}")
+    print(safeio.printable_text(f"{verdict.verdict}: {verdict.reason}"))
     print(f"results: {run_dir}")
     print(f"bundled: {safeio.printable(bundled)}")          # the bundle's text, never an escape sequence
     print(f"rerun:   {verdict.verdict} (rig {rig})")

@@ -41,6 +41,7 @@ from krig.asked import AskedRun
 from .compare import compare
 from krig.config import parse_set
 from krig.errors import KrigError, UsageError
+from krig.safeio import printable_text
 from .group import group_planned, group_runs
 from .plan import RunPlan, resolve
 from .preflight import check_boots
@@ -325,5 +326,5 @@ def cmd_validate(a) -> int:
     """`krig validate REPRODUCER --base KERNEL --series MBOX`: the answer, and its exit code."""
     vdir, state, code = validate(a.reproducer, a.base, a.series, a.repeat, a.rig, a.preset, a.set or [],
                                  a.output, a.sender)
-    print(format_answer(vdir, state))
+    print(printable_text(format_answer(vdir, state)))      # a server's model, firmware: no escape sequence
     return code

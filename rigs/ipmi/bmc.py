@@ -16,10 +16,12 @@ from krig import progress
 from krig.errors import RigError
 from krig.paths import dies_with_parent
 from krig.schema import Record
-from rigs.procs import stop_group
+from rigs.protocol import CONSOLE_CAP
+from rigs.procs import drain, stop_group
 
 IPMITOOL = "ipmitool"
 SOL_RESTARTS = 20
+OUT_CAPS = (16 << 20, 1 << 20)     # what krig reads of ipmitool's stdout and stderr (a BMC's answers)
 
 # ipmitool -v stderr -> what went wrong (first match wins).
 _AUTH = [
@@ -99,10 +101,11 @@ class Bmc:
         for attempt in range(1, tries + 1):
             t0 = time.monotonic()
             try:
-                p = subprocess.run(dies_with_parent(self.argv(*args)), env=self.env(), stdin=subprocess.DEVNULL,
-                                   capture_output=True, text=True, errors="replace",
-                                   timeout=self.cfg.timeout * 4 + 10, start_new_session=True)
-                out, err, rc = p.stdout, self._clean(p.stderr), p.returncode
+                p = subprocess.Popen(dies_with_parent(self.argv(*args)), env=self.env(), stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                b_out, b_err, _ = drain(p, self.cfg.timeout * 4 + 10, OUT_CAPS,
+                                        f"rig {self.rig}: {self.where}: `ipmitool {' '.join(args)}`")
+                out, err, rc = b_out.decode(errors="replace"), self._clean(b_err.decode(errors="replace")), p.returncode
             except subprocess.TimeoutExpired:
                 out, err, rc = "", "ipmitool did not finish in time", -1
             ok = rc == 0 and not re.search(r"\bfailed\b", err, re.I)
@@ -201,7 +204,10 @@ class Sol:
 
     A thread restarts the session if the BMC drops it (bounded); stop()
     leaves with the `~.` escape, kills what remains and deactivates the
-    payload on the BMC so the next run can take the console.
+    payload on the BMC so the next run can take the console. ipmitool's output
+    goes through krig (a thread a session) into log_path, at most CONSOLE_CAP
+    bytes a run (rigs/protocol.py): past it krig ends the session, sol.log
+    says so and `capped` is set.
     """
 
     def __init__(self, bmc: Bmc, log_path: pathlib.Path, notes_path: pathlib.Path):
@@ -210,6 +216,7 @@ class Sol:
         self.notes_path = notes_path
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
+        self.capped = False
         self._want = False
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -219,15 +226,29 @@ class Sol:
             f.write(f"{time.strftime('%H:%M:%S')} krig: {line}\n")
 
     def _spawn(self):
-        out = open(self.log_path, "ab")
         err = open(self.notes_path, "ab")
         try:
             self.proc = subprocess.Popen(dies_with_parent(self.bmc.argv("sol", "activate", verbose=False)),
-                                         env=self.bmc.env(), stdin=subprocess.PIPE, stdout=out, stderr=err,
-                                         start_new_session=True)
+                                         env=self.bmc.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=err, start_new_session=True)
         finally:
-            out.close()
             err.close()
+        threading.Thread(target=self._keep, args=(self.proc,), name="krig-sol-log", daemon=True).start()
+
+    def _keep(self, proc: subprocess.Popen):
+        """The session's console into log_path as it comes, up to CONSOLE_CAP for the run."""
+        cap = CONSOLE_CAP
+        with open(self.log_path, "ab", buffering=0) as log, proc.stdout:
+            while b := os.read(proc.stdout.fileno(), 65536):
+                if log.tell() + len(b) > cap:
+                    log.write(b[:max(0, cap - log.tell())])
+                    with self._lock:
+                        self.capped, self._want = True, False
+                    self._note(f"the console went past {cap >> 20} MiB, the most krig keeps of it; "
+                               "krig ended the SOL session")
+                    stop_group(proc, 2)
+                    return
+                log.write(b)
 
     def start(self):
         try:

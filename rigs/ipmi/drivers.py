@@ -14,13 +14,13 @@ off is powered on into its installed system and left on (the run that follows bo
 there); nothing is written on it.
 """
 import pathlib
-import shlex
 import subprocess
 import tempfile
 
 from krig.errors import RigError, UsageError
 from krig.paths import cache_dir
-from rigs.ipmi.ssh import SshLost, remote_command
+from krig.safeio import printable
+from rigs.ipmi.ssh import ERR_CAP, SshLost, remote_command
 
 SCRIPT = """echo 'krig-drivers 1'
 echo "release $(uname -r)"
@@ -75,18 +75,23 @@ def read(rig, log=print) -> str:
         elif s.ssh.probe(s.spec.ssh.connect_timeout) is None:
             raise RigError(f"rig {rig.name}: the server is on but does not answer SSH; its drivers cannot be "
                            "read (power it off, or give them as files: drivers=DIR)")
-        try:
-            rc, out, err = s.ssh.run(remote_command(["sh", "-c", SCRIPT], None), timeout=READ_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            raise RigError(f"rig {rig.name}: reading the server's drivers failed: no answer within "
-                           f"{READ_TIMEOUT}s") from None
-        except SshLost as e:
-            raise RigError(f"rig {rig.name}: reading the server's drivers failed: {e or 'SSH lost'}") from None
-        if rc != 0:
-            why = (err.decode(errors="replace").strip().splitlines() or [f"exit {rc}"])[-1]
-            raise RigError(f"rig {rig.name}: reading the server's drivers failed: {shlex.quote(why)[:200]}")
-        if len(out) > MAX_BYTES:
-            raise RigError(f"rig {rig.name}: the server's drivers came to more than {MAX_BYTES >> 20} MiB: refused")
-        return out.decode(errors="replace")
+        return inventory(s.ssh, rig.name)
     finally:
         rig.close()
+
+
+def inventory(ssh, name: str) -> str:
+    """Run SCRIPT over ssh (rigs/ipmi/ssh.py Ssh): its text, read as it comes and at most
+    MAX_BYTES (more: krig stops reading, ends ssh and says so in one line, a RigError)."""
+    try:
+        rc, out, err = ssh.run(remote_command(["sh", "-c", SCRIPT], None), timeout=READ_TIMEOUT,
+                               caps=(MAX_BYTES, ERR_CAP), what="reading the server's drivers")
+    except subprocess.TimeoutExpired:
+        raise RigError(f"rig {name}: reading the server's drivers failed: no answer within "
+                       f"{READ_TIMEOUT}s") from None
+    except SshLost as e:
+        raise RigError(f"rig {name}: reading the server's drivers failed: {e or 'SSH lost'}") from None
+    if rc != 0:
+        why = (err.decode(errors="replace").strip().splitlines() or [f"exit {rc}"])[-1]
+        raise RigError(f"rig {name}: reading the server's drivers failed: {printable(why, 200)}")
+    return out.decode(errors="replace")

@@ -21,6 +21,7 @@ import subprocess
 
 from krig import progress
 from krig.errors import RigError, UsageError
+from krig.safeio import printable
 from rigs import initramfs
 from rigs.ipmi.ssh import SshLost, remote_command
 from rigs.ipmi.state import ServerState
@@ -177,7 +178,7 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
         rc, _, err = rig.ssh_call("loading the kernel with kexec", remote_command(argv, None), 120)
     if rc != 0:
         msg = err.decode(errors="replace").strip().splitlines()
-        why = msg[-1] if msg else f"exit {rc}"
+        why = printable(msg[-1], 300) if msg else f"exit {rc}"
         hint = ""
         if syscall == "kexec_file_load" and lockdown and "[none]" not in lockdown:
             hint = (f"; the server's kernel is locked down ({lockdown.strip()}): kexec_file_load takes only a "

@@ -177,7 +177,7 @@ class _Command(CommandProtocol):
         try:
             with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
                 rc, _, _ = r.ssh_call(f"running {' '.join(map(str, argv))}", remote, timeout, stdout=fo, stderr=fe,
-                                  rc_file=f"{r.wd}/rc.{n}")
+                                      rc_file=f"{r.wd}/rc.{n}", caps=(OUTPUT_CAP, OUTPUT_CAP))
         finally:
             r.on_timeout = None
         return CommandResult(list(argv), rc, self._read(out_p), self._read(err_p), time.monotonic() - t0)
@@ -237,7 +237,7 @@ class _Files(FilesProtocol):
             path = out.decode(errors="replace").strip()
             if rc != 0 or not path.startswith(r.wd + "/out."):
                 raise RigError(f"rig {r.name}: cannot make a results directory in {r.wd}: "
-                               f"{err.decode(errors='replace').strip()[-200:]}")
+                               f"{safeio.printable(err.decode(errors='replace').strip()[-200:], 200)}")
             r.results = path
         return r.results
 

@@ -26,6 +26,7 @@ from rigs.protocol import SALVAGE_TIMEOUT, ConsoleProtocol
 
 
 POLL = 2.0
+CRASH_SCAN = 8 << 20         # what of the console since a mark is searched for a crash: its last bytes
 
 
 class BootTimeout(RigError):
@@ -189,10 +190,12 @@ class IpmiServer(ServerSetup):
             return 0
 
     def console_crash(self, since: int) -> str | None:
+        """The first crash line in the console since the offset `since`, searched in its last
+        CRASH_SCAN bytes at most (a console that floods is never read whole)."""
         try:
             with open(self.console.log_path, "rb") as f:
-                f.seek(since)
-                text = f.read().decode(errors="replace")
+                f.seek(max(since, f.seek(0, os.SEEK_END) - CRASH_SCAN))
+                text = f.read(CRASH_SCAN).decode(errors="replace")
         except OSError:
             return None
         return first_crash(text)
@@ -228,7 +231,7 @@ class IpmiServer(ServerSetup):
         """ssh.run with the rig's handling of a lost connection and of a timeout."""
         mark = self.console_size()
         try:
-            return self.ssh.run(remote, timeout=timeout, **kw)
+            return self.ssh.run(remote, timeout=timeout, what=what, **kw)
         except subprocess.TimeoutExpired:
             self.on_hang(f"{what} did not finish within {timeout:.0f}s")
         except SshLost as e:

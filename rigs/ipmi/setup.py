@@ -7,7 +7,7 @@ sysctls and the scratch disk. One SSH round trip after each boot.
 import shlex
 
 from krig.errors import RigError
-from rigs.ipmi.ssh import BASE_PATH
+from krig.safeio import printable
 
 
 # Programs krig itself runs on a server (the harness, the setup round trip), and the
@@ -79,14 +79,14 @@ class ServerSetup:
         """Preflight on the server: every program krig and the reproducer will run is there.
         A missing one is one line naming its package; nothing has been started yet."""
         progs = list(dict.fromkeys([*SERVER_PROGRAMS, *self.needs.get("programs", []), *(extra or [])]))
-        script = (f"PATH={BASE_PATH}; m=; for p in {' '.join(shlex.quote(p) for p in progs)}; do "
+        script = (f"m=; for p in {' '.join(shlex.quote(p) for p in progs)}; do "
                   "command -v \"$p\" >/dev/null 2>&1 || m=\"$m $p\"; done; echo \"missing=$m\"")
         rc, out, err = self.ssh_call("checking the programs on the server", script, 60)
         self.sudo_refused(err)
         missing = out.decode(errors="replace").partition("missing=")[2].split()
         if rc != 0 or not out.strip():
             raise RigError(f"rig {self.name}: cannot check the programs on the server (exit {rc}): "
-                           f"{err.decode(errors='replace').strip()[-200:]}")
+                           f"{printable(err.decode(errors='replace').strip()[-200:], 200)}")
         if missing:
             what = ", ".join(f"{p} (package {PACKAGES.get(p, '?')})" for p in missing)
             raise RigError(f"rig {self.name}: the server lacks {what}; install it there "
@@ -97,7 +97,7 @@ class ServerSetup:
         line = next((ln for ln in err.decode(errors="replace").splitlines() if ln.startswith("sudo:")), None)
         if line:
             u = self.spec.ssh.user
-            raise RigError(f"rig {self.name}: `sudo -n` as {u} failed on the server ({line}); krig runs "
+            raise RigError(f"rig {self.name}: `sudo -n` as {u} failed on the server ({printable(line)}); krig runs "
                            f"everything as root: give {u} sudo without a password (docs/lab-server.md)")
 
     def make_workdir(self) -> str:
@@ -113,6 +113,6 @@ class ServerSetup:
         wd = kv.get("workdir", "")
         if rc != 0 or not wd.startswith(self.rd + "/run."):
             raise RigError(f"rig {self.name}: cannot set up {self.rd} on the server: "
-                           f"{err.decode(errors='replace').strip()[-200:]}")
+                           f"{printable(err.decode(errors='replace').strip()[-200:], 200)}")
         self.wd = wd
         return wd

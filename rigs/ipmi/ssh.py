@@ -3,7 +3,10 @@
 Host keys are always checked against the rig's own known_hosts
 (StrictHostKeyChecking=yes, no global file, never updated); BatchMode=yes so
 nothing ever prompts. argv is quoted word by word for the remote shell; the
-environment is passed as `env -i NAME=value ...` words, names checked.
+environment is passed as `env -i NAME=value ...` words, names checked. Every remote
+command runs with krig's PATH (BASE_PATH), and what it writes is read as it comes, at most
+a cap a stream (rigs/procs.py drain): a server can neither pick the programs nor fill
+krig's memory or disk.
 """
 import pathlib
 import re
@@ -12,13 +15,19 @@ import subprocess
 import time
 
 from krig.errors import RigError
+from krig.safeio import printable
 from krig.schema import Record
-from rigs.procs import stop_group
+from rigs.procs import Overflow, drain, stop_group
 from rigs.ipmi.pull import stream_from
 from krig.paths import dies_with_parent
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The PATH of everything krig runs on a server: the system's own directories, never a
+# /usr/local or a home directory a workload (or anyone) may have put a `uname` or an `env` in.
+BASE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+READ_CAP = 16 << 20         # what krig reads of a remote command's stdout (Ssh.run caps=)
+ERR_CAP = 1 << 20           # ... and of its stderr
+_PATH_SET = f"PATH={BASE_PATH}; export PATH; "
 # ssh's own messages when it (not the remote command) fails; its exit code is then 255.
 _HOSTKEY = re.compile(r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED|"
                       r"No \S+ host key is known for|host key for \S+ has changed", re.I)
@@ -98,11 +107,14 @@ class Ssh:
         return ["ssh", *self._options(connect_timeout, mux), "--", self.cfg.host, self.as_root(remote)]
 
     def as_root(self, remote: str) -> str:
-        """Everything krig runs on a server runs as root: a user other than root goes through
-        `sudo -n` (never a password prompt; sudo fails at once if it would ask)."""
+        """Everything krig runs on a server runs as root, with krig's PATH (BASE_PATH, set before
+        the first word, whatever the server's login PATH puts first): a user other than root goes
+        through `sudo -n` (never a password prompt; sudo fails at once if it would ask), whose
+        shell sets that PATH again (sudo's secure_path may differ)."""
+        remote = f"{_PATH_SET}{remote}"
         if self.cfg.user == "root":
             return remote
-        return "sudo -n -- sh -c " + shlex.quote(remote)
+        return f"{_PATH_SET}sudo -n -- sh -c {shlex.quote(remote)}"
 
     def start_master(self, sock_dir: pathlib.Path) -> bool:
         """One connection that later commands share (ControlMaster): a TCG guest or a
@@ -147,43 +159,40 @@ class Ssh:
 
     def run(self, remote: str, timeout: float, stdin=None, stdout=None, stderr=None,
             connect_timeout: float | None = None, mux: bool = True,
-            rc_file: str | None = None) -> tuple[int, bytes, bytes]:
+            rc_file: str | None = None, caps: tuple = (READ_CAP, ERR_CAP),
+            what: str | None = None) -> tuple[int, bytes, bytes]:
         """Run a remote shell string. Returns (rc, stdout, stderr) of the remote command.
 
         ssh exits 255 both when it fails and when the remote command does: with
         rc_file (where remote_command(..., rc_file=) writes the exit code), a 255
         is the command's own if a second connection reads 255 from that file.
 
+        stdout and stderr are read as they come (rigs/procs.py drain), each at most its cap
+        (caps: stdout, stderr); past one, ssh is killed and Overflow (a RigError) names the cap.
         Raises subprocess.TimeoutExpired (ssh killed), SshLost, HostKeyError/RigError.
         stdout/stderr may be open files (then the returned bytes are empty).
         """
         t0 = time.monotonic()
         p = subprocess.Popen(dies_with_parent(self.argv(remote, connect_timeout, mux)),
                              stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                             stdout=stdout or subprocess.PIPE, stderr=stderr or subprocess.PIPE,
-                             start_new_session=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        label = f"rig {self.rig}: {what or 'a command on the server'} (over SSH)"
         try:
-            out, err = p.communicate(timeout=timeout)
+            out, err, err_tail = drain(p, timeout, caps, label, (stdout, stderr))
         except subprocess.TimeoutExpired:
-            stop_group(p, 2)
             self._log(f"ssh {remote[:100]!r}: killed after {timeout:.0f}s")
             raise
-        except BaseException:
-            stop_group(p, 2)
+        except Overflow as e:
+            self._log(f"ssh {remote[:100]!r}: killed: {e}")
             raise
         self._log(f"ssh {remote[:100]!r} -> rc {p.returncode} in {time.monotonic() - t0:.1f}s"
                   + (" (shared connection)" if "ControlPath=none" not in p.args else ""))
-        out = out or b""
-        if err is None and stderr is not None and hasattr(stderr, "name"):
-            stderr.flush()
-            err_text = _tail(pathlib.Path(stderr.name))
-        else:
-            err_text = (err or b"").decode(errors="replace")
+        err_text = (err if stderr is None else err_tail).decode(errors="replace")
         if p.returncode == 255 and rc_file and self._remote_rc(rc_file) == "255":
             self._log(f"ssh {remote[:100]!r}: 255 is the command's own exit code ({rc_file})")
-            return 255, out, err or b""
+            return 255, out, err
         self._check_ssh_error(p.returncode, err_text)
-        return p.returncode, out, err or b""
+        return p.returncode, out, err
 
     def _remote_rc(self, rc_file: str) -> str | None:
         """The exit code the remote wrapper wrote, or None if the server does not answer."""
@@ -243,18 +252,9 @@ class Ssh:
 
 
 def _last_line(text: str) -> str:
+    """The last line of a server's (or ssh's) stderr, printable: no escape sequence of the server's."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
-
-
-def _tail(path: pathlib.Path, n: int = 4096) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - n))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
+    return printable(lines[-1], 300) if lines else ""
 
 
 def wait_until(pred, timeout: float, interval: float = 1.0):
