@@ -294,8 +294,9 @@ def _fake_bmc(tmp_path, monkeypatch, answers: str):
     """The rig's Bmc with an ipmitool of this test's: `answers` is the body of its `case "$*"`."""
     from rigs.ipmi import bmc as ipmi_bmc
     from sshd_fixture import ipmi_rig
-    for name in ("bmc-password", "client_key", "known_hosts"):
-        (tmp_path / name).write_text("unused\n")
+    for name, text in (("bmc-password", "unused\nbmc = 127.0.0.1\n"), ("client_key", "unused\n"),
+                       ("known_hosts", "unused\n")):
+        (tmp_path / name).write_text(text)
         (tmp_path / name).chmod(0o600)
     tool = _script(tmp_path / "ipmitool", f'case "$*" in {answers} esac\n')
     monkeypatch.setattr(ipmi_bmc, "IPMITOOL", tool)
