@@ -23,7 +23,8 @@ APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelsha
 	libopenipmi-dev libzstd-dev kexec-tools debconf \
 	chromium xvfb xdotool \
 	mmdebstrap ovmf grub-efi-amd64-bin mtools dosfstools fdisk e2fsprogs \
-	libvirt-daemon libvirt-clients libvirt-dev pkg-config python3-dev ser2net openssl
+	libvirt-daemon libvirt-clients libvirt-dev pkg-config python3-dev ser2net openssl \
+	postgresql
 
 CFLAGS := -O2 -Wall -static
 HELPER_SRCS := $(wildcard reproducers/*/*.c)

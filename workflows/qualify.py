@@ -282,7 +282,7 @@ def test_qualify_case(qualify_case):
         plan = resolve(c["reproducer"], c["rig"], c["preset"], c["set"])
         plan = plan.checked(qdir / "runs", [("--kernel", c["kernel"])])
         run_dir, verdict = execute(plan.with_loaded(Kernel.of_json(spec["kernels"][c["kernel"]]), c["kernel"]),
-                                   qdir / "runs", log=lambda *a, **k: None)
+                                   qdir / "runs", log=lambda *a, **k: None, workflow="qualify-case")
         rec.verdict, rec.reason, rec.run_dir = verdict.verdict, verdict.reason, str(run_dir)
     except KrigError as e:          # nothing ran (a rig that went away between loading and the run, ...)
         rec.verdict, rec.reason, rec.run_dir = "ERROR", str(e), None
