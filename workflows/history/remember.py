@@ -25,11 +25,11 @@ def remember(run_dir, workflow: str | None = None, log=print) -> bool:
         store.write_runs(store.engine(url), [rows.run_rows(run_dir, workflow)])
         return True
     except Exception as e:      # noqa: BLE001 - whatever the store or its driver raised, the run stands
-        log(f"history not updated: {_said(e)} (the run is in {run_dir}; `krig history import` catches up)")
+        log(f"history not updated: {said(e)} (the run is in {run_dir}; `krig history import` catches up)")
         return False
 
 
-def _said(e: Exception) -> str:
+def said(e: Exception) -> str:
     """One line of what went wrong: a database's own message without its statement or parameters."""
     orig = getattr(e, "orig", None)
     text = str(orig if orig is not None else e).strip().splitlines()
