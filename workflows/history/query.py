@@ -88,9 +88,9 @@ def trend(eng, metric: str, repro: str, rig=None, server=None, sku=None) -> list
 
 
 def threshold_limit(text: str | None):
-    """The number a threshold's sentence gives as its limit ("limit <= 5 %"), or None."""
+    """The number a threshold's limit gives ("<= 5", ">= 0.5 and <= 2": the first), or None."""
     import re
-    m = re.search(r"limit\s*(?:<=|>=|<|>|==)\s*(-?[\d.]+(?:e-?\d+)?)", text or "")
+    m = re.search(r"(?:<=|>=)\s*(-?[\d.]+(?:e[-+]?\d+)?)", text or "")
     return float(m.group(1)) if m else None
 
 

@@ -82,6 +82,7 @@ def run_rows(run_dir, workflow: str | None = None) -> tuple[dict, list, list]:
     row["sku"] = sku_of(rig.kind, model, row["cpus"], ram)
     metric_rows = [{"name": name[:200], "value": e.value, "unit": e.unit[:64]}
                    for name, e in rec.metric_entries.items()]
-    threshold_rows = [{"name": t.threshold[:300], "outcome": t.outcome[:32], "limit_text": t.message[:2000]}
-                      for t in rec.thresholds]
+    # a threshold's id is its metric and its limit (analysis/test_thresholds.py): "peak_pct <= 5"
+    threshold_rows = [{"name": t.threshold[:300], "outcome": t.outcome[:32],
+                       "limit_text": t.threshold.partition(" ")[2][:200] or None} for t in rec.thresholds]
     return row, metric_rows, threshold_rows
