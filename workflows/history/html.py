@@ -13,7 +13,7 @@ from .store import runs, thresholds
 
 MAX_PLOTS = 60          # pictures a page draws at most (the newest reproducers' first)
 STYLE = ("body{font-family:sans-serif;margin:1.5em;max-width:1100px}table{border-collapse:collapse;margin:.5em 0}"
-         "td,th{border:1px solid #bbb;padding:.2em .5em;font-size:90%}th{background:#eee}"
+         "td,th{border:1px solid #bbb;padding:.2em .5em;font-size:90%;max-width:28em;overflow-wrap:anywhere}th{background:#eee}"
          ".active,.UNHEALTHY{color:#b00;font-weight:bold}.fixed,.ok{color:#070}img{max-width:100%}")
 
 

@@ -65,11 +65,12 @@ class TrendPoint:
 
 
 def trend(eng, metric: str, repro: str, rig=None, server=None, sku=None) -> list:
-    """The metric's values per kernel (oldest kernel first, by its first run), on the runs asked."""
+    """The metric's values per kernel (oldest kernel first, by its first run), on the judged runs asked."""
     q = (sa.select(runs.c.id, runs.c.kernel, runs.c.kernel_release, runs.c.kernel_commit, runs.c.started,
                    metrics.c.value, metrics.c.unit)
          .join(metrics, metrics.c.run_id == runs.c.id)
-         .where(metrics.c.name == metric, runs.c.reproducer == repro, metrics.c.value.is_not(None)))
+         .where(metrics.c.name == metric, runs.c.reproducer == repro, metrics.c.value.is_not(None),
+                runs.c.verdict.in_(JUDGED)))       # an ERROR's numbers are the rig's, not the kernel's
     for col, want in ((runs.c.rig, rig), (runs.c.server_model, server), (runs.c.sku, sku)):
         if want:
             q = q.where(col == want)
