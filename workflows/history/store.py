@@ -10,8 +10,11 @@ KRIG_HISTORY_TIMEOUT seconds (default 10) for another writer's lock.
 The run directory stays the source of truth: a row points back to it (runs.run_dir), and writing a
 run again (krig history import) replaces its rows, so an import is idempotent.
 """
+import contextlib
+import fcntl
 import os
 import pathlib
+import time
 
 import sqlalchemy as sa
 
@@ -131,8 +134,38 @@ def revision_of(conn) -> str | None:
     return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
 
 
+@contextlib.contextmanager
+def _sqlite_upgrade_lock(eng):
+    """Two processes opening a new SQLite store at once upgrade it once: a lock file beside it
+    (SQLite's driver begins no transaction around DDL for a lock of its own to hold)."""
+    db = eng.url.database if eng.dialect.name == "sqlite" else None
+    if not db or db == ":memory:":
+        yield
+        return
+    fd = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        deadline = time.monotonic() + _timeout()
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise HistoryError(f"history store {db}: another krig is upgrading its schema "
+                                       f"(waited {_timeout():g} s, {TIMEOUT_ENV})") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
 def upgrade(eng, to: str = "head") -> None:
     """The store's schema brought to revision `to` in place (a store newer than krig: one line)."""
+    with _sqlite_upgrade_lock(eng):
+        _upgrade(eng, to)
+
+
+def _upgrade(eng, to: str) -> None:
     from alembic import command
     cfg, script = _script()
     head = script.get_current_head()
