@@ -185,18 +185,23 @@ def _upgrade(eng, to: str) -> None:
 def write_runs(eng, batch: list) -> None:
     """Runs' rows, each (row, metric rows, threshold rows), in one transaction, each replacing what
     the store had of the same run directory."""
+    if not batch:
+        return
     with eng.begin() as conn:
-        for row, metric_rows, threshold_rows in batch:
-            old = conn.execute(sa.select(runs.c.id).where(runs.c.run_dir == row["run_dir"])).scalar()
-            if old is not None:
-                conn.execute(sa.delete(metrics).where(metrics.c.run_id == old))
-                conn.execute(sa.delete(thresholds).where(thresholds.c.run_id == old))
-                conn.execute(sa.delete(runs).where(runs.c.id == old))
-            run_id = conn.execute(sa.insert(runs).values(**row).returning(runs.c.id)).scalar_one()
-            if metric_rows:
-                conn.execute(sa.insert(metrics), [{**m, "run_id": run_id} for m in metric_rows])
-            if threshold_rows:
-                conn.execute(sa.insert(thresholds), [{**t, "run_id": run_id} for t in threshold_rows])
+        old = list(conn.execute(sa.select(runs.c.id).where(runs.c.run_dir.in_([r["run_dir"] for r, _m, _t in batch])))
+                   .scalars())
+        if old:
+            conn.execute(sa.delete(metrics).where(metrics.c.run_id.in_(old)))
+            conn.execute(sa.delete(thresholds).where(thresholds.c.run_id.in_(old)))
+            conn.execute(sa.delete(runs).where(runs.c.id.in_(old)))
+        ids = conn.execute(sa.insert(runs).returning(runs.c.id, sort_by_parameter_order=True),
+                           [row for row, _m, _t in batch]).scalars().all()
+        metric_rows = [{**m, "run_id": i} for i, (_r, ms, _t) in zip(ids, batch) for m in ms]
+        threshold_rows = [{**t, "run_id": i} for i, (_r, _m, ts) in zip(ids, batch) for t in ts]
+        if metric_rows:
+            conn.execute(sa.insert(metrics), metric_rows)
+        if threshold_rows:
+            conn.execute(sa.insert(thresholds), threshold_rows)
 
 
 def known_dirs(eng) -> set:
