@@ -46,7 +46,7 @@ help:
 	@echo "make qualify [SUITE=file..] qualification suites (default qualify/smoke.toml qualify/ram-scaling.toml)"
 	@echo "make seed-scale [SCALE_RIG=name]   the seed reports' scale points (qualify/seed-scale.toml; hours of TCG, resumable)"
 	@echo "make docs-pictures         the pictures and the example reply docs/ ships, made again from real runs"
-	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd)"
+	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd, the results history)"
 	@echo "make ci-kernels            build the small kernels make test boots (cached)"
 	@echo "make test-prereqs          the CI kernels and, beside them, the lab server's disk image (cached)"
 	@echo "make kernel KERNEL=name    build a kernel from kernels/<name>.toml (cached)"

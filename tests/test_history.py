@@ -123,7 +123,7 @@ def test_migrations_upgrade_an_older_store_in_place(tmp_path):
     eng.dispose()
     new = store.engine(url)                 # this krig opens it: upgraded to its head, the row kept
     with new.connect() as conn:
-        assert store.revision_of(conn) == "0002"
+        assert store.revision_of(conn) == "0003"
         assert conn.execute(sa.text("SELECT sku FROM runs")).scalar() == "qemu-1g"
 
 
@@ -132,7 +132,7 @@ def test_a_store_newer_than_krig_is_one_line(tmp_path, imported):
         db.execute("UPDATE alembic_version SET version_num = '0999'")
     p = krig(tmp_path, "history")
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
-    assert p.stderr.strip().count("\n") == 0 and "schema revision 0999, newer than this krig's (0002)" in p.stderr
+    assert p.stderr.strip().count("\n") == 0 and "schema revision 0999, newer than this krig's (0003)" in p.stderr
 
 
 def test_a_run_is_recorded_when_it_ends_and_a_locked_store_costs_it_nothing(tmp_path, monkeypatch):

@@ -65,27 +65,32 @@ class TrendPoint:
 
 
 def trend(eng, metric: str, repro: str, rig=None, server=None, sku=None) -> list:
-    """The metric's values per kernel (oldest kernel first, by its first run), on the judged runs asked."""
-    q = (sa.select(runs.c.id, runs.c.kernel, runs.c.kernel_release, runs.c.kernel_commit, runs.c.started,
-                   metrics.c.value, metrics.c.unit)
+    """The metric's values per kernel (oldest kernel first, by its first run), on the judged runs
+    asked: plain rows (the values exact as stored), grouped here."""
+    q = (sa.select(runs.c.kernel, runs.c.kernel_release, runs.c.kernel_commit, runs.c.started, metrics.c.unit,
+                   metrics.c.value)
          .join(metrics, metrics.c.run_id == runs.c.id)
          .where(metrics.c.name == metric, runs.c.reproducer == repro, metrics.c.value.is_not(None),
-                runs.c.verdict.in_(JUDGED)))       # an ERROR's numbers are the rig's, not the kernel's
+                runs.c.verdict.in_(JUDGED)))      # an ERROR's numbers are the rig's, not the kernel's
     for col, want in ((runs.c.rig, rig), (runs.c.server_model, server), (runs.c.sku, sku)):
         if want:
             q = q.where(col == want)
     lim = (sa.select(thresholds.c.limit_text).join(runs, runs.c.id == thresholds.c.run_id)
            .where(runs.c.reproducer == repro, thresholds.c.name.startswith(metric + " "))
            .order_by(runs.c.started.desc()).limit(1))
-    points: dict = {}
+    groups: dict = {}
     with eng.connect() as conn:
         limit = conn.execute(lim).scalar()
-        for r in conn.execute(q).mappings():
-            k = kernel_label(r)
-            p = points.setdefault(k, TrendPoint(k, r["started"] or "", [], r["unit"] or "", limit))
-            p.first = min(p.first, r["started"] or p.first)
-            p.values.append(r["value"])
-    return sorted(points.values(), key=lambda p: p.first)
+        for k, rel, commit, started, unit, value in conn.execute(q):
+            g = groups.get((k, rel, commit))
+            if g is None:
+                g = groups[(k, rel, commit)] = [started or "", unit or "", []]
+            elif started and started < g[0]:
+                g[0] = started
+            g[2].append(value)
+    points = [TrendPoint(kernel_label({"kernel": k, "kernel_release": rel, "kernel_commit": commit}), first,
+                         sorted(values), unit, limit) for (k, rel, commit), (first, unit, values) in groups.items()]
+    return sorted(points, key=lambda p: (p.first, p.kernel))
 
 
 def threshold_limit(text: str | None):
