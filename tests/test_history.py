@@ -172,3 +172,26 @@ def test_the_dashboard_is_written_with_its_plots(tmp_path, imported):
     page = (tmp_path / "dash" / "index.html").read_text()
     assert "k3 (6.1.0-k3)" in page and "kflaky" in page and 'src="plots/' in page
     assert all(png.stat().st_size > 10_000 for png in (tmp_path / "dash" / "plots").glob("*.png"))
+
+
+def test_the_workflow_of_a_run_is_read_from_where_it_is(tmp_path):
+    """krig/results.py's layout: a group's run-NN, a validation side's, a qualification's runs/,
+    else a plain run (a bisection step and a qualification case are also said by their caller)."""
+    from workflows.history.rows import run_rows, workflow_of
+    r = tmp_path / "results"
+    plain = make_run(r, "k1", "PASS", 1.0, started="2026-05-01T00:00:00+00:00")
+    group = r / "neg-dentry-flood" / "k1" / "qemu-1g" / "group-1"
+    side = r / "validate" / "neg-dentry-flood-abc-1" / "new"
+    suite = r / "qualify" / "nightly"
+    for d, record in ((group, "group.json"), (side, "group.json"), (side.parent, "validate.json"),
+                      (suite, "suite.json")):
+        d.mkdir(parents=True, exist_ok=True)
+        (d / record).write_text("{}")
+    made = {"group": make_run(r, "k1", "PASS", 1.0, started="2026-05-02T00:00:00+00:00", name="group-1/run-01"),
+            "validation-new": make_run(side, "k1", "PASS", 1.0, started="2026-05-03T00:00:00+00:00",
+                                       name="x").rename(side / "run-01"),
+            "qualify-case": make_run(suite / "runs", "k1", "PASS", 1.0, started="2026-05-04T00:00:00+00:00")}
+    assert workflow_of(plain) == "run"
+    for want, d in made.items():
+        assert workflow_of(d) == want, d
+    assert run_rows(plain, "bisect-step")[0]["workflow"] == "bisect-step"

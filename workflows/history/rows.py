@@ -21,7 +21,7 @@ def workflow_of(run_dir: pathlib.Path) -> str:
     """The workflow a run directory's place in the results layout says it belongs to."""
     d = pathlib.Path(run_dir)
     if d.name.startswith(GROUP_RUN) and safeio.is_file(d.parent, GROUP_FILE):
-        side = d.parent.parent
+        side = d.parent                 # a validation's side is a group: validate/<name>/new/run-01
         if side.name in VALIDATE_SIDES and safeio.is_file(side.parent, VALIDATE_FILE):
             return f"validation-{side.name}"
         return "group"
