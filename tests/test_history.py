@@ -2,6 +2,7 @@
 that fails never costing a run. The run directories are a real run's records with the kernel, the
 verdict and a metric changed (tests/history_runs.py); the runs made here go through the fake rig."""
 import os
+import pathlib
 import sqlite3
 import subprocess
 
@@ -195,3 +196,25 @@ def test_the_workflow_of_a_run_is_read_from_where_it_is(tmp_path):
     for want, d in made.items():
         assert workflow_of(d) == want, d
     assert run_rows(plain, "bisect-step")[0]["workflow"] == "bisect-step"
+
+
+def test_qualify_leaves_an_unhealthy_server_out_unless_told(tmp_path):
+    """A real `krig qualify` on the fake rig: with three rig ERRORs among the server's last runs in
+    the history it schedules nothing there (one line, the cases left to do, exit 3);
+    --include-unhealthy runs them."""
+    from test_fake_rig import fake_rig
+    rig = fake_rig(tmp_path)
+    name = pathlib.Path(rig).stem
+    for i in range(3):
+        make_run(tmp_path / "old", "k1", "ERROR", 1.0, rig=name, cause="rig", reason="BMC did not answer",
+                 started=f"2026-03-0{i + 1}T00:00:00+00:00")
+    krig(tmp_path, "history", "import", str(tmp_path / "old"))
+    suite = tmp_path / "s.toml"
+    suite.write_text(f'kernels = ["distro"]\nrigs = ["{rig}"]\n[[runs]]\nreproducer = "selftest-pass"\n')
+    more = {"KRIG_RESULTS": str(tmp_path / "results")}
+    p = krig(tmp_path, "qualify", str(suite), "-o", str(tmp_path / "q"), **more)
+    said = [ln for ln in p.stdout.splitlines() if "not scheduling" in ln]
+    assert p.returncode == 3 and len(said) == 1 and f"not scheduling {rig}: unhealthy: 3 of its last 3" in said[0], \
+        p.stdout + p.stderr
+    p = krig(tmp_path, "qualify", str(suite), "-o", str(tmp_path / "q"), "--include-unhealthy", **more)
+    assert p.returncode == 0 and "not scheduling" not in p.stdout, p.stdout + p.stderr

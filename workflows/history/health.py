@@ -1,6 +1,8 @@
 """Server health as the workflows ask it: `krig qualify` leaves an unhealthy server out (unless
 told), `krig lab status` marks it. A history that cannot be read is one line and no server is
 held back by it."""
+import pathlib
+
 from .remember import said
 
 
@@ -20,7 +22,13 @@ def healthy_cases(cases: list, include_unhealthy: bool, log=print) -> list:
     if include_unhealthy:
         return cases
     sick = sick_servers(log)
-    for rig in sorted({c["rig"] for c in cases} & set(sick)):
-        log(f"qualify: not scheduling {rig}: unhealthy: {sick[rig]} (krig history health; "
+    named = {c["rig"]: rig_name(c["rig"]) for c in cases}
+    for rig in sorted(r for r, name in named.items() if name in sick):
+        log(f"qualify: not scheduling {rig}: unhealthy: {sick[named[rig]]} (krig history health; "
             "--include-unhealthy runs it)")
-    return [c for c in cases if c["rig"] not in sick]
+    return [c for c in cases if named[c["rig"]] not in sick]
+
+
+def rig_name(rig: str) -> str:
+    """The name a rig's runs are recorded under: its name, or its rig file's without .toml."""
+    return pathlib.PurePath(rig).name.removesuffix(".toml")
