@@ -218,3 +218,22 @@ def test_qualify_leaves_an_unhealthy_server_out_unless_told(tmp_path):
         p.stdout + p.stderr
     p = krig(tmp_path, "qualify", str(suite), "-o", str(tmp_path / "q"), "--include-unhealthy", **more)
     assert p.returncode == 0 and "not scheduling" not in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("url, said", [
+    ("postgresql+psycopg://krig@/krig?host=/nonexistent-socket-dir", "OperationalError"),   # nobody answers
+    ("mysql://krig@localhost/krig", "'mysql' is not a store"),
+    ("sqlite:////proc/krig-history.sqlite", "history not updated"),                          # cannot be written
+])
+def test_a_store_that_cannot_be_used_is_one_line_and_the_run_dir_stays(tmp_path, monkeypatch, url, said):
+    from workflows.history.remember import remember
+    run = make_run(tmp_path / "r", "k1", "PASS", 1.0, started="2026-06-01T00:00:00+00:00")
+    before = sorted(p.name for p in run.iterdir())
+    monkeypatch.setenv("KRIG_HISTORY_URL", url)
+    monkeypatch.setenv("KRIG_HISTORY_TIMEOUT", "2")
+    lines = []
+    assert remember(run, None, lines.append) is False
+    assert len(lines) == 1 and lines[0].startswith("history not updated: ") and said in lines[0], lines
+    assert "\n" not in lines[0] and sorted(p.name for p in run.iterdir()) == before
+    p = krig(tmp_path, "history", KRIG_HISTORY_URL=url, KRIG_HISTORY_TIMEOUT="2")
+    assert p.returncode in (2, 3) and p.stderr.strip().count("\n") == 0, p.stderr

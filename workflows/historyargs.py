@@ -4,7 +4,8 @@ import argparse
 
 from .argcheck import ascii_int
 
-CODES = "exit codes: 0 answered, 2 bad input or a store krig cannot use (one line says why)"
+CODES = ("exit codes: 0 answered, 2 bad input or a store krig cannot use (newer than krig, a bad URL), "
+         "3 the store did not answer (one line says why)")
 PAGE = "see docs/history.md"
 STORE = ("the store: KRIG_HISTORY_URL (a SQLAlchemy URL, or off), default SQLite at "
          "$KRIG_RESULTS/history.sqlite (results/history.sqlite)")
@@ -25,7 +26,7 @@ EPILOGS = {
 
 runs already in the history are written again (an import is idempotent); a run directory
 the safe reader refuses (links, FIFOs, oversized files) is named and left out
-exit codes: 0 every run written, 2 a run directory refused or bad input
+exit codes: 0 every run written, 2 a run directory refused or bad input, 3 the store did not answer
 {PAGE}""",
     "trend": f"""examples:
   krig history trend peak_negative_pct_ram --repro neg-dentry-flood --sku qemu-2c-1g

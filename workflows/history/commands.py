@@ -2,10 +2,26 @@
 import pathlib
 import re
 
-from krig.errors import UsageError
+import functools
+
+import sqlalchemy as sa
+
+from krig.errors import KrigError, UsageError
 from . import query, store
+from .remember import said
 
 VERDICT_WORDS = ("PASS", "FAIL", "ERROR", "SKIP", "INCOMPLETE", "INTERRUPTED")
+
+
+def answers(cmd):
+    """A command whose store fails (does not answer, is locked, is full): one line, exit 3."""
+    @functools.wraps(cmd)
+    def run(a) -> int:
+        try:
+            return cmd(a)
+        except sa.exc.SQLAlchemyError as e:
+            raise KrigError(f"history store {store.public(store.store_url() or '')}: {said(e)}") from None
+    return run
 
 
 def open_store():
@@ -28,6 +44,7 @@ def _since(text):
     return text
 
 
+@answers
 def cmd_list(a) -> int:
     """`krig history [--repro R] [--kernel K] [--rig R] [--server S] [--verdict V] [--since DATE]`."""
     if a.verdict and a.verdict.upper() not in VERDICT_WORDS:
@@ -42,6 +59,7 @@ def cmd_list(a) -> int:
     return 0
 
 
+@answers
 def cmd_import(a) -> int:
     """`krig history import DIR...`: every run directory under DIR written to the history."""
     from .remember import import_dirs
@@ -60,6 +78,7 @@ def _fmt(v) -> str:
     return f"{v:.6g}"
 
 
+@answers
 def cmd_trend(a) -> int:
     """`krig history trend METRIC --repro R [--rig R | --server S | --sku S] [-o PNG]`."""
     points = query.trend(open_store(), a.metric, a.repro, a.rig, a.server, a.sku)
@@ -77,6 +96,7 @@ def cmd_trend(a) -> int:
     return 0
 
 
+@answers
 def cmd_regressions(a) -> int:
     """`krig history regressions`: PASS -> FAIL between kernels, and the flaky results apart."""
     regs, flakes = query.regressions(open_store())
@@ -97,6 +117,7 @@ def cmd_regressions(a) -> int:
     return 0
 
 
+@answers
 def cmd_health(a) -> int:
     """`krig history health [-k K] [-m M]`: each server's last runs; unhealthy ones said why."""
     rows = query.health(open_store(), a.k, a.m)
@@ -109,6 +130,7 @@ def cmd_health(a) -> int:
     return 0
 
 
+@answers
 def cmd_html(a) -> int:
     """`krig history html -o DIR`: the dashboard."""
     from .html import write_dashboard
