@@ -6,5 +6,6 @@ a shared lab's PostgreSQL), and the questions a person asks of it (docs/history.
     rows        a run directory, read through krig/record.py, as the store's rows
     remember    what workflows/run.py calls when a run ends, and `krig history import`
     query       the questions: runs listed, a metric's trend, regressions, flaky results, server health
+    health      server health as `krig qualify` and `krig lab status` ask it
     commands    `krig history ...`'s handlers; html the dashboard; plot its pictures
 """
