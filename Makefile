@@ -23,7 +23,8 @@ APT_PACKAGES := qemu-system-x86 qemu-utils linux-image-amd64 trace-cmd kernelsha
 	libopenipmi-dev libzstd-dev kexec-tools debconf \
 	chromium xvfb xdotool \
 	mmdebstrap ovmf grub-efi-amd64-bin mtools dosfstools fdisk e2fsprogs \
-	libvirt-daemon libvirt-clients libvirt-dev pkg-config python3-dev ser2net openssl
+	libvirt-daemon libvirt-clients libvirt-dev pkg-config python3-dev ser2net openssl \
+	postgresql
 
 CFLAGS := -O2 -Wall -static
 HELPER_SRCS := $(wildcard reproducers/*/*.c)
@@ -47,7 +48,7 @@ help:
 	@echo "make qualify [SUITE=file..] qualification suites (default qualify/smoke.toml qualify/ram-scaling.toml)"
 	@echo "make seed-scale [SCALE_RIG=name]   the seed reports' scale points (qualify/seed-scale.toml; hours of TCG, resumable)"
 	@echo "make docs-pictures         the pictures and the example reply docs/ ships, made again from real runs"
-	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd)"
+	@echo "make bench                 benchmarks (rig overhead vs virtme-ng, trace reader vs trace-cmd, the results history)"
 	@echo "make ci-kernels            build the small kernels make test boots (cached)"
 	@echo "make test-prereqs          the CI kernels and, beside them, the lab server's disk image (cached)"
 	@echo "make kernel KERNEL=name    build a kernel from kernels/<name>.toml (cached)"

@@ -10,6 +10,7 @@ BENCHES = [
     ("rig overhead vs virtme-ng; flood generator vs bare stat loop", ["bench_rig.py"]),
     ("xfs-ail-storm smoke with and without tracing and sampling", ["bench_collect.py"]),
     ("a kernel rebuild step in the build sandbox vs without it", ["bench_sandbox.py"]),
+    ("results history: import of 10,000 runs, a trend over 100,000, vs walking the run dirs", ["bench_history.py"]),
 ]
 
 

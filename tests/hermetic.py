@@ -26,7 +26,7 @@ SESSION_VAR = "KRIG_TEST_SESSION_HOME"  # the session's directory, set by the fi
 # pointed into the session's directory: {variable: its subdirectory}
 MOVED = {"XDG_CONFIG_HOME": "config", "XDG_STATE_HOME": "state", "KRIG_RESULTS": "results",
          "KRIG_LOCK_DIR": "locks"}
-DROPPED = ("KRIG_RIG_PATH", "KRIG_LAB_COORDINATOR")  # the user's own lab
+DROPPED = ("KRIG_RIG_PATH", "KRIG_LAB_COORDINATOR", "KRIG_HISTORY_URL")  # the user's own lab
 
 
 def hermetic_env(env: dict, base: pathlib.Path) -> dict:

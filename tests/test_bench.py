@@ -55,3 +55,14 @@ def test_flood_bench_pairs_agree():
         ratios.append(gen / bare)
     med = re.search(r"median of 2 pairwise ratios ([\d.]+)", p.stdout)
     assert med and abs(float(med.group(1)) - statistics.median(ratios)) < 0.006, p.stdout
+
+
+def test_history_bench_answers_as_the_walk():
+    """bench_history.py on a few hundred run directories: the store's trend answer equals the one
+    from walking the run directories, and every row is printed (its times are reported, not asserted)."""
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_history.py"), "--runs", "200", "--scale", "2"],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "the store's answer over 200 runs equals the walk's: yes" in p.stdout, p.stdout
+    for row in ("krig history import, 200 run dirs", "trend by walking 200 run dirs", "trend query, 400 runs"):
+        assert any(line.startswith(row) and " MB " in line for line in p.stdout.splitlines()), p.stdout

@@ -268,7 +268,7 @@ CLASSES = {  # name: (why it is not run here, which commands; the first class th
 }
 # what each command that runs exits with, as its page says (README's verdicts table: `krig
 # check` of a PASS run is 0; docs/command.md's exit codes for the rest)
-EXITS = {"check": 0, "list": 0, "--version": 0, "--help": 0, "b4-check": 0, "bundle": 0, "compare": 0}
+EXITS = {"check": 0, "list": 0, "--version": 0, "--help": 0, "b4-check": 0, "bundle": 0, "compare": 0, "history": 0}
 FAKE_RIG = """driver = "fake"
 work_dir = "{work}"
 

@@ -10,11 +10,15 @@ The builds are cached ($KRIG_CACHE/kernels), so a second `make test` only runs.
 """
 import json
 import math
+import os
 import pathlib
+import shutil
+import sqlite3
+import subprocess
 
 import pytest
 
-from conftest import build_kernels, judged_as, krig_run, qemu_pids, run_dir_of, tree_ready
+from conftest import KRIG, ROOT, build_kernels, judged_as, krig_run, qemu_pids, run_dir_of, tree_ready
 from workflows.bisect import read_attempt
 from kernels import sandbox
 from kernels.build import status
@@ -66,8 +70,9 @@ def test_tiny_kernels_built(built):
 
 @pytest.fixture(scope="module")
 def flip(built, tmp_path_factory):
+    """The unpatched kernel's run, then the patched one's (the order a lab meets them in)."""
     runs = {}
-    for name in (BAD, GOOD):
+    for name in (GOOD, BAD):
         tmp = tmp_path_factory.mktemp(name)
         p = krig_run(tmp, REPRO, "--kernel", name, "--preset", "smoke", timeout=1200)
         assert not qemu_pids(str(tmp)), "qemu left behind"
@@ -137,3 +142,44 @@ def test_metric_bisection_decides_the_real_runs(flip):
     assert attempt_vote(z, "PASS", (good.metric + bad.metric) / 2) == "skip"
     with pytest.raises(UsageError, match="overlap"):
         zones(metric, [good.metric], [good.metric])
+
+
+def test_the_history_names_the_regression_and_tells_a_flaky_rerun(flip, tmp_path):
+    """Each real run is in the history of its results root as soon as it ended (nothing asked for
+    it). Imported together into one store, in the order they ran, `krig history regressions` names
+    the unpatched kernel as the last passing and the patched one as the first failing, with the
+    bisect line between them. A rerun that flips: a copy of the patched kernel's run with its
+    verdict changed to PASS (a real flip is not to be had on demand) makes that kernel flaky,
+    listed as such, and the regression is gone. An unpatched run the host's contention made ERROR
+    (test_unpatched_kernel_passes_with_plausible_metrics accepts it) is imported as a copy with
+    its thresholds' verdict, PASS."""
+    dirs = {}
+    for name, (_, d, v, _) in flip.items():
+        with sqlite3.connect(d.parents[3] / "history.sqlite") as db:       # the run's own results root
+            row = db.execute("SELECT kernel, verdict, workflow FROM runs WHERE run_dir = ?", (str(d.resolve()),)).fetchone()
+        assert row == (name, v["verdict"], "run"), row
+        dirs[name] = d
+        if v["verdict"] != "PASS" and name == GOOD:
+            dirs[name] = shutil.copytree(d, tmp_path / "good-judged")
+            (dirs[name] / "verdict.json").write_text(json.dumps({**v, "verdict": "PASS"}))
+    env = {**os.environ, "KRIG_HISTORY_URL": f"sqlite:///{tmp_path / 'h.sqlite'}"}
+
+    def history(*args):
+        p = subprocess.run(KRIG + ["history", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+    history("import", str(dirs[GOOD]), str(dirs[BAD]))
+    out = history("regressions")
+    row = next((ln for ln in out.splitlines() if ln.startswith(REPRO) and "peak_negative_vs_inflight" in ln), "")
+    assert not out.startswith("regressions: 0") and f"{GOOD} (" in row and f"{BAD} (" in row, out
+    assert row.endswith("active"), row
+    assert row.index(f"{GOOD} (") < row.index(f"{BAD} ("), row          # last passing, then first failing
+    assert f"--repro {REPRO} --preset smoke" in out and "krig bisect run --good 6.1.192-krig-tiny-6.1 " in out, out
+    rerun = shutil.copytree(dirs[BAD], tmp_path / "rerun")
+    (rerun / "verdict.json").write_text(json.dumps({**flip[BAD][2], "verdict": "PASS"}))
+    history("import", str(rerun))
+    out = history("regressions")
+    assert "regressions: 0" in out, out
+    flaky = out.split("\nflaky (")[1]
+    assert any(ln.startswith(REPRO) and f"{BAD} (" in ln and ln.split()[-2:] == ["1", "1"]
+               for ln in flaky.splitlines()), out

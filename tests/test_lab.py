@@ -219,3 +219,21 @@ def test_coordinator_gone_a_holder_keeps_its_server_a_waiter_ends_with_one_line(
     x.wait(60)
     done = facts_of(tmp_path / "x.out")
     assert done["refresh_error"].startswith(f"lab coordinator {coord.addr}: ") and done["release_error"], done
+
+
+def test_status_marks_a_server_the_history_calls_unhealthy(tmp_path, coord):
+    """`krig lab status` reads the results history: a place whose server's last runs ended ERROR
+    for a rig cause three times is marked UNHEALTHY with why; the others are not."""
+    from history_runs import make_run
+    env = _env(tmp_path, coord, KRIG_HISTORY_URL=f"sqlite:///{tmp_path / 'h.sqlite'}")
+    assert _krig(env, "lab", "sync").returncode == 0
+    for i in range(3):
+        make_run(tmp_path / "results", "k1", "ERROR", 1.0, rig="lab2", cause="rig", reason="BMC did not answer",
+                 started=f"2026-03-0{i + 1}T00:00:00+00:00")
+        make_run(tmp_path / "results", "k1", "PASS", 1.0, rig="lab1", started=f"2026-03-0{i + 1}T00:00:00+00:00")
+    assert _krig(env, "history", "import", str(tmp_path / "results")).returncode == 0
+    st = _krig(env, "lab", "status")
+    assert st.returncode == 0, st.stderr
+    lines = {ln.split(":")[0].strip(): ln for ln in st.stdout.splitlines()[1:]}
+    assert "UNHEALTHY: 3 of its last 3 runs ended ERROR for a rig cause (last: BMC did not answer)" in lines["lab2"]
+    assert "UNHEALTHY" not in lines["lab1"] and "UNHEALTHY" not in lines["lab3"], st.stdout

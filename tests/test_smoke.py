@@ -198,3 +198,14 @@ def test_bundle_reproduces(smoke_run, tmp_path):
     assert not (top / "reproducer" / name / "bin").exists()
     bundle_checks.check_rerun(top, p, EXPECTED[name][1], rig=rig.stem)
     assert not qemu_pids(str(tmp_path))
+
+
+def test_the_run_is_in_the_history(smoke_run, krig_cli):
+    """The run is in `krig history` of its results root as it ended: nothing was asked to record it."""
+    name, _p, d = smoke_run
+    results = d.parents[3]          # <results>/<reproducer>/<kernel>/<rig>/<time>
+    h = krig_cli("history", "--repro", name, env={"KRIG_RESULTS": str(results)})
+    assert h.returncode == 0, h.stderr
+    rows = [ln for ln in h.stdout.splitlines()[1:] if ln.endswith(str(d.resolve()))]
+    verdict = json.loads((d / "verdict.json").read_text())["verdict"]
+    assert len(rows) == 1 and f" {verdict} " in rows[0] and " run " in rows[0], h.stdout

@@ -166,7 +166,8 @@ def run_krig(state: BisectionRecord) -> Attempt:
     asked = asked_of(state)
     try:
         run_dir, verdict = runner.run(asked.reproducer, asked.rig, asked.kernel, asked.preset,
-                                      parse_set(asked.sets), log=lambda line: None)
+                                      parse_set(asked.sets), log=lambda line: None,
+                                      workflow="bisect-step")
     except KrigError as e:
         return Attempt("ERROR", f"krig run: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     if verdict.verdict == "INTERRUPTED":

@@ -17,7 +17,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from kernels import buildargs
 from krig import DEFAULT_KERNEL, DEFAULT_RIG
-from . import bisectargs, clihelp
+from . import bisectargs, clihelp, historyargs
 from .argcheck import ascii_float, ascii_int
 from .clihelp import KERNEL_HELP, PROJECT_HELP, RIG_HELP
 from krig.errors import guarded, handler
@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="list reproducers, presets, rigs and kernels")
     ls.set_defaults(handler="workflows.listing:cmd_list")
     add_reading_commands(sub)
+    historyargs.add_history_commands(sub, _Parser)
     k = sub.add_parser("kernel", help="build kernels from kernels/<name>.toml (cached) and show the cache")
     buildargs.add_commands(k.add_subparsers(dest="kcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
     bs = sub.add_parser("bisect", help="git bisect a kernel tree with a reproducer's verdict (or a metric)")
@@ -183,6 +184,8 @@ def add_lab_commands(sub) -> None:
                    "default the suite's)")
     q.add_argument("--check", action="store_true", help="only check the suite, its rigs (each boots its kernels) "
                    "and the host budget of each run, then exit: nothing built or run (default: run the suite)")
+    q.add_argument("--include-unhealthy", action="store_true", help="run on servers the history calls unhealthy "
+                   "too (default: leave them out, one line each; krig history health)")
     add_quiet(q)
     q.set_defaults(handler="workflows.qualify:cmd_qualify")
     lb = sub.add_parser("lab", help="the lab: its labgrid coordinator (KRIG_LAB_COORDINATOR=HOST:PORT), and "

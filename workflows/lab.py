@@ -64,6 +64,8 @@ def status(log=print) -> int:
     places, reservations = coord.places(), coord.reservations()
     now = time.time()
     log(f"lab coordinator {coord.addr}: {len(places)} places, {len(reservations)} reservations")
+    from .history.health import sick_servers
+    sick = sick_servers(log)
     for name, p in sorted(places.items()):
         t = p["tags"]
         tags = " ".join(f"{k}={v}" for k, v in sorted(t.items()) if k not in lab.LEASE_TAGS)
@@ -80,7 +82,7 @@ def status(log=print) -> int:
             state = "allocated to a reservation"
         else:
             state = "free"
-        log(f"  {name}: {state}; {tags}")
+        log(f"  {name}: {state}; {tags}" + (f"; UNHEALTHY: {sick[name]}" if name in sick else ""))
     waiting = [r for r in reservations if r["state"] == "waiting"]
     for r in sorted(waiting, key=lambda r: (-r["prio"], r["created"])):
         want = " ".join(f"{k}={v}" for k, v in r["filters"].get("main", {}).items())

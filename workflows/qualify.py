@@ -44,6 +44,7 @@ from krig.reproducer import load_reproducer
 from krig.record_qualify import CaseRecord, read_case, write_case
 from krig.results import QUALIFY_CASES, now, qualify_dir
 from .plan import resolve
+from .history.health import healthy_cases
 from .run import execute
 from krig.verdict import UNFINISHED, VERDICTS
 from kernels.catalog import krig_builds, load_kernel
@@ -197,7 +198,7 @@ def finished(qdir: pathlib.Path, cases: list) -> dict[str, CaseRecord]:
 # -- the command ----------------------------------------------------------------
 
 def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: float | None = None,
-            rigs: list | None = None, check_only: bool = False) -> int:
+            rigs: list | None = None, check_only: bool = False, include_unhealthy: bool = False) -> int:
     path = pathlib.Path(suite_file)
     if out_dir is not None:
         output_dir(out_dir, "-o")
@@ -215,7 +216,7 @@ def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: floa
         shutil.rmtree(qdir / QUALIFY_CASES, ignore_errors=True)
     (qdir / QUALIFY_CASES).mkdir(parents=True, exist_ok=True)
     done = finished(qdir, suite["cases"])
-    todo = [c for c in suite["cases"] if c["id"] not in done]
+    todo = healthy_cases([c for c in suite["cases"] if c["id"] not in done], include_unhealthy, log)
     rigs = sorted({c["rig"] for c in todo}, key=suite["rigs"].index)
     log(f"qualify: {suite['name']}: {len(suite['cases'])} runs on {len(suite['rigs'])} rigs; "
         f"{len(done)} finished before, {len(todo)} to run -> {qdir}")
@@ -282,7 +283,7 @@ def test_qualify_case(qualify_case):
         plan = resolve(c["reproducer"], c["rig"], c["preset"], c["set"])
         plan = plan.checked(qdir / "runs", [("--kernel", c["kernel"])])
         run_dir, verdict = execute(plan.with_loaded(Kernel.of_json(spec["kernels"][c["kernel"]]), c["kernel"]),
-                                   qdir / "runs", log=lambda *a, **k: None)
+                                   qdir / "runs", log=lambda *a, **k: None, workflow="qualify-case")
         rec.verdict, rec.reason, rec.run_dir = verdict.verdict, verdict.reason, str(run_dir)
     except KrigError as e:          # nothing ran (a rig that went away between loading and the run, ...)
         rec.verdict, rec.reason, rec.run_dir = "ERROR", str(e), None
@@ -297,7 +298,8 @@ def test_qualify_case(qualify_case):
 
 def cmd_qualify(a) -> int:
     """`krig qualify SUITE`."""
-    return qualify(a.suite, a.output, a.fresh, prio=a.prio, rigs=a.rig, check_only=a.check)
+    return qualify(a.suite, a.output, a.fresh, prio=a.prio, rigs=a.rig, check_only=a.check,
+                   include_unhealthy=a.include_unhealthy)
 
 
 def main(argv=None) -> int:

@@ -12,6 +12,7 @@ import time
 from krig import DEFAULT_KERNEL, DEFAULT_RIG, RESULTS_DIR, ROOT, progress, safeio
 from .check import check
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
+from .history.remember import remember
 from .hostload import HostSampler
 from kernels import drivers as kernel_drivers
 from krig.paths import owner_record
@@ -33,21 +34,25 @@ kernel_drivers.rig_reader = server_drivers        # --kernel KERNEL,drivers=RIG 
 def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT_KERNEL,
         preset: str | None = None, sets: dict | None = None,
         results_root: pathlib.Path = RESULTS_DIR, log=print, collect: bool = True,
-        run_dir: pathlib.Path | None = None) -> tuple[pathlib.Path, Verdict]:
+        run_dir: pathlib.Path | None = None, workflow: str | None = None) -> tuple[pathlib.Path, Verdict]:
     """Returns (run_dir, verdict). Bad input raises UsageError before anything starts.
 
     collect=False runs the workload without sampler and tracer (for benchmarks).
-    run_dir: a new directory to use instead of results/<repro>/<kernel>/<rig>/<time> (a group's run)."""
+    run_dir: a new directory to use instead of results/<repro>/<kernel>/<rig>/<time> (a group's run).
+    workflow: what the history records the run as (workflows/history/rows.py WORKFLOWS; default:
+    what its place in the results says)."""
     plan = plan_run(repro_name, rig_name, kernel_name, preset, sets, results_root, log, collect)
-    return execute(plan, results_root, log, run_dir)
+    return execute(plan, results_root, log, run_dir, workflow=workflow)
 
 
 def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
-            run_dir: pathlib.Path | None = None, session: Session | None = None) -> tuple[pathlib.Path, Verdict]:
+            run_dir: pathlib.Path | None = None, session: Session | None = None,
+            workflow: str | None = None) -> tuple[pathlib.Path, Verdict]:
     """One run of a plan (workflows/plan.py) on a fresh object of its rig: (run_dir, verdict).
     session: the workflow's (workflows/session.py: a group's, a validation's): the rig comes from
     it, kept up from the previous run when it can be, and may stay up in it for the next run
-    instead of being powered off."""
+    instead of being powered off. Every run, judged, is written to the history (workflows/history:
+    a store that fails costs the run nothing but one line)."""
     repro, kernel, params, collect, host = plan.repro, plan.kernel, plan.params, plan.collect, plan.host
     rig = session.take(plan.rig) if session is not None else plan.rig.fresh()
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
@@ -65,6 +70,7 @@ def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
         verdict = check(run_dir, repro=repro)
     except OSError as e:
         raise RigError(f"cannot record the verdict in {run_dir}: {os_fault(e)} (run ended: {reason})") from None
+    remember(run_dir, workflow, log)
     return run_dir, verdict
 
 
