@@ -214,6 +214,13 @@ def add_lab_commands(sub) -> None:
     sl = simsub.add_parser("list", help="each simulated server of this user: name, state (up, starting, stopped), "
                            "memory, BMC and SSH ports, owner, rig file")
     sl.set_defaults(handler="workflows.lab:cmd_sim_list")
+    rg = sub.add_parser("rig", help="a rig itself: krig rig check RIG")
+    rsub = rg.add_subparsers(dest="rcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
+    rc = rsub.add_parser("check", help="check a rig without powering anything or booting a kernel: the rig file, "
+                         "secrets, the BMC's TLS, login, privileges and system, the console, SSH when the server "
+                         "is up, the drivers kept; one line an item; exit 0 all ok, 1 not, 2 a bad rig file")
+    rc.add_argument("rig", metavar="RIG", help=RIG_HELP)
+    rc.set_defaults(handler="workflows.rigcheck:cmd_rig_check")
 
 
 def add_reading_commands(sub) -> None:

@@ -8,16 +8,11 @@ installed system, read, and left on for the run that follows.
 import time
 
 from kernels import drivers
-from krig.paths import cache_dir
 from krig.errors import UsageError
 from rigs import load_rig, rig_names, rig_path
 from rigs import read_server_drivers as read
 
 _READ: dict = {}            # rig name -> inventory, this process
-
-
-def _kept(name: str):
-    return cache_dir("servers") / f"{name}.drivers"
 
 
 def server_drivers(name: str, log=print) -> dict:
@@ -28,11 +23,13 @@ def server_drivers(name: str, log=print) -> dict:
         raise UsageError(f"drivers={name}: no such file or directory, and no rig of that name; rigs: "
                          f"{', '.join(rig_names())}")
     rig = load_rig(name, "drivers=")
-    kept = _kept(rig.name)
-    if kept.is_file() and getattr(rig, "kind", None) == "ipmi" and rig.bmc.power_status() == "off":
+    from rigs.ipmi.drivers import kept as kept_path
+    kept = kept_path(rig.name)
+    if kept.is_file() and getattr(rig, "kind", None) in ("ipmi", "redfish") and rig.bmc.power_status() == "off":
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(kept.stat().st_mtime))
         log(f"krig: {name} is off: its drivers as read on {when} ({kept})")
         text = kept.read_text(errors="replace")
+        getattr(rig.bmc, "close", lambda: None)()       # a Redfish session logged out
     else:
         text = read(rig, log)
         tmp = kept.with_suffix(".tmp")

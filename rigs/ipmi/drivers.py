@@ -58,6 +58,11 @@ READ_TIMEOUT = 300          # no fork a device (cd -P, not readlink): seconds ev
 MAX_BYTES = 4 << 20         # what is read of it (kernels/drivers.py reads at most as much)
 
 
+def kept(name: str) -> pathlib.Path:
+    """Where the last reading of rig `name`'s server is kept ($KRIG_CACHE/servers/<rig>.drivers)."""
+    return cache_dir("servers") / f"{name}.drivers"
+
+
 def read(rig, log=print) -> str:
     """The inventory's text from the server of a lab rig behind a BMC (rigs/ipmi/rig.py IpmiRig, and
     the Redfish rig built on it)."""

@@ -19,16 +19,19 @@ from rigs.netconsole import URL_RE
 # BootSourceOverrideTarget values of the Redfish schema (ComputerSystem.v1_x BootSource)
 BOOT_TARGETS = ("Pxe", "Floppy", "Cd", "Usb", "Hdd", "BiosSetup", "Utilities", "Diags", "UefiShell",
                 "UefiTarget", "SDCard", "UefiHttp", "RemoteDrive", "UefiBootNext")
-FINGERPRINT_RE = re.compile(r"^(sha256:)?([0-9A-Fa-f]{2}(:?[0-9A-Fa-f]{2}){31})$")
+# 64 hex digits, colons allowed; a `sha256:` prefix, or openssl's whole line pasted
+# (`openssl x509 -noout -fingerprint -sha256` prints `sha256 Fingerprint=AB:CD:...`)
+FINGERPRINT_RE = re.compile(r"^(sha256:|sha256 fingerprint=)?([0-9A-Fa-f]{2}(:?[0-9A-Fa-f]{2}){31})$", re.I)
 
 
 def _fingerprint(value: str, field: str) -> str:
-    """A SHA-256 certificate fingerprint: 64 hex digits, colons allowed (as openssl prints
-    them), an optional sha256: prefix; kept as lowercase hex."""
+    """A SHA-256 certificate fingerprint: 64 hex digits, colons allowed, an optional sha256:
+    prefix, or the line `openssl x509 -noout -fingerprint -sha256` prints (`sha256
+    Fingerprint=AB:CD:...`) as it is; kept as lowercase hex."""
     m = FINGERPRINT_RE.match(value.strip()) if isinstance(value, str) else None
     if not m:
-        raise UsageError(f"{field}: {value!r} is not a SHA-256 fingerprint (64 hex digits, colons allowed, as "
-                         f"`openssl x509 -noout -fingerprint -sha256` prints it)")
+        raise UsageError(f"{field}: {value!r} is not a SHA-256 fingerprint (64 hex digits, colons allowed, or "
+                         f"the line `openssl x509 -noout -fingerprint -sha256` prints; `krig rig check` prints it)")
     return m.group(2).replace(":", "").lower()
 
 
