@@ -68,7 +68,7 @@ def bmc_items(rig, power: dict):
         try:
             members = b.call("logging in", lambda s: b._root.get_system_collection().members_identities)
         except BmcAuthError as e:
-            yield bad("login", f"{b.where} refused user {c.user!r}: {str(e).split(': ')[-1]}",
+            yield bad("login", f"{b.where} {str(e).split(f'{b.where} ', 1)[-1]}",
                       "bmc.user or bmc.password_file/bmc.password_env" + (" or bmc.auth" if c.auth == "session" else ""))
             return
         except RigError as e:
@@ -82,7 +82,8 @@ def bmc_items(rig, power: dict):
         names = [m.rstrip("/").rsplit("/", 1)[-1] for m in members]
         yield ok("login", f"user {c.user!r} ({'session' if c.auth == 'session' else 'session or basic'}): "
                  f"{b.mc_info()}")
-        yield ok("system", f"{b._system.identity} (the BMC lists: {', '.join(names)})")
+        name = f" ({b._system.name})" if b._system.name else ""
+        yield ok("system", f"{b._system.identity}{name}, the BMC lists: {', '.join(names)}")
         yield from _actions(rig)
         yield from privilege_items(rig)
         state = b.call("reading the power state", lambda s: s.power_state.value if s.power_state else "?")
