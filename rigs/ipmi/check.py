@@ -78,6 +78,6 @@ def sol_item(rig):
     if f.get("Enabled", "true").lower() != "true":
         return bad("console", "Serial over LAN is disabled on the BMC (`ipmitool sol set enabled true`), or use "
                    "a network console", "console")
-    rate = f.get("Volatile Bit Rate (kbps)") or f.get("Non-Volatile Bit Rate (kbps)") or "?"
-    return ok("console", f"sol: enabled, {rate} kbps")
+    rate = f.get("Volatile Bit Rate (kbps)", "")
+    return ok("console", "sol: enabled" + (f", {rate} kbps" if re.fullmatch(r"[0-9.]+", rate) else ""))
 
