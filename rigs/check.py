@@ -18,7 +18,7 @@ import stat
 import subprocess
 import time
 
-from krig.errors import KrigError, RigError
+from krig.errors import KrigError, RigError, UsageError
 
 OK, BAD, NOTE = "ok", "FAIL", "--"
 CHECKS = {"ipmi": "rigs.ipmi.check:bmc_items", "redfish": "rigs.redfish.check:bmc_items"}
@@ -162,3 +162,15 @@ def drivers_cache(name: str) -> Item:
     boot = sorted({f"{role} {dev} -> {mod or drv}" for role, dev, _, _, drv, mod in inv.get("boot", [])})
     return ok("drivers", f"read {when}, release {inv.get('release') or '?'}"
               + (f": {', '.join(boot[:6])}" if boot else ": no boot section"))
+
+
+def before_build(rig) -> None:
+    """What a workflow checks of a rig before it builds a kernel for it, without the network: a
+    server whose host key known_hosts lacks is never reached (ssh refuses it), so it is refused
+    now (bad input, one line) rather than after the build and a power on."""
+    if rig.kind not in CHECKS:
+        return
+    item = known_host(rig)
+    if item.state == BAD:
+        raise UsageError(f"{rig.where}.{item.field.split('.', 1)[-1] if '.' in item.field else item.field}: "
+                         f"{item.text}; nothing was built (`krig rig check {rig.arg or rig.name}` checks the whole rig)")
