@@ -48,6 +48,12 @@ def read_server_drivers(rig, log) -> str:
     return read(rig, log)
 
 
+def kept_drivers(name: str) -> pathlib.Path:
+    """Where the last reading of rig `name`'s server drivers is kept (rigs/ipmi/drivers.py)."""
+    from rigs.ipmi.drivers import kept
+    return kept(name)
+
+
 def take_handed_secrets() -> None:
     """In a worker: the secrets its parent handed over (rigs/ipmi/spec.py)."""
     from rigs.ipmi.spec import take_handed_secrets as take

@@ -5,7 +5,7 @@ try its SSH).
 
 The parts every rig with a server behind a BMC shares are here: the secret files, the SSH host
 key pinned in known_hosts (and an SSH login when the server is up), a network console's port,
-the drivers inventory krig keeps of the server. The BMC's own items (TLS, the login, the
+(the drivers inventory krig keeps of the server: workflows/rigcheck.py). The BMC's own items (TLS, the login, the
 account's privileges, the system, the power state) are the driver's: rigs/ipmi/check.py,
 rigs/redfish/check.py (CHECKS). Nothing here changes the server's power, its boot override
 or its logs.
@@ -16,9 +16,8 @@ import os
 import socket
 import stat
 import subprocess
-import time
 
-from krig.errors import KrigError, RigError, UsageError
+from krig.errors import RigError, UsageError
 
 OK, BAD, NOTE = "ok", "FAIL", "--"
 CHECKS = {"ipmi": "rigs.ipmi.check:bmc_items", "redfish": "rigs.redfish.check:bmc_items"}
@@ -58,7 +57,6 @@ def items(rig, bmc: bool = True):
         return
     yield secrets(rig)
     yield known_host(rig)
-    yield drivers_cache(rig.name)
     if not bmc:
         return
     mod, fn = CHECKS[rig.kind].split(":")
@@ -145,23 +143,6 @@ def ssh_up(rig, power: str | None) -> Item:
     if boot_id is None:
         return bad("ssh", f"the server is on but {s.user}@{s.host}:{s.port} does not answer SSH", "ssh.host or ssh.port")
     return ok("ssh", f"{s.user}@{s.host}:{s.port} logs in (host key pinned), boot id {boot_id[:8]}")
-
-
-def drivers_cache(name: str) -> Item:
-    """The server's drivers as last read for `drivers=` ($KRIG_CACHE/servers/<rig>.drivers)."""
-    from kernels import drivers
-    from rigs.ipmi.drivers import kept
-    path = kept(name)
-    if not path.is_file():
-        return note("drivers", f"none kept yet ({path}): the first `drivers={name}` reads the server")
-    try:
-        inv = drivers.parse_inventory(path.read_text(errors="replace"), str(path))
-    except KrigError as e:
-        return bad("drivers", f"{e}: remove it, the next `drivers={name}` reads the server again", "(the cache)")
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
-    boot = sorted({f"{role} {dev} -> {mod or drv}" for role, dev, _, _, drv, mod in inv.get("boot", [])})
-    return ok("drivers", f"read {when}, release {inv.get('release') or '?'}"
-              + (f": {', '.join(boot[:6])}" if boot else ": no boot section"))
 
 
 def before_build(rig) -> None:

@@ -15,11 +15,12 @@ import pytest
 
 from conftest import KRIG, ROOT
 from krig.errors import UsageError
-from rigs.check import BAD, NOTE, OK, drivers_cache
+from rigs.check import BAD, NOTE, OK
 from rigs.labsim.bmc import free_port
 from rigs.labsim.redfish import make_cert
 from rigs.redfish.check import privilege_items, tls_item
 from rigs.redfish.spec import validate_spec
+from workflows.rigcheck import drivers_cache
 
 FP = ":".join(["AB"] * 32)
 
@@ -230,3 +231,13 @@ def test_a_run_is_refused_before_its_build_for_a_host_key_not_pinned(tmp_path):
                                                     r"known_hosts: .* has no host key for \[127\.0\.0\.1\]:2222.*"
                                                     r"nothing was built", line), line
     assert not (tmp_path / "results").exists()
+
+
+def test_the_redfish_example_rig_loads_with_its_files_made(tmp_path, monkeypatch):
+    import tomllib
+    spec = tomllib.loads((ROOT / "rigs" / "examples" / "redfish-server.toml").read_text())
+    files = _spec(tmp_path)
+    spec["ssh"].update(key=files["ssh"]["key"], known_hosts=files["ssh"]["known_hosts"])
+    monkeypatch.setenv(spec["bmc"]["password_env"], "pw")
+    out, _ = validate_spec("lab1", spec, "rigs/lab1.toml")
+    assert out.bmc.clear_sel is False and len(out.bmc.fingerprint) == 64 and out.boot == "kexec"

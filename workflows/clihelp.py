@@ -117,6 +117,22 @@ exit codes (differ from run's: one answer for the whole suite):
     3 runs missing (an error stopped them): the same command finishes the suite
   130 interrupted: the same command finishes the suite
 see docs/qualify.md""",
+    "rig": """examples:
+  krig rig check lab1
+  krig rig check ~/lab/rigs/lab1.toml
+
+exit codes: 0 every item ok, 1 an item to fix (its line names the rig file's field), 2 bad input
+see docs/first-hour.md""",
+    "rig check": """examples:
+  krig rig check lab1
+  krig rig check ~/lab/rigs/lab1.toml
+
+Nothing is powered on or off, no boot override set, no log cleared; SSH is tried only when the
+server is up already. With no fingerprint pinned, the TLS line prints the rig file's line that
+pins the certificate the BMC presents (check it on the BMC's own screen first).
+exit codes: 0 every item ok (`--` lines are not checked now), 1 an item to fix (its line names
+the rig file's field), 2 bad input (the rig file does not load: one line names the field)
+see docs/first-hour.md""",
     "lab": f"""examples:
   krig lab sync
   krig lab status

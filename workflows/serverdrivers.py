@@ -9,7 +9,7 @@ import time
 
 from kernels import drivers
 from krig.errors import UsageError
-from rigs import load_rig, rig_names, rig_path
+from rigs import kept_drivers, load_rig, rig_names, rig_path
 from rigs import read_server_drivers as read
 
 _READ: dict = {}            # rig name -> inventory, this process
@@ -23,8 +23,7 @@ def server_drivers(name: str, log=print) -> dict:
         raise UsageError(f"drivers={name}: no such file or directory, and no rig of that name; rigs: "
                          f"{', '.join(rig_names())}")
     rig = load_rig(name, "drivers=")
-    from rigs.ipmi.drivers import kept as kept_path
-    kept = kept_path(rig.name)
+    kept = kept_drivers(rig.name)
     if kept.is_file() and getattr(rig, "kind", None) in ("ipmi", "redfish") and rig.bmc.power_status() == "off":
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(kept.stat().st_mtime))
         log(f"krig: {name} is off: its drivers as read on {when} ({kept})")

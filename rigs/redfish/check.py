@@ -15,7 +15,8 @@ import ssl
 from krig.errors import RigError
 from rigs.check import bad, note, ok
 from rigs.ipmi.bmc import BmcAuthError
-from rigs.redfish.bmc import RESETS, _colons, fingerprint_of
+from rigs.redfish.bmc import RESETS, fingerprint_of
+from rigs.redfish.spec import colons
 
 NO_SUCH_RESET = "KrigCheckNoSuchResetType"
 MEMBERS = 100               # accounts read from an AccountService
@@ -24,7 +25,7 @@ POWER_PRIV, LOG_PRIV = "ConfigureComponents", "ConfigureManager"
 
 def pin_line(fp_hex: str) -> str:
     """The rig file's line that pins a certificate, ready to paste under [bmc]."""
-    return f'fingerprint = "{_colons(fp_hex)}"'
+    return f'fingerprint = "{colons(fp_hex)}"'
 
 
 def tls_item(cfg):
@@ -36,9 +37,9 @@ def tls_item(cfg):
         return bad("tls", f"https://{cfg.host}:{cfg.port} does not answer TLS: {why}", "bmc.host or bmc.port"), False
     if cfg.fingerprint is not None:
         if got == cfg.fingerprint:
-            return ok("tls", f"the certificate matches the pinned SHA-256 fingerprint {_colons(got)}"), True
-        return bad("tls", f"the BMC presents a certificate with SHA-256 fingerprint {_colons(got)}, not the pinned "
-                   f"{_colons(cfg.fingerprint)}; if the BMC's own screen or web page shows the new one, paste: "
+            return ok("tls", f"the certificate matches the pinned SHA-256 fingerprint {colons(got)}"), True
+        return bad("tls", f"the BMC presents a certificate with SHA-256 fingerprint {colons(got)}, not the pinned "
+                   f"{colons(cfg.fingerprint)}; if the BMC's own screen or web page shows the new one, paste: "
                    f"{pin_line(got)}", "bmc.fingerprint"), False
     trust = f"ca_file {cfg.ca_file}" if cfg.ca_file else "the system's CAs"
     ctx = ssl.create_default_context(cafile=cfg.ca_file)

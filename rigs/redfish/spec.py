@@ -35,6 +35,11 @@ def _fingerprint(value: str, field: str) -> str:
     return m.group(2).replace(":", "").lower()
 
 
+def colons(fp_hex: str) -> str:
+    """A fingerprint kept as hex in the form the rig file and openssl show it: AB:CD:..."""
+    return ":".join(fp_hex[i:i + 2] for i in range(0, len(fp_hex), 2)).upper()
+
+
 BMC = (
     *login(443),
     Field("ca_file", str, OMIT, convert=a_file),
