@@ -12,13 +12,13 @@ from krig.errors import UsageError
 from rigs import kept_drivers, load_rig, rig_names, rig_path
 from rigs import read_server_drivers as read
 
-_READ: dict = {}            # rig name -> inventory, this process
+READ: dict = {}            # rig name -> inventory, this process
 
 
 def server_drivers(name: str, log=print) -> dict:
     """The inventory of rig `name`'s server (kernels.drivers.rig_reader)."""
-    if name in _READ:
-        return _READ[name]
+    if name in READ:
+        return READ[name]
     if rig_path(name) is None:
         raise UsageError(f"drivers={name}: no such file or directory, and no rig of that name; rigs: "
                          f"{', '.join(rig_names())}")
@@ -36,5 +36,5 @@ def server_drivers(name: str, log=print) -> dict:
         tmp.replace(kept)
     inv = drivers.parse_inventory(text, f"rig {name}")
     inv.update(source=f"rig {name}" + (f" ({inv['release']})" if inv.get("release") else ""), from_server=True)
-    _READ[name] = inv
+    READ[name] = inv
     return inv

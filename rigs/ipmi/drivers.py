@@ -80,18 +80,23 @@ def read(rig, log=print) -> str:
         elif s.ssh.probe(s.spec.ssh.connect_timeout) is None:
             raise RigError(f"rig {rig.name}: the server is on but does not answer SSH; its drivers cannot be "
                            "read (power it off, or give them as files: drivers=DIR)")
-        try:
-            rc, out, err = s.ssh.run(remote_command(["sh", "-c", SCRIPT], None), timeout=READ_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            raise RigError(f"rig {rig.name}: reading the server's drivers failed: no answer within "
-                           f"{READ_TIMEOUT}s") from None
-        except SshLost as e:
-            raise RigError(f"rig {rig.name}: reading the server's drivers failed: {e or 'SSH lost'}") from None
-        if rc != 0:
-            why = (err.decode(errors="replace").strip().splitlines() or [f"exit {rc}"])[-1]
-            raise RigError(f"rig {rig.name}: reading the server's drivers failed: {shlex.quote(why)[:200]}")
-        if len(out) > MAX_BYTES:
-            raise RigError(f"rig {rig.name}: the server's drivers came to more than {MAX_BYTES >> 20} MiB: refused")
-        return out.decode(errors="replace")
+        return read_running(s)
     finally:
         rig.close()
+
+
+def read_running(s) -> str:
+    """The inventory's text from a server up and answering SSH (s: an IpmiServer)."""
+    try:
+        rc, out, err = s.ssh.run(remote_command(["sh", "-c", SCRIPT], None), timeout=READ_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise RigError(f"rig {s.name}: reading the server's drivers failed: no answer within "
+                       f"{READ_TIMEOUT}s") from None
+    except SshLost as e:
+        raise RigError(f"rig {s.name}: reading the server's drivers failed: {e or 'SSH lost'}") from None
+    if rc != 0:
+        why = (err.decode(errors="replace").strip().splitlines() or [f"exit {rc}"])[-1]
+        raise RigError(f"rig {s.name}: reading the server's drivers failed: {shlex.quote(why)[:200]}")
+    if len(out) > MAX_BYTES:
+        raise RigError(f"rig {s.name}: the server's drivers came to more than {MAX_BYTES >> 20} MiB: refused")
+    return out.decode(errors="replace")
