@@ -241,3 +241,67 @@ def test_the_redfish_example_rig_loads_with_its_files_made(tmp_path, monkeypatch
     monkeypatch.setenv(spec["bmc"]["password_env"], "pw")
     out, _ = validate_spec("lab1", spec, "rigs/lab1.toml")
     assert out.bmc.clear_sel is False and len(out.bmc.fingerprint) == 64 and out.boot == "kexec"
+
+
+class _Resp:
+    def __init__(self, status, body=None):
+        self.status_code, self.body = status, body or {}
+
+    def json(self):
+        return self.body
+
+
+class _Conn:
+    """A BMC's connector whose LogService.ClearLog answers 403 (an Operator account)."""
+
+    def __init__(self):
+        self.tree = {"/ls": {"Members": [{"@odata.id": "/ls/sel"}]},
+                     "/ls/sel": {"Actions": {"#LogService.ClearLog": {"target": "/ls/sel/Actions/ClearLog"}}}}
+
+    def get(self, path):
+        return _Resp(200, self.tree[path])
+
+    def post(self, path, data=None):
+        import sushy.exceptions as sx
+        raise sx.AccessError("POST", path, _Resp(403, {"error": {"message": "Insufficient privilege"}}))
+
+
+def test_a_403_on_clearlog_is_no_lost_session(tmp_path):
+    from rigs.redfish.bmc import RedfishBmc
+    spec, pw = validate_spec("x", _spec(tmp_path, clear_log=True), "rigs/x.toml")
+    bmc = RedfishBmc("x", spec.bmc, pw, tmp_path / "bmc.log")
+    bmc._system, bmc._conn = types.SimpleNamespace(json={"LogServices": {"@odata.id": "/ls"}}), _Conn()
+    said = bmc.sel_clear()
+    assert said.startswith("not cleared: the BMC refused LogService.ClearLog to user 'krig' on /ls/sel (HTTP 403)")
+    assert "bmc.clear_log = false" in said and bmc.failed is None
+    assert bmc.call("reading again", lambda s: "answered") == "answered"     # the session is still good
+    assert "log clearing not cleared" in (tmp_path / "bmc.log").read_text()
+
+
+def test_log_clearing_is_off_unless_asked(tmp_path):
+    assert validate_spec("x", _spec(tmp_path), "rigs/x.toml")[0].bmc.clear_sel is False
+
+
+class _Calls:
+    """A BMC that records what it is asked."""
+
+    def __init__(self):
+        self.calls = []
+
+    def bootdev(self, device):
+        self.calls.append(("bootdev", device))
+
+    def power(self, action):
+        self.calls.append(("power", action))
+
+
+def test_the_boot_override_precedes_every_power_on_of_a_kexec_rig(tmp_path):
+    from rigs import load_rig
+    rig_path = _lab_rig(tmp_path, "")
+    rig_path.write_text(rig_path.read_text().replace('timeout = 1\n', 'timeout = 1\nboot_device = "disk"\n'))
+    rig = load_rig(str(rig_path))
+    assert rig.spec.boot == "kexec"
+    rig.server.bmc = bmc = _Calls()
+    rig.power.on()
+    rig.server.power_cycle()
+    assert bmc.calls == [("bootdev", "disk"), ("power", "on"), ("bootdev", "disk"), ("power", "cycle")]

@@ -75,7 +75,8 @@ def read(rig, log=print) -> str:
         s.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{rig.name}-", dir=cache_dir("work")))
         if s.bmc.power_status() == "off":
             log(f"krig: powering {rig.name} on into its installed system to read its drivers")
-            s.bmc.power("on")
+            s.boot_override()           # into the installed system (bmc.boot_device)
+            s.bmc.power("on")           # not s.power_on(): left on for the run that follows
             s.wait_up(s.spec.boot_timeout, "into its installed system (to read its drivers)")
         elif s.ssh.probe(s.spec.ssh.connect_timeout) is None:
             raise RigError(f"rig {rig.name}: the server is on but does not answer SSH; its drivers cannot be "

@@ -51,7 +51,9 @@ BMC = (
     Field("retries", int, 3, min=0, max=10, says="must be 0-10, got {v}"),
     Field("boot_device", str, "", choices=("", *BOOT_TARGETS),
           says="{v!r} is not a Redfish BootSourceOverrideTarget: " + ", ".join(BOOT_TARGETS)),
-    Field("clear_log", bool, True, name="clear_sel"),   # the server logs cleared after sel-before.txt
+    # the server's logs cleared after sel-before.txt: off by default, as LogService.ClearLog needs
+    # ConfigureManager, which an Operator account lacks on most BMCs
+    Field("clear_log", bool, False, name="clear_sel"),
 )
 
 
