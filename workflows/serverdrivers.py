@@ -36,5 +36,5 @@ def server_drivers(name: str, log=print) -> dict:
         tmp.replace(kept)
     inv = drivers.parse_inventory(text, f"rig {name}")
     inv.update(source=f"rig {name}" + (f" ({inv['release']})" if inv.get("release") else ""), from_server=True)
-    READ[name] = inv
+    READ[name] = READ[rig.name] = inv      # a rig file's path too: by its rig's name (workflows/serverreach.py)
     return inv

@@ -1,0 +1,36 @@
+"""`--kernel KERNEL,drivers=...` as given: once only, a rig file's path read as that rig, and the
+distro's kernel refused naming drivers= (not a series)."""
+import subprocess
+
+import pytest
+
+from conftest import KRIG, ROOT
+from kernels import derived, drivers, given
+from krig.errors import UsageError
+from test_drivers_scope import SERVER
+
+
+def test_drivers_given_twice_is_refused():
+    with pytest.raises(UsageError, match=r"^--kernel tiny-6\.1,drivers=a,drivers=b: drivers= given twice "
+                                         r"\(drivers=a and drivers=b\); give it once$"):
+        given.parse("tiny-6.1,drivers=a,drivers=b")
+    with pytest.raises(UsageError, match="series= given twice"):
+        given.parse("tiny-6.1,series=a,series=b")
+
+
+def test_a_rig_files_path_is_read_as_that_rig(tmp_path, linux_source, monkeypatch):
+    rig = tmp_path / "lab1.toml"
+    rig.write_text('driver = "ipmi"\n')
+    asked = []
+    monkeypatch.setattr(drivers, "rig_reader", lambda name, log: asked.append(name) or
+                        drivers.parse_inventory(SERVER, f"rig {name}"))
+    spec, _, _ = derived.derived_spec(given.parse(f"tiny-6.1,drivers={rig}"), log=lambda *a, **k: None)
+    assert asked == [str(rig)] and spec.drivers["config"]["CONFIG_E1000E"] == "y"
+
+
+def test_the_distro_kernel_with_drivers_names_drivers():
+    p = subprocess.run(KRIG + ["run", "selftest-pass", "--kernel", "distro,drivers=lab1"], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "distro is the distro's packaged kernel; drivers= needs a kernel krig builds" in p.stderr
+    assert "series" not in p.stderr
