@@ -34,3 +34,10 @@ def test_the_distro_kernel_with_drivers_names_drivers():
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "distro is the distro's packaged kernel; drivers= needs a kernel krig builds" in p.stderr
     assert "series" not in p.stderr
+
+
+@pytest.mark.parametrize("cmd", ["run", "validate", "reproduce"])
+def test_the_help_of_each_command_that_takes_a_kernel_says_drivers(cmd):
+    p = subprocess.run(KRIG + [cmd, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                       env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0 and ",drivers=RIG" in p.stdout, p.stdout

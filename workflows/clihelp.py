@@ -16,8 +16,10 @@ KERNEL_HELP = ("the kernel (default distro): NAME of kernels/NAME.toml; PATH of 
                "of an image file, with ,config=FILE (else config-<release>, .config or config next to it) "
                "and ,modules=DIR; TREE@REF, a git tree at a commit-ish that krig builds with the config of "
                ",like=KERNEL (default linux-6.1) and caches; any buildable one with ,series=MBOX (a patch "
-               "series on top). A tree's or image's config is checked against the reproducer's config "
-               "fragment before booting. Example: ~/linux@v6.1,like=tiny-6.1")
+               "series on top) and ,drivers=RIG|PATH (a lab server's network card and disk drivers built in, "
+               "read from its installed system; on a kexec rig a kernel lacking them is refused before its "
+               "kexec). A tree's or image's config is checked against the reproducer's config "
+               "fragment before booting. Examples: ~/linux@v6.1,like=tiny-6.1 tiny-6.1,drivers=lab1")
 
 PROJECT_HELP = ("also project the run to a machine of RAM bytes (and CPUS; default this run's), e.g. 512G or "
                 "3T:384; repeatable. Where the reproducer has a model (neg-dentry-flood): a projection, "
