@@ -41,3 +41,22 @@ def test_the_help_of_each_command_that_takes_a_kernel_says_drivers(cmd):
     p = subprocess.run(KRIG + [cmd, "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60,
                        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     assert p.returncode == 0 and ",drivers=RIG" in p.stdout, p.stdout
+
+
+def test_qualify_check_checks_what_drivers_names(tmp_path):
+    import os
+    from test_fake_rig import fake_rig
+    rig = fake_rig(tmp_path)
+    suite = tmp_path / "s.toml"
+    env = {**os.environ, "KRIG_CACHE": str(tmp_path / "cache"), "KRIG_RESULTS": str(tmp_path / "results")}
+    for value, code in (("no-such-rig", 2), (rig, 0)):
+        suite.write_text(f'kernels = ["tiny-6.1,drivers={value}"]\n[[runs]]\nreproducer = "selftest-pass"\n')
+        p = subprocess.run(KRIG + ["qualify", str(suite), "--check", "--rig", rig, "-o", str(tmp_path / "q")],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+        assert p.returncode == code, p.stdout + p.stderr
+    suite.write_text('kernels = ["tiny-6.1,drivers=no-such-rig"]\n[[runs]]\nreproducer = "selftest-pass"\n')
+    p = subprocess.run(KRIG + ["qualify", str(suite), "--check", "--rig", rig], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120, env=env)
+    assert len(p.stderr.strip().splitlines()) == 1 and "drivers=no-such-rig: no such file or directory, and no " \
+        "rig of that name" in p.stderr, p.stderr
+    assert not (tmp_path / "cache" / "kbuild").exists()

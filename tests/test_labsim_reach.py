@@ -48,7 +48,8 @@ def _krig(env, *args):
 
 
 def _runs(base):
-    return sorted(base.glob("results/selftest-pass/*/*/*/manifest.json"))
+    """The runs' manifests, oldest first."""
+    return sorted(base.glob("results/selftest-pass/*/*/*/manifest.json"), key=lambda p: p.stat().st_mtime)
 
 
 def test_refused_before_kexec_then_before_boot_then_passes_with_its_drivers(e1k):

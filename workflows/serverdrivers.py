@@ -5,6 +5,7 @@ $KRIG_CACHE/servers/<rig>.drivers: a server found off is read from there rather 
 on only to be read (the reading says when it was made); one never read is powered on into its
 installed system, read, and left on for the run that follows.
 """
+import pathlib
 import time
 
 from kernels import drivers
@@ -15,13 +16,19 @@ from rigs import read_server_drivers as read
 READ: dict = {}            # rig name -> inventory, this process
 
 
+def check_named(value: str, label: str = "") -> None:
+    """drivers=VALUE names something: a file or directory, or a rig (its name or its file)."""
+    if pathlib.Path(value).expanduser().exists() or rig_path(value) is not None:
+        return
+    raise UsageError(f"{label}drivers={value}: no such file or directory, and no rig of that name; rigs: "
+                     f"{', '.join(rig_names())}")
+
+
 def server_drivers(name: str, log=print) -> dict:
     """The inventory of rig `name`'s server (kernels.drivers.rig_reader)."""
     if name in READ:
         return READ[name]
-    if rig_path(name) is None:
-        raise UsageError(f"drivers={name}: no such file or directory, and no rig of that name; rigs: "
-                         f"{', '.join(rig_names())}")
+    check_named(name)
     rig = load_rig(name, "drivers=")
     kept = kept_drivers(rig.name)
     if kept.is_file() and getattr(rig, "kind", None) in ("ipmi", "redfish") and rig.bmc.power_status() == "off":
