@@ -305,3 +305,39 @@ def test_the_boot_override_precedes_every_power_on_of_a_kexec_rig(tmp_path):
     rig.power.on()
     rig.server.power_cycle()
     assert bmc.calls == [("bootdev", "disk"), ("power", "on"), ("bootdev", "disk"), ("power", "cycle")]
+
+
+def test_a_raw_console_keeps_every_byte_and_rfc2217_takes_the_speed(tmp_path, monkeypatch):
+    """raw://: what the console server sends, 0xff (telnet's IAC) included; rfc2217://: the rig
+    file's console_speed is the line speed asked; a speed no serial line has is one line."""
+    from rigs import netconsole
+    srv = socket.create_server(("127.0.0.1", 0))
+    sent = b"boot \xff\xfb\x01 ok\n"
+
+    def serve():
+        conn, _ = srv.accept()
+        conn.sendall(sent)
+        conn.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    conn = netconsole.NetConsole(f"raw://127.0.0.1:{srv.getsockname()[1]}", tmp_path / "c", tmp_path / "n")._connect()
+    got = b""
+    for _ in range(50):
+        try:
+            got += conn.read()
+        except ConnectionError:
+            break
+    conn.close()
+    srv.close()
+    assert got == sent
+    import serial
+    asked = []
+    monkeypatch.setattr(serial, "serial_for_url", lambda url, **kw: asked.append(kw["baudrate"]))
+    netconsole.NetConsole("rfc2217://ts1:7001", tmp_path / "c", tmp_path / "n", speed=9600)._connect()
+    assert asked == [9600]
+    spec = _spec(tmp_path)
+    spec.update(console="raw://ts1:7001", console_speed=57600)
+    assert validate_spec("x", spec, "rigs/x.toml")[0].console_speed == 57600
+    spec["console_speed"] = 12345
+    with pytest.raises(UsageError, match=r"^rigs/x\.toml\.console_speed: "):
+        validate_spec("x", spec, "rigs/x.toml")

@@ -91,7 +91,8 @@ class IpmiServer(ServerSetup):
             if said:
                 self.facts["log_clearing"] = said
         self.console.log_path.touch()
-        self.sol = open_console(self.spec.console, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}")
+        self.sol = open_console(self.spec.console, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}",
+                                self.spec.console_speed)
 
     def take_lock(self):
         addr = lab.address()

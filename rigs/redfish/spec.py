@@ -65,8 +65,9 @@ def _net_console(v: str) -> bool:
 TOP_REDFISH = tuple(
     Field("driver", str, "redfish", choices=("redfish",)) if f.key == "driver" else
     Field("bmc", dict, table=BMC) if f.key == "bmc" else
-    Field("console", str, test=_net_console, says="{v!r}: use rfc2217://HOST:PORT or telnet://HOST:PORT (a "
-          "network serial console such as ser2net: Redfish has no Serial over LAN)") if f.key == "console" else f
+    Field("console", str, test=_net_console, says="{v!r}: use rfc2217://HOST:PORT, telnet://HOST:PORT or "
+          "raw://HOST:PORT (a network serial console such as ser2net: Redfish has no Serial over LAN)")
+    if f.key == "console" else f
     for f in TOP)
 
 
