@@ -60,3 +60,23 @@ def test_qualify_check_checks_what_drivers_names(tmp_path):
     assert len(p.stderr.strip().splitlines()) == 1 and "drivers=no-such-rig: no such file or directory, and no " \
         "rig of that name" in p.stderr, p.stderr
     assert not (tmp_path / "cache" / "kbuild").exists()
+
+
+def test_a_redfish_server_found_off_is_read_from_the_kept_drivers(tmp_path, monkeypatch):
+    """drivers=RIG of a Redfish rig whose server is off: the kept reading, no power on (as an IPMI one)."""
+    import types
+    from workflows import serverdrivers
+    monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(serverdrivers, "READ", {})
+    closed = []
+    rig = types.SimpleNamespace(kind="redfish", name="rf1", bmc=types.SimpleNamespace(
+        power_status=lambda: "off", close=lambda: closed.append(1)))
+    monkeypatch.setattr(serverdrivers, "rig_path", lambda name: tmp_path / "rf1.toml")
+    monkeypatch.setattr(serverdrivers, "load_rig", lambda name, what: rig)
+    monkeypatch.setattr(serverdrivers, "read", lambda rig, log: pytest.fail("the server was powered on to read it"))
+    (tmp_path / "cache" / "servers").mkdir(parents=True)
+    (tmp_path / "cache" / "servers" / "rf1.drivers").write_text(SERVER)
+    said = []
+    inv = serverdrivers.server_drivers("rf1", log=said.append)
+    assert inv["release"] == "6.1.0-28-amd64" and said[0].startswith("krig: rf1 is off: its drivers as read on ")
+    assert closed == [1]
