@@ -34,8 +34,9 @@ def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | N
             raise UsageError(f"--kernel {g.text}: unknown kernel {g.name!r}")
         data, where = resolved_table(g.name, KERNEL_DIR)
         if is_distro(data):
-            raise UsageError(f"--kernel {g.text}: {g.name} is the distro's packaged kernel; a series needs a "
-                             "kernel krig builds (a built kernel toml, or TREE@REF)")
+            what = " and ".join(f"{o}=" for o in ("series", "drivers") if o in g.opts)
+            raise UsageError(f"--kernel {g.text}: {g.name} is the distro's packaged kernel; {what} needs a "
+                             "kernel krig builds (a built kernel toml such as tiny-6.1, or TREE@REF)")
         spec = spec_of(g.name, checked(data, where), where)
         origin = git_origin(spec.tree, spec.ref) if spec.source == "git" else None
     else:
@@ -105,7 +106,9 @@ def _add_drivers(spec: KernelSpec, g: Given, log) -> None:
     value = g.opts["drivers"]
     label = f"--kernel {g.text}: drivers={value}"
     path = pathlib.Path(value).expanduser()
-    if path.exists():
+    if path.is_file() and path.suffix == ".toml" and drivers.rig_reader is not None:
+        inv = drivers.rig_reader(value, log)        # a rig file's path: its server, as a rig's name
+    elif path.exists():
         inv = drivers.read_inventory(path, label)
     elif drivers.rig_reader is None or not NAME_RE.match(value):
         raise UsageError(f"{label}: no such file or directory, and not a rig name (drivers= takes a rig "

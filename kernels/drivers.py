@@ -216,7 +216,7 @@ def _available(inv: dict, candidates: list) -> list:
     return sorted({n for n in names if n not in taken})
 
 
-def _symbols_of(name: str, index: dict, config: dict | None) -> tuple[list, str | None]:
+def symbols_of(name: str, index: dict, config: dict | None) -> tuple[list, str | None]:
     """The driver symbols a module name maps to, or ([], why not)."""
     found = index.get(name.replace("-", "_"), [])
     if not found:
@@ -238,7 +238,7 @@ def plan(inv: dict, tree: pathlib.Path, kernel_config: dict, scope: str | None =
     candidates = _candidates(inv, scope)
     config, added, skipped, seen = {}, [], [], set()
     for name, origin in candidates:
-        syms, why = _symbols_of(name, index, inv.get("config"))
+        syms, why = symbols_of(name, index, inv.get("config"))
         if why:
             if name not in seen:
                 skipped.append({"module": name, "from": origin, "why": why})

@@ -76,6 +76,9 @@ def parse(text: str) -> Given:
         if not eq or key not in OPTIONS or not value:
             raise UsageError(f"--kernel {text}: {item!r} is not an option; allowed: "
                              f"{', '.join(o + '=' for o in OPTIONS)} (syntax: {SYNTAX})")
+        if key in opts:
+            raise UsageError(f"--kernel {text}: {key}= given twice ({key}={opts[key]} and {key}={value}); "
+                             "give it once")
         opts[key] = value
     m = re.match(r"^(.+)@([^@]*)$", head)
     if m and not os.path.exists(head):

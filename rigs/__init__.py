@@ -48,6 +48,24 @@ def read_server_drivers(rig, log) -> str:
     return read(rig, log)
 
 
+# Set by the workflows (workflows/serverreach.py): fn(server, kernel, warm) -> a line refusing a
+# kernel that cannot reach the server, or None; a kexec rig asks it before the kexec.
+kexec_check = None
+
+
+def read_running_drivers(server) -> str:
+    """What a lab server that is up runs: its modules, bound drivers, boot devices and config, read
+    over its SSH (rigs/ipmi/drivers.py)."""
+    from rigs.ipmi.drivers import read_running
+    return read_running(server)
+
+
+def kept_drivers(name: str) -> pathlib.Path:
+    """Where the last reading of rig `name`'s server drivers is kept (rigs/ipmi/drivers.py)."""
+    from rigs.ipmi.drivers import kept
+    return kept(name)
+
+
 def take_handed_secrets() -> None:
     """In a worker: the secrets its parent handed over (rigs/ipmi/spec.py)."""
     from rigs.ipmi.spec import take_handed_secrets as take

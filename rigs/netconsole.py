@@ -1,9 +1,11 @@
 """A server's serial console over the network: `rfc2217://host:port` (RFC 2217, through
-pyserial's serial_for_url) or `telnet://host:port` (plain telnet), as a terminal server or
-ser2net in front of the server's serial line offers it, or `unix:/PATH` (a console server's
-Unix socket on this host, raw bytes: the simulated Redfish server's ser2net, a socket of mode
-0600 only its user and root reach); the rig file's `console` says which (`sol`, the IPMI
-default, is Serial over LAN through the BMC: rigs/ipmi/bmc.py Sol).
+pyserial's serial_for_url, the line's speed set to the rig file's `console_speed`),
+`telnet://host:port` (plain telnet) or `raw://host:port` (the bytes of a TCP connection as they
+come, no telnet), as a terminal server or ser2net in front of the server's serial line offers
+it, or `unix:/PATH` (a console server's Unix socket on this host, raw bytes: the simulated
+Redfish server's ser2net, a socket of mode 0600 only its user and root reach); the rig file's
+`console` says which (`sol`, the IPMI default, is Serial over LAN through the BMC:
+rigs/ipmi/bmc.py Sol). With telnet and raw the console server sets the line's speed.
 
 The console goes to console.log for the whole run, byte for byte as the server wrote it
 (telnet's IAC commands taken out); a dropped connection is reconnected a bounded number of
@@ -24,8 +26,9 @@ import time
 from krig.errors import RigError
 from rigs.protocol import CONSOLE_CAP
 
-SCHEMES = ("rfc2217", "telnet")
-URL_RE = re.compile(r"^(rfc2217|telnet)://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})$")
+SCHEMES = ("rfc2217", "telnet", "raw")
+SPEEDS = (9600, 19200, 38400, 57600, 115200, 230400, 460800, 921600)
+URL_RE = re.compile(r"^(rfc2217|telnet|raw)://([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})$")
 UNIX_RE = re.compile(r"^unix:(/[A-Za-z0-9_./+=@-]{1,106})$")        # a Unix socket's path: at most 107 bytes
 RESTARTS = 20
 CONNECT_TIMEOUT = 10
@@ -45,8 +48,9 @@ def console_ok(v: str) -> bool:
     return v == "sol" or net_console_ok(v)
 
 
-CONSOLE_SAYS = ("{v!r}: use sol (IPMI Serial over LAN), rfc2217://HOST:PORT or telnet://HOST:PORT "
-                "(a network serial console such as ser2net), or unix:/PATH (a console server's Unix socket)")
+CONSOLE_SAYS = ("{v!r}: use sol (IPMI Serial over LAN), rfc2217://HOST:PORT, telnet://HOST:PORT or "
+                "raw://HOST:PORT (a network serial console such as ser2net), or unix:/PATH (a console "
+                "server's Unix socket)")
 
 
 def parse(url: str) -> tuple[str, str, int]:
@@ -147,15 +151,21 @@ class _Unix:
     def close(self):
         self.sock.close()
 
+class _Raw(_Telnet):
+    """A plain TCP connection: every byte is the console's (no telnet commands)."""
+
+    def _filter(self, data: bytes) -> bytes:
+        return data
+
 
 class _Rfc2217:
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int, speed: int = 115200):
         import serial       # pyserial (pyserial-labgrid, labgrid's own): RFC 2217 client
         try:
             where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             # ign_set_control: ser2net in front of a pty or socket does not answer modem-line changes
             self.port = serial.serial_for_url(f"rfc2217://{where}?ign_set_control&timeout={CONNECT_TIMEOUT}",
-                                              baudrate=115200, timeout=1.0)
+                                              baudrate=speed, timeout=1.0)
         except (serial.SerialException, OSError, ValueError) as e:
             raise ConnectionError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
 
@@ -174,8 +184,9 @@ class NetConsole:
     """The console at `url` written to log_path for the whole run, reconnected when dropped
     (bounded); the same start/stop/alive/restarts as the SOL console."""
 
-    def __init__(self, url: str, log_path: pathlib.Path, notes_path: pathlib.Path, where: str = "console"):
-        self.url, self.log_path, self.notes_path, self.where = url, log_path, notes_path, where
+    def __init__(self, url: str, log_path: pathlib.Path, notes_path: pathlib.Path, where: str = "console",
+                 speed: int = 115200):
+        self.url, self.log_path, self.notes_path, self.where, self.speed = url, log_path, notes_path, where, speed
         self.scheme, self.host, self.port = parse(url)
         self.restarts = 0
         self.capped = False
@@ -191,8 +202,9 @@ class NetConsole:
     def _connect(self):
         if self.scheme == "unix":
             return _Unix(self.host)
-        kind = _Rfc2217 if self.scheme == "rfc2217" else _Telnet
-        return kind(self.host, self.port)
+        if self.scheme == "rfc2217":
+            return _Rfc2217(self.host, self.port, self.speed)
+        return (_Raw if self.scheme == "raw" else _Telnet)(self.host, self.port)
 
     def start(self):
         """Connects once now: a console that does not answer is one line before anything runs."""
@@ -262,13 +274,13 @@ class NetConsole:
         self._note(f"console stopped ({self.restarts} reconnections)")
 
 
-def open_console(url: str, bmc, run_dir: pathlib.Path, log_path: pathlib.Path, where: str):
+def open_console(url: str, bmc, run_dir: pathlib.Path, log_path: pathlib.Path, where: str, speed: int = 115200):
     """The rig's console (url: the rig file's console) writing log_path, started: SOL through
-    the BMC, or a network console."""
+    the BMC (its speed the BMC's), or a network console (speed: an RFC 2217 line's)."""
     if url == "sol":
         from rigs.ipmi.bmc import Sol
         con = Sol(bmc, log_path, run_dir / "sol.log")
     else:
-        con = NetConsole(url, log_path, run_dir / "netconsole.log", where)
+        con = NetConsole(url, log_path, run_dir / "netconsole.log", where, speed)
     con.start()
     return con

@@ -82,6 +82,9 @@ class RedfishBench:
              "known_hosts": str(self.base / "known_hosts"), "connect_timeout": 2}
         path = self.rigs / f"{name}.toml"
         path.write_text(toml_document(spec, bmc=b, ssh=s))
+        key = (self.base / "client_key.pub").read_text().split()[:2]      # a key pinned for its SSH address
+        with open(self.base / "known_hosts", "a") as f:
+            f.write(f"[127.0.0.1]:{s['port']} {' '.join(key)}\n")
         return path
 
     def processes(self) -> list[str]:

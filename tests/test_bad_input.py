@@ -248,6 +248,12 @@ TABLE = [
       "--like", "nope"], ("--like 'nope'",)),
     (["bisect", "run", "--tree", "{DIR}", "--good", "a", "--bad", "b", "--repro", "unlink-dentry-growth",
       "--rig", "{INSTALLED}"], ("--tree: rig installed cannot boot a kernel krig builds", 'boot = "installed"')),
+    (["rig", "check", "{RAND}"], ("rig check", "not UTF-8")),
+    (["rig", "check", "{EMPTY}"], ("{EMPTY}", "missing required field 'driver'")),
+    (["rig", "check", "{MISSING}"], ("rig check {MISSING}", "no such file")),
+    (["rig", "check", "nosuch-rig"], ("rig check 'nosuch-rig'", "unknown rig")),
+    (["run", "selftest-pass", "--kernel", "tiny-6.1,drivers=a,drivers=b"], ("drivers= given twice",)),
+    (["run", "selftest-pass", "--kernel", "tiny-6.1,drivers={MISSING}"], ("drivers={MISSING}", "no such file")),
 ]
 # words an answer never has: an errno tuple, krig's temporary names, a file the user did not name
 NEVER = ("Traceback", "[Errno", "Errno ", ".tmp", ".tree:", "None is not one of", "expected one argument")

@@ -262,7 +262,8 @@ CLASSES = {  # name: (why it is not run here, which commands; the first class th
                         or any(x.startswith(("~/", "/")) for x in w if "@" in x or x.startswith("~/"))),
     "boots a guest": ("a run boots the kernel on a QEMU guest or a lab server: tests/test_guest.py "
                       "and the smoke tests run these", lambda w: w[1] in ("run", "reproduce", "qualify")),
-    "needs a server": ("the lab's coordinator or a KCIDB server", lambda w: w[1] == "lab" or "--submit" in w),
+    "needs a server": ("the lab's coordinator, a lab server's BMC (krig rig check) or a KCIDB server",
+                       lambda w: w[1] in ("lab", "rig") or "--submit" in w),
     "a template": ("names what the reader fills in (<...>, ..., a glob, RUN1, GROUP)",
                    lambda w: any(re.search(r"^<[^@]*>$|<[a-z.]+>|\.\.\.|\*|^RUN\d$|^GROUP$", x) for x in w)),
 }

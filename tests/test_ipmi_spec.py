@@ -283,7 +283,8 @@ def test_every_shipped_example_loads(files, monkeypatch, example):
     for var in re.findall(r'password_env = "([A-Z_]+)"', text):
         monkeypatch.setenv(var, PW)
     r = load_rig("example")
-    assert r.kind == "ipmi" and r.spec.scratch_dev.startswith("/dev/")
+    assert r.kind == ("redfish" if example.name == "redfish-server.toml" else "ipmi")
+    assert r.spec.scratch_dev.startswith("/dev/")
     if example.name == "lab-server.toml":
         assert r.spec.lab == {"driver": "ipmi", "scratch": "yes", "model": "r760", "memory_gib": "256",
                                  "scratch_gib": "3276", "cpus": "32", "numa": "2", "rack": "b3"}

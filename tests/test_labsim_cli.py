@@ -220,7 +220,8 @@ def test_a_server_larger_than_the_host_is_sparse(tmp_path, downed):
     listed = _krig(tmp_path, "lab", "sim", "list")
     head, row = listed.stdout.splitlines()
     assert head.split()[:4] == ["NAME", "STATE", "MEMORY", "BMC"] and head.endswith("RIG FILE"), listed.stdout
-    assert row.split() == ["lab1", "up", "262144", "MiB", "sparse", f"127.0.0.1:{state['lan_port']}",
-                           f"127.0.0.1:{state['ssh_port']}", "-", str(rig)], row
+    assert head.split()[4] == "NIC", listed.stdout
+    assert row.split() == ["lab1", "up", "262144", "MiB", "sparse", "ipmi", f"127.0.0.1:{state['lan_port']}",
+                           "virtio-net", f"127.0.0.1:{state['ssh_port']}", "-", str(rig)], row
     assert _krig(tmp_path, "lab", "sim", "down", "lab1").returncode == 0
     assert _krig(tmp_path, "lab", "sim", "list").stdout.startswith("no simulated lab servers")

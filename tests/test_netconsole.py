@@ -117,7 +117,7 @@ def test_ipmi_rig_console_field(tmp_path, monkeypatch):
     assert validate_ipmi("x", _ipmi_spec(tmp_path, "rfc2217://ts1:7001", monkeypatch), "rigs/x.toml")[0].console == \
         "rfc2217://ts1:7001"
     with pytest.raises(UsageError, match=r"^rigs/x.toml.console: 'ssh://ts1:22': use sol \(IPMI Serial over LAN\), "
-                                         r"rfc2217://HOST:PORT or telnet://HOST:PORT"):
+                                         r"rfc2217://HOST:PORT, telnet://HOST:PORT or raw://HOST:PORT"):
         validate_ipmi("x", _ipmi_spec(tmp_path, "ssh://ts1:22", monkeypatch), "rigs/x.toml")
 
 

@@ -212,11 +212,13 @@ def test_check_checks_and_runs_nothing(tmp_path):
     assert not (tmp_path / "cache" / "kbuild").exists()
 
 
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIASFz6ihQaBKuHLq8tGKX3BMia7ErX0VF0N0T/TCRqUC"
+
 def test_one_server_twice_is_refused(tmp_path, monkeypatch):
     d = tmp_path / "rigs"
     d.mkdir()
-    for f in ("key", "known_hosts"):
-        (tmp_path / f).write_text("x\n")
+    for f, text in (("key", "x\n"), ("known_hosts", f"h {HOST_KEY}\n")):   # the server's key pinned
+        (tmp_path / f).write_text(text)
         (tmp_path / f).chmod(0o600)
     for name in ("s1", "s2"):
         (d / f"{name}.toml").write_text(

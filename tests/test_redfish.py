@@ -263,7 +263,7 @@ def _spec(tmp_path, **over):
     ({"bmc": {"fingerprint": "ab" * 32, "ca_file": "/etc/hostname"}}, r"\.bmc: set at most one of ca_file"),
     ({"bmc": {"boot_device": "pxe"}}, r"\.bmc\.boot_device: 'pxe' is not a Redfish BootSourceOverrideTarget"),
     ({"bmc": {"verify": False}}, r"\.bmc: unknown field 'verify'"),
-    ({"console": "sol"}, r"\.console: 'sol': use rfc2217://HOST:PORT or telnet://HOST:PORT"),
+    ({"console": "sol"}, r"\.console: 'sol': use rfc2217://HOST:PORT, telnet://HOST:PORT or raw://HOST:PORT"),
     ({"console": "rfc2217://ts1:70000"}, r"\.console: 'rfc2217://ts1:70000': use rfc2217"),
 ])
 def test_bad_rig_files_are_one_line(tmp_path, over, says):

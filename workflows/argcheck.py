@@ -111,7 +111,10 @@ def kernel_arg(text: str) -> None:
     from kernels.definition import kernel_names
     from kernels.given import is_given, parse
     if is_given(text):
-        parse(text)
+        g = parse(text)
+        if "drivers" in g.opts:         # the server it names, or its files: there (nothing read yet)
+            from .serverdrivers import check_named
+            check_named(g.opts["drivers"], f"--kernel {text}: ")
     elif text not in kernel_names():
         raise UsageError(f"--kernel {text!r}: unknown kernel; allowed: {', '.join(kernel_names()) or '(none)'}")
 

@@ -131,7 +131,8 @@ def add_share_commands(sub) -> None:
                         "from the bundle")
     rr.add_argument("bundle", metavar="BUNDLE.tar.gz", help="a bundle written by krig bundle")
     rr.add_argument("--kernel", metavar="KERNEL", help="the kernel to run (default: the bundle's kernel argument "
-                    "or name; a bundled image with --with-kernel is used only when given as bundled)")
+                    "or name; a bundled image with --with-kernel is used only when given as bundled); on a lab "
+                    "server, KERNEL,drivers=RIG builds in its network card and disk drivers")
     rr.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help=f"the rig: {RIG_HELP} (default qemu-default)")
     add_quiet(rr)
     rr.set_defaults(handler="workflows.reproduce:cmd_reproduce")
@@ -144,7 +145,8 @@ def add_series_commands(sub) -> None:
     v.add_argument("reproducer", metavar="REPRODUCER", help="a reproducer's name (reproducers/<NAME>; see `krig list`)")
     v.add_argument("--base", required=True, metavar="KERNEL",
                    help="the kernel the series applies to: a built kernel toml (tiny-6.1) or TREE@REF "
-                   "(TREE@ = the series' base-commit), with ,like=KERNEL for a git tree's config")
+                   "(TREE@ = the series' base-commit), with ,like=KERNEL for a git tree's config and "
+                   ",drivers=RIG for a lab server's network card and disk drivers (tiny-6.1,drivers=lab1)")
     v.add_argument("--series", required=True, metavar="MBOX|MSGID",
                    help="the series: an mbox (git format-patch --cover-letter, b4 am, a list thread; .gz too), "
                    "a directory of patches, or the Message-ID of its posting (<id@host>, or a lore URL; "
@@ -191,13 +193,15 @@ def add_lab_commands(sub) -> None:
     lb = sub.add_parser("lab", help="the lab: its labgrid coordinator (KRIG_LAB_COORDINATOR=HOST:PORT), and "
                         "simulated lab servers on this machine (krig lab sim)")
     lsub = lb.add_subparsers(dest="lcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
-    sy = lsub.add_parser("sync", help="create or update a place per IPMI rig, tags from its [lab] table")
-    sy.add_argument("rigs", nargs="*", metavar="RIG", help="rig names (default: every IPMI rig found)")
+    sy = lsub.add_parser("sync", help="create or update a place per lab server rig (IPMI or Redfish), tags from its [lab] "
+                          "table")
+    sy.add_argument("rigs", nargs="*", metavar="RIG", help="rig names (default: every IPMI and Redfish rig found)")
     sy.set_defaults(handler="workflows.lab:cmd_sync")
     st = lsub.add_parser("status", help="each place: free, allocated or locked (by whom, since, lease); "
                                         "waiting reservations in priority order")
     st.set_defaults(handler="workflows.lab:cmd_status")
-    sim = lsub.add_parser("sim", help="a simulated lab server on this machine (ipmi_sim BMC, UEFI, SSH): "
+    sim = lsub.add_parser("sim", help="a simulated lab server on this machine (an ipmi_sim or sushy-emulator "
+                          "BMC, UEFI, SSH): "
                           "krig lab sim up NAME / down NAME / list")
     simsub = sim.add_subparsers(dest="scmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
     su = simsub.add_parser("up", help="start it; its last line is the rig file's path (--rig NAME)")
@@ -215,8 +219,15 @@ def add_lab_commands(sub) -> None:
     sd.add_argument("name", metavar="NAME", help="the name given to up")
     sd.set_defaults(handler="workflows.lab:cmd_sim_down")
     sl = simsub.add_parser("list", help="each simulated server of this user: name, state (up, starting, stopped), "
-                           "memory, BMC and SSH ports, owner, rig file")
+                           "memory, BMC (ipmi or redfish) and its port, network card, SSH port, owner, rig file")
     sl.set_defaults(handler="workflows.lab:cmd_sim_list")
+    rg = sub.add_parser("rig", help="a rig itself: krig rig check RIG")
+    rsub = rg.add_subparsers(dest="rcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser)
+    rc = rsub.add_parser("check", help="check a rig without powering anything or booting a kernel: the rig file, "
+                         "secrets, the BMC's TLS, login, privileges and system, the console, SSH when the server "
+                         "is up, the drivers kept; one line an item; exit 0 all ok, 1 not, 2 a bad rig file")
+    rc.add_argument("rig", metavar="RIG", help=RIG_HELP)
+    rc.set_defaults(handler="workflows.rigcheck:cmd_rig_check")
 
 
 def add_reading_commands(sub) -> None:

@@ -16,8 +16,10 @@ KERNEL_HELP = ("the kernel (default distro): NAME of kernels/NAME.toml; PATH of 
                "of an image file, with ,config=FILE (else config-<release>, .config or config next to it) "
                "and ,modules=DIR; TREE@REF, a git tree at a commit-ish that krig builds with the config of "
                ",like=KERNEL (default linux-6.1) and caches; any buildable one with ,series=MBOX (a patch "
-               "series on top). A tree's or image's config is checked against the reproducer's config "
-               "fragment before booting. Example: ~/linux@v6.1,like=tiny-6.1")
+               "series on top) and ,drivers=RIG|PATH (a lab server's network card and disk drivers built in, "
+               "read from its installed system; on a kexec rig a kernel lacking them is refused before its "
+               "kexec). A tree's or image's config is checked against the reproducer's config "
+               "fragment before booting. Examples: ~/linux@v6.1,like=tiny-6.1 tiny-6.1,drivers=lab1")
 
 PROJECT_HELP = ("also project the run to a machine of RAM bytes (and CPUS; default this run's), e.g. 512G or "
                 "3T:384; repeatable. Where the reproducer has a model (neg-dentry-flood): a projection, "
@@ -117,6 +119,22 @@ exit codes (differ from run's: one answer for the whole suite):
     3 runs missing (an error stopped them): the same command finishes the suite
   130 interrupted: the same command finishes the suite
 see docs/qualify.md""",
+    "rig": """examples:
+  krig rig check lab1
+  krig rig check ~/lab/rigs/lab1.toml
+
+exit codes: 0 every item ok, 1 an item to fix (its line names the rig file's field), 2 bad input
+see docs/first-hour.md""",
+    "rig check": """examples:
+  krig rig check lab1
+  krig rig check ~/lab/rigs/lab1.toml
+
+Nothing is powered on or off, no boot override set, no log cleared; SSH is tried only when the
+server is up already. With no fingerprint pinned, the TLS line prints the rig file's line that
+pins the certificate the BMC presents (check it on the BMC's own screen first).
+exit codes: 0 every item ok (`--` lines are not checked now), 1 an item to fix (its line names
+the rig file's field), 2 bad input (the rig file does not load: one line names the field)
+see docs/first-hour.md""",
     "lab": f"""examples:
   krig lab sync
   krig lab status

@@ -1,4 +1,4 @@
-"""`krig lab sync` and `krig lab status`: the IPMI rigs as places of a labgrid coordinator,
+"""`krig lab sync` and `krig lab status`: the lab server rigs (IPMI and Redfish) as places of a labgrid coordinator,
 and a qualification suite's servers chosen by tags ([lab] in the suite).
 
 The coordinator is KRIG_LAB_COORDINATOR=HOST:PORT; docs/lab-coordinator.md says
@@ -24,7 +24,7 @@ def _coordinator() -> lab.Coordinator:
 
 
 def ipmi_rigs(names: list[str] | None = None) -> dict[str, dict]:
-    """rig name -> its place tags, for the IPMI rigs named (default: every IPMI rig found).
+    """rig name -> its place tags, for the lab server rigs named (default: every IPMI and Redfish rig found).
     Reads only the rig file's [lab] table and scratch_dev: no password is needed or read."""
     out = {}
     for n in names or rig_names():
@@ -45,7 +45,7 @@ def sync(names: list[str] | None = None, log=print) -> int:
     rigs = ipmi_rigs(names)         # the names first: a wrong one is said before the coordinator is asked
     coord = _coordinator()
     if not rigs:
-        raise UsageError(f"krig lab sync: no IPMI rig files found in {rig_places()}")
+        raise UsageError(f"krig lab sync: no IPMI or Redfish rig files found in {rig_places()}")
     for name, tags in rigs.items():
         how = coord.sync_place(name, tags)
         log(f"lab: place {name}: {how}: " + " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
@@ -161,11 +161,12 @@ def cmd_sim_list(a) -> int:
     if not rows:
         print("no simulated lab servers (krig lab sim up NAME starts one)")
         return 0
-    table = [("NAME", "STATE", "MEMORY", "BMC", "SSH", "OWNER", "RIG FILE")]
+    table = [("NAME", "STATE", "MEMORY", "BMC", "NIC", "SSH", "OWNER", "RIG FILE")]
     for r in rows:
         mem = "-" if r["memory_mb"] is None else f"{r['memory_mb']} MiB" + (" sparse" if r["sparse"] else "")
         port = lambda n: "-" if n is None else f"127.0.0.1:{n}"    # noqa: E731
-        table.append((r["name"], r["state"], mem, port(r["bmc_port"]), port(r["ssh_port"]),
+        bmc = f"{r['bmc_kind']} {port(r['bmc_port'])}"
+        table.append((r["name"], r["state"], mem, bmc, r["nic"], port(r["ssh_port"]),
                       "-" if r["owner"] is None else f"pid {r['owner']}", r["rig"] or "-"))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
     for row in table:

@@ -23,6 +23,7 @@ from krig.reproducer import Reproducer, load_reproducer
 from rigs import load_rig
 from rigs.protocol import Rig
 from .preflight import before_build, preflight
+from .serverreach import before_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +51,7 @@ class RunPlan:
     def with_loaded(self, kernel: Kernel, kernel_arg: str) -> "RunPlan":
         """The same run on a kernel loaded already (a qualification's: by its suite), its config checked."""
         check_config(kernel, self.repro.name)
+        before_run(self.rig, kernel)        # a kernel its lab server is known to be unreachable with
         return dataclasses.replace(self, kernel=kernel, kernel_arg=kernel_arg)
 
     def rechecked(self, results_root: pathlib.Path) -> "RunPlan":

@@ -23,6 +23,7 @@ from kernels.catalog import krig_builds
 from krig.errors import UsageError
 from krig.reproducer import touch_bytes
 from rigs import memory_refusal as refusal
+from rigs.check import before_build as rig_ready
 
 LOG_ALLOWANCE = 1 << 20      # console.log, manifest, verdict, junit, samples of a short run
 
@@ -168,6 +169,9 @@ def before_build(rig, repro, results_root: pathlib.Path, asked: list, collect: b
                  preset: str | None = None, params: dict | None = None) -> dict:
     """What a workflow checks before it builds a kernel for a run on `rig`: the kernels asked
     (check_boots), then the host (preflight: memory, a sparse guest's budget, CPUs, free space,
-    programs). Returns the preflight's facts."""
+    programs), then what of the rig needs no network (rigs/check.py before_build: a lab
+    server's host key pinned). Returns the preflight's facts."""
     check_boots(rig, asked)
-    return preflight(rig, repro, results_root, collect, preset, params)
+    facts = preflight(rig, repro, results_root, collect, preset, params)
+    rig_ready(rig)
+    return facts

@@ -19,6 +19,8 @@ from krig.paths import owner_record
 from .plan import RunPlan, plan_run
 from .preflight import admission_line
 from .serverdrivers import server_drivers
+from . import serverreach
+import rigs
 from .session import Session, power_down
 from krig.record import Manifest, Verdict
 from krig.record_machine import Machine
@@ -29,6 +31,7 @@ from rigs.hashsize import from_log as hash_tables
 FACTS_TIMEOUT = 60
 RUN_LOG = "krig.log"         # what krig said of the run, progress included (run_log)
 kernel_drivers.rig_reader = server_drivers        # --kernel KERNEL,drivers=RIG reads the rig's server
+rigs.kexec_check = serverreach.at_kexec           # a kernel lacking the server's NIC or disk driver: never kexec'd
 
 
 def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT_KERNEL,

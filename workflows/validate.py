@@ -44,7 +44,7 @@ from krig.errors import KrigError, UsageError
 from krig.safeio import printable_text
 from .group import group_planned, group_runs
 from .plan import RunPlan, resolve
-from .preflight import check_boots
+from .preflight import check_boots, rig_ready
 from krig.record_compare import Comparison, MetricRow
 from krig.record_group import GroupRecord, read_group
 from krig.record_machine import Machine
@@ -209,6 +209,7 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     repro, rig, params = plan.repro, plan.rig, plan.params
     _check_base(base)
     check_boots(rig, [("--base", base)])         # a rig that cannot boot what is built: before the series is read
+    rig_ready(rig)                               # a lab server's host key pinned (rigs/check.py)
     who = identity(sender)
     source = series_source(series_path)          # a Message-ID, or the mbox's full path
     said = []                                     # the series' line, said once (the build reads it again)

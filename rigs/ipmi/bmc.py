@@ -195,8 +195,17 @@ class Bmc:
             entries = self.run("sel", "list", check=False)
         return f"{info.rstrip()}\n\n{entries.rstrip()}\n"
 
-    def sel_clear(self) -> None:
-        self.run("sel", "clear", check=False)
+    def sel_clear(self) -> str | None:
+        """Clear the SEL; a line saying why not when the user's privilege does not allow it."""
+        try:
+            self.run("sel", "clear", check=False)
+        except BmcAuthError:
+            raise
+        except RigError as e:
+            if "lacks the privilege" not in str(e):
+                raise
+            return f"not cleared: {str(e).split(': ', 1)[-1]}"
+        return None
 
 
 class Sol:

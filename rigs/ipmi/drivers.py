@@ -58,6 +58,11 @@ READ_TIMEOUT = 300          # no fork a device (cd -P, not readlink): seconds ev
 MAX_BYTES = 4 << 20         # what is read of it (kernels/drivers.py reads at most as much)
 
 
+def kept(name: str) -> pathlib.Path:
+    """Where the last reading of rig `name`'s server is kept ($KRIG_CACHE/servers/<rig>.drivers)."""
+    return cache_dir("servers") / f"{name}.drivers"
+
+
 def read(rig, log=print) -> str:
     """The inventory's text from the server of a lab rig behind a BMC (rigs/ipmi/rig.py IpmiRig, and
     the Redfish rig built on it)."""
@@ -70,12 +75,13 @@ def read(rig, log=print) -> str:
         s.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{rig.name}-", dir=cache_dir("work")))
         if s.bmc.power_status() == "off":
             log(f"krig: powering {rig.name} on into its installed system to read its drivers")
-            s.bmc.power("on")
+            s.boot_override()           # into the installed system (bmc.boot_device)
+            s.bmc.power("on")           # not s.power_on(): left on for the run that follows
             s.wait_up(s.spec.boot_timeout, "into its installed system (to read its drivers)")
         elif s.ssh.probe(s.spec.ssh.connect_timeout) is None:
             raise RigError(f"rig {rig.name}: the server is on but does not answer SSH; its drivers cannot be "
                            "read (power it off, or give them as files: drivers=DIR)")
-        return inventory(s.ssh, rig.name)
+        return read_running(s)
     finally:
         rig.close()
 
@@ -95,3 +101,8 @@ def inventory(ssh, name: str) -> str:
         why = (err.decode(errors="replace").strip().splitlines() or [f"exit {rc}"])[-1]
         raise RigError(f"rig {name}: reading the server's drivers failed: {printable(why, 200)}")
     return out.decode(errors="replace")
+
+
+def read_running(s) -> str:
+    """The inventory's text from a server up and answering SSH (s: an IpmiServer)."""
+    return inventory(s.ssh, s.name)

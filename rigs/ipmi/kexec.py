@@ -22,6 +22,7 @@ import subprocess
 from krig import progress
 from krig.errors import RigError, UsageError
 from krig.safeio import printable
+import rigs
 from rigs import initramfs
 from rigs.ipmi.ssh import SshLost, remote_command
 from rigs.ipmi.state import ServerState
@@ -140,6 +141,10 @@ def _ship_modules(rig, kernel) -> str:
 def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     """rig: the IpmiServer (rigs/ipmi/rig.py) being booted; power: its power protocol."""
     rig.facts["booted_by"], warm = begin(rig, power, timeout)     # warm: from the previous run's kernel
+    if rigs.kexec_check is not None:        # a kernel lacking the server's NIC or disk drivers: refused now
+        said = rigs.kexec_check(rig, kernel, warm)
+        if said:
+            raise UsageError(f"rig {rig.name}: {said}; it was not kexec'd")
     rig.check_programs(["kexec"])
     old = rig.boot_id
     image = pathlib.Path(kernel.image)

@@ -96,8 +96,7 @@ class _Power(PowerProtocol):
         self.server = server
 
     def on(self):
-        self.server.powered = True
-        self.server.bmc.power("on")
+        self.server.power_on()          # the boot override (bmc.boot_device) first
 
     def off(self):
         r = self.server
@@ -136,9 +135,7 @@ class _Boot(BootProtocol):
             if r.spec.boot == "kexec":
                 from rigs.ipmi.kexec import kexec_boot
                 kexec_boot(r, self.power, kernel, cmdline, timeout)
-            else:
-                if r.spec.bmc.boot_device:
-                    r.bmc.bootdev(r.spec.bmc.boot_device)
+            else:                       # power on and cycle set the boot override (bmc.boot_device)
                 if r.bmc.power_status() == "on":
                     r.power_cycle()
                     r.facts["booted_by"] = "cold: power cycle"

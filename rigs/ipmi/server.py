@@ -88,9 +88,12 @@ class IpmiServer(ServerSetup):
         self.facts["bmc_info"] = self.bmc.mc_info()
         (self.run_dir / "sel-before.txt").write_text(self.bmc.sel_text())
         if b.clear_sel:
-            self.bmc.sel_clear()
+            said = self.bmc.sel_clear()         # a line when the account may not: the run goes on
+            if said:
+                self.facts["log_clearing"] = said
         self.console.log_path.touch()
-        self.sol = open_console(self.spec.console, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}")
+        self.sol = open_console(self.spec.console, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}",
+                                self.spec.console_speed)
 
     def take_lock(self):
         addr = lab.address()
@@ -310,9 +313,22 @@ class IpmiServer(ServerSetup):
             self.in_hang = False
         raise GuestHung(reason)
 
+    def boot_override(self):
+        """The one-time boot override (bmc.boot_device) before a power on or cycle: every one of
+        them must reach the installed system (boot = "kexec" kexecs from there), also on a server
+        whose firmware boots from the network by default."""
+        if self.spec.bmc.boot_device:
+            self.bmc.bootdev(self.spec.bmc.boot_device)
+
+    def power_on(self):
+        self.powered = True
+        self.boot_override()
+        self.bmc.power("on")
+
     def power_cycle(self):
         self.powered = True
         self.ssh.stop_master()
+        self.boot_override()
         try:
             self.bmc.power("cycle")
         except RigError:

@@ -23,7 +23,7 @@ from krig.config import parse_size, read_secret_lines
 from krig.errors import UsageError
 from krig.schema import ANY, OMIT, Field, Record, check, record
 from rigs.ipmi.pull import FILE_CAP, TOTAL_CAP
-from rigs.netconsole import CONSOLE_SAYS, console_ok
+from rigs.netconsole import CONSOLE_SAYS, SPEEDS, console_ok
 from rigs.protocol import SECRETS_FILE_ENV
 
 TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]+$")
@@ -146,6 +146,8 @@ TOP = (
           says="{raw!r}: use a dedicated absolute directory like /var/lib/krig"),
     Field("boot", str, "installed", choices=("installed", "kexec")),
     Field("console", str, "sol", test=console_ok, says=CONSOLE_SAYS),
+    # an rfc2217:// console's line speed (telnet://, raw://: the console server's; sol: the BMC's)
+    Field("console_speed", int, 115200, choices=SPEEDS),
     Field("cold_boot", bool, False),        # every run of a workflow through the firmware (rigs/ipmi/warm.py)
     _seconds("boot_timeout", 600, 1),
     _seconds("shutdown_timeout", 120, 0),

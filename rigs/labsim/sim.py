@@ -342,7 +342,9 @@ def servers() -> list[dict]:
         state = "up" if alive and st.get("ready") else "starting" if alive or (req and not st) else "stopped"
         out.append({"name": d.name, "state": state, "memory_mb": st.get("memory_mb", req.get("memory_mb")),
                     "sparse": st.get("sparse"), "bmc_port": st.get("lan_port"), "ssh_port": st.get("ssh_port"),
-                    "rig": st.get("rig"), "owner": (req.get("owner") or {}).get("pid")})
+                    "rig": st.get("rig"), "owner": (req.get("owner") or {}).get("pid"),
+                    "bmc_kind": st.get("bmc_kind") or req.get("bmc_kind") or "ipmi",
+                    "nic": st.get("nic") or req.get("nic") or "virtio-net"})
     return out
 
 

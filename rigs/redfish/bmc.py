@@ -235,5 +235,5 @@ class RedfishBmc(Bmc):
     def sel_text(self) -> str:
         return log_text(self)
 
-    def sel_clear(self) -> None:
-        clear_logs(self)
+    def sel_clear(self) -> str | None:
+        return clear_logs(self)

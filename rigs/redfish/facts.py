@@ -125,15 +125,29 @@ def log_text(bmc) -> str:
     return "\n".join(lines) + "\n" if lines else "the system lists no log services\n"
 
 
-def clear_logs(bmc) -> None:
-    """LogService.ClearLog on every log service that offers it (best effort)."""
+def clear_logs(bmc) -> str | None:
+    """LogService.ClearLog on every log service that offers it (best effort). An account the BMC
+    does not let clear them (401/403 on the action: Operator on most BMCs) is no lost session:
+    the logs stay, and the line returned says so (the run's facts keep it)."""
+    import sushy.exceptions as sx
+    refused = []
+
     def clear(s):
         for svc in _services(bmc, s):
             act = (bmc.raw(svc).get("Actions") or {}).get("#LogService.ClearLog", {}).get("target")
             if act:
-                bmc._conn.post(act, data={})
+                try:
+                    bmc._conn.post(act, data={})
+                except sx.AccessError as e:     # the action refused, not the login: the session holds
+                    refused.append(f"{svc} (HTTP {e.status_code})")
     try:
         bmc.call("clearing the log services", clear)
     except RigError as e:
         if isinstance(e, BmcAuthError):
             raise
+    if not refused:
+        return None
+    said = (f"not cleared: the BMC refused LogService.ClearLog to user {bmc.cfg.user!r} on {', '.join(refused)}; "
+            "the account lacks ConfigureManager (set bmc.clear_log = false)")
+    bmc._log(f"log clearing {said}")
+    return said

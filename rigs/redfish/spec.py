@@ -19,17 +19,25 @@ from rigs.netconsole import net_console_ok
 # BootSourceOverrideTarget values of the Redfish schema (ComputerSystem.v1_x BootSource)
 BOOT_TARGETS = ("Pxe", "Floppy", "Cd", "Usb", "Hdd", "BiosSetup", "Utilities", "Diags", "UefiShell",
                 "UefiTarget", "SDCard", "UefiHttp", "RemoteDrive", "UefiBootNext")
-FINGERPRINT_RE = re.compile(r"^(sha256:)?([0-9A-Fa-f]{2}(:?[0-9A-Fa-f]{2}){31})$")
+# 64 hex digits, colons allowed; a `sha256:` prefix, or openssl's whole line pasted
+# (`openssl x509 -noout -fingerprint -sha256` prints `sha256 Fingerprint=AB:CD:...`)
+FINGERPRINT_RE = re.compile(r"^(sha256:|sha256 fingerprint=)?([0-9A-Fa-f]{2}(:?[0-9A-Fa-f]{2}){31})$", re.I)
 
 
 def _fingerprint(value: str, field: str) -> str:
-    """A SHA-256 certificate fingerprint: 64 hex digits, colons allowed (as openssl prints
-    them), an optional sha256: prefix; kept as lowercase hex."""
+    """A SHA-256 certificate fingerprint: 64 hex digits, colons allowed, an optional sha256:
+    prefix, or the line `openssl x509 -noout -fingerprint -sha256` prints (`sha256
+    Fingerprint=AB:CD:...`) as it is; kept as lowercase hex."""
     m = FINGERPRINT_RE.match(value.strip()) if isinstance(value, str) else None
     if not m:
-        raise UsageError(f"{field}: {value!r} is not a SHA-256 fingerprint (64 hex digits, colons allowed, as "
-                         f"`openssl x509 -noout -fingerprint -sha256` prints it)")
+        raise UsageError(f"{field}: {value!r} is not a SHA-256 fingerprint (64 hex digits, colons allowed, or "
+                         f"the line `openssl x509 -noout -fingerprint -sha256` prints; `krig rig check` prints it)")
     return m.group(2).replace(":", "").lower()
+
+
+def colons(fp_hex: str) -> str:
+    """A fingerprint kept as hex in the form the rig file and openssl show it: AB:CD:..."""
+    return ":".join(fp_hex[i:i + 2] for i in range(0, len(fp_hex), 2)).upper()
 
 
 BMC = (
@@ -43,16 +51,18 @@ BMC = (
     Field("retries", int, 3, min=0, max=10, says="must be 0-10, got {v}"),
     Field("boot_device", str, "", choices=("", *BOOT_TARGETS),
           says="{v!r} is not a Redfish BootSourceOverrideTarget: " + ", ".join(BOOT_TARGETS)),
-    Field("clear_log", bool, True, name="clear_sel"),   # the server logs cleared after sel-before.txt
+    # the server's logs cleared after sel-before.txt: off by default, as LogService.ClearLog needs
+    # ConfigureManager, which an Operator account lacks on most BMCs
+    Field("clear_log", bool, False, name="clear_sel"),
 )
 
 
 TOP_REDFISH = tuple(
     Field("driver", str, "redfish", choices=("redfish",)) if f.key == "driver" else
     Field("bmc", dict, table=BMC) if f.key == "bmc" else
-    Field("console", str, test=net_console_ok, says="{v!r}: use rfc2217://HOST:PORT or telnet://HOST:PORT (a "
-          "network serial console such as ser2net: Redfish has no Serial over LAN), or unix:/PATH (a console "
-          "server's Unix socket on this host)") if f.key == "console" else f
+    Field("console", str, test=net_console_ok, says="{v!r}: use rfc2217://HOST:PORT, telnet://HOST:PORT or "
+          "raw://HOST:PORT (a network serial console such as ser2net: Redfish has no Serial over LAN), or "
+          "unix:/PATH (a console server's Unix socket on this host)") if f.key == "console" else f
     for f in TOP)
 
 

@@ -1,0 +1,157 @@
+"""`krig rig check RIG`: what can be checked of a rig without powering anything or booting a
+kernel, one line an item: `ok`, or `FAIL` saying what is wrong and the rig file's field to
+change, or `--` for what is not checked now and why (a server that is off is not powered on to
+try its SSH).
+
+The parts every rig with a server behind a BMC shares are here: the secret files, the SSH host
+key pinned in known_hosts (and an SSH login when the server is up), a network console's port,
+(the drivers inventory krig keeps of the server: workflows/rigcheck.py). The BMC's own items (TLS, the login, the
+account's privileges, the system, the power state) are the driver's: rigs/ipmi/check.py,
+rigs/redfish/check.py (CHECKS). Nothing here changes the server's power, its boot override
+or its logs.
+"""
+import dataclasses
+import importlib
+import os
+import socket
+import stat
+import subprocess
+
+from krig.errors import RigError, UsageError
+
+OK, BAD, NOTE = "ok", "FAIL", "--"
+CHECKS = {"ipmi": "rigs.ipmi.check:bmc_items", "redfish": "rigs.redfish.check:bmc_items"}
+CONNECT_TIMEOUT = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    state: str          # OK, BAD or NOTE
+    what: str           # the topic: tls, login, console...
+    text: str           # what was found, or what is wrong
+    field: str = ""     # the rig file's field to change (BAD)
+
+    def line(self) -> str:
+        fix = f" (field: {self.field})" if self.field and self.state == BAD else ""
+        return f"{self.state:4s} {self.what}: {self.text}{fix}"
+
+
+def ok(what: str, text: str) -> Item:
+    return Item(OK, what, text)
+
+
+def bad(what: str, text: str, field: str) -> Item:
+    return Item(BAD, what, text, field)
+
+
+def note(what: str, text: str) -> Item:
+    return Item(NOTE, what, text)
+
+
+def items(rig, bmc: bool = True):
+    """Every item of `rig`, in order (a generator: each line can be printed as it is known).
+    bmc=False: only what needs no network (the checks a workflow runs before its builds)."""
+    yield ok("rig file", f"{rig.where}: driver {rig.kind}, every field valid")
+    if rig.kind not in CHECKS:
+        yield from _programs(rig)
+        return
+    yield secrets(rig)
+    yield known_host(rig)
+    if not bmc:
+        return
+    mod, fn = CHECKS[rig.kind].split(":")
+    power = {}
+    yield from getattr(importlib.import_module(mod), fn)(rig, power)
+    if rig.spec.console != "sol":
+        yield console_port(rig.spec.console)
+    yield ssh_up(rig, power.get("state"))
+
+
+def _programs(rig) -> list:
+    import shutil
+    progs = rig.host_needs().get("programs", [])
+    missing = [p for p in progs if shutil.which(p) is None]
+    if missing:
+        return [bad("programs", f"{', '.join(missing)} not on PATH: run `make setup`", "driver")]
+    return [ok("programs", ", ".join(progs) or "none needed")]
+
+
+def _mode(path: str) -> str:
+    return f"{stat.S_IMODE(os.stat(path).st_mode):04o}"
+
+
+def secrets(rig) -> Item:
+    """The BMC password and the SSH key: the rig file's load already refused what is unreadable,
+    empty or readable by others; this says where each came from."""
+    b, s = rig.spec.bmc, rig.spec.ssh
+    pw = f"bmc.password_env {b.password_env} (set)" if b.password_env else \
+        f"bmc.password_file {b.password_file} (mode {_mode(b.password_file)})"
+    return ok("secrets", f"{pw}, ssh.key {s.key} (mode {_mode(s.key)})")
+
+
+def ssh_target(cfg) -> str:
+    """The name ssh looks the server's host key up by: host_key_alias, else [host]:port (host alone on 22)."""
+    if cfg.host_key_alias:
+        return cfg.host_key_alias
+    return cfg.host if cfg.port == 22 else f"[{cfg.host}]:{cfg.port}"
+
+
+def known_host(rig) -> Item:
+    """known_hosts holds a key for the server (krig never adds one: StrictHostKeyChecking=yes)."""
+    s = rig.spec.ssh
+    name = ssh_target(s)
+    try:
+        p = subprocess.run(["ssh-keygen", "-F", name, "-f", s.known_hosts], capture_output=True, text=True,
+                           timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return bad("ssh host key", f"ssh-keygen -F could not read {s.known_hosts}: {e}", "ssh.known_hosts")
+    keys = [ln.split()[1] for ln in p.stdout.splitlines() if ln.strip() and not ln.startswith("#")
+            and len(ln.split()) >= 3]
+    if p.returncode != 0 or not keys:
+        return bad("ssh host key", f"{s.known_hosts} has no host key for {name}: krig refuses to connect "
+                   f"(add the server's key, e.g. `ssh-keyscan -p {s.port} {s.host}`, its fingerprint checked on "
+                   "the server's console)", "ssh.known_hosts")
+    return ok("ssh host key", f"{name} pinned in {s.known_hosts} ({', '.join(sorted(set(keys)))})")
+
+
+def console_port(url: str) -> Item:
+    """A network console (rfc2217:// or telnet://): its port accepts a connection (closed at once)."""
+    from rigs.netconsole import parse
+    _, host, port = parse(url)
+    try:
+        with socket.create_connection((host, port), CONNECT_TIMEOUT):
+            pass
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        return bad("console", f"{url}: {why} (a console server such as ser2net must listen there)", "console")
+    return ok("console", f"{url} accepts a connection")
+
+
+def ssh_up(rig, power: str | None) -> Item:
+    """An SSH login with the pinned host key, when the server is up; never powered on for it."""
+    if power != "on":
+        why = "is off" if power == "off" else "power state is unknown"
+        return note("ssh", f"the server {why}: SSH is checked when it is up (a check powers nothing on)")
+    from rigs.ipmi.ssh import HostKeyError
+    s = rig.spec.ssh
+    try:
+        boot_id = rig.ssh.probe(min(s.connect_timeout, 15))
+    except HostKeyError:
+        return bad("ssh", f"the host key of {s.host}:{s.port} does not match {s.known_hosts}", "ssh.known_hosts")
+    except RigError as e:
+        return bad("ssh", f"{str(e).split(': ', 1)[-1]}", "ssh.key or ssh.user")
+    if boot_id is None:
+        return bad("ssh", f"the server is on but {s.user}@{s.host}:{s.port} does not answer SSH", "ssh.host or ssh.port")
+    return ok("ssh", f"{s.user}@{s.host}:{s.port} logs in (host key pinned), boot id {boot_id[:8]}")
+
+
+def before_build(rig) -> None:
+    """What a workflow checks of a rig before it builds a kernel for it, without the network: a
+    server whose host key known_hosts lacks is never reached (ssh refuses it), so it is refused
+    now (bad input, one line) rather than after the build and a power on."""
+    if rig.kind not in CHECKS:
+        return
+    item = known_host(rig)
+    if item.state == BAD:
+        raise UsageError(f"{rig.where}.{item.field.split('.', 1)[-1] if '.' in item.field else item.field}: "
+                         f"{item.text}; nothing was built (`krig rig check {rig.arg or rig.name}` checks the whole rig)")

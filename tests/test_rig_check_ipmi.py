@@ -1,0 +1,88 @@
+"""`krig rig check` against a real IPMI BMC: OpenIPMI's ipmi_sim on 127.0.0.1 (tests/ipmi_fixture.py).
+Off: every item ok, the power left off; a wrong password, a session privilege too low for power
+and a closed console port one line each naming the field. Then the server powered on by hand
+(one boot of the simulated server, ~1 min under TCG): SSH logs in with the pinned host key, and a
+known_hosts holding another key is one line naming ssh.known_hosts; the power left on."""
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import KRIG, ROOT
+from ipmi_fixture import running_sim
+from rigs.labsim.bmc import free_port
+
+pytestmark = [pytest.mark.ipmi, pytest.mark.long(3)]
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    with running_sim(tmp_path_factory, "rigcheck") as server:
+        yield server
+
+
+def _check(sim, tmp_path, rig) -> tuple[int, list[str]]:
+    before = sim.power_status()
+    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
+    p = subprocess.run(KRIG + ["rig", "check", str(rig)], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env=env)
+    out = p.stdout + p.stderr
+    assert "Traceback" not in out, out
+    assert sim.power_status() == before, f"the check changed the server's power:\n{out}"
+    assert sim.password not in out
+    return p.returncode, p.stdout.splitlines()
+
+
+def _only_bad(lines, what: str, field: str) -> str:
+    bad = [ln for ln in lines if ln.startswith("FAIL")]
+    assert len(bad) == 1 and bad[0].startswith(f"FAIL {what}: ") and bad[0].endswith(f"(field: {field})"), lines
+    return bad[0]
+
+
+def test_off_all_ok(sim, tmp_path):
+    assert sim.power_status() == "off"
+    rc, lines = _check(sim, tmp_path, sim.rig_file("rcok"))
+    assert rc == 0, lines
+    topics = {ln[5:].split(":")[0] for ln in lines if ln[:4] in ("ok  ", "--  ")}
+    assert {"rig file", "secrets", "ssh host key", "drivers", "login", "privileges", "console", "power",
+            "ssh"} <= topics, lines
+    assert any(ln.startswith("ok   power: off") for ln in lines)
+    assert any(ln.startswith("ok   console: sol: enabled") for ln in lines), lines
+    assert any(ln.startswith("--   ssh: the server is off") for ln in lines)
+
+
+def test_a_wrong_password_names_the_field(sim, tmp_path):
+    pw = tmp_path / "wrong"
+    pw.touch(mode=0o600)
+    pw.write_text("notthepassword\n")
+    rc, lines = _check(sim, tmp_path, sim.rig_file("rcpw", bmc={"password_file": str(pw)}))
+    assert rc == 1
+    assert "wrong password" in _only_bad(lines, "login", "bmc.password_file or bmc.password_env")
+
+
+def test_a_user_session_cannot_power(sim, tmp_path):
+    rc, lines = _check(sim, tmp_path, sim.rig_file("rcuser", bmc={"privilege": "USER"}))
+    assert rc == 1
+    assert "OPERATOR" in _only_bad(lines, "privileges", "bmc.privilege")
+
+
+def test_a_closed_console_port_names_the_field(sim, tmp_path):
+    rc, lines = _check(sim, tmp_path, sim.rig_file("rccon", console=f"telnet://127.0.0.1:{free_port()}"))
+    assert rc == 1
+    assert "Connection refused" in _only_bad(lines, "console", "console")
+
+
+def test_up_ssh_with_the_pinned_key_and_a_wrong_key(sim, tmp_path):
+    assert sim.ipmitool("chassis", "power", "on").returncode == 0
+    rig = sim.rig_file("rcup")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        rc, lines = _check(sim, tmp_path, rig)
+        if rc == 0 and any(ln.startswith("ok   ssh: ") for ln in lines):
+            break
+        time.sleep(5)
+    assert rc == 0 and any(ln.startswith("ok   power: on") for ln in lines), lines
+    rc, lines = _check(sim, tmp_path, sim.rig_file("rcbadkey", ssh={"known_hosts": str(sim.base / "bad_known_hosts")}))
+    assert rc == 1
+    assert "does not match" in _only_bad(lines, "ssh", "ssh.known_hosts")

@@ -1,0 +1,121 @@
+"""`krig rig check` against a real Redfish BMC: sushy-tools' sushy-emulator over a libvirt domain
+with no disk (tests/redfish_fixture.py). Every item ok on a good rig file; a wrong pin, no pin, a
+wrong password, a system the BMC does not list and a closed console port each one line naming
+the field; the fingerprint printed, pasted into the rig file, makes the next check pass; the
+domain's power is what it was before every check (read from libvirt, not from the BMC)."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import KRIG, ROOT
+from redfish_fixture import running_bench
+from rigs.labsim.bmc import free_port
+
+pytestmark = [pytest.mark.redfish, pytest.mark.long(2)]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    with running_bench() as b:
+        b.fault("")
+        yield b
+
+
+def _active(bench) -> bool:
+    dom = bench.domain()
+    try:
+        return bool(dom.isActive())
+    finally:
+        dom.connect().close()
+
+
+def _rig(bench, name, bmc=None, **top):
+    """A rig file of the bench (its known_hosts pins a key for its SSH address; the bench's server
+    has no sshd: it stays off, and the check says SSH waits for it to be up)."""
+    return bench.rig_file(name, bmc=bmc, **top)
+
+
+def _check(bench, tmp_path, rig) -> tuple[int, list[str]]:
+    before = _active(bench)
+    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
+    p = subprocess.run(KRIG + ["rig", "check", str(rig)], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env=env)
+    out = p.stdout + p.stderr
+    assert "Traceback" not in out, out
+    assert _active(bench) == before, f"the check changed the server's power:\n{out}"
+    return p.returncode, p.stdout.splitlines()
+
+
+def _only_bad(lines, what: str, field: str) -> str:
+    bad = [ln for ln in lines if ln.startswith("FAIL")]
+    assert len(bad) == 1 and bad[0].startswith(f"FAIL {what}: ") and bad[0].endswith(f"(field: {field})"), lines
+    return bad[0]
+
+
+def test_a_good_rig_is_all_ok_and_nothing_is_powered(bench, tmp_path):
+    assert not _active(bench)
+    rc, lines = _check(bench, tmp_path, _rig(bench, "rfok"))
+    assert rc == 0, lines
+    topics = [ln[5:].split(":")[0] for ln in lines if ln[:4] in ("ok  ", "--  ")]
+    for want in ("rig file", "secrets", "ssh host key", "drivers", "tls", "login", "system", "reset types",
+                 "privileges", "power", "console", "ssh"):
+        assert want in topics, (want, lines)
+    assert not [ln for ln in lines if ln.startswith("FAIL")]
+    assert any(re.match(r"ok   system: (\S+) \(server\), the BMC lists: \1$", ln) for ln in lines), lines
+    assert any(ln.startswith("ok   power: Off") for ln in lines), lines
+    assert any(ln.startswith("--   ssh: the server is off") for ln in lines), lines
+    assert bench.password not in "\n".join(lines)
+
+
+def test_no_pin_prints_the_line_to_paste_and_pasting_it_passes(bench, tmp_path):
+    rig = _rig(bench, "rfnopin", bmc={"fingerprint": None})
+    rc, lines = _check(bench, tmp_path, rig)
+    assert rc == 1
+    line = _only_bad(lines, "tls", "bmc.fingerprint or bmc.ca_file")
+    paste = re.search(r'(fingerprint = "[0-9A-F:]{95}")', line).group(1)
+    assert paste.replace(":", "").lower().endswith(bench.fingerprint + '"')
+    text = rig.read_text().replace("[bmc]\n", f"[bmc]\n{paste}\n")
+    rig.write_text(text)
+    rc, lines = _check(bench, tmp_path, rig)
+    assert rc == 0, lines
+
+
+def test_openssls_own_line_is_a_pin(bench, tmp_path):
+    printed = subprocess.run(["openssl", "x509", "-noout", "-fingerprint", "-sha256", "-in", str(bench.cert)],
+                             capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    assert printed.lower().startswith("sha256 fingerprint=")
+    rc, lines = _check(bench, tmp_path, _rig(bench, "rfossl", bmc={"fingerprint": printed}))
+    assert rc == 0, lines
+
+
+def test_a_wrong_pin_names_the_field(bench, tmp_path):
+    rc, lines = _check(bench, tmp_path, _rig(bench, "rfpin", bmc={"fingerprint": "ab" * 32}))
+    assert rc == 1
+    line = _only_bad(lines, "tls", "bmc.fingerprint")
+    assert "not the pinned AB:AB" in line and bench.fingerprint[:2].upper() in line
+    assert any(ln.startswith("--   login: not tried") for ln in lines)
+
+
+def test_a_wrong_password_names_the_field(bench, tmp_path):
+    pw = tmp_path / "wrong"
+    pw.touch(mode=0o600)
+    pw.write_text("not-the-password\n")
+    rc, lines = _check(bench, tmp_path, _rig(bench, "rfpw", bmc={"password_file": str(pw)}))
+    assert rc == 1
+    line = _only_bad(lines, "login", "bmc.user or bmc.password_file/bmc.password_env")
+    assert "401" in line and "not-the-password" not in "\n".join(lines)
+
+
+def test_a_missing_system_lists_the_members(bench, tmp_path):
+    rc, lines = _check(bench, tmp_path, _rig(bench, "rfsys", bmc={"system": "nosuch"}))
+    assert rc == 1
+    line = _only_bad(lines, "system", "bmc.system")
+    assert re.search(r"no system 'nosuch' \(the BMC lists: [0-9a-f-]{36}\)", line), line
+
+
+def test_a_closed_console_port_names_the_field(bench, tmp_path):
+    rc, lines = _check(bench, tmp_path, _rig(bench, "rfcon", console=f"telnet://127.0.0.1:{free_port()}"))
+    assert rc == 1
+    assert "Connection refused" in _only_bad(lines, "console", "console")
