@@ -28,6 +28,7 @@ back as it was, so a run directory made by any krig reads and re-judges the same
 import dataclasses
 
 from .record_machine import KernelRecord, Machine, RigRecord
+from .tally import Tally
 from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
 
 # Facts the run adds as it goes: absent from manifest.json until known (a reader asks "did the
@@ -131,53 +132,13 @@ class ThresholdOutcome:
     host_sensitive: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
-class Tally:
-    """The judge's outcomes counted, as the verdict rule reads them (krig/verdict.py judged()) and
-    verdict.json keeps them ("thresholds"): how many thresholds held, were crossed (how many of
-    those are timing ones), could not be measured, or broke (an instrument check, or the judge
-    itself: `errors`), with the sentences of each kind. A timing threshold crossed on a
-    contended host is counted as crossed: the rule says what it makes of it."""
-    passed: int = 0
-    failed: int = 0
-    failed_host_sensitive: int = 0
-    unmeasured: int = 0
-    instrument: int = 0
-    instrument_host_sensitive: int = 0
-    errors: int = 0
-    failures: tuple[str, ...] = ()
-    timing_failures: tuple[str, ...] = ()
-    not_judged: tuple[str, ...] = ()
-    broken: tuple[str, ...] = ()
-
-    @classmethod
-    def of(cls, outcomes: "list[ThresholdOutcome]") -> "Tally":
-        def said(*kinds: str, timing: bool | None = None) -> tuple[str, ...]:
-            return tuple(o.message for o in outcomes if o.outcome in kinds
-                         and (timing is None or o.host_sensitive == timing))
-
-        def count(*kinds: str, timing: bool | None = None) -> int:
-            return len(said(*kinds, timing=timing))
-        judge_broke = tuple(o.outcome for o in outcomes
-                            if o.outcome not in ("pass", "fail", "unmeasured", "instrument"))
-        return cls(passed=count("pass"), failed=count("fail"), failed_host_sensitive=count("fail", timing=True),
-                   unmeasured=count("unmeasured"), instrument=count("instrument"),
-                   instrument_host_sensitive=count("instrument", timing=True), errors=len(judge_broke),
-                   failures=said("fail"), timing_failures=said("fail", timing=True),
-                   not_judged=said("unmeasured"),
-                   broken=tuple(o.message for o in outcomes if o.outcome not in ("pass", "fail", "unmeasured")))
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Tally":
-        """verdict.json's "thresholds" (a key an older krig did not write is 0 or empty)."""
-        out: dict = {}
-        for f in dataclasses.fields(cls):
-            v = data.get(f.name, f.default)
-            out[f.name] = tuple(str(x) for x in v) if isinstance(f.default, tuple) else int(v or 0)
-        return cls(**out)
-
-    def to_json(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+def tally_of_json(data: dict) -> Tally:
+    """verdict.json's "thresholds" as a Tally (a key an older krig did not write is 0 or empty)."""
+    out: dict = {}
+    for f in dataclasses.fields(Tally):
+        v = data.get(f.name, f.default)
+        out[f.name] = tuple(str(x) for x in v or ()) if isinstance(f.default, tuple) else int(v or 0)
+    return Tally(**out)
 
 
 @dataclasses.dataclass
@@ -205,7 +166,7 @@ class Verdict:
         names = set(cls._ORDER)
         known = {k: v for k, v in data.items() if k in names}
         if isinstance(known.get("thresholds"), dict):
-            known["thresholds"] = Tally.from_json(known["thresholds"])
+            known["thresholds"] = tally_of_json(known["thresholds"])
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
     def to_json(self) -> dict:

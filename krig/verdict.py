@@ -2,7 +2,7 @@
 import dataclasses
 import re
 
-from .record import Tally
+from .tally import Tally
 
 VERDICTS = {
     # verdict: (exit code, meaning)
