@@ -115,9 +115,23 @@ def known_host(rig) -> Item:
 
 
 def console_port(url: str) -> Item:
-    """A network console (rfc2217:// or telnet://): its port accepts a connection (closed at once)."""
+    """A network console (rfc2217://, telnet://, raw://): its port accepts a connection (closed at
+    once). A console server's Unix socket (unix:/PATH) is a socket at that path, not a link, that
+    this user may connect to: it is not connected to, so a console server that lets one reader in
+    at a time keeps the one it has."""
     from rigs.netconsole import parse
-    _, host, port = parse(url)
+    scheme, host, port = parse(url)
+    if scheme == "unix":
+        try:
+            st = os.lstat(host)
+        except OSError as e:
+            return bad("console", f"{url}: {e.strerror} (a console server must listen there)", "console")
+        if not stat.S_ISSOCK(st.st_mode):
+            return bad("console", f"{url}: not a socket (a console server must listen there)", "console")
+        if not os.access(host, os.R_OK | os.W_OK):
+            return bad("console", f"{url}: this user may not connect to it (uid {st.st_uid}'s, mode "
+                       f"{stat.S_IMODE(st.st_mode):04o})", "console")
+        return ok("console", f"{url} is a console server's socket this user may connect to")
     try:
         with socket.create_connection((host, port), CONNECT_TIMEOUT):
             pass

@@ -30,7 +30,7 @@ def _spec(tmp_path, **bmc):
     key.write_text("k")
     key.chmod(0o600)
     pw = tmp_path / "pw"
-    pw.write_text("secret\n")
+    pw.write_text("secret\nbmc = bmc1\n")
     pw.chmod(0o600)
     return {"driver": "redfish", "console": "telnet://ts1:7001",
             "bmc": {"host": "bmc1", "user": "krig", "password_file": str(pw), **bmc},
@@ -201,7 +201,7 @@ def test_a_bad_rig_file_is_exit_2(tmp_path):
 
 
 def _lab_rig(tmp_path, known_hosts: str):
-    for name, text in (("key", "k\n"), ("pw", "s3cret-Pw-x\n"), ("known_hosts", known_hosts)):
+    for name, text in (("key", "k\n"), ("pw", "s3cret-Pw-x\nbmc = 127.0.0.1\n"), ("known_hosts", known_hosts)):
         (tmp_path / name).write_text(text)
         (tmp_path / name).chmod(0o600)
     rig = tmp_path / "lab1.toml"

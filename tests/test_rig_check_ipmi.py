@@ -55,7 +55,7 @@ def test_off_all_ok(sim, tmp_path):
 def test_a_wrong_password_names_the_field(sim, tmp_path):
     pw = tmp_path / "wrong"
     pw.touch(mode=0o600)
-    pw.write_text("notthepassword\n")
+    pw.write_text(f"notthepassword\nbmc = 127.0.0.1:{sim.lan_port}\n")
     rc, lines = _check(sim, tmp_path, sim.rig_file("rcpw", bmc={"password_file": str(pw)}))
     assert rc == 1
     assert "wrong password" in _only_bad(lines, "login", "bmc.password_file or bmc.password_env")

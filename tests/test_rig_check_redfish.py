@@ -101,7 +101,7 @@ def test_a_wrong_pin_names_the_field(bench, tmp_path):
 def test_a_wrong_password_names_the_field(bench, tmp_path):
     pw = tmp_path / "wrong"
     pw.touch(mode=0o600)
-    pw.write_text("not-the-password\n")
+    pw.write_text(f"not-the-password\nbmc = 127.0.0.1:{bench.port}\n")
     rc, lines = _check(bench, tmp_path, _rig(bench, "rfpw", bmc={"password_file": str(pw)}))
     assert rc == 1
     line = _only_bad(lines, "login", "bmc.user or bmc.password_file/bmc.password_env")

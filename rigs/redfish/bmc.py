@@ -108,7 +108,7 @@ class RedfishBmc(Bmc):
             if login:
                 self._connect()
             out = fn(self._system, *args)
-            if self._guard.refused:         # a refusal sushy took as a missing attribute
+            if self._guard is not None and self._guard.refused:         # a refusal sushy took as a missing attribute
                 raise BmcRefused(self._guard.refused)
             self._log(f"{what}: ok in {time.monotonic() - t0:.1f}s")
             self.failed = None
