@@ -135,8 +135,11 @@ def servers(cert):
 
 def rig_file(tmp_path, bmc: FakeBmc, fingerprint: str, host: str = "127.0.0.1", bound: str | None = None,
              console: int = 9, **over) -> str:
+    (tmp_path / "key").write_text("")
+    # a host key pinned for the server's SSH address: a lab rig without one is refused before a run starts
+    (tmp_path / "known_hosts").write_text("[127.0.0.1]:9 ssh-ed25519 "
+                                          "AAAAC3NzaC1lZDI1NTE5AAAAIHkrigkrigkrigkrigkrigkrigkrigkrigkrigkrigkrig0\n")
     for name in ("key", "known_hosts"):
-        (tmp_path / name).write_text("")
         (tmp_path / name).chmod(0o600)
     pw = tmp_path / "bmc-pw"
     pw.write_text(f"{PW}\nbmc = {bound or f'{host}:{bmc.port}'}\n")
