@@ -32,7 +32,7 @@ from labsim_fixture import GROUP, NAME
 from test_ipmi import _wait_no_leftovers
 
 # make test-lab's (testlab): make test's validation on a lab server is tests/test_labsim_redfish.py's
-pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, pytest.mark.testlab, GROUP, pytest.mark.long(11)]
+pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, pytest.mark.testlab, GROUP, pytest.mark.long(11)]     # 10.4 min
 TESTER = "Krig Tester <tester@example.org>"
 
 
