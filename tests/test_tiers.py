@@ -18,8 +18,8 @@ README = ROOT / "tests" / "README.md"
 SECTION = "## Features end to end"
 NODE = re.compile(r"`(tests/test_[\w/]+\.py::[^`]+)`")
 
-# a pytest plugin (-p) that writes each collected test of the session's tier, with whether a
-# skip or skipif mark skips it, as pytest would decide it
+# a pytest plugin (-p) that writes each collected test, whether it is marked testlab, and whether
+# a skip or skipif mark skips it, as pytest would decide it
 PLUGIN = """import json, os
 import pytest
 from _pytest.skipping import evaluate_skip_marks
@@ -28,7 +28,8 @@ from _pytest.skipping import evaluate_skip_marks
 def pytest_collection_modifyitems(config, items):
     with open(os.environ["KRIG_TIERS_OUT"], "a") as f:
         for item in items:
-            f.write(json.dumps([item.nodeid, evaluate_skip_marks(item) is not None]) + "\\n")
+            lab = item.get_closest_marker("testlab") is not None
+            f.write(json.dumps([item.nodeid, lab, evaluate_skip_marks(item) is not None]) + "\\n")
 """
 
 
@@ -44,17 +45,22 @@ def feature_rows(text: str) -> list[tuple[str, list[str], list[str]]]:
     return rows
 
 
-def collected(files: set[str], tier: str, where) -> dict[str, bool]:
-    """{node id: skipped by a mark} of what pytest collects of files in a tier."""
-    out = where / f"collected-{tier}.jsonl"
+def collected(files: set[str], where) -> tuple[dict[str, bool], dict[str, bool]]:
+    """What pytest collects of files in `make test`'s tier and in `make test-lab`'s (as tests/tiers.py
+    tells them apart: the testlab mark), each {node id: skipped by a mark}."""
+    out = where / "collected.jsonl"
     (where / "krig_tiers_plugin.py").write_text(PLUGIN)
     env = {**os.environ, "KRIG_TIERS_OUT": str(out),
            "PYTHONPATH": os.pathsep.join([str(where), os.environ.get("PYTHONPATH", "")])}
     p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "krig_tiers_plugin",
-                        "--tier", tier, *sorted(files)], capture_output=True, text=True, cwd=ROOT, env=env,
+                        "--tier", "all", *sorted(files)], capture_output=True, text=True, cwd=ROOT, env=env,
                        timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    return dict(json.loads(line) for line in out.read_text().splitlines())
+    tiers = ({}, {})
+    for line in out.read_text().splitlines():
+        node, lab, skipped = json.loads(line)
+        tiers[lab][node] = skipped
+    return tiers
 
 
 def _matches(node: str, ids: dict) -> list[str]:
@@ -85,7 +91,7 @@ def table(tmp_path_factory):
     files = {n.split("::")[0] for _, tests, lab in rows for n in tests + lab}
     files.add("tests/test_validate_e2e.py")        # a testlab file, for the injected rows below
     where = tmp_path_factory.mktemp("tiers")
-    return rows, collected(files, "test", where), collected(files, "lab", where)
+    return (rows, *collected(files, where))
 
 
 def test_every_listed_feature_has_its_end_to_end_test_in_make_test(table):
