@@ -37,7 +37,7 @@ help:
 	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
 	@echo "make qemu-user             the system user krig-qemu QEMU runs as when krig is root (in setup)"
 	@echo "make test                  self-tests: every feature end to end on real guests and lab servers (CI's)"
-	@echo "make test-lab              the long lab end-to-end runs make test leaves out (marked testlab; ~15-25 min)"
+	@echo "make test-lab              the long lab end-to-end runs make test leaves out (marked testlab; ~15 min, estimated)"
 	@echo "make test-all              make test and make test-lab in one session"
 	@echo "make test-fast             the inner loop (a few minutes): no guest, no build, no kernel source"
 	@echo "make test-bisect           krig bisect end to end alone (also in make test; 10-20 min)"
