@@ -85,7 +85,9 @@ def _check_drivers_kernel(m: dict, tiny_release: str) -> None:
     config = read_dotconfig(pathlib.Path(k["config"]))
     assert config.get("CONFIG_E1000E") == "y", k["config"]
     d = k["drivers"]
-    assert d["scope"] == "boot" and d["source"].startswith(f"rig {NAME}"), d
+    # read from a rig's server: the kernel cache keys it by the drivers, so a kernel another rig of the
+    # same server (image, NIC) built first names that rig
+    assert d["scope"] == "boot" and d["source"].startswith("rig "), d
     e = next(a for a in d["added"] if a["symbol"] == "CONFIG_E1000E")
     assert e["from"].startswith("sysfs: net ") and e["from"].endswith(" e1000e") and " -> pci " in e["from"], e
     assert not [a for a in d["added"] if a.get("makefile", "").startswith(("drivers/gpu/", "drivers/usb/"))], d
