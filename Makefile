@@ -32,14 +32,16 @@ HELPERS := $(foreach s,$(HELPER_SRCS),$(dir $(s))bin/$(basename $(notdir $(s))))
 # the trace reader's page walk in C (analysis/trace/kbuffer.py loads it with ctypes)
 KWALK := analysis/trace/_kwalk.so
 
-.PHONY: help setup apt qemu-user lab-user python helpers lint test test-prereqs test-fast test-bisect run list check bench clean qualify seed-scale docs-pictures
+.PHONY: help setup apt qemu-user lab-user python helpers lint test test-lab test-all test-prereqs test-fast test-bisect run list check bench clean qualify seed-scale docs-pictures
 
 help:
 	@echo "make setup                 install apt + Python dependencies (idempotent), build helpers"
 	@echo "make qemu-user             the system user krig-qemu QEMU runs as when krig is root (in setup)"
 	@echo "make lab-user              the system user krig-lab simulated lab servers run as when krig is root (in setup)"
-	@echo "make test                  self-tests, including real QEMU guests and smoke runs"
-	@echo "make test-fast             self-tests that boot no guest and build no kernel"
+	@echo "make test                  self-tests: every feature end to end on real guests and lab servers (CI's)"
+	@echo "make test-lab              the long lab end-to-end runs make test leaves out (marked testlab)"
+	@echo "make test-all              make test and make test-lab in one session"
+	@echo "make test-fast             the inner loop (a few minutes): no guest, no build, no kernel source; the static checks"
 	@echo "make lint                  the static checks alone: ruff, mypy, shellcheck (make test-fast runs them too)"
 	@echo "make test-bisect           krig bisect end to end alone (also in make test; 10-20 min)"
 	@echo "make run REPRO=.. [RIG=.. KERNEL=.. PRESET=.. SET='k=v ..']   one run, prints the verdict"
@@ -102,10 +104,22 @@ $(dir $(1))bin/$(basename $(notdir $(1))): $(1)
 endef
 $(foreach s,$(HELPER_SRCS),$(eval $(call helper_rule,$(s))))
 
+# The suite's tiers (tests/tiers.py, tests/README.md): `--tier test` deselects the tests marked
+# testlab, `--tier lab` runs only them; PYTEST_ARGS (a -m of its own included) narrows within the tier.
 # pytest exit 5 means no test ran: that is a failure here, never a pass.
+define run_tier
+@$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder --durations=60 --tier $(1) $(PYTEST_ARGS); \
+rc=$$?; if [ $$rc -eq 5 ]; then echo "make $@: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+endef
+
 test: helpers python test-prereqs
-	@$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder --durations=60 $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	$(call run_tier,test)
+
+test-lab: helpers python test-prereqs
+	$(call run_tier,lab)
+
+test-all: helpers python test-prereqs
+	$(call run_tier,all)
 
 # Before the tests: the CI kernels (cached; a no-op the second time) and, beside them, the lab
 # server's disk image (rigs/labsim/image.py, cached; mostly downloads and dpkg, so it costs the
@@ -127,8 +141,10 @@ lint: python
 	$(VENV)/bin/mypy
 	$(VENV)/bin/shellcheck -x $$(git ls-files '*.sh') .ci/run
 
+# the inner loop: nothing that boots, builds, starts a BMC or a coordinator, or unpacks the kernel source
+FAST_MARKS := not guest and not smoke and not ipmi and not kbuild and not labsim and not redfish and not labgrid and not ksource
 test-fast: helpers python
-	$(PY) -m pytest -n auto -m "not guest and not smoke and not ipmi and not kbuild and not labsim" $(PYTEST_ARGS)
+	$(PY) -m pytest -n auto --tier test -m "$(FAST_MARKS)" $(PYTEST_ARGS)
 
 run: helpers python
 	$(KRIG) run $(REPRO) --rig $(RIG) --kernel $(KERNEL) $(if $(PRESET),--preset $(PRESET)) $(foreach s,$(SET),--set $(s))

@@ -10,12 +10,16 @@ by its xdist workers and every subprocess through the environment they inherit),
 lab variables are dropped, and the shared kernel and image cache (KRIG_CACHE, XDG_CACHE_HOME)
 stays where it is, since CI builds the kernels there before the suite.
 
-At the session's end the controller compares the user's real krig directories with their
-snapshot from its start (user_dirs(), snapshot(), changes()).
+So the suite cannot write the user's directories unless a test hands a process the user's own
+paths; what it does not do is compare them before and after, since the user's own krig (a simulated
+server they started, a run into results/) may write there while the suite runs, and that is not the
+suite's doing. What proves the redirection is tests/test_hermetic.py: krig run as the suite runs it
+(hermetic_env) against a fake user's home with their rigs and a server's state planted in it, and
+nothing of that home read or written (user_dirs(), snapshot(), changes()). At the session's end
+the process that made the session's directory removes it (leave()).
 """
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import shutil
@@ -47,59 +51,30 @@ def user_dirs(env: dict) -> list[pathlib.Path]:
     return [config / "krig", state / "krig", pathlib.Path(env.get("KRIG_RESULTS") or ROOT / "results")]
 
 
-def enter() -> tuple[pathlib.Path, bool, list[pathlib.Path]]:
+def enter() -> tuple[pathlib.Path, bool]:
     """Make os.environ hermetic (once per session: a worker or a subprocess of a pytest that did
-    it inherits it). Returns (the session's directory, whether this process made it, the user's
-    real directories)."""
+    it inherits it). Returns (the session's directory, whether this process made it)."""
     made = SESSION_VAR not in os.environ
-    if made:
-        user = user_dirs(os.environ)
-        base = pathlib.Path(tempfile.mkdtemp(prefix="krig-test-session-"))
-        os.environ["KRIG_TEST_USER_DIRS"] = os.pathsep.join(map(str, user))
-    else:
-        base = pathlib.Path(os.environ[SESSION_VAR])
-        user = [pathlib.Path(p) for p in os.environ["KRIG_TEST_USER_DIRS"].split(os.pathsep)]
+    base = pathlib.Path(tempfile.mkdtemp(prefix="krig-test-session-") if made else os.environ[SESSION_VAR])
     for sub in MOVED.values():
         (base / sub).mkdir(exist_ok=True)
     env = hermetic_env(dict(os.environ), base)
     for k in DROPPED:
         os.environ.pop(k, None)
     os.environ.update(env)
-    return base, made, user
+    return base, made
 
 
-def leave(base: pathlib.Path, user: list[pathlib.Path], before: dict) -> list[str]:
-    """The session's end: its directory removed; what changed in the user's directories since
-    the snapshot `before` (a line each, none if nothing)."""
+def leave(base: pathlib.Path) -> None:
+    """The session's end: its directory removed (nothing else looked at)."""
     shutil.rmtree(base, ignore_errors=True)
-    return changes(before, snapshot(user))
-
-
-def _alive_labsim(state: pathlib.Path) -> set[str]:
-    """Subdirectories of the user's simulated lab servers that are up (their own processes write
-    there whatever the tests do): labsim/NAME whose supervisor (state.json's `supervisor`
-    record, or the `pid` of an older state) runs."""
-    alive = set()
-    for st in (state / "labsim").glob("*/state.json"):
-        try:
-            rec = json.loads(st.read_text())
-            pid = int((rec.get("supervisor") or {}).get("pid") or rec["pid"])
-            cmd = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if b"rigs.labsim.sim" in cmd:
-            alive.add(str(st.parent))
-    return alive
 
 
 def snapshot(dirs: list[pathlib.Path]) -> dict:
-    """{path: (kind, size, mtime_ns)} of everything under dirs (no link followed), but the
-    directories of the user's simulated servers that are up."""
+    """{path: (kind, size, mtime_ns)} of everything under dirs (no link followed)."""
     out: dict = {}
-    skip = set().union(*(_alive_labsim(d) for d in dirs))
     for d in dirs:
-        for top, subdirs, files in os.walk(d):
-            subdirs[:] = [s for s in subdirs if os.path.join(top, s) not in skip]
+        for top, _, files in os.walk(d):
             for name in [top] + [os.path.join(top, f) for f in files]:
                 try:
                     st = os.lstat(name)

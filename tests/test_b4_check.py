@@ -95,6 +95,7 @@ def documented_lines() -> list:
     return [shlex.split(ln.replace("$PWD", str(ROOT))) for ln in block.splitlines() if ln.strip()]
 
 
+@pytest.mark.ksource        # checkpatch.pl from linux-source-6.1 (unpacked from the tarball when no build did)
 def test_the_documented_setup_keeps_b4s_checkpatch(series_repo, validated, checkpatch, tmp_path,  # noqa: F811
                                                      monkeypatch):
     """The page's lines, run as written (--global: into a fresh $HOME), then b4's own loader and

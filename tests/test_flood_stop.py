@@ -444,6 +444,7 @@ def _cap_allows(mem_total_bytes: int, permille: int) -> int:
 
 
 @pytest.mark.kbuild
+@pytest.mark.testlab        # bounded above the limit on a real guest in make test: test_flood_retention's per-bucket run
 def test_cap_at_7pct_fails_bounded_where_the_cap_holds(tiny_built, tmp_path_factory):
     """The cap kernel booted with its cap at 70/1000 (sysctl.fs.negative-dentry-limit=70 on the
     command line, kernels/tiny-6.1-negative-dentry-cap-70.toml) on a 1 GB guest: the negatives

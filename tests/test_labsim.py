@@ -8,13 +8,13 @@ into is tiny-6.1 (a release other than the installed Debian one),
 with krig's own initramfs and its test_lockup module shipped by krig.
 
 A systemd boot under TCG takes minutes, so these tests share the server with
-tests/test_validate_e2e.py and boot it as few times as possible, in this order:
+tests/test_validate_e2e.py (`make test-lab`) and boot it as few times as possible, in this order:
   1. the test powers the server on itself (one boot, timed) and the rig finds
      it running: a changed host key and a missing package are each one line,
      and nothing is started, so the server is left on as found;
   2. a server that never answers SSH: ERROR, one line.
-The next runs on the same server are tests/test_validate_e2e.py's (its reproduced
-bundle loaded with kexec_file_load, `kexec -s`, what a locked-down server needs).
+In `make test-lab` the next runs on the same server are tests/test_validate_e2e.py's (its
+reproduced bundle loaded with kexec_file_load, `kexec -s`, what a locked-down server needs).
 A wedged kexec'd kernel on a lab server (NMI, stacks on the console, HUNG, power
 cycle back through firmware and GRUB) is tests/test_labsim_redfish.py's, through
 its Redfish BMC; the IPMI NMI, SEL and SOL path is tests/test_ipmi.py's
@@ -33,7 +33,7 @@ from rigs.labsim import image as labsim_image
 from rigs.labsim.bmc import free_port
 from test_ipmi import _cli, _leftovers, _wait_no_leftovers
 
-pytestmark = [pytest.mark.labsim, GROUP, pytest.mark.long(24)]     # minutes on 2 cores: its group with test_validate_e2e.py
+pytestmark = [pytest.mark.labsim, GROUP, pytest.mark.long(24)]     # minutes on 2 cores (not measured since its 3 boots)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 the rig file and the BMC password land where krig finds them, and neither a `down` nor a
 supervisor killed with SIGKILL leaves anything of the server running.
 
-The server's boots, kexecs and runs are tests/test_labsim.py's and tests/test_validate_e2e.py's."""
+The server's boots, kexecs and runs are tests/test_labsim.py's and (`make test-lab`) tests/test_validate_e2e.py's."""
 import json
 import os
 import pathlib

@@ -86,7 +86,8 @@ def check_outputs(out: pathlib.Path, n_cases: int, rigs: list):
 
 
 @pytest.mark.smoke
-@pytest.mark.long(9)
+@pytest.mark.testlab        # qualify's real runs in make test: tests/test_qualify_ipmi.py, tests/test_lab_ipmi.py
+@pytest.mark.long(4)
 def test_qualify_two_qemu_rigs_resumes_after_sigint(tmp_path, krig_cli):
     rig_dir = qemu_rigs(tmp_path / "rigs")
     suite_file = tmp_path / "scaled.toml"

@@ -3,7 +3,8 @@ fake groups, the reply (parsed with Python's mailbox, then fed back to the real
 `b4 am -m` and `git am`), `krig compare --format lkp` against the statistics module,
 and the one-line errors (a series that does not apply, a kernel missing an option).
 The reply's own checks are in tests/test_validate_reply.py.
-The end to end run on real kernels is tests/test_validate_e2e.py."""
+The end to end runs on real kernels: tests/test_labsim_redfish.py (`make test`),
+tests/test_validate_e2e.py (`make test-lab`)."""
 import gzip
 import hashlib
 import json

@@ -31,7 +31,8 @@ from kernels.demo_repo import FIX_LIST, culprit_series
 from labsim_fixture import GROUP, NAME
 from test_ipmi import _wait_no_leftovers
 
-pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, GROUP, pytest.mark.long(36)]     # the group with test_labsim.py
+# make test-lab's (testlab): make test's validation on a lab server is tests/test_labsim_redfish.py's
+pytestmark = [pytest.mark.labsim, pytest.mark.kbuild, pytest.mark.testlab, GROUP, pytest.mark.long(11)]     # 10.4 min
 TESTER = "Krig Tester <tester@example.org>"
 
 

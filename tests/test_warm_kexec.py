@@ -3,8 +3,9 @@ run's healthy kernel or power cycled (rigs/ipmi/warm.py, workflows/session.py).
 
 Fast: the decision on a real IpmiRig whose BMC and SSH are stand-ins answering as a server
 would; the session through the real run pipeline on the fake rig. The real thing, on the
-simulated lab servers: tests/test_validate_e2e.py (IPMI) and tests/test_labsim_redfish.py
-(Redfish), each a validation whose runs after the first kexec from the previous run's kernel.
+simulated lab servers: tests/test_labsim_redfish.py (Redfish, `make test`) and
+tests/test_validate_e2e.py (IPMI, `make test-lab`), each a validation whose runs after the first
+kexec from the previous run's kernel.
 """
 import json
 import subprocess

@@ -12,6 +12,8 @@ Needs pytest below 9: pytest-xdist 3.8 names a test's group in a nodeid field py
 longer reads (tests/test_xdist_groups.py fails when the groups do not hold)."""
 import pytest
 
+import tiers
+
 
 def _minutes(item) -> float:
     mark = item.get_closest_marker("long")
@@ -21,7 +23,9 @@ def _minutes(item) -> float:
 @pytest.hookimpl(tryfirst=True)          # before xdist reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     """Each test without a group of its own gets its file's, or "smoke" for the files that take
-    smoke_run (a fixture of tests/conftest.py); then the groups are put longest first."""
+    smoke_run (a fixture of tests/conftest.py); then the groups are put longest first. The
+    session's tier (tests/tiers.py) is applied first, so a group is as long as what runs of it."""
+    tiers.apply(config, items)
     smoke = {item.module.__name__ for item in items if "smoke_run" in getattr(item, "fixturenames", ())}
     groups = []
     for item in items:
