@@ -252,6 +252,9 @@ TABLE = [
     (["rig", "check", "{EMPTY}"], ("{EMPTY}", "missing required field 'driver'")),
     (["rig", "check", "{MISSING}"], ("rig check {MISSING}", "no such file")),
     (["rig", "check", "nosuch-rig"], ("rig check 'nosuch-rig'", "unknown rig")),
+    (["history", "--since", "notadate"], ("--since 'notadate'", "YYYY-MM-DD")),
+    (["history", "--verdict", "MAYBE"], ("--verdict 'MAYBE'", "PASS, FAIL, ERROR")),
+    (["history", "import", "{MISSING}"], ("DIR {MISSING}", "not a directory")),
     (["run", "selftest-pass", "--kernel", "tiny-6.1,drivers=a,drivers=b"], ("drivers= given twice",)),
     (["run", "selftest-pass", "--kernel", "tiny-6.1,drivers={MISSING}"], ("drivers={MISSING}", "no such file")),
 ]

@@ -49,7 +49,8 @@ def cmd_list(a) -> int:
     """`krig history [--repro R] [--kernel K] [--rig R] [--server S] [--verdict V] [--since DATE]`."""
     if a.verdict and a.verdict.upper() not in VERDICT_WORDS:
         raise UsageError(f"--verdict {a.verdict!r}: one of {', '.join(VERDICT_WORDS)}")
-    rows = query.list_runs(open_store(), a.repro, a.kernel, a.rig, a.server, a.verdict, _since(a.since), a.limit)
+    since = _since(a.since)          # the arguments checked before the store is opened (or made)
+    rows = query.list_runs(open_store(), a.repro, a.kernel, a.rig, a.server, a.verdict, since, a.limit)
     if not rows:
         print("no runs in the history match (krig history import DIR adds runs made before it)")
         return 0
