@@ -96,6 +96,7 @@ class ValidationRecord(KeepsExtra):
     preset: str | None = None
     params: dict = dataclasses.field(default_factory=dict)
     repeat: int | None = None
+    knobs: dict | None = None           # {"base": [...], "series": [...]}: each side's knobs (krig/knobs.py words)
     series_provenance: SeriesProvenance = dataclasses.field(default_factory=SeriesProvenance)
     reply_subject: str | None = None
     patches: list = dataclasses.field(default_factory=list)        # the patches' subjects
@@ -115,7 +116,7 @@ class ValidationRecord(KeepsExtra):
     comparison: Comparison | None = None    # None: the validation stopped after the first runs
     extra: dict = dataclasses.field(default_factory=dict)
 
-    ASKED = ("reproducer", "base", "series", "rig", "preset", "params")     # what a resumed validation must match
+    ASKED = ("reproducer", "base", "series", "rig", "preset", "params", "knobs")     # what a resumed validation must match
     # what the answer brings: absent from the file until the validation is answered
     WHEN_ANSWERED = ("answer", "reason", "judged_metrics", "finished", "base_kernel", "new_kernel", "server",
                      "differences", "command", "comparison")

@@ -82,6 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def add_knobs(p, prefix: str = "", side: str = "") -> None:
+    """--sysctl NAME=VALUE and --cmdline ARG (repeatable; krig/knobs.py), with --PREFIX-... for one side."""
+    p.add_argument(f"--{prefix}sysctl", action="append", metavar="NAME=VALUE",
+                   help=f"write this sysctl (/proc/sys/NAME, dots as slashes) on the booted machine{side} before the "
+                   "workload, and read it back; unknown, read-only or refused: ERROR before the workload "
+                   "(repeatable; default none)")
+    p.add_argument(f"--{prefix}cmdline", action="append", metavar="ARG",
+                   help=f"add this boot parameter to the kernel's command line{side} (a guest's, or the kexec'd "
+                   "kernel's on a lab server; console=, init=, root=, netconsole= and krig's own are refused; "
+                   "repeatable; default none)")
+
+
 def add_quiet(p, default=argparse.SUPPRESS) -> None:
     """-q: long waits (a boot, the workload, a lab server's power and POST) say nothing on the terminal."""
     p.add_argument("-q", "--quiet", action="store_true", default=default,
@@ -98,6 +110,7 @@ def add_run_commands(sub) -> None:
     r.add_argument("--preset", default=None, help="one of the reproducer's presets (default: its defaults)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a parameter (repeatable; default none)")
+    add_knobs(r)
     r.add_argument("--repeat", type=ascii_int, metavar="N", help="N runs as one group (group.json; default one run)")
     r.add_argument("--group", metavar="DIR", help="the group directory to make or continue "
                    "(default results/<repro>/<kernel>/<rig>/group-<time>)")
@@ -144,10 +157,11 @@ def add_series_commands(sub) -> None:
     v.add_argument("--base", required=True, metavar="KERNEL",
                    help="the kernel the series applies to: a built kernel toml (tiny-6.1) or TREE@REF "
                    "(TREE@ = the series' base-commit), with ,like=KERNEL for a git tree's config")
-    v.add_argument("--series", required=True, metavar="MBOX|MSGID",
+    v.add_argument("--series", metavar="MBOX|MSGID",
                    help="the series: an mbox (git format-patch --cover-letter, b4 am, a list thread; .gz too), "
                    "a directory of patches, or the Message-ID of its posting (<id@host>, or a lore URL; "
-                   "fetched once with b4 mbox from b4.midmask, lore.kernel.org by default)")
+                   "fetched once with b4 mbox from b4.midmask, lore.kernel.org by default); without it, a knob-only "
+                   "A/B: --base's kernel on both sides, with and without --series-sysctl/--series-cmdline")
     v.add_argument("--repeat", type=ascii_int, default=4, metavar="N",
                    help="runs a side, alternating (default 4, the fewest that can be significant)")
     v.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help=f"the rig both kernels run on: {RIG_HELP} "
@@ -155,6 +169,9 @@ def add_series_commands(sub) -> None:
     v.add_argument("--preset", default=None, help="the reproducer's preset (default: its defaults)")
     v.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a parameter on both sides (repeatable; default none)")
+    add_knobs(v, side=" of both sides")
+    add_knobs(v, "series-", " of the patched side only (the usual way: the knob a series adds, off by default)")
+    add_knobs(v, "base-", " of the base side only")
     v.add_argument("-o", "--output", metavar="DIR",
                    help="the validation directory (default results/validate/<repro>-<patchset>-<key>)")
     v.add_argument("--from", dest="sender", metavar="'NAME <ADDR>'",

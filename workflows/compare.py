@@ -27,6 +27,7 @@ from analysis.lkp import format_lkp
 
 from krig import safeio
 from .argcheck import output_dir
+from krig.knobs import summary as knob_summary
 from krig.errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
 from krig.reproducer import load_analyzer, load_reproducer
@@ -194,6 +195,7 @@ def _facts(man: Manifest) -> dict:
     for k in ("dentry_hash_entries", "inode_hash_entries"):    # a per-bucket bound's share of RAM
         if getattr(machine, k) is not None:
             out[f"machine {k}"] = getattr(machine, k)
+    out["knobs"] = "; ".join(knob_summary(man.knobs)) or "none"     # --sysctl, --cmdline as read back
     return out
 
 

@@ -1,0 +1,160 @@
+"""Knobs (krig/knobs.py): --sysctl and --cmdline checked, carried by the plan to the rig, written
+and read back on the machine (here the fake rig's /proc/sys), recorded in the manifest, asked
+again by `krig reproduce`'s run-args; a series' new sysctl or boot parameter named in one line.
+No guest boots (tests/test_knobs_guest.py boots one)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from krig.asked import AskedRun
+from krig.errors import UsageError
+from krig.knobs import Knobs, applied, from_args, parse, series_knobs, sides
+from krig.record import RunRecord
+from workflows.compare import compare
+from workflows.group import run_group
+from workflows.run import run
+from workflows.validate import _knob_args, knob_series
+from tests.test_fake_rig import fake_rig
+
+
+def krig(*args):
+    return subprocess.run([sys.executable, "-m", "workflows.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("vm.vfs_cache_pressure", "expected NAME=VALUE"),
+    ("../etc/passwd=1", "not a sysctl name"),
+    ("vm..x=1", "no '..'"),
+    ("/vm/x=1", "not a sysctl name"),
+    ("VM.x=1", "not a sysctl name"),
+    ("vm.x=1;reboot", "no shell characters"),
+    ("vm.x=$(id)", "no shell characters"),
+    ("vm.x=1\n2", "no newline"),
+    ("vm.x=", "the value must be"),
+])
+def test_bad_sysctls_are_one_line(text, says):
+    with pytest.raises(UsageError, match=r"^--sysctl .*") as e:
+        parse([text], [])
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("arg", ["console=ttyS1", "init=/bin/sh", "rdinit=/x", "root=/dev/sda", "netconsole=@/,@1/",
+                                 "krig.agent=/x", "panic=0", "Console=tty0".lower(), "root-fstype=xfs".replace("-", "")])
+def test_boot_parameters_krig_needs_are_refused(arg):
+    with pytest.raises(UsageError, match=r"how krig reaches or watches the machine"):
+        parse([], [arg])
+
+
+@pytest.mark.parametrize("arg", ["a b", "x=`id`", "x='1'", "x=1;y", ""])
+def test_bad_boot_parameters_are_refused(arg):
+    with pytest.raises(UsageError, match=r"one boot parameter"):
+        parse([], [arg])
+
+
+def test_good_knobs_parse():
+    k = parse(["vm.vfs_cache_pressure=200", "fs.dentry-negative=1", "kernel.printk=4 4 1 7"],
+              ["dhash_entries=65536", "numa=off", "nokaslr"])
+    assert k.sysctl[2] == ("kernel.printk", "4 4 1 7")
+    assert k.args()[:2] == ["--sysctl", "vm.vfs_cache_pressure=200"]
+    assert from_args(k.args(), "here") == k
+    with pytest.raises(UsageError, match="given twice"):
+        parse(["vm.x=1", "vm.x=2"], [])
+
+
+def test_validate_sides():
+    class A:
+        sysctl, cmdline = ["vm.vfs_cache_pressure=200"], None
+        series_sysctl, series_cmdline, base_sysctl, base_cmdline = ["fs.dentry-negative=1"], None, None, ["numa=off"]
+    s = sides(A)
+    assert s["series"].sysctl == (("vm.vfs_cache_pressure", "200"), ("fs.dentry-negative", "1"))
+    assert s["base"] == Knobs((("vm.vfs_cache_pressure", "200"),), ("numa=off",))
+    assert _knob_args(s) == ["--sysctl", "vm.vfs_cache_pressure=200", "--series-sysctl", "fs.dentry-negative=1",
+                             "--base-cmdline", "numa=off"]
+    assert knob_series(s)["provenance"]["subject"] == ("knobs: sysctl vm.vfs_cache_pressure=200, sysctl "
+                                                      "fs.dentry-negative=1, base sysctl vm.vfs_cache_pressure=200, "
+                                                      "base cmdline numa=off")
+
+
+def test_the_machines_answer():
+    k = parse(["vm.a=1", "vm.b=2", "vm.c=x", "vm.d=1"], ["numa=off", "nokaslr"])
+    rec, fault = applied(k, "set\tvm.a\t1\nunknown\tvm.b\nrefused\tvm.c\tInvalid argument\nread-only\tvm.d\n",
+                         "console=ttyS0 numa=off")
+    assert [s["read_back"] for s in rec["sysctl"]] == ["1", None, None, None]
+    assert fault == "--sysctl vm.b=2: no such sysctl on this kernel (/proc/sys/vm/b); nothing ran"
+    assert "Invalid argument" in rec["sysctl"][2]["fault"] and "read-only" in rec["sysctl"][3]["fault"]
+    assert [c["read_back"] for c in rec["cmdline"]] == [True, False]
+
+
+def test_series_knobs_are_named_without_a_value():
+    patch = """--- a/fs/dcache.c
++++ b/fs/dcache.c
+@@ -1,3 +1,12 @@
++static struct ctl_table fs_dcache_sysctls[] = {
++	{
++		.procname	= "dentry-negative",
++		.data		= &sysctl_dentry_negative,
++	},
++};
++	register_sysctl_init("fs", fs_dcache_sysctls);
++__setup("dcache_cap=", set_cap);
++early_param("nodcachecap", no_cap);
+ context
+"""
+    lines = series_knobs([patch])
+    assert lines == [
+        "the series adds the sysctl fs.dentry-negative (fs/dcache.c): validate with it on as "
+        "--series-sysctl fs.dentry-negative=VALUE",
+        "the series adds the boot parameter dcache_cap (fs/dcache.c): validate with it on as "
+        "--series-cmdline dcache_cap=VALUE",
+        "the series adds the boot parameter nodcachecap (fs/dcache.c): validate with it on as "
+        "--series-cmdline nodcachecap[=VALUE]"]
+    assert series_knobs(["--- a/mm/x.c\n+++ b/mm/x.c\n-	.procname = \"gone\",\n"]) == []
+
+
+def test_knobs_on_the_fake_rig(tmp_path):
+    """Set, read back, recorded; the group records what it asked; reproduce's run-args ask it again."""
+    knobs = parse(["vm.vfs_cache_pressure=200"], ["dhash_entries=4096"])
+    d, verdict = run("selftest-pass", fake_rig(tmp_path), "distro", results_root=tmp_path / "r",
+                     log=lambda m: None, knobs=knobs)
+    assert verdict.verdict == "PASS", verdict.reason
+    man = RunRecord.read(d).manifest
+    assert man.knobs == {"sysctl": [{"name": "vm.vfs_cache_pressure", "set": "200", "read_back": "200"}],
+                         "cmdline": [{"arg": "dhash_entries=4096", "read_back": True}]}
+    asked = AskedRun.from_manifest(man, __import__("krig.reproducer", fromlist=["x"]).load_reproducer("selftest-pass"))
+    assert asked.knobs == ("--sysctl", "vm.vfs_cache_pressure=200", "--cmdline", "dhash_entries=4096")
+    assert AskedRun.from_args(asked.args(), "run-args") == asked
+    plain, _ = run("selftest-pass", fake_rig(tmp_path), "distro", results_root=tmp_path / "r", log=lambda m: None)
+    res = compare([str(plain)], [str(d)])
+    assert "knobs: BASE none, NEW sysctl vm.vfs_cache_pressure=200; cmdline dhash_entries=4096" in res.differences
+    gdir, group, _ = run_group("selftest-pass", fake_rig(tmp_path), "distro", None, {}, 1, tmp_path / "g",
+                               tmp_path / "r", log=lambda m: None, knobs=knobs)
+    assert group.knobs == {"sysctl": ["vm.vfs_cache_pressure=200"], "cmdline": ["dhash_entries=4096"]}
+    with pytest.raises(UsageError, match="the group was made for knobs"):
+        run_group("selftest-pass", fake_rig(tmp_path), "distro", None, {}, 2, tmp_path / "g", tmp_path / "r",
+                  log=lambda m: None)
+
+
+@pytest.mark.parametrize("sysctl, says", [
+    ("vm.nonexistent=1", "--sysctl vm.nonexistent=1: no such sysctl on this kernel (/proc/sys/vm/nonexistent)"),
+    ("kernel.osrelease=1", "--sysctl kernel.osrelease=1: read-only on this kernel"),
+    ("vm.vfs_cache_pressure=lots", "--sysctl vm.vfs_cache_pressure=lots: the kernel refused the value 'lots'"),
+])
+def test_a_knob_the_kernel_refuses_is_error_before_the_workload(tmp_path, sysctl, says):
+    d, verdict = run("selftest-pass", fake_rig(tmp_path), "distro", results_root=tmp_path / "r",
+                     log=lambda m: None, knobs=parse([sysctl], []))
+    assert verdict.verdict == "ERROR" and says in verdict.reason
+    man = RunRecord.read(d).manifest
+    assert man.workload is None and says.split(": ", 1)[1] in man.knobs["sysctl"][0]["fault"]
+
+
+def test_cli_refuses_bad_knobs_in_one_line(tmp_path):
+    for args, says in ((["run", "selftest-pass", "--cmdline", "console=tty0"], "--cmdline console=tty0: console="),
+                       (["run", "selftest-pass", "--sysctl", "../x=1"], "--sysctl '../x': not a sysctl name"),
+                       (["validate", "selftest-pass", "--base", "tiny-6.1", "--series-cmdline", "init=/bin/sh"],
+                        "--series-cmdline init=/bin/sh: init="),
+                       (["validate", "selftest-pass", "--base", "tiny-6.1"], "--series: required, unless")):
+        p = krig(*args)
+        assert p.returncode == 2, p.stderr
+        assert says in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
