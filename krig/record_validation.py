@@ -142,7 +142,8 @@ class ValidationRecord(KeepsExtra):
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "extra" or (f.name in self.WHEN_ANSWERED and not self.answered):
+            if f.name == "extra" or (f.name in self.WHEN_ANSWERED and not self.answered) or \
+                    (f.name == "knobs" and value is None):     # a validation without knobs: no key
                 continue
             if f.name in ("base_kernel", "new_kernel"):
                 out[f.name] = value.to_json() if value is not None else {}

@@ -18,7 +18,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from kernels import buildargs
 from krig import DEFAULT_KERNEL, DEFAULT_RIG
 from . import bisectargs, clihelp
-from .argcheck import ascii_float, ascii_int
+from .argcheck import add_knobs, ascii_float, ascii_int
 from .clihelp import KERNEL_HELP, PROJECT_HELP, RIG_HELP
 from krig.errors import guarded, handler
 from krig.verdict import USAGE_EXIT
@@ -80,18 +80,6 @@ def build_parser() -> argparse.ArgumentParser:
     bisectargs.add_commands(bs.add_subparsers(dest="bcmd", metavar="SUBCOMMAND", required=True, parser_class=_Parser))
     clihelp.apply(p)
     return p
-
-
-def add_knobs(p, prefix: str = "", side: str = "") -> None:
-    """--sysctl NAME=VALUE and --cmdline ARG (repeatable; krig/knobs.py), with --PREFIX-... for one side."""
-    p.add_argument(f"--{prefix}sysctl", action="append", metavar="NAME=VALUE",
-                   help=f"write this sysctl (/proc/sys/NAME, dots as slashes) on the booted machine{side} before the "
-                   "workload, and read it back; unknown, read-only or refused: ERROR before the workload "
-                   "(repeatable; default none)")
-    p.add_argument(f"--{prefix}cmdline", action="append", metavar="ARG",
-                   help=f"add this boot parameter to the kernel's command line{side} (a guest's, or the kexec'd "
-                   "kernel's on a lab server; console=, init=, root=, netconsole= and krig's own are refused; "
-                   "repeatable; default none)")
 
 
 def add_quiet(p, default=argparse.SUPPRESS) -> None:
@@ -170,8 +158,9 @@ def add_series_commands(sub) -> None:
     v.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a parameter on both sides (repeatable; default none)")
     add_knobs(v, side=" of both sides")
-    add_knobs(v, "series-", " of the patched side only (the usual way: the knob a series adds, off by default)")
-    add_knobs(v, "base-", " of the base side only")
+    add_knobs(v, "series-", " on the patched side only: the usual way to validate a series whose fix is behind "
+              "a knob (off by default), or, without --series, a knob-only A/B of --base's kernel")
+    add_knobs(v, "base-", " on the base side only")
     v.add_argument("-o", "--output", metavar="DIR",
                    help="the validation directory (default results/validate/<repro>-<patchset>-<key>)")
     v.add_argument("--from", dest="sender", metavar="'NAME <ADDR>'",
@@ -198,6 +187,7 @@ def add_lab_commands(sub) -> None:
     q.add_argument("--rig", action="append", metavar="RIG",
                    help=f"run every entry on this rig instead of the suite's rigs: {RIG_HELP} (repeatable; "
                    "default the suite's)")
+    add_knobs(q, side=" of every run of the suite (after a run's own sysctl and cmdline lists)")
     q.add_argument("--check", action="store_true", help="only check the suite, its rigs (each boots its kernels) "
                    "and the host budget of each run, then exit: nothing built or run (default: run the suite)")
     add_quiet(q)
