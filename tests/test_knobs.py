@@ -158,3 +158,55 @@ def test_cli_refuses_bad_knobs_in_one_line(tmp_path):
         p = krig(*args)
         assert p.returncode == 2, p.stderr
         assert says in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_the_run_carries_its_knobs_everywhere(tmp_path):
+    """summary.txt (reproduce line and knobs), report.html, a bundle's run-args and manifest, KCIDB's test."""
+    import tarfile
+    from workflows.bundle import bundle
+    from workflows.kcidb import build_report
+    knobs = parse(["vm.vfs_cache_pressure=200"], ["dhash_entries=4096"])
+    d, _ = run("selftest-pass", fake_rig(tmp_path), "distro", results_root=tmp_path / "r", log=lambda m: None,
+               knobs=knobs)
+    p = krig("report", str(d))
+    assert p.returncode == 0, p.stderr
+    summary = (d / "summary.txt").read_text()
+    assert "knobs: sysctl vm.vfs_cache_pressure=200; cmdline dhash_entries=4096" in summary
+    assert "--sysctl vm.vfs_cache_pressure=200 --cmdline dhash_entries=4096" in " ".join(summary.replace("\\\n", " ").split())
+    assert "sysctl vm.vfs_cache_pressure=200; cmdline dhash_entries=4096" in (d / "report.html").read_text()
+    tgz = bundle(d, tmp_path / "b.tar.gz", log=lambda m: None)
+    with tarfile.open(tgz) as t:
+        args = next(t.extractfile(m).read().decode() for m in t.getmembers() if m.name.endswith("/run-args"))
+    assert "--sysctl\nvm.vfs_cache_pressure=200\n--cmdline\ndhash_entries=4096\n" in args
+    test = build_report([str(d)], "krig_test")["tests"][0]
+    assert test["misc"]["knobs"]["sysctl"][0] == {"name": "vm.vfs_cache_pressure", "set": "200", "read_back": "200"}
+
+
+def test_a_suite_run_and_the_command_line_add_knobs(tmp_path):
+    from workflows.qualify import load_suite
+    f = tmp_path / "s.toml"
+    f.write_text('kernels = ["distro"]\n[[runs]]\nreproducer = "selftest-pass"\nsysctl = ["vm.vfs_cache_pressure=200"]\n'
+                 '[[runs]]\nreproducer = "selftest-pass"\n')
+    s = load_suite(f, knobs=parse([], ["numa=off"]))
+    assert [c["knobs"] for c in s["cases"]] == [{"sysctl": ["vm.vfs_cache_pressure=200"], "cmdline": ["numa=off"]},
+                                                {"sysctl": [], "cmdline": ["numa=off"]}]
+    assert len({c["id"] for c in s["cases"]}) == 2
+    plain = load_suite(f.with_name("p.toml") if f.with_name("p.toml").write_text(
+        '[[runs]]\nreproducer = "selftest-pass"\n') else None)
+    assert "knobs" not in plain["cases"][0] and plain["cases"][0]["id"] == "selftest-pass-default@distro@qemu-default#1"
+    f.write_text('[[runs]]\nreproducer = "selftest-pass"\ncmdline = ["root=/dev/vda"]\n')
+    with pytest.raises(UsageError, match=r"runs\[0\].cmdline root=/dev/vda: root= is how krig"):
+        load_suite(f)
+    f.write_text('[[runs]]\nreproducer = "selftest-pass"\nsysctl = ["vm.x=1"]\n')
+    with pytest.raises(UsageError, match="given twice"):
+        load_suite(f, knobs=parse(["vm.x=2"], []))
+
+
+def test_a_bisection_step_asks_its_knobs():
+    from krig.record_bisect import BisectionRecord
+    from workflows.bisect import asked_of
+    state = BisectionRecord(tree="/t", kernel="bisect-x", repro="selftest-pass", rig="qemu-default",
+                            knobs=parse(["vm.vfs_cache_pressure=200"], []).args())
+    assert asked_of(state).argv()[-2:] == ["--sysctl", "vm.vfs_cache_pressure=200"]
+    assert BisectionRecord.from_json(state.to_json()).knobs == ["--sysctl", "vm.vfs_cache_pressure=200"]
+    assert "knobs" not in BisectionRecord(tree="/t").to_json()
