@@ -210,3 +210,13 @@ def test_a_bisection_step_asks_its_knobs():
     assert asked_of(state).argv()[-2:] == ["--sysctl", "vm.vfs_cache_pressure=200"]
     assert BisectionRecord.from_json(state.to_json()).knobs == ["--sysctl", "vm.vfs_cache_pressure=200"]
     assert "knobs" not in BisectionRecord(tree="/t").to_json()
+
+
+def test_the_knob_gated_variant_is_named_by_its_patch():
+    """kernels/patches/negative-dentry-knob (tiny-6.1-negative-dentry-knob, tests/test_knobs_lab.py)
+    adds fs.negative-dentry-limit, off by default."""
+    from krig import KERNEL_DIR
+    patch = next((KERNEL_DIR / "patches" / "negative-dentry-knob").glob("*.patch")).read_text()
+    assert series_knobs([patch]) == ["the series adds the sysctl fs.negative-dentry-limit (fs/dcache.c): validate "
+                                     "with it on as --series-sysctl fs.negative-dentry-limit=VALUE"]
+    assert "+static int sysctl_negative_dentry_limit __read_mostly;\n" in patch      # 0: the cap is off
