@@ -57,7 +57,7 @@ class Knobs:
         return Knobs(self.sysctl + other.sysctl, self.cmdline + other.cmdline)
 
     @classmethod
-    def from_json(cls, data, where: str = "knobs") -> "Knobs":
+    def of_record(cls, data, where: str = "knobs") -> "Knobs":
         data = data if isinstance(data, dict) else {}
         return parse(data.get("sysctl") or [], data.get("cmdline") or [], where, where)
 

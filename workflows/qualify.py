@@ -288,7 +288,7 @@ def test_qualify_case(qualify_case):
     rec = CaseRecord(**c, started=now())
     try:                            # the suite's kernel as it loaded it: no name resolved again
         plan = resolve(c["reproducer"], c["rig"], c["preset"], c["set"],
-                       knobs=Knobs.from_json(c.get("knobs"), f"{c['id']}: knobs"))
+                       knobs=Knobs.of_record(c.get("knobs"), f"{c['id']}: knobs"))
         plan = plan.checked(qdir / "runs", [("--kernel", c["kernel"])])
         run_dir, verdict = execute(plan.with_loaded(Kernel.of_json(spec["kernels"][c["kernel"]]), c["kernel"]),
                                    qdir / "runs", log=lambda *a, **k: None)

@@ -218,15 +218,7 @@ def validate(repro_name: str, base: str, series_path: str | None, repeat: int = 
     check_boots(rig, [("--base", base)])         # a rig that cannot boot what is built: before the series is read
     who = identity(sender)
     said = []                                     # the series' line, said once (the build reads it again)
-    if series_path is not None:
-        source = series_source(series_path)      # a Message-ID, or the mbox's full path
-        series = load_series(source, "--series", lambda m, *a, **k: (said.append(m), log(m, *a, **k)))
-        for line in series_knobs(_texts(series["patches"])):
-            log(f"krig: {line}")
-        base_text = _base_text(base, series)
-        new_text = f"{base_text},series={source}"
-    else:
-        source, series, base_text, new_text = None, knob_series(knobs), base, base
+    source, series, base_text, new_text = _the_series(series_path, base, knobs, said, log)
     asked = {"reproducer": repro.name, "base": base_text, "series": source, "rig": rig.name,
              "preset": preset, "params": json.loads(json.dumps(params, default=str))}
     if any(knobs.values()):                      # a validation without knobs keeps its key
@@ -234,10 +226,7 @@ def validate(repro_name: str, base: str, series_path: str | None, repeat: int = 
     phash = series["provenance"]["patchset_hash"]
     key = hashlib.sha256(json.dumps({**asked, "patchset": phash}, sort_keys=True).encode()).hexdigest()[:8]
     vdir = pathlib.Path(out) if out else validation_dir(repro.name, phash or "knobs", key)
-    made = read_validation(vdir, "-o") if (vdir / VALIDATE_FILE).exists() else None
-    for field, value in {"knobs": None, **asked}.items():
-        if made is not None and getattr(made, field) != value:
-            raise UsageError(f"-o {vdir}: the validation was made for {field} {getattr(made, field)!r}, not {value!r}")
+    made = _made(vdir, asked)
     log(f"krig: validating {len(series['patches'])} patch(es) {series['provenance']['subject']!r} on {base_text}"
         f" with {repro.name}, {repeat} run(s) a side -> {vdir}")
     plan = plan.checked(vdir, [("--base", base_text), ("--series", new_text)])
@@ -283,6 +272,28 @@ def validate(repro_name: str, base: str, series_path: str | None, repeat: int = 
     write_validation(vdir, state)
     write_reply(vdir, state, res, who)
     return vdir, state, ANSWERS[answer]
+
+
+def _the_series(series_path: str | None, base: str, knobs: dict, said: list, log) -> tuple:
+    """(the series' source, the series, the base and the patched kernel as krig builds them); the
+    knobs a series adds said in one line each. No series: a knob-only A/B, one kernel."""
+    if series_path is None:
+        return None, knob_series(knobs), base, base
+    source = series_source(series_path)          # a Message-ID, or the mbox's full path
+    series = load_series(source, "--series", lambda m, *a, **k: (said.append(m), log(m, *a, **k)))
+    for line in series_knobs(_texts(series["patches"])):
+        log(f"krig: {line}")
+    base_text = _base_text(base, series)
+    return source, series, base_text, f"{base_text},series={source}"
+
+
+def _made(vdir: pathlib.Path, asked: dict) -> ValidationRecord | None:
+    """The validation already in vdir (None: a new one); one made for anything else is refused."""
+    made = read_validation(vdir, "-o") if (vdir / VALIDATE_FILE).exists() else None
+    for field, value in {"knobs": None, **asked}.items():
+        if made is not None and getattr(made, field) != value:
+            raise UsageError(f"-o {vdir}: the validation was made for {field} {getattr(made, field)!r}, not {value!r}")
+    return made
 
 
 def _texts(paths) -> list:
