@@ -19,6 +19,7 @@ from kernels.catalog import load_kernel
 from kernels.kconfig import check_config
 from kernels.kernel import Kernel
 from krig import RESULTS_DIR
+from krig.errors import UsageError
 from krig.knobs import Knobs
 from krig.reproducer import Reproducer, load_reproducer
 from rigs import load_rig
@@ -54,6 +55,15 @@ class RunPlan:
         check_config(kernel, self.repro.name)
         return dataclasses.replace(self, kernel=kernel, kernel_arg=kernel_arg)
 
+    def with_knobs(self, knobs: Knobs, option: str = "--cmdline") -> "RunPlan":
+        """The same run with these knobs; a boot parameter on a rig that boots the machine's
+        installed kernel (which no command line krig gives reaches) is refused, naming `option`."""
+        only = self.rig.boots_installed_only() if knobs.cmdline else None
+        if only:
+            raise UsageError(f"{option} {knobs.cmdline[0]}: rig {self.rig.name} cannot give a kernel a boot parameter: "
+                             f"{only}")
+        return dataclasses.replace(self, knobs=knobs)
+
     def rechecked(self, results_root: pathlib.Path) -> "RunPlan":
         """The same plan with the host checked again (memory, disk, programs): a later run of a group."""
         return dataclasses.replace(self, host=preflight(self.rig, self.repro, results_root, self.collect, self.preset,
@@ -66,7 +76,7 @@ def resolve(repro_name: str, rig_name: str, preset: str | None = None, sets: dic
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name, rig_what)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
-    return RunPlan(repro, rig, None, "", preset, dict(sets or {}), params, collect, knobs=knobs)
+    return RunPlan(repro, rig, None, "", preset, dict(sets or {}), params, collect).with_knobs(knobs)
 
 
 def plan_run(repro_name: str, rig_name: str, kernel_arg: str, preset: str | None = None, sets: dict | None = None,

@@ -216,6 +216,8 @@ def validate(repro_name: str, base: str, series_path: str | None, repeat: int = 
     if series_path is not None:
         _check_base(base)
     check_boots(rig, [("--base", base)])         # a rig that cannot boot what is built: before the series is read
+    for side in SIDES:
+        plan.with_knobs(knobs[side])         # a boot parameter on a rig that boots its installed kernel
     who = identity(sender)
     said = []                                     # the series' line, said once (the build reads it again)
     source, series, base_text, new_text = _the_series(series_path, base, knobs, said, log)
@@ -234,8 +236,8 @@ def validate(repro_name: str, base: str, series_path: str | None, repeat: int = 
     def quiet(m, *a, **k):          # the series' line was said already
         if m not in said:
             log(m, *a, **k)
-    sides = {"new": dataclasses.replace(plan.with_kernel(new_text, quiet), knobs=knobs["series"])}
-    sides["base"] = dataclasses.replace(plan.with_kernel(base_text, quiet), knobs=knobs["base"])
+    sides = {"new": plan.with_kernel(new_text, quiet).with_knobs(knobs["series"])}
+    sides["base"] = plan.with_kernel(base_text, quiet).with_knobs(knobs["base"])
     vdir.mkdir(parents=True, exist_ok=True)      # the kernels exist: the validation starts
     state = _started(made, asked, repeat, series)
     write_validation(vdir, state)
