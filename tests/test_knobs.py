@@ -220,3 +220,26 @@ def test_the_knob_gated_variant_is_named_by_its_patch():
     assert series_knobs([patch]) == ["the series adds the sysctl fs.negative-dentry-limit (fs/dcache.c): validate "
                                      "with it on as --series-sysctl fs.negative-dentry-limit=VALUE"]
     assert "+static int sysctl_negative_dentry_limit __read_mostly;\n" in patch      # 0: the cap is off
+
+
+def test_a_knob_only_ab_on_the_fake_rig(tmp_path):
+    """No series: one kernel on both sides, the patched side with the knob; validate.json, the
+    runs' manifests and the reply carry it (the fake rig PASSes both: the base does not reproduce)."""
+    from workflows.validate import validate
+    knobs = {"base": Knobs(), "series": parse(["vm.vfs_cache_pressure=200"], [])}
+    vdir, state, code = validate("selftest-pass", "distro", None, 1, fake_rig(tmp_path), out=str(tmp_path / "v"),
+                                 sender="A Tester <a@example.org>", log=lambda *a, **k: None, knobs=knobs)
+    assert state.answer == "base does not reproduce" and code == 4
+    assert state.series is None and state.knobs == {"base": [], "series": ["sysctl vm.vfs_cache_pressure=200"]}
+    new = RunRecord.read(next((vdir / "new").glob("run-*"))).manifest
+    base = RunRecord.read(next((vdir / "base").glob("run-*"))).manifest
+    assert new.knobs["sysctl"][0]["read_back"] == "200" and base.knobs is None
+    assert new.kernel.name == base.kernel.name == "distro"
+    assert state.command[-2:] == ["--series-sysctl", "vm.vfs_cache_pressure=200"] and "--series" not in state.command
+    reply = (vdir / "reply.txt").read_text()
+    assert "  patched knob    sysctl vm.vfs_cache_pressure=200" in reply
+    assert "Re: knobs: sysctl vm.vfs_cache_pressure=200" in (vdir / "reply.mbox").read_text()
+    with pytest.raises(UsageError, match="the validation was made for knobs"):
+        validate("selftest-pass", "distro", None, 1, fake_rig(tmp_path), out=str(tmp_path / "v"),
+                 sender="A Tester <a@example.org>", log=lambda *a, **k: None,
+                 knobs={"base": Knobs(), "series": parse(["vm.vfs_cache_pressure=300"], [])})
