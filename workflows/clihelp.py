@@ -80,7 +80,7 @@ see docs/bug-reports.md""",
     "validate": """examples:
   krig kernel build tiny-6.1
   krig validate unlink-dentry-growth --base tiny-6.1 --series fix.mbox
-  krig validate neg-dentry-flood --base tiny-6.1 --series knob.mbox --series-sysctl fs.negative_dentry_cap=1
+  krig validate neg-dentry-flood --base tiny-6.1 --series knob.mbox --series-sysctl fs.negative-dentry-limit=10
   krig validate neg-dentry-flood --base tiny-6.1 --series-sysctl vm.vfs_cache_pressure=400   (knob-only A/B)
 
 knobs: --sysctl and --cmdline apply to both sides; --series-sysctl and --series-cmdline to the patched
