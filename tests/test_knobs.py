@@ -3,6 +3,7 @@ and read back on the machine (here the fake rig's /proc/sys), recorded in the ma
 again by `krig reproduce`'s run-args; a series' new sysctl or boot parameter named in one line.
 No guest boots (tests/test_knobs_guest.py boots one)."""
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -243,3 +244,19 @@ def test_a_knob_only_ab_on_the_fake_rig(tmp_path):
         validate("selftest-pass", "distro", None, 1, fake_rig(tmp_path), out=str(tmp_path / "v"),
                  sender="A Tester <a@example.org>", log=lambda *a, **k: None,
                  knobs={"base": Knobs(), "series": parse(["vm.vfs_cache_pressure=300"], [])})
+
+
+
+def test_a_validation_does_not_call_its_own_knobs_incomparable(tmp_path):
+    """Both sides FAIL on a fake rig whose answer is wrong: a comparison is made; `krig compare` of
+    its sides names the knobs among what differs, the validation (whose question they are) does not."""
+    from workflows.validate import validate
+    rig = pathlib.Path(fake_rig(tmp_path))
+    rig.write_text(rig.read_text().replace("answer = 42", "answer = 41"))
+    knobs = {"base": Knobs(), "series": parse(["vm.vfs_cache_pressure=200"], [])}
+    vdir, state, code = validate("selftest-pass", "distro", None, 1, str(rig), out=str(tmp_path / "v"),
+                                 sender="A Tester <a@example.org>", log=lambda *a, **k: None, knobs=knobs)
+    assert state.answer == "not fixed" and code == 1
+    assert not [d for d in state.differences if d.startswith("knobs")]
+    res = compare([str(vdir / "base")], [str(vdir / "new")])
+    assert "knobs: BASE none, NEW sysctl vm.vfs_cache_pressure=200" in res.differences

@@ -38,7 +38,7 @@ from kernels.series import load_series, series_source
 from krig import DEFAULT_RIG, KERNEL_DIR
 from .argcheck import output_dir
 from krig.asked import AskedRun
-from .compare import compare
+from .compare import KNOB_FACT, compare
 from krig.config import parse_set
 from krig.knobs import SIDES, Knobs, series_knobs, sides as knob_sides
 from krig.errors import KrigError, UsageError
@@ -262,7 +262,8 @@ def validate(repro_name: str, base: str, series_path: str | None, repeat: int = 
         judged = judged_metrics(res)
         lost = {side: len(contended(validation_side(vdir, side))) for side in VALIDATE_SIDES}
         answer, reason = decide(res, judged, {k: v if v <= repeat else 0 for k, v in lost.items()})
-        differences = res.differences
+        # the knobs each side was asked for are what it tests, not what makes it incomparable
+        differences = [d for d in res.differences if not d.startswith(KNOB_FACT)]
     base_kernel = _kernel_of(validation_side(vdir, "base"))
     state = dataclasses.replace(
         state, answer=answer, reason=reason, judged_metrics=judged, finished=now(),
