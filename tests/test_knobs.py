@@ -2,7 +2,6 @@
 and read back on the machine (here the fake rig's /proc/sys), recorded in the manifest, asked
 again by `krig reproduce`'s run-args; a series' new sysctl or boot parameter named in one line.
 No guest boots (tests/test_knobs_guest.py boots one)."""
-import json
 import pathlib
 import subprocess
 import sys
