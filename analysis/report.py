@@ -10,6 +10,7 @@ from krig import safeio
 from krig.rundir import RunDir, is_run_dir
 from krig.errors import KrigError, UsageError
 from krig.record import Manifest, MetricEntry, RunRecord, Verdict, read_metrics, read_verdict
+from krig.knobs import summary as knob_summary
 from krig.reproducer import load_analyzer, load_reproducer
 from krig.verdict import KERNEL_STOPPED
 
@@ -101,6 +102,7 @@ def run_info(manifest: Manifest) -> list[list[str]]:
              ["machine", f"{esc(manifest.cpus)} CPUs, {esc(fmt((manifest.mem_total_bytes or 0) / (1 << 20)))} MiB RAM"],
              ["preset", esc(manifest.preset or "(defaults)")],
              ["parameters", esc(" ".join(f"{a}={b}" for a, b in (manifest.params or {}).items()))],
+             ["knobs", esc("; ".join(knob_summary(manifest.knobs)) or "none")],
              ["started / ended", f"{esc(manifest.started)} / {esc(manifest.ended)}"],
              ["krig revision", esc(manifest.krig_revision)]]
     return info

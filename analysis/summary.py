@@ -5,6 +5,7 @@ import math
 import textwrap
 
 from krig.asked import AskedRun
+from krig.knobs import summary as knob_summary
 from krig.errors import UsageError
 from krig.record import Manifest, MetricEntry, RunRecord, Verdict, read_metrics, read_thresholds
 from krig.rundir import RunDir
@@ -153,6 +154,8 @@ def build_summary(rec: RunRecord, verdict: Verdict, metrics: dict[str, MetricEnt
                  f"{', ' + facts['accel'] if facts.get('accel') else ''})")
     params = " ".join(f"{a}={b}" for a, b in (m.params or {}).items())
     out += _wrap(f"preset: {m.preset or '(defaults)'}; params: {params}")
+    if m.knobs:
+        out += _wrap(f"knobs: {'; '.join(knob_summary(m.knobs))}")
     if repro.fixed_by:
         out += _wrap(f"fixed by: {repro.fixed_by}")
     if metrics:

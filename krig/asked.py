@@ -1,5 +1,5 @@
 """The run a user asked for, as one value: what `krig run` was given (reproducer, rig, kernel
-argument, preset, the --set overrides). Every command line krig prints or runs for a run is
+argument, preset, the --set overrides, the --sysctl and --cmdline knobs). Every command line krig prints or runs for a run is
 made here (summary.txt's "reproduce", a bundle's run-args, bisect's steps), and read back
 here (`krig reproduce`), so the same run always reads as the same command.
 """
@@ -8,7 +8,8 @@ import dataclasses
 from . import DEFAULT_KERNEL, DEFAULT_RIG
 from .errors import UsageError
 
-OPTIONS = ("--rig", "--kernel", "--preset", "--set")
+OPTIONS = ("--rig", "--kernel", "--preset", "--set", "--sysctl", "--cmdline")
+_REPEATED = ("--set", "--sysctl", "--cmdline")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,25 +19,28 @@ class AskedRun:
     kernel: str = DEFAULT_KERNEL
     preset: str | None = None
     sets: tuple = ()             # "KEY=VALUE", in the order given
+    knobs: tuple = ()            # ("--sysctl", "NAME=VALUE", "--cmdline", "ARG", ...): krig/knobs.py Knobs.args()
 
     def settings(self) -> list[str]:
         """--preset and the --set overrides, as every command that makes this run takes them."""
         out = ["--preset", self.preset] if self.preset else []
         for s in self.sets:
             out += ["--set", s]
-        return out
+        return out + list(self.knobs)
 
     def args(self, rig: bool = True) -> list[str]:
         """The arguments after `krig run` (without --rig for a bundle: its user picks the rig)."""
         return [self.reproducer] + (["--rig", self.rig] if rig else []) + ["--kernel", self.kernel] + self.settings()
 
-    def validate_argv(self, series, repeat: int | None = None, program: str = "krig") -> list[str]:
+    def validate_argv(self, series, repeat: int | None = None, program: str = "krig", sides=()) -> list[str]:
         """`krig validate` of a series against this run's kernel as the base (the reply's command):
-        --repeat when not the default (None), --rig when not the default rig."""
-        out = [program, "validate", self.reproducer, "--base", self.kernel, "--series", str(series)]
+        --repeat when not the default (None), --rig when not the default rig; sides: the options of
+        one side's knobs (--series-sysctl ...); no series: a knob-only A/B."""
+        out = [program, "validate", self.reproducer, "--base", self.kernel]
+        out += ["--series", str(series)] if series else []
         out += ["--repeat", str(repeat)] if repeat is not None else []
         out += ["--rig", self.rig] if self.rig != DEFAULT_RIG else []
-        return out + self.settings()
+        return out + self.settings() + list(sides)
 
     def argv(self, program: str = "krig") -> list[str]:
         """The whole command line: `krig run REPRODUCER --rig .. --kernel .. [--preset ..] [--set ..]`."""
@@ -49,7 +53,7 @@ class AskedRun:
         if not args or not args[0] or args[0].startswith("-"):
             raise UsageError(f"{where}: the reproducer's name must come first (got {args[0] if args else '(empty)'!r})")
         out = {"reproducer": args[0], **given}
-        sets = []
+        sets, knobs = [], []
         i = 1
         while i < len(args):
             opt = args[i]
@@ -58,10 +62,12 @@ class AskedRun:
                                  f"{', '.join(a + (' KEY=VALUE' if a == '--set' else '') for a in allowed)})")
             if opt == "--set":
                 sets.append(args[i + 1])
+            elif opt in _REPEATED:
+                knobs += [opt, args[i + 1]]
             else:
                 out[opt[2:]] = args[i + 1]
             i += 2
-        return cls(**out, sets=tuple(sets))
+        return cls(**out, sets=tuple(sets), knobs=tuple(knobs))
 
     @classmethod
     def from_manifest(cls, manifest, repro) -> "AskedRun":
@@ -76,5 +82,7 @@ class AskedRun:
         sets = tuple(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
                      for k, v in (manifest.params or {}).items() if base.get(k) != v)
         kernel, rig = manifest.kernel, manifest.rig
+        knobs = [w for s in (manifest.knobs or {}).get("sysctl") or [] for w in ("--sysctl", f"{s['name']}={s['set']}")]
+        knobs += [w for c in (manifest.knobs or {}).get("cmdline") or [] for w in ("--cmdline", c["arg"])]
         return cls(repro.name, rig.arg or rig.name or DEFAULT_RIG, kernel.arg or kernel.name or DEFAULT_KERNEL,
-                   preset, sets)
+                   preset, sets, tuple(knobs))

@@ -34,7 +34,7 @@ from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
 # Facts the run adds as it goes: absent from manifest.json until known (a reader asks "did the
 # machine answer?" as "is there a machine").
 _WHEN_KNOWN = ("machine", "host", "workload", "rig_fault", "rig_facts", "host_fault", "power_off_error",
-               "pull_error", "host_load")
+               "pull_error", "host_load", "knobs")
 
 
 @dataclasses.dataclass
@@ -65,6 +65,7 @@ class Manifest:
     power_off_error: str | None = None
     pull_error: str | None = None
     host_load: str | None = None
+    knobs: dict | None = None       # --sysctl/--cmdline, each as set and as read back (krig/knobs.py applied)
     extra: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):

@@ -1,7 +1,7 @@
 """state.json, a bisection's state (`krig bisect run`, workflows/bisect.py), as a typed value: the
 tree and the ref each step builds (BISECT_HEAD), the step's kernel and the directory of its
 generated kernel tomls, the `krig run` every step makes (reproducer, preset, --set, rig, how many
-runs), where bisect.log is, the metric (the one bisected on, or the reproducer's key metric) and
+runs, its --sysctl and --cmdline knobs), where bisect.log is, the metric (the one bisected on, or the reproducer's key metric) and
 the mode (verdict or metric); in metric mode, once the endpoints are measured, their zones
 (workflows/metric_bisect.py). bisect.py writes it before `git bisect run` starts, and each step's
 oracle (`python -m workflows.bisect oracle STATE`) reads it. Written and read here only
@@ -41,6 +41,7 @@ class BisectionRecord(KeepsExtra):
     repeat: int = 1                     # runs a step makes at most (the strict majority answers)
     rig: str | None = None
     sets: list = dataclasses.field(default_factory=list)    # --set NAME=VALUE, as given
+    knobs: list = dataclasses.field(default_factory=list)   # --sysctl N=V / --cmdline A options (krig/knobs.py)
     log: str | None = None              # bisect.log
     metric: str | None = None           # bisected on (mode metric), else the key metric logged
     mode: str = "verdict"               # verdict or metric
@@ -54,7 +55,8 @@ class BisectionRecord(KeepsExtra):
             self.zones = ZonesRecord.from_json(self.zones)
 
     def to_json(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "zones")}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "zones")
+               and (f.name != "knobs" or self.knobs)}         # a bisection without knobs: no key
         return {**out, **({"zones": self.zones.to_json()} if self.zones is not None else {}), **self.extra}
 
 

@@ -19,6 +19,7 @@ class GroupRecord(KeepsExtra):
     preset: str | None = None
     params: dict = dataclasses.field(default_factory=dict)
     series: dict | None = None
+    knobs: dict | None = None           # --sysctl and --cmdline asked (krig/knobs.py Knobs.to_json); None: none
     created: str | None = None
     repeat: int = 1
     runs: list = dataclasses.field(default_factory=list)        # [{dir, verdict, counted}]
@@ -30,7 +31,7 @@ class GroupRecord(KeepsExtra):
     kind: str = "krig-group"
     extra: dict = dataclasses.field(default_factory=dict)
 
-    ASKED = ("reproducer", "rig", "kernel", "kernel_id", "preset", "params")     # what a resumed group must match
+    ASKED = ("reproducer", "rig", "kernel", "kernel_id", "preset", "params", "knobs")     # what a resumed group must match
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}

@@ -31,6 +31,7 @@ class CaseRecord(KeepsExtra):
     repeat: int = 1                     # which repeat of the same run (1, 2, ...)
     expect: str = "PASS"
     id: str | None = None
+    knobs: dict | None = None           # the run's sysctl and cmdline lists (krig/knobs.py); None: none
     started: str | None = None          # None: the case has not run
     verdict: str | None = None          # None: not run yet
     reason: str | None = None
@@ -46,7 +47,9 @@ class CaseRecord(KeepsExtra):
     def to_json(self) -> dict:
         """The case's object: what it asks, then what it gave once it ran (a case not run: its verdict None)."""
         ran = self.RAN if self.started is not None else ("verdict",)
-        return {**{k: getattr(self, k) for k in (*self.ASKED, *ran)}, **self.extra}
+        knobs = {"knobs": self.knobs} if self.knobs else {}
+        return {**{k: getattr(self, k) for k in self.ASKED}, **knobs, **{k: getattr(self, k) for k in ran},
+                **self.extra}
 
 
 @dataclasses.dataclass

@@ -96,6 +96,7 @@ class ValidationRecord(KeepsExtra):
     preset: str | None = None
     params: dict = dataclasses.field(default_factory=dict)
     repeat: int | None = None
+    knobs: dict | None = None           # {"base": [...], "series": [...]}: each side's knobs (krig/knobs.py words)
     series_provenance: SeriesProvenance = dataclasses.field(default_factory=SeriesProvenance)
     reply_subject: str | None = None
     patches: list = dataclasses.field(default_factory=list)        # the patches' subjects
@@ -115,7 +116,7 @@ class ValidationRecord(KeepsExtra):
     comparison: Comparison | None = None    # None: the validation stopped after the first runs
     extra: dict = dataclasses.field(default_factory=dict)
 
-    ASKED = ("reproducer", "base", "series", "rig", "preset", "params")     # what a resumed validation must match
+    ASKED = ("reproducer", "base", "series", "rig", "preset", "params", "knobs")     # what a resumed validation must match
     # what the answer brings: absent from the file until the validation is answered
     WHEN_ANSWERED = ("answer", "reason", "judged_metrics", "finished", "base_kernel", "new_kernel", "server",
                      "differences", "command", "comparison")
@@ -141,7 +142,8 @@ class ValidationRecord(KeepsExtra):
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "extra" or (f.name in self.WHEN_ANSWERED and not self.answered):
+            if f.name == "extra" or (f.name in self.WHEN_ANSWERED and not self.answered) or \
+                    (f.name == "knobs" and value is None):     # a validation without knobs: no key
                 continue
             if f.name in ("base_kernel", "new_kernel"):
                 out[f.name] = value.to_json() if value is not None else {}

@@ -44,6 +44,9 @@ SAMPLES = ("none", "moving", "static")
 BANNER = "[    0.000000] Linux version {release} (fake rig)\n"
 PANIC = "[    1.000000] Kernel panic - not syncing: VFS: Unable to mount root fs (fake rig)\n"
 RESULTS = "/fake/out"
+# the fake machine's /proc/sys: path -> (value, writable); a writable one takes integers only
+SYSCTLS = {"vm/vfs_cache_pressure": ("100", True), "fs/dentry-negative": ("0", True),
+           "kernel/osrelease": ("fake", False)}
 
 
 FIELDS = (
@@ -80,6 +83,8 @@ class FakeMachine:
         self.emulator: subprocess.Popen | None = None
         self.stopped: str | None = None
         self.facts: dict = {}
+        self.cmdline: list = []                     # the words the last boot was given
+        self.sysctl: dict = {}                      # /proc/sys as this boot changed it
 
 
 class FakeRig(Rig):
@@ -167,6 +172,7 @@ class _Boot(BootProtocol):
             raise GuestCrashed("guest died during boot; see console.log")
         self.m.release = kernel.release
         self.m.facts["boot_seconds"] = 0.0
+        self.m.cmdline, self.m.sysctl = list(cmdline), {k: v for k, (v, _) in SYSCTLS.items()}
 
 
 class _Command(CommandProtocol):
@@ -178,8 +184,10 @@ class _Command(CommandProtocol):
     def run(self, argv, env=None, timeout=60, salvage=None):
         if not self.m.up:
             raise GuestCrashed(f"the fake machine is off (before running {argv[0]})")
+        if "krig-sysctl" in argv:
+            return CommandResult(list(argv), 0, self._sysctl(argv[argv.index("krig-sysctl") + 1:]).encode(), b"", 0.0)
         if not any(str(a).endswith("harness.sh") for a in argv):
-            out = f"{self.m.release}\nconsole=ttyS0 (fake)\n2\n{4 << 20}\nfake\n"
+            out = f"{self.m.release}\n{' '.join(['console=ttyS0', *self.m.cmdline])} (fake)\n2\n{4 << 20}\nfake\n"
             return CommandResult(list(argv), 0, out.encode(), b"", 0.0)
         out = self.m.share
         self._samples(out / "samples.tsv", float(timeout))
@@ -202,6 +210,21 @@ class _Command(CommandProtocol):
             with open(out / "output.bin", "wb") as f:
                 f.write(b"\0" * self.spec.output_bytes)
         return CommandResult(list(argv), 0, b"the fake workload ran\n", b"", 0.0)
+
+    def _sysctl(self, args: list) -> str:
+        """krig/knobs.py SYSCTL_SCRIPT's answer, from the fake's SYSCTLS."""
+        out = []
+        for name, path, value in zip(args[0::3], args[1::3], args[2::3]):
+            if path not in SYSCTLS:
+                out.append(f"unknown\t{name}")
+            elif not SYSCTLS[path][1]:
+                out.append(f"read-only\t{name}")
+            elif not value.isdigit():
+                out.append(f"refused\t{name}\tInvalid argument")
+            else:
+                self.m.sysctl[path] = value
+                out.append(f"set\t{name}\t{value}")
+        return "".join(f"{ln}\n" for ln in out)
 
     def _samples(self, path: pathlib.Path, timeout: float):
         """One row a second over the whole timeout; files are created throughout ("moving") or

@@ -14,6 +14,7 @@ from workflows import bisect
 from workflows.cli import build_parser
 from krig.asked import AskedRun
 from krig.errors import UsageError
+from krig.knobs import parse as parse_knobs
 from krig.record import Manifest
 from krig.record_bisect import BisectionRecord
 from krig.reproducer import load_reproducer
@@ -53,12 +54,13 @@ def test_summary_bundle_reproduce_and_bisect_say_the_same_command(tmp_path):
     def krig(*args):
         return subprocess.run(KRIG + list(args), capture_output=True, text=True, cwd=tmp_path, timeout=600,
                               env={**env, "PYTHONPATH": str(ROOT)})
-    p = krig("run", "selftest-pass", "--rig", "fake-asked", "--set", "timeout=121")
+    knobs = ["--sysctl", "vm.vfs_cache_pressure=200", "--cmdline", "numa=off"]
+    p = krig("run", "selftest-pass", "--rig", "fake-asked", "--set", "timeout=121", *knobs)
     assert p.returncode == 0, p.stdout + p.stderr
     run_dir = next(ln[len("results: "):] for ln in p.stdout.splitlines() if ln.startswith("results: "))
     summary = open(os.path.join(run_dir, "summary.txt")).read().split("reproduce (from a krig checkout")[1]
     said = " ".join(summary.split("\n", 1)[1].replace("\\\n", " ").split())
-    want = ["krig", "run", "selftest-pass", "--rig", "fake-asked", "--kernel", "distro", "--set", "timeout=121"]
+    want = ["krig", "run", "selftest-pass", "--rig", "fake-asked", "--kernel", "distro", "--set", "timeout=121", *knobs]
     assert said == shlex.join(want), said
     # the bundle's run-args, read back by krig reproduce, which says the run it makes
     b = krig("bundle", run_dir, "-o", str(tmp_path / "b.tar.gz"))
@@ -66,10 +68,12 @@ def test_summary_bundle_reproduce_and_bisect_say_the_same_command(tmp_path):
     r = krig("reproduce", str(tmp_path / "b.tar.gz"), "--rig", "fake-asked")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"krig: the run: {shlex.join(want)}" in r.stderr + r.stdout
+    rerun = next(ln[len("results: "):] for ln in r.stdout.splitlines() if ln.startswith("results: "))
+    assert json.loads(open(os.path.join(rerun, "manifest.json")).read())["knobs"]["sysctl"][0]["read_back"] == "200"
     # a bisection step with the same reproducer, rig, kernel and settings
     man = json.loads(open(os.path.join(run_dir, "manifest.json")).read())
     state = BisectionRecord(repro=man["reproducer"], rig="fake-asked", kernel="distro", preset=None,
-                            sets=["timeout=121"])
+                            sets=["timeout=121"], knobs=knobs)
     assert bisect.asked_of(state).argv() == want
     # the reply's command (krig validate with this run's kernel as the base), read back by krig's
     # own parser, asks for the same reproducer, rig, kernel and settings
@@ -77,5 +81,6 @@ def test_summary_bundle_reproduce_and_bisect_say_the_same_command(tmp_path):
     for repeat in (None, 2):
         line = asked.validate_argv("fix.mbox", repeat)
         a = build_parser().parse_args(line[1:])
-        assert AskedRun(a.reproducer, a.rig, a.base, a.preset, tuple(a.set or ())) == asked, line
+        again = parse_knobs(a.sysctl, a.cmdline).args()
+        assert AskedRun(a.reproducer, a.rig, a.base, a.preset, tuple(a.set or ()), tuple(again)) == asked, line
         assert a.series == "fix.mbox" and a.repeat == (repeat or 4)

@@ -25,6 +25,7 @@ from ipmi_fixture import running_sim
 from krig.errors import RigError
 from kernels.catalog import load_kernel
 from workflows.run import run
+from krig.knobs import parse as parse_knobs
 from rigs.ipmi.rig import IpmiRig
 from rigs import load_rig
 
@@ -347,5 +348,27 @@ def test_bmc_dies_before_power_off_results_kept(sim, tmp_path, monkeypatch):
     for f in ("metrics.json", "samples.tsv", "stdout", "facts.txt", "junit.xml"):
         assert (run_dir / f).exists(), f"{f} lost"
     assert json.loads((run_dir / "metrics.json").read_text())["files_seen"]["value"] == 100
+    assert sim.power_status() == "off"
+    assert not _wait_no_leftovers(sim)
+
+
+def test_kexec_knobs(sim, tmp_path):
+    """A sysctl and a boot parameter on a lab server: the boot parameter on the kexec'd kernel's
+    command line (the kernel sized its dentry hash table by it), the sysctl written over SSH
+    before the workload and read back; both in the manifest."""
+    initrd = sim.base / "initrd-knobs.cpio.gz"
+    with open(initrd, "wb") as f:
+        subprocess.run(["gzip", "-1", "-c", str(sim.initrd)], stdout=f, check=True, timeout=120)
+    sim.rig_file("simknobs", boot="kexec", kexec={"initrd": str(initrd), "exec_command": ["kexec", "-e"]})
+    knobs = parse_knobs(["vm.vfs_cache_pressure=200"], ["dhash_entries=32768"])
+    run_dir, verdict = run("selftest-pass", rig_name="simknobs", results_root=tmp_path / "results", log=print,
+                           knobs=knobs)
+    assert verdict.verdict == "PASS", verdict
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["knobs"] == {"sysctl": [{"name": "vm.vfs_cache_pressure", "set": "200", "read_back": "200"}],
+                          "cmdline": [{"arg": "dhash_entries=32768", "read_back": True}]}
+    assert m["rig_facts"]["kexec"][0] == "kexec" and "dhash_entries=32768" in " ".join(m["rig_facts"]["kexec"])
+    assert "dhash_entries=32768" in m["machine"]["cmdline"].split()
+    assert m["machine"]["dentry_hash_entries"] == 32768, m["machine"]
     assert sim.power_status() == "off"
     assert not _wait_no_leftovers(sim)

@@ -130,3 +130,21 @@ def like_kernel(name: str, option: str = "--like") -> None:
         resolve_spec(name)
     except UsageError as e:
         raise UsageError(f"{option} {name}: {e}") from None
+
+
+def add_knobs(p, prefix: str = "", side: str = "") -> None:
+    """--sysctl NAME=VALUE and --cmdline ARG (repeatable; krig/knobs.py), with --PREFIX-... for one side."""
+    if prefix:
+        p.add_argument(f"--{prefix}sysctl", action="append", metavar="NAME=VALUE",
+                       help=f"like --sysctl,{side} (repeatable; default none)")
+        p.add_argument(f"--{prefix}cmdline", action="append", metavar="ARG",
+                       help=f"like --cmdline,{side} (repeatable; default none)")
+        return
+    p.add_argument(f"--{prefix}sysctl", action="append", metavar="NAME=VALUE",
+                   help=f"write this sysctl (/proc/sys/NAME, dots as slashes) on the booted machine{side} before the "
+                   "workload, and read it back; unknown, read-only or refused: ERROR before the workload "
+                   "(repeatable; default none)")
+    p.add_argument(f"--{prefix}cmdline", action="append", metavar="ARG",
+                   help=f"add this boot parameter to the kernel's command line{side} (a guest's, or the kexec'd "
+                   "kernel's on a lab server; console=, init=, root=, netconsole= and krig's own are refused; "
+                   "repeatable; default none)")

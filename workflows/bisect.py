@@ -44,6 +44,8 @@ from .argcheck import like_kernel, run_args
 from krig.asked import AskedRun
 from .bisectargs import DEMO_LIKE, add_commands
 from krig.config import parse_set
+from krig.knobs import Knobs, from_args as knobs_from_args, parse as parse_knobs
+from krig.knobs import Knobs, from_args as knobs_from_args, parse as parse_knobs
 from krig.errors import KrigError, UsageError, guarded, handler
 from krig.reproducer import load_reproducer
 from krig.results import BISECT_GIT_LOG, BISECT_KERNELS, BISECT_LOG, bisect_dir, bisect_tag, now
@@ -155,7 +157,7 @@ def read_attempt(run_dir: pathlib.Path, metric_name: str | None) -> Attempt:
 
 def asked_of(state: BisectionRecord) -> AskedRun:
     """The `krig run` of one bisection step (the step's kernel, the bisection's reproducer)."""
-    return AskedRun(state.repro, state.rig, state.kernel, state.preset, tuple(state.sets))
+    return AskedRun(state.repro, state.rig, state.kernel, state.preset, tuple(state.sets), tuple(state.knobs))
 
 
 def run_krig(state: BisectionRecord) -> Attempt:
@@ -167,7 +169,8 @@ def run_krig(state: BisectionRecord) -> Attempt:
     try:
         run_dir, verdict = runner.run(asked.reproducer, asked.rig, asked.kernel, asked.preset,
                                       parse_set(asked.sets), log=lambda line: None,
-                                      workflow="bisect-step")
+                                      workflow="bisect-step",
+                                      knobs=knobs_from_args(asked.knobs, f"{state.log}: knobs"))
     except KrigError as e:
         return Attempt("ERROR", f"krig run: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
     if verdict.verdict == "INTERRUPTED":
@@ -289,7 +292,7 @@ def check_args(repro: str, preset: str | None, repeat: int, like: str, rig: str,
 
 def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None, repeat: int = 1,
            like: str = "linux-6.1", rig: str = DEFAULT_RIG, sets=(), log_dir=None,
-           metric: str | None = None) -> dict:
+           metric: str | None = None, knobs: Knobs = Knobs()) -> dict:
     t_start = time.monotonic()
     r = check_args(repro, preset, repeat, like, rig, sets, metric)
     tree_p = pathlib.Path(os.path.expanduser(tree)).resolve()
@@ -316,7 +319,7 @@ def bisect(tree: str, good: str, bad: str, repro: str, preset: str | None = None
     logp = out / BISECT_LOG
     _kernel_toml(name, tree_p, "BISECT_HEAD", like, logp)
     state = BisectionRecord(tree=str(tree_p), ref="BISECT_HEAD", kernel=name, kernels=str(kernels), repro=repro,
-                            preset=preset, repeat=repeat, rig=rig, sets=list(sets), log=str(logp),
+                            preset=preset, repeat=repeat, rig=rig, sets=list(sets), knobs=knobs.args(), log=str(logp),
                             metric=metric or (r.thresholds[0].metric if r.thresholds else None), mode=mode)
     state_path = write_bisection(out, state)
     write_log_header(logp, state, ends, good, bad, like)
@@ -415,7 +418,8 @@ def cmd_run(a) -> int:
         a.tree = existing_demo_repo()
         if not a.tree:
             raise UsageError("--tree is required (a git tree of the kernel); `krig bisect demo` makes one")
-    res = bisect(a.tree, a.good, a.bad, a.repro, a.preset, a.repeat, a.like, a.rig, a.set, metric=a.metric)
+    knobs = parse_knobs(a.sysctl, a.cmdline)
+    res = bisect(a.tree, a.good, a.bad, a.repro, a.preset, a.repeat, a.like, a.rig, a.set, metric=a.metric, knobs=knobs)
     return 0 if res["first_bad"] else 1
 
 

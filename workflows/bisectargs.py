@@ -1,7 +1,7 @@
 """The arguments of `krig bisect ...` and `python -m workflows.bisect ...`, apart from the bisection
 itself: `krig` builds its parser from this without importing the runner (workflows/bisect.py)."""
 from krig import DEFAULT_RIG
-from .argcheck import ascii_int
+from .argcheck import ascii_int, add_knobs
 from .clihelp import RIG_HELP
 
 # The demo builds every step with the kernel `make test` builds (tiny-6.1 carries every
@@ -27,6 +27,7 @@ def add_commands(sub, oracle_step: bool = False) -> None:
                    help="override a reproducer parameter (repeatable; default none)")
     r.add_argument("--metric", metavar="NAME",
                    help="bisect on this metric's value instead of the verdict (default: the verdict)")
+    add_knobs(r, side=" of every step")
     r.set_defaults(handler="workflows.bisect:cmd_run")
     d = sub.add_parser("demo", help="make a small 6.1 history with one injected bad commit and bisect it")
     d.add_argument("--repro", default="unlink-dentry-growth", metavar="NAME",

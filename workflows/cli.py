@@ -18,7 +18,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from kernels import buildargs
 from krig import DEFAULT_KERNEL, DEFAULT_RIG
 from . import bisectargs, clihelp, historyargs
-from .argcheck import ascii_float, ascii_int
+from .argcheck import add_knobs, ascii_float, ascii_int
 from .clihelp import KERNEL_HELP, PROJECT_HELP, RIG_HELP
 from krig.errors import guarded, handler
 from krig.verdict import USAGE_EXIT
@@ -99,6 +99,7 @@ def add_run_commands(sub) -> None:
     r.add_argument("--preset", default=None, help="one of the reproducer's presets (default: its defaults)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a parameter (repeatable; default none)")
+    add_knobs(r)
     r.add_argument("--repeat", type=ascii_int, metavar="N", help="N runs as one group (group.json; default one run)")
     r.add_argument("--group", metavar="DIR", help="the group directory to make or continue "
                    "(default results/<repro>/<kernel>/<rig>/group-<time>)")
@@ -147,10 +148,11 @@ def add_series_commands(sub) -> None:
                    help="the kernel the series applies to: a built kernel toml (tiny-6.1) or TREE@REF "
                    "(TREE@ = the series' base-commit), with ,like=KERNEL for a git tree's config and "
                    ",drivers=RIG for a lab server's network card and disk drivers (tiny-6.1,drivers=lab1)")
-    v.add_argument("--series", required=True, metavar="MBOX|MSGID",
+    v.add_argument("--series", metavar="MBOX|MSGID",
                    help="the series: an mbox (git format-patch --cover-letter, b4 am, a list thread; .gz too), "
                    "a directory of patches, or the Message-ID of its posting (<id@host>, or a lore URL; "
-                   "fetched once with b4 mbox from b4.midmask, lore.kernel.org by default)")
+                   "fetched once with b4 mbox from b4.midmask, lore.kernel.org by default); without it, a knob-only "
+                   "A/B: --base's kernel on both sides, with and without --series-sysctl/--series-cmdline")
     v.add_argument("--repeat", type=ascii_int, default=4, metavar="N",
                    help="runs a side, alternating (default 4, the fewest that can be significant)")
     v.add_argument("--rig", default=DEFAULT_RIG, metavar="RIG", help=f"the rig both kernels run on: {RIG_HELP} "
@@ -158,6 +160,10 @@ def add_series_commands(sub) -> None:
     v.add_argument("--preset", default=None, help="the reproducer's preset (default: its defaults)")
     v.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a parameter on both sides (repeatable; default none)")
+    add_knobs(v, side=" of both sides")
+    add_knobs(v, "series-", " on the patched side only: the usual way to validate a series whose fix is behind "
+              "a knob (off by default), or, without --series, a knob-only A/B of --base's kernel")
+    add_knobs(v, "base-", " on the base side only")
     v.add_argument("-o", "--output", metavar="DIR",
                    help="the validation directory (default results/validate/<repro>-<patchset>-<key>)")
     v.add_argument("--from", dest="sender", metavar="'NAME <ADDR>'",
@@ -184,6 +190,7 @@ def add_lab_commands(sub) -> None:
     q.add_argument("--rig", action="append", metavar="RIG",
                    help=f"run every entry on this rig instead of the suite's rigs: {RIG_HELP} (repeatable; "
                    "default the suite's)")
+    add_knobs(q, side=" of every run of the suite (after a run's own sysctl and cmdline lists)")
     q.add_argument("--check", action="store_true", help="only check the suite, its rigs (each boots its kernels) "
                    "and the host budget of each run, then exit: nothing built or run (default: run the suite)")
     q.add_argument("--include-unhealthy", action="store_true", help="run on servers the history calls unhealthy "

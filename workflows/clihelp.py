@@ -44,6 +44,7 @@ EPILOGS = {
     "run": f"""examples:
   krig run selftest-pass
   krig run neg-dentry-flood --preset smoke --kernel tiny-6.1 --repeat 4
+  krig run neg-dentry-flood --preset smoke --sysctl vm.vfs_cache_pressure=200 --cmdline dhash_entries=65536
 
 {RUN_CODES}
   with --repeat: the code of the most severe verdict the group had
@@ -81,6 +82,11 @@ see docs/bug-reports.md""",
     "validate": """examples:
   krig kernel build tiny-6.1
   krig validate unlink-dentry-growth --base tiny-6.1 --series fix.mbox
+  krig validate neg-dentry-flood --base tiny-6.1 --series knob.mbox --series-sysctl fs.negative-dentry-limit=10
+  krig validate neg-dentry-flood --base tiny-6.1 --series-sysctl vm.vfs_cache_pressure=400   (knob-only A/B)
+
+knobs: --sysctl and --cmdline apply to both sides; --series-sysctl and --series-cmdline to the patched
+side only (a fix behind a knob that is off by default), --base-... to the base only
 
 answers and exit codes (4 and 5 differ from run's SKIP and HUNG):
     0 fixed                    base FAILs, base+series PASSes, judged metrics significantly better

@@ -27,6 +27,7 @@ from analysis.lkp import format_lkp
 
 from krig import safeio
 from .argcheck import output_dir
+from krig.knobs import summary as knob_summary
 from krig.errors import KrigError, UsageError
 from .group import group_runs, metric_values, verdict_counts, verdict_text
 from krig.reproducer import load_analyzer, load_reproducer
@@ -181,6 +182,9 @@ def _thresholds(repro, base: list, new: list) -> list[ThresholdRow]:
     return rows
 
 
+KNOB_FACT = "knobs: "        # the line of differences() naming each side's --sysctl and --cmdline
+
+
 def _facts(man: Manifest) -> dict:
     """The facts of one run that make its numbers incomparable with another's when they differ."""
     machine = man.machine_said
@@ -194,6 +198,7 @@ def _facts(man: Manifest) -> dict:
     for k in ("dentry_hash_entries", "inode_hash_entries"):    # a per-bucket bound's share of RAM
         if getattr(machine, k) is not None:
             out[f"machine {k}"] = getattr(machine, k)
+    out[KNOB_FACT[:-2]] = "; ".join(knob_summary(man.knobs)) or "none"     # --sysctl, --cmdline as read back
     return out
 
 

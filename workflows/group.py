@@ -22,6 +22,7 @@ from analysis.summary import fmt
 
 from krig import RESULTS_DIR
 from krig.config import parse_set
+from krig.knobs import Knobs, parse as parse_knobs
 from .argcheck import output_dir
 from krig.errors import KrigError, UsageError
 from krig.safeio import printable_text
@@ -108,10 +109,11 @@ def _write(gdir, group: GroupRecord, runs):
 
 
 def run_group(repro_name, rig_name, kernel_name, preset, sets, repeat: int, group_dir=None,
-              results_root: pathlib.Path = RESULTS_DIR, log=print) -> tuple[pathlib.Path, GroupRecord, int]:
+              results_root: pathlib.Path = RESULTS_DIR, log=print,
+              knobs: Knobs = Knobs()) -> tuple[pathlib.Path, GroupRecord, int]:
     """Returns (group_dir, its GroupRecord: group.json, exit code)."""
     _check_group_args(repeat, group_dir)        # before a kernel is built for it
-    plan = plan_run(repro_name, rig_name, kernel_name, preset, sets, results_root, log)
+    plan = plan_run(repro_name, rig_name, kernel_name, preset, sets, results_root, log, knobs=knobs)
     return group_planned(plan, repeat, group_dir, results_root, log)
 
 
@@ -136,7 +138,8 @@ def group_planned(plan: RunPlan, repeat: int, group_dir=None, results_root: path
     _check_group_args(repeat, group_dir)
     repro, rig, kernel = plan.repro, plan.rig, plan.kernel
     asked = GroupRecord(repro.name, rig.name, plan.kernel_arg, kernel.kernel_id, plan.preset,
-                        json.loads(json.dumps(plan.params, default=str)), kernel.series)
+                        json.loads(json.dumps(plan.params, default=str)), kernel.series,
+                        plan.knobs.to_json() if plan.knobs else None)
     if group_dir is None:
         gdir = group_dir_of(results_root, repro.name, kernel.kernel_id, rig.name)
     else:
@@ -189,12 +192,13 @@ def format_group(gdir: pathlib.Path, group: GroupRecord, width: int = 100) -> st
 
 def cmd_run(a) -> int:
     """`krig run`: one run, or a group with --repeat or --group."""
+    knobs = parse_knobs(a.sysctl, a.cmdline)
     if a.repeat is not None or a.group:
         gdir, group, code = run_group(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set),
-                                      1 if a.repeat is None else a.repeat, a.group)
+                                      1 if a.repeat is None else a.repeat, a.group, knobs=knobs)
         print(format_group(gdir, group))
         return code
-    run_dir, verdict = run(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set))
+    run_dir, verdict = run(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set), knobs=knobs)
     print(printable_text(f"{verdict.verdict}: {verdict.reason}"))
     print(f"results: {run_dir}")
     return exit_code(verdict.verdict)

@@ -280,6 +280,7 @@ def _tests(run: dict, origin: str, build_id: str) -> list:
         t["duration"] = duration
     misc = {"krig_verdict": v, "reason": _text(verdict.reason), "reproducer": repro_name,
             "preset": man.preset, "params": man.params,
+            "knobs": man.knobs,         # each --sysctl as set and read back, each --cmdline (krig/knobs.py)
             "kernel_release": man.release,
             "krig_revision": man.krig_revision, "run_dir": run["name"]}
     for k in ("warnings", "notes"):

@@ -19,6 +19,8 @@ from kernels.catalog import load_kernel
 from kernels.kconfig import check_config
 from kernels.kernel import Kernel
 from krig import RESULTS_DIR
+from krig.errors import UsageError
+from krig.knobs import Knobs
 from krig.reproducer import Reproducer, load_reproducer
 from rigs import load_rig
 from rigs.protocol import Rig
@@ -37,6 +39,7 @@ class RunPlan:
     params: dict                # the preset and sets resolved against the rig
     collect: bool = True        # sampler and tracer (False: benchmarks)
     host: dict = dataclasses.field(default_factory=dict)     # the preflight's facts (the manifest's)
+    knobs: Knobs = Knobs()      # --sysctl and --cmdline (krig/knobs.py), checked
 
     def checked(self, results_root: pathlib.Path, asked: list) -> "RunPlan":
         """The host checked before a kernel is built: the rig can boot the kernels asked ((option,
@@ -54,6 +57,15 @@ class RunPlan:
         before_run(self.rig, kernel)        # a kernel its lab server is known to be unreachable with
         return dataclasses.replace(self, kernel=kernel, kernel_arg=kernel_arg)
 
+    def with_knobs(self, knobs: Knobs, option: str = "--cmdline") -> "RunPlan":
+        """The same run with these knobs; a boot parameter on a rig that boots the machine's
+        installed kernel (which no command line krig gives reaches) is refused, naming `option`."""
+        only = self.rig.boots_installed_only() if knobs.cmdline else None
+        if only:
+            raise UsageError(f"{option} {knobs.cmdline[0]}: rig {self.rig.name} cannot give a kernel a boot parameter: "
+                             f"{only}")
+        return dataclasses.replace(self, knobs=knobs)
+
     def rechecked(self, results_root: pathlib.Path) -> "RunPlan":
         """The same plan with the host checked again (memory, disk, programs): a later run of a group."""
         return dataclasses.replace(self, host=preflight(self.rig, self.repro, results_root, self.collect, self.preset,
@@ -61,17 +73,18 @@ class RunPlan:
 
 
 def resolve(repro_name: str, rig_name: str, preset: str | None = None, sets: dict | None = None,
-            collect: bool = True, rig_what: str = "--rig") -> RunPlan:
+            collect: bool = True, rig_what: str = "--rig", knobs: Knobs = Knobs()) -> RunPlan:
     """The reproducer, the rig and the parameters, each name read once; no kernel yet."""
     repro = load_reproducer(repro_name)
     rig = load_rig(rig_name, rig_what)
     params = repro.resolve_params(preset, sets or {}, cpus=rig.host_needs().get("cpus"))
-    return RunPlan(repro, rig, None, "", preset, dict(sets or {}), params, collect)
+    return RunPlan(repro, rig, None, "", preset, dict(sets or {}), params, collect).with_knobs(knobs)
 
 
 def plan_run(repro_name: str, rig_name: str, kernel_arg: str, preset: str | None = None, sets: dict | None = None,
-             results_root: pathlib.Path = RESULTS_DIR, log=print, collect: bool = True) -> RunPlan:
+             results_root: pathlib.Path = RESULTS_DIR, log=print, collect: bool = True,
+             knobs: Knobs = Knobs()) -> RunPlan:
     """A run's plan: every name resolved once, the host checked before the kernel is built (bad
     input: UsageError before anything starts)."""
-    plan = resolve(repro_name, rig_name, preset, sets, collect)
+    plan = resolve(repro_name, rig_name, preset, sets, collect, knobs=knobs)
     return plan.checked(results_root, [("--kernel", kernel_arg)]).with_kernel(kernel_arg, log)

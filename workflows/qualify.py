@@ -46,6 +46,7 @@ from krig.results import QUALIFY_CASES, now, qualify_dir
 from .plan import resolve
 from .history.health import healthy_cases
 from .run import execute
+from krig.knobs import Knobs, parse as parse_knobs
 from krig.verdict import UNFINISHED, VERDICTS
 from kernels.catalog import krig_builds, load_kernel
 from kernels.kernel import Kernel
@@ -73,6 +74,8 @@ RUN_FIELDS = (
     Field("kernels", list, OMIT, test=_names_ok, says=_NAMES),
     Field("rigs", list, OMIT, test=_names_ok, says=_NAMES),
     Field("repeats", int, OMIT, min=1, max=MAX_REPEATS, says=_REPEATS),
+    Field("sysctl", list, [], each=str, says="expected a list of \"NAME=VALUE\" strings, got {item!r}"),
+    Field("cmdline", list, [], each=str, says="expected a list of boot parameter strings, got {item!r}"),
 )
 SUITE_FIELDS = (
     Field("description", str, ""),
@@ -86,11 +89,13 @@ SUITE_FIELDS = (
 
 # -- the suite ------------------------------------------------------------------
 
-def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = False) -> dict:
+def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = False,
+               knobs: Knobs = Knobs()) -> dict:
     """The suite file, validated: {name, description, cases: [...], kernels: {name: Kernel}} (every
     problem one line; each kernel loaded once, what the workers' runs boot).
     rigs: names every run goes to instead of the suite's (`krig qualify --rig`); unbuilt: a kernel
-    krig builds need not be built yet (`krig qualify --check`, before the builds)."""
+    krig builds need not be built yet (`krig qualify --check`, before the builds); knobs: what
+    `krig qualify --sysctl/--cmdline` adds to every run, after the run's own sysctl and cmdline."""
     where = str(path)
     data = load_toml(path)
     if rigs:                    # the rigs it is given, in place of the suite's own and any [lab]
@@ -115,6 +120,8 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
         sets = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in r["set"].items()}
         kernels, rigs = r.get("kernels", top["kernels"]), r.get("rigs", top["rigs"])
         expect = _expect(r["expect"], w, kernels)
+        own = parse_knobs(r["sysctl"], r["cmdline"], f"{w}.sysctl", f"{w}.cmdline") + knobs
+        parse_knobs([f"{n}={v}" for n, v in own.sysctl], [])   # a sysctl in the run and on the command line
         for k in kernels:               # each kernel loaded once, for every run of the suite
             if k not in loaded:
                 loaded[k] = _named(w, kernel_arg if unbuilt and krig_builds(k) else load_kernel, k)
@@ -131,7 +138,7 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
             for rig in rigs:
                 for n in range(1, r.get("repeats", top["repeats"]) + 1):
                     c = {"reproducer": repro.name, "preset": preset, "set": sets, "kernel": k, "rig": rig,
-                         "repeat": n, "expect": expect.get(k, "PASS")}
+                         "repeat": n, "expect": expect.get(k, "PASS"), **({"knobs": own.to_json()} if own else {})}
                     c["id"] = case_id(c)
                     cases.append(c)
     ids = [c["id"] for c in cases]
@@ -176,8 +183,9 @@ def _one_rig_per_server(rig_objs: dict, where: str):
 def case_id(c: dict) -> str:
     """Stable across reruns of the same suite: what ran where, and which repeat."""
     sets = ""
-    if c["set"]:
-        sets = "-" + hashlib.sha256(json.dumps(c["set"], sort_keys=True).encode()).hexdigest()[:8]
+    if c["set"] or c.get("knobs"):      # a run without knobs keeps the id it had before knobs
+        asked = {**c["set"], **({"knobs": c["knobs"]} if c.get("knobs") else {})}
+        sets = "-" + hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:8]
     return f"{c['reproducer']}-{c['preset'] or 'default'}{sets}@{c['kernel']}@{c['rig']}#{c['repeat']}"
 
 
@@ -198,7 +206,8 @@ def finished(qdir: pathlib.Path, cases: list) -> dict[str, CaseRecord]:
 # -- the command ----------------------------------------------------------------
 
 def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: float | None = None,
-            rigs: list | None = None, check_only: bool = False, include_unhealthy: bool = False) -> int:
+            rigs: list | None = None, check_only: bool = False, include_unhealthy: bool = False,
+            knobs: Knobs = Knobs()) -> int:
     path = pathlib.Path(suite_file)
     if out_dir is not None:
         output_dir(out_dir, "-o")
@@ -206,7 +215,7 @@ def qualify(suite_file, out_dir=None, fresh: bool = False, log=print, prio: floa
         if not math.isfinite(prio):
             raise UsageError(f"--prio {prio}: must be a finite number (higher goes first)")
         os.environ["KRIG_LAB_PRIO"] = repr(float(prio))
-    suite = load_suite(path, rigs, unbuilt=check_only)
+    suite = load_suite(path, rigs, unbuilt=check_only, knobs=knobs)
     if check_only:              # the suite, its rigs and kernels, the host: nothing built, run or written
         log(f"qualify: {suite['name']}: {len(suite['cases'])} runs on {', '.join(suite['rigs'])}: checked "
             "(each rig boots its kernels, the host can give each run); nothing built or run")
@@ -280,7 +289,8 @@ def test_qualify_case(qualify_case):
     t0 = time.monotonic()
     rec = CaseRecord(**c, started=now())
     try:                            # the suite's kernel as it loaded it: no name resolved again
-        plan = resolve(c["reproducer"], c["rig"], c["preset"], c["set"])
+        plan = resolve(c["reproducer"], c["rig"], c["preset"], c["set"],
+                       knobs=Knobs.of_record(c.get("knobs"), f"{c['id']}: knobs"))
         plan = plan.checked(qdir / "runs", [("--kernel", c["kernel"])])
         run_dir, verdict = execute(plan.with_loaded(Kernel.of_json(spec["kernels"][c["kernel"]]), c["kernel"]),
                                    qdir / "runs", log=lambda *a, **k: None, workflow="qualify-case")
@@ -299,7 +309,8 @@ def test_qualify_case(qualify_case):
 def cmd_qualify(a) -> int:
     """`krig qualify SUITE`."""
     return qualify(a.suite, a.output, a.fresh, prio=a.prio, rigs=a.rig, check_only=a.check,
-                   include_unhealthy=a.include_unhealthy)
+                   include_unhealthy=a.include_unhealthy,
+                   knobs=parse_knobs(getattr(a, "sysctl", None), getattr(a, "cmdline", None)))
 
 
 def main(argv=None) -> int:

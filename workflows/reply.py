@@ -195,11 +195,21 @@ def reproduce_lines(state: ValidationRecord, tree: str | None, by_id: bool) -> l
     return [*_para(f"To reproduce (krig; {said}):"), *clone, *wrap_shell(cmd)]
 
 
+def knob_lines(knobs: dict | None) -> list:
+    """Each side's knobs (--sysctl, --cmdline), one line a knob: `  patched knob    sysctl N=V`."""
+    out = []
+    for side, label in (("base", "base knob"), ("series", "patched knob")):
+        for word in (knobs or {}).get(side) or []:
+            out += textwrap.wrap(_ascii(word), WIDTH, initial_indent=f"  {label:16s}", subsequent_indent=" " * 18)
+    return out
+
+
 def body(state: ValidationRecord, res: Comparison | None, who: tuple) -> str:
     prov = state.series_provenance
     base, new = state.base_kernel or SideKernel(), state.new_kernel or SideKernel()
     out = ["Hi,", ""]
-    out += _para(f"krig's {state.reproducer} reproducer on this series: {state.answer}. "
+    what = "this series" if state.series else "these knobs (one kernel, with and without them)"
+    out += _para(f"krig's {state.reproducer} reproducer on {what}: {state.answer}. "
                  f"{state.reason[0].upper()}{state.reason[1:]}.")
     said = measures(state.reproducer)
     if said:
@@ -210,6 +220,7 @@ def body(state: ValidationRecord, res: Comparison | None, who: tuple) -> str:
     out += ["", "Tested on:",
             f"  base kernel     {_known(base.release)}",
             f"  patched kernel  {_known(new.release)}",
+            *knob_lines(state.knobs),
             f"  base commit     {git.get('commit') or prov.base_commit or '-'}"]
     tree = public_tree(git.get("repository"))
     if tree:

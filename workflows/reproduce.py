@@ -38,6 +38,7 @@ from krig import safeio
 from .argcheck import input_file, kernel_arg, run_args
 from krig.asked import AskedRun
 from krig.config import parse_set
+from krig.knobs import from_args as knobs_from_args
 from krig.errors import UsageError
 from krig.paths import cache_dir
 from krig.reproducer import reproducer_names
@@ -95,7 +96,8 @@ def parse_run_args(lines: list, bundle: str) -> AskedRun:
     if not lines or not _NAME.fullmatch(lines[0]) or lines[0] not in reproducer_names():
         got = lines[0] if lines else "(empty)"
         raise UsageError(f"{bundle}: run-args: reproducer {got!r} is not one of krig's reproducers")
-    return AskedRun.from_args(lines, f"{bundle}: run-args", ("--kernel", "--preset", "--set"), kernel=None)
+    return AskedRun.from_args(lines, f"{bundle}: run-args", ("--kernel", "--preset", "--set", "--sysctl", "--cmdline"),
+                               kernel=None)
 
 
 def _sources_differ(tar, members, name: str) -> list:
@@ -260,6 +262,7 @@ def reproduce(bundle: str, kernel: str | None = None, rig: str = DEFAULT_RIG, lo
             run_args(asked.reproducer, rig, asked.preset, asked.sets)
         except UsageError as e:
             raise UsageError(f"{bundle}: run-args: {e}") from None
+        knobs = knobs_from_args(asked.knobs, f"{bundle}: run-args")
         differ = _sources_differ(tar, members, asked.reproducer)
         if kernel == "bundled":
             kernel = _bundled_kernel(tar, members, bundle, meta)
@@ -271,7 +274,7 @@ def reproduce(bundle: str, kernel: str | None = None, rig: str = DEFAULT_RIG, lo
         f"is executed) on rig {rig}, kernel {kernel}")
     log(f"krig: the run: {safeio.printable(shlex.join(asked.argv()), limit=2000)}")
     run_dir, verdict = run(asked.reproducer, rig, kernel, asked.preset, parse_set(list(asked.sets)),
-                           results_root=RESULTS_DIR, log=log)
+                           results_root=RESULTS_DIR, log=log, knobs=knobs)
     bundled = meta.get("verdict")
     print(safeio.printable_text(f"{verdict.verdict}: {verdict.reason}"))
     print(f"results: {run_dir}")

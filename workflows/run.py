@@ -16,6 +16,7 @@ from .history.remember import remember
 from .hostload import HostSampler
 from kernels import drivers as kernel_drivers
 from krig.paths import owner_record
+from krig.knobs import Knobs, applied, apply_argv, summary as knob_summary
 from .plan import RunPlan, plan_run
 from .preflight import admission_line
 from .serverdrivers import server_drivers
@@ -37,14 +38,16 @@ rigs.kexec_check = serverreach.at_kexec           # a kernel lacking the server'
 def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT_KERNEL,
         preset: str | None = None, sets: dict | None = None,
         results_root: pathlib.Path = RESULTS_DIR, log=print, collect: bool = True,
-        run_dir: pathlib.Path | None = None, workflow: str | None = None) -> tuple[pathlib.Path, Verdict]:
+        run_dir: pathlib.Path | None = None, workflow: str | None = None,
+        knobs: Knobs = Knobs()) -> tuple[pathlib.Path, Verdict]:
     """Returns (run_dir, verdict). Bad input raises UsageError before anything starts.
 
     collect=False runs the workload without sampler and tracer (for benchmarks).
     run_dir: a new directory to use instead of results/<repro>/<kernel>/<rig>/<time> (a group's run).
     workflow: what the history records the run as (workflows/history/rows.py WORKFLOWS; default:
-    what its place in the results says)."""
-    plan = plan_run(repro_name, rig_name, kernel_name, preset, sets, results_root, log, collect)
+    what its place in the results says). knobs: the sysctls and boot parameters the run sets
+    (krig/knobs.py)."""
+    plan = plan_run(repro_name, rig_name, kernel_name, preset, sets, results_root, log, collect, knobs)
     return execute(plan, results_root, log, run_dir, workflow=workflow)
 
 
@@ -62,13 +65,13 @@ def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
     manifest = Manifest(repro.name, plan.preset, params, kernel.describe(), kernel.series, rig.describe(),
                         krig_revision=git_revision(), started=now(), collect=collect, owner=owner_record(),
-                        preflight=host, host_cpu=host_cpu())
+                        preflight=host, host_cpu=host_cpu(), knobs=knobs_asked(plan.knobs))
     manifest.write(run_dir)
     with run_log(run_dir, log) as log:
         log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
         if host.get("sparse_admitted_by") == "host_budget_guard":
             log(admission_line(host))
-        reason = _attempt(rig, repro, params, kernel, run_dir, manifest, log, collect, session)
+        reason = _attempt(rig, repro, params, kernel, run_dir, manifest, log, collect, session, plan.knobs)
     try:
         verdict = check(run_dir, repro=repro)
     except OSError as e:
@@ -77,7 +80,7 @@ def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
     return run_dir, verdict
 
 
-def _attempt(rig, repro, params, kernel, run_dir, manifest: Manifest, log, collect, session) -> str:
+def _attempt(rig, repro, params, kernel, run_dir, manifest: Manifest, log, collect, session, knobs) -> str:
     """Boot, run and pull on the rig; how the run ended recorded in the manifest; the rig closed,
     or kept up by the session for the workflow's next run. Returns the reason."""
     outcome, reason = "error", "the run did not start"
@@ -85,7 +88,7 @@ def _attempt(rig, repro, params, kernel, run_dir, manifest: Manifest, log, colle
     try:
         try:
             try:
-                outcome, reason = _drive(rig, repro, params, kernel, run_dir, manifest, log, collect)
+                outcome, reason = _drive(rig, repro, params, kernel, run_dir, manifest, log, collect, knobs)
             except GuestHung as e:
                 outcome, reason = "hung", str(e)
                 try:
@@ -224,12 +227,33 @@ def accel_said(facts: dict, kind: str) -> str:
     return f"{accel}: {facts['accel_reason']}" if accel == "tcg" and facts.get("accel_reason") else accel
 
 
-def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
+def knobs_asked(knobs: Knobs) -> dict | None:
+    """The manifest's record of the knobs asked, before the machine read any back."""
+    return applied(knobs, None, None)[0] if knobs else None
+
+
+def _set_knobs(rig, knobs: Knobs, cmdline: str, manifest, log) -> str | None:
+    """The sysctls written on the booted machine and read back, the boot parameters looked for in
+    its /proc/cmdline; all recorded in the manifest. None, or the ERROR naming the knob."""
+    if not knobs:
+        return None
+    said = ""
+    if knobs.sysctl:
+        res = rig.command.run(apply_argv(knobs), timeout=FACTS_TIMEOUT)
+        said = res.stdout.decode(errors="replace")
+        if res.returncode != 0:
+            return f"could not set the sysctls: {res.stderr.decode(errors='replace').strip() or res.returncode}"
+    manifest.knobs, fault = applied(knobs, said, cmdline)
+    log(f"krig: knobs: {'; '.join(knob_summary(manifest.knobs))}")
+    return fault
+
+
+def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect, knobs):
     requires = repro.requires_for(manifest.preset)
     rig.prepare(run_dir, kernel, requires)
     t0 = time.monotonic()
     with progress.waiting(f"kernel {kernel.release} to boot on {rig.name}", rig.spec.get("boot_timeout")):
-        rig.boot.boot(kernel, [])
+        rig.boot.boot(kernel, list(knobs.cmdline))
     log(f"krig: booted in {time.monotonic() - t0:.1f}s ({accel_said(rig.facts(), rig.kind)})")
     facts = rig.command.run(["bash", "-c", 'uname -r; cat /proc/cmdline; nproc; '
                              'awk "/^MemTotal:/ {print \\$2}" /proc/meminfo; '
@@ -253,6 +277,10 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect):
     need_cpus = requires.get("min_cpus")
     if need_cpus and int(ncpu) < need_cpus:
         return "skip", f"needs {need_cpus} CPUs, the machine has {ncpu}"
+    fault = _set_knobs(rig, knobs, cmdline, manifest, log)
+    manifest.write(run_dir)
+    if fault:
+        return "error", fault
 
     root = rig.files.stage(ROOT)
     out = rig.files.results_dir()

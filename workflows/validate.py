@@ -38,8 +38,9 @@ from kernels.series import load_series, series_source
 from krig import DEFAULT_RIG, KERNEL_DIR
 from .argcheck import output_dir
 from krig.asked import AskedRun
-from .compare import compare
+from .compare import KNOB_FACT, compare
 from krig.config import parse_set
+from krig.knobs import SIDES, Knobs, series_knobs, sides as knob_sides
 from krig.errors import KrigError, UsageError
 from krig.safeio import printable_text
 from .group import group_planned, group_runs
@@ -198,33 +199,38 @@ def _base_text(base: str, series: dict) -> str:
     return base
 
 
-def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT_REPEAT, rig_name=DEFAULT_RIG,
+def validate(repro_name: str, base: str, series_path: str | None, repeat: int = DEFAULT_REPEAT, rig_name=DEFAULT_RIG,
              preset=None, sets=(), out=None, sender=None,
-             log=print) -> tuple[pathlib.Path, ValidationRecord, int]:
+             log=print, knobs: dict | None = None) -> tuple[pathlib.Path, ValidationRecord, int]:
+    """knobs: {"base": Knobs, "series": Knobs} (krig/knobs.py sides); without a series, a knob-only
+    A/B: the base kernel on both sides, the sides differing in their knobs only."""
+    knobs = knobs or {side: Knobs() for side in SIDES}
     if repeat < 1:
         raise UsageError(f"--repeat: {repeat} is below the minimum 1")
+    if series_path is None and knobs["base"] == knobs["series"]:
+        raise UsageError("--series: required, unless the sides differ in their knobs only (a knob-only A/B: "
+                         "--series-sysctl NAME=VALUE or --series-cmdline ARG on --base's kernel)")
     if out is not None:
         output_dir(out, "-o")
     plan = resolve(repro_name, rig_name, preset, parse_set(list(sets)))
     repro, rig, params = plan.repro, plan.rig, plan.params
-    _check_base(base)
+    if series_path is not None:
+        _check_base(base)
     check_boots(rig, [("--base", base)])         # a rig that cannot boot what is built: before the series is read
     rig_ready(rig)                               # a lab server's host key pinned (rigs/check.py)
+    for side in SIDES:
+        plan.with_knobs(knobs[side])         # a boot parameter on a rig that boots its installed kernel
     who = identity(sender)
-    source = series_source(series_path)          # a Message-ID, or the mbox's full path
     said = []                                     # the series' line, said once (the build reads it again)
-    series = load_series(source, "--series", lambda m, *a, **k: (said.append(m), log(m, *a, **k)))
-    base_text = _base_text(base, series)
-    new_text = f"{base_text},series={source}"
+    source, series, base_text, new_text = _the_series(series_path, base, knobs, said, log)
     asked = {"reproducer": repro.name, "base": base_text, "series": source, "rig": rig.name,
              "preset": preset, "params": json.loads(json.dumps(params, default=str))}
+    if any(knobs.values()):                      # a validation without knobs keeps its key
+        asked["knobs"] = {side: knobs[side].words() for side in SIDES}
     phash = series["provenance"]["patchset_hash"]
     key = hashlib.sha256(json.dumps({**asked, "patchset": phash}, sort_keys=True).encode()).hexdigest()[:8]
-    vdir = pathlib.Path(out) if out else validation_dir(repro.name, phash, key)
-    made = read_validation(vdir, "-o") if (vdir / VALIDATE_FILE).exists() else None
-    for field, value in asked.items():
-        if made is not None and getattr(made, field) != value:
-            raise UsageError(f"-o {vdir}: the validation was made for {field} {getattr(made, field)!r}, not {value!r}")
+    vdir = pathlib.Path(out) if out else validation_dir(repro.name, phash or "knobs", key)
+    made = _made(vdir, asked)
     log(f"krig: validating {len(series['patches'])} patch(es) {series['provenance']['subject']!r} on {base_text}"
         f" with {repro.name}, {repeat} run(s) a side -> {vdir}")
     plan = plan.checked(vdir, [("--base", base_text), ("--series", new_text)])
@@ -232,8 +238,8 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
     def quiet(m, *a, **k):          # the series' line was said already
         if m not in said:
             log(m, *a, **k)
-    sides = {"new": plan.with_kernel(new_text, quiet)}
-    sides["base"] = plan.with_kernel(base_text, quiet)
+    sides = {"new": plan.with_kernel(new_text, quiet).with_knobs(knobs["series"])}
+    sides["base"] = plan.with_kernel(base_text, quiet).with_knobs(knobs["base"])
     vdir.mkdir(parents=True, exist_ok=True)      # the kernels exist: the validation starts
     state = _started(made, asked, repeat, series)
     write_validation(vdir, state)
@@ -258,18 +264,69 @@ def validate(repro_name: str, base: str, series_path: str, repeat: int = DEFAULT
         judged = judged_metrics(res)
         lost = {side: len(contended(validation_side(vdir, side))) for side in VALIDATE_SIDES}
         answer, reason = decide(res, judged, {k: v if v <= repeat else 0 for k, v in lost.items()})
-        differences = res.differences
+        # the knobs each side was asked for are what it tests, not what makes it incomparable
+        differences = [d for d in res.differences if not d.startswith(KNOB_FACT)]
     base_kernel = _kernel_of(validation_side(vdir, "base"))
     state = dataclasses.replace(
         state, answer=answer, reason=reason, judged_metrics=judged, finished=now(),
         base_kernel=base_kernel, new_kernel=_kernel_of(validation_side(vdir, "new")),
         server=server_facts(base_kernel), differences=differences,
         command=AskedRun(repro.name, rig.name, base, preset, tuple(sets)).validate_argv(
-            series_path, repeat if repeat != DEFAULT_REPEAT else None),
+            series_path, repeat if repeat != DEFAULT_REPEAT else None, sides=_knob_args(knobs)),
         comparison=res)
     write_validation(vdir, state)
     write_reply(vdir, state, res, who)
     return vdir, state, ANSWERS[answer]
+
+
+def _the_series(series_path: str | None, base: str, knobs: dict, said: list, log) -> tuple:
+    """(the series' source, the series, the base and the patched kernel as krig builds them); the
+    knobs a series adds said in one line each. No series: a knob-only A/B, one kernel."""
+    if series_path is None:
+        return None, knob_series(knobs), base, base
+    source = series_source(series_path)          # a Message-ID, or the mbox's full path
+    series = load_series(source, "--series", lambda m, *a, **k: (said.append(m), log(m, *a, **k)))
+    for line in series_knobs(_texts(series["patches"])):
+        log(f"krig: {line}")
+    base_text = _base_text(base, series)
+    return source, series, base_text, f"{base_text},series={source}"
+
+
+def _made(vdir: pathlib.Path, asked: dict) -> ValidationRecord | None:
+    """The validation already in vdir (None: a new one); one made for anything else is refused."""
+    made = read_validation(vdir, "-o") if (vdir / VALIDATE_FILE).exists() else None
+    for field, value in {"knobs": None, **asked}.items():
+        if made is not None and getattr(made, field) != value:
+            raise UsageError(f"-o {vdir}: the validation was made for {field} {getattr(made, field)!r}, not {value!r}")
+    return made
+
+
+def _texts(paths) -> list:
+    """The patches' text (a patch that cannot be read adds no knob line)."""
+    out = []
+    for p in paths:
+        try:
+            out.append(pathlib.Path(p).read_text(errors="replace"))
+        except OSError:
+            pass
+    return out
+
+
+def knob_series(knobs: dict) -> dict:
+    """What stands for the series in a knob-only A/B: no patch; the knobs of the patched side."""
+    words = knobs["series"].words() + [f"base {w}" for w in knobs["base"].words()]
+    subject = "knobs: " + ", ".join(words)
+    return {"provenance": {"subject": subject, "patchset_hash": None, "base_commit": None, "message_id": None},
+            "patches": [], "reply_subject": subject, "patch_subjects": []}
+
+
+def _knob_args(knobs: dict) -> list:
+    """The options that ask for each side's knobs again (the validation's command)."""
+    both = Knobs(tuple(p for p in knobs["base"].sysctl if p in knobs["series"].sysctl),
+                 tuple(a for a in knobs["base"].cmdline if a in knobs["series"].cmdline))
+    own = {side: Knobs(tuple(p for p in k.sysctl if p not in both.sysctl),
+                       tuple(a for a in k.cmdline if a not in both.cmdline)) for side, k in knobs.items()}
+    return both.args() + own["series"].args("series-") + own["base"].args("base-")
 
 
 def _started(made: ValidationRecord | None, asked: dict, repeat: int, series: dict) -> ValidationRecord:
@@ -326,6 +383,6 @@ def format_answer(vdir: pathlib.Path, state: ValidationRecord) -> str:
 def cmd_validate(a) -> int:
     """`krig validate REPRODUCER --base KERNEL --series MBOX`: the answer, and its exit code."""
     vdir, state, code = validate(a.reproducer, a.base, a.series, a.repeat, a.rig, a.preset, a.set or [],
-                                 a.output, a.sender)
+                                 a.output, a.sender, knobs=knob_sides(a))
     print(printable_text(format_answer(vdir, state)))      # a server's model, firmware: no escape sequence
     return code
