@@ -159,20 +159,21 @@ def applied(knobs: Knobs, out: str | None, cmdline: str | None) -> tuple[dict, s
     """The machine's answer to apply_argv and its /proc/cmdline -> (the manifest's record of each
     knob as set and as read back, the first fault naming its knob or None). out None: not asked
     yet (the record as the run starts)."""
-    said = {}
+    said: dict[str, list[str]] = {}
     for ln in (out or "").splitlines():
         f = ln.split("\t")
         if len(f) >= 2 and f[0] in ("set", *WHY):
             said[f[1]] = f
-    rec, fault = {"sysctl": [], "cmdline": []}, None
+    rec: dict[str, list[dict]] = {"sysctl": [], "cmdline": []}
+    fault: str | None = None
     words = (cmdline or "").split()
     for n, v in knobs.sysctl:
-        f = said.get(n)
-        entry = {"name": n, "set": v, "read_back": f[2] if f and f[0] == "set" and len(f) > 2 else None}
-        if f is None and out is not None:
+        got = said.get(n)
+        entry = {"name": n, "set": v, "read_back": got[2] if got and got[0] == "set" and len(got) > 2 else None}
+        if got is None and out is not None:
             entry["fault"] = "the machine did not answer for it"
-        elif f is not None and f[0] != "set":
-            entry["fault"] = WHY[f[0]].format(path=path_of(n), value=v, why=f[2] if len(f) > 2 else "")
+        elif got is not None and got[0] != "set":
+            entry["fault"] = WHY[got[0]].format(path=path_of(n), value=v, why=got[2] if len(got) > 2 else "")
         rec["sysctl"].append(entry)
         if "fault" in entry and fault is None:
             fault = f"--sysctl {n}={v}: {entry['fault']}; nothing ran"

@@ -45,7 +45,6 @@ from krig.asked import AskedRun
 from .bisectargs import DEMO_LIKE, add_commands
 from krig.config import parse_set
 from krig.knobs import Knobs, from_args as knobs_from_args, parse as parse_knobs
-from krig.knobs import Knobs, from_args as knobs_from_args, parse as parse_knobs
 from krig.errors import KrigError, UsageError, guarded, handler
 from krig.reproducer import load_reproducer
 from krig.results import BISECT_GIT_LOG, BISECT_KERNELS, BISECT_LOG, bisect_dir, bisect_tag, now
