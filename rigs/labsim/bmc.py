@@ -181,7 +181,9 @@ class SimServer:
                 "-kernel", str(self.kernel.image), "-initrd", str(self.initrd), "-append", append,
                 *root_args,
                 "-virtfs", f"local,path={b}/cfg,mount_tag=krigcfg,security_model=none,readonly=on,multidevs=remap",
-                "-drive", f"file={b}/scratch.img,if=none,id=nvme0,format=raw,cache=unsafe",
+                # file.locking=off: the disk is a descriptor ipmi_sim holds across power cycles, and a
+                # lock QEMU takes on it would outlive that QEMU (the next power-on found it taken)
+                "-drive", f"file={b}/scratch.img,if=none,id=nvme0,format=raw,cache=unsafe,file.locking=off",
                 "-device", "nvme,drive=nvme0,serial=krig-scratch"])]
 
     def _configs(self):
