@@ -108,7 +108,11 @@ def test_found_running_host_key_and_missing_package(lab, tmp_path):
 def test_server_that_never_answers_is_error(lab, tmp_path):
     """Powered on, but SSH never answers within boot_timeout: ERROR in one line with the
     recovery, no NMI, and the server is powered off again."""
-    lab.rig_file("gone", boot="installed", boot_timeout=20, ssh={"port": free_port()})
+    port = free_port()
+    known = tmp_path / "known_hosts"        # the server's key pinned for the port nothing answers on
+    key = (lab.base / "known_hosts").read_text().split("\n")[0].split(None, 1)[1]
+    known.write_text(f"[127.0.0.1]:{port} {key}\n")
+    lab.rig_file("gone", boot="installed", boot_timeout=20, ssh={"port": port, "known_hosts": str(known)})
     p = _cli(lab, tmp_path, "run", "selftest-pass", "--rig", "gone")
     assert p.returncode == 3, p.stdout + p.stderr
     line = _one_line(p.stdout + p.stderr, r"did not answer SSH within 20s after power on")
