@@ -43,7 +43,7 @@ def _theirs(vm_dir: str, but=()) -> list[str]:
 def _power_on(st: dict) -> None:
     import requests
     base, cert = f"https://127.0.0.1:{st['lan_port']}", os.path.join(st["vm_dir"], "bmc-cert.pem")
-    auth = ("krig", pathlib.Path(st["password_file"]).read_text().strip())
+    auth = ("krig", pathlib.Path(st["password_file"]).read_text().splitlines()[0])
     system = requests.get(base + "/redfish/v1/Systems", auth=auth, verify=cert, timeout=60).json()["Members"][0]
     r = requests.post(base + system["@odata.id"] + "/Actions/ComputerSystem.Reset", json={"ResetType": "On"},
                       auth=auth, verify=cert, timeout=60)
