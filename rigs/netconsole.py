@@ -119,7 +119,14 @@ class _Telnet:
         self.sock.close()
 
 
-class _Unix:
+class _Raw(_Telnet):
+    """A plain TCP connection: every byte is the console's (no telnet commands)."""
+
+    def _filter(self, data: bytes) -> bytes:
+        return data
+
+
+class _Unix(_Raw):
     """A console server's Unix socket: the bytes as they come, taken only from a process of the
     user the socket file (not a link in its place) belongs to (SO_PEERCRED): a socket of
     another user's put at the name is never read; nothing is ever sent."""
@@ -138,24 +145,6 @@ class _Unix:
             self.sock.close()
             raise
         self.sock.settimeout(1.0)
-
-    def read(self) -> bytes:
-        try:
-            data = self.sock.recv(READ)
-        except TimeoutError:
-            return b""
-        if not data:
-            raise ConnectionError("the console server closed the connection")
-        return data
-
-    def close(self):
-        self.sock.close()
-
-class _Raw(_Telnet):
-    """A plain TCP connection: every byte is the console's (no telnet commands)."""
-
-    def _filter(self, data: bytes) -> bytes:
-        return data
 
 
 class _Rfc2217:

@@ -119,3 +119,21 @@ def _write_all(fd: int, b: bytes) -> None:
     view = memoryview(b)
     while view:
         view = view[os.write(fd, view):]
+
+
+def kill_until_gone(find, tries: int) -> list[int]:
+    """SIGKILL every pid find() returns, and again every 0.1 s until it returns none (at most
+    `tries` rounds: a process may still be starting its children); the pids signalled."""
+    killed: list[int] = []
+    for _ in range(tries):
+        left = find()
+        if not left:
+            break
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+    return sorted(set(killed))

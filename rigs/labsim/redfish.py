@@ -35,7 +35,6 @@ import hashlib
 import os
 import pathlib
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -47,7 +46,7 @@ from krig.errors import KrigError
 from krig.paths import dies_with_parent, process_record
 from rigs.labsim.user import lab_ids
 from rigs.labsim.wire import kill_session
-from rigs.procs import stop_group
+from rigs.procs import kill_until_gone, stop_group
 
 NEEDED = {"libvirtd": "libvirt-daemon", "ser2net": "ser2net", "openssl": "openssl",
           "qemu-system-x86_64": "qemu-system-x86"}
@@ -398,17 +397,7 @@ def kill_leftovers(d, parts: list, since: int | None = None) -> list[int]:
     left = [pid for rec in parts or [] if rec for pid in kill_session(rec)]
     starts = [int(r["start"]) for r in parts or [] if r]
     if d and (starts or since is not None):
-        for _ in range(50):
-            pids = holders(pathlib.Path(d), min(starts) if starts else since)
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    left.append(pid)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.1)
+        left += kill_until_gone(lambda: holders(pathlib.Path(d), min(starts) if starts else since), 50)
     return sorted(set(left))
 
 

@@ -29,14 +29,13 @@ import pathlib
 import pwd
 import select
 import shutil
-import signal
 import socket
 import struct
 import tempfile
 import threading
-import time
 
 from krig.paths import process_record
+from rigs.procs import kill_until_gone
 
 PREFIX = "krig-bmc-"
 KCS_MARK, SOL_MARK = 1, 2       # the privileged ports lan.conf names for the KCS wire and SOL
@@ -210,17 +209,5 @@ def session_members(rec: dict | None) -> list[int]:
 def kill_session(rec: dict | None, wait: float = 10) -> list[int]:
     """SIGKILL the processes session_members(rec) finds until none is left (at most `wait`
     seconds); the pids signalled."""
-    killed: list[int] = []
-    for _ in range(int(wait * 10)):
-        left = session_members(rec)
-        if not left:
-            break
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
-    return sorted(set(killed))
+    return kill_until_gone(lambda: session_members(rec), int(wait * 10))
 
