@@ -264,7 +264,8 @@ def _lock(name: str) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        reads = (os.pread(fd, 32, 0).strip() or time.sleep(0.05) for _ in range(40))   # its pid follows its lock
+        holder = next((r.decode(errors="replace") for r in reads if r), "?")
         os.close(fd)
         raise KrigError(f"lab sim {name}: being started or stopped by another krig lab sim (process {holder}); "
                         f"try again once it is done") from None
