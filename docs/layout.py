@@ -1,5 +1,5 @@
 """`python docs/layout.py`: docs/layout.png, krig's folders as floors, drawn from the imports that
-tests/test_layout.py reads (the same graph, the same floors): a box a folder, as wide within its
+tests/project/test_layout.py reads (the same graph, the same floors): a box a folder, as wide within its
 floor as its lines of Python; an arrow a folder's imports of another's modules, with their count; an arrow that runs
 back up (an import of a higher floor) drawn red. `--check` prints the counts and draws nothing.
 """

@@ -21,7 +21,7 @@ from .kernel import Kernel
 from .named import NamedKernels
 from .prebuilt import ImageKernels, TreeKernels
 
-# One Loader per kind of Given; each Given is taken by exactly one (tests/test_kernel_loaders.py).
+# One Loader per kind of Given; each Given is taken by exactly one (tests/kernels/test_kernel_loaders.py).
 LOADERS: tuple[Loader, ...] = (TreeKernels(), ImageKernels(), DerivedKernels(), NamedKernels())
 
 

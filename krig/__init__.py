@@ -15,4 +15,4 @@ DEFAULT_KERNEL = "distro"
 # The layout: this package is krig's vocabulary (the ground floor: errors, config, the safe
 # reader, the run record and run directory, the verdict rule, the reproducer schema, the results
 # layout), which imports only itself; the parts (rigs/, kernels/, analysis/) stand on it and the
-# workflows (workflows/: the commands) on top. tests/test_layout.py checks every import.
+# workflows (workflows/: the commands) on top. tests/project/test_layout.py checks every import.

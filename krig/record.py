@@ -1,7 +1,7 @@
 """The run record: what a run asked, what it measured, how it ended and what the judge decided,
 as typed values. manifest.json (the runner's, written as the run goes: workflows/run.py),
 verdict.json, metrics.json and thresholds.json (the judge's: workflows/check.py) are written
-from these values and read back into them here, and nowhere else (tests/test_layout_records.py).
+from these values and read back into them here, and nowhere else (tests/project/test_layout_records.py).
 
     RunRecord            one run directory, read through krig/rundir.py (safe reads); `.run` is
                          its RunDir, which every later read of the run goes through
@@ -19,11 +19,11 @@ functions below on the run's RunDir: read_verdict, read_metrics, read_thresholds
 judge writes with write_verdict, write_metrics, write_thresholds.
 
 The manifest is read at once (a missing or unreadable one is one line); the rest when asked.
-This module is the one place manifest.json's object becomes a Manifest (tests/test_layout_records.py).
+This module is the one place manifest.json's object becomes a Manifest (tests/project/test_layout_records.py).
 
 A key a newer or an older krig wrote that this one does not know is kept (`extra`) and written
 back as it was, so a run directory made by any krig reads and re-judges the same
-(tests/test_old_rundir.py keeps one as a fixture).
+(tests/krig/test_old_rundir.py keeps one as a fixture).
 """
 import dataclasses
 

@@ -5,7 +5,7 @@ runs, its --sysctl and --cmdline knobs), where bisect.log is, the metric (the on
 the mode (verdict or metric); in metric mode, once the endpoints are measured, their zones
 (workflows/metric_bisect.py). bisect.py writes it before `git bisect run` starts, and each step's
 oracle (`python -m workflows.bisect oracle STATE`) reads it. Written and read here only
-(tests/test_layout_records.py); a key this krig does not know is kept as it was (`extra`)."""
+(tests/project/test_layout_records.py); a key this krig does not know is kept as it was (`extra`)."""
 import dataclasses
 import pathlib
 

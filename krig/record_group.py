@@ -2,7 +2,7 @@
 what was asked (reproducer, rig, kernel as asked and its id, preset, the resolved parameters,
 the series), how many runs were asked (`repeat`), every run with its verdict, the verdict counts
 and per metric n, median, min and max over the judged runs. Written and read here only
-(tests/test_layout_records.py); a key this krig does not know is kept as it was (`extra`)."""
+(tests/project/test_layout_records.py); a key this krig does not know is kept as it was (`extra`)."""
 import dataclasses
 import pathlib
 

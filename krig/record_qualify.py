@@ -11,7 +11,7 @@
                     complete and all as expected, the rigs and their sign-off lines, every case (a
                     case not run yet has its verdict None). `krig export kcidb` reads it.
 
-Written and read here only (tests/test_layout_records.py); a key this krig does not know is kept as it
+Written and read here only (tests/project/test_layout_records.py); a key this krig does not know is kept as it
 was (`extra`)."""
 import dataclasses
 import pathlib

@@ -4,7 +4,7 @@ series, rig, preset, the resolved parameters), the runs asked a side (`repeat`),
 (its provenance, the reply's subject, the patches' subjects), which krig, and once answered: the
 answer and its sentence, the metrics it rests on, the kernel each side booted, a lab server's
 facts, the facts the sides differ in, the command that reproduces it and the comparison
-(krig/record_compare.py). Written and read here only (tests/test_layout_records.py); a key this krig
+(krig/record_compare.py). Written and read here only (tests/project/test_layout_records.py); a key this krig
 does not know is kept as it was (`extra`), at every level.
 """
 import dataclasses

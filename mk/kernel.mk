@@ -18,7 +18,7 @@ REPEAT ?= 1
 LIKE ?=
 METRIC ?=
 
-# The kernels `make test` builds and judges (tests/test_kbuild.py).
+# The kernels `make test` builds and judges (tests/kernels/test_kbuild.py).
 CI_KERNELS := tiny-6.1 tiny-6.1-rmdir-keeps-children tiny-6.1-negative-dentry-cap tiny-6.1-negative-dentry-per-bucket
 
 .PHONY: kernel kernels kernel-status ci-kernels bisect bisect-demo

@@ -39,7 +39,7 @@ def _kib(n: float) -> str:
 
 
 def table() -> str:
-    """docs/rigs.md's density table, from 1 GB to 4 TB (tests/test_hashsize.py holds the docs to it)."""
+    """docs/rigs.md's density table, from 1 GB to 4 TB (tests/krig/test_hashsize.py holds the docs to it)."""
     rows = ["| RAM | dentry buckets | RAM per dentry bucket | inode buckets | 1 negative per bucket, % of RAM "
             "| 3 per bucket | `like_memory` on a 4 GB guest |",
             "|---|---|---|---|---|---|---|"]

@@ -1,4 +1,4 @@
-"""Bundling a run and rerunning it elsewhere with reproduce.sh (tests/test_bundle.py, test_smoke.py)."""
+"""Bundling a run and rerunning it elsewhere with reproduce.sh (tests/workflows/test_bundle.py, test_smoke.py)."""
 import json
 import os
 import pathlib

@@ -23,6 +23,14 @@ from slowlog import pytest_configure, pytest_runtest_logreport  # noqa: F401,E40
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KRIG = [sys.executable, "-m", "workflows.cli"]
 
+# tests/ is laid out like the code (tests/rigs/ipmi/ for rigs/ipmi/, tests/project/ for the checks
+# of the project itself), and a test file takes another's helpers and fixtures by its module name
+# (`from test_fake_rig import fake_run`) wherever the two live: every folder of test files is on
+# the path. pytest's prepend import mode puts only a file's own folder there, when it collects it.
+for _folder in sorted({p.parent for p in (ROOT / "tests").rglob("test_*.py")}):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+
 
 def qemu_pids(mark: str = "") -> set:
     """qemu processes, only those whose argv mentions `mark` (a test's tmp dir) if given.
@@ -161,7 +169,7 @@ RIG_MEMORY = {"neg-dentry-flood": "1G"}
 @pytest.fixture(scope="session", params=sorted(EXPECTED))
 def smoke_run(request, tmp_path_factory):
     """One smoke run of each seed reproducer, shared by every test that takes it (one guest
-    each per session: tests/test_smoke.py checks them, tests/test_kcidb.py exports them).
+    each per session: tests/reproducers/test_smoke.py checks them, tests/workflows/test_kcidb.py exports them).
     Returns (reproducer, the `krig run` process, run directory)."""
     name = request.param
     tmp = tmp_path_factory.mktemp(name)
@@ -210,7 +218,7 @@ from labsim_fixture import lab_sim  # noqa: E402,F401 (one lab server a session:
 def pytest_sessionfinish(session, exitstatus):
     """The session's end, in the process that made its directory (not an xdist worker): the
     directory removed. The user's own krig directories are not compared before and after (their
-    own krig may write there meanwhile); tests/test_hermetic.py proves the suite's processes
+    own krig may write there meanwhile); tests/project/test_hermetic.py proves the suite's processes
     are pointed away from them."""
     if HERMETIC_OWNER and not hasattr(session.config, "workerinput"):
         hermetic.leave(HERMETIC_BASE)

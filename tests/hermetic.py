@@ -13,7 +13,7 @@ stays where it is, since CI builds the kernels there before the suite.
 So the suite cannot write the user's directories unless a test hands a process the user's own
 paths; what it does not do is compare them before and after, since the user's own krig (a simulated
 server they started, a run into results/) may write there while the suite runs, and that is not the
-suite's doing. What proves the redirection is tests/test_hermetic.py: krig run as the suite runs it
+suite's doing. What proves the redirection is tests/project/test_hermetic.py: krig run as the suite runs it
 (hermetic_env) against a fake user's home with their rigs and a server's state planted in it, and
 nothing of that home read or written (user_dirs(), snapshot(), changes()). At the session's end
 the process that made the session's directory removes it (leave()).

@@ -1,5 +1,5 @@
 """Checks of `krig export kcidb` shared by the guest tests (smokes, group, qualification)
-and tests/test_kcidb.py. The oracle is kcidb-io's own validator and what the run
+and tests/workflows/test_kcidb.py. The oracle is kcidb-io's own validator and what the run
 directories record (verdict.json, metrics.json, repro.toml read here with tomllib)."""
 import json
 import os

@@ -6,7 +6,7 @@ fixture `lab_sim` starts it once with `krig lab sim up krig-test-lab` in
 directories of its own (XDG_CONFIG_HOME: the rig file and the BMC password;
 XDG_STATE_HOME: the server's disk, logs) and yields a LabServer attached to it
 (its ports, ipmitool, ssh, rig files of its own). The files that use it
-(tests/test_labsim.py, and in `make test-lab` tests/test_validate_e2e.py) share one xdist group, so one
+(tests/rigs/labsim/test_labsim.py, and in `make test-lab` tests/workflows/test_validate_e2e.py) share one xdist group, so one
 worker holds the server and the tests take turns on it. At the end `krig lab sim
 down`; nothing of it may be left running.
 """

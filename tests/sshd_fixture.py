@@ -1,5 +1,5 @@
 """The host's own sshd on 127.0.0.1 with keys made here, for tests that need a real SSH server
-and no guest (tests/test_security.py, tests/test_hostile_server.py).
+and no guest (tests/project/test_security.py, tests/rigs/ipmi/test_hostile_server.py).
 
 One sshd a module: `running_sshd(dir, keys)` makes a host key, the client key `client_key`
 (a plain root login) and one key per entry of `keys` (name -> the authorized_keys options of

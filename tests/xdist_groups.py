@@ -9,7 +9,7 @@ tests/README.md); a group is as long as its longest file, and groups start longe
 rest in collection order. It is an ordering hint, never asserted.
 
 Needs pytest below 9: pytest-xdist 3.8 names a test's group in a nodeid field pytest 9 no
-longer reads (tests/test_xdist_groups.py fails when the groups do not hold)."""
+longer reads (tests/project/test_xdist_groups.py fails when the groups do not hold)."""
 import pytest
 
 import tiers

@@ -4,7 +4,7 @@ The parser is only declared here: each subcommand names its handler as "module:f
 (set_defaults(handler=...)), a function of the parsed arguments that returns the exit code,
 imported when that subcommand runs (krig.errors.handler). Building the parser imports no
 workflow and no plotting or statistics library, so `krig --help` and `krig b4-check` start
-in a fraction of the time the runner takes to import (tests/test_startup_imports.py)."""
+in a fraction of the time the runner takes to import (tests/workflows/test_startup_imports.py)."""
 import argparse
 import os
 import re

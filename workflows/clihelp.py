@@ -1,7 +1,7 @@
 """What `krig SUBCOMMAND --help` says after the options: examples, exit codes, the docs page.
 
 Each subcommand's epilog is kept here, one entry per subcommand path, and set on the parser
-by apply(); tests/test_cli.py checks that every subcommand has one with all three parts."""
+by apply(); tests/workflows/test_cli.py checks that every subcommand has one with all three parts."""
 import argparse
 
 from krig.verdict import VERDICTS

@@ -2,7 +2,7 @@
  * go of the GIL for the whole call, so decompressing threads and the page walk run
  * at once).  Built by `make helpers` into analysis/trace/_kwalk.so.  The numpy walker and
  * the python-zstandard path are the references it is tested against
- * (tests/test_kwalk.py) and the fallback when the library is not built.
+ * (tests/analysis/trace/test_kwalk.py) and the fallback when the library is not built.
  *
  * kz_chunks: a batch of trace-cmd's v7 zstd chunks (csize u32, usize u32, frame).
  * kz_one: one zstd frame (a v7 metadata section).

@@ -3,7 +3,7 @@
 ctypes lets go of the GIL for the length of each call, so the decompressing threads
 and the page walk run at once.  `lib` is None when the library is not built: the
 reader then walks pages with numpy and decompresses with python-zstandard, the
-references tests/test_kwalk.py holds the C code against.
+references tests/analysis/trace/test_kwalk.py holds the C code against.
 
 count() imports no numpy: `krig trace stats` counts a trace without it (numpy's import
 alone is a large share of the command's time).

@@ -20,7 +20,7 @@ per_cpu() { awk -v p="$1" -v n="$ncpu" 'BEGIN { c = p * n; printf "%d", (c > int
 gens=$(per_cpu "$LOOKUP_PER_CPU"),$(per_cpu "$TMPFILE_PER_CPU"),$(per_cpu "$SAMENAME_PER_CPU")
 
 # negflood stops the flood itself (bound, plateau, name cap or time limit; see repro.toml).
-# -l 5: the RAM limit, the peak_negative_pct_ram threshold (tests/test_flood_stop.py checks);
+# -l 5: the RAM limit, the peak_negative_pct_ram threshold (tests/reproducers/test_flood_stop.py checks);
 # past it the flood goes on to SETTLE_LIMIT_X x the limit (at most SETTLE_MEM_AVAILABLE_PCT %
 # of MemAvailable) unless the negatives settle first. flood.tsv: new names and nr_negative
 # as the flood goes, kept with the run (`negflood -R flood.tsv` replays the stop rule on it).
