@@ -1,6 +1,8 @@
 """The judge: each seed reproducer's thresholds FAIL on the report's own numbers and PASS on
 the fixed kernel's numbers measured here (fed through the real pytest judge); a metric that
 could not be computed is ERROR naming it; an instrument check that crossed is ERROR, never FAIL.
+
+Covers: analysis/test_thresholds.py.
 """
 import json
 import math

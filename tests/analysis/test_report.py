@@ -1,7 +1,10 @@
 """`krig report` on synthetic run directories (no guest): plots and their CSVs,
 summary.txt, report.html in Chromium, the KernelShark session on a real
 trace.dat (tests/data), and the repro.toml [[plots]]/[session] validation.
-The same checks run on the real smoke runs in test_smoke.py."""
+The same checks run on the real smoke runs in test_smoke.py.
+
+Covers: analysis/kshark.py, analysis/plots.py, analysis/rundata.py, analysis/summary.py,
+krig/reproducer.py, krig/reproducer_plots.py."""
 import json
 import shutil
 import subprocess

@@ -6,7 +6,9 @@ The builds are krig's real ones on tests/kernels/test_hostile_build.py's tiny so
 next to nothing), with small limits set as a user would (KRIG_BUILD_PIDS, KRIG_BUILD_MEMORY,
 KRIG_BUILD_DISK), so a limit that does not hold fails the test, never the machine: the series
 tries a fixed number of short sleeps, or a fixed number of bytes. Each test then builds a benign
-series the same way, and checks nothing is left: no cgroup, no loop device, no layer."""
+series the same way, and checks nothing is left: no cgroup, no loop device, no layer.
+
+Covers: kernels/bounds.py, kernels/makelog.py."""
 import os
 import signal
 import subprocess

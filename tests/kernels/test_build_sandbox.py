@@ -1,7 +1,9 @@
 """The kernel build sandbox (kernels/sandbox.py) with the real bwrap: what a Makefile from a
 series can and cannot reach, and the decisions of a build when the sandbox is off.
 The real kernel builds of make test (CI's kernels, the validate end-to-end series)
-run in it too."""
+run in it too.
+
+Covers: kernels/overlay.py, kernels/patching.py, kernels/sandbox.py."""
 import json
 import os
 import pathlib

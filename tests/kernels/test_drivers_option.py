@@ -1,5 +1,7 @@
 """`--kernel KERNEL,drivers=...` as given: once only, a rig file's path read as that rig, and the
-distro's kernel refused naming drivers= (not a series)."""
+distro's kernel refused naming drivers= (not a series).
+
+Covers: kernels/derived.py, kernels/given.py, workflows/serverdrivers.py."""
 import subprocess
 
 import pytest

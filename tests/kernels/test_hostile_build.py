@@ -9,7 +9,9 @@ part, so a build takes a second and no compiler. Each build plants something: a 
 to a host key (the test's own file) as `.config` or `System.map`, a FIFO, a release that
 walks out of the cache, symlinks among the installed modules, a symlinked directory on
 the way to a file the next build puts back. Each is refused in one line or dropped, and
-the key is copied nowhere, nothing outside the tree and krig's cache is touched."""
+the key is copied nowhere, nothing outside the tree and krig's cache is touched.
+
+Covers: kernels/fromtree.py."""
 import difflib
 import hashlib
 import json

@@ -7,6 +7,8 @@ runs unlink-dentry-growth's smoke preset on both: the patched kernel must
 FAIL with every unlinked file left as a negative dentry, the unpatched one
 must PASS. A reproducer that measures nothing cannot give both verdicts.
 The builds are cached ($KRIG_CACHE/kernels), so a second `make test` only runs.
+
+Covers: kernels/ccache.py.
 """
 import json
 import math

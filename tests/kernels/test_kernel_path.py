@@ -4,7 +4,9 @@ The tree is laid out as `make bzImage` leaves one (arch/x86/boot/bzImage, .confi
 System.map, include/config/kernel.release) from the tiny-6.1 kernel `make test`
 builds, without its one module (a tree that built none: krig indexes its modules.builtin);
 the image file is its bzImage with ,config=FILE and ,modules=DIR. A tree
-missing an option of the reproducer is refused before booting (tests/workflows/test_validate.py)."""
+missing an option of the reproducer is refused before booting (tests/workflows/test_validate.py).
+
+Covers: kernels/prebuilt.py."""
 import json
 import pathlib
 import shutil

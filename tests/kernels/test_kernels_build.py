@@ -1,7 +1,10 @@
 """kernels/ (spec, incremental) without building a kernel: fragments, specs, cache keys, patches,
 the git build tree, and the not-built error. Fast (no kernel source needed;
 the merge_config.sh and real-patch checks run only when the extracted 6.1
-source is already in the cache)."""
+source is already in the cache).
+
+Covers: kernels/catalog.py, kernels/definition.py, kernels/digest.py, kernels/incremental.py,
+kernels/kconfig.py, kernels/named.py, kernels/spec.py, kernels/trees.py."""
 import os
 import pathlib
 import shutil

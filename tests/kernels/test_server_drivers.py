@@ -3,7 +3,9 @@ the module -> config symbol mapping on the real linux-source-6.1 Makefiles and K
 build), the inventory as the rig's script reads it (run here, on this machine's own /proc and
 /sys), and bad input, one line each. The real thing end to end (the session's lab server with
 an e1000e card, the kernel built like it, kexec'd, back over SSH) is tests/rigs/redfish/test_labsim_redfish.py;
-that tiny-6.1 has no e1000e driver is checked here. Which drivers (drivers-scope): test_drivers_scope.py."""
+that tiny-6.1 has no e1000e driver is checked here. Which drivers (drivers-scope): test_drivers_scope.py.
+
+Covers: kernels/kbuildmap.py, rigs/ipmi/drivers.py."""
 import json
 import os
 import pathlib

@@ -2,7 +2,9 @@
 workflows/serverreach.py), judged on a recorded inventory of a server (an e1000e card, a
 virtio-blk root disk, an NVMe scratch disk) against tiny-6.1's own config and the real
 linux-source-6.1 Makefiles. The same refusal on a booted simulated server with an e1000e card:
-tests/rigs/labsim/test_labsim_reach.py."""
+tests/rigs/labsim/test_labsim_reach.py.
+
+Covers: kernels/reach.py, workflows/serverreach.py."""
 import json
 import types
 

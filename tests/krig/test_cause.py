@@ -1,4 +1,6 @@
-"""Who a verdict blames is data (verdict.json "cause"), and what decides reads that, not words."""
+"""Who a verdict blames is data (verdict.json "cause"), and what decides reads that, not words.
+
+Covers: krig/tally.py, krig/verdict.py."""
 import dataclasses
 import json
 

@@ -1,6 +1,8 @@
 """The dcache and inode hash tables a machine's kernel sizes at boot (krig/hashsize.py, the
 rule; rigs/hashsize.py, the command line and console lines): the rule, the docs' table, what a run records and what krig compare says; the guest cases hold the rule to
-the console of real guests (distro kernel)."""
+the console of real guests (distro kernel).
+
+Covers: rigs/hashsize.py."""
 import types
 
 import pytest

@@ -1,4 +1,6 @@
-"""The run record (krig/record.py): facts derived from the typed manifest, decided once."""
+"""The run record (krig/record.py): facts derived from the typed manifest, decided once.
+
+Covers: krig/record_machine.py, krig/rundir.py."""
 import json
 import shutil
 

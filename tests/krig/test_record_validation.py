@@ -1,6 +1,8 @@
 """validate.json's record (krig/record_validation.py) and the comparison's (krig/record_compare.py):
 typed, written back as they were read (a key this krig does not know kept, at every level), and
-a file that cannot be read is one line naming it."""
+a file that cannot be read is one line naming it.
+
+Covers: krig/record_compare.py."""
 import json
 
 import pytest

@@ -1,6 +1,8 @@
 """A rig file's checked value is a frozen record (krig/schema.py record()): read by attribute,
 its sub-tables records of their own, an omitted field None, its lists tuples; a bad field is
-still one line; describe() (the manifest's rig section) is check()'s dict as before."""
+still one line; describe() (the manifest's rig section) is check()'s dict as before.
+
+Covers: rigs/ipmi/spec.py."""
 import dataclasses
 import json
 

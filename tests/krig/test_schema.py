@@ -1,5 +1,7 @@
 """krig/schema.py: a TOML table checked against its Fields. Every kind of rule refuses a bad value
-with one line naming the file's field and what is allowed; good values come back with defaults."""
+with one line naming the file's field and what is allowed; good values come back with defaults.
+
+Covers: krig/config.py."""
 import tomllib
 
 import pytest

@@ -1,4 +1,6 @@
-"""Bad input: one clear line naming the field and what is allowed, exit 2, no traceback."""
+"""Bad input: one clear line naming the field and what is allowed, exit 2, no traceback.
+
+Covers: kernels/buildargs.py, krig/errors.py, workflows/argcheck.py."""
 import pathlib
 
 import pytest

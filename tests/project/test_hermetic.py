@@ -1,6 +1,8 @@
 """The suite is hermetic (tests/hermetic.py, entered by tests/conftest.py): the user's own rig
 files, simulated servers and results are neither read nor written by what the tests run, in
-this process, in xdist workers and in subprocesses; the shared kernel cache is left where it is."""
+this process, in xdist workers and in subprocesses; the shared kernel cache is left where it is.
+
+Covers: krig/paths.py."""
 import json
 import os
 import pathlib

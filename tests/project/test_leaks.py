@@ -1,6 +1,8 @@
 """Nothing secret or local leaves the host: a tree's origin URL with user:token@ is recorded
 without them (and taken out of an older manifest's) in the manifest, the bundle, the reply
-and the KCIDB report; the report names a run directory without this host's path. No guest."""
+and the KCIDB report; the report names a run directory without this host's path. No guest.
+
+Covers: kernels/gitrepo.py, krig/results.py."""
 import json
 import os
 import pathlib

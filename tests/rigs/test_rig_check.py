@@ -2,7 +2,9 @@
 against a real TLS server on 127.0.0.1 (a certificate made here), the Redfish privileges read
 from a fake AccountService, the drivers kept, a QEMU rig, a bad rig file, a lab rig whose BMC
 does not answer, and a run refused before its build for a host key known_hosts lacks.
-Against the real BMC simulators: tests/rigs/redfish/test_rig_check_redfish.py, tests/rigs/ipmi/test_rig_check_ipmi.py."""
+Against the real BMC simulators: tests/rigs/redfish/test_rig_check_redfish.py, tests/rigs/ipmi/test_rig_check_ipmi.py.
+
+Covers: rigs/check.py, rigs/ipmi/check.py, rigs/redfish/check.py, workflows/rigcheck.py."""
 import os
 import re
 import socket

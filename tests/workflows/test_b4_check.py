@@ -1,7 +1,9 @@
 """krig b4-check as `b4 review` runs it: the check commands read from git config by b4's own
 loader and run by b4's own runner (b4.review.checks) on a series krig validated (the runs
 faked, the series, its reading by b4 and the validation directory real), from the
-reviewer's kernel tree."""
+reviewer's kernel tree.
+
+Covers: workflows/b4check.py."""
 import email
 import email.policy
 import json

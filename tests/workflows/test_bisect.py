@@ -1,4 +1,6 @@
-"""The bisect driver's decisions, without building or booting anything."""
+"""The bisect driver's decisions, without building or booting anything.
+
+Covers: workflows/metric_bisect.py."""
 import json
 import os
 import pathlib

@@ -12,6 +12,8 @@ between two of its commits so that git bisect needs two steps:
 Each step builds the commit with tiny-6.1's config (incrementally, in the build sandbox) and
 runs unlink-dentry-growth's smoke preset on it; the bisection must name commit 4, and every
 step's answer must be the one its commit deserves.
+
+Covers: kernels/demo_repo.py.
 """
 import json
 import os

@@ -1,5 +1,7 @@
 """The command is the interface: every workflow is a `krig` subcommand, and every option of
-every subcommand says what it takes and its default."""
+every subcommand says what it takes and its default.
+
+Covers: workflows/clihelp.py, workflows/listing.py."""
 import argparse
 import re
 import subprocess

@@ -1,7 +1,10 @@
 """Groups (`krig run --repeat`) and `krig compare`, on fake run directories (no guest).
 
 The numbers are checked against an independent oracle (the statistics module
-and hand-computed Mann-Whitney p-values), never against the code under test."""
+and hand-computed Mann-Whitney p-values), never against the code under test.
+
+Covers: analysis/compare_html.py, analysis/stats.py, krig/record_group.py,
+krig/reproducer_schema.py."""
 import json
 import math
 import os

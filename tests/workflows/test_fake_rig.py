@@ -3,6 +3,8 @@
 Each case runs the real pipeline (workflows.run.run: preflight, run directory, rig protocols,
 pull, power-off, krig check with the pytest judge) and asserts the verdict, its one line,
 and that `krig check` on a copy of the run directory decides exactly the same.
+
+Covers: rigs/fake.py, rigs/protocol.py, workflows/check.py, workflows/run.py.
 """
 import json
 import shutil

@@ -1,7 +1,9 @@
 """`krig reproduce` on bundles a stranger shaped: every refusal is one line (exit 2), before
 anything runs, and nothing is written outside krig's cache. No guest boots here: each bundle
 is refused before the run, or the bundled kernel is unpacked by the function itself.
-(The real bundle-and-rerun is tests/workflows/test_bundle.py.)"""
+(The real bundle-and-rerun is tests/workflows/test_bundle.py.)
+
+Covers: krig/tarbound.py, workflows/reproduce.py."""
 import hashlib
 import io
 import json

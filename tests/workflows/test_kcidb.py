@@ -2,7 +2,9 @@
 judged for real by `krig check` (the pytest judge), the report validated by kcidb-io
 itself, `--submit` to a KCIDB-ng-like server on 127.0.0.1 that validates what it gets.
 The exports of real guest runs (the seed smokes, a group, a qualification) are in
-tests/reproducers/test_smoke.py, tests/workflows/test_group_guest.py and tests/workflows/test_qualify.py (kcidb_checks)."""
+tests/reproducers/test_smoke.py, tests/workflows/test_group_guest.py and tests/workflows/test_qualify.py (kcidb_checks).
+
+Covers: krig/junit.py, workflows/kcidb_submit.py."""
 import http.server
 import json
 import os

@@ -5,6 +5,8 @@ on a 1 GiB and a 2 GiB rig (4 runs, two at a time),
 interrupts it with SIGINT after the first run has finished, and runs the same
 command again: finished runs are not redone (same run directories, verdict
 files untouched), the rest finish, and the JUnit, HTML and sign-off say so.
+
+Covers: workflows/qualify_report.py.
 """
 import json
 import os

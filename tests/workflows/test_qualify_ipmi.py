@@ -4,6 +4,8 @@ and the bundle of an IPMI run: no secret or identity of the rig in it.
 One selftest-pass per server (two guests booting at once, ~1.5-2.5 min on 2 cores).
 Server b takes its BMC password from the environment: qualify takes it out of its
 environment before the workers start and hands it to them in a file in memory it holds.
+
+Covers: rigs/ipmi/bmc.py, rigs/ipmi/lock.py, rigs/ipmi/pull.py, rigs/ipmi/setup.py.
 """
 import json
 import os

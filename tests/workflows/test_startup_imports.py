@@ -3,7 +3,9 @@ no plotting or statistics library, `krig b4-check` (b4 runs it once per patch) i
 numpy nor matplotlib, and `krig trace stats` draws nothing (and counts without numpy). Each subcommand names its handler as
 "module:function" (workflows/cli.py), so every name is checked here to resolve, not at a user's first run.
 
-The imports are read from sys.modules of a fresh interpreter, never timed (`make bench` times them)."""
+The imports are read from sys.modules of a fresh interpreter, never timed (`make bench` times them).
+
+Covers: workflows/bisectargs.py."""
 import argparse
 import json
 import subprocess

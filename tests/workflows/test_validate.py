@@ -4,7 +4,9 @@ fake groups, the reply (parsed with Python's mailbox, then fed back to the real
 and the one-line errors (a series that does not apply, a kernel missing an option).
 The reply's own checks are in tests/workflows/test_validate_reply.py.
 The end to end runs on real kernels: tests/rigs/redfish/test_labsim_redfish.py (`make test`),
-tests/workflows/test_validate_e2e.py (`make test-lab`)."""
+tests/workflows/test_validate_e2e.py (`make test-lab`).
+
+Covers: kernels/series.py."""
 import gzip
 import hashlib
 import json

@@ -1,7 +1,9 @@
 """The reply krig validate writes, without a guest: parsed with Python's mailbox, its trailer
 taken by the real `b4 am -m` and `git am`, its reproduce command read back by sh as typed, and
 what it names (the tree by its public name, never a local path; the reproducer, krig).
-The series and the answer it replies on come from tests/workflows/test_validate.py."""
+The series and the answer it replies on come from tests/workflows/test_validate.py.
+
+Covers: analysis/lkp.py, krig/version.py, workflows/reply.py."""
 import mailbox
 import re
 import shlex

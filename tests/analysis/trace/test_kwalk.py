@@ -5,6 +5,8 @@ and a plain-Python walk in tests/analysis/trace/test_tracedat.py; here the C wal
 events (type id, data offset, time stamp), the same loss counts and the same one-line
 errors, on every record kind a kernel writes, both byte orders and both commit sizes;
 and the C decompression of zstd chunks the same pages and errors as python-zstandard.
+
+Covers: analysis/trace/kbuffer.py, analysis/trace/native.py.
 """
 import pathlib
 import struct

@@ -8,6 +8,8 @@ to their header page, event formats and 16 spread-out ring-buffer pages per cpu:
                             and xfs formats (char[] and __data_loc fields)
 Bigger files are synthesised from them into tmp_path.  `trace-cmd report` is the
 oracle where it is installed; a plain-Python kbuffer walk is the oracle everywhere.
+
+Covers: analysis/trace/formats.py, analysis/trace/header.py, analysis/trace/tracecli.py.
 """
 import io
 import json

@@ -1,6 +1,8 @@
 """`krig trace stats --group-by` streams: groups counted batch by batch (analysis.trace.tracecli
 GroupCounter over TraceFile.field_batches), with compressed pages decompressed ahead in a
-worker threads (analysis.trace.tracepages).  The oracle is `trace-cmd report` on the same file."""
+worker threads (analysis.trace.tracepages).  The oracle is `trace-cmd report` on the same file.
+
+Covers: analysis/trace/tracepages.py."""
 import io
 import json
 import os

@@ -7,6 +7,8 @@ process is a child of the test, so that its memory is its own.
 Fast cases (no sshd) check the bounded reader (rigs/procs.py drain) on local processes (a
 workload's output files, an ipmitool whose answer never ends), a console server that floods,
 and that the reply and the report show a server's control characters as text.
+
+Covers: krig/safeio.py, rigs/ipmi/ssh.py, rigs/procs.py.
 """
 import json
 import os

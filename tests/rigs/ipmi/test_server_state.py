@@ -1,6 +1,8 @@
 """A lab server's lifecycle (rigs/ipmi/state.py) as rigs/ipmi/server.py walks it, on a fake BMC
 and a fake SSH link: no server, no ipmitool, no ssh. Each wait, hang, crash and power off
-reads its rig file's fields by attribute and moves the server only as TRANSITIONS allow."""
+reads its rig file's fields by attribute and moves the server only as TRANSITIONS allow.
+
+Covers: rigs/ipmi/kexec.py, rigs/ipmi/state.py."""
 import dataclasses
 import itertools
 import types

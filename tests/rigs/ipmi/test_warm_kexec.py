@@ -6,6 +6,8 @@ would; the session through the real run pipeline on the fake rig. The real thing
 simulated lab servers: tests/rigs/redfish/test_labsim_redfish.py (Redfish, `make test`) and
 tests/workflows/test_validate_e2e.py (IPMI, `make test-lab`), each a validation whose runs after the first
 kexec from the previous run's kernel.
+
+Covers: workflows/session.py.
 """
 import json
 import subprocess

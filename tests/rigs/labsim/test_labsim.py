@@ -19,6 +19,8 @@ A wedged kexec'd kernel on a lab server (NMI, stacks on the console, HUNG, power
 cycle back through firmware and GRUB) is tests/rigs/redfish/test_labsim_redfish.py's, through
 its Redfish BMC; the IPMI NMI, SEL and SOL path is tests/rigs/ipmi/test_ipmi.py's
 test_hang_recovers.
+
+Covers: rigs/labsim/image.py.
 """
 import json
 import pathlib

@@ -2,7 +2,9 @@
 the rig file and the BMC password land where krig finds them, and neither a `down` nor a
 supervisor killed with SIGKILL leaves anything of the server running.
 
-The server's boots, kexecs and runs are tests/rigs/labsim/test_labsim.py's and (`make test-lab`) tests/workflows/test_validate_e2e.py's."""
+The server's boots, kexecs and runs are tests/rigs/labsim/test_labsim.py's and (`make test-lab`) tests/workflows/test_validate_e2e.py's.
+
+Covers: rigs/labsim/sim.py."""
 import json
 import os
 import pathlib

@@ -1,6 +1,8 @@
 """`krig lab sim up NAME` never writes over a rig file or a secret it did not write, and `down`
 removes only what it wrote (rigs/labsim/owned.py): through the real CLI, nothing started (the
-refusals come before the simulator; `down` reads a server's state as a supervisor leaves it)."""
+refusals come before the simulator; `down` reads a server's state as a supervisor leaves it).
+
+Covers: rigs/labsim/owned.py."""
 import json
 import os
 import pathlib

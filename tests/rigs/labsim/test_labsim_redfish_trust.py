@@ -3,7 +3,9 @@
 line: even after its supervisor was killed with SIGKILL, when libvirt's QEMU and log daemon
 (daemons outside any session krig recorded) outlive it. The server is powered on through
 Redfish and killed while its firmware starts: nothing boots to the end. What other users get
-from a running Redfish BMC: tests/rigs/labsim/test_redfish_trust.py."""
+from a running Redfish BMC: tests/rigs/labsim/test_redfish_trust.py.
+
+Covers: rigs/labsim/redfish_server.py."""
 import json
 import os
 import pathlib

@@ -1,6 +1,8 @@
 """A simulated lab server is its starter's: a real `krig lab sim up` (ipmi_sim, and the server's
 QEMU once powered on; nothing is booted here) and what another local user, a decoy process and
-a second `up` of the same name get from it. The wires themselves: tests/rigs/labsim/test_labsim_wire.py."""
+a second `up` of the same name get from it. The wires themselves: tests/rigs/labsim/test_labsim_wire.py.
+
+Covers: rigs/labsim/bmc.py."""
 import json
 import os
 import pathlib

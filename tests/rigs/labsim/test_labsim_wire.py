@@ -1,7 +1,9 @@
 """The simulated server's private wires (rigs/labsim/wire.py) with real sockets and processes,
 no ipmi_sim: the serial cable takes only its BMC's process and never drops it for a newcomer,
 another local user reaches no socket of the private directory, and a stop signals the session
-its BMC leads and nothing else. The whole server's are tests/rigs/labsim/test_labsim_trust.py's."""
+its BMC leads and nothing else. The whole server's are tests/rigs/labsim/test_labsim_trust.py's.
+
+Covers: rigs/labsim/user.py, rigs/labsim/wire.py."""
 import os
 import pathlib
 import signal

@@ -4,6 +4,8 @@ Under multi-threaded TCG about one boot in twelve of Debian's 6.12 kernel died
 with `Oops: int3` in early boot (docs/rigs.md, "The TCG boot flake"); the rig now
 runs TCG single-threaded. Whatever fixes the emulator must still let a kernel
 that really panics at boot be reported as crashed, every time.
+
+Covers: kernels/distro.py.
 """
 import pathlib
 

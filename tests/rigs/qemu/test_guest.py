@@ -1,4 +1,6 @@
-"""The foundation on a real QEMU guest: each verdict, Ctrl-C, result files."""
+"""The foundation on a real QEMU guest: each verdict, Ctrl-C, result files.
+
+Covers: rigs/initramfs.py."""
 import json
 import os
 import pwd

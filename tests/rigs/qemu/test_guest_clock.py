@@ -5,6 +5,8 @@ device); tcg_clocksource = "tsc" boots it with clocksource=tsc tsc=reliable (doc
 "The clock under TCG"). With the watchdog off (tsc=reliable), nothing in the guest
 would notice a TSC that runs at the wrong rate, so the test holds the guest's clock
 against the host's, for both settings.
+
+Covers: rigs/qemu/spec.py.
 """
 import pathlib
 import time

@@ -2,6 +2,8 @@
 
 Plants secret files where a host keeps them (/root, a home directory, krig's
 config directory, an SSH key) and boots a real guest that tries to read them.
+
+Covers: rigs/qemu/guestroot.py.
 """
 import os
 import pathlib

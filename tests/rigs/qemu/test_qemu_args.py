@@ -1,5 +1,7 @@
 """A QEMU rig file's extra_args, parsed as QEMU parses them (rigs/qemu/args.py): every syntax
-that names a host file, a directory or a backend is refused, one line naming the field."""
+that names a host file, a directory or a backend is refused, one line naming the field.
+
+Covers: rigs/qemu/args.py."""
 import pytest
 
 from krig.errors import UsageError

@@ -1,7 +1,9 @@
 """QEMU opens nothing as root (rigs/qemu/launch.py): a real QEMU, started as the rig starts it,
 has its unprivileged user from its exec on, so a root-only file named on its command line
 (the rig file's filter bypassed) is refused to it by the kernel, while what krig hands it
-(console, disk image, 9p share, all in a directory only root may enter) still works."""
+(console, disk image, 9p share, all in a directory only root may enter) still works.
+
+Covers: rigs/qemu/confine.py, rigs/qemu/launch.py, rigs/qemu/rig.py."""
 import json
 import os
 import pathlib

@@ -2,7 +2,9 @@
 
 The share's files are laid out here as QEMU's mapped-xattr model leaves them (a guest
 symlink is a regular file whose user.virtfs.mode says S_IFLNK), plus real host links and
-FIFOs (what a share without a mapped model would hand over)."""
+FIFOs (what a share without a mapped model would hand over).
+
+Covers: rigs/qemu/mailbox.py, rigs/qemu/share.py."""
 import os
 import stat
 

@@ -1,5 +1,7 @@
 """Sparse guests (RAM backed where the guest touches it), the touch rule of the preflight and the
-host watched while one runs (rigs/qemu/memory.py). The guest cases boot the distro kernel."""
+host watched while one runs (rigs/qemu/memory.py). The guest cases boot the distro kernel.
+
+Covers: rigs/qemu/memory.py, workflows/preflight.py."""
 import json
 import pathlib
 import re

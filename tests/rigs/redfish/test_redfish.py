@@ -4,7 +4,9 @@ and ser2net in front of the domain's serial line (tests/redfish_fixture.py). The
 disk: its firmware boots nothing, so power states, reset types, the boot override, an NMI and
 the facts are seen in seconds, and checked on the domain itself through libvirt, not only
 through what the BMC answers. Faults (a busy BMC, a dropped session) come from
-tests/redfish_faults.py in front of the emulator."""
+tests/redfish_faults.py in front of the emulator.
+
+Covers: rigs/redfish/bmc.py, rigs/redfish/facts.py."""
 import json
 import os
 import pathlib

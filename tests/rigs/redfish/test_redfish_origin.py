@@ -3,7 +3,9 @@ certificate made here, pinned in the rig file as krig pins a BMC's), whose answe
 another origin (a second listener on 127.0.0.1, plain http and https with the same pinned
 certificate), redirect there, stream more than krig reads, or carry escape sequences. Nothing
 reaches the other origin, not a connection; a refusal is one line naming the link and the BMC.
-Also the password file's binding to its BMC, and an IPv6 BMC. Boots nothing."""
+Also the password file's binding to its BMC, and an IPv6 BMC. Boots nothing.
+
+Covers: rigs/redfish/origin.py, rigs/redfish/spec.py."""
 import json
 import os
 import socket

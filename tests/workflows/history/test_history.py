@@ -1,6 +1,10 @@
 """The results history on SQLite: import, the commands' answers, the schema's migrations, and a store
 that fails never costing a run. The run directories are a real run's records with the kernel, the
-verdict and a metric changed (tests/history_runs.py); the runs made here go through the fake rig."""
+verdict and a metric changed (tests/history_runs.py); the runs made here go through the fake rig.
+
+Covers: workflows/history/commands.py, workflows/history/health.py,
+workflows/history/migrations/env.py, workflows/history/remember.py, workflows/history/rows.py,
+workflows/history/store.py, workflows/historyargs.py."""
 import os
 import pathlib
 import sqlite3

@@ -1,6 +1,8 @@
 """`krig history html`'s dashboard as a person sees it: headless Chromium renders it (a screenshot
 that is not blank), every plot it references loads as a picture, and the page's DOM has the
-regression, the flaky kernel and each server's health as table rows. Boots nothing: seconds."""
+regression, the flaky kernel and each server's health as table rows. Boots nothing: seconds.
+
+Covers: workflows/history/html.py, workflows/history/plot.py."""
 import html
 import os
 import re

@@ -2,7 +2,9 @@
 socket, no port), as a lab shared by several controllers uses it: two controllers writing at once
 lose nothing and see each other's runs, and every question has the same answer as SQLite gives
 from the same run directories (tests/history_runs.py: a real run's records varied). The same
-two-writer check on SQLite: one controller's parallel workers lose nothing. Seconds; no guest."""
+two-writer check on SQLite: one controller's parallel workers lose nothing. Seconds; no guest.
+
+Covers: workflows/history/query.py."""
 import os
 import subprocess
 import sys
