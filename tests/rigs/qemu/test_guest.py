@@ -1,6 +1,6 @@
 """The foundation on a real QEMU guest: each verdict, Ctrl-C, result files.
 
-Covers: rigs/initramfs.py."""
+Covers: rigs/initramfs.py, rigs/qemu/rig.py."""
 import json
 import os
 import pwd

@@ -3,7 +3,7 @@ has its unprivileged user from its exec on, so a root-only file named on its com
 (the rig file's filter bypassed) is refused to it by the kernel, while what krig hands it
 (console, disk image, 9p share, all in a directory only root may enter) still works.
 
-Covers: rigs/qemu/confine.py, rigs/qemu/launch.py, rigs/qemu/rig.py."""
+Covers: rigs/qemu/confine.py, rigs/qemu/launch.py."""
 import json
 import os
 import pathlib
