@@ -5,6 +5,7 @@ the thresholds (HUNG, CRASHED, ERROR, SKIP...), one `run` case saying why; a qua
 is one case per run. Each is a suite of Cases, its counts taken from the cases."""
 import dataclasses
 import xml.etree.ElementTree as ET
+from typing import Any
 
 from . import safeio
 
@@ -59,7 +60,7 @@ def write(path, name: str, cases: list, properties=(), seconds: float | None = N
     safeio.write_bytes(*safeio.split(path), suite_xml(name, cases, properties, seconds))
 
 
-def write_single(path, suite: str, verdict: str, reason: str, properties: dict):
+def write_single(path, suite: str, verdict: str, reason: str, properties: dict[str, Any]):
     """A run that was not judged: one `run` case, skipped for SKIP, an error otherwise."""
     result = ("skipped", reason, None) if verdict == "SKIP" else ("error", f"{verdict}: {reason}", reason)
     write(path, suite, [Case(suite, "run", result=result)], properties)

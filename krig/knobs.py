@@ -14,6 +14,7 @@ naming the flag that would turn it on (never a value).
 """
 import dataclasses
 import re
+from typing import Any
 
 from .errors import UsageError
 
@@ -50,7 +51,7 @@ class Knobs:
         """Each knob as one word, `name=value` for a sysctl, the argument for a boot parameter."""
         return [f"sysctl {n}={v}" for n, v in self.sysctl] + [f"cmdline {a}" for a in self.cmdline]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"sysctl": [f"{n}={v}" for n, v in self.sysctl], "cmdline": list(self.cmdline)}
 
     def __add__(self, other: "Knobs") -> "Knobs":
@@ -105,7 +106,7 @@ def parse(sysctls, cmdlines, sysctl_option: str = "--sysctl", cmdline_option: st
     return Knobs(pairs, tuple(check_cmdline(c, cmdline_option) for c in cmdlines or ()))
 
 
-def sides(args) -> dict:
+def sides(args) -> dict[str, Any]:
     """A validation's knobs a side ({"base": Knobs, "series": Knobs}): --sysctl/--cmdline on both,
     --base-sysctl/--base-cmdline and --series-sysctl/--series-cmdline on one."""
     both = parse(getattr(args, "sysctl", None), getattr(args, "cmdline", None))
@@ -155,7 +156,7 @@ WHY = {"unknown": "no such sysctl on this kernel (/proc/sys/{path})",
        "read-only": "read-only on this kernel", "refused": "the kernel refused the value {value!r}: {why}"}
 
 
-def applied(knobs: Knobs, out: str | None, cmdline: str | None) -> tuple[dict, str | None]:
+def applied(knobs: Knobs, out: str | None, cmdline: str | None) -> tuple[dict[str, Any], str | None]:
     """The machine's answer to apply_argv and its /proc/cmdline -> (the manifest's record of each
     knob as set and as read back, the first fault naming its knob or None). out None: not asked
     yet (the record as the run starts)."""
@@ -164,7 +165,7 @@ def applied(knobs: Knobs, out: str | None, cmdline: str | None) -> tuple[dict, s
         f = ln.split("\t")
         if len(f) >= 2 and f[0] in ("set", *WHY):
             said[f[1]] = f
-    rec: dict[str, list[dict]] = {"sysctl": [], "cmdline": []}
+    rec: dict[str, list[dict[str, Any]]] = {"sysctl": [], "cmdline": []}
     fault: str | None = None
     words = (cmdline or "").split()
     for n, v in knobs.sysctl:
@@ -182,7 +183,7 @@ def applied(knobs: Knobs, out: str | None, cmdline: str | None) -> tuple[dict, s
     return rec, fault
 
 
-def summary(record: dict | None) -> list:
+def summary(record: dict[str, Any] | None) -> list:
     """The manifest's knobs record as lines `sysctl NAME=VALUE (read back VALUE)` / `cmdline ARG`."""
     out = []
     for s in (record or {}).get("sysctl") or []:

@@ -26,6 +26,7 @@ back as it was, so a run directory made by any krig reads and re-judges the same
 (tests/test_old_rundir.py keeps one as a fixture).
 """
 import dataclasses
+from typing import Any
 
 from .record_machine import KernelRecord, Machine, RigRecord
 from .tally import Tally
@@ -41,9 +42,9 @@ _WHEN_KNOWN = ("machine", "host", "workload", "rig_fault", "rig_facts", "host_fa
 class Manifest:
     reproducer: str | None = None
     preset: str | None = None
-    params: dict = dataclasses.field(default_factory=dict)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
     kernel: KernelRecord = dataclasses.field(default_factory=KernelRecord)  # kernels.kernel.Kernel.describe()
-    series: dict | None = None
+    series: dict[str, Any] | None = None
     rig: RigRecord = dataclasses.field(default_factory=RigRecord)           # the rig's describe()
     krig_revision: str | None = None
     started: str | None = None
@@ -53,20 +54,20 @@ class Manifest:
     outcome: str | None = None      # completed, hung, crashed, error, interrupted (the verdict rule's input)
     reason: str | None = None
     collect: bool = True
-    owner: dict | None = None
-    preflight: dict | None = None
-    host_cpu: dict | None = None
+    owner: dict[str, Any] | None = None
+    preflight: dict[str, Any] | None = None
+    host_cpu: dict[str, Any] | None = None
     machine: Machine | None = None  # what the machine said of itself once it answered
-    host: dict | None = None        # the host sampler's CPUs and interval
-    workload: dict | None = None    # argv, exit code, seconds
+    host: dict[str, Any] | None = None        # the host sampler's CPUs and interval
+    workload: dict[str, Any] | None = None    # argv, exit code, seconds
     rig_fault: str | None = None
-    rig_facts: dict | None = None
+    rig_facts: dict[str, Any] | None = None
     host_fault: str | None = None
     power_off_error: str | None = None
     pull_error: str | None = None
     host_load: str | None = None
-    knobs: dict | None = None       # --sysctl/--cmdline, each as set and as read back (krig/knobs.py applied)
-    extra: dict = dataclasses.field(default_factory=dict)
+    knobs: dict[str, Any] | None = None       # --sysctl/--cmdline, each as set and as read back (krig/knobs.py applied)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         """The nested records typed, whether given as manifest.json's objects or as records."""
@@ -78,12 +79,12 @@ class Manifest:
             self.machine = Machine.from_json(self.machine)
 
     @classmethod
-    def from_json(cls, data: dict) -> "Manifest":
+    def from_json(cls, data: dict[str, Any]) -> "Manifest":
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: v for k, v in data.items() if k in names}
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -133,9 +134,9 @@ class ThresholdOutcome:
     host_sensitive: bool = False
 
 
-def tally_of_json(data: dict) -> Tally:
+def tally_of_json(data: dict[str, Any]) -> Tally:
     """verdict.json's "thresholds" as a Tally (a key an older krig did not write is 0 or empty)."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for f in dataclasses.fields(Tally):
         v = data.get(f.name, f.default)
         out[f.name] = tuple(str(x) for x in v or ()) if isinstance(f.default, tuple) else int(v or 0)
@@ -150,27 +151,27 @@ class Verdict:
     reproducer: str | None = None
     run_dir: str | None = None
     complete: bool = False
-    console: dict = dataclasses.field(default_factory=dict)
+    console: dict[str, Any] = dataclasses.field(default_factory=dict)
     oom_kill: list | None = None
     warnings: list | None = None
     thresholds: Tally | None = None  # the judge's tally; None when not judged
     notes: list | None = None
     crash_context: list | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     _ORDER = ("reproducer", "run_dir", "complete", "console", "oom_kill", "warnings", "thresholds", "notes",
               "verdict", "reason", "cause", "crash_context")
     _ALWAYS = ("reproducer", "run_dir", "complete", "console", "verdict", "reason", "cause")
 
     @classmethod
-    def from_json(cls, data: dict) -> "Verdict":
+    def from_json(cls, data: dict[str, Any]) -> "Verdict":
         names = set(cls._ORDER)
         known = {k: v for k, v in data.items() if k in names}
         if isinstance(known.get("thresholds"), dict):
             known["thresholds"] = tally_of_json(known["thresholds"])
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self._ORDER if k in self._ALWAYS or getattr(self, k) is not None}
         if self.thresholds is not None:
             out["thresholds"] = self.thresholds.to_json()
@@ -188,7 +189,7 @@ class MetricEntry:
     better: str = "info"            # higher, lower, info
     description: str = ""
     min_change_pct: float | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     _KNOWN = ("value", "better", "min_change_pct", "unit", "description")
 
@@ -203,7 +204,7 @@ class MetricEntry:
                    description=str(data.get("description") or ""), min_change_pct=data.get("min_change_pct"),
                    extra={k: v for k, v in data.items() if k not in cls._KNOWN})
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {"value": self.value, "better": self.better}
         if self.min_change_pct is not None:
             out["min_change_pct"] = self.min_change_pct
@@ -272,6 +273,6 @@ class RunRecord:
         return read_metrics(self.run)
 
     @property
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         """{name: value or None} of metrics.json."""
         return {k: e.value for k, e in read_metrics(self.run).items()}

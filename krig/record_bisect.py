@@ -8,6 +8,7 @@ oracle (`python -m workflows.bisect oracle STATE`) reads it. Written and read he
 (tests/test_layout_records.py); a key this krig does not know is kept as it was (`extra`)."""
 import dataclasses
 import pathlib
+from typing import Any
 
 from .errors import UsageError
 from .record_machine import KeepsExtra
@@ -23,9 +24,9 @@ class ZonesRecord(KeepsExtra):
     good_low: bool = True           # GOOD's values are the lower ones
     good_edge: float | None = None
     bad_edge: float | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         return {**out, **self.extra}
 
@@ -46,7 +47,7 @@ class BisectionRecord(KeepsExtra):
     metric: str | None = None           # bisected on (mode metric), else the key metric logged
     mode: str = "verdict"               # verdict or metric
     zones: ZonesRecord | None = None    # mode metric, once GOOD and BAD are measured
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     REQUIRED = ("tree", "ref", "kernel", "repro", "rig", "repeat", "log")   # what no step can do without
 
@@ -54,7 +55,7 @@ class BisectionRecord(KeepsExtra):
         if self.zones is not None and not isinstance(self.zones, ZonesRecord):
             self.zones = ZonesRecord.from_json(self.zones)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "zones")
                and (f.name != "knobs" or self.knobs)}         # a bisection without knobs: no key
         return {**out, **({"zones": self.zones.to_json()} if self.zones is not None else {}), **self.extra}

@@ -9,7 +9,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 
-def _known(cls, data: dict) -> tuple[dict, dict]:
+def _known(cls, data: dict[str, Any]) -> tuple[dict[str, Any], dict]:
     """(the keys `cls` declares, the rest) of a manifest's object; None or a non-object reads as {}."""
     data = data if isinstance(data, dict) else {}
     names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
@@ -24,7 +24,7 @@ class KeepsExtra:
         def __init__(self, **fields: Any) -> None: ...
 
     @classmethod
-    def from_json(cls, data: dict):
+    def from_json(cls, data: dict[str, Any]):
         known, extra = _known(cls, data)
         return cls(**known, extra=extra)
 
@@ -37,12 +37,12 @@ class Machine(KeepsExtra):
     cpus: int | None = None
     mem_total_bytes: int | None = None      # MemTotal
     clocksource: str | None = None
-    cpu: dict | None = None                 # model, governor, turbo, mhz
+    cpu: dict[str, Any] | None = None                 # model, governor, turbo, mhz
     dentry_hash_entries: int | None = None  # the hash tables the kernel sized at boot (rigs/hashsize.py)
     inode_hash_entries: int | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         return {**{k: v for k, v in out.items() if v is not None}, **self.extra}
 
@@ -59,12 +59,12 @@ class KernelRecord(KeepsExtra):
     extra_cmdline: str | None = None
     description: str | None = None
     arg: str | None = None                  # the --kernel argument as given
-    debug_options: dict | None = None
-    git: dict | None = None                 # repository, commit, branch: a kernel from a git tree
-    drivers: dict | None = None             # a server's drivers added: module -> symbol -> where it came from
-    extra: dict = dataclasses.field(default_factory=dict)
+    debug_options: dict[str, Any] | None = None
+    git: dict[str, Any] | None = None                 # repository, commit, branch: a kernel from a git tree
+    drivers: dict[str, Any] | None = None             # a server's drivers added: module -> symbol -> where it came from
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in ("extra", "git", "drivers")}
         return {**out, **({"git": self.git} if self.git else {}),
@@ -77,15 +77,15 @@ class RigRecord:
     name: str | None = None
     kind: str | None = None
     arg: str | None = None
-    spec: dict = dataclasses.field(default_factory=dict)
+    spec: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, data: dict) -> "RigRecord":
+    def from_json(cls, data: dict[str, Any]) -> "RigRecord":
         data = data if isinstance(data, dict) else {}
         return cls(data.get("name"), data.get("kind"), data.get("arg"),
                    {k: v for k, v in data.items() if k not in ("name", "kind", "arg")})
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         head = {"name": self.name, "kind": self.kind, **({"arg": self.arg} if self.arg else {})}
         return {**{k: v for k, v in head.items() if v is not None}, **self.spec}
 
@@ -99,7 +99,7 @@ class RigRecord:
         """The RAM the rig file gives the machine (a QEMU guest's), or None."""
         return self.spec.get("memory_bytes")
 
-    def table(self, name: str) -> dict:
+    def table(self, name: str) -> dict[str, Any]:
         """A table of the rig file ([bmc], [ssh], ...), {} when it has none."""
         t = self.spec.get(name)
         return t if isinstance(t, dict) else {}

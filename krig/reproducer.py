@@ -8,6 +8,7 @@ import dataclasses
 import importlib.util
 import pathlib
 import re
+from typing import Any
 
 from . import REPRO_DIR
 from .config import coerce, load_toml
@@ -51,26 +52,26 @@ class Reproducer:
     fixed_by: str
     introduced_by: str
     groups: list
-    requires: dict
-    params: dict          # name -> {type, default, help, choices}
-    presets: dict         # name -> {param: value}
+    requires: dict[str, Any]
+    params: dict[str, Any]          # name -> {type, default, help, choices}
+    presets: dict[str, Any]         # name -> {param: value}
     trace_events: list
     trace_buffer_kb: int
-    metrics: dict         # name -> {unit, better, description, min_change_pct}
+    metrics: dict[str, Any]         # name -> {unit, better, description, min_change_pct}
     thresholds: list
     plots: list = dataclasses.field(default_factory=list)   # [[plots]], see krig/reproducer_plots.py PLOTS_DOC
-    session: dict | None = None                              # where KernelShark opens
-    preset_requires: dict = dataclasses.field(default_factory=dict)   # preset -> requires overriding
-    preset_buffer_kb: dict = dataclasses.field(default_factory=dict)  # preset -> trace buffer_kb
+    session: dict[str, Any] | None = None                              # where KernelShark opens
+    preset_requires: dict[str, Any] = dataclasses.field(default_factory=dict)   # preset -> requires overriding
+    preset_buffer_kb: dict[str, Any] = dataclasses.field(default_factory=dict)  # preset -> trace buffer_kb
     trace_mode: str = "ring"
-    preset_trace_mode: dict = dataclasses.field(default_factory=dict)  # preset -> trace mode
+    preset_trace_mode: dict[str, Any] = dataclasses.field(default_factory=dict)  # preset -> trace mode
 
     @property
     def timing_metrics(self) -> set:
         """The metrics of its timing (host_sensitive) thresholds: numbers a busy host moves."""
         return {t.metric for t in self.thresholds if t.host_sensitive}
 
-    def requires_for(self, preset: str | None) -> dict:
+    def requires_for(self, preset: str | None) -> dict[str, Any]:
         """The reproducer's requires, with the preset's own [presets.X.requires] on top."""
         return {**self.requires, **self.preset_requires.get(preset, {})}
 
@@ -82,7 +83,7 @@ class Reproducer:
         """How the harness records: [presets.X.trace] mode, else [trace] mode (TRACE_MODES)."""
         return self.preset_trace_mode.get(preset, self.trace_mode)
 
-    def resolve_params(self, preset: str | None, sets: dict, cpus: int | None = None) -> dict:
+    def resolve_params(self, preset: str | None, sets: dict[str, Any], cpus: int | None = None) -> dict[str, Any]:
         """defaults <- preset <- --set, each value checked against its type and range.
 
         cpus: the rig's CPU count if known before booting (for `max_per_cpu`)."""
@@ -104,7 +105,7 @@ class Reproducer:
             check_range(v, self.params[k], source[k], cpus)
         return values
 
-    def param_env(self, values: dict) -> dict:
+    def param_env(self, values: dict[str, Any]) -> dict[str, Any]:
         """Parameters as the environment run.sh reads (NAME in upper case)."""
         env = {}
         for k, v in values.items():
@@ -136,7 +137,7 @@ def load_reproducer(name, root: pathlib.Path = REPRO_DIR) -> Reproducer:
     return parse_reproducer(name, path, load_toml(path / "repro.toml"))
 
 
-def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
+def parse_reproducer(name: str, path: pathlib.Path, data: dict[str, Any]) -> Reproducer:
     """repro.toml's tables (TOP and the schemas below it), checked, as a Reproducer."""
     w = f"reproducers/{name}/repro.toml"
     top = check(data, TOP, w)
@@ -157,7 +158,7 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
         preset_buffer_kb=preset_buffer_kb, trace_mode=trace["mode"], preset_trace_mode=preset_trace_mode)
 
 
-def touch_bytes(requires: dict, ram: int, params: dict | None = None, key: str = "touch") -> tuple[int, str]:
+def touch_bytes(requires: dict[str, Any], ram: int, params: dict[str, Any] | None = None, key: str = "touch") -> tuple[int, str]:
     """Bytes of a guest of `ram` bytes the workload may touch, and where the figure comes from:
     requires.touch (or the requires key named) with the run's parameters (params), or all of its
     RAM when the reproducer declares none. Never more than the RAM."""

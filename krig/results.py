@@ -19,6 +19,7 @@ import datetime
 import os
 import pathlib
 import re
+from typing import Any
 
 from . import RESULTS_DIR, safeio
 from .errors import KrigError, UsageError
@@ -209,7 +210,7 @@ def write_json(path: pathlib.Path, data) -> None:
     safeio.write_json(*safeio.split(path), data)
 
 
-def read_record(d: pathlib.Path, name: str, what: str) -> dict:
+def read_record(d: pathlib.Path, name: str, what: str) -> dict[str, Any]:
     """The JSON object of directory d's record file `name`; an unreadable one or one that is not a
     JSON object is one line naming `what` (the option or argument that gave the directory)."""
     try:

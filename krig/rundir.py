@@ -9,7 +9,7 @@ write goes through krig/safeio.py (no link followed, regular files only, size-ca
 nothing that blocks), so nothing here opens a run file by path.
 """
 import pathlib
-
+from typing import Any
 
 from . import safeio
 from .errors import UsageError
@@ -90,7 +90,7 @@ class RunDir:
             return got
         return self._once(("json", name), load)
 
-    def manifest_json(self) -> dict:
+    def manifest_json(self) -> dict[str, Any]:
         """manifest.json's object as written; a run is read through krig/record.py's RunRecord."""
         man = self.json(MANIFEST)
         if not isinstance(man, dict):
@@ -117,7 +117,7 @@ class RunDir:
             return self.read_bytes(name).decode(errors="replace")
         return self._once(("text", name), load)
 
-    def samples(self) -> dict:
+    def samples(self) -> dict[str, Any]:
         """samples.tsv as numpy columns; 't' is seconds since the first sample."""
         return self._once("samples", lambda: parse_samples(self.text("samples.tsv", None), self.path("samples.tsv")))
 
@@ -135,7 +135,7 @@ class RunDir:
             return out
         return self._once("phases", load)
 
-    def phases(self) -> dict:
+    def phases(self) -> dict[str, Any]:
         """name -> wall time of its first occurrence."""
         out: dict[str, float] = {}
         for t, name in self.phase_rows():
@@ -147,13 +147,13 @@ class RunDir:
         return rows[-1][1] if rows else None
 
 
-def load_samples(path) -> dict:
+def load_samples(path) -> dict[str, Any]:
     """samples.tsv given by path (its directory trusted, the file read safely)."""
     path = pathlib.Path(path)
     return parse_samples(safeio.read_text(*safeio.split(path)), path)
 
 
-def parse_samples(text: str, path) -> dict:
+def parse_samples(text: str, path) -> dict[str, Any]:
     import numpy as np      # only where samples are read: `krig b4-check` and `krig --help` never do
     lines = text.splitlines()
     if not lines:
