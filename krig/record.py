@@ -26,11 +26,12 @@ back as it was, so a run directory made by any krig reads and re-judges the same
 (tests/test_old_rundir.py keeps one as a fixture).
 """
 import dataclasses
+import os
 from typing import Any
 
 from .record_machine import KernelRecord, Machine, RigRecord
 from .tally import Tally
-from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
+from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, Run, RunDir
 
 # Facts the run adds as it goes: absent from manifest.json until known (a reader asks "did the
 # machine answer?" as "is there a machine").
@@ -69,7 +70,7 @@ class Manifest:
     knobs: dict[str, Any] | None = None       # --sysctl/--cmdline, each as set and as read back (krig/knobs.py applied)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         """The nested records typed, whether given as manifest.json's objects or as records."""
         if not isinstance(self.kernel, KernelRecord):
             self.kernel = KernelRecord.from_json(self.kernel)
@@ -93,7 +94,7 @@ class Manifest:
             out[f.name] = value.to_json() if isinstance(value, (KernelRecord, RigRecord, Machine)) else value
         return {**out, **self.extra}
 
-    def write(self, run_dir) -> None:
+    def write(self, run_dir: str | os.PathLike[str]) -> None:
         RunDir(run_dir).write_json(MANIFEST, self.to_json())
 
     @property
@@ -152,11 +153,11 @@ class Verdict:
     run_dir: str | None = None
     complete: bool = False
     console: dict[str, Any] = dataclasses.field(default_factory=dict)
-    oom_kill: list | None = None
-    warnings: list | None = None
+    oom_kill: list[str] | None = None
+    warnings: list[str] | None = None
     thresholds: Tally | None = None  # the judge's tally; None when not judged
-    notes: list | None = None
-    crash_context: list | None = None
+    notes: list[str] | None = None
+    crash_context: list[str] | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     _ORDER = ("reproducer", "run_dir", "complete", "console", "oom_kill", "warnings", "thresholds", "notes",
@@ -194,7 +195,7 @@ class MetricEntry:
     _KNOWN = ("value", "better", "min_change_pct", "unit", "description")
 
     @classmethod
-    def from_json(cls, data) -> "MetricEntry":
+    def from_json(cls, data: object) -> "MetricEntry":
         """An entry as written; anything but a JSON object is an entry without a value."""
         if not isinstance(data, dict):
             return cls(None)
@@ -211,26 +212,26 @@ class MetricEntry:
         return {**out, "unit": self.unit, "description": self.description, **self.extra}
 
 
-def read_verdict(run) -> Verdict | None:
+def read_verdict(run: Run) -> Verdict | None:
     """verdict.json of a run directory (a path or its RunDir); None when the run was never judged."""
     v = RunDir.of(run).json(VERDICT, {})
     return Verdict.from_json(v) if v else None
 
 
-def write_verdict(run, verdict: Verdict) -> None:
+def write_verdict(run: Run, verdict: Verdict) -> None:
     RunDir.of(run).write_json(VERDICT, verdict.to_json())
 
 
-def read_metrics(run) -> dict[str, MetricEntry]:
+def read_metrics(run: Run) -> dict[str, MetricEntry]:
     """metrics.json of a run directory: {name: MetricEntry}; {} when the run has none."""
     return {str(k): MetricEntry.from_json(m) for k, m in RunDir.of(run).json(METRICS, {}).items()}
 
 
-def write_metrics(run, entries: dict[str, MetricEntry]) -> None:
+def write_metrics(run: Run, entries: dict[str, MetricEntry]) -> None:
     RunDir.of(run).write_json(METRICS, {k: e.to_json() for k, e in entries.items()})
 
 
-def read_thresholds(run) -> dict[str, ThresholdOutcome]:
+def read_thresholds(run: Run) -> dict[str, ThresholdOutcome]:
     """threshold id -> the judge's outcome (thresholds.json); {} when the run was not judged."""
     rows = RunDir.of(run).json(THRESHOLDS, [])
     return {r["threshold"]: ThresholdOutcome(r["threshold"], str(r.get("outcome")), str(r.get("message") or ""),
@@ -238,7 +239,7 @@ def read_thresholds(run) -> dict[str, ThresholdOutcome]:
             for r in rows if isinstance(r, dict) and isinstance(r.get("threshold"), str)}
 
 
-def write_thresholds(run, outcomes: list[ThresholdOutcome]) -> None:
+def write_thresholds(run: Run, outcomes: list[ThresholdOutcome]) -> None:
     RunDir.of(run).write_json(THRESHOLDS, [dataclasses.asdict(o) for o in outcomes])
 
 
@@ -251,7 +252,7 @@ class RunRecord:
         self.run, self.dir, self.manifest = run, run.dir, manifest
 
     @classmethod
-    def read(cls, run, required: bool = True) -> "RunRecord":
+    def read(cls, run: Run, required: bool = True) -> "RunRecord":
         """A run directory (a path or a RunDir); required=False reads a missing manifest.json as an
         empty one (a run directory krig had only begun)."""
         run = RunDir.of(run)

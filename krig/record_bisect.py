@@ -19,8 +19,8 @@ from .results import BISECT_STATE, read_json, write_json
 class ZonesRecord(KeepsExtra):
     """A metric bisection's zones: the endpoints' values and the two edges cutting the gap in thirds."""
     metric: str | None = None
-    good: list = dataclasses.field(default_factory=list)
-    bad: list = dataclasses.field(default_factory=list)
+    good: list[float] = dataclasses.field(default_factory=list)
+    bad: list[float] = dataclasses.field(default_factory=list)
     good_low: bool = True           # GOOD's values are the lower ones
     good_edge: float | None = None
     bad_edge: float | None = None
@@ -41,8 +41,8 @@ class BisectionRecord(KeepsExtra):
     preset: str | None = None
     repeat: int = 1                     # runs a step makes at most (the strict majority answers)
     rig: str | None = None
-    sets: list = dataclasses.field(default_factory=list)    # --set NAME=VALUE, as given
-    knobs: list = dataclasses.field(default_factory=list)   # --sysctl N=V / --cmdline A options (krig/knobs.py)
+    sets: list[str] = dataclasses.field(default_factory=list)    # --set NAME=VALUE, as given
+    knobs: list[str] = dataclasses.field(default_factory=list)   # --sysctl N=V / --cmdline A options (krig/knobs.py)
     log: str | None = None              # bisect.log
     metric: str | None = None           # bisected on (mode metric), else the key metric logged
     mode: str = "verdict"               # verdict or metric
@@ -51,7 +51,7 @@ class BisectionRecord(KeepsExtra):
 
     REQUIRED = ("tree", "ref", "kernel", "repro", "rig", "repeat", "log")   # what no step can do without
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.zones is not None and not isinstance(self.zones, ZonesRecord):
             self.zones = ZonesRecord.from_json(self.zones)
 

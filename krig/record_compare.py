@@ -10,12 +10,13 @@ keeps it as its "comparison" (krig/record_validation.py). The judged runs' direc
 kept as it was (`extra`), at every level.
 """
 import dataclasses
+import pathlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .record_machine import KeepsExtra
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """A record, or a list of them, as its JSON value."""
     if isinstance(value, list):
         return [_plain(v) for v in value]
@@ -25,13 +26,13 @@ def _plain(value):
 class Nested(KeepsExtra):
     """A record whose fields named in NESTED (one record) and LISTS (a list of records) are typed
     whether given as JSON objects or as records, and written back in the fields' order."""
-    NESTED: dict[str, Any] = {}
-    LISTS: dict[str, Any] = {}
-    UNWRITTEN: tuple = ()
+    NESTED: ClassVar[dict[str, type[KeepsExtra]]] = {}
+    LISTS: ClassVar[dict[str, type[KeepsExtra]]] = {}
+    UNWRITTEN: ClassVar[tuple[str, ...]] = ()
     if TYPE_CHECKING:       # each subclass is a dataclass
         __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name, cls in self.NESTED.items():
             value = getattr(self, name)
             if not isinstance(value, cls):
@@ -74,7 +75,7 @@ class MetricRow(Nested):
     significant: bool = False
     min_change_pct: float | None = None
     material: bool = False
-    values: dict[str, Any] = dataclasses.field(default_factory=dict)     # side -> [the judged runs' values]
+    values: dict[str, list[float]] = dataclasses.field(default_factory=dict)     # side -> [the judged runs' values]
     verdict: str = ""
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -107,13 +108,13 @@ class ThresholdRow(Nested):
 @dataclasses.dataclass
 class Side(Nested):
     """One side of a comparison: its runs, their verdict counts, kernels, releases and rigs."""
-    runs: list = dataclasses.field(default_factory=list)            # run directories, as text
-    verdicts: dict[str, Any] = dataclasses.field(default_factory=dict)        # verdict -> runs
+    runs: list[str] = dataclasses.field(default_factory=list)            # run directories, as text
+    verdicts: dict[str, int] = dataclasses.field(default_factory=dict)        # verdict -> runs
     verdict_text: str = ""
     judged: int = 0
-    kernels: list = dataclasses.field(default_factory=list)
-    releases: list = dataclasses.field(default_factory=list)
-    rigs: list = dataclasses.field(default_factory=list)
+    kernels: list[str] = dataclasses.field(default_factory=list)
+    releases: list[str] = dataclasses.field(default_factory=list)
+    rigs: list[str] = dataclasses.field(default_factory=list)
     outcome: str | None = None          # the reproducer's own line about the side
     projection: dict[str, Any] | None = None      # analysis/projection.py, of the side's median run
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -129,11 +130,11 @@ class Comparison(Nested):
     min_n_per_side: int | None = None
     base: Side = dataclasses.field(default_factory=Side)
     new: Side = dataclasses.field(default_factory=Side)
-    warnings: list = dataclasses.field(default_factory=list)
-    differences: list = dataclasses.field(default_factory=list)    # 'fact: BASE x, NEW y'
-    metrics: list = dataclasses.field(default_factory=list)        # [MetricRow]
-    thresholds: list = dataclasses.field(default_factory=list)     # [ThresholdRow]
-    judged_runs: dict[str, Any] = dataclasses.field(default_factory=dict)    # side -> [judged run directories]; not written
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    differences: list[str] = dataclasses.field(default_factory=list)    # 'fact: BASE x, NEW y'
+    metrics: list[MetricRow] = dataclasses.field(default_factory=list)
+    thresholds: list[ThresholdRow] = dataclasses.field(default_factory=list)
+    judged_runs: dict[str, list[pathlib.Path]] = dataclasses.field(default_factory=dict)    # side -> [judged run directories]; not written
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     NESTED = {"base": Side, "new": Side}

@@ -23,10 +23,10 @@ class GroupRecord(KeepsExtra):
     knobs: dict[str, Any] | None = None           # --sysctl and --cmdline asked (krig/knobs.py Knobs.to_json); None: none
     created: str | None = None
     repeat: int = 1
-    runs: list = dataclasses.field(default_factory=list)        # [{dir, verdict, counted}]
+    runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)        # [{dir, verdict, counted}]
     counted: int = 0
-    verdicts: dict[str, Any] = dataclasses.field(default_factory=dict)    # verdict -> runs
-    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)     # metric -> {n, median, min, max, unit, better}
+    verdicts: dict[str, int] = dataclasses.field(default_factory=dict)    # verdict -> runs
+    metrics: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)     # metric -> {n, median, min, max, unit, better}
     complete: bool = False
     updated: str | None = None
     kind: str = "krig-group"

@@ -6,10 +6,13 @@ Each keeps a key it does not know (`extra`; for the rig, every rig-file setting 
 writes it back as it was, so a manifest any krig wrote reads and writes back the same.
 """
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
-def _known(cls, data: dict[str, Any]) -> tuple[dict[str, Any], dict]:
+def _known(cls: "type[DataclassInstance]", data: object) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the keys `cls` declares, the rest) of a manifest's object; None or a non-object reads as {}."""
     data = data if isinstance(data, dict) else {}
     names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
@@ -21,10 +24,12 @@ class KeepsExtra:
     extra: dict[str, Any]
 
     if TYPE_CHECKING:       # each subclass is a dataclass: its own __init__ takes its fields and extra
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
         def __init__(self, **fields: Any) -> None: ...
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]):
+    def from_json(cls, data: object) -> Self:
         known, extra = _known(cls, data)
         return cls(**known, extra=extra)
 
@@ -80,7 +85,7 @@ class RigRecord:
     spec: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "RigRecord":
+    def from_json(cls, data: object) -> "RigRecord":
         data = data if isinstance(data, dict) else {}
         return cls(data.get("name"), data.get("kind"), data.get("arg"),
                    {k: v for k, v in data.items() if k not in ("name", "kind", "arg")})
@@ -90,12 +95,12 @@ class RigRecord:
         return {**{k: v for k, v in head.items() if v is not None}, **self.spec}
 
     @property
-    def cpus(self):
+    def cpus(self) -> int | None:
         """The CPUs the rig file gives the machine (a QEMU guest's), or None."""
         return self.spec.get("cpus")
 
     @property
-    def memory_bytes(self):
+    def memory_bytes(self) -> int | None:
         """The RAM the rig file gives the machine (a QEMU guest's), or None."""
         return self.spec.get("memory_bytes")
 

@@ -26,7 +26,7 @@ from .results import QUALIFY_CASES, SUITE_FILE, read_json, write_json
 class CaseRecord(KeepsExtra):
     reproducer: str | None = None
     preset: str | None = None
-    set: dict[str, Any] = dataclasses.field(default_factory=dict)    # --set NAME: VALUE, as strings
+    set: dict[str, str] = dataclasses.field(default_factory=dict)    # --set NAME: VALUE, as strings
     kernel: str | None = None
     rig: str | None = None
     repeat: int = 1                     # which repeat of the same run (1, 2, ...)
@@ -63,12 +63,12 @@ class SuiteRecord(KeepsExtra):
     written: str | None = None
     complete: bool = False              # every case finished
     all_as_expected: bool = False
-    rigs: list = dataclasses.field(default_factory=list)
-    signoff: list = dataclasses.field(default_factory=list)    # one line per rig
-    cases: list = dataclasses.field(default_factory=list)      # [CaseRecord], in the suite's order
+    rigs: list[str] = dataclasses.field(default_factory=list)
+    signoff: list[str] = dataclasses.field(default_factory=list)    # one line per rig
+    cases: list[CaseRecord] = dataclasses.field(default_factory=list)      # in the suite's order (JSON objects made records)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.cases = [c if isinstance(c, CaseRecord) else CaseRecord.from_json(c) for c in self.cases]
 
     def to_json(self) -> dict[str, Any]:
