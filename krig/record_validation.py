@@ -24,7 +24,7 @@ class SeriesProvenance(KeepsExtra):
     author: str | None = None
     base_commit: str | None = None      # its base-commit: line
     patchset_hash: str | None = None    # KCIDB's
-    cc: list = dataclasses.field(default_factory=list)
+    cc: list[str] = dataclasses.field(default_factory=list)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -45,7 +45,7 @@ class SideKernel(KeepsExtra):
     host_cpu: dict[str, Any] | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.machine is not None and not isinstance(self.machine, Machine):
             self.machine = Machine.from_json(self.machine)
         if not isinstance(self.rig, RigRecord):
@@ -75,7 +75,7 @@ class ServerFacts(KeepsExtra):
     bmc_address: str | None = None
     server_model: str | None = None     # the four below: a Redfish BMC's (rigs/redfish/facts.py), as it says them
     memory_gib: float | None = None
-    processors: list | dict[str, Any] | None = None
+    processors: str | None = None       # "COUNT x MODEL"
     firmware_versions: dict[str, Any] | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -100,20 +100,20 @@ class ValidationRecord(KeepsExtra):
     knobs: dict[str, Any] | None = None           # {"base": [...], "series": [...]}: each side's knobs (krig/knobs.py words)
     series_provenance: SeriesProvenance = dataclasses.field(default_factory=SeriesProvenance)
     reply_subject: str | None = None
-    patches: list = dataclasses.field(default_factory=list)        # the patches' subjects
+    patches: list[str] = dataclasses.field(default_factory=list)        # the patches' subjects
     krig_revision: str | None = None
     krig_version: str | None = None
     updated: str | None = None
     created: str | None = None
     answer: str | None = None           # None: not answered yet
     reason: str | None = None
-    judged_metrics: list = dataclasses.field(default_factory=list)
+    judged_metrics: list[str] = dataclasses.field(default_factory=list)
     finished: str | None = None
     base_kernel: SideKernel | None = None    # None: no run of the side could be read
     new_kernel: SideKernel | None = None
     server: ServerFacts | None = None   # None: the rig is no lab server (a QEMU guest)
-    differences: list = dataclasses.field(default_factory=list)
-    command: list = dataclasses.field(default_factory=list)        # the `krig validate` argv
+    differences: list[str] = dataclasses.field(default_factory=list)
+    command: list[str] = dataclasses.field(default_factory=list)        # the `krig validate` argv
     comparison: Comparison | None = None    # None: the validation stopped after the first runs
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -122,7 +122,7 @@ class ValidationRecord(KeepsExtra):
     WHEN_ANSWERED = ("answer", "reason", "judged_metrics", "finished", "base_kernel", "new_kernel", "server",
                      "differences", "command", "comparison")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         """The nested records typed, whether given as validate.json's objects or as records."""
         if not isinstance(self.series_provenance, SeriesProvenance):
             self.series_provenance = SeriesProvenance.from_json(self.series_provenance)

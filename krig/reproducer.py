@@ -8,6 +8,7 @@ import dataclasses
 import importlib.util
 import pathlib
 import re
+import types
 from typing import Any
 
 from . import REPRO_DIR
@@ -51,37 +52,37 @@ class Reproducer:
     report: str
     fixed_by: str
     introduced_by: str
-    groups: list
+    groups: list[str]
     requires: dict[str, Any]
     params: dict[str, Any]          # name -> {type, default, help, choices}
     presets: dict[str, Any]         # name -> {param: value}
-    trace_events: list
+    trace_events: list[str]
     trace_buffer_kb: int
     metrics: dict[str, Any]         # name -> {unit, better, description, min_change_pct}
-    thresholds: list
-    plots: list = dataclasses.field(default_factory=list)   # [[plots]], see krig/reproducer_plots.py PLOTS_DOC
+    thresholds: list[Threshold]
+    plots: list[dict[str, Any]] = dataclasses.field(default_factory=list)   # [[plots]], see krig/reproducer_plots.py PLOTS_DOC
     session: dict[str, Any] | None = None                              # where KernelShark opens
-    preset_requires: dict[str, Any] = dataclasses.field(default_factory=dict)   # preset -> requires overriding
-    preset_buffer_kb: dict[str, Any] = dataclasses.field(default_factory=dict)  # preset -> trace buffer_kb
+    preset_requires: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)   # preset -> requires overriding
+    preset_buffer_kb: dict[str, int] = dataclasses.field(default_factory=dict)  # preset -> trace buffer_kb
     trace_mode: str = "ring"
-    preset_trace_mode: dict[str, Any] = dataclasses.field(default_factory=dict)  # preset -> trace mode
+    preset_trace_mode: dict[str, str] = dataclasses.field(default_factory=dict)  # preset -> trace mode
 
     @property
-    def timing_metrics(self) -> set:
+    def timing_metrics(self) -> set[str]:
         """The metrics of its timing (host_sensitive) thresholds: numbers a busy host moves."""
         return {t.metric for t in self.thresholds if t.host_sensitive}
 
     def requires_for(self, preset: str | None) -> dict[str, Any]:
         """The reproducer's requires, with the preset's own [presets.X.requires] on top."""
-        return {**self.requires, **self.preset_requires.get(preset, {})}
+        return {**self.requires, **(self.preset_requires.get(preset, {}) if preset is not None else {})}
 
     def buffer_kb_for(self, preset: str | None) -> int:
         """Per-CPU trace buffer: [presets.X.trace] buffer_kb, else [trace] buffer_kb."""
-        return self.preset_buffer_kb.get(preset, self.trace_buffer_kb)
+        return self.preset_buffer_kb.get(preset, self.trace_buffer_kb) if preset is not None else self.trace_buffer_kb
 
     def trace_mode_for(self, preset: str | None) -> str:
         """How the harness records: [presets.X.trace] mode, else [trace] mode (TRACE_MODES)."""
-        return self.preset_trace_mode.get(preset, self.trace_mode)
+        return self.preset_trace_mode.get(preset, self.trace_mode) if preset is not None else self.trace_mode
 
     def resolve_params(self, preset: str | None, sets: dict[str, Any], cpus: int | None = None) -> dict[str, Any]:
         """defaults <- preset <- --set, each value checked against its type and range.
@@ -105,7 +106,7 @@ class Reproducer:
             check_range(v, self.params[k], source[k], cpus)
         return values
 
-    def param_env(self, values: dict[str, Any]) -> dict[str, Any]:
+    def param_env(self, values: dict[str, Any]) -> dict[str, str]:
         """Parameters as the environment run.sh reads (NAME in upper case)."""
         env = {}
         for k, v in values.items():
@@ -122,7 +123,7 @@ def reproducer_names() -> list[str]:
     return sorted(p.parent.name for p in REPRO_DIR.glob("*/repro.toml"))
 
 
-def load_reproducer(name, root: pathlib.Path = REPRO_DIR) -> Reproducer:
+def load_reproducer(name: object, root: pathlib.Path = REPRO_DIR) -> Reproducer:
     """A reproducer by name. Names come from manifests and bundles other people
     wrote, so a name is a name (REPRO_NAME_RE), never a path."""
     if not isinstance(name, str) or not REPRO_NAME_RE.match(name):
@@ -179,13 +180,14 @@ def touch_bytes(requires: dict[str, Any], ram: int, params: dict[str, Any] | Non
     return min(ram, int(total)), f"requires.{key} {' + '.join(said)}{of_ram}"
 
 
-def load_analyzer(repro):
+def load_analyzer(repro: Reproducer) -> types.ModuleType | None:
     """The reproducer's analyze.py as a module (metrics(), and optionally notes(),
     side_summary(), projection()), or None if it has none."""
     path = repro.path / "analyze.py"
     if not path.exists():
         return None
     spec = importlib.util.spec_from_file_location(f"krig_analyze_{repro.name.replace('-', '_')}", path)
+    assert spec is not None and spec.loader is not None, path      # a .py file always has a loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
