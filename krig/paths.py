@@ -3,14 +3,14 @@ import os
 import pathlib
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 
 SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 
 
-def dies_with_parent(argv: Sequence[object]) -> list[str]:
+def dies_with_parent(argv: Iterable[object]) -> list[str]:
     """argv prefixed so the process gets SIGKILL when krig (the starting thread) dies."""
     return [SETPRIV, "--pdeathsig", "KILL", "--", *[str(a) for a in argv]]
 
@@ -62,7 +62,7 @@ _HEX16, _HEX32 = re.compile(r"^[0-9a-f]{16}$"), re.compile(r"^kernel-[0-9a-f]{32
 _RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
-def kernel_file(path: str | os.PathLike[str], what: str) -> pathlib.Path | None:
+def kernel_file(path: object, what: str) -> pathlib.Path | None:
     """path, resolved, if it is the `what` (image, config or modules) of a kernel krig itself keeps,
     else None. A path a run's manifest names is data from whoever made the run directory; a bundle
     reads a host file through it only when this says so, and never an arbitrary file of the cache

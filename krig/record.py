@@ -30,7 +30,7 @@ import os
 from typing import Any
 
 from .record_machine import KernelRecord, Machine, RigRecord
-from .tally import Tally
+from .tally import Tally as Tally      # re-exported: a Verdict's thresholds
 from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, Run, RunDir
 
 # Facts the run adds as it goes: absent from manifest.json until known (a reader asks "did the

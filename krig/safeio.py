@@ -26,7 +26,7 @@ import stat
 from collections.abc import Iterator
 from typing import IO, Any
 
-from .errors import UsageError
+from .errors import UsageError as UsageError      # re-exported: what a refusal is (callers catch safeio.UsageError)
 from .errors import printable_text as printable_text      # re-exported: text a stranger shaped, shown
 
 DEFAULT_CAP = 64 << 20          # run files krig reads whole (manifest, verdict, samples, logs)

@@ -18,6 +18,7 @@ import pathlib
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 from krig import safeio
@@ -38,6 +39,7 @@ class IpmiRig(Rig):
     spec: ServerSpec[Any]       # the checked rig file: an IpmiSpec, a RedfishSpec for the Redfish driver
     takes_path = True       # rigs.load_rig passes the rig file's path for messages
     # the rig file's checks, the BMC and the server: the Redfish driver's own (rigs/redfish/rig.py)
+    validate: Callable[[str, dict, str | None], tuple[ServerSpec[Any], str]]
     validate, bmc_class, server_class = staticmethod(validate_spec), Bmc, IpmiServer
 
     def __init__(self, name: str, spec: dict, path=None):

@@ -302,6 +302,7 @@ def password_of(bmc: Login, where: str) -> str:
             raise UsageError(f"{where}.password_env: environment variable {var} is not set or empty")
         return value
     field = f"{where}.password_file"
+    assert bmc.password_file is not None, "validate_spec: a [bmc] sets password_env or password_file"
     lines = read_secret_lines(bmc.password_file, field)
     bound = _bound_to(lines[1:], f"{field}: {bmc.password_file}")
     here = f"{url_host(bmc.host)}:{bmc.port}"
