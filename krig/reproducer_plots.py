@@ -44,13 +44,17 @@ field, like the rest of repro.toml.
     column = "nr_negative"             # steepest_rise: samples column
     seconds = 4.0                      # steepest_rise: width of the window
 """
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from .errors import UsageError
 from .schema import ANY, OMIT, Field, a_table, check, check_rows, missing
 
-if TYPE_CHECKING:
-    from .reproducer import Threshold
+
+class OnMetric(Protocol):
+    """What a plot line reads of a reproducer's threshold (krig/reproducer.py Threshold): its metric."""
+    metric: str
+
 
 PLOTS_DOC = __doc__
 TRANSFORMS = ("value", "rate", "-rate", "pct_ram")
@@ -106,7 +110,7 @@ SESSION = (
 )
 
 
-def parse_plots(data: dict[str, Any], w: str, events: list[str], metrics: dict[str, Any], thresholds: "list[Threshold]",
+def parse_plots(data: dict[str, Any], w: str, events: list[str], metrics: dict[str, Any], thresholds: Sequence[OnMetric],
                 params: dict[str, Any]) -> list[dict[str, Any]]:
     """repro.toml's [[plots]] (PLOT), each series and line checked against what the reproducer
     traces and declares."""
@@ -155,7 +159,7 @@ def _series(s: dict[str, Any], where: str, events: list[str], metrics: dict[str,
     return out
 
 
-def _line(t: dict[str, Any], where: str, metrics: dict[str, Any], thresholds: "list[Threshold]",
+def _line(t: dict[str, Any], where: str, metrics: dict[str, Any], thresholds: Sequence[OnMetric],
           params: dict[str, Any]) -> dict[str, Any]:
     """A checked [[plots.lines]]: a threshold's limit or a metric's value, times parameters or a metric."""
     if ("threshold" in t) == ("metric" in t):
