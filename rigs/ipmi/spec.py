@@ -171,8 +171,6 @@ TOP = (
 )
 
 
-
-
 class Login(Record):
     """The fields login() declares, first in a BMC's table (IPMI or Redfish)."""
     host: str
