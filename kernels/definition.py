@@ -10,7 +10,7 @@ import pathlib
 from krig import KERNEL_DIR
 from krig.config import load_toml
 from krig.errors import UsageError
-from krig.schema import OMIT, Field, check, missing, optional, record, reject_unknown
+from krig.schema import OMIT, Field, Record, check, missing, optional, reject_unknown
 
 DEFAULT_TARBALL = "/usr/src/linux-source-6.1.tar.xz"
 DEFAULT_BASE_CONFIG = ["x86_64_defconfig", "kvm_guest.config"]
@@ -38,7 +38,22 @@ KERNEL_FIELDS = (
     Field("cmdline", list, [], each=str, says=_STRINGS),
 )
 FIELDS = {f.key for f in KERNEL_FIELDS}
-KernelDefinition = record("KernelDefinition", KERNEL_FIELDS)       # checked (`checked`); an omitted field is None
+
+
+class KernelDefinition(Record, fields=KERNEL_FIELDS):      # checked (`checked`); an omitted field is None
+    source: str
+    description: str
+    extends: str | None
+    tarball: str | None
+    tree: str | None
+    ref: str
+    base_config: tuple[str, ...]
+    fragments: tuple[str, ...]
+    reproducers: str | tuple[str, ...]
+    patches: str | tuple[str, ...]
+    localversion: str | None
+    cmdline: tuple[str, ...]
+
 
 # Debian's packaged kernel, kernels/distro.toml: no source, or source = "distro".
 DISTRO_FIELDS = (
@@ -47,7 +62,14 @@ DISTRO_FIELDS = (
     Field("description", str, ""),
     Field("cmdline", list, [], each=str, says=_STRINGS),
 )
-DistroDefinition = record("DistroDefinition", DISTRO_FIELDS)
+
+
+class DistroDefinition(Record, fields=DISTRO_FIELDS):
+    source: str
+    release: str | None
+    description: str
+    cmdline: tuple[str, ...]
+
 
 # Directories of kernel tomls a workflow wrote for itself outside the checkout (krig bisect's,
 # in its results directory: workflows/bisect.py), searched after kernels/ while it runs.

@@ -4,9 +4,16 @@ made here (summary.txt's "reproduce", a bundle's run-args, bisect's steps), and 
 here (`krig reproduce`), so the same run always reads as the same command.
 """
 import dataclasses
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from . import DEFAULT_KERNEL, DEFAULT_RIG
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .record import Manifest
+    from .reproducer import Reproducer
 
 OPTIONS = ("--rig", "--kernel", "--preset", "--set", "--sysctl", "--cmdline")
 _REPEATED = ("--set", "--sysctl", "--cmdline")
@@ -16,10 +23,10 @@ _REPEATED = ("--set", "--sysctl", "--cmdline")
 class AskedRun:
     reproducer: str
     rig: str = DEFAULT_RIG
-    kernel: str = DEFAULT_KERNEL
+    kernel: str | None = DEFAULT_KERNEL      # None: a bundle's run-args that name none (krig reproduce picks)
     preset: str | None = None
-    sets: tuple = ()             # "KEY=VALUE", in the order given
-    knobs: tuple = ()            # ("--sysctl", "NAME=VALUE", "--cmdline", "ARG", ...): krig/knobs.py Knobs.args()
+    sets: tuple[str, ...] = ()             # "KEY=VALUE", in the order given
+    knobs: tuple[str, ...] = ()            # ("--sysctl", "NAME=VALUE", "--cmdline", "ARG", ...): krig/knobs.py Knobs.args()
 
     def settings(self) -> list[str]:
         """--preset and the --set overrides, as every command that makes this run takes them."""
@@ -30,13 +37,15 @@ class AskedRun:
 
     def args(self, rig: bool = True) -> list[str]:
         """The arguments after `krig run` (without --rig for a bundle: its user picks the rig)."""
-        return [self.reproducer] + (["--rig", self.rig] if rig else []) + ["--kernel", self.kernel] + self.settings()
+        kernel = ["--kernel", self.kernel] if self.kernel is not None else []
+        return [self.reproducer] + (["--rig", self.rig] if rig else []) + kernel + self.settings()
 
-    def validate_argv(self, series, repeat: int | None = None, program: str = "krig", sides=()) -> list[str]:
+    def validate_argv(self, series: str | os.PathLike[str] | None, repeat: int | None = None, program: str = "krig",
+                      sides: Sequence[str] = ()) -> list[str]:
         """`krig validate` of a series against this run's kernel as the base (the reply's command):
         --repeat when not the default (None), --rig when not the default rig; sides: the options of
         one side's knobs (--series-sysctl ...); no series: a knob-only A/B."""
-        out = [program, "validate", self.reproducer, "--base", self.kernel]
+        out = [program, "validate", self.reproducer, *(["--base", self.kernel] if self.kernel is not None else [])]
         out += ["--series", str(series)] if series else []
         out += ["--repeat", str(repeat)] if repeat is not None else []
         out += ["--rig", self.rig] if self.rig != DEFAULT_RIG else []
@@ -47,12 +56,14 @@ class AskedRun:
         return [program, "run", *self.args()]
 
     @classmethod
-    def from_args(cls, args: list, where: str, allowed: tuple = OPTIONS, **given) -> "AskedRun":
+    def from_args(cls, args: list[str], where: str, allowed: tuple[str, ...] = OPTIONS,
+                  kernel: str | None = DEFAULT_KERNEL) -> "AskedRun":
         """The arguments after `krig run` (or a bundle's run-args, with allowed options only) back
-        into a value; anything else is refused in one line naming `where`."""
+        into a value (`kernel` when they give no --kernel); anything else is refused in one line
+        naming `where`."""
         if not args or not args[0] or args[0].startswith("-"):
             raise UsageError(f"{where}: the reproducer's name must come first (got {args[0] if args else '(empty)'!r})")
-        out = {"reproducer": args[0], **given}
+        out: dict[str, str] = {}           # --rig, --kernel, --preset
         sets, knobs = [], []
         i = 1
         while i < len(args):
@@ -67,10 +78,11 @@ class AskedRun:
             else:
                 out[opt[2:]] = args[i + 1]
             i += 2
-        return cls(**out, sets=tuple(sets), knobs=tuple(knobs))
+        return cls(args[0], out.get("rig", DEFAULT_RIG), out.get("kernel", kernel), out.get("preset"), tuple(sets),
+                   tuple(knobs))
 
     @classmethod
-    def from_manifest(cls, manifest, repro) -> "AskedRun":
+    def from_manifest(cls, manifest: "Manifest", repro: "Reproducer") -> "AskedRun":
         """The run a manifest (krig.record.Manifest) records: its rig, its kernel argument (or
         name), its preset, and as --set every parameter the preset (or the default) does not give."""
         preset = manifest.preset

@@ -11,6 +11,7 @@ import pathlib
 import re
 import stat
 import tomllib
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from .errors import UsageError
@@ -22,7 +23,7 @@ _SIZE_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 TOML_CAP = 4 << 20          # no krig TOML file comes near it; a larger one is not one of them
 
 
-def load_toml(path: pathlib.Path, what: str = "") -> dict:
+def load_toml(path: pathlib.Path, what: str = "") -> dict[str, Any]:
     """A TOML file as a dict; anything else (missing, a directory, unreadable, not UTF-8, binary,
     malformed) is one UsageError line naming the file (after `what`, the option that named it)."""
     where = f"{what} {path}" if what else str(path)
@@ -48,14 +49,14 @@ def load_toml(path: pathlib.Path, what: str = "") -> dict:
         raise UsageError(f"{where}: malformed TOML: {e}") from None
 
 
-def read_secret_file(path, field: str) -> str:
+def read_secret_file(path: str | pathlib.Path, field: str) -> str:
     """A secret (a password, a token) from the first line of a file only its owner can
     read (mode 0600 or stricter, owned by the user running krig). Errors name the field
     and the file, never what is in it."""
     return read_secret_lines(path, field)[0]
 
 
-def read_secret_lines(path, field: str) -> list[str]:
+def read_secret_lines(path: str | pathlib.Path, field: str) -> list[str]:
     """The lines of a secret file (read_secret_file), the secret first; at most 64 KiB read."""
     p = pathlib.Path(path)
     try:
@@ -79,7 +80,7 @@ def read_secret_lines(path, field: str) -> list[str]:
     return lines
 
 
-def parse_size(value, field: str) -> int:
+def parse_size(value: Any, field: str) -> int:
     """'16G', '512m', '2038MiB', 4096 -> bytes (binary units)."""
     if isinstance(value, bool):
         raise UsageError(f"{field}: expected a size like 512M, 16G or 1T, got {value!r}")
@@ -101,7 +102,7 @@ def parse_size(value, field: str) -> int:
 PARAM_TYPES = ("int", "float", "str", "bool", "size")
 
 
-def coerce(value, ptype: str, field: str, choices=None):
+def coerce(value: Any, ptype: str, field: str, choices: Collection[Any] | None = None) -> Any:
     """Convert a TOML value or a --set string to the parameter's type. A number is written
     with ASCII digits: Python would read a full-width or Arabic-Indic digit as one."""
     if ptype in ("int", "float", "size") and isinstance(value, str) and not value.isascii():
@@ -144,7 +145,7 @@ def coerce(value, ptype: str, field: str, choices=None):
     return v
 
 
-def toml_document(top: dict, **tables: dict) -> str:
+def toml_document(top: dict[str, Any], **tables: dict[str, Any]) -> str:
     """A TOML file: top's keys (a dict among them becomes a table after the others), then each
     table of `tables` in order; None values are left out."""
     top = dict(top)
@@ -155,7 +156,7 @@ def toml_document(top: dict, **tables: dict) -> str:
     return text
 
 
-def toml_value(v) -> str:
+def toml_value(v: Any) -> str:
     """A value as TOML (strings, numbers, booleans, lists, inline tables)."""
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -170,7 +171,7 @@ def toml_value(v) -> str:
     raise TypeError(f"no TOML form for {v!r}")
 
 
-def parse_set(items) -> dict:
+def parse_set(items: Iterable[str] | None) -> dict[str, str]:
     """['key=value', ...] -> {key: 'value'}; the reproducer coerces types."""
     out = {}
     for item in items or []:

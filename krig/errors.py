@@ -4,6 +4,9 @@ import importlib
 import signal
 import sys
 import traceback
+import types
+from collections.abc import Callable
+from typing import cast
 
 
 class KrigError(Exception):
@@ -47,7 +50,7 @@ def os_fault(e: OSError) -> str:
     return f"{e.strerror or e}{f' [{name}]' if name else ''}{where}"
 
 
-def printable_text(text) -> str:
+def printable_text(text: object) -> str:
     """Text a stranger shaped that may run over lines (a server's stderr, a console line, a
     reason holding them) for a terminal, a mail or a report: newlines and tabs kept, every other
     control character (ESC, CSI, a carriage return, DEL) as \\xNN, so no escape sequence reaches
@@ -55,11 +58,11 @@ def printable_text(text) -> str:
     return "".join(c if c.isprintable() or c in "\n\t" else f"\\x{ord(c) & 0xff:02x}" for c in str(text))
 
 
-def _sigterm(signum, frame):
+def _sigterm(signum: int, frame: types.FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def guarded(fn, error_code: int | None = None) -> int:
+def guarded(fn: Callable[[], int], error_code: int | None = None) -> int:
     """Run a command-line entry point: SIGTERM acts as Ctrl-C (exit 130), a
     KrigError is one line on stderr and its exit code (or error_code).
 
@@ -85,11 +88,11 @@ def guarded(fn, error_code: int | None = None) -> int:
         return KrigError.exit_code if error_code is None else error_code
 
 
-def handler(name: str):
+def handler(name: str) -> Callable[..., int]:
     """The function a parser names as "package.module:function", imported now.
 
     Parsers name each subcommand's handler this way (set_defaults(handler=...)), so that
     building `krig`'s parser imports no workflow: `krig b4-check` loads b4check and what it
     imports, not the runner, the build or the plotting library."""
     module, _, func = name.partition(":")
-    return getattr(importlib.import_module(module), func)
+    return cast("Callable[..., int]", getattr(importlib.import_module(module), func))

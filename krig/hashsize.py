@@ -60,7 +60,7 @@ def table_bytes(ram: int) -> int:
     return (dentry_entries(ram) + inode_entries(ram)) * BUCKET_BYTES
 
 
-def like(guest_ram: int, like_ram: int) -> dict:
+def like(guest_ram: int, like_ram: int) -> dict[str, int]:
     """dhash_entries/ihash_entries giving a guest of guest_ram bytes the buckets per GB of a
     machine of like_ram bytes: that machine's count scaled to the guest's RAM, to the nearest
     power of two (the kernel rounds any count up to one)."""

@@ -14,8 +14,13 @@ naming the flag that would turn it on (never a value).
 """
 import dataclasses
 import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    import argparse
 
 SYSCTL_NAME = re.compile(r"^[a-z0-9_][a-z0-9_.\-/]*$")
 SYSCTL_VALUE = re.compile(r"^[A-Za-z0-9_.,:+=/@%-][A-Za-z0-9 _.,:+=/@%-]*$")
@@ -31,13 +36,13 @@ SIDES = ("base", "series")
 
 @dataclasses.dataclass(frozen=True)
 class Knobs:
-    sysctl: tuple = ()          # ((name, value), ...) in the order given
-    cmdline: tuple = ()         # ("arg", ...)
+    sysctl: tuple[tuple[str, str], ...] = ()          # ((name, value), ...) in the order given
+    cmdline: tuple[str, ...] = ()         # ("arg", ...)
 
     def __bool__(self) -> bool:
         return bool(self.sysctl or self.cmdline)
 
-    def args(self, prefix: str = "") -> list:
+    def args(self, prefix: str = "") -> list[str]:
         """The options that ask for these knobs again (`--sysctl N=V ... --cmdline A ...`)."""
         out = []
         for n, v in self.sysctl:
@@ -46,23 +51,23 @@ class Knobs:
             out += [f"--{prefix}cmdline", a]
         return out
 
-    def words(self) -> list:
+    def words(self) -> list[str]:
         """Each knob as one word, `name=value` for a sysctl, the argument for a boot parameter."""
         return [f"sysctl {n}={v}" for n, v in self.sysctl] + [f"cmdline {a}" for a in self.cmdline]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"sysctl": [f"{n}={v}" for n, v in self.sysctl], "cmdline": list(self.cmdline)}
 
     def __add__(self, other: "Knobs") -> "Knobs":
         return Knobs(self.sysctl + other.sysctl, self.cmdline + other.cmdline)
 
     @classmethod
-    def of_record(cls, data, where: str = "knobs") -> "Knobs":
+    def of_record(cls, data: object, where: str = "knobs") -> "Knobs":
         data = data if isinstance(data, dict) else {}
         return parse(data.get("sysctl") or [], data.get("cmdline") or [], where, where)
 
 
-def check_sysctl(text: str, option: str = "--sysctl") -> tuple:
+def check_sysctl(text: str, option: str = "--sysctl") -> tuple[str, str]:
     """'NAME=VALUE' -> (name, value), or one line naming the option and what is allowed."""
     text = str(text)
     name, eq, value = text.partition("=")
@@ -95,7 +100,7 @@ def check_cmdline(text: str, option: str = "--cmdline") -> str:
     return text
 
 
-def parse(sysctls, cmdlines, sysctl_option: str = "--sysctl", cmdline_option: str = "--cmdline") -> Knobs:
+def parse(sysctls: Iterable[str] | None, cmdlines: Iterable[str] | None, sysctl_option: str = "--sysctl", cmdline_option: str = "--cmdline") -> Knobs:
     """The options' texts -> Knobs; a sysctl given twice is refused (which value would win?)."""
     pairs = tuple(check_sysctl(s, sysctl_option) for s in sysctls or ())
     names = [n for n, _ in pairs]
@@ -105,7 +110,7 @@ def parse(sysctls, cmdlines, sysctl_option: str = "--sysctl", cmdline_option: st
     return Knobs(pairs, tuple(check_cmdline(c, cmdline_option) for c in cmdlines or ()))
 
 
-def sides(args) -> dict:
+def sides(args: "argparse.Namespace") -> dict[str, Knobs]:
     """A validation's knobs a side ({"base": Knobs, "series": Knobs}): --sysctl/--cmdline on both,
     --base-sysctl/--base-cmdline and --series-sysctl/--series-cmdline on one."""
     both = parse(getattr(args, "sysctl", None), getattr(args, "cmdline", None))
@@ -143,7 +148,7 @@ done
 """
 
 
-def apply_argv(knobs: Knobs) -> list:
+def apply_argv(knobs: Knobs) -> list[str]:
     """The command that writes the knobs' sysctls on the machine and reads them back."""
     argv = ["bash", "-c", SYSCTL_SCRIPT, "krig-sysctl"]
     for n, v in knobs.sysctl:
@@ -155,7 +160,7 @@ WHY = {"unknown": "no such sysctl on this kernel (/proc/sys/{path})",
        "read-only": "read-only on this kernel", "refused": "the kernel refused the value {value!r}: {why}"}
 
 
-def applied(knobs: Knobs, out: str | None, cmdline: str | None) -> tuple[dict, str | None]:
+def applied(knobs: Knobs, out: str | None, cmdline: str | None) -> tuple[dict[str, Any], str | None]:
     """The machine's answer to apply_argv and its /proc/cmdline -> (the manifest's record of each
     knob as set and as read back, the first fault naming its knob or None). out None: not asked
     yet (the record as the run starts)."""
@@ -164,7 +169,7 @@ def applied(knobs: Knobs, out: str | None, cmdline: str | None) -> tuple[dict, s
         f = ln.split("\t")
         if len(f) >= 2 and f[0] in ("set", *WHY):
             said[f[1]] = f
-    rec: dict[str, list[dict]] = {"sysctl": [], "cmdline": []}
+    rec: dict[str, list[dict[str, Any]]] = {"sysctl": [], "cmdline": []}
     fault: str | None = None
     words = (cmdline or "").split()
     for n, v in knobs.sysctl:
@@ -182,7 +187,7 @@ def applied(knobs: Knobs, out: str | None, cmdline: str | None) -> tuple[dict, s
     return rec, fault
 
 
-def summary(record: dict | None) -> list:
+def summary(record: dict[str, Any] | None) -> list[str]:
     """The manifest's knobs record as lines `sysctl NAME=VALUE (read back VALUE)` / `cmdline ARG`."""
     out = []
     for s in (record or {}).get("sysctl") or []:
@@ -200,7 +205,7 @@ _SETUP = re.compile(r'^\+\s*(__setup|early_param)\s*\(\s*"([A-Za-z0-9_.-]+=?)"')
 _DIR_PREFIX = {"fs": "fs", "mm": "vm", "kernel": "kernel", "net": "net"}
 
 
-def series_knobs(patch_texts) -> list:
+def series_knobs(patch_texts: Iterable[str]) -> list[str]:
     """The sysctls (a new .procname) and boot parameters (a new __setup/early_param) a series adds,
     each as one line naming the flag that would turn it on; VALUE is left for the user to choose."""
     out = []
@@ -229,7 +234,7 @@ def series_knobs(patch_texts) -> list:
     return list(dict.fromkeys(out))
 
 
-def from_args(words, where: str) -> Knobs:
+def from_args(words: Iterable[str], where: str) -> Knobs:
     """AskedRun.knobs' flat options (`--sysctl N=V`, `--cmdline A`, as a bundle's run-args or a
     bisection's step carry them) back into Knobs, checked again (bad ones name `where`)."""
     words = list(words)

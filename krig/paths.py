@@ -3,17 +3,19 @@ import os
 import pathlib
 import re
 import shutil
+from collections.abc import Iterable
+from typing import Any
 
 
 SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 
 
-def dies_with_parent(argv: list) -> list:
+def dies_with_parent(argv: Iterable[object]) -> list[str]:
     """argv prefixed so the process gets SIGKILL when krig (the starting thread) dies."""
     return [SETPRIV, "--pdeathsig", "KILL", "--", *[str(a) for a in argv]]
 
 
-def cache_dir(*parts) -> pathlib.Path:
+def cache_dir(*parts: str | os.PathLike[str]) -> pathlib.Path:
     base = os.environ.get("KRIG_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "krig")
     p = pathlib.Path(base, *parts)
@@ -32,21 +34,21 @@ def _start_ticks(pid: int) -> str | None:
     return None if fields[0] in ("Z", "X") else fields[19]
 
 
-def process_record(pid: int) -> dict | None:
+def process_record(pid: int) -> dict[str, Any] | None:
     """Process pid as owner_alive() knows it again (pid + start time, so a reused pid is not it),
     None if there is no such process."""
     start = _start_ticks(pid) if pid > 0 else None
     return None if start is None else {"pid": pid, "start": start, "host": os.uname().nodename}
 
 
-def owner_record() -> dict:
+def owner_record() -> dict[str, Any]:
     """Who owns a run or a work directory: this process."""
     me = process_record(os.getpid())
     assert me is not None, "this process has no /proc entry"
     return me
 
 
-def owner_alive(rec: dict | None) -> bool:
+def owner_alive(rec: dict[str, Any] | None) -> bool:
     """Is the process an owner_record() describes still running? Another host's owner counts as alive."""
     if not rec or "pid" not in rec:
         return False
@@ -60,7 +62,7 @@ _HEX16, _HEX32 = re.compile(r"^[0-9a-f]{16}$"), re.compile(r"^kernel-[0-9a-f]{32
 _RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
-def kernel_file(path, what: str) -> pathlib.Path | None:
+def kernel_file(path: object, what: str) -> pathlib.Path | None:
     """path, resolved, if it is the `what` (image, config or modules) of a kernel krig itself keeps,
     else None. A path a run's manifest names is data from whoever made the run directory; a bundle
     reads a host file through it only when this says so, and never an arbitrary file of the cache

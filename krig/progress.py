@@ -19,6 +19,8 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 from krig.safeio import printable_text
 
@@ -29,7 +31,7 @@ INTERVAL_ENV = "KRIG_PROGRESS_INTERVAL"
 
 _lock = threading.Lock()
 _stack: list[waiting] = []        # the waits under way, outermost first
-_logs: list = []                    # text files every line is appended to
+_logs: list[IO[str]] = []                    # text files every line is appended to
 
 
 def quiet() -> bool:
@@ -61,7 +63,7 @@ def say(line: str) -> None:
 
 
 @contextlib.contextmanager
-def run_log(f):
+def run_log(f: IO[str]) -> Iterator[IO[str]]:
     """Every progress line also goes to the open text file f while the block lasts."""
     with _lock:
         _logs.append(f)
@@ -82,8 +84,8 @@ class waiting:
     limit: the most the wait may take (said as "at most"), or None; every: the interval (default
     interval()); clock: the monotonic clock; out: where lines go (default say)."""
 
-    def __init__(self, what: str, limit: float | None = None, every: float | None = None, clock=time.monotonic,
-                 out=None):
+    def __init__(self, what: str, limit: float | None = None, every: float | None = None,
+                 clock: Callable[[], float] = time.monotonic, out: Callable[[str], None] | None = None):
         self.what, self.limit, self.clock = what, limit, clock
         self.every = interval() if every is None else every
         self.out = out or say
@@ -106,7 +108,7 @@ class waiting:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         with _lock:
             if self in _stack:

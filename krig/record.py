@@ -26,10 +26,12 @@ back as it was, so a run directory made by any krig reads and re-judges the same
 (tests/krig/test_old_rundir.py keeps one as a fixture).
 """
 import dataclasses
+import os
+from typing import Any
 
 from .record_machine import KernelRecord, Machine, RigRecord
-from .tally import Tally
-from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, RunDir
+from .tally import Tally as Tally      # re-exported: a Verdict's thresholds
+from .rundir import MANIFEST, METRICS, THRESHOLDS, VERDICT, Run, RunDir
 
 # Facts the run adds as it goes: absent from manifest.json until known (a reader asks "did the
 # machine answer?" as "is there a machine").
@@ -41,9 +43,9 @@ _WHEN_KNOWN = ("machine", "host", "workload", "rig_fault", "rig_facts", "host_fa
 class Manifest:
     reproducer: str | None = None
     preset: str | None = None
-    params: dict = dataclasses.field(default_factory=dict)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
     kernel: KernelRecord = dataclasses.field(default_factory=KernelRecord)  # kernels.kernel.Kernel.describe()
-    series: dict | None = None
+    series: dict[str, Any] | None = None
     rig: RigRecord = dataclasses.field(default_factory=RigRecord)           # the rig's describe()
     krig_revision: str | None = None
     started: str | None = None
@@ -53,22 +55,22 @@ class Manifest:
     outcome: str | None = None      # completed, hung, crashed, error, interrupted (the verdict rule's input)
     reason: str | None = None
     collect: bool = True
-    owner: dict | None = None
-    preflight: dict | None = None
-    host_cpu: dict | None = None
+    owner: dict[str, Any] | None = None
+    preflight: dict[str, Any] | None = None
+    host_cpu: dict[str, Any] | None = None
     machine: Machine | None = None  # what the machine said of itself once it answered
-    host: dict | None = None        # the host sampler's CPUs and interval
-    workload: dict | None = None    # argv, exit code, seconds
+    host: dict[str, Any] | None = None        # the host sampler's CPUs and interval
+    workload: dict[str, Any] | None = None    # argv, exit code, seconds
     rig_fault: str | None = None
-    rig_facts: dict | None = None
+    rig_facts: dict[str, Any] | None = None
     host_fault: str | None = None
     power_off_error: str | None = None
     pull_error: str | None = None
     host_load: str | None = None
-    knobs: dict | None = None       # --sysctl/--cmdline, each as set and as read back (krig/knobs.py applied)
-    extra: dict = dataclasses.field(default_factory=dict)
+    knobs: dict[str, Any] | None = None       # --sysctl/--cmdline, each as set and as read back (krig/knobs.py applied)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         """The nested records typed, whether given as manifest.json's objects or as records."""
         if not isinstance(self.kernel, KernelRecord):
             self.kernel = KernelRecord.from_json(self.kernel)
@@ -78,12 +80,12 @@ class Manifest:
             self.machine = Machine.from_json(self.machine)
 
     @classmethod
-    def from_json(cls, data: dict) -> "Manifest":
+    def from_json(cls, data: dict[str, Any]) -> "Manifest":
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: v for k, v in data.items() if k in names}
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -92,7 +94,7 @@ class Manifest:
             out[f.name] = value.to_json() if isinstance(value, (KernelRecord, RigRecord, Machine)) else value
         return {**out, **self.extra}
 
-    def write(self, run_dir) -> None:
+    def write(self, run_dir: str | os.PathLike[str]) -> None:
         RunDir(run_dir).write_json(MANIFEST, self.to_json())
 
     @property
@@ -133,9 +135,9 @@ class ThresholdOutcome:
     host_sensitive: bool = False
 
 
-def tally_of_json(data: dict) -> Tally:
+def tally_of_json(data: dict[str, Any]) -> Tally:
     """verdict.json's "thresholds" as a Tally (a key an older krig did not write is 0 or empty)."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     for f in dataclasses.fields(Tally):
         v = data.get(f.name, f.default)
         out[f.name] = tuple(str(x) for x in v or ()) if isinstance(f.default, tuple) else int(v or 0)
@@ -150,27 +152,27 @@ class Verdict:
     reproducer: str | None = None
     run_dir: str | None = None
     complete: bool = False
-    console: dict = dataclasses.field(default_factory=dict)
-    oom_kill: list | None = None
-    warnings: list | None = None
+    console: dict[str, Any] = dataclasses.field(default_factory=dict)
+    oom_kill: list[str] | None = None
+    warnings: list[str] | None = None
     thresholds: Tally | None = None  # the judge's tally; None when not judged
-    notes: list | None = None
-    crash_context: list | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
+    notes: list[str] | None = None
+    crash_context: list[str] | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     _ORDER = ("reproducer", "run_dir", "complete", "console", "oom_kill", "warnings", "thresholds", "notes",
               "verdict", "reason", "cause", "crash_context")
     _ALWAYS = ("reproducer", "run_dir", "complete", "console", "verdict", "reason", "cause")
 
     @classmethod
-    def from_json(cls, data: dict) -> "Verdict":
+    def from_json(cls, data: dict[str, Any]) -> "Verdict":
         names = set(cls._ORDER)
         known = {k: v for k, v in data.items() if k in names}
         if isinstance(known.get("thresholds"), dict):
             known["thresholds"] = tally_of_json(known["thresholds"])
         return cls(**known, extra={k: v for k, v in data.items() if k not in names})
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self._ORDER if k in self._ALWAYS or getattr(self, k) is not None}
         if self.thresholds is not None:
             out["thresholds"] = self.thresholds.to_json()
@@ -188,12 +190,12 @@ class MetricEntry:
     better: str = "info"            # higher, lower, info
     description: str = ""
     min_change_pct: float | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     _KNOWN = ("value", "better", "min_change_pct", "unit", "description")
 
     @classmethod
-    def from_json(cls, data) -> "MetricEntry":
+    def from_json(cls, data: object) -> "MetricEntry":
         """An entry as written; anything but a JSON object is an entry without a value."""
         if not isinstance(data, dict):
             return cls(None)
@@ -203,33 +205,33 @@ class MetricEntry:
                    description=str(data.get("description") or ""), min_change_pct=data.get("min_change_pct"),
                    extra={k: v for k, v in data.items() if k not in cls._KNOWN})
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {"value": self.value, "better": self.better}
         if self.min_change_pct is not None:
             out["min_change_pct"] = self.min_change_pct
         return {**out, "unit": self.unit, "description": self.description, **self.extra}
 
 
-def read_verdict(run) -> Verdict | None:
+def read_verdict(run: Run) -> Verdict | None:
     """verdict.json of a run directory (a path or its RunDir); None when the run was never judged."""
     v = RunDir.of(run).json(VERDICT, {})
     return Verdict.from_json(v) if v else None
 
 
-def write_verdict(run, verdict: Verdict) -> None:
+def write_verdict(run: Run, verdict: Verdict) -> None:
     RunDir.of(run).write_json(VERDICT, verdict.to_json())
 
 
-def read_metrics(run) -> dict[str, MetricEntry]:
+def read_metrics(run: Run) -> dict[str, MetricEntry]:
     """metrics.json of a run directory: {name: MetricEntry}; {} when the run has none."""
     return {str(k): MetricEntry.from_json(m) for k, m in RunDir.of(run).json(METRICS, {}).items()}
 
 
-def write_metrics(run, entries: dict[str, MetricEntry]) -> None:
+def write_metrics(run: Run, entries: dict[str, MetricEntry]) -> None:
     RunDir.of(run).write_json(METRICS, {k: e.to_json() for k, e in entries.items()})
 
 
-def read_thresholds(run) -> dict[str, ThresholdOutcome]:
+def read_thresholds(run: Run) -> dict[str, ThresholdOutcome]:
     """threshold id -> the judge's outcome (thresholds.json); {} when the run was not judged."""
     rows = RunDir.of(run).json(THRESHOLDS, [])
     return {r["threshold"]: ThresholdOutcome(r["threshold"], str(r.get("outcome")), str(r.get("message") or ""),
@@ -237,7 +239,7 @@ def read_thresholds(run) -> dict[str, ThresholdOutcome]:
             for r in rows if isinstance(r, dict) and isinstance(r.get("threshold"), str)}
 
 
-def write_thresholds(run, outcomes: list[ThresholdOutcome]) -> None:
+def write_thresholds(run: Run, outcomes: list[ThresholdOutcome]) -> None:
     RunDir.of(run).write_json(THRESHOLDS, [dataclasses.asdict(o) for o in outcomes])
 
 
@@ -250,7 +252,7 @@ class RunRecord:
         self.run, self.dir, self.manifest = run, run.dir, manifest
 
     @classmethod
-    def read(cls, run, required: bool = True) -> "RunRecord":
+    def read(cls, run: Run, required: bool = True) -> "RunRecord":
         """A run directory (a path or a RunDir); required=False reads a missing manifest.json as an
         empty one (a run directory krig had only begun)."""
         run = RunDir.of(run)
@@ -272,6 +274,6 @@ class RunRecord:
         return read_metrics(self.run)
 
     @property
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, Any]:
         """{name: value or None} of metrics.json."""
         return {k: e.value for k, e in read_metrics(self.run).items()}

@@ -8,6 +8,7 @@ oracle (`python -m workflows.bisect oracle STATE`) reads it. Written and read he
 (tests/project/test_layout_records.py); a key this krig does not know is kept as it was (`extra`)."""
 import dataclasses
 import pathlib
+from typing import Any
 
 from .errors import UsageError
 from .record_machine import KeepsExtra
@@ -18,14 +19,14 @@ from .results import BISECT_STATE, read_json, write_json
 class ZonesRecord(KeepsExtra):
     """A metric bisection's zones: the endpoints' values and the two edges cutting the gap in thirds."""
     metric: str | None = None
-    good: list = dataclasses.field(default_factory=list)
-    bad: list = dataclasses.field(default_factory=list)
+    good: list[float] = dataclasses.field(default_factory=list)
+    bad: list[float] = dataclasses.field(default_factory=list)
     good_low: bool = True           # GOOD's values are the lower ones
     good_edge: float | None = None
     bad_edge: float | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         return {**out, **self.extra}
 
@@ -40,21 +41,21 @@ class BisectionRecord(KeepsExtra):
     preset: str | None = None
     repeat: int = 1                     # runs a step makes at most (the strict majority answers)
     rig: str | None = None
-    sets: list = dataclasses.field(default_factory=list)    # --set NAME=VALUE, as given
-    knobs: list = dataclasses.field(default_factory=list)   # --sysctl N=V / --cmdline A options (krig/knobs.py)
+    sets: list[str] = dataclasses.field(default_factory=list)    # --set NAME=VALUE, as given
+    knobs: list[str] = dataclasses.field(default_factory=list)   # --sysctl N=V / --cmdline A options (krig/knobs.py)
     log: str | None = None              # bisect.log
     metric: str | None = None           # bisected on (mode metric), else the key metric logged
     mode: str = "verdict"               # verdict or metric
     zones: ZonesRecord | None = None    # mode metric, once GOOD and BAD are measured
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     REQUIRED = ("tree", "ref", "kernel", "repro", "rig", "repeat", "log")   # what no step can do without
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.zones is not None and not isinstance(self.zones, ZonesRecord):
             self.zones = ZonesRecord.from_json(self.zones)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "zones")
                and (f.name != "knobs" or self.knobs)}         # a bisection without knobs: no key
         return {**out, **({"zones": self.zones.to_json()} if self.zones is not None else {}), **self.extra}

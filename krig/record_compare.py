@@ -10,12 +10,13 @@ keeps it as its "comparison" (krig/record_validation.py). The judged runs' direc
 kept as it was (`extra`), at every level.
 """
 import dataclasses
+import pathlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .record_machine import KeepsExtra
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """A record, or a list of them, as its JSON value."""
     if isinstance(value, list):
         return [_plain(v) for v in value]
@@ -25,13 +26,13 @@ def _plain(value):
 class Nested(KeepsExtra):
     """A record whose fields named in NESTED (one record) and LISTS (a list of records) are typed
     whether given as JSON objects or as records, and written back in the fields' order."""
-    NESTED: dict = {}
-    LISTS: dict = {}
-    UNWRITTEN: tuple = ()
+    NESTED: ClassVar[dict[str, type[KeepsExtra]]] = {}
+    LISTS: ClassVar[dict[str, type[KeepsExtra]]] = {}
+    UNWRITTEN: ClassVar[tuple[str, ...]] = ()
     if TYPE_CHECKING:       # each subclass is a dataclass
         __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name, cls in self.NESTED.items():
             value = getattr(self, name)
             if not isinstance(value, cls):
@@ -39,7 +40,7 @@ class Nested(KeepsExtra):
         for name, cls in self.LISTS.items():
             setattr(self, name, [v if isinstance(v, cls) else cls.from_json(v) for v in getattr(self, name) or []])
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)
                if f.name != "extra" and f.name not in self.UNWRITTEN}
         return {**out, **self.extra}
@@ -52,7 +53,7 @@ class Spread(Nested):
     median: float | None = None
     min: float | None = None
     max: float | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -74,9 +75,9 @@ class MetricRow(Nested):
     significant: bool = False
     min_change_pct: float | None = None
     material: bool = False
-    values: dict = dataclasses.field(default_factory=dict)     # side -> [the judged runs' values]
+    values: dict[str, list[float]] = dataclasses.field(default_factory=dict)     # side -> [the judged runs' values]
     verdict: str = ""
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     NESTED = {"base": Spread, "new": Spread}
 
@@ -88,7 +89,7 @@ class ThresholdSide(Nested):
     judged: int = 0
     contended: int = 0                  # timing crossings on a contended host, not counted
     state: str = "-"                    # held, crossed, mixed, - (no run counted)
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -99,7 +100,7 @@ class ThresholdRow(Nested):
     base: ThresholdSide = dataclasses.field(default_factory=ThresholdSide)
     new: ThresholdSide = dataclasses.field(default_factory=ThresholdSide)
     flips: bool = False
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     NESTED = {"base": ThresholdSide, "new": ThresholdSide}
 
@@ -107,34 +108,34 @@ class ThresholdRow(Nested):
 @dataclasses.dataclass
 class Side(Nested):
     """One side of a comparison: its runs, their verdict counts, kernels, releases and rigs."""
-    runs: list = dataclasses.field(default_factory=list)            # run directories, as text
-    verdicts: dict = dataclasses.field(default_factory=dict)        # verdict -> runs
+    runs: list[str] = dataclasses.field(default_factory=list)            # run directories, as text
+    verdicts: dict[str, int] = dataclasses.field(default_factory=dict)        # verdict -> runs
     verdict_text: str = ""
     judged: int = 0
-    kernels: list = dataclasses.field(default_factory=list)
-    releases: list = dataclasses.field(default_factory=list)
-    rigs: list = dataclasses.field(default_factory=list)
+    kernels: list[str] = dataclasses.field(default_factory=list)
+    releases: list[str] = dataclasses.field(default_factory=list)
+    rigs: list[str] = dataclasses.field(default_factory=list)
     outcome: str | None = None          # the reproducer's own line about the side
-    projection: dict | None = None      # analysis/projection.py, of the side's median run
-    extra: dict = dataclasses.field(default_factory=dict)
+    projection: dict[str, Any] | None = None      # analysis/projection.py, of the side's median run
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class Comparison(Nested):
     reproducer: str | None = None
     preset: str | None = None
-    params: dict = dataclasses.field(default_factory=dict)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
     test: str = ""
     alpha: float | None = None
     min_n_per_side: int | None = None
     base: Side = dataclasses.field(default_factory=Side)
     new: Side = dataclasses.field(default_factory=Side)
-    warnings: list = dataclasses.field(default_factory=list)
-    differences: list = dataclasses.field(default_factory=list)    # 'fact: BASE x, NEW y'
-    metrics: list = dataclasses.field(default_factory=list)        # [MetricRow]
-    thresholds: list = dataclasses.field(default_factory=list)     # [ThresholdRow]
-    judged_runs: dict = dataclasses.field(default_factory=dict)    # side -> [judged run directories]; not written
-    extra: dict = dataclasses.field(default_factory=dict)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    differences: list[str] = dataclasses.field(default_factory=list)    # 'fact: BASE x, NEW y'
+    metrics: list[MetricRow] = dataclasses.field(default_factory=list)
+    thresholds: list[ThresholdRow] = dataclasses.field(default_factory=list)
+    judged_runs: dict[str, list[pathlib.Path]] = dataclasses.field(default_factory=dict)    # side -> [judged run directories]; not written
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     NESTED = {"base": Side, "new": Side}
     LISTS = {"metrics": MetricRow, "thresholds": ThresholdRow}

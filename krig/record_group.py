@@ -5,6 +5,7 @@ and per metric n, median, min and max over the judged runs. Written and read her
 (tests/project/test_layout_records.py); a key this krig does not know is kept as it was (`extra`)."""
 import dataclasses
 import pathlib
+from typing import Any
 
 from .record_machine import KeepsExtra
 from .results import GROUP_FILE, read_record, write_json
@@ -17,23 +18,23 @@ class GroupRecord(KeepsExtra):
     kernel: str | None = None           # as asked (--kernel's text)
     kernel_id: str | None = None
     preset: str | None = None
-    params: dict = dataclasses.field(default_factory=dict)
-    series: dict | None = None
-    knobs: dict | None = None           # --sysctl and --cmdline asked (krig/knobs.py Knobs.to_json); None: none
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    series: dict[str, Any] | None = None
+    knobs: dict[str, Any] | None = None           # --sysctl and --cmdline asked (krig/knobs.py Knobs.to_json); None: none
     created: str | None = None
     repeat: int = 1
-    runs: list = dataclasses.field(default_factory=list)        # [{dir, verdict, counted}]
+    runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)        # [{dir, verdict, counted}]
     counted: int = 0
-    verdicts: dict = dataclasses.field(default_factory=dict)    # verdict -> runs
-    metrics: dict = dataclasses.field(default_factory=dict)     # metric -> {n, median, min, max, unit, better}
+    verdicts: dict[str, int] = dataclasses.field(default_factory=dict)    # verdict -> runs
+    metrics: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)     # metric -> {n, median, min, max, unit, better}
     complete: bool = False
     updated: str | None = None
     kind: str = "krig-group"
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     ASKED = ("reproducer", "rig", "kernel", "kernel_id", "preset", "params", "knobs")     # what a resumed group must match
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         return {"kind": out.pop("kind"), **out, **self.extra}
 

@@ -15,6 +15,7 @@ Written and read here only (tests/project/test_layout_records.py); a key this kr
 was (`extra`)."""
 import dataclasses
 import pathlib
+from typing import Any
 
 from .errors import UsageError
 from .record_machine import KeepsExtra
@@ -25,13 +26,13 @@ from .results import QUALIFY_CASES, SUITE_FILE, read_json, write_json
 class CaseRecord(KeepsExtra):
     reproducer: str | None = None
     preset: str | None = None
-    set: dict = dataclasses.field(default_factory=dict)    # --set NAME: VALUE, as strings
+    set: dict[str, str] = dataclasses.field(default_factory=dict)    # --set NAME: VALUE, as strings
     kernel: str | None = None
     rig: str | None = None
     repeat: int = 1                     # which repeat of the same run (1, 2, ...)
     expect: str = "PASS"
     id: str | None = None
-    knobs: dict | None = None           # the run's sysctl and cmdline lists (krig/knobs.py); None: none
+    knobs: dict[str, Any] | None = None           # the run's sysctl and cmdline lists (krig/knobs.py); None: none
     started: str | None = None          # None: the case has not run
     verdict: str | None = None          # None: not run yet
     reason: str | None = None
@@ -39,12 +40,12 @@ class CaseRecord(KeepsExtra):
     ended: str | None = None
     seconds: float | None = None
     ok: bool = False                    # the verdict is the expected one
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     ASKED = ("reproducer", "preset", "set", "kernel", "rig", "repeat", "expect", "id")
     RAN = ("started", "verdict", "reason", "run_dir", "ended", "seconds", "ok")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """The case's object: what it asks, then what it gave once it ran (a case not run: its verdict None)."""
         ran = self.RAN if self.started is not None else ("verdict",)
         knobs = {"knobs": self.knobs} if self.knobs else {}
@@ -62,15 +63,15 @@ class SuiteRecord(KeepsExtra):
     written: str | None = None
     complete: bool = False              # every case finished
     all_as_expected: bool = False
-    rigs: list = dataclasses.field(default_factory=list)
-    signoff: list = dataclasses.field(default_factory=list)    # one line per rig
-    cases: list = dataclasses.field(default_factory=list)      # [CaseRecord], in the suite's order
-    extra: dict = dataclasses.field(default_factory=dict)
+    rigs: list[str] = dataclasses.field(default_factory=list)
+    signoff: list[str] = dataclasses.field(default_factory=list)    # one line per rig
+    cases: list[CaseRecord] = dataclasses.field(default_factory=list)      # in the suite's order (JSON objects made records)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.cases = [c if isinstance(c, CaseRecord) else CaseRecord.from_json(c) for c in self.cases]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("extra", "cases")}
         return {**out, "cases": [c.to_json() for c in self.cases], **self.extra}
 

@@ -9,6 +9,7 @@ does not know is kept as it was (`extra`), at every level.
 """
 import dataclasses
 import pathlib
+from typing import Any
 
 from .record_compare import Comparison
 from .record_machine import KeepsExtra, Machine, RigRecord
@@ -23,10 +24,10 @@ class SeriesProvenance(KeepsExtra):
     author: str | None = None
     base_commit: str | None = None      # its base-commit: line
     patchset_hash: str | None = None    # KCIDB's
-    cc: list = dataclasses.field(default_factory=list)
-    extra: dict = dataclasses.field(default_factory=dict)
+    cc: list[str] = dataclasses.field(default_factory=list)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         return {**out, **self.extra}
 
@@ -37,14 +38,14 @@ class SideKernel(KeepsExtra):
     run's manifest recorded them."""
     name: str | None = None
     release: str | None = None
-    git: dict | None = None             # repository, commit, branch: a kernel from a git tree
+    git: dict[str, Any] | None = None             # repository, commit, branch: a kernel from a git tree
     machine: Machine | None = None      # None: the machine never answered
     rig: RigRecord = dataclasses.field(default_factory=RigRecord)
-    rig_facts: dict | None = None
-    host_cpu: dict | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
+    rig_facts: dict[str, Any] | None = None
+    host_cpu: dict[str, Any] | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.machine is not None and not isinstance(self.machine, Machine):
             self.machine = Machine.from_json(self.machine)
         if not isinstance(self.rig, RigRecord):
@@ -55,7 +56,7 @@ class SideKernel(KeepsExtra):
         """What the machine said of itself; an empty Machine when it never answered."""
         return self.machine if self.machine is not None else Machine()
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "release": self.release, "git": self.git,
                 "machine": self.machine.to_json() if self.machine is not None else None,
                 "rig": self.rig.to_json(), "rig_facts": self.rig_facts, "host_cpu": self.host_cpu, **self.extra}
@@ -74,13 +75,13 @@ class ServerFacts(KeepsExtra):
     bmc_address: str | None = None
     server_model: str | None = None     # the four below: a Redfish BMC's (rigs/redfish/facts.py), as it says them
     memory_gib: float | None = None
-    processors: list | dict | None = None
-    firmware_versions: dict | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
+    processors: str | None = None       # "COUNT x MODEL"
+    firmware_versions: dict[str, Any] | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     REDFISH = ("server_model", "memory_gib", "processors", "firmware_versions")     # written when known
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name != "extra" and (f.name not in self.REDFISH or getattr(self, f.name) is not None)}
         return {**out, **self.extra}
@@ -94,34 +95,34 @@ class ValidationRecord(KeepsExtra):
     series: str | None = None           # a Message-ID, or the mbox's full path
     rig: str | None = None
     preset: str | None = None
-    params: dict = dataclasses.field(default_factory=dict)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
     repeat: int | None = None
-    knobs: dict | None = None           # {"base": [...], "series": [...]}: each side's knobs (krig/knobs.py words)
+    knobs: dict[str, Any] | None = None           # {"base": [...], "series": [...]}: each side's knobs (krig/knobs.py words)
     series_provenance: SeriesProvenance = dataclasses.field(default_factory=SeriesProvenance)
     reply_subject: str | None = None
-    patches: list = dataclasses.field(default_factory=list)        # the patches' subjects
+    patches: list[str] = dataclasses.field(default_factory=list)        # the patches' subjects
     krig_revision: str | None = None
     krig_version: str | None = None
     updated: str | None = None
     created: str | None = None
     answer: str | None = None           # None: not answered yet
     reason: str | None = None
-    judged_metrics: list = dataclasses.field(default_factory=list)
+    judged_metrics: list[str] = dataclasses.field(default_factory=list)
     finished: str | None = None
     base_kernel: SideKernel | None = None    # None: no run of the side could be read
     new_kernel: SideKernel | None = None
     server: ServerFacts | None = None   # None: the rig is no lab server (a QEMU guest)
-    differences: list = dataclasses.field(default_factory=list)
-    command: list = dataclasses.field(default_factory=list)        # the `krig validate` argv
+    differences: list[str] = dataclasses.field(default_factory=list)
+    command: list[str] = dataclasses.field(default_factory=list)        # the `krig validate` argv
     comparison: Comparison | None = None    # None: the validation stopped after the first runs
-    extra: dict = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     ASKED = ("reproducer", "base", "series", "rig", "preset", "params", "knobs")     # what a resumed validation must match
     # what the answer brings: absent from the file until the validation is answered
     WHEN_ANSWERED = ("answer", "reason", "judged_metrics", "finished", "base_kernel", "new_kernel", "server",
                      "differences", "command", "comparison")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         """The nested records typed, whether given as validate.json's objects or as records."""
         if not isinstance(self.series_provenance, SeriesProvenance):
             self.series_provenance = SeriesProvenance.from_json(self.series_provenance)
@@ -138,7 +139,7 @@ class ValidationRecord(KeepsExtra):
     def answered(self) -> bool:
         return self.answer is not None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)

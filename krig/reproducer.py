@@ -8,6 +8,8 @@ import dataclasses
 import importlib.util
 import pathlib
 import re
+import types
+from typing import Any
 
 from . import REPRO_DIR
 from .config import coerce, load_toml
@@ -50,39 +52,39 @@ class Reproducer:
     report: str
     fixed_by: str
     introduced_by: str
-    groups: list
-    requires: dict
-    params: dict          # name -> {type, default, help, choices}
-    presets: dict         # name -> {param: value}
-    trace_events: list
+    groups: list[str]
+    requires: dict[str, Any]
+    params: dict[str, Any]          # name -> {type, default, help, choices}
+    presets: dict[str, Any]         # name -> {param: value}
+    trace_events: list[str]
     trace_buffer_kb: int
-    metrics: dict         # name -> {unit, better, description, min_change_pct}
-    thresholds: list
-    plots: list = dataclasses.field(default_factory=list)   # [[plots]], see krig/reproducer_plots.py PLOTS_DOC
-    session: dict | None = None                              # where KernelShark opens
-    preset_requires: dict = dataclasses.field(default_factory=dict)   # preset -> requires overriding
-    preset_buffer_kb: dict = dataclasses.field(default_factory=dict)  # preset -> trace buffer_kb
+    metrics: dict[str, Any]         # name -> {unit, better, description, min_change_pct}
+    thresholds: list[Threshold]
+    plots: list[dict[str, Any]] = dataclasses.field(default_factory=list)   # [[plots]], see krig/reproducer_plots.py PLOTS_DOC
+    session: dict[str, Any] | None = None                              # where KernelShark opens
+    preset_requires: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)   # preset -> requires overriding
+    preset_buffer_kb: dict[str, int] = dataclasses.field(default_factory=dict)  # preset -> trace buffer_kb
     trace_mode: str = "ring"
-    preset_trace_mode: dict = dataclasses.field(default_factory=dict)  # preset -> trace mode
+    preset_trace_mode: dict[str, str] = dataclasses.field(default_factory=dict)  # preset -> trace mode
 
     @property
-    def timing_metrics(self) -> set:
+    def timing_metrics(self) -> set[str]:
         """The metrics of its timing (host_sensitive) thresholds: numbers a busy host moves."""
         return {t.metric for t in self.thresholds if t.host_sensitive}
 
-    def requires_for(self, preset: str | None) -> dict:
+    def requires_for(self, preset: str | None) -> dict[str, Any]:
         """The reproducer's requires, with the preset's own [presets.X.requires] on top."""
-        return {**self.requires, **self.preset_requires.get(preset, {})}
+        return {**self.requires, **(self.preset_requires.get(preset, {}) if preset is not None else {})}
 
     def buffer_kb_for(self, preset: str | None) -> int:
         """Per-CPU trace buffer: [presets.X.trace] buffer_kb, else [trace] buffer_kb."""
-        return self.preset_buffer_kb.get(preset, self.trace_buffer_kb)
+        return self.preset_buffer_kb.get(preset, self.trace_buffer_kb) if preset is not None else self.trace_buffer_kb
 
     def trace_mode_for(self, preset: str | None) -> str:
         """How the harness records: [presets.X.trace] mode, else [trace] mode (TRACE_MODES)."""
-        return self.preset_trace_mode.get(preset, self.trace_mode)
+        return self.preset_trace_mode.get(preset, self.trace_mode) if preset is not None else self.trace_mode
 
-    def resolve_params(self, preset: str | None, sets: dict, cpus: int | None = None) -> dict:
+    def resolve_params(self, preset: str | None, sets: dict[str, Any], cpus: int | None = None) -> dict[str, Any]:
         """defaults <- preset <- --set, each value checked against its type and range.
 
         cpus: the rig's CPU count if known before booting (for `max_per_cpu`)."""
@@ -104,7 +106,7 @@ class Reproducer:
             check_range(v, self.params[k], source[k], cpus)
         return values
 
-    def param_env(self, values: dict) -> dict:
+    def param_env(self, values: dict[str, Any]) -> dict[str, str]:
         """Parameters as the environment run.sh reads (NAME in upper case)."""
         env = {}
         for k, v in values.items():
@@ -121,7 +123,7 @@ def reproducer_names() -> list[str]:
     return sorted(p.parent.name for p in REPRO_DIR.glob("*/repro.toml"))
 
 
-def load_reproducer(name, root: pathlib.Path = REPRO_DIR) -> Reproducer:
+def load_reproducer(name: object, root: pathlib.Path = REPRO_DIR) -> Reproducer:
     """A reproducer by name. Names come from manifests and bundles other people
     wrote, so a name is a name (REPRO_NAME_RE), never a path."""
     if not isinstance(name, str) or not REPRO_NAME_RE.match(name):
@@ -136,7 +138,7 @@ def load_reproducer(name, root: pathlib.Path = REPRO_DIR) -> Reproducer:
     return parse_reproducer(name, path, load_toml(path / "repro.toml"))
 
 
-def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
+def parse_reproducer(name: str, path: pathlib.Path, data: dict[str, Any]) -> Reproducer:
     """repro.toml's tables (TOP and the schemas below it), checked, as a Reproducer."""
     w = f"reproducers/{name}/repro.toml"
     top = check(data, TOP, w)
@@ -157,7 +159,7 @@ def parse_reproducer(name: str, path: pathlib.Path, data: dict) -> Reproducer:
         preset_buffer_kb=preset_buffer_kb, trace_mode=trace["mode"], preset_trace_mode=preset_trace_mode)
 
 
-def touch_bytes(requires: dict, ram: int, params: dict | None = None, key: str = "touch") -> tuple[int, str]:
+def touch_bytes(requires: dict[str, Any], ram: int, params: dict[str, Any] | None = None, key: str = "touch") -> tuple[int, str]:
     """Bytes of a guest of `ram` bytes the workload may touch, and where the figure comes from:
     requires.touch (or the requires key named) with the run's parameters (params), or all of its
     RAM when the reproducer declares none. Never more than the RAM."""
@@ -178,13 +180,14 @@ def touch_bytes(requires: dict, ram: int, params: dict | None = None, key: str =
     return min(ram, int(total)), f"requires.{key} {' + '.join(said)}{of_ram}"
 
 
-def load_analyzer(repro):
+def load_analyzer(repro: Reproducer) -> types.ModuleType | None:
     """The reproducer's analyze.py as a module (metrics(), and optionally notes(),
     side_summary(), projection()), or None if it has none."""
     path = repro.path / "analyze.py"
     if not path.exists():
         return None
     spec = importlib.util.spec_from_file_location(f"krig_analyze_{repro.name.replace('-', '_')}", path)
+    assert spec is not None and spec.loader is not None, path      # a .py file always has a loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -44,10 +44,17 @@ field, like the rest of repro.toml.
     column = "nr_negative"             # steepest_rise: samples column
     seconds = 4.0                      # steepest_rise: width of the window
 """
-
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from .errors import UsageError
 from .schema import ANY, OMIT, Field, a_table, check, check_rows, missing
+
+
+class OnMetric(Protocol):
+    """What a plot line reads of a reproducer's threshold (krig/reproducer.py Threshold): its metric."""
+    metric: str
+
 
 PLOTS_DOC = __doc__
 TRANSFORMS = ("value", "rate", "-rate", "pct_ram")
@@ -58,11 +65,11 @@ EVENT_RE = r"[a-z0-9_]+:[a-z0-9_]+"
 TWO_PHASES = "expected two phase names"
 
 
-def _names(v) -> bool:
+def _names(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
-def _two_names(v) -> bool:
+def _two_names(v: Any) -> bool:
     return _names(v) and len(v) == 2
 
 
@@ -103,7 +110,8 @@ SESSION = (
 )
 
 
-def parse_plots(data: dict, w: str, events: list, metrics: dict, thresholds: list, params: dict) -> list:
+def parse_plots(data: dict[str, Any], w: str, events: list[str], metrics: dict[str, Any], thresholds: Sequence[OnMetric],
+                params: dict[str, Any]) -> list[dict[str, Any]]:
     """repro.toml's [[plots]] (PLOT), each series and line checked against what the reproducer
     traces and declares."""
     plots, names = [], set()
@@ -125,7 +133,7 @@ def parse_plots(data: dict, w: str, events: list, metrics: dict, thresholds: lis
     return plots
 
 
-def _series(s: dict, where: str, events: list, metrics: dict) -> dict:
+def _series(s: dict[str, Any], where: str, events: list[str], metrics: dict[str, Any]) -> dict[str, Any]:
     """A checked [[plots.series]]: a column's or an event's, with what the report needs of it."""
     if ("column" in s) == ("event" in s):
         raise UsageError(f"{where}: needs exactly one of 'column' (samples.tsv) or 'event' (trace)")
@@ -151,7 +159,8 @@ def _series(s: dict, where: str, events: list, metrics: dict) -> dict:
     return out
 
 
-def _line(t: dict, where: str, metrics: dict, thresholds: list, params: dict) -> dict:
+def _line(t: dict[str, Any], where: str, metrics: dict[str, Any], thresholds: Sequence[OnMetric],
+          params: dict[str, Any]) -> dict[str, Any]:
     """A checked [[plots.lines]]: a threshold's limit or a metric's value, times parameters or a metric."""
     if ("threshold" in t) == ("metric" in t):
         raise UsageError(f"{where}: needs exactly one of 'threshold' or 'metric'")
@@ -171,7 +180,7 @@ def _line(t: dict, where: str, metrics: dict, thresholds: list, params: dict) ->
             **{k: t[k] for k in ("times_params", "times_metric", "label", "axis", "optional")}}
 
 
-def parse_session(data: dict, w: str, events: list) -> dict | None:
+def parse_session(data: dict[str, Any], w: str, events: list[str]) -> dict[str, Any] | None:
     """repro.toml's [session] (SESSION): where KernelShark opens, or None."""
     if data.get("session") is None:
         return None

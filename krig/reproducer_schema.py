@@ -3,6 +3,7 @@ thresholds. Every problem is one line naming the field. [[plots]] and [session] 
 krig/reproducer_plots.py; krig/reproducer.py puts a Reproducer together from all of them.
 """
 import re
+from typing import Any
 
 from .config import PARAM_TYPES, coerce, parse_size
 from .errors import UsageError
@@ -32,7 +33,7 @@ TRACE_MODES = ("ring", "record")
 POSITIVE = "must be a positive integer, got {v}"
 
 
-def parse_touch(value, where: str) -> dict:
+def parse_touch(value: Any, where: str) -> dict[str, Any]:
     """requires.touch: "N%" of the guest's RAM ({"pct": N}), a size ({"bytes": n}), or a sum of
     such terms, each optionally times a numeric parameter of the run ("5% x settle_limit_x + 2%":
     {"terms": [{"pct": 5, "param": "settle_limit_x"}, {"pct": 2}]}), so the figure follows what
@@ -51,7 +52,7 @@ def parse_touch(value, where: str) -> dict:
     return _touch_term(value, value, where)
 
 
-def _touch_term(amount, value, where: str) -> dict:
+def _touch_term(amount: Any, value: Any, where: str) -> dict[str, Any]:
     if isinstance(amount, str) and amount.strip().endswith("%"):
         try:
             pct = float(amount.strip()[:-1])
@@ -133,18 +134,18 @@ TOP = (
 )
 
 
-def parse_requires(requires: dict, where: str, fields: tuple = REQUIRES) -> dict:
+def parse_requires(requires: dict[str, Any], where: str, fields: tuple[Field, ...] = REQUIRES) -> dict[str, Any]:
     """[requires] or [presets.X.requires] (REQUIRES): only the keys it sets."""
     return check(requires, fields, where)
 
 
-def parse_metrics(tables: dict, w: str) -> dict:
+def parse_metrics(tables: dict[str, Any], w: str) -> dict[str, Any]:
     """repro.toml's [metrics.<name>] tables: {name: {unit, better, description, min_change_pct}}."""
     return {name: check(a_table(m, f"{w}.metrics.{name}", "expected a table with unit, better and description"),
                         METRIC, f"{w}.metrics.{name}") for name, m in tables.items()}
 
 
-def parse_thresholds(rows: list, metrics: dict, w: str) -> list:
+def parse_thresholds(rows: list[Any], metrics: dict[str, Any], w: str) -> list[dict[str, Any]]:
     """[[thresholds]] (THRESHOLD), each on a declared metric, with min or max."""
     out = []
     for i, t in enumerate(rows):
@@ -159,13 +160,13 @@ def parse_thresholds(rows: list, metrics: dict, w: str) -> list:
     return out
 
 
-def parse_params(tables: dict, timeout: int, w: str) -> dict:
+def parse_params(tables: dict[str, Any], timeout: int, w: str) -> dict[str, Any]:
     """The built-in parameters (a reproducer may narrow a range or change a default) and [params.<name>]."""
     return {name: parse_param(name, spec, timeout, f"{w}.params.{name}")
             for name, spec in {**{k: dict(v) for k, v in BUILTIN_PARAMS.items()}, **tables}.items()}
 
 
-def parse_param(name: str, spec, timeout: int, pw: str) -> dict:
+def parse_param(name: str, spec: Any, timeout: int, pw: str) -> dict[str, Any]:
     """One parameter: {type, default, help, choices} and its range keys, each in the parameter's type."""
     if not NAME_RE.match(name) or name.upper() in RESERVED_ENV or name.upper().startswith("KRIG_"):
         raise UsageError(f"{pw}: parameter names are lower_case identifiers, not {sorted(RESERVED_ENV)} or krig_*")
@@ -187,13 +188,14 @@ def parse_param(name: str, spec, timeout: int, pw: str) -> dict:
     return p
 
 
-def parse_presets(tables: dict, params: dict, w: str) -> tuple[dict, dict, dict, dict]:
+def parse_presets(tables: dict[str, Any], params: dict[str, Any],
+                  w: str) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, int], dict[str, str]]:
     """[presets.<name>]: parameter values, and optionally the preset's own [requires] and [trace]
     (buffer_kb, mode). Returns (values, requires, buffer_kb, trace mode), each by preset."""
-    presets: dict = {}
-    requires: dict = {}
-    buffer_kb: dict = {}
-    modes: dict = {}
+    presets: dict[str, dict[str, Any]] = {}
+    requires: dict[str, dict[str, Any]] = {}
+    buffer_kb: dict[str, int] = {}
+    modes: dict[str, str] = {}
     for name, values in tables.items():
         prw = f"{w}.presets.{name}"
         values = dict(a_table(values, prw, "expected a table of parameter values"))
@@ -216,7 +218,7 @@ def parse_presets(tables: dict, params: dict, w: str) -> tuple[dict, dict, dict,
     return presets, requires, buffer_kb, modes
 
 
-def check_touch_params(requires: dict, params: dict, where: str) -> None:
+def check_touch_params(requires: dict[str, Any], params: dict[str, Any], where: str) -> None:
     """A touch term's parameter must be one of the reproducer's numeric parameters."""
     numeric = sorted(k for k, p in params.items() if p["type"] in NUMERIC)
     for key in ("touch", "host_budget_guard"):
@@ -232,7 +234,7 @@ def mib(nbytes: int) -> str:
     return f"{nbytes / 2**30:g}G" if nbytes % 2**30 == 0 else f"{nbytes / 2**20:g}M"
 
 
-def check_range(value, spec: dict, field: str, cpus: int | None = None) -> None:
+def check_range(value: Any, spec: dict[str, Any], field: str, cpus: int | None = None) -> None:
     """A parameter value against its declared min, max and max_per_cpu (x the rig's CPUs)."""
     show = mib if spec.get("type") == "size" else repr
     if spec.get("min") is not None and value < spec["min"]:

@@ -19,11 +19,16 @@ import datetime
 import os
 import pathlib
 import re
+from collections.abc import Iterable
+from typing import Any, TypeVar, overload
 
 from . import RESULTS_DIR, safeio
 from .errors import KrigError, UsageError
 from .paths import owner_alive
-from .rundir import RunDir
+from .rundir import Run, RunDir
+
+T = TypeVar("T")
+Root = str | os.PathLike[str] | None       # a results directory; None: RESULTS_DIR
 
 GROUP_FILE = "group.json"      # a group directory's record (krig run --repeat, workflows/group.py)
 GROUP_RUN = "run-"              # a group's runs: run-01, run-02, ...
@@ -46,7 +51,11 @@ SSH_USERS = {"git"}  # the conventional user of a git host's ssh (git@github.com
 _ABS_PATH = re.compile(r"(?<![\w.~:/@-])/(?:[^\s/'\"]+/)*([^\s/'\"]+)/?")
 
 
-def public_url(text):
+@overload
+def public_url(text: str) -> str: ...
+@overload
+def public_url(text: T) -> T: ...
+def public_url(text: object) -> object:
     """`text` with the user name and password taken out of every URL in it
     (https://user:TOKEN@host/linux.git -> https://host/linux.git), and the query string and
     fragment too (https://host/linux.git?access_token=T or #T -> https://host/linux.git); in
@@ -60,7 +69,7 @@ def public_url(text):
     return _SCP.sub(_scp_public, text)
 
 
-def _scp_public(m: re.Match) -> str:
+def _scp_public(m: re.Match[str]) -> str:
     user, host, path = m.group(1), m.group(2), m.group(3)
     if user is None and m.group(4) is None:
         return m.group(0)
@@ -76,7 +85,11 @@ def is_url(value: str) -> bool:
     return bool(re.match(r"(?i)^[a-z][a-z0-9+.-]*://\S", v) or re.match(r"^[^/\s]+:", v))
 
 
-def public_repository(value):
+@overload
+def public_repository(value: str) -> str: ...
+@overload
+def public_repository(value: T) -> T: ...
+def public_repository(value: object) -> object:
     """A tree's name fit to leave the host: its URL through public_url, or, for a path on this
     host (/home/alice/src/linux, file:///srv/linux.git), the directory's last name (linux,
     linux.git). Anything but a string is returned as is."""
@@ -90,13 +103,17 @@ def public_repository(value):
     return pathlib.PurePosixPath(v.rstrip("/")).name or "."
 
 
-def public_paths(text):
+@overload
+def public_paths(text: str) -> str: ...
+@overload
+def public_paths(text: T) -> T: ...
+def public_paths(text: object) -> object:
     """`text` (a kernel's description) with every absolute path on this host replaced by its last
     name ("built tree /home/alice/src/linux" -> "built tree linux"); URLs are left to public_url."""
     return _ABS_PATH.sub(r"\1", public_url(text)) if isinstance(text, str) else text
 
 
-def split_kernel_arg(arg: str) -> tuple:
+def split_kernel_arg(arg: str) -> tuple[str, str, str, list[str]]:
     """A --kernel argument's parts: (TREE or NAME or PATH, "@" or "", REF, [option, ...])."""
     head, *opts = arg.split(",")
     tree, at, ref = head.rpartition("@") if "@" in head and "/" not in head.rpartition("@")[2] else (head, "", "")
@@ -107,7 +124,11 @@ def is_path(v: str) -> bool:
     return "/" in v or v.startswith(("~", "."))
 
 
-def public_kernel_arg(arg, tree_as: str | None = None, ref_as: str | None = None):
+@overload
+def public_kernel_arg(arg: str, tree_as: str | None = None, ref_as: str | None = None) -> str: ...
+@overload
+def public_kernel_arg(arg: T, tree_as: str | None = None, ref_as: str | None = None) -> T: ...
+def public_kernel_arg(arg: object, tree_as: str | None = None, ref_as: str | None = None) -> object:
     """A --kernel argument fit to leave the host: a tree, image or file path in it (the head,
     TREE of TREE@REF, config=, modules=, series= FILE) named by its last name
     (/home/alice/src/linux@v6.1,like=tiny-6.1 -> linux@v6.1,like=tiny-6.1), or the head's path
@@ -133,23 +154,23 @@ def stamp() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
-def _root(root) -> pathlib.Path:
+def _root(root: Root) -> pathlib.Path:
     return pathlib.Path(root) if root is not None else RESULTS_DIR
 
 
-def group_dir(root, repro: str, kernel_id: str, rig: str) -> pathlib.Path:
+def group_dir(root: Root, repro: str, kernel_id: str, rig: str) -> pathlib.Path:
     return _root(root) / repro / kernel_id / rig / f"group-{stamp()}"
 
 
-def validations_dir(root=None) -> pathlib.Path:
+def validations_dir(root: Root = None) -> pathlib.Path:
     return _root(root) / "validate"
 
 
-def validation_dir(repro: str, patchset_hash: str, key: str, root=None) -> pathlib.Path:
+def validation_dir(repro: str, patchset_hash: str, key: str, root: Root = None) -> pathlib.Path:
     return validations_dir(root) / f"{repro}-{patchset_hash[:12]}-{key}"
 
 
-def compare_dir(repro: str, root=None) -> pathlib.Path:
+def compare_dir(repro: str, root: Root = None) -> pathlib.Path:
     return _root(root) / "compare" / f"{repro}-{stamp()}"
 
 
@@ -158,11 +179,11 @@ def bisect_tag() -> str:
     return f"{stamp()}-{os.getpid()}"
 
 
-def bisect_dir(repro: str, tag: str, root=None) -> pathlib.Path:
+def bisect_dir(repro: str, tag: str, root: Root = None) -> pathlib.Path:
     return _root(root) / "bisect" / f"{repro}-{tag}"
 
 
-def qualify_dir(suite_name: str, root=None) -> pathlib.Path:
+def qualify_dir(suite_name: str, root: Root = None) -> pathlib.Path:
     return _root(root) / "qualify" / suite_name
 
 
@@ -193,7 +214,7 @@ def claim_run_dir(root: pathlib.Path, d: pathlib.Path) -> pathlib.Path:
     return d
 
 
-def _point_latest(root: pathlib.Path, d: pathlib.Path):
+def _point_latest(root: pathlib.Path, d: pathlib.Path) -> None:
     latest = root / "latest"
     tmp = root / f".latest.{os.getpid()}"
     try:
@@ -204,12 +225,12 @@ def _point_latest(root: pathlib.Path, d: pathlib.Path):
         pass
 
 
-def write_json(path: pathlib.Path, data) -> None:
+def write_json(path: pathlib.Path, data: Any) -> None:
     """Write path atomically: its directory is krig's, the name is never written through (krig/safeio.py)."""
     safeio.write_json(*safeio.split(path), data)
 
 
-def read_record(d: pathlib.Path, name: str, what: str) -> dict:
+def read_record(d: pathlib.Path, name: str, what: str) -> dict[str, Any]:
     """The JSON object of directory d's record file `name`; an unreadable one or one that is not a
     JSON object is one line naming `what` (the option or argument that gave the directory)."""
     try:
@@ -222,7 +243,7 @@ def read_record(d: pathlib.Path, name: str, what: str) -> dict:
     return data
 
 
-def read_json(path: pathlib.Path):
+def read_json(path: pathlib.Path) -> Any:
     """A JSON file of krig's own records (group.json, validate.json, ...) read safely."""
     return safeio.read_json(*safeio.split(path))
 
@@ -231,7 +252,7 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-def run_state(d) -> str:
+def run_state(d: Run) -> str:
     """The verdict of a run directory (a path or its RunDir), 'RUNNING' if its krig still runs,
     'INCOMPLETE' without one."""
     try:
@@ -255,12 +276,12 @@ def run_state(d) -> str:
     return "INCOMPLETE"
 
 
-def run_dirs_of(gdir: pathlib.Path) -> list:
+def run_dirs_of(gdir: pathlib.Path) -> list[pathlib.Path]:
     """A group's run directories (run-NN), in order."""
     return sorted(p for p in gdir.glob(GROUP_RUN + "*") if p.is_dir())
 
 
-def next_group_run(gdir: pathlib.Path, dirs) -> pathlib.Path:
+def next_group_run(gdir: pathlib.Path, dirs: Iterable[str | os.PathLike[str]]) -> pathlib.Path:
     """A group's next run directory: run-NN one past the highest number among `dirs` (run-01 first)."""
     used = [int(n) for d in dirs if (n := pathlib.Path(d).name.removeprefix(GROUP_RUN)).isdigit()]
     return gdir / f"{GROUP_RUN}{max(used, default=0) + 1:02d}"

@@ -8,11 +8,20 @@ A run directory may come from someone else, and its files from the guest: every 
 write goes through krig/safeio.py (no link followed, regular files only, size-capped,
 nothing that blocks), so nothing here opens a run file by path.
 """
+import os
 import pathlib
-
+from collections.abc import Callable, Hashable
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 from . import safeio
 from .errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+
+T = TypeVar("T")
+Samples = dict[str, "NDArray[np.float64]"]     # samples.tsv's columns by name
 
 MANIFEST, VERDICT, METRICS = "manifest.json", "verdict.json", "metrics.json"
 THRESHOLDS = "thresholds.json"      # the judge's outcome per threshold (krig check writes it)
@@ -23,21 +32,21 @@ KRIG_FILES = frozenset({MANIFEST, VERDICT, METRICS, THRESHOLDS, "console.log", "
                         "sel-before.txt", "sol-notes.log", "ssh.log", "plots", "krig.log"})
 
 
-def is_run_dir(path) -> bool:
+def is_run_dir(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a run directory: it has a manifest.json, a regular file (no link followed)."""
     path = pathlib.Path(path)
     return path.is_dir() and safeio.is_file(path, MANIFEST)
 
 
 class RunDir:
-    def __init__(self, run_dir):
+    def __init__(self, run_dir: str | os.PathLike[str]):
         self.dir = pathlib.Path(run_dir)
         if not self.dir.is_dir():
             raise UsageError(f"{run_dir}: not a run directory")
-        self._cache = {}
+        self._cache: dict[Hashable, Any] = {}
 
     @classmethod
-    def of(cls, run) -> "RunDir":
+    def of(cls, run: "Run") -> "RunDir":
         """`run` itself when it is a RunDir already (its reads cached), else a RunDir of the path."""
         return run if isinstance(run, RunDir) else cls(run)
 
@@ -52,7 +61,7 @@ class RunDir:
         """Whether `name` is a regular file of the run (a link or a FIFO is not)."""
         return safeio.is_file(self.dir, name)
 
-    def open(self, name: str, cap: int = safeio.DEFAULT_CAP):
+    def open(self, name: str, cap: int = safeio.DEFAULT_CAP) -> IO[bytes]:
         """A binary file object of the run's regular file `name`, for reading it in pieces."""
         self.require(name)
         return safeio.open_file(self.dir, name, cap)
@@ -73,14 +82,14 @@ class RunDir:
         self.require(name)
         return safeio.read_bytes(self.dir, name, cap)
 
-    def _once(self, key, load):
+    def _once(self, key: Hashable, load: Callable[[], T]) -> T:
         if key not in self._cache:
             self._cache[key] = load()
-        return self._cache[key]
+        return cast(T, self._cache[key])     # what load() gave for this key
 
-    def json(self, name: str, default=None):
+    def json(self, name: str, default: Any = None) -> Any:
         """A JSON file of the run; `default` when it is missing (None: missing is an error)."""
-        def load():
+        def load() -> Any:
             if default is not None and not self.exists(name):
                 return default
             self.require(name)
@@ -90,14 +99,14 @@ class RunDir:
             return got
         return self._once(("json", name), load)
 
-    def manifest_json(self) -> dict:
+    def manifest_json(self) -> dict[str, Any]:
         """manifest.json's object as written; a run is read through krig/record.py's RunRecord."""
         man = self.json(MANIFEST)
         if not isinstance(man, dict):
             raise UsageError(f"{self.path(MANIFEST)}: not a JSON object (not a krig run directory)")
         return man
 
-    def write_json(self, name: str, data) -> None:
+    def write_json(self, name: str, data: Any) -> None:
         """Write a JSON file of the run (atomically); later reads through this RunDir see it."""
         safeio.write_json(self.dir, name, data)
         self._cache[("json", name)] = data
@@ -111,19 +120,19 @@ class RunDir:
 
     def text(self, name: str, default: str | None = "") -> str:
         """A text file of the run (console.log, qemu.log, ...); `default` when missing."""
-        def load():
+        def load() -> str:
             if default is not None and not self.exists(name):
                 return default
             return self.read_bytes(name).decode(errors="replace")
         return self._once(("text", name), load)
 
-    def samples(self) -> dict:
+    def samples(self) -> Samples:
         """samples.tsv as numpy columns; 't' is seconds since the first sample."""
         return self._once("samples", lambda: parse_samples(self.text("samples.tsv", None), self.path("samples.tsv")))
 
     def phase_rows(self) -> list[tuple[float, str]]:
         """phases.tsv in order: (wall time, name); see krig_phase."""
-        def load():
+        def load() -> list[tuple[float, str]]:
             out = []
             if self.exists("phases.tsv"):
                 for line in self.text("phases.tsv").splitlines():
@@ -135,7 +144,7 @@ class RunDir:
             return out
         return self._once("phases", load)
 
-    def phases(self) -> dict:
+    def phases(self) -> dict[str, float]:
         """name -> wall time of its first occurrence."""
         out: dict[str, float] = {}
         for t, name in self.phase_rows():
@@ -147,13 +156,16 @@ class RunDir:
         return rows[-1][1] if rows else None
 
 
-def load_samples(path) -> dict:
+Run = RunDir | str | os.PathLike[str]        # a run directory: its RunDir, or its path
+
+
+def load_samples(path: str | os.PathLike[str]) -> Samples:
     """samples.tsv given by path (its directory trusted, the file read safely)."""
     path = pathlib.Path(path)
     return parse_samples(safeio.read_text(*safeio.split(path)), path)
 
 
-def parse_samples(text: str, path) -> dict:
+def parse_samples(text: str, path: str | os.PathLike[str]) -> Samples:
     import numpy as np      # only where samples are read: `krig b4-check` and `krig --help` never do
     lines = text.splitlines()
     if not lines:

@@ -23,12 +23,19 @@ import json
 import os
 import pathlib
 import stat
+from collections.abc import Iterator
+from typing import IO, Any
 
-from .errors import UsageError, printable_text
+from .errors import UsageError as UsageError      # re-exported: what a refusal is (callers catch safeio.UsageError)
+from .errors import printable_text as printable_text      # re-exported: text a stranger shaped, shown
 
 DEFAULT_CAP = 64 << 20          # run files krig reads whole (manifest, verdict, samples, logs)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+
+
+Base = int | str | os.PathLike[str]     # a directory trusted: its path, or an open directory's fd
+Rel = str | os.PathLike[str]            # a name below it, read without following a link
 
 
 class UnsafeFile(UsageError):
@@ -44,20 +51,20 @@ def kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _parts(rel) -> list:
+def _parts(rel: Rel) -> list[str]:
     rel = pathlib.PurePosixPath(rel)
     if rel.is_absolute() or any(p in ("..", "") for p in rel.parts):
         raise UnsafeFile(f"{rel}: not a name below its directory")
     return list(rel.parts) or ["."]
 
 
-def _path(base, rel=".") -> pathlib.Path:
+def _path(base: Base, rel: Rel = ".") -> pathlib.Path:
     """base/rel for messages (base may be a directory's file descriptor)."""
     return pathlib.Path(f"(dir fd {base})" if isinstance(base, int) else base) / rel
 
 
 @contextlib.contextmanager
-def open_dir(base, rel=".", create: bool = False):
+def open_dir(base: Base, rel: Rel = ".", create: bool = False) -> Iterator[int]:
     """A file descriptor of base/rel, every component below base opened without following a link.
     base is a trusted directory: a path, or a directory's file descriptor (not closed here).
     `create` makes missing directories (mode 0755)."""
@@ -81,7 +88,7 @@ def open_dir(base, rel=".", create: bool = False):
         os.close(fd)
 
 
-def _refusal(path, e: OSError, dir_fd=None, name=None) -> UsageError:
+def _refusal(path: pathlib.Path, e: OSError, dir_fd: int | None = None, name: str | None = None) -> UsageError:
     if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENXIO) and name is not None:
         try:
             st = os.lstat(name, dir_fd=dir_fd)
@@ -100,7 +107,7 @@ class MissingFile(UsageError):
     """The file is not there (a caller with a default catches this one)."""
 
 
-def lstat(base, rel):
+def lstat(base: Base, rel: Rel) -> os.stat_result | None:
     """lstat of base/rel without following a link on the way; None when it is missing."""
     rel = name_below(rel)
     try:
@@ -110,12 +117,12 @@ def lstat(base, rel):
         return None
 
 
-def is_file(base, rel) -> bool:
+def is_file(base: Base, rel: Rel) -> bool:
     st = lstat(base, rel)
     return st is not None and stat.S_ISREG(st.st_mode)
 
 
-def read_bytes(base, rel, cap: int = DEFAULT_CAP) -> bytes:
+def read_bytes(base: Base, rel: Rel, cap: int = DEFAULT_CAP) -> bytes:
     """The bytes of base/rel: a regular file, no link followed, at most `cap` bytes."""
     rel = pathlib.PurePosixPath(rel)
     path = _path(base, rel)
@@ -136,7 +143,7 @@ def read_bytes(base, rel, cap: int = DEFAULT_CAP) -> bytes:
         os.close(fd)
 
 
-def _open_regular(base, rel: pathlib.PurePosixPath, cap: int, what: str) -> int:
+def _open_regular(base: Base, rel: pathlib.PurePosixPath, cap: int, what: str) -> int:
     """An fd of the regular file base/rel (blocking mode), no link followed, at most cap bytes."""
     path = _path(base, rel)
     with open_dir(base, rel.parent) as d:
@@ -157,17 +164,17 @@ def _open_regular(base, rel: pathlib.PurePosixPath, cap: int, what: str) -> int:
         raise
 
 
-def open_file(base, rel, cap: int = DEFAULT_CAP):
+def open_file(base: Base, rel: Rel, cap: int = DEFAULT_CAP) -> IO[bytes]:
     """A binary file object of the regular file base/rel (no link followed, at most cap bytes),
     for reading a large file in pieces (a trace, an image)."""
     return os.fdopen(_open_regular(base, pathlib.PurePosixPath(rel), cap, "read"), "rb")
 
 
-def read_text(base, rel, cap: int = DEFAULT_CAP) -> str:
+def read_text(base: Base, rel: Rel, cap: int = DEFAULT_CAP) -> str:
     return read_bytes(base, rel, cap).decode(errors="replace")
 
 
-def read_json(base, rel, cap: int = DEFAULT_CAP):
+def read_json(base: Base, rel: Rel, cap: int = DEFAULT_CAP) -> Any:
     path = _path(base, rel)
     try:
         return json.loads(read_bytes(base, rel, cap))
@@ -175,7 +182,7 @@ def read_json(base, rel, cap: int = DEFAULT_CAP):
         raise UsageError(f"{path}: not valid JSON ({str(e)[:120]})") from None
 
 
-def given(path) -> pathlib.Path:
+def given(path: str | os.PathLike[str]) -> pathlib.Path:
     """A directory the user typed, as the command opens it: the links in the path followed
     (results/latest, a link of their own), a trailing slash dropped. What lies below it is still
     read with the functions here, no link followed. A path that is not there is returned as
@@ -187,20 +194,20 @@ def given(path) -> pathlib.Path:
         return p
 
 
-def given_file(path) -> pathlib.Path:
+def given_file(path: str | os.PathLike[str]) -> pathlib.Path:
     """A file the user typed below a directory (RUN/trace.dat): the directory as given() opens
     it, the file's own name read without following a link."""
     p = pathlib.Path(path)
     return given(p.parent) / p.name
 
 
-def split(path) -> tuple[pathlib.Path, str]:
+def split(path: str | os.PathLike[str]) -> tuple[pathlib.Path, str]:
     """(directory, name) of a path given whole: the directory is trusted, the name is read safely."""
     path = pathlib.Path(path)
     return path.parent, path.name
 
 
-def write_bytes(base, rel, data: bytes, mode: int = 0o644) -> None:
+def write_bytes(base: Base, rel: Rel, data: bytes, mode: int = 0o644) -> None:
     """Write base/rel atomically: a new temporary file (O_EXCL|O_NOFOLLOW) renamed over it."""
     rel = pathlib.PurePosixPath(rel)
     with open_dir(base, rel.parent, create=True) as d:
@@ -217,15 +224,16 @@ def write_bytes(base, rel, data: bytes, mode: int = 0o644) -> None:
             raise
 
 
-def write_text(base, rel, text: str, mode: int = 0o644) -> None:
+def write_text(base: Base, rel: Rel, text: str, mode: int = 0o644) -> None:
     write_bytes(base, rel, text.encode(), mode)
 
 
-def write_json(base, rel, data) -> None:
+def write_json(base: Base, rel: Rel, data: Any) -> None:
     write_text(base, rel, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def copy_out(base, rel, dest, cap: int = 8 << 30, dest_dir_fd: int | None = None) -> None:
+def copy_out(base: Base, rel: Rel, dest: str | os.PathLike[str], cap: int = 8 << 30,
+             dest_dir_fd: int | None = None) -> None:
     """Copy the regular file base/rel (no link followed, at most `cap` bytes) to a new file dest
     (a name in dest_dir_fd if given), created with O_EXCL|O_NOFOLLOW: dest must not exist."""
     rel = pathlib.PurePosixPath(rel)
@@ -250,14 +258,14 @@ def copy_out(base, rel, dest, cap: int = 8 << 30, dest_dir_fd: int | None = None
         os.close(fd)
 
 
-def printable(text, limit: int = 160) -> str:
+def printable(text: object, limit: int = 160) -> str:
     """Text a stranger shaped (a name in a tarball, a bundle's verdict) as one printable line for a
     terminal: every control character (an escape sequence's ESC, CSI, a newline) as \\xNN."""
     s = printable_text(text).replace("\n", "\\x0a").replace("\t", "\\x09")
     return s if len(s) <= limit else s[:limit] + "..."
 
 
-def name_below(rel) -> pathlib.PurePosixPath:
+def name_below(rel: Rel) -> pathlib.PurePosixPath:
     """rel checked as the name of something below a directory, before anything is looked up:
     relative, no `..` component, not empty (UnsafeFile otherwise)."""
     parts = _parts(rel)

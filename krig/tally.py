@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Outcome(Protocol):
@@ -51,5 +51,5 @@ class Tally:
                    not_judged=said("unmeasured"),
                    broken=tuple(o.message for o in outcomes if o.outcome not in ("pass", "fail", "unmeasured")))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}

@@ -3,6 +3,7 @@ and a GNU sparse map as long as the stream says. A stream from a lab server (rig
 a bundle from a stranger (krig reproduce) are read with BoundedHeader, which stops at the first
 header krig does not read on (HeaderRefused)."""
 import tarfile
+from typing import NoReturn
 
 from .safeio import printable as _show
 
@@ -17,15 +18,17 @@ class HeaderRefused(Exception):
 class BoundedHeader(tarfile.TarInfo):
     """tarfile's member header, refusing what would make it read without a bound (HeaderRefused)."""
 
-    def _proc_member(self, tf):
+    def _proc_member(self, tf: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type == tarfile.GNUTYPE_SPARSE:
             raise HeaderRefused(f"a GNU sparse file {_show(self.name)}")
         if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK,
                          tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE):
-            tf.krig_headers = getattr(tf, "krig_headers", 0) + self.size
-            if self.size > HEADER_CAP or tf.krig_headers > HEADERS_CAP:
+            seen: int = getattr(tf, "krig_headers", 0) + self.size
+            setattr(tf, "krig_headers", seen)         # the total so far, kept on the archive read
+            if self.size > HEADER_CAP or seen > HEADERS_CAP:
                 raise HeaderRefused(f"an extended tar header of {self.size} bytes")
-        return super()._proc_member(tf)
+        # tarfile's private reader of one member, which its type stubs leave out
+        return super()._proc_member(tf)     # type: ignore[misc,no-any-return]
 
-    def _proc_gnusparse_10(self, next, pax_headers, tf):
+    def _proc_gnusparse_10(self, next: tarfile.TarInfo, pax_headers: dict[str, str], tf: tarfile.TarFile) -> NoReturn:
         raise HeaderRefused(f"a GNU sparse file {_show(next.name)}")

@@ -47,11 +47,11 @@ INCOMPLETE_REASON = "the krig process ended without recording an end (killed?)"
 CAUSES = ("kernel", "machine", "rig", "host-contention", "host-fault", "krig", "interrupted")
 
 
-class Decided(tuple):
+class Decided(tuple[str | None, str]):
     """(verdict, reason) as decide() and judged() return it, with .cause (one of CAUSES)."""
     cause: str
 
-    def __new__(cls, verdict, reason: str, cause: str):
+    def __new__(cls, verdict: str | None, reason: str, cause: str) -> "Decided":
         assert cause in CAUSES, cause
         self = super().__new__(cls, (verdict, reason))
         self.cause = cause
@@ -72,7 +72,7 @@ def first_crash(text: str) -> str | None:
     return text[start:end if end >= 0 else len(text)].strip()
 
 
-def scan_console(text: str) -> dict:
+def scan_console(text: str) -> dict[str, list[str]]:
     """Lines that matter for the verdict: crashes, lockups, OOM kills, warnings."""
     lines = text.splitlines()
     out: dict[str, list[str]] = {"crash": [], **{k: [] for k in WARN_PATTERNS}}
@@ -183,7 +183,7 @@ def host_contended(host_contended_pct: float | None) -> bool:
     return host_contended_pct is not None and host_contended_pct > CONTENDED_LIMIT_PCT
 
 
-def judged(res: Tally, host_contended_pct: float | None = None) -> tuple[str, str]:
+def judged(res: Tally, host_contended_pct: float | None = None) -> Decided:
     """The thresholds' verdict: an instrument check that failed (or a judge that broke) makes the
     run ERROR whatever else happened (host contention when every one is a host_sensitive instrument
     and the host was contended, else krig's); so does a FAIL that rests only on host_sensitive thresholds

@@ -10,7 +10,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def version() -> str:
     """The version in the checkout's pyproject.toml, else the installed package's."""
     try:
-        return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+        return str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
     except (OSError, KeyError, tomllib.TOMLDecodeError, UnicodeDecodeError):
         import importlib.metadata        # ~20 ms: only for an installed krig without its checkout
         try:

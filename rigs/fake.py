@@ -25,11 +25,11 @@ import tempfile
 import time
 
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError, os_fault
-from krig.schema import Field, check, record
+from krig.schema import Field, check
 from krig.paths import dies_with_parent
 from .procs import stopped_by_host
 from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol, FilesProtocol,
-                       PowerProtocol, Rig)
+                       PowerProtocol, Rig, RigSpec)
 
 FAULTS = {
     "none": "nothing fails",
@@ -60,7 +60,12 @@ FIELDS = (
 )
 
 
-FakeSpec = record("FakeSpec", FIELDS)
+class FakeSpec(RigSpec, fields=FIELDS):
+    fault: str
+    samples: str
+    output_bytes: int
+    metrics: dict[str, float]
+    work_dir: str | None
 
 
 def validate_spec(spec: dict, where: str) -> FakeSpec:
@@ -89,6 +94,7 @@ class FakeMachine:
 
 class FakeRig(Rig):
     kind = "fake"
+    spec: FakeSpec
     takes_path = True
 
     def __init__(self, name: str, spec: dict, path=None):

@@ -11,6 +11,13 @@ import pathlib
 from krig.schema import Record
 
 
+class RigSpec(Record):
+    """The fields every rig file has, first in its table (a driver's spec adds its own): the
+    runner reads these of any rig."""
+    driver: str
+    description: str
+
+
 @dataclasses.dataclass
 class CommandResult:
     argv: list
@@ -104,7 +111,7 @@ class Rig(abc.ABC):
     files: FilesProtocol
     boot: BootProtocol
 
-    def __init__(self, name: str, spec: Record):
+    def __init__(self, name: str, spec: RigSpec):
         self.name = name
         self.spec = spec            # the rig file, checked: a frozen record of its driver's fields
         # where the rig was described, as errors name it: a driver sets it before this runs
@@ -140,6 +147,14 @@ class Rig(abc.ABC):
         """One line when the host failed the run underneath the machine (the emulator stopped by
         a signal or a frozen cgroup, the filesystem under its disk images full), else None.
         Asked once the run has ended; recorded in manifest.json for the verdict rule."""
+        return None
+
+    def boot_timeout(self) -> float | None:
+        """How long a boot may take (the rig file's boot_timeout, s); None when the rig sets no bound."""
+        return None
+
+    def bmc_address(self) -> tuple[str, int] | None:
+        """The (host, port) of the BMC that powers the machine (a lab server's); None when it has none."""
         return None
 
     def emulator_pid(self) -> int | None:

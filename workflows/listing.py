@@ -37,7 +37,7 @@ def list_lines() -> list:
     for n in rig_names():
         try:
             rig = load_rig(n)
-            out += entry(n, rig.kind, rig.spec.get("description", ""))
+            out += entry(n, rig.kind, rig.spec.description)
         except KrigError as e:
             out += entry(n, "INVALID", str(e))
     out.append("kernels:")

@@ -172,9 +172,8 @@ def _expect(v, where: str, kernels: list) -> dict:
 def _one_rig_per_server(rig_objs: dict, where: str):
     servers = {}
     for name, rig in rig_objs.items():
-        bmc = rig.spec.get("bmc") or {}
-        key = (bmc.get("host"), bmc.get("port"))
-        if key != (None, None) and key in servers:
+        key = rig.bmc_address()
+        if key is not None and key in servers:
             raise UsageError(f"{where}.rigs: {name} and {servers[key]} are the same server (one BMC); "
                              "list a server once")
         servers[key] = name

@@ -18,13 +18,15 @@ import pathlib
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
+from typing import Any
 
 from krig import safeio
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError
 from rigs.ipmi.bmc import Bmc
 from rigs.ipmi.pull import Refused, move_into
 from rigs.ipmi.server import BootTimeout, IpmiServer
-from rigs.ipmi.spec import validate_spec
+from rigs.ipmi.spec import ServerSpec, validate_spec
 from rigs.ipmi.ssh import Ssh, SshLost, remote_command
 from rigs.ipmi.state import ServerState
 from rigs.ipmi.warm import park
@@ -34,8 +36,10 @@ from rigs.protocol import (OUTPUT_CAP, BootProtocol, CommandProtocol, CommandRes
 
 class IpmiRig(Rig):
     kind = "ipmi"
+    spec: ServerSpec[Any]       # the checked rig file: an IpmiSpec, a RedfishSpec for the Redfish driver
     takes_path = True       # rigs.load_rig passes the rig file's path for messages
     # the rig file's checks, the BMC and the server: the Redfish driver's own (rigs/redfish/rig.py)
+    validate: Callable[[str, dict, str | None], tuple[ServerSpec[Any], str]]
     validate, bmc_class, server_class = staticmethod(validate_spec), Bmc, IpmiServer
 
     def __init__(self, name: str, spec: dict, path=None):
@@ -59,6 +63,12 @@ class IpmiRig(Rig):
             return None
         return (f'{self.where} says boot = "installed": it powers the server on into the kernel installed '
                 'there (boot = "kexec" boots the kernel asked)')
+
+    def boot_timeout(self) -> float:
+        return self.spec.boot_timeout
+
+    def bmc_address(self) -> tuple[str, int]:
+        return self.spec.bmc.host, self.spec.bmc.port
 
     def scratch_env(self):
         return {"KRIG_SCRATCH_DEV": self.spec.scratch_dev} if self.spec.scratch_dev else {}

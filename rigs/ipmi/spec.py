@@ -18,13 +18,14 @@ import os
 import pathlib
 import re
 import stat
+from typing import Any, Generic, TypeVar
 
 from krig.config import parse_size, read_secret_lines
 from krig.errors import UsageError
-from krig.schema import ANY, OMIT, Field, Record, check, record
+from krig.schema import ANY, OMIT, Field, Record, check
 from rigs.ipmi.pull import FILE_CAP, TOTAL_CAP
 from rigs.netconsole import CONSOLE_SAYS, SPEEDS, console_ok
-from rigs.protocol import SECRETS_FILE_ENV
+from rigs.protocol import SECRETS_FILE_ENV, RigSpec
 
 TAG_KEY_RE = re.compile(r"^[a-z][a-z0-9_]+$")
 TAG_VAL_RE = r"[a-z0-9][a-z0-9._-]*"
@@ -170,10 +171,82 @@ TOP = (
 )
 
 
-IpmiSpec = record("IpmiSpec", TOP)
+class Login(Record):
+    """The fields login() declares, first in a BMC's table (IPMI or Redfish)."""
+    host: str
+    port: int
+    user: str
+    password_env: str | None
+    password_file: str | None
 
 
-def read_password(bmc: Record, where: str) -> str:
+class IpmiSpecBmc(Login, fields=BMC):
+    cipher_suite: int
+    privilege: str
+    timeout: int
+    retries: int
+    boot_device: str
+    clear_sel: bool
+
+
+class IpmiSpecSsh(Record, fields=SSH):
+    host: str
+    port: int
+    user: str
+    key: str
+    known_hosts: str
+    host_key_alias: str
+    connect_timeout: int
+    alive_interval: int
+    alive_count: int
+    options: tuple[str, ...]
+
+
+class IpmiSpecKexec(Record, fields=KEXEC):
+    cmdline: str
+    append: tuple[str, ...]
+    initrd: str
+    exec_command: tuple[str, ...]
+    syscall: str
+
+
+B = TypeVar("B", bound=Login)
+
+
+class ServerSpec(RigSpec, Generic[B]):
+    """The fields of TOP after driver and description: a lab server's rig file, its [bmc] an
+    IPMI BMC's (IpmiSpec) or a Redfish service's (rigs/redfish/spec.py)."""
+    scratch_dev: str
+    remote_dir: str
+    boot: str
+    console: str
+    console_speed: int
+    cold_boot: bool
+    boot_timeout: float
+    shutdown_timeout: float
+    shutdown_command: tuple[str, ...]
+    hang_timeout: float
+    nmi_wait: float
+    nmi_panic: bool
+    recover_after_hang: bool
+    pull_timeout: float
+    pull_max_size: int
+    pull_max_file_size: int
+    bmc: B
+    ssh: IpmiSpecSsh
+    kexec: IpmiSpecKexec
+    lab: dict[str, str]                 # the place tags (lab_tags)
+    emulator_pidfile: str | None
+
+
+class IpmiSpec(ServerSpec[IpmiSpecBmc], fields=TOP):
+    bmc: IpmiSpecBmc
+
+
+S = TypeVar("S", bound=ServerSpec[Any])
+
+
+def read_password(bmc: Login, where: str) -> str:
     """The BMC password from the environment or a 0600 file; never echoed."""
     pw = password_of(bmc, where)
     if len(pw.encode()) > 20:
@@ -218,7 +291,7 @@ def take_handed_secrets() -> None:
             pass
 
 
-def password_of(bmc: Record, where: str) -> str:
+def password_of(bmc: Login, where: str) -> str:
     """The password of a checked [bmc] table (password_env or password_file)."""
     if bmc.password_env:
         var = bmc.password_env
@@ -227,6 +300,7 @@ def password_of(bmc: Record, where: str) -> str:
             raise UsageError(f"{where}.password_env: environment variable {var} is not set or empty")
         return value
     field = f"{where}.password_file"
+    assert bmc.password_file is not None, "validate_spec: a [bmc] sets password_env or password_file"
     lines = read_secret_lines(bmc.password_file, field)
     bound = _bound_to(lines[1:], f"{field}: {bmc.password_file}")
     here = f"{url_host(bmc.host)}:{bmc.port}"
@@ -289,7 +363,7 @@ def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[Ipmi
     return check_ssh(out, spec, where), password
 
 
-def check_ssh(out: Record, spec: dict, where: str) -> Record:
+def check_ssh(out: S, spec: dict, where: str) -> S:
     """What the SSH table's fields cannot say alone (the options allowed, the key's mode), and
     the lab tags: the rig file's parts the IPMI and Redfish drivers share. `out` is the checked
     rig file, `spec` the file as read; the checked file comes back with its lab tags."""

@@ -212,6 +212,7 @@ class QemuMachine:
 
 class QemuRig(Rig):
     kind = "qemu"
+    spec: QemuSpec
     takes_path = True       # rigs.load_rig passes the rig file's path, as the user gave it, for messages
 
     def __init__(self, name: str, spec: dict, path=None):
@@ -243,6 +244,9 @@ class QemuRig(Rig):
         except OSError:
             pass            # prepare() says what is wrong with it
         return d
+
+    def boot_timeout(self) -> float:
+        return self.spec.boot_timeout
 
     def emulator_pid(self):
         return self.m.proc.pid if self.m.alive() else None

@@ -2,7 +2,8 @@
 traceback; extra_args by what QEMU would open with them (rigs/qemu/args.py). The checked file
 is a QemuSpec (FIELDS as a frozen record, krig/schema.py), its [[disks]] QemuSpecDisks."""
 from krig.config import parse_size
-from krig.schema import Field, check, record
+from krig.schema import Field, Record, check
+from rigs.protocol import RigSpec
 from rigs.qemu import args as qemu_args
 
 # How TCG runs the vCPUs: "multi" (one host thread per vCPU, QEMU's default) or
@@ -47,7 +48,30 @@ FIELDS = (
 )
 
 
-QemuSpec = record("QemuSpec", FIELDS)
+class QemuSpecDisks(Record, fields=DISK):
+    size: int
+    serial: str
+    role: str | None
+
+
+class QemuSpec(RigSpec, fields=FIELDS):
+    work_dir: str | None
+    memory: str | int
+    memory_bytes: int
+    memory_backing: str
+    like_memory: str | int | None
+    like_memory_bytes: int | None
+    host_margin_bytes: int | None
+    cpus: int
+    accel: str
+    tcg_thread: str
+    tcg_clocksource: str
+    boot_timeout: float
+    kernel_entry: str
+    modules: tuple[str, ...]
+    extra_args: tuple[str, ...]
+    keep_disks: bool
+    disks: tuple[QemuSpecDisks, ...]
 
 
 def validate_spec(name: str, spec: dict, where: str) -> QemuSpec:

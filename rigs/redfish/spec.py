@@ -12,8 +12,8 @@ spec (never in describe(), the manifest, a log or an error). The checked file is
 import re
 
 from krig.errors import UsageError
-from krig.schema import OMIT, Field, check, record
-from rigs.ipmi.spec import TOP, a_file, check_ssh, login, password_of
+from krig.schema import OMIT, Field, check
+from rigs.ipmi.spec import TOP, Login, ServerSpec, a_file, check_ssh, login, password_of
 from rigs.netconsole import net_console_ok
 
 # BootSourceOverrideTarget values of the Redfish schema (ComputerSystem.v1_x BootSource)
@@ -66,7 +66,19 @@ TOP_REDFISH = tuple(
     for f in TOP)
 
 
-RedfishSpec = record("RedfishSpec", TOP_REDFISH)
+class RedfishSpecBmc(Login, fields=BMC):
+    ca_file: str | None
+    fingerprint: str | None
+    system: str
+    auth: str
+    timeout: int
+    retries: int
+    boot_device: str
+    clear_sel: bool
+
+
+class RedfishSpec(ServerSpec[RedfishSpecBmc], fields=TOP_REDFISH):
+    bmc: RedfishSpecBmc
 
 
 def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[RedfishSpec, str]:

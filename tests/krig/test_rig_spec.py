@@ -1,6 +1,7 @@
-"""A rig file's checked value is a frozen record (krig/schema.py record()): read by attribute,
-its sub-tables records of their own, an omitted field None, its lists tuples; a bad field is
-still one line; describe() (the manifest's rig section) is check()'s dict as before.
+"""A rig file's checked value is a frozen record (krig/schema.py Record): read by attribute, each
+attribute declared with its type and checked against the table when the class is made, its
+sub-tables records of their own, an omitted field None, its lists tuples; a bad field is still
+one line; describe() (the manifest's rig section) is check()'s dict as before.
 
 Covers: rigs/ipmi/spec.py."""
 import dataclasses
@@ -9,7 +10,7 @@ import json
 import pytest
 
 from krig.errors import UsageError
-from krig.schema import OMIT, Field, Record, check, record
+from krig.schema import OMIT, Field, Record, check
 from rigs import fake
 from rigs.ipmi import spec as ipmi_spec
 from rigs.qemu import spec as qemu_spec
@@ -20,6 +21,7 @@ from rigs.qemu.rig import QemuRig
 PW = "s3cret-Pw"
 W = "rigs/x.toml"
 ROW = (Field("size", int), Field("role", str, "scratch"))
+KEXEC = (Field("syscall", str, "auto"),)
 FIELDS = (
     Field("name", str),
     Field("memory", (str, int), "4G"),
@@ -27,11 +29,31 @@ FIELDS = (
     Field("touch", int, OMIT),
     Field("work_dir", str, None),
     Field("modules", list, []),
-    Field("kexec", dict, {}, table=(Field("syscall", str, "auto"),)),
+    Field("kexec", dict, {}, table=KEXEC),
     Field("disks", list, [], rows=ROW),
     Field("tags", dict, {}),
 )
-Spec = record("Spec", FIELDS)
+
+
+class SpecKexec(Record, fields=KEXEC):
+    syscall: str
+
+
+class SpecDisks(Record, fields=ROW):
+    size: int
+    role: str
+
+
+class Spec(Record, fields=FIELDS):
+    name: str
+    memory: str | int
+    memory_bytes: int
+    touch: int | None
+    work_dir: str | None
+    modules: tuple[str, ...]
+    kexec: SpecKexec
+    disks: tuple[SpecDisks, ...]
+    tags: dict[str, str]
 
 
 @pytest.fixture
@@ -60,10 +82,9 @@ def test_a_record_reads_by_attribute_and_gives_back_the_dict():
     table = check({"name": "a", "modules": ["xfs"], "disks": [{"size": 1}], "tags": {"rack": "b3"}}, FIELDS, W)
     v = Spec.of(table)
     assert (v.name, v.memory, v.memory_bytes, v.work_dir) == ("a", "4G", 4 << 30, None)
-    assert v.touch is None and v.get("touch", 7) == 7           # omitted: None, and absent to get()
+    assert v.touch is None and "touch" not in v.to_json()       # omitted: None, and absent from the dict
     assert v.modules == ("xfs",) and v.kexec.syscall == "auto" and v.disks[0].role == "scratch"
     assert isinstance(v.kexec, Record) and type(v.disks[0]).__name__ == "SpecDisks"
-    assert v.get("work_dir", "x") is None and v.get("bmc") is None and v.get("name") == "a"
     assert v.to_json() == table and list(v.to_json()) == list(table)          # the same keys, in order
     assert json.dumps(v.to_json()) == json.dumps(table)
     assert Spec.of(check({"name": "a", "touch": 3}, FIELDS, W)).to_json()["touch"] == 3
@@ -81,11 +102,39 @@ def test_a_record_is_frozen():
     assert v.modules == ()
 
 
+def declare(fields: tuple, **attrs) -> type:
+    """A record class of `fields` whose attributes are `attrs` (name: type), made as a class
+    statement makes it."""
+    return type("R", (Record,), {"__annotations__": attrs, "__module__": __name__}, fields=fields)
+
+
 def test_a_record_refuses_a_name_used_twice():
     with pytest.raises(TypeError, match="used twice or taken: a"):
-        record("R", (Field("a", str), Field("b", str, name="a")))
+        declare((Field("a", str), Field("b", str, name="a")), a=str)
     with pytest.raises(TypeError, match="taken: to_json"):
-        record("R", (Field("to_json", str),))
+        declare((Field("to_json", str),), to_json=str)
+
+
+@pytest.mark.parametrize("attrs,said", [
+    ({"name": str}, r"its attributes \(name\) are not its table's fields \(name, touch\)"),
+    ({"touch": int | None, "name": str}, "are not its table's fields .* in that order"),
+    ({"name": str, "touch": int}, "R.touch: the file may omit it: its type must admit None"),
+    ({"name": int, "touch": int | None}, "R.name: its type int does not admit str"),
+    ({"name": str | int, "touch": str | None}, "R.touch: its type str | None does not admit int"),
+])
+def test_a_record_declared_otherwise_than_its_table_is_refused(attrs, said):
+    with pytest.raises(TypeError, match=said):
+        declare((Field("name", str), Field("touch", int, OMIT)), **attrs)
+
+
+def test_a_sub_table_is_declared_as_its_record():
+    rows = (Field("disks", list, [], rows=ROW),)
+    assert declare(rows, disks=tuple[SpecDisks, ...]).NESTED == {"disks": SpecDisks}
+    for wrong in (tuple[SpecKexec, ...], list[SpecDisks], SpecDisks, tuple[str, ...]):
+        with pytest.raises(TypeError, match="R.disks: its type .* is not the record of its rows"):
+            declare(rows, disks=wrong)
+    with pytest.raises(TypeError, match="R.tags: its type .* is not the record of its table"):
+        declare((Field("tags", dict, {}),), tags=SpecKexec)
 
 
 def test_qemu_spec_by_attribute_and_describe_unchanged():
@@ -101,12 +150,15 @@ def test_qemu_spec_by_attribute_and_describe_unchanged():
     assert json.dumps(rig.describe()) == json.dumps({"name": "q", "kind": "qemu", **want})
     rig.respec(accel="tcg")
     assert rig.spec.accel == rig.boot.spec.accel == "tcg" and s.accel == "auto"
+    assert rig.boot_timeout() == 180 and rig.bmc_address() is None and rig.spec.description == ""
 
 
 def test_fake_spec_by_attribute():
     s = fake.validate_spec({"driver": "fake", "fault": "pull-fails", "metrics": {"answer": 42}}, W)
     assert (s.fault, s.samples, s.output_bytes, s.work_dir, s.metrics) == ("pull-fails", "none", 0, None,
                                                                           {"answer": 42})
+    rig = fake.FakeRig("f", {"driver": "fake"})
+    assert rig.boot_timeout() is None and rig.bmc_address() is None and rig.spec.description == "a fake machine"
 
 
 @pytest.mark.parametrize("module,raw,line", [
@@ -159,6 +211,7 @@ def test_ipmi_describe_is_the_checked_file(files):
     assert rig.spec.emulator_pidfile == "/run/x.pid" and rig.emulator_pid() is None
     assert rig.scratch_env() == {"KRIG_SCRATCH_DEV": "/dev/nvme0n1"} and rig.boots_installed_only()
     assert rig.bmc.cfg is rig.spec.bmc and rig.ssh.cfg is rig.spec.ssh
+    assert rig.boot_timeout() == 600 and rig.bmc_address() == ("10.0.0.5", 623)
 
 
 def test_redfish_spec_by_attribute(files):

@@ -1,7 +1,9 @@
 """The static checks are clean on the checkout and see what they are for: ruff (the rule set in
 pyproject.toml), mypy (its [tool.mypy] files) and shellcheck (every Bash or sh file krig ships,
 .shellcheckrc beside them) each report nothing here, and each names the line of one violation
-injected into a copy of the tree. make test-fast runs this file, so CI does too."""
+injected into a copy of the tree; mypy checks krig/ strict, so what only --strict refuses (an
+unannotated def, a bare generic, Any returned as a declared type, a name imported through a
+module that does not export it) is named there too. make test-fast runs this file, so CI does too."""
 import os
 import pathlib
 import shutil
@@ -44,6 +46,17 @@ INJECTED = {  # a copy of the tree with one line that breaks the check, and what
 }
 
 
+STRICT_ONLY = [  # (file, line, error code): lines mypy passes unless strict, each named in krig/
+    ("krig/errors.py", "def _untyped(x):\n    return x\n", "[no-untyped-def]"),
+    ("krig/tally.py", "_BARE: list = []\n", "[type-arg]"),
+    ("krig/config.py", "def _any() -> int:\n    return json.loads('1')\n", "[no-any-return]"),
+    ("krig/hashsize.py", "from .schema import re as _re\n", "[attr-defined]"),
+]
+# and a record's field read as what it is declared to be (krig/schema.py Record): an int is no str
+RECORD_FIELD = ("krig/schema.py", 'class _R(Record, fields=(Field("port", int),)):\n    port: int\n\n\n'
+                '_PORT: str = _R.of({"port": 1}).port\n', "[assignment]")
+
+
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_clean_here(name):
     done = CHECKS[name](ROOT)
@@ -71,3 +84,15 @@ def test_a_violation_is_named(name, tmp_path):
     assert done.returncode != 0, f"{name} passed a tree with {line!r} added to {rel}"
     assert named in done.stdout, done.stdout[-2000:]
     assert os.path.exists(root / rel)
+
+
+def test_mypy_is_strict_on_krig_and_sees_record_fields(tmp_path):
+    root = copy_checkout(tmp_path / "tree")
+    for rel, line, _ in [*STRICT_ONLY, RECORD_FIELD]:
+        with open(root / rel, "a") as f:
+            f.write("\n\n" + line)
+    done = mypy(root)
+    assert done.returncode != 0, f"mypy passed krig/ with {[line for _, line, _ in STRICT_ONLY]}"
+    said = done.stdout.splitlines()
+    for rel, line, code in [*STRICT_ONLY, RECORD_FIELD]:
+        assert any(s.startswith(f"{rel}:") and s.endswith(code) for s in said), (line, done.stdout[-3000:])
