@@ -5,12 +5,14 @@ say alone in `checked`). A checked definition is a typed value, a DistroDefiniti
 KernelDefinition (field tables as records, krig/schema.py); kernels/spec.py makes a
 KernelDefinition a build spec. The catalog reads a name here once (`read`).
 """
+import dataclasses
 import pathlib
+from typing import TYPE_CHECKING
 
 from krig import KERNEL_DIR
 from krig.config import load_toml
 from krig.errors import UsageError
-from krig.schema import OMIT, Field, check, missing, optional, record, reject_unknown
+from krig.schema import OMIT, Field, Record, check, missing, optional, record, reject_unknown
 
 DEFAULT_TARBALL = "/usr/src/linux-source-6.1.tar.xz"
 DEFAULT_BASE_CONFIG = ["x86_64_defconfig", "kvm_guest.config"]
@@ -38,7 +40,6 @@ KERNEL_FIELDS = (
     Field("cmdline", list, [], each=str, says=_STRINGS),
 )
 FIELDS = {f.key for f in KERNEL_FIELDS}
-KernelDefinition = record("KernelDefinition", KERNEL_FIELDS)       # checked (`checked`); an omitted field is None
 
 # Debian's packaged kernel, kernels/distro.toml: no source, or source = "distro".
 DISTRO_FIELDS = (
@@ -47,7 +48,38 @@ DISTRO_FIELDS = (
     Field("description", str, ""),
     Field("cmdline", list, [], each=str, says=_STRINGS),
 )
-DistroDefinition = record("DistroDefinition", DISTRO_FIELDS)
+
+if TYPE_CHECKING:       # the records' fields as mypy sees them: record() makes the classes at run time
+    @dataclasses.dataclass(frozen=True)
+    class KernelDefinition(Record):
+        source: str
+        description: str
+        extends: str | None
+        tarball: str | None
+        tree: str | None
+        ref: str
+        base_config: tuple[str, ...]
+        fragments: tuple[str, ...]
+        reproducers: str | tuple[str, ...]
+        patches: str | tuple[str, ...]
+        localversion: str | None
+        cmdline: tuple[str, ...]
+
+        @classmethod
+        def of(cls, table: dict) -> "KernelDefinition": ...
+
+    @dataclasses.dataclass(frozen=True)
+    class DistroDefinition(Record):
+        source: str
+        release: str | None
+        description: str
+        cmdline: tuple[str, ...]
+
+        @classmethod
+        def of(cls, table: dict) -> "DistroDefinition": ...
+else:
+    KernelDefinition = record("KernelDefinition", KERNEL_FIELDS)   # checked (`checked`); an omitted field is None
+    DistroDefinition = record("DistroDefinition", DISTRO_FIELDS)
 
 # Directories of kernel tomls a workflow wrote for itself outside the checkout (krig bisect's,
 # in its results directory: workflows/bisect.py), searched after kernels/ while it runs.
@@ -118,7 +150,7 @@ def _extended(name: str, data: dict, where: str, kernel_dir: pathlib.Path, seen:
     if is_distro(base):
         raise UsageError(f"{where}.extends: {parent!r} is the distro kernel; only built kernels can be extended")
     if "source" in data and data["source"] != base.get("source"):
-        for k in SOURCE_FIELDS.get(base.get("source"), ()):
+        for k in SOURCE_FIELDS.get(base.get("source", ""), ()):
             base.pop(k, None)
     base.pop("description", None)
     base.pop("localversion", None)     # defaults to -krig-<this name>

@@ -80,7 +80,7 @@ def spec_of(name: str, t: KernelDefinition, where: str, kernel_dir: pathlib.Path
     the files it names found (paths relative to kernels/)."""
     source = t.source
     tarball = _path(t.tarball or DEFAULT_TARBALL, ROOT) if source == "linux-source" else None
-    tree = _path(t.tree, ROOT) if source == "git" else None
+    tree = _path(t.tree, ROOT) if source == "git" and t.tree is not None else None     # (checked: git has one)
     ref = t.ref if source == "git" else "HEAD"
     fragments = [(f"reproducers/{n}/config", repro_dir / n / "config") for n in _reproducers(t, where, repro_dir)]
     for f in t.fragments:

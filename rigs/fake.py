@@ -17,15 +17,17 @@ Nothing is executed on the host except, for fault "emulator-stopped", one
 `sleep` standing in for the emulator, which the fake stops with SIGSTOP so the
 real host-fault detection (rigs/procs.py) sees a real stopped process.
 """
+import dataclasses
 import pathlib
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 from krig.errors import GuestCrashed, GuestHung, RigError, UsageError, os_fault
-from krig.schema import Field, check, record
+from krig.schema import Field, Record, check, record
 from krig.paths import dies_with_parent
 from .procs import stopped_by_host
 from .protocol import (BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol, FilesProtocol,
@@ -60,7 +62,21 @@ FIELDS = (
 )
 
 
-FakeSpec = record("FakeSpec", FIELDS)
+if TYPE_CHECKING:       # the record's fields as mypy sees them: record() makes the class at run time
+    @dataclasses.dataclass(frozen=True)
+    class FakeSpec(Record):
+        driver: str
+        description: str
+        fault: str
+        samples: str
+        output_bytes: int
+        metrics: dict
+        work_dir: str | None
+
+        @classmethod
+        def of(cls, table: dict) -> "FakeSpec": ...
+else:
+    FakeSpec = record("FakeSpec", FIELDS)
 
 
 def validate_spec(spec: dict, where: str) -> FakeSpec:
@@ -89,6 +105,7 @@ class FakeMachine:
 
 class FakeRig(Rig):
     kind = "fake"
+    spec: FakeSpec
     takes_path = True
 
     def __init__(self, name: str, spec: dict, path=None):

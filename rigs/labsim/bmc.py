@@ -150,6 +150,7 @@ class SimServer:
     def _wires(self) -> list:
         """QEMU's end of the KCS wire (ipmi_sim's socket) and its COM port (connected to the
         serial cable's socket, there before any power on): Unix sockets in the private directory."""
+        assert self.wire is not None, "made by start() before QEMU's argv"
         w = self.wire / "run"
         return ["-pidfile", f"{w}/qemu.pid", "-chardev", f"socket,id=ipmi0,path={w}/kcs.sock,reconnect=2",
                 "-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0", "-device", "isa-ipmi-kcs,bmc=bmc0",

@@ -1,8 +1,11 @@
 """A QEMU rig file's fields, checked: one line naming the field and what is allowed, never a
 traceback; extra_args by what QEMU would open with them (rigs/qemu/args.py). The checked file
 is a QemuSpec (FIELDS as a frozen record, krig/schema.py), its [[disks]] QemuSpecDisks."""
+import dataclasses
+from typing import TYPE_CHECKING
+
 from krig.config import parse_size
-from krig.schema import Field, check, record
+from krig.schema import Field, Record, check, record
 from rigs.qemu import args as qemu_args
 
 # How TCG runs the vCPUs: "multi" (one host thread per vCPU, QEMU's default) or
@@ -47,7 +50,39 @@ FIELDS = (
 )
 
 
-QemuSpec = record("QemuSpec", FIELDS)
+if TYPE_CHECKING:       # the records' fields as mypy sees them: record() makes the classes at run time
+    @dataclasses.dataclass(frozen=True)
+    class QemuSpecDisks(Record):
+        size: int
+        serial: str
+        role: str
+
+    @dataclasses.dataclass(frozen=True)
+    class QemuSpec(Record):
+        driver: str
+        description: str
+        work_dir: str | None
+        memory: str | int
+        memory_bytes: int
+        memory_backing: str
+        like_memory: str | int | None
+        like_memory_bytes: int | None
+        host_margin_bytes: int | None
+        cpus: int
+        accel: str
+        tcg_thread: str
+        tcg_clocksource: str
+        boot_timeout: int | float
+        kernel_entry: str
+        modules: tuple[str, ...]
+        extra_args: tuple[str, ...]
+        keep_disks: bool
+        disks: tuple[QemuSpecDisks, ...]
+
+        @classmethod
+        def of(cls, table: dict) -> "QemuSpec": ...
+else:
+    QemuSpec = record("QemuSpec", FIELDS)
 
 
 def validate_spec(name: str, spec: dict, where: str) -> QemuSpec:
