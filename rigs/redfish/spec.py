@@ -9,10 +9,12 @@ password comes from the environment or a 0600 file like the IPMI one, returned a
 spec (never in describe(), the manifest, a log or an error). The checked file is a RedfishSpec
 (TOP_REDFISH as a frozen record, its bmc a RedfishSpecBmc).
 """
+import dataclasses
 import re
+from typing import TYPE_CHECKING
 
 from krig.errors import UsageError
-from krig.schema import OMIT, Field, check, record
+from krig.schema import OMIT, Field, Record, check, record
 from rigs.ipmi.spec import TOP, a_file, check_ssh, login, password_of
 from rigs.netconsole import net_console_ok
 
@@ -66,10 +68,34 @@ TOP_REDFISH = tuple(
     for f in TOP)
 
 
-RedfishSpec = record("RedfishSpec", TOP_REDFISH)
+if TYPE_CHECKING:       # the records' fields as mypy sees them: record() makes the classes at run time
+    @dataclasses.dataclass(frozen=True)
+    class RedfishSpecBmc(Record):
+        host: str
+        port: int
+        user: str
+        password_env: str | None
+        password_file: str | None
+        ca_file: str | None
+        fingerprint: str | None
+        system: str
+        auth: str
+        timeout: int
+        retries: int
+        boot_device: str
+        clear_sel: bool
+
+    @dataclasses.dataclass(frozen=True)
+    class RedfishSpec(Record):
+        bmc: RedfishSpecBmc     # (its other fields are rigs/ipmi/spec.py's TOP, a Record there)
+
+        @classmethod
+        def of(cls, table: dict) -> "RedfishSpec": ...
+else:
+    RedfishSpec = record("RedfishSpec", TOP_REDFISH)
 
 
-def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[RedfishSpec, str]:
+def validate_spec(name: str, spec: dict, where: str | None = None) -> tuple[Record, str]:
     """The rig file (TOP_REDFISH) checked: (the checked spec, BMC password)."""
     where = where or f"rigs/{name}.toml"
     out = RedfishSpec.of(check(spec, TOP_REDFISH, where))
