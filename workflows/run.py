@@ -24,7 +24,7 @@ from . import serverreach
 import rigs
 from .session import Session, power_down
 from krig.record import Manifest, Verdict
-from krig.record_machine import KernelRecord, Machine, RigRecord
+from krig.record_machine import Machine
 from krig.results import claim_run_dir, new_run_dir, now
 from krig.version import git_revision
 from rigs.hashsize import from_log as hash_tables
@@ -65,8 +65,8 @@ def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
     rig = session.take(plan.rig) if session is not None else plan.rig.fresh()
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
-    manifest = Manifest(repro.name, plan.preset, params, KernelRecord.from_json(kernel.describe()), kernel.series,
-                        RigRecord.from_json(rig.describe()),
+    # (Manifest types the describe() dicts into its records: krig/record.py __post_init__)
+    manifest = Manifest(repro.name, plan.preset, params, kernel.describe(), kernel.series, rig.describe(),  # type: ignore[arg-type]
                         krig_revision=git_revision(), started=now(), collect=collect, owner=owner_record(),
                         preflight=host, host_cpu=host_cpu(), knobs=knobs_asked(plan.knobs))
     manifest.write(run_dir)
