@@ -48,7 +48,7 @@ def krig_builds(name: str) -> bool:
     g = parse(name)
     if g.kind == "git" or "series" in g.opts:
         return True
-    if g.kind != "toml":
+    if g.kind != "toml" or g.name is None:
         return False
     path = kernel_toml(g.name, KERNEL_DIR)
     return path.exists() and not is_distro(load_toml(path))

@@ -29,6 +29,7 @@ def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | N
     of its source (None for a tarball's), and the series ,series= names, read (or None)."""
     series = load_series(g.opts["series"], "series=", log) if "series" in g.opts else None
     if g.kind == "toml":
+        assert g.name is not None, "a toml's Given has its name (kernels/given.py)"
         path = kernel_toml(g.name)
         if not path.exists():
             raise UsageError(f"--kernel {g.text}: unknown kernel {g.name!r}")
@@ -38,7 +39,7 @@ def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | N
             raise UsageError(f"--kernel {g.text}: {g.name} is the distro's packaged kernel; {what} needs a "
                              "kernel krig builds (a built kernel toml such as tiny-6.1, or TREE@REF)")
         spec = spec_of(g.name, checked(data, where), where)
-        origin = git_origin(spec.tree, spec.ref) if spec.source == "git" else None
+        origin = git_origin(spec.tree_path(), spec.ref) if spec.source == "git" else None
     else:
         like = g.opts.get("like", DEFAULT_LIKE)
         if not kernel_toml(like).exists():     # kernels/, or a toml a workflow wrote (GENERATED_DIRS)
@@ -53,6 +54,7 @@ def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | N
                              f"{'there is no series' if not series else 'the series has no base-commit: line'}")
         for k in ("tarball", "tree", "ref", "patches", "description"):
             data.pop(k, None)
+        assert g.path is not None, "a TREE@REF Given has its path (kernels/given.py)"
         data.update(source="git", tree=str(g.path), ref=ref)
         where = f"--kernel {g.text}"
         probe = spec_of(f"git-{g.path.name}", checked(data, where), where)
@@ -86,6 +88,7 @@ def derived_kernel(g: Given, build: bool = False, log=print) -> Kernel:
             apply_to_copies(source_files(spec), spec.patches)
         build_kernel(spec, log=log)
         meta = build_meta(key)
+        assert meta is not None, "build_kernel published the kernel with its build.json"
     return built_kernel(spec, key, meta, arg=g.text, git=origin, series=series["provenance"] if series else None,
                         drivers=meta.get("drivers"))
 

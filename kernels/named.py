@@ -17,6 +17,7 @@ class NamedKernels:
         return g.kind == "toml" and not g.opts
 
     def load(self, g: Given, build: bool, log) -> Kernel:
+        assert g.name is not None, "a toml's Given has its name (kernels/given.py)"
         defn, where = read(g.name, KERNEL_DIR)
         if isinstance(defn, DistroDefinition):
             return distro_kernel(g.name, defn)

@@ -22,6 +22,7 @@ from .makelog import clean_env, first_error, run_logged
 def tree_kernel(g: Given, log=print) -> Kernel:
     """A built kernel tree: arch/x86/boot/bzImage, .config, System.map, include/config/kernel.release."""
     t = g.path
+    assert t is not None, "a tree's Given has its path (kernels/given.py)"
     need = [t / "arch/x86/boot/bzImage", t / ".config", t / "System.map", t / "include/config/kernel.release"]
     missing = [str(p.relative_to(t)) for p in need if not p.is_file()]
     if missing:
@@ -90,10 +91,12 @@ def image_release(image: pathlib.Path) -> str | None:
 def image_kernel(g: Given) -> Kernel:
     """An x86 bzImage; its config ,config=FILE or beside it, its modules ,modules=DIR."""
     img = g.path
+    assert img is not None, "an image's Given has its path (kernels/given.py)"
     release = image_release(img)
     if not release:
         raise UsageError(f"--kernel {g.text}: {img} is not an x86 bzImage (no setup header with a version)")
     fromtree.check_release(release, f"--kernel {g.text}: {img}", UsageError)
+    cfg: pathlib.Path | None
     if "config" in g.opts:
         cfg = pathlib.Path(g.opts["config"]).expanduser().resolve()
         if not cfg.is_file():

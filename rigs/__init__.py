@@ -10,6 +10,8 @@ import copy
 import importlib
 import os
 import pathlib
+from collections.abc import Callable
+from typing import Any
 
 from krig import RIG_DIR
 from krig.config import load_toml
@@ -50,7 +52,7 @@ def read_server_drivers(rig, log) -> str:
 
 # Set by the workflows (workflows/serverreach.py): fn(server, kernel, warm) -> a line refusing a
 # kernel that cannot reach the server, or None; a kexec rig asks it before the kexec.
-kexec_check = None
+kexec_check: Callable[[Any, Any, bool], str | None] | None = None
 
 
 def read_running_drivers(server) -> str:

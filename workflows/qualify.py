@@ -170,7 +170,7 @@ def _expect(v, where: str, kernels: list) -> dict:
 
 
 def _one_rig_per_server(rig_objs: dict, where: str):
-    servers = {}
+    servers: dict[tuple, str] = {}
     for name, rig in rig_objs.items():
         key = rig.bmc_address()
         if key is not None and key in servers:

@@ -207,7 +207,8 @@ def knob_lines(knobs: dict | None) -> list:
 def body(state: ValidationRecord, res: Comparison | None, who: tuple) -> str:
     prov = state.series_provenance
     base, new = state.base_kernel or SideKernel(), state.new_kernel or SideKernel()
-    out = ["Hi,", ""]
+    assert state.reason is not None and state.reproducer is not None, "a reply is to an answered validation"
+    out: list[str | None] = ["Hi,", ""]
     what = "this series" if state.series else "these knobs (one kernel, with and without them)"
     out += _para(f"krig's {state.reproducer} reproducer on {what}: {state.answer}. "
                  f"{state.reason[0].upper()}{state.reason[1:]}.")
