@@ -13,6 +13,7 @@ from . import drivers
 from .definition import checked, is_distro, kernel_toml, resolved_table
 from .digest import cache_key
 from .given import NAME_RE, Given
+from .named import builds_named, named_series_refusal
 from .gitrepo import git_origin
 from .incremental import build_kernel
 from .kernel import Kernel
@@ -24,9 +25,11 @@ from .trees import source_files, source_tree
 DEFAULT_LIKE = "linux-6.1"
 
 
-def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | None]:
-    """The spec of a given toml or TREE@REF kernel with its series and drivers, the git origin
-    of its source (None for a tarball's), and the series ,series= names, read (or None)."""
+def derived_spec(g: Given, log=print, read_server: drivers.ServerReader | None = None
+                 ) -> tuple[KernelSpec, dict | None, dict | None]:
+    """The spec of a given toml or TREE@REF kernel with its series and drivers (a rig's server
+    read by `read_server`), the git origin of its source (None for a tarball's), and the series
+    ,series= names, read (or None)."""
     series = load_series(g.opts["series"], "series=", log) if "series" in g.opts else None
     if g.kind == "toml":
         path = kernel_toml(g.name)
@@ -62,7 +65,7 @@ def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | N
         spec = spec_of(f"git-{g.path.name}-{commit[:12]}", checked(data, where), where)
         origin = git_origin(g.path, ref)
     if "drivers" in g.opts:
-        _add_drivers(spec, g, log)
+        _add_drivers(spec, g, log, read_server)
     if series:
         label = pathlib.Path(series["source"]).name
         spec.patches = spec.patches + [(label, p) for p in series["patches"]]
@@ -73,10 +76,11 @@ def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | N
     return spec, origin, series
 
 
-def derived_kernel(g: Given, build: bool = False, log=print) -> Kernel:
+def derived_kernel(g: Given, build: bool = False, log=print, read_server: drivers.ServerReader | None = None
+                   ) -> Kernel:
     """A given toml or TREE@REF kernel with its series and drivers; built when it is not yet
     and `build` says so (krig run, krig validate)."""
-    spec, origin, series = derived_spec(g, log)
+    spec, origin, series = derived_spec(g, log, read_server)
     key = cache_key(build_inputs(spec))
     meta = build_meta(key)
     if meta is None:
@@ -97,24 +101,35 @@ class DerivedKernels:
     def takes(self, g: Given) -> bool:
         return g.kind == "git" or (g.kind == "toml" and bool(g.opts))
 
-    def load(self, g: Given, build: bool, log) -> Kernel:
-        return derived_kernel(g, build, log)
+    def load(self, g: Given, build: bool, log, read_server=None) -> Kernel:
+        return derived_kernel(g, build, log, read_server)
+
+    def builds(self, g: Given) -> bool:
+        return g.kind == "git" or "series" in g.opts or builds_named(g.name)
+
+    def series_refusal(self, g: Given) -> str | None:
+        if g.kind == "toml":
+            return named_series_refusal(g.name)
+        return None if g.path.is_dir() else f"{g.path}: no such directory (TREE@REF: a git tree of the kernel)"
 
 
-def _add_drivers(spec: KernelSpec, g: Given, log) -> None:
-    """spec + the drivers of the server drivers= names (a rig) or describes (files)."""
+def _add_drivers(spec: KernelSpec, g: Given, log, read_server: drivers.ServerReader | None) -> None:
+    """spec + the drivers of the server drivers= names (a rig, read by read_server) or describes (files)."""
     value = g.opts["drivers"]
     label = f"--kernel {g.text}: drivers={value}"
     path = pathlib.Path(value).expanduser()
-    if path.is_file() and path.suffix == ".toml" and drivers.rig_reader is not None:
-        inv = drivers.rig_reader(value, log)        # a rig file's path: its server, as a rig's name
+    a_rig = (path.is_file() and path.suffix == ".toml") or (not path.exists() and NAME_RE.match(value))
+    if a_rig and read_server is not None:
+        inv = read_server(value, log)               # a rig's name, or a rig file's path: its server
     elif path.exists():
         inv = drivers.read_inventory(path, label)
-    elif drivers.rig_reader is None or not NAME_RE.match(value):
+    elif not NAME_RE.match(value):
         raise UsageError(f"{label}: no such file or directory, and not a rig name (drivers= takes a rig "
                          "whose server krig reads, or a module list, or a directory of modules/bound/config)")
     else:
-        inv = drivers.rig_reader(value, log)
+        raise UsageError(f"{label}: a rig's server is read by the commands that run kernels (krig run, validate, "
+                         "qualify, ...); give its drivers as files here (a module list, or a directory of "
+                         "modules/bound/config)")
     tree = source_tree(spec)
     p = drivers.plan(inv, tree, wanted_config(spec)[0], g.opts.get("drivers-scope"), label)
     if not p["config"]:

@@ -40,6 +40,7 @@ import hashlib
 import json
 import pathlib
 import re
+from typing import Protocol
 
 from krig.errors import UsageError
 from krig.safeio import printable
@@ -55,8 +56,14 @@ _WORD_RE = re.compile(r"^[A-Za-z0-9_.:+@-]{1,128}$")
 MAX_BYTES = 4 << 20
 MAX_DEPTH = 8
 
-# Set by the workflows (workflows/run.py): reads a rig's server, returns its inventory's text.
-rig_reader = None
+
+
+class ServerReader(Protocol):
+    """What reads a rig's server (the rig's name, or its rig file's path) into an inventory
+    (parse_inventory's dict): a workflow's (workflows/serverdrivers.py server_drivers), passed
+    to the kernel loaders by the workflow that loads a kernel."""
+
+    def __call__(self, rig: str, log) -> dict: ...
 
 
 @functools.lru_cache(maxsize=4)

@@ -118,21 +118,32 @@ def image_kernel(g: Given) -> Kernel:
                   cmdline=[], description=f"image {img.name}", arg=g.text)
 
 
-class TreeKernels:
+class BuiltElsewhere:
+    """A kernel built elsewhere: krig builds nothing of it, and no series goes on it."""
+
+    def builds(self, g: Given) -> bool:
+        return False
+
+    def series_refusal(self, g: Given) -> str | None:
+        return ("a series needs a base krig can build: a built kernel toml (e.g. tiny-6.1) "
+                "or TREE@REF")
+
+
+class TreeKernels(BuiltElsewhere):
     """The Loader of a built kernel tree (tree_kernel); nothing is built."""
 
     def takes(self, g: Given) -> bool:
         return g.kind == "tree"
 
-    def load(self, g: Given, build: bool, log) -> Kernel:
+    def load(self, g: Given, build: bool, log, read_server=None) -> Kernel:
         return tree_kernel(g, log)
 
 
-class ImageKernels:
+class ImageKernels(BuiltElsewhere):
     """The Loader of an image file with its config and modules (image_kernel); nothing is built."""
 
     def takes(self, g: Given) -> bool:
         return g.kind == "image"
 
-    def load(self, g: Given, build: bool, log) -> Kernel:
+    def load(self, g: Given, build: bool, log, read_server=None) -> Kernel:
         return image_kernel(g)
