@@ -178,5 +178,6 @@ def test_the_check_names_each_former_reader():
     assert kernel_text_reads(READER, FORMER_READERS[0][1]) == []
     assert kernel_text_reads("kernels/derived.py", FORMER_READERS[3][1]) == []
     # nor a rig's kind, a message naming an option, or a comma-separated list of numbers
-    assert kernel_text_reads("workflows/x.py", 'ok = rig.kind == "ipmi"\nraise E(f"drivers={v}: no such rig")\n'
-                                               'sizes = [int(s) for s in a.sizes.split(",")]\n') == []
+    innocent = ('ok = rig.kind == "ipmi"\nraise E(f"drivers={v}: no such rig")\n'
+                'sizes = [int(s) for s in a.sizes.split(",")]\n')
+    assert kernel_text_reads("workflows/run.py", innocent) == []
