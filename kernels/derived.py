@@ -8,7 +8,7 @@ to copies of the files it touches, so a patch that does not apply is one line be
 import pathlib
 
 from krig import KERNEL_DIR
-from krig.errors import UsageError
+from krig.errors import KrigError, UsageError
 from . import drivers
 from .definition import checked, is_distro, kernel_toml, resolved_table
 from .digest import cache_key
@@ -32,16 +32,16 @@ def derived_spec(g: Given, log=print, read_server: drivers.ServerReader | None =
     ,series= names, read (or None)."""
     series = load_series(g.opts["series"], "series=", log) if "series" in g.opts else None
     if g.kind == "toml":
-        path = kernel_toml(g.name)
+        path = kernel_toml(g.toml)
         if not path.exists():
-            raise UsageError(f"--kernel {g.text}: unknown kernel {g.name!r}")
-        data, where = resolved_table(g.name, KERNEL_DIR)
+            raise UsageError(f"--kernel {g.text}: unknown kernel {g.toml!r}")
+        data, where = resolved_table(g.toml, KERNEL_DIR)
         if is_distro(data):
             what = " and ".join(f"{o}=" for o in ("series", "drivers") if o in g.opts)
-            raise UsageError(f"--kernel {g.text}: {g.name} is the distro's packaged kernel; {what} needs a "
+            raise UsageError(f"--kernel {g.text}: {g.toml} is the distro's packaged kernel; {what} needs a "
                              "kernel krig builds (a built kernel toml such as tiny-6.1, or TREE@REF)")
-        spec = spec_of(g.name, checked(data, where), where)
-        origin = git_origin(spec.tree, spec.ref) if spec.source == "git" else None
+        spec = spec_of(g.toml, checked(data, where), where)
+        origin = git_origin(spec.tree, spec.ref) if spec.source == "git" and spec.tree else None
     else:
         like = g.opts.get("like", DEFAULT_LIKE)
         if not kernel_toml(like).exists():     # kernels/, or a toml a workflow wrote (GENERATED_DIRS)
@@ -56,14 +56,14 @@ def derived_spec(g: Given, log=print, read_server: drivers.ServerReader | None =
                              f"{'there is no series' if not series else 'the series has no base-commit: line'}")
         for k in ("tarball", "tree", "ref", "patches", "description"):
             data.pop(k, None)
-        data.update(source="git", tree=str(g.path), ref=ref)
+        data.update(source="git", tree=str(g.where), ref=ref)
         where = f"--kernel {g.text}"
-        probe = spec_of(f"git-{g.path.name}", checked(data, where), where)
+        probe = spec_of(f"git-{g.where.name}", checked(data, where), where)
         commit = resolve_commit(probe)
         data["localversion"] = f"-krig-g{commit[:12]}"
-        data["description"] = f"{g.path.name} at {ref} ({commit[:12]}), config like {like}"
-        spec = spec_of(f"git-{g.path.name}-{commit[:12]}", checked(data, where), where)
-        origin = git_origin(g.path, ref)
+        data["description"] = f"{g.where.name} at {ref} ({commit[:12]}), config like {like}"
+        spec = spec_of(f"git-{g.where.name}-{commit[:12]}", checked(data, where), where)
+        origin = git_origin(g.where, ref)
     if "drivers" in g.opts:
         _add_drivers(spec, g, log, read_server)
     if series:
@@ -90,6 +90,8 @@ def derived_kernel(g: Given, build: bool = False, log=print, read_server: driver
             apply_to_copies(source_files(spec), spec.patches)
         build_kernel(spec, log=log)
         meta = build_meta(key)
+        if meta is None:                # krig's own fault: a build that ended without its record
+            raise KrigError(f"--kernel {g.text}: built, but the cache has no record of the build ({key})")
     return built_kernel(spec, key, meta, arg=g.text, git=origin, series=series["provenance"] if series else None,
                         drivers=meta.get("drivers"))
 
@@ -105,12 +107,12 @@ class DerivedKernels:
         return derived_kernel(g, build, log, read_server)
 
     def builds(self, g: Given) -> bool:
-        return g.kind == "git" or "series" in g.opts or builds_named(g.name)
+        return g.kind == "git" or "series" in g.opts or builds_named(g.toml)
 
     def series_refusal(self, g: Given) -> str | None:
         if g.kind == "toml":
-            return named_series_refusal(g.name)
-        return None if g.path.is_dir() else f"{g.path}: no such directory (TREE@REF: a git tree of the kernel)"
+            return named_series_refusal(g.toml)
+        return None if g.where.is_dir() else f"{g.where}: no such directory (TREE@REF: a git tree of the kernel)"
 
 
 def _add_drivers(spec: KernelSpec, g: Given, log, read_server: drivers.ServerReader | None) -> None:

@@ -35,7 +35,7 @@ import pathlib
 import re
 from typing import Protocol
 
-from krig.errors import UsageError
+from krig.errors import KrigError, UsageError
 from . import drivers
 from .kernel import Kernel
 
@@ -118,6 +118,20 @@ class Given:
     def words(self) -> KernelText:
         return kernel_text(self.text)
 
+    @property
+    def toml(self) -> str:
+        """The kernels/<name>.toml name of a toml kernel (a loader asks it of the Givens it takes)."""
+        if self.name is None:
+            raise KrigError(f"--kernel {self.text}: a {self.kind} kernel has no toml name")
+        return self.name
+
+    @property
+    def where(self) -> pathlib.Path:
+        """The path of a tree, an image or TREE@REF's tree (a loader asks it of the Givens it takes)."""
+        if self.path is None:
+            raise KrigError(f"--kernel {self.text}: a {self.kind} kernel names no path")
+        return self.path
+
     def public(self, tree_as: str | None = None, ref_as: str | None = None) -> str:
         """The text fit to leave the host (KernelText.public)."""
         return self.words.public(tree_as, ref_as)
@@ -161,7 +175,7 @@ def parse(text: str) -> Given:
     if not text.strip():
         raise UsageError(f"--kernel {text!r}: empty; give a kernel (syntax: {SYNTAX})")
     words = kernel_text(text)
-    opts = {}
+    opts: dict[str, str] = {}
     for item in words.items:
         key, eq, value = item.partition("=")
         if not eq or key not in OPTIONS or not value:

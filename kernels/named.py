@@ -18,16 +18,16 @@ class NamedKernels:
         return g.kind == "toml" and not g.opts
 
     def load(self, g: Given, build: bool, log, read_server=None) -> Kernel:
-        defn, where = read(g.name, KERNEL_DIR)
+        defn, where = read(g.toml, KERNEL_DIR)
         if isinstance(defn, DistroDefinition):
-            return distro_kernel(g.name, defn)
-        return load_built_kernel(g.name, defn, where)
+            return distro_kernel(g.toml, defn)
+        return load_built_kernel(g.toml, defn, where)
 
     def builds(self, g: Given) -> bool:
-        return builds_named(g.name)
+        return builds_named(g.toml)
 
     def series_refusal(self, g: Given) -> str | None:
-        return named_series_refusal(g.name)
+        return named_series_refusal(g.toml)
 
 
 def builds_named(name: str) -> bool:
