@@ -8,6 +8,7 @@ from conftest import KRIG, ROOT
 from kernels import derived, drivers, given
 from krig.errors import UsageError
 from test_drivers_scope import SERVER
+from test_rig_spec import files, ipmi_file, redfish_file  # noqa: F401 (files: a fixture)
 
 
 def test_drivers_given_twice_is_refused():
@@ -102,3 +103,18 @@ def test_a_redfish_server_found_off_is_read_from_the_kept_drivers(tmp_path, monk
     inv = serverdrivers.server_drivers("rf1", log=said.append)
     assert inv["release"] == "6.1.0-28-amd64" and said[0].startswith("krig: rf1 is off: its drivers as read on ")
     assert closed == [1]
+
+
+def test_each_rig_says_whether_it_reads_its_installed_drivers(files):
+    """rigs/protocol.py Rig.installed_drivers: the lab server rigs (IPMI, Redfish) read theirs
+    (rigs/ipmi/drivers.py); a QEMU rig has none to read (drivers= of it is one line:
+    tests/test_server_drivers.py)."""
+    from rigs import load_rig
+    from rigs.ipmi.drivers import ServerDrivers
+    from rigs.ipmi.rig import IpmiRig
+    from rigs.redfish.rig import RedfishRig
+    assert load_rig("qemu-default").installed_drivers() is None
+    for cls, raw in ((IpmiRig, ipmi_file(files)), (RedfishRig, redfish_file(files))):
+        rig = cls("lab", raw, path="rigs/lab.toml")
+        reader = rig.installed_drivers()
+        assert isinstance(reader, ServerDrivers) and reader.rig is rig, cls
