@@ -10,7 +10,7 @@ import pytest
 
 import kernels
 from kernels import catalog
-from kernels.given import Given, parse
+from kernels.given import Given, kernel_text, parse
 from krig.errors import KrigError, UsageError
 
 TREE = pathlib.Path("/src/linux")
@@ -94,3 +94,28 @@ def test_like_takes_a_kernel_a_workflow_wrote_for_itself(tmp_path, monkeypatch):
     monkeypatch.setattr(definition, "GENERATED_DIRS", [made])
     spec, origin, series = derived.derived_spec(g)
     assert spec.description.endswith("config like made-here") and spec.source == "git" and series is None
+
+
+def test_the_text_gives_its_public_and_pinned_forms(tmp_path):
+    """A Given, and the words of a text a record kept (nothing on disk needed), say the text fit to
+    leave the host (its paths by their last names) and TREE@ with its REF pinned, read the way
+    parse reads it: the head's last @ makes TREE@REF (a REF may have a /), unless the head is a
+    file that exists (its name has an @)."""
+    tree = tmp_path / "src" / "linux"
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    g = parse(f"{tree}@,like=tiny-6.1")
+    assert g.unpinned() and g.public() == "linux@,like=tiny-6.1"
+    assert g.pinned("a" * 40) == f"{tree}@{'a' * 40},like=tiny-6.1"
+    assert not parse(f"{tree}@v6.1").unpinned() and not parse("tiny-6.1").unpinned()
+    kept = kernel_text("~/gone/linux@origin/master,series=/home/a/s.mbox")
+    assert kept.public() == "linux@origin/master,series=s.mbox"
+    assert kept.public(tree_as="linux", ref_as="c" * 12) == f"linux@{'c' * 12},series=s.mbox"
+    assert kept.paths() == ["~/gone/linux", "/home/a/s.mbox"]
+    image = tmp_path / "a@b" / "vmlinuz"
+    image.parent.mkdir()
+    image.write_bytes(b"")
+    words = kernel_text(f"{image},config=/boot/config-6.1,modules=<MODULES>")
+    assert not words.at and words.public() == "vmlinuz,config=config-6.1,modules=<MODULES>"
+    assert kernel_text("tiny-6.1,drivers=lab1").public() == "tiny-6.1,drivers=lab1"
+    with pytest.raises(ValueError, match="not TREE@REF"):
+        kernel_text("tiny-6.1").pinned("c" * 12)
