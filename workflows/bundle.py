@@ -349,8 +349,9 @@ def rig_toml(rig: dict, described: RigRecord) -> str:
 def kernel_identity(k: KernelRecord) -> dict:
     """What the kernel was: its name and release, and the distro package or the toml it was built from."""
     out = {key: getattr(k, key) for key in ("name", "release", "config_sha256_16", "extra_cmdline", "debug_options")}
-    # a tree or file of this host by its last name, an origin without credentials (results.py)
-    out.update(description=public_paths(k.description), arg=kernel_text(k.arg).public() if isinstance(k.arg, str) else k.arg,
+    # a tree or file of this host by its last name (kernels/given.py), an origin without credentials (results.py)
+    arg = kernel_text(k.arg).public() if isinstance(k.arg, str) else k.arg
+    out.update(description=public_paths(k.description), arg=arg,
                git={**k.git, "repository": public_repository(k.git.get("repository"))}
                if isinstance(k.git, dict) and "repository" in k.git else k.git)
     image = k.image

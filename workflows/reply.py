@@ -27,8 +27,8 @@ import textwrap
 import time
 
 from analysis.lkp import WIDTH, table_lines
-from kernels.given import is_path, kernel_text
 from analysis.projection import text_lines as projection_lines
+from kernels.given import is_path, kernel_text
 from krig.errors import KrigError, UsageError
 from krig.safeio import printable_text
 from krig.record_compare import Comparison
@@ -183,7 +183,8 @@ def reproduce_lines(state: ValidationRecord, tree: str | None, by_id: bool) -> l
         base = kernel_text(cmd[i])
         if is_path(base.head):
             image = not base.at and pathlib.PurePath(base.head).suffix
-            cmd[i] = base.public(tree_as=None if image else "linux", ref_as=base.ref and (git.get("commit") or base.ref))
+            pinned = base.ref and (git.get("commit") or base.ref)       # the commit a local branch was
+            cmd[i] = base.public(tree_as=None if image else "linux", ref_as=pinned)
             cloned = bool(base.at)
     if "--series" in cmd:
         i = cmd.index("--series") + 1
