@@ -170,19 +170,20 @@ def is_given(text: str) -> bool:
     return not (NAME_RE.match(text) and not os.path.exists(text))
 
 
-def parse(text: str) -> Given:
-    """The --kernel text as a Given (a plain name: kind toml, no options); one line when it is none."""
+def parse(text: str, option: str = "--kernel") -> Given:
+    """The --kernel text as a Given (a plain name: kind toml, no options); one line naming `option`
+    (--kernel, --base) when it is none."""
     if not text.strip():
-        raise UsageError(f"--kernel {text!r}: empty; give a kernel (syntax: {SYNTAX})")
+        raise UsageError(f"{option} {text!r}: empty; give a kernel (syntax: {SYNTAX})")
     words = kernel_text(text)
     opts: dict[str, str] = {}
     for item in words.items:
         key, eq, value = item.partition("=")
         if not eq or key not in OPTIONS or not value:
-            raise UsageError(f"--kernel {text}: {item!r} is not an option; allowed: "
+            raise UsageError(f"{option} {text}: {item!r} is not an option; allowed: "
                              f"{', '.join(o + '=' for o in OPTIONS)} (syntax: {SYNTAX})")
         if key in opts:
-            raise UsageError(f"--kernel {text}: {key}= given twice ({key}={opts[key]} and {key}={value}); "
+            raise UsageError(f"{option} {text}: {key}= given twice ({key}={opts[key]} and {key}={value}); "
                              "give it once")
         opts[key] = value
     head = words.head + words.at + words.ref
@@ -190,7 +191,7 @@ def parse(text: str) -> Given:
         tree = pathlib.Path(words.head).expanduser().resolve()
         if not ((tree / ".git").exists() or (tree / "HEAD").exists()):
             why = "not a git repository" if tree.is_dir() else "not a directory" if tree.exists() else "no such directory"
-            raise UsageError(f"--kernel {text}: {words.head}: {why} (TREE@REF: TREE is a git tree of the kernel; "
+            raise UsageError(f"{option} {text}: {words.head}: {why} (TREE@REF: TREE is a git tree of the kernel; "
                              f"syntax: {SYNTAX})")
         g = Given(text, "git", path=tree, ref=words.ref or None, opts=opts)
     elif os.path.isdir(head):
@@ -200,15 +201,15 @@ def parse(text: str) -> Given:
     elif NAME_RE.match(head):
         g = Given(text, "toml", name=head, opts=opts)
     else:
-        raise UsageError(f"--kernel {text}: {head} is neither a kernel name, an existing path nor TREE@REF "
+        raise UsageError(f"{option} {text}: {head} is neither a kernel name, an existing path nor TREE@REF "
                          f"(syntax: {SYNTAX})")
     allowed = {"toml": {"series", "drivers", "drivers-scope"}, "git": {"like", "series", "drivers", "drivers-scope"},
                "tree": set(), "image": {"config", "modules"}}[g.kind]
     for k in opts:
         if k not in allowed:
-            raise UsageError(f"--kernel {text}: {k}= does not go with a {g.kind} kernel "
+            raise UsageError(f"{option} {text}: {k}= does not go with a {g.kind} kernel "
                              f"(allowed: {', '.join(sorted(allowed)) or 'no options'})")
     if "drivers-scope" in opts and ("drivers" not in opts or opts["drivers-scope"] not in drivers.SCOPES):
-        raise UsageError(f"--kernel {text}: drivers-scope={opts['drivers-scope']}: " + (
+        raise UsageError(f"{option} {text}: drivers-scope={opts['drivers-scope']}: " + (
             "goes with drivers=RIG|PATH" if "drivers" not in opts else f"allowed: {', '.join(drivers.SCOPES)}"))
     return g

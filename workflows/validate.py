@@ -166,10 +166,7 @@ def judged_metrics(res: Comparison) -> list:
 
 def _check_base(base: str):
     """--base as krig can build it with a series (checked before the series is read or fetched)."""
-    try:
-        g = parse_kernel(base)
-    except UsageError as e:         # kernels/given.py names the flag of `krig run`
-        raise UsageError(str(e).replace(f"--kernel {base}", f"--base {base}", 1)) from None
+    g = parse_kernel(base, "--base")
     why = series_refusal(g)
     if why:
         raise UsageError(f"--base {base}: {why}")
