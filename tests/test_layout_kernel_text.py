@@ -9,6 +9,7 @@ What a second reader looks like, each named by file and line:
                                          "=" or "@" (or testing `"@" in` it)
     matches an option by its key         "drivers=", "series=", ... compared, searched, split at
                                          or in a regular expression
+    splits TREE@REF by a pattern         a regular expression with a group on each side of an @
     asks a Given its kind                `.kind` compared with "toml", "git", "tree" or "image"
 """
 import ast
@@ -94,6 +95,10 @@ def _option_key_matches(nodes: list) -> list[int]:
     return out
 
 
+def _tree_at_ref_pattern(nodes: list) -> list[int]:
+    return [n.lineno for n in nodes if any(")@(" in p for p in _regex(n))]
+
+
 def _kind_asked(nodes: list) -> list[int]:
     out = []
     for n in nodes:
@@ -113,7 +118,8 @@ def kernel_text_reads(rel: str, source: str) -> list[str]:
     if rel != READER:
         checks += [("splits at commas, then at = or @ (kernels/given.py kernel_text)",
                     _splits_at_commas_then_at_eq_or_at),
-                   ("matches a --kernel option by its key (kernels/given.py parse: Given.opts)", _option_key_matches)]
+                   ("matches a --kernel option by its key (kernels/given.py parse: Given.opts)", _option_key_matches),
+                   ("splits TREE@REF by a pattern (kernels/given.py kernel_text)", _tree_at_ref_pattern)]
     if rel not in LOADERS:
         checks.append(("asks a Given its kind (a loader's to know: kernels/catalog.py)", _kind_asked))
     found = {(line, what) for nodes in _scopes(tree) for what, check in checks for line in check(nodes)}
@@ -136,8 +142,9 @@ def test_the_kernel_text_is_read_in_one_module():
     assert not bad, "the --kernel text read outside kernels/given.py (ask a Given or a KernelText):\n" + "\n".join(bad)
 
 
-# The readers this project had before kernels/given.py was the only one, each as it was written.
-FORMER_READERS = [
+# Second readers the check names, one of each signature: a split at commas (a path's parts, a
+# bundle's paths), a Given's kind asked, an option's key matched, TREE@REF split by a pattern.
+SECOND_READERS = [
     ("krig/results.py", '''
 def split_kernel_arg(arg: str) -> tuple:
     head, *opts = arg.split(",")
@@ -166,17 +173,23 @@ def drivers_of(cmd):
 import re
 SERIES = re.compile(r",series=([^,]+)")
 ''', "matches a --kernel option by its key"),
+    ("workflows/bisect.py", '''
+import re
+def tree_of(head):
+    m = re.match(r"^(.+)@([^@]*)$", head)
+    return m.group(1) if m else None
+''', "splits TREE@REF by a pattern"),
 ]
 
 
-def test_the_check_names_each_former_reader():
-    for rel, source, what in FORMER_READERS:
+def test_the_check_names_each_second_reader():
+    for rel, source, what in SECOND_READERS:
         found = kernel_text_reads(rel, source)
         assert found and all(f.startswith(f"{rel} line ") for f in found) and any(what in f for f in found), \
             (rel, found)
     # kernels/given.py itself, and a loader asking its Given's kind, are not second readers
-    assert kernel_text_reads(READER, FORMER_READERS[0][1]) == []
-    assert kernel_text_reads("kernels/derived.py", FORMER_READERS[3][1]) == []
+    assert kernel_text_reads(READER, SECOND_READERS[0][1]) == []
+    assert kernel_text_reads("kernels/derived.py", SECOND_READERS[3][1]) == []
     # nor a rig's kind, a message naming an option, or a comma-separated list of numbers
     innocent = ('ok = rig.kind == "ipmi"\nraise E(f"drivers={v}: no such rig")\n'
                 'sizes = [int(s) for s in a.sizes.split(",")]\n')
