@@ -43,8 +43,6 @@ OPTIONS = ("config", "modules", "like", "series", "drivers", "drivers-scope")
 SYNTAX = ("NAME | PATH (built tree or image file) | TREE@REF, then optionally ,config=FILE "
           ",modules=DIR ,like=KERNEL ,drivers=RIG|PATH [,drivers-scope=boot|all] ,series=MBOX")
 NAME_RE = re.compile(r"^[A-Za-z0-9._+-]+$")
-
-
 TREE_AT_REF = re.compile(r"^(.+)@([^@]*)$")
 
 
@@ -85,7 +83,7 @@ class KernelText:
         """TREE@REF's text with REF the commit `ref` (TREE@ spelled out: the series' base-commit),
         its options as written."""
         if not self.at:
-            raise ValueError(f"--kernel {self.text}: not TREE@REF, nothing to pin")
+            raise KrigError(f"--kernel {self.text}: not TREE@REF, nothing to pin")
         return ",".join([f"{self.head}@{ref}", *self.items])
 
     def paths(self) -> list[str]:
@@ -107,12 +105,13 @@ def kernel_text(text: str) -> KernelText:
 
 @dataclasses.dataclass
 class Given:
+    """The --kernel text read (parse): its kind, what it names on this host, its options."""
     text: str
     kind: str                  # toml | tree | image | git
     name: str | None = None    # toml
     path: pathlib.Path | None = None
     ref: str | None = None
-    opts: dict = dataclasses.field(default_factory=dict)
+    opts: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def words(self) -> KernelText:

@@ -117,5 +117,5 @@ def test_the_text_gives_its_public_and_pinned_forms(tmp_path):
     words = kernel_text(f"{image},config=/boot/config-6.1,modules=<MODULES>")
     assert not words.at and words.public() == "vmlinuz,config=config-6.1,modules=<MODULES>"
     assert kernel_text("tiny-6.1,drivers=lab1").public() == "tiny-6.1,drivers=lab1"
-    with pytest.raises(ValueError, match="not TREE@REF"):
+    with pytest.raises(KrigError, match="not TREE@REF"):
         kernel_text("tiny-6.1").pinned("c" * 12)
