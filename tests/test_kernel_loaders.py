@@ -119,3 +119,31 @@ def test_the_text_gives_its_public_and_pinned_forms(tmp_path):
     assert kernel_text("tiny-6.1,drivers=lab1").public() == "tiny-6.1,drivers=lab1"
     with pytest.raises(KrigError, match="not TREE@REF"):
         kernel_text("tiny-6.1").pinned("c" * 12)
+
+
+def _bzimage(path: pathlib.Path, release: str) -> pathlib.Path:
+    """An image file with an x86 setup header naming `release` (what kernels/prebuilt.py reads)."""
+    head = bytearray(0x8000)
+    head[0x202:0x206] = b"HdrS"
+    head[0x20E:0x210] = (0x400).to_bytes(2, "little")          # the version string at 0x600
+    version = f"{release} (krig@test) #1".encode()
+    head[0x600:0x600 + len(version)] = version
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(head))
+    return path
+
+
+def test_an_image_finds_its_config_beside_it_or_says_where_it_looked(tmp_path, monkeypatch):
+    """An image file (the ImageKernels loader): its release from its setup header, its config
+    config-<release> beside it, no modules asked of a kernel without CONFIG_MODULES; without a
+    config beside it, one line naming the files looked for."""
+    monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "cache"))
+    img = _bzimage(tmp_path / "boot" / "vmlinuz-6.1.0-test", "6.1.0-test")
+    with pytest.raises(UsageError, match=r"no config next to the image \(config-6\.1\.0-test, config-6\.1\.0-test, "
+                                         r"\.config, config\); give it as ,config=FILE"):
+        catalog.load_kernel(str(img))
+    (img.parent / "config-6.1.0-test").write_text("CONFIG_XFS_FS=y\n# CONFIG_MODULES is not set\n")
+    k = catalog.load_kernel(str(img))
+    assert (k.name, k.release, k.image, k.config) == ("image-vmlinuz-6.1.0-test", "6.1.0-test", img,
+                                                      img.parent / "config-6.1.0-test")
+    assert k.arg == str(img) and not catalog.krig_builds(str(img))
