@@ -43,13 +43,6 @@ def memory_refusal(mem: int, avail: int) -> str | None:
     return refusal(mem, avail)
 
 
-def read_server_drivers(rig, log) -> str:
-    """What a lab rig's server runs: its modules, bound drivers and config, read over its SSH
-    (rigs/ipmi/drivers.py)."""
-    from rigs.ipmi.drivers import read
-    return read(rig, log)
-
-
 # Set by the workflows (workflows/serverreach.py): fn(server, kernel, warm) -> a line refusing a
 # kernel that cannot reach the server, or None; a kexec rig asks it before the kexec.
 kexec_check: Callable[[Any, Any, bool], str | None] | None = None

@@ -14,12 +14,10 @@ from .check import check
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
 from .history.remember import remember
 from .hostload import HostSampler
-from kernels import drivers as kernel_drivers
 from krig.paths import owner_record
 from krig.knobs import Knobs, applied, apply_argv, summary as knob_summary
 from .plan import RunPlan, plan_run
 from .preflight import admission_line
-from .serverdrivers import server_drivers
 from . import serverreach
 import rigs
 from .session import Session, power_down
@@ -31,8 +29,6 @@ from rigs.hashsize import from_log as hash_tables
 
 FACTS_TIMEOUT = 60
 RUN_LOG = "krig.log"         # what krig said of the run, progress included (run_log)
-# (kernels/drivers.py's rig_reader = None does not say the function it will hold yet)
-kernel_drivers.rig_reader = server_drivers  # type: ignore[assignment]   # --kernel KERNEL,drivers=RIG reads the rig's server
 rigs.kexec_check = serverreach.at_kexec           # a kernel lacking the server's NIC or disk driver: never kexec'd
 
 
