@@ -34,8 +34,9 @@ def overlay_plot(spec: dict, repro, runs: dict, out: pathlib.Path) -> pathlib.Pa
     png = out / f"compare-{spec['name']}.png"
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 5), dpi=100)
-    ax2, handles, lims, lims2, title = None, {}, [], [], spec["title"]
-    named = set()               # each phase named once over all the runs
+    ax2, lims, lims2, title = None, [], [], spec["title"]
+    handles: dict[str, object] = {}
+    named: set[str] = set()     # each phase named once over all the runs
     try:
         for side, dirs in runs.items():
             st = SIDES[side]

@@ -110,8 +110,8 @@ def write_session(run, repro) -> dict | None:
     if repro.session:
         a, b, why = session_window(run, repro.session)
     else:
-        ts = [trace.columns(ev)["ts"] for ev in repro.trace_events if ev in trace.counts()]
-        ts = np.concatenate(ts) if ts else np.empty(0)
+        parts = [trace.columns(ev)["ts"] for ev in repro.trace_events if ev in trace.counts()]
+        ts = np.concatenate(parts) if parts else np.empty(0)
         if not len(ts):
             raise PlotError("trace.dat has no events of the reproducer")
         a, b, why = int(ts.min()), int(ts.max()), "the whole trace (no [session] in repro.toml)"

@@ -33,6 +33,8 @@ class Timeline:
 
     def __init__(self, samples: dict | None, trace_first_ns: int | None = None):
         self.samples = samples
+        self.t0: float | None
+        self.mono_offset: float | None
         if samples is not None:
             self.t0 = float(samples["time"][0])
             self.mono_offset = float(np.median(samples["time"] - samples["mono"])) if "mono" in samples else None
@@ -197,6 +199,7 @@ def plot_data(spec: dict, run, repro, metrics: dict) -> PlotData:
     series = []
     for s in spec["series"]:
         if s["kind"] == "samples":
+            assert samples is not None  # refused above when a samples series has no samples.tsv
             series.append(samples_series(s, samples, run.mem_total_bytes, run.phases()))
         else:
             series.append(group_series(s, trace, tl, metrics))
@@ -299,8 +302,8 @@ def _zero_based(ax, data: PlotData, axis: str):
 
 
 def _min_width(data: PlotData) -> float:
-    xs = [s.x for s in data.series if len(s.x)] + [np.array([x for _, x in data.phases])]
-    xs = np.concatenate([x for x in xs if len(x)]) if any(len(x) for x in xs) else np.array([0.0, 1.0])
+    parts = [s.x for s in data.series if len(s.x)] + [np.array([x for _, x in data.phases])]
+    xs = np.concatenate([x for x in parts if len(x)]) if any(len(x) for x in parts) else np.array([0.0, 1.0])
     span = float(xs.max() - xs.min()) or 1.0
     return span / 150.0
 

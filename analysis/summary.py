@@ -3,6 +3,7 @@ as in metrics.json (6 significant digits), and the one command that
 reproduces the run."""
 import math
 import textwrap
+from typing import TypeGuard
 
 from krig.asked import AskedRun
 from krig.knobs import summary as knob_summary
@@ -63,7 +64,8 @@ def threshold_results(run, repro) -> dict:
 
 def threshold_tag(outcome: str | None) -> str:
     """How summary.txt and report.html name a threshold's outcome."""
-    return {"pass": "held", "fail": "CROSSED", "contended": "crossed, host contended"}.get(outcome, "not judged")
+    tags: dict[str | None, str] = {"pass": "held", "fail": "CROSSED", "contended": "crossed, host contended"}
+    return tags.get(outcome, "not judged")
 
 
 def threshold_measurements(run, repro) -> list[dict]:
@@ -102,7 +104,7 @@ def threshold_properties(t, value, unit: str, better: str) -> dict:
     return props
 
 
-def _finite(v) -> bool:
+def _finite(v) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

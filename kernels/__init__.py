@@ -2,7 +2,8 @@
 building them from source with patch series and config fragments, and bisecting between them.
 
     catalog.py      load_kernel(name) -> Kernel: the text read once, passed to the loader of its kind
-    given.py        the --kernel text: a name, a path, TREE@REF, and their options; the Loader protocol
+    given.py        the --kernel text, read here only: a name, a path, TREE@REF, their options, its
+                    public and pinned forms; the Loader protocol
     prebuilt.py     a built tree or an image file, built elsewhere
     derived.py      TREE@REF, or a kernel with a series or a server's drivers on top, built on demand
     named.py        a plain name: the distro's kernel, or one krig built

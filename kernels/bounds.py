@@ -125,7 +125,7 @@ class Group:
 
     def __init__(self, pids: int, memory: int):
         self.pids, self.memory = pids, memory
-        self.dirs = {}              # controller ("" on v2) -> the group's directory
+        self.dirs: dict[str, pathlib.Path] = {}  # controller ("" on v2) -> the group's directory
         self.version = None
 
     def make(self) -> "Group":

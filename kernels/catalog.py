@@ -6,16 +6,15 @@ loader of its kind:
     NAME                                  kernels/named.py      Debian's packaged kernel (kernels/distro.py),
                                                                 or one krig built (kernels/spec.py; `krig kernel build`)
 
-Each loader is a kernels/given.py Loader: it says which Givens it takes and loads them; the
-catalog picks the one that takes the Given and passes the Given on, so the name is read once and
-nothing below reads it again. A new kind of kernel is a new loader here, not another branch.
+Each loader is a kernels/given.py Loader: it says which Givens it takes and loads them, whether
+krig builds them and why a series cannot go on them; the catalog picks the one that takes the
+Given and passes the Given on, so the name is read once and nothing below reads it again, and
+nothing above asks a Given its kind. A new kind of kernel is a new loader here, not another branch.
 A NAME is kernels/<name>.toml (kernels/definition.py); a Kernel is what a rig boots (kernels/kernel.py).
 """
-from krig import KERNEL_DIR
-from krig.config import load_toml
 from krig.errors import KrigError
-from .definition import is_distro, kernel_toml
 from .derived import DerivedKernels
+from .drivers import ServerReader
 from .given import Given, Loader, parse
 from .kernel import Kernel
 from .named import NamedKernels
@@ -33,12 +32,13 @@ def loader_of(g: Given) -> Loader:
     return takers[0]
 
 
-def load_kernel(name: str, build: bool = False, log=print) -> Kernel:
+def load_kernel(name: str, build: bool = False, log=print, read_server: ServerReader | None = None) -> Kernel:
     """A kernel by toml name, or any form kernels/given.py reads (a path, TREE@REF, ...,series=),
     read once into a Given and loaded by its kind's loader. build: build a given git kernel or
-    series that is not built yet (krig run, krig validate)."""
+    series that is not built yet (krig run, krig validate). read_server: what reads the server
+    ,drivers=RIG names (the workflow's; without it only files are taken)."""
     g = parse(name)
-    return loader_of(g).load(g, build, log)
+    return loader_of(g).load(g, build, log, read_server)
 
 
 def krig_builds(name: str) -> bool:
@@ -46,9 +46,9 @@ def krig_builds(name: str) -> bool:
     anything with ,series=. Not the distro's packaged kernel, nor a tree or an image built
     elsewhere (one a lab server may have installed). Nothing is read but the tomls."""
     g = parse(name)
-    if g.kind == "git" or "series" in g.opts:
-        return True
-    if g.kind != "toml":
-        return False
-    path = kernel_toml(g.name, KERNEL_DIR)
-    return path.exists() and not is_distro(load_toml(path))
+    return loader_of(g).builds(g)
+
+
+def series_refusal(g: Given) -> str | None:
+    """Why a patch series cannot go on the kernel g names (its loader says), None when it can."""
+    return loader_of(g).series_refusal(g)

@@ -140,7 +140,7 @@ def _extended(name: str, data: dict, where: str, kernel_dir: pathlib.Path, seen:
     if is_distro(base):
         raise UsageError(f"{where}.extends: {parent!r} is the distro kernel; only built kernels can be extended")
     if "source" in data and data["source"] != base.get("source"):
-        for k in SOURCE_FIELDS.get(base.get("source"), ()):
+        for k in SOURCE_FIELDS.get(base.get("source", ""), ()):
             base.pop(k, None)
     base.pop("description", None)
     base.pop("localversion", None)     # defaults to -krig-<this name>

@@ -37,7 +37,7 @@ COMMITS = [
      "append", "Documentation/filesystems/vfs.rst", "\n.. krig bisect demo: a harmless documentation change.\n"),
     ("xfs: add a comment to xfs_icache.c (demo, harmless)",
      "append", "fs/xfs/xfs_icache.c", "\n/* krig bisect demo: a harmless comment, one object rebuilds. */\n"),
-    (CULPRIT, "patch", "rmdir-keeps-children", None),
+    (CULPRIT, "patch", "rmdir-keeps-children", ""),      # (a patch series: no text)
     ("mm: add a comment to vmscan.c (demo, harmless)",
      "append", "mm/vmscan.c", "\n/* krig bisect demo: another harmless comment. */\n"),
     ("Documentation: a second note for the bisect demo",
@@ -115,6 +115,7 @@ def _import(tarball: pathlib.Path, sha: str, repo: pathlib.Path, log) -> tuple[p
             "import_seconds": round(time.monotonic() - t0, 1)}
     (tmp / "krig-demo.json").write_text(json.dumps(info, indent=1) + "\n")
     tmp.rename(repo)
+    assert culprit is not None, "CULPRIT is one of COMMITS"
     log(f"bisect-demo: {len(commits)} commits in {time.monotonic() - t0:.0f}s; first bad is {culprit[:12]}")
     return repo, info
 

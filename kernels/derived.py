@@ -8,11 +8,12 @@ to copies of the files it touches, so a patch that does not apply is one line be
 import pathlib
 
 from krig import KERNEL_DIR
-from krig.errors import UsageError
+from krig.errors import KrigError, UsageError
 from . import drivers
 from .definition import checked, is_distro, kernel_toml, resolved_table
 from .digest import cache_key
 from .given import NAME_RE, Given
+from .named import builds_named, named_series_refusal
 from .gitrepo import git_origin
 from .incremental import build_kernel
 from .kernel import Kernel
@@ -24,21 +25,23 @@ from .trees import source_files, source_tree
 DEFAULT_LIKE = "linux-6.1"
 
 
-def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | None]:
-    """The spec of a given toml or TREE@REF kernel with its series and drivers, the git origin
-    of its source (None for a tarball's), and the series ,series= names, read (or None)."""
+def derived_spec(g: Given, log=print, read_server: drivers.ServerReader | None = None
+                 ) -> tuple[KernelSpec, dict | None, dict | None]:
+    """The spec of a given toml or TREE@REF kernel with its series and drivers (a rig's server
+    read by `read_server`), the git origin of its source (None for a tarball's), and the series
+    ,series= names, read (or None)."""
     series = load_series(g.opts["series"], "series=", log) if "series" in g.opts else None
     if g.kind == "toml":
-        path = kernel_toml(g.name)
+        path = kernel_toml(g.toml)
         if not path.exists():
-            raise UsageError(f"--kernel {g.text}: unknown kernel {g.name!r}")
-        data, where = resolved_table(g.name, KERNEL_DIR)
+            raise UsageError(f"--kernel {g.text}: unknown kernel {g.toml!r}")
+        data, where = resolved_table(g.toml, KERNEL_DIR)
         if is_distro(data):
             what = " and ".join(f"{o}=" for o in ("series", "drivers") if o in g.opts)
-            raise UsageError(f"--kernel {g.text}: {g.name} is the distro's packaged kernel; {what} needs a "
+            raise UsageError(f"--kernel {g.text}: {g.toml} is the distro's packaged kernel; {what} needs a "
                              "kernel krig builds (a built kernel toml such as tiny-6.1, or TREE@REF)")
-        spec = spec_of(g.name, checked(data, where), where)
-        origin = git_origin(spec.tree, spec.ref) if spec.source == "git" else None
+        spec = spec_of(g.toml, checked(data, where), where)
+        origin = git_origin(spec.tree, spec.ref) if spec.source == "git" and spec.tree else None
     else:
         like = g.opts.get("like", DEFAULT_LIKE)
         if not kernel_toml(like).exists():     # kernels/, or a toml a workflow wrote (GENERATED_DIRS)
@@ -53,16 +56,16 @@ def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | N
                              f"{'there is no series' if not series else 'the series has no base-commit: line'}")
         for k in ("tarball", "tree", "ref", "patches", "description"):
             data.pop(k, None)
-        data.update(source="git", tree=str(g.path), ref=ref)
+        data.update(source="git", tree=str(g.where), ref=ref)
         where = f"--kernel {g.text}"
-        probe = spec_of(f"git-{g.path.name}", checked(data, where), where)
+        probe = spec_of(f"git-{g.where.name}", checked(data, where), where)
         commit = resolve_commit(probe)
         data["localversion"] = f"-krig-g{commit[:12]}"
-        data["description"] = f"{g.path.name} at {ref} ({commit[:12]}), config like {like}"
-        spec = spec_of(f"git-{g.path.name}-{commit[:12]}", checked(data, where), where)
-        origin = git_origin(g.path, ref)
+        data["description"] = f"{g.where.name} at {ref} ({commit[:12]}), config like {like}"
+        spec = spec_of(f"git-{g.where.name}-{commit[:12]}", checked(data, where), where)
+        origin = git_origin(g.where, ref)
     if "drivers" in g.opts:
-        _add_drivers(spec, g, log)
+        _add_drivers(spec, g, log, read_server)
     if series:
         label = pathlib.Path(series["source"]).name
         spec.patches = spec.patches + [(label, p) for p in series["patches"]]
@@ -73,10 +76,11 @@ def derived_spec(g: Given, log=print) -> tuple[KernelSpec, dict | None, dict | N
     return spec, origin, series
 
 
-def derived_kernel(g: Given, build: bool = False, log=print) -> Kernel:
+def derived_kernel(g: Given, build: bool = False, log=print, read_server: drivers.ServerReader | None = None
+                   ) -> Kernel:
     """A given toml or TREE@REF kernel with its series and drivers; built when it is not yet
     and `build` says so (krig run, krig validate)."""
-    spec, origin, series = derived_spec(g, log)
+    spec, origin, series = derived_spec(g, log, read_server)
     key = cache_key(build_inputs(spec))
     meta = build_meta(key)
     if meta is None:
@@ -86,6 +90,8 @@ def derived_kernel(g: Given, build: bool = False, log=print) -> Kernel:
             apply_to_copies(source_files(spec), spec.patches)
         build_kernel(spec, log=log)
         meta = build_meta(key)
+        if meta is None:                # krig's own fault: a build that ended without its record
+            raise KrigError(f"--kernel {g.text}: built, but the cache has no record of the build ({key})")
     return built_kernel(spec, key, meta, arg=g.text, git=origin, series=series["provenance"] if series else None,
                         drivers=meta.get("drivers"))
 
@@ -97,24 +103,35 @@ class DerivedKernels:
     def takes(self, g: Given) -> bool:
         return g.kind == "git" or (g.kind == "toml" and bool(g.opts))
 
-    def load(self, g: Given, build: bool, log) -> Kernel:
-        return derived_kernel(g, build, log)
+    def load(self, g: Given, build: bool, log, read_server=None) -> Kernel:
+        return derived_kernel(g, build, log, read_server)
+
+    def builds(self, g: Given) -> bool:
+        return g.kind == "git" or "series" in g.opts or builds_named(g.toml)
+
+    def series_refusal(self, g: Given) -> str | None:
+        if g.kind == "toml":
+            return named_series_refusal(g.toml)
+        return None if g.where.is_dir() else f"{g.where}: no such directory (TREE@REF: a git tree of the kernel)"
 
 
-def _add_drivers(spec: KernelSpec, g: Given, log) -> None:
-    """spec + the drivers of the server drivers= names (a rig) or describes (files)."""
+def _add_drivers(spec: KernelSpec, g: Given, log, read_server: drivers.ServerReader | None) -> None:
+    """spec + the drivers of the server drivers= names (a rig, read by read_server) or describes (files)."""
     value = g.opts["drivers"]
     label = f"--kernel {g.text}: drivers={value}"
     path = pathlib.Path(value).expanduser()
-    if path.is_file() and path.suffix == ".toml" and drivers.rig_reader is not None:
-        inv = drivers.rig_reader(value, log)        # a rig file's path: its server, as a rig's name
+    a_rig = (path.is_file() and path.suffix == ".toml") or (not path.exists() and NAME_RE.match(value))
+    if a_rig and read_server is not None:
+        inv = read_server(value, log)               # a rig's name, or a rig file's path: its server
     elif path.exists():
         inv = drivers.read_inventory(path, label)
-    elif drivers.rig_reader is None or not NAME_RE.match(value):
+    elif not NAME_RE.match(value):
         raise UsageError(f"{label}: no such file or directory, and not a rig name (drivers= takes a rig "
                          "whose server krig reads, or a module list, or a directory of modules/bound/config)")
     else:
-        inv = drivers.rig_reader(value, log)
+        raise UsageError(f"{label}: a rig's server is read by the commands that run kernels (krig run, validate, "
+                         "qualify, ...); give its drivers as files here (a module list, or a directory of "
+                         "modules/bound/config)")
     tree = source_tree(spec)
     p = drivers.plan(inv, tree, wanted_config(spec)[0], g.opts.get("drivers-scope"), label)
     if not p["config"]:

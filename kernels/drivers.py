@@ -40,6 +40,8 @@ import hashlib
 import json
 import pathlib
 import re
+from collections.abc import Callable
+from typing import Any
 
 from krig.errors import UsageError
 from krig.safeio import printable
@@ -55,8 +57,11 @@ _WORD_RE = re.compile(r"^[A-Za-z0-9_.:+@-]{1,128}$")
 MAX_BYTES = 4 << 20
 MAX_DEPTH = 8
 
-# Set by the workflows (workflows/run.py): reads a rig's server, returns its inventory's text.
-rig_reader = None
+
+# What reads a rig's server (the rig's name, or its rig file's path; a log) into an inventory
+# (parse_inventory's dict): a workflow's (workflows/serverdrivers.py server_drivers), passed to
+# the kernel loaders by the workflow that loads a kernel.
+ServerReader = Callable[[str, Callable[..., Any]], dict]
 
 
 @functools.lru_cache(maxsize=4)
@@ -129,7 +134,7 @@ def parse_inventory(text: str, label: str) -> dict:
             release = printable(raw[8:].strip(), 128)      # a server's text: no escape sequence
         elif cur is not None:
             parts[cur].append((n, raw))
-    inv = {"source": label, "release": release, "modules": _modules(parts["modules"], label),
+    inv: dict[str, Any] = {"source": label, "release": release, "modules": _modules(parts["modules"], label),
            "bound": _bound(parts["bound"], label), "boot": _boot(parts["boot"], label), "config": None}
     if any(raw.strip() for _, raw in parts["config"]):
         inv["config"] = _config("\n".join(raw for _, raw in parts["config"]), label)
@@ -161,9 +166,9 @@ def read_inventory(path: pathlib.Path, label: str) -> dict:
         if not (path / "modules").is_file():
             raise UsageError(f"{label}: the directory has no file `modules` (a copy of the server's "
                              "/proc/modules or `lsmod`'s output)")
-        inv = {"source": str(path), "release": None, "config": None,
-               "modules": _modules(enumerate(_read(path / "modules", f"{label}/modules").splitlines(), 1),
-                                   f"{label}/modules"), "bound": [], "boot": []}
+        modules = _modules(enumerate(_read(path / "modules", f"{label}/modules").splitlines(), 1), f"{label}/modules")
+        inv: dict[str, Any] = {"source": str(path), "release": None, "config": None, "modules": modules,
+                               "bound": [], "boot": []}
         for part, fn in (("bound", _bound), ("boot", _boot)):
             if (path / part).is_file():
                 inv[part] = fn(enumerate(_read(path / part, f"{label}/{part}").splitlines(), 1), f"{label}/{part}")

@@ -43,7 +43,9 @@ def merge_fragments(fragments: list) -> tuple[dict, dict, list]:
     Same rule as scripts/kconfig/merge_config.sh: a later fragment overrides an
     earlier one; redefinitions are reported (label, option, old, new).
     """
-    values, origin, redefined = {}, {}, []
+    values: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    redefined: list[tuple[str, str, str, str]] = []
     for label, path in fragments:
         for k, v in parse_fragment(path, label).items():
             if k in values and values[k] != v:

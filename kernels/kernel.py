@@ -3,6 +3,7 @@ import dataclasses
 import hashlib
 import pathlib
 import re
+from typing import Any
 
 # Kernel options that change how fast a kernel runs or how much memory it takes: numbers of
 # two kernels that differ in one of them are not comparable (the 0-day robot's XFS_DEBUG
@@ -66,7 +67,9 @@ class Kernel:
     @classmethod
     def of_json(cls, data: dict) -> "Kernel":
         paths = ("image", "modules_dir", "config")
-        return cls(**{k: pathlib.Path(v) if k in paths and v is not None else v for k, v in data.items()})
+        fields: dict[str, Any] = {k: pathlib.Path(v) if k in paths and v is not None else v
+                                  for k, v in data.items()}
+        return cls(**fields)
 
     def describe(self) -> dict:
         return {

@@ -69,21 +69,29 @@ class Layer:
         self.tree = pathlib.Path(tree).resolve()
         self.lower = pathlib.Path(lower).resolve() if lower is not None else self.tree
         self.scratch = pathlib.Path(scratch)
-        self.disk, self.holder, self.group = bounds.setting("disk"), None, None
+        self.disk = bounds.setting("disk")
+        self.holder: subprocess.Popen[bytes] | None = None     # the namespace's process, once made
+        self.group: bounds.Group | None = None
+
+    @property
+    def _pid(self) -> int:
+        assert self.holder is not None, "the layer is made (_make) before it is used"
+        return self.holder.pid
 
     @property
     def view(self) -> pathlib.Path:
-        return pathlib.Path(f"/proc/{self.holder.pid}/root{self.tree}")
+        return pathlib.Path(f"/proc/{self._pid}/root{self.tree}")
 
     @property
     def image(self) -> pathlib.Path:
         return self.scratch / "disk.img"
 
     def _enter(self, argv: list) -> list:
-        return [NSENTER, f"--target={self.holder.pid}", "--mount", "--", *map(str, argv)]
+        return [NSENTER, f"--target={self._pid}", "--mount", "--", *map(str, argv)]
 
     def wrap(self, argv: list) -> list:
         """argv as a step of the build: in the layer's namespace and the build's cgroup."""
+        assert self.group is not None, "the layer is made (_make) before it is used"
         return self.group.wrap(self._enter(argv))
 
     def _run(self, argv: list, what: str) -> None:
@@ -128,14 +136,18 @@ class Layer:
         """Until the holder runs `cat`: unshare has then made its namespace and made it private.
         Entering it any sooner would enter krig's own, and mount the overlay over the host's tree."""
         mine = os.readlink("/proc/self/ns/mnt")
+        holder = self.holder
+        assert holder is not None and holder.stderr is not None, "started by _make with stderr piped"
         for _ in range(HOLDER_WAIT_STEPS):
+            ns: str | None
+            comm: str | None
             try:
-                ns, comm = os.readlink(f"/proc/{self.holder.pid}/ns/mnt"), \
-                    pathlib.Path(f"/proc/{self.holder.pid}/comm").read_text().strip()
+                ns, comm = os.readlink(f"/proc/{holder.pid}/ns/mnt"), \
+                    pathlib.Path(f"/proc/{holder.pid}/comm").read_text().strip()
             except OSError:
                 ns = comm = None
-            if self.holder.poll() is not None:
-                err = self.holder.stderr.read().decode(errors="replace").strip()
+            if holder.poll() is not None:
+                err = holder.stderr.read().decode(errors="replace").strip()
                 raise KrigError(f"cannot make a mount namespace for a series' overlay: {err[-200:] or 'unshare failed'}")
             if comm == "cat" and ns != mine:
                 return

@@ -134,8 +134,8 @@ def apply_to_copies(read, patches: list) -> dict:
     outside = next((p for _, p in patches if in_krig(p) is None), None)
     if outside is not None and not box:
         sandbox.refuse_outside_series(str(outside))
-    with tempfile.TemporaryDirectory(prefix="krig-apply-") as td:
-        td = pathlib.Path(td)
+    with tempfile.TemporaryDirectory(prefix="krig-apply-") as tdir:
+        td = pathlib.Path(tdir)
         rels = list(dict.fromkeys(rel for series, p in patches
                                   for rel in checked_targets(p, patch_label(series, p), td)))
         for rel in rels:
@@ -152,7 +152,7 @@ def restore(tree: pathlib.Path, state: dict) -> None:
     source those it modified (a git tree has none: `git reset` does it). Files get a fresh mtime
     so make rebuilds them. The tree is the build's, so no link in it is followed and nothing
     outside it is touched: a path through a symlinked directory is refused in one line."""
-    pristine = state.get("pristine")
+    pristine: str = state.get("pristine") or ""        # a git tree has none
     try:
         for rel in state.get("created", []):
             _put_back(tree, safeio.name_below(rel))

@@ -21,7 +21,7 @@ from .makelog import clean_env, first_error, run_logged
 
 def tree_kernel(g: Given, log=print) -> Kernel:
     """A built kernel tree: arch/x86/boot/bzImage, .config, System.map, include/config/kernel.release."""
-    t = g.path
+    t = g.where
     need = [t / "arch/x86/boot/bzImage", t / ".config", t / "System.map", t / "include/config/kernel.release"]
     missing = [str(p.relative_to(t)) for p in need if not p.is_file()]
     if missing:
@@ -89,11 +89,12 @@ def image_release(image: pathlib.Path) -> str | None:
 
 def image_kernel(g: Given) -> Kernel:
     """An x86 bzImage; its config ,config=FILE or beside it, its modules ,modules=DIR."""
-    img = g.path
+    img = g.where
     release = image_release(img)
     if not release:
         raise UsageError(f"--kernel {g.text}: {img} is not an x86 bzImage (no setup header with a version)")
     fromtree.check_release(release, f"--kernel {g.text}: {img}", UsageError)
+    cfg: pathlib.Path | None
     if "config" in g.opts:
         cfg = pathlib.Path(g.opts["config"]).expanduser().resolve()
         if not cfg.is_file():
@@ -101,10 +102,11 @@ def image_kernel(g: Given) -> Kernel:
     else:
         names = [f"config-{img.name[len('vmlinuz-'):]}"] if img.name.startswith("vmlinuz-") else []
         names += [f"config-{release}", ".config", "config"]
-        cfg = next((img.parent / n for n in names if (img.parent / n).is_file()), None)
-        if cfg is None:
+        beside = next((img.parent / n for n in names if (img.parent / n).is_file()), None)
+        if beside is None:
             raise UsageError(f"--kernel {g.text}: no config next to the image ({', '.join(names)}); give it "
                              "as ,config=FILE (the reproducer's options are checked before booting)")
+        cfg = beside
     mods = _no_modules(cache_key({"image": sha256_file(img)}), release)
     if "modules" in g.opts:
         mods = pathlib.Path(g.opts["modules"]).expanduser().resolve()
@@ -118,21 +120,32 @@ def image_kernel(g: Given) -> Kernel:
                   cmdline=[], description=f"image {img.name}", arg=g.text)
 
 
-class TreeKernels:
+class BuiltElsewhere:
+    """A kernel built elsewhere: krig builds nothing of it, and no series goes on it."""
+
+    def builds(self, g: Given) -> bool:
+        return False
+
+    def series_refusal(self, g: Given) -> str | None:
+        return ("a series needs a base krig can build: a built kernel toml (e.g. tiny-6.1) "
+                "or TREE@REF")
+
+
+class TreeKernels(BuiltElsewhere):
     """The Loader of a built kernel tree (tree_kernel); nothing is built."""
 
     def takes(self, g: Given) -> bool:
         return g.kind == "tree"
 
-    def load(self, g: Given, build: bool, log) -> Kernel:
+    def load(self, g: Given, build: bool, log, read_server=None) -> Kernel:
         return tree_kernel(g, log)
 
 
-class ImageKernels:
+class ImageKernels(BuiltElsewhere):
     """The Loader of an image file with its config and modules (image_kernel); nothing is built."""
 
     def takes(self, g: Given) -> bool:
         return g.kind == "image"
 
-    def load(self, g: Given, build: bool, log) -> Kernel:
+    def load(self, g: Given, build: bool, log, read_server=None) -> Kernel:
         return image_kernel(g)

@@ -195,8 +195,8 @@ def load_series(path, what: str = "--series", log=print) -> dict:
     msgs = _messages(data)
     if not any(_DIFF.search(m.as_bytes()) for m in msgs):
         raise UsageError(f"{what} {named or path}: no patch in it (no 'diff --git' or '--- a/' lines)")
-    with tempfile.TemporaryDirectory(prefix="krig-series-") as td:
-        td = pathlib.Path(td)
+    with tempfile.TemporaryDirectory(prefix="krig-series-") as tdir:
+        td = pathlib.Path(tdir)
         (td / "in.mbox").write_bytes(data)
         if any(m.get("Message-ID") for m in msgs):
             mbx, cover_path = _b4_am(td / "in.mbox", td, named or str(path))

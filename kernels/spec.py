@@ -55,6 +55,16 @@ class KernelSpec:
     description: str
     drivers: dict | None = None     # a server's drivers added (kernels/drivers.py plan), or None
 
+    def tarball_path(self) -> pathlib.Path:
+        """A linux-source spec's tarball (spec_of sets it for that source)."""
+        assert self.tarball is not None, f"{self.where}: source {self.source!r} has no tarball"
+        return self.tarball
+
+    def tree_path(self) -> pathlib.Path:
+        """A git spec's tree (spec_of sets it for that source)."""
+        assert self.tree is not None, f"{self.where}: source {self.source!r} has no tree"
+        return self.tree
+
 
 # -- a definition made a spec -------------------------------------------------
 
@@ -70,7 +80,7 @@ def spec_of(name: str, t: KernelDefinition, where: str, kernel_dir: pathlib.Path
     the files it names found (paths relative to kernels/)."""
     source = t.source
     tarball = _path(t.tarball or DEFAULT_TARBALL, ROOT) if source == "linux-source" else None
-    tree = _path(t.tree, ROOT) if source == "git" else None
+    tree = _path(t.tree, ROOT) if source == "git" and t.tree is not None else None     # (checked: git has one)
     ref = t.ref if source == "git" else "HEAD"
     fragments = [(f"reproducers/{n}/config", repro_dir / n / "config") for n in _reproducers(t, where, repro_dir)]
     for f in t.fragments:
@@ -121,12 +131,13 @@ def _patches(series, where: str, kernel_dir: pathlib.Path) -> list:
 # -- identity and cache key --------------------------------------------------
 
 def resolve_commit(spec: KernelSpec) -> str:
-    if not (spec.tree / ".git").exists() and not (spec.tree / "HEAD").exists():
-        raise UsageError(f"{spec.where}.tree: {spec.tree} is not a git repository")
-    p = subprocess.run(["git", "-C", str(spec.tree), "rev-parse", "--verify", "--quiet",
+    tree = spec.tree_path()
+    if not (tree / ".git").exists() and not (tree / "HEAD").exists():
+        raise UsageError(f"{spec.where}.tree: {tree} is not a git repository")
+    p = subprocess.run(["git", "-C", str(tree), "rev-parse", "--verify", "--quiet",
                         f"{spec.ref}^{{commit}}"], capture_output=True, text=True, env=git_env())
     if p.returncode != 0:
-        raise UsageError(f"{spec.where}.ref: {spec.ref!r} is not a commit in {spec.tree}")
+        raise UsageError(f"{spec.where}.ref: {spec.ref!r} is not a commit in {tree}")
     return p.stdout.strip()
 
 
@@ -141,7 +152,7 @@ def compiler_version() -> str:
 
 def source_identity(spec: KernelSpec) -> dict:
     if spec.source == "linux-source":
-        return {"kind": "linux-source", "tarball_sha256": tarball_sha256(spec.tarball)}
+        return {"kind": "linux-source", "tarball_sha256": tarball_sha256(spec.tarball_path())}
     return {"kind": "git", "commit": resolve_commit(spec)}
 
 

@@ -106,17 +106,17 @@ def source_files(spec: KernelSpec):
     has no such file (the extracted tarball's files, or a git commit's)."""
     ident = source_identity(spec)
     if spec.source == "git":
-        def read(rel):
+        def read_blob(rel):
             p = subprocess.run(["git", "-C", str(spec.tree), "cat-file", "blob", f"{ident['commit']}:{rel}"],
                                capture_output=True, env=git_env())
             return p.stdout if p.returncode == 0 else None
-        return read
-    pristine = ensure_pristine(spec.tarball, ident["tarball_sha256"])
+        return read_blob
+    pristine = ensure_pristine(spec.tarball_path(), ident["tarball_sha256"])
 
-    def read(rel):
+    def read_file(rel):
         f = pristine / rel
         return f.read_bytes() if f.is_file() else None
-    return read
+    return read_file
 
 
 def source_tree(spec: KernelSpec) -> pathlib.Path:
@@ -124,7 +124,7 @@ def source_tree(spec: KernelSpec) -> pathlib.Path:
     commit's Makefiles, Kbuild and Kconfig files taken out once into krig's cache."""
     ident = source_identity(spec)
     if spec.source != "git":
-        return ensure_pristine(spec.tarball, ident["tarball_sha256"])
+        return ensure_pristine(spec.tarball_path(), ident["tarball_sha256"])
     out = cache_dir("kbuild", "buildfiles") / ident["commit"]
     if out.is_dir():
         return out
@@ -167,7 +167,7 @@ def origin_of(spec: KernelSpec, identity: dict) -> tuple[str, dict]:
     if spec.source == "linux-source":
         sha = identity["tarball_sha256"]
         return f"src-{sha[:16]}{family}", {"kind": "linux-source", "tarball": str(spec.tarball), "sha256": sha}
-    repo = str(spec.tree.resolve())
+    repo = str(spec.tree_path().resolve())
     return f"git-{cache_key({'repo': repo})}{family}", {"kind": "git", "repo": repo}
 
 

@@ -113,42 +113,6 @@ def public_paths(text: object) -> object:
     return _ABS_PATH.sub(r"\1", public_url(text)) if isinstance(text, str) else text
 
 
-def split_kernel_arg(arg: str) -> tuple[str, str, str, list[str]]:
-    """A --kernel argument's parts: (TREE or NAME or PATH, "@" or "", REF, [option, ...])."""
-    head, *opts = arg.split(",")
-    tree, at, ref = head.rpartition("@") if "@" in head and "/" not in head.rpartition("@")[2] else (head, "", "")
-    return tree, at, ref, opts
-
-
-def is_path(v: str) -> bool:
-    return "/" in v or v.startswith(("~", "."))
-
-
-@overload
-def public_kernel_arg(arg: str, tree_as: str | None = None, ref_as: str | None = None) -> str: ...
-@overload
-def public_kernel_arg(arg: T, tree_as: str | None = None, ref_as: str | None = None) -> T: ...
-def public_kernel_arg(arg: object, tree_as: str | None = None, ref_as: str | None = None) -> object:
-    """A --kernel argument fit to leave the host: a tree, image or file path in it (the head,
-    TREE of TREE@REF, config=, modules=, series= FILE) named by its last name
-    (/home/alice/src/linux@v6.1,like=tiny-6.1 -> linux@v6.1,like=tiny-6.1), or the head's path
-    by `tree_as` (a reply's ./linux, the clone it tells to make) and its REF by `ref_as` (the
-    commit a local branch was)."""
-    if not isinstance(arg, str):
-        return arg
-    tree, at, ref, opts = split_kernel_arg(arg)
-    head = tree_as if tree_as and is_path(tree) else _path_name(tree)
-    parts = [head + at + (ref_as or ref if at else "")]
-    for o in opts:
-        k, eq, v = o.partition("=")
-        parts.append(k + eq + (v if v.startswith("<") else _path_name(v)))
-    return ",".join(parts)
-
-
-def _path_name(v: str) -> str:
-    return pathlib.PurePosixPath(v.rstrip("/")).name or v if is_path(v) else v
-
-
 def stamp() -> str:
     """The UTC time in a result's name: 20261126T044500Z."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")

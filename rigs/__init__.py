@@ -10,6 +10,8 @@ import copy
 import importlib
 import os
 import pathlib
+from collections.abc import Callable
+from typing import Any
 
 from krig import RIG_DIR
 from krig.config import load_toml
@@ -41,16 +43,9 @@ def memory_refusal(mem: int, avail: int) -> str | None:
     return refusal(mem, avail)
 
 
-def read_server_drivers(rig, log) -> str:
-    """What a lab rig's server runs: its modules, bound drivers and config, read over its SSH
-    (rigs/ipmi/drivers.py)."""
-    from rigs.ipmi.drivers import read
-    return read(rig, log)
-
-
 # Set by the workflows (workflows/serverreach.py): fn(server, kernel, warm) -> a line refusing a
 # kernel that cannot reach the server, or None; a kexec rig asks it before the kexec.
-kexec_check = None
+kexec_check: Callable[[Any, Any, bool], str | None] | None = None
 
 
 def read_running_drivers(server) -> str:

@@ -60,7 +60,7 @@ def items(rig, bmc: bool = True):
     if not bmc:
         return
     mod, fn = CHECKS[rig.kind].split(":")
-    power = {}
+    power: dict[str, str | None] = {}     # "state": what the BMC said of the power
     yield from getattr(importlib.import_module(mod), fn)(rig, power)
     if rig.spec.console != "sol":
         yield console_port(rig.spec.console)

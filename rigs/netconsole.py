@@ -40,7 +40,7 @@ BINARY, SGA = 0, 3
 def net_console_ok(v: str) -> bool:
     """A console server: a network console URL with a port 1-65535, or unix:/PATH."""
     m = URL_RE.match(v)
-    return bool(m) and 1 <= int(m.group(3)) <= 65535 or bool(UNIX_RE.match(v))
+    return (m is not None and 1 <= int(m.group(3)) <= 65535) or bool(UNIX_RE.match(v))
 
 
 def console_ok(v: str) -> bool:
@@ -268,8 +268,9 @@ def open_console(url: str, bmc, run_dir: pathlib.Path, log_path: pathlib.Path, w
     the BMC (its speed the BMC's), or a network console (speed: an RFC 2217 line's)."""
     if url == "sol":
         from rigs.ipmi.bmc import Sol
-        con = Sol(bmc, log_path, run_dir / "sol.log")
-    else:
-        con = NetConsole(url, log_path, run_dir / "netconsole.log", where, speed)
+        sol = Sol(bmc, log_path, run_dir / "sol.log")
+        sol.start()
+        return sol
+    con = NetConsole(url, log_path, run_dir / "netconsole.log", where, speed)
     con.start()
     return con

@@ -78,6 +78,7 @@ def drain(p: subprocess.Popen, timeout: float, caps: tuple, label: str, sinks: t
     Past its cap (caps: (stdout, stderr) in bytes) krig stops reading, kills p's process group
     and raises Overflow, one line: `<label>: its stdout went past ...`. Past timeout seconds, p's
     group is killed and subprocess.TimeoutExpired raised. Never leaves p running."""
+    assert p.stdout is not None and p.stderr is not None, "started with both as pipes"
     deadline = time.monotonic() + timeout
     fds = {p.stdout.fileno(): 0, p.stderr.fileno(): 1}
     kept, seen, tail = (bytearray(), bytearray()), [0, 0], b""

@@ -101,6 +101,27 @@ class BootProtocol(abc.ABC):
         """Bring the machine up on `kernel` until the command protocol answers."""
 
 
+class DriversProtocol(abc.ABC):
+    """The drivers the machine's installed system uses, read for a kernel built like it
+    (`--kernel KERNEL,drivers=RIG`: kernels/drivers.py reads the text, workflows/serverdrivers.py
+    keeps the last reading)."""
+
+    @abc.abstractmethod
+    def is_off(self) -> bool:
+        """Whether the machine is off, asked without powering anything (a reading kept from
+        before then serves: no power on only to read it)."""
+
+    @abc.abstractmethod
+    def read(self, log) -> str:
+        """The inventory's text (kernels/drivers.py's format) read from the machine's installed
+        system, the machine held as a run holds it; powered on into that system when it is off,
+        and left on for the run that follows. Closes the rig."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Nothing read after all: what is_off opened closed (a BMC session logged out)."""
+
+
 class Rig(abc.ABC):
     """A machine under test. Drivers fill in the protocol attributes."""
 
@@ -167,6 +188,12 @@ class Rig(abc.ABC):
         starts (workflows/preflight.py): any of memory (bytes), cpus, programs (names on PATH),
         work_dir (where per-run files such as disk images go)."""
         return {}
+
+    def installed_drivers(self) -> DriversProtocol | None:
+        """What reads the drivers of the machine's installed system (`drivers=RIG`); None for a
+        rig whose machine has none to read: the QEMU rig (a guest boots the kernel it is given)
+        and the fake one. The lab server rigs read theirs over SSH (rigs/ipmi/drivers.py)."""
+        return None
 
     def boots_installed_only(self) -> str | None:
         """None when the rig boots the kernel it is given; else why it boots only the kernel the

@@ -41,7 +41,7 @@ MAX_INPUT = 64 << 20          # a whole series, with room; b4 gives one message
 
 def _ids(msg) -> set:
     """The Message-IDs a message names: its own, In-Reply-To and References, without <>."""
-    out = set()
+    out: set[str] = set()
     for field in ("Message-ID", "In-Reply-To", "References"):
         for value in msg.get_all(field) or []:
             out.update(i.strip("<> \t") for i in str(value).replace(">", "> ").split() if "@" in i)
@@ -125,7 +125,7 @@ def check(data: bytes, dirs: list) -> list:
         return [{"tool": "krig", "status": "warn", "url": "", "details": "",
                  "summary": "no krig validation of this series yet: krig validate REPRODUCER --base KERNEL "
                             f"--series {shlex.quote(mid)}"}]
-    newest = {}
+    newest: dict[str | None, list] = {}       # by reproducer
     for vdir, state in hits:
         newest.setdefault(state.reproducer, []).append((state.finished or state.updated or "", vdir, state))
     out = []

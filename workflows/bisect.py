@@ -141,7 +141,7 @@ def read_attempt(run_dir: pathlib.Path, metric_name: str | None) -> Attempt:
     host_sensitive thresholds') measured while the run's host was contended is the host's number,
     not the kernel's: it is left out (a skip vote, "host-contended" in bisect.log)."""
     rec = RunRecord.read(run_dir)
-    if rec.verdict is None:
+    if rec.verdict is None or rec.verdict.verdict is None:
         raise UsageError(f"{run_dir}: the run was never judged (no verdict.json)")
     value = rec.metrics.get(metric_name) if metric_name else None
     contended = False
@@ -156,6 +156,7 @@ def read_attempt(run_dir: pathlib.Path, metric_name: str | None) -> Attempt:
 
 def asked_of(state: BisectionRecord) -> AskedRun:
     """The `krig run` of one bisection step (the step's kernel, the bisection's reproducer)."""
+    assert state.repro and state.rig and state.kernel, "start() writes them into the state"
     return AskedRun(state.repro, state.rig, state.kernel, state.preset, tuple(state.sets), tuple(state.knobs))
 
 
@@ -165,6 +166,7 @@ def run_krig(state: BisectionRecord) -> Attempt:
     make (bad input, a rig or host fault before the run directory) is an ERROR attempt; a run
     stopped by Ctrl-C stops the bisection."""
     asked = asked_of(state)
+    assert asked.kernel is not None, "a bisection step names its kernel (asked_of)"
     try:
         run_dir, verdict = runner.run(asked.reproducer, asked.rig, asked.kernel, asked.preset,
                                       parse_set(asked.sets), log=lambda line: None,
@@ -194,7 +196,9 @@ def oracle(state: "pathlib.Path | BisectionRecord", build=None, run_once=None) -
     commit = git(tree, "rev-parse", "--verify", f"{state.ref}^{{commit}}")
     subject = git(tree, "log", "-1", "--format=%s", commit)
     if build is None:
-        build = lambda: build_kernel(state.kernel, log=lambda m: print(m, flush=True))  # noqa: E731
+        kernel = state.kernel
+        assert kernel is not None, "start() writes it into the state"
+        build = lambda: build_kernel(kernel, log=lambda m: print(m, flush=True))  # noqa: E731
     t0 = time.monotonic()
     try:
         build()
@@ -220,6 +224,7 @@ def measure_endpoints(state: BisectionRecord, ends: dict, build, run_for) -> Zon
     build(label, commit) -> kernel name (built); run_for(kernel name) -> Attempt.
     An endpoint that does not build is an error; overlapping values a one-line refusal."""
     tree, logp, metric = state.tree, state.log, state.metric
+    assert metric is not None, "METRIC mode has its metric"
     values, contended = {}, {}
     for label in ("GOOD", "BAD"):
         commit = ends[label]
@@ -374,6 +379,7 @@ def git_bisect_run(tree_p: pathlib.Path, state_path: pathlib.Path) -> str:
                          "oracle", str(state_path)], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=this_checkout_env())
     lines = []
+    assert p.stdout is not None     # piped
     try:
         for line in p.stdout:
             sys.stdout.write(line)

@@ -35,7 +35,8 @@ from rigs import rig_path
 from krig.errors import UsageError
 from krig.paths import cache_dir, kernel_file
 from krig.reproducer import load_reproducer
-from krig.results import bundle_name, public_kernel_arg, public_paths, public_repository, public_url
+from kernels.given import kernel_text
+from krig.results import bundle_name, public_paths, public_repository, public_url
 from krig.record import Manifest, RunRecord, Verdict
 from krig.record_machine import KernelRecord, RigRecord
 from krig.rundir import MANIFEST, VERDICT, RunDir
@@ -230,7 +231,7 @@ def readme(meta: dict, tarball: str) -> str:
 def run_args(manifest: Manifest, repro) -> list[str]:
     """`krig run` arguments minus the rig (reproduce.sh adds its own): the summary's command."""
     args = AskedRun.from_manifest(manifest, repro).args(rig=False)
-    return [public_kernel_arg(a) if i and args[i - 1] == "--kernel" else a for i, a in enumerate(args)]
+    return [kernel_text(a).public() if i and args[i - 1] == "--kernel" else a for i, a in enumerate(args)]
 
 
 # -- identities -------------------------------------------------------------
@@ -283,12 +284,9 @@ def local_paths(k: KernelRecord) -> list[tuple[str, str]]:
         if isinstance(v, str) and v.startswith("/") and kernel_file(v, what) is None:
             tree = v[:-len(_TREE_IMAGE)] if v.endswith(_TREE_IMAGE) else v
             out.append((tree, pathlib.PurePosixPath(tree).name))
-    arg = k.arg if isinstance(k.arg, str) else ""
-    head, *opts = arg.split(",")
-    for v in [head.rpartition("@")[0] if "@" in head else head] + [o.partition("=")[2] for o in opts]:
-        if "/" in v or v.startswith("~"):
-            p = os.path.abspath(os.path.expanduser(v)).rstrip("/")
-            out.append((p, pathlib.PurePosixPath(p).name))
+    for v in kernel_text(k.arg).paths() if isinstance(k.arg, str) else []:
+        p = os.path.abspath(os.path.expanduser(v)).rstrip("/")
+        out.append((p, pathlib.PurePosixPath(p).name))
     repo = k.git.get("repository") if isinstance(k.git, dict) else None
     if isinstance(repo, str) and repo.startswith("/"):
         out.append((repo.rstrip("/"), public_repository(repo)))
@@ -351,8 +349,9 @@ def rig_toml(rig: dict, described: RigRecord) -> str:
 def kernel_identity(k: KernelRecord) -> dict:
     """What the kernel was: its name and release, and the distro package or the toml it was built from."""
     out = {key: getattr(k, key) for key in ("name", "release", "config_sha256_16", "extra_cmdline", "debug_options")}
-    # a tree or file of this host by its last name, an origin without credentials (results.py)
-    out.update(description=public_paths(k.description), arg=public_kernel_arg(k.arg),
+    # a tree or file of this host by its last name (kernels/given.py), an origin without credentials (results.py)
+    arg = kernel_text(k.arg).public() if isinstance(k.arg, str) else k.arg
+    out.update(description=public_paths(k.description), arg=arg,
                git={**k.git, "repository": public_repository(k.git.get("repository"))}
                if isinstance(k.git, dict) and "repository" in k.git else k.git)
     image = k.image

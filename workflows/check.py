@@ -116,7 +116,8 @@ def judge(run, contended: bool = False, properties: dict | None = None) -> Tally
         rows = [json.loads(ln) for ln in said.read_text().splitlines()] if said.exists() else []
     tests = threshold_tests(rows)
     record = outcomes(tests)
-    counts = Tally.of(record)           # before a contended host relabels: the rule reads the crossing
+    # (krig/tally.py's Outcome protocol declares settable attributes; ThresholdOutcome's are frozen)
+    counts = Tally.of(record)  # type: ignore[arg-type]   # before a contended host relabels: the rule reads the crossing
     if contended:
         record = [dataclasses.replace(r, outcome="contended") if r.outcome == "fail" and r.host_sensitive else r
                   for r in record]
@@ -206,8 +207,9 @@ def check(run_dir, project: tuple = (), repro=None) -> Verdict:
     from the manifest."""
     data = RunData(safeio.given(run_dir))       # the user's own path: results/latest is followed
     run_dir, manifest = data.dir, data.record.manifest
-    if manifest.outcome is None and owner_alive(manifest.owner):
-        raise UsageError(f"{run_dir}: still running (krig pid {manifest.owner['pid']}); check it when it ends")
+    owner = manifest.owner
+    if manifest.outcome is None and owner is not None and owner_alive(owner):
+        raise UsageError(f"{run_dir}: still running (krig pid {owner['pid']}); check it when it ends")
     try:
         repro = repro if repro is not None and repro.name == manifest.reproducer else \
             load_reproducer(manifest.reproducer)
@@ -249,7 +251,9 @@ def check(run_dir, project: tuple = (), repro=None) -> Verdict:
         # or an ERROR the thresholds gave: an instrument, the host's contention)
         verdict.notes = notes
         why = f"{why} ({'; '.join(notes)})"
-    verdict.verdict, verdict.reason, verdict.cause = v, why, decided.cause
+    assert v is not None, "a completed run has its thresholds or its analysis error by now"
+    # (krig/verdict.py's decide() returns a Decided, which its annotation calls a plain tuple)
+    verdict.verdict, verdict.reason, verdict.cause = v, why, decided.cause  # type: ignore[attr-defined]
     if v == "CRASHED" and scan.get("crash_context"):
         verdict.crash_context = scan["crash_context"]
     if ev.thresholds is None:    # not judged this time: no outcome of an earlier check stays
@@ -282,4 +286,5 @@ def cmd_check(a) -> int:
     """`krig check RUN_DIR`."""
     verdict = check(a.run_dir, parse_projects(a.project))
     print(safeio.printable_text(f"{verdict.verdict}: {verdict.reason}"))
+    assert verdict.verdict is not None      # check() decided it
     return exit_code(verdict.verdict)

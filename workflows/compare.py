@@ -46,8 +46,9 @@ FORMATS = ("text", "lkp")
 
 def parse_args(tokens: list) -> dict:
     """The compare command's own argv: options, BASE dirs, `--`, NEW dirs."""
-    opts, sides, i = {"json": False, "out": None, "format": "text"}, [[], []], 0
-    side = 0
+    opts: dict[str, object] = {"json": False, "out": None, "format": "text"}
+    sides: list[list[str]] = [[], []]
+    i = side = 0
     while i < len(tokens):
         t = tokens[i]
         if t == "--" and side == 0:
@@ -177,7 +178,7 @@ def _thresholds(repro, base: list, new: list) -> list[ThresholdRow]:
                                          "-" if not held else "held" if all(held) else "crossed" if not any(held)
                                          else "mixed")
         b, n = sides["base"].state, sides["new"].state
-        rows.append(ThresholdRow(threshold_id(t), t.metric, t.kind, **sides,
+        rows.append(ThresholdRow(threshold_id(t), t.metric, t.kind, sides["base"], sides["new"],
                                  flips=b != n and {b, n} == {"held", "crossed"}))
     return rows
 
@@ -206,7 +207,7 @@ def differences(base: list, new: list) -> list:
     """'CONFIG_XFS_DEBUG: BASE n, NEW y' for every recorded fact the two sides do not share."""
     sides = []
     for runs in (base, new):
-        vals = {}
+        vals: dict[str, set[str]] = {}
         for _, _, rec in runs:
             for k, v in _facts(rec.manifest).items():
                 vals.setdefault(k, set()).add("-" if v is None else str(v))
@@ -329,6 +330,7 @@ def _held(side: ThresholdSide) -> str:
 
 
 def default_out(res: Comparison) -> pathlib.Path:
+    assert res.reproducer is not None, "compare() names the reproducer of both sides"
     return compare_dir(res.reproducer)
 
 

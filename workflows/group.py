@@ -56,7 +56,8 @@ def group_runs(gdir: pathlib.Path, judged_only: bool = False) -> list:
 
 def metric_values(runs: list) -> tuple[dict, dict]:
     """runs: [(run_dir, verdict, ...)] -> ({metric: [values of the judged runs]}, {metric: {unit, better}})."""
-    values, meta = {}, {}
+    values: dict[str, list] = {}
+    meta: dict[str, dict] = {}
     for d, v, *_ in runs:
         if v not in JUDGED:
             continue
@@ -71,7 +72,7 @@ def metric_values(runs: list) -> tuple[dict, dict]:
 
 
 def verdict_counts(runs: list) -> dict:
-    counts = {}
+    counts: dict[str, int] = {}
     for _, v, *_ in runs:
         if v not in UNFINISHED:
             counts[v] = counts.get(v, 0) + 1
@@ -137,6 +138,7 @@ def group_planned(plan: RunPlan, repeat: int, group_dir=None, results_root: path
             return group_planned(plan, repeat, group_dir, results_root, log, own)
     _check_group_args(repeat, group_dir)
     repro, rig, kernel = plan.repro, plan.rig, plan.kernel
+    assert kernel is not None, "a group runs a plan whose kernel is built (RunPlan.with_kernel)"
     asked = GroupRecord(repro.name, rig.name, plan.kernel_arg, kernel.kernel_id, plan.preset,
                         json.loads(json.dumps(plan.params, default=str)), kernel.series,
                         plan.knobs.to_json() if plan.knobs else None)
@@ -201,4 +203,5 @@ def cmd_run(a) -> int:
     run_dir, verdict = run(a.reproducer, a.rig, a.kernel, a.preset, parse_set(a.set), knobs=knobs)
     print(printable_text(f"{verdict.verdict}: {verdict.reason}"))
     print(f"results: {run_dir}")
+    assert verdict.verdict is not None      # run() judged it
     return exit_code(verdict.verdict)

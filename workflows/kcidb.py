@@ -133,7 +133,9 @@ def _suite_runs(qdir: pathlib.Path, note) -> list:
 def build_report(paths: list, origin: str, note=None) -> dict:
     """The KCIDB report of every run the paths name, validated (one line if it is not)."""
     check_origin(origin)
-    checkouts, builds, tests = {}, {}, []
+    checkouts: dict[str, dict] = {}
+    builds: dict[str, dict] = {}
+    tests: list[dict] = []
     for d, name in run_dirs(paths, note):
         run = {**_read_run(d), "name": name}
         checkout = _checkout(run, origin)
@@ -269,7 +271,7 @@ def _tests(run: dict, origin: str, build_id: str) -> list:
     owner = man.owner or {}
     run_id = _id(origin, "run", repro_name, man.rig_name, man.started,
                  owner.get("host"), owner.get("pid"), owner.get("start"), run["dir"].name)
-    base = {"build_id": build_id, "origin": origin, "environment": _environment(man)}
+    base: dict[str, object] = {"build_id": build_id, "origin": origin, "environment": _environment(man)}
     start, duration = _times(man)
     if start:
         base["start_time"] = start
@@ -308,7 +310,8 @@ def _threshold_tests(run: dict, repro_name: str, base: dict, run_id: str, path: 
         repro = load_reproducer(repro_name)
     except UsageError as e:
         raise UsageError(f"{run['dir']}/manifest.json: field reproducer: {e}") from None
-    out, seen = [], {}
+    out: list[dict] = []
+    seen: dict[str, int] = {}
     for m in threshold_measurements(run["run"], repro):
         thr, outcome = m["threshold"], m["outcome"]
         if outcome is None:             # the judge did not record it
@@ -416,6 +419,7 @@ def export(paths: list, origin: str, output=None, submit_url=None, token_file=No
     elif not submit_url:
         sys.stdout.write(text)
     if submit_url:
+        assert token is not None        # --submit goes with --token-file (checked above)
         print(submit(submit_url, token, text.encode()))
     return 0
 

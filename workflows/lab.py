@@ -31,6 +31,7 @@ def ipmi_rigs(names: list[str] | None = None) -> dict[str, dict]:
         path = rig_path(n)
         if path is None:
             load_rig(n, "RIG")  # the usual one-line error for an unknown rig
+        assert path is not None, f"load_rig found a rig {n} without a rig file"
         spec = load_toml(path, "RIG" if names else "")
         if spec.get("driver") not in ("ipmi", "redfish"):
             if names:

@@ -6,6 +6,7 @@ import textwrap
 
 from kernels.catalog import load_kernel
 from kernels.definition import kernel_names
+from kernels.spec import KernelNotBuilt
 from rigs import load_rig, rig_names
 from krig.errors import KrigError
 from krig.reproducer import load_reproducer, reproducer_names
@@ -47,7 +48,7 @@ def list_lines() -> list:
             k = load_kernel(n)
             out += entry(n, k.release, k.description)
         except KrigError as e:
-            if type(e).__name__ == "KernelNotBuilt":
+            if isinstance(e, KernelNotBuilt):
                 out += entry(n, "(not built)", e.description)
                 not_built = True
             else:

@@ -81,4 +81,5 @@ def to_state(z: Zones) -> ZonesRecord:
 
 
 def from_state(r: ZonesRecord) -> Zones:
+    assert r.metric is not None and r.good_edge is not None and r.bad_edge is not None, "to_state wrote them"
     return Zones(r.metric, list(r.good), list(r.bad), r.good_low, r.good_edge, r.bad_edge)

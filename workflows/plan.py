@@ -25,6 +25,7 @@ from krig.reproducer import Reproducer, load_reproducer
 from rigs import load_rig
 from rigs.protocol import Rig
 from .preflight import before_build, preflight
+from .serverdrivers import server_drivers
 from .serverreach import before_run
 
 
@@ -48,8 +49,9 @@ class RunPlan:
                                                            self.preset, self.params))
 
     def with_kernel(self, kernel_arg: str, log=print) -> "RunPlan":
-        """The same run on this kernel (resolved, built if it must be, its config checked)."""
-        return self.with_loaded(load_kernel(kernel_arg, build=True, log=log), kernel_arg)
+        """The same run on this kernel (resolved, built if it must be, its config checked; the
+        server ,drivers=RIG names read: workflows/serverdrivers.py)."""
+        return self.with_loaded(load_kernel(kernel_arg, build=True, log=log, read_server=server_drivers), kernel_arg)
 
     def with_loaded(self, kernel: Kernel, kernel_arg: str) -> "RunPlan":
         """The same run on a kernel loaded already (a qualification's: by its suite), its config checked."""

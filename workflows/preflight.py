@@ -94,7 +94,7 @@ def preflight(rig, repro, results_root: pathlib.Path, collect: bool = True, pres
         places.append((pathlib.Path(needs["work_dir"]), f"{where} work directory (scratch images, results share)",
                        need + scratch, how + (f" + scratch disk writes {_mib(scratch)} (requires.scratch_write)"
                                               if scratch else "")))
-    seen = {}
+    seen: dict[int, int] = {}      # st_dev -> the most space asked of it
     for path, what, want, how in places:
         dev, free = _free(path)
         if seen.get(dev, -1) >= want:   # same filesystem: the results are moved, not copied

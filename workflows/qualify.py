@@ -46,6 +46,7 @@ from krig.results import QUALIFY_CASES, now, qualify_dir
 from .plan import resolve
 from .history.health import healthy_cases
 from .run import execute
+from .serverdrivers import server_drivers
 from krig.knobs import Knobs, parse as parse_knobs
 from krig.verdict import UNFINISHED, VERDICTS
 from kernels.catalog import krig_builds, load_kernel
@@ -124,7 +125,7 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
         parse_knobs([f"{n}={v}" for n, v in own.sysctl], [])   # a sysctl in the run and on the command line
         for k in kernels:               # each kernel loaded once, for every run of the suite
             if k not in loaded:
-                loaded[k] = _named(w, kernel_arg if unbuilt and krig_builds(k) else load_kernel, k)
+                loaded[k] = _named(w, kernel_arg if unbuilt and krig_builds(k) else _load_kernel, k)
         for rig in rigs:
             if rig not in rig_objs:
                 rig_objs[rig] = _named(w, load_rig, rig)
@@ -150,6 +151,11 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
             "cases": cases, "kernels": {k: v for k, v in loaded.items() if isinstance(v, Kernel)}}
 
 
+def _load_kernel(name: str):
+    """A suite's kernel, the server ,drivers=RIG names read (workflows/serverdrivers.py)."""
+    return load_kernel(name, read_server=server_drivers)
+
+
 def _named(where: str, loader, name: str):
     """A reproducer, rig or kernel by name; a bad one is one line naming the suite's entry."""
     try:
@@ -170,7 +176,7 @@ def _expect(v, where: str, kernels: list) -> dict:
 
 
 def _one_rig_per_server(rig_objs: dict, where: str):
-    servers = {}
+    servers: dict[tuple, str] = {}
     for name, rig in rig_objs.items():
         key = rig.bmc_address()
         if key is not None and key in servers:

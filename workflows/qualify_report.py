@@ -37,7 +37,7 @@ def signoff_lines(rigs: list, cases: list[CaseRecord]) -> list[str]:
         missing = [c for c in mine if c.verdict is None]
         wrong = [c for c in mine if c.verdict is not None and not c.ok]
         if not missing and not wrong:
-            counts = {}
+            counts: dict[str | None, int] = {}      # by verdict (none is missing here)
             for c in mine:
                 counts[c.verdict] = counts.get(c.verdict, 0) + 1
             tally = ", ".join(f"{v} {n}" for v, n in sorted(counts.items()))
@@ -57,7 +57,8 @@ def write_junit(path: pathlib.Path, suite: dict, cases: list[CaseRecord]) -> Non
     for c in cases:
         props = [(k, getattr(c, k)) for k in ("reproducer", "preset", "kernel", "rig", "repeat", "expect", "verdict",
                                               "run_dir")] + threshold_property_items(c)
-        result = None
+        assert c.id is not None, "every planned case has its id"
+        result: tuple[str, str, str | None] | None = None
         if c.verdict is None:
             result = ("skipped", "not run yet (interrupted); run the same command again", None)
         elif not c.ok:
@@ -79,7 +80,8 @@ def threshold_property_items(case: CaseRecord) -> list[tuple[str, str]]:
         repro = load_reproducer(case.reproducer)
     except KrigError:
         return []
-    items, seen = [], {}
+    items: list[tuple[str, str]] = []
+    seen: dict[str, int] = {}
     for m in threshold_measurements(pathlib.Path(case.run_dir), repro):
         t = m["threshold"]
         seen[t.metric] = seen.get(t.metric, 0) + 1
@@ -93,6 +95,8 @@ def threshold_property_items(case: CaseRecord) -> list[tuple[str, str]]:
 
 def key_metric(case: CaseRecord) -> str:
     """The reproducer's key metric (its first threshold's) as measured in the run, or ''."""
+    if case.run_dir is None:
+        return ""
     try:
         metric = load_reproducer(case.reproducer).thresholds[0].metric
         m = read_metrics(case.run_dir)[metric]

@@ -28,12 +28,13 @@ import time
 
 from analysis.lkp import WIDTH, table_lines
 from analysis.projection import text_lines as projection_lines
+from kernels.given import is_path, kernel_text
 from krig.errors import KrigError, UsageError
 from krig.safeio import printable_text
 from krig.record_compare import Comparison
 from krig.record_validation import ServerFacts, SideKernel, ValidationRecord
 from krig.reproducer import load_reproducer
-from krig.results import is_path, is_url, public_kernel_arg, public_repository, public_url, split_kernel_arg
+from krig.results import is_url, public_repository, public_url
 from krig.version import git_revision, origin, version
 
 _ADDR = re.compile(r"^[^<>@\s]+@[^<>@\s]+\.[^<>@\s]+$")
@@ -179,12 +180,12 @@ def reproduce_lines(state: ValidationRecord, tree: str | None, by_id: bool) -> l
     cloned = False
     if "--base" in cmd:
         i = cmd.index("--base") + 1
-        where, at, ref, _ = split_kernel_arg(cmd[i])
-        if is_path(where):
-            image = not at and pathlib.PurePath(where).suffix
-            cmd[i] = public_kernel_arg(cmd[i], tree_as=None if image else "linux",
-                                       ref_as=ref and (git.get("commit") or ref))
-            cloned = bool(at)
+        base = kernel_text(cmd[i])
+        if is_path(base.head):
+            image = not base.at and pathlib.PurePath(base.head).suffix
+            pinned = base.ref and (git.get("commit") or base.ref)       # the commit a local branch was
+            cmd[i] = base.public(tree_as=None if image else "linux", ref_as=pinned)
+            cloned = bool(base.at)
     if "--series" in cmd:
         i = cmd.index("--series") + 1
         cmd[i] = f"<{state.series}>" if by_id else pathlib.Path(cmd[i]).name
@@ -207,7 +208,8 @@ def knob_lines(knobs: dict | None) -> list:
 def body(state: ValidationRecord, res: Comparison | None, who: tuple) -> str:
     prov = state.series_provenance
     base, new = state.base_kernel or SideKernel(), state.new_kernel or SideKernel()
-    out = ["Hi,", ""]
+    assert state.reason is not None and state.reproducer is not None, "a reply is to an answered validation"
+    out: list[str | None] = ["Hi,", ""]
     what = "this series" if state.series else "these knobs (one kernel, with and without them)"
     out += _para(f"krig's {state.reproducer} reproducer on {what}: {state.answer}. "
                  f"{state.reason[0].upper()}{state.reason[1:]}.")

@@ -64,7 +64,7 @@ def _members(tar: tarfile.TarFile, bundle: str) -> tuple[str, dict]:
     files, tops, n = {}, set(), 0
     try:
         while (m := tar.next()) is not None:
-            tar.members.clear()
+            tar.members.clear()  # type: ignore[attr-defined]   # the headers TarFile keeps (typeshed omits it)
             n += 1
             if n > MAX_MEMBERS:
                 raise UsageError(f"{bundle}: more than {MAX_MEMBERS} entries; a krig bundle has far fewer")

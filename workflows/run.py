@@ -14,12 +14,10 @@ from .check import check
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, os_fault
 from .history.remember import remember
 from .hostload import HostSampler
-from kernels import drivers as kernel_drivers
 from krig.paths import owner_record
 from krig.knobs import Knobs, applied, apply_argv, summary as knob_summary
 from .plan import RunPlan, plan_run
 from .preflight import admission_line
-from .serverdrivers import server_drivers
 from . import serverreach
 import rigs
 from .session import Session, power_down
@@ -31,7 +29,6 @@ from rigs.hashsize import from_log as hash_tables
 
 FACTS_TIMEOUT = 60
 RUN_LOG = "krig.log"         # what krig said of the run, progress included (run_log)
-kernel_drivers.rig_reader = server_drivers        # --kernel KERNEL,drivers=RIG reads the rig's server
 rigs.kexec_check = serverreach.at_kexec           # a kernel lacking the server's NIC or disk driver: never kexec'd
 
 
@@ -60,10 +57,12 @@ def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
     instead of being powered off. Every run, judged, is written to the history (workflows/history:
     a store that fails costs the run nothing but one line)."""
     repro, kernel, params, collect, host = plan.repro, plan.kernel, plan.params, plan.collect, plan.host
+    assert kernel is not None, "a plan runs once its kernel is built (RunPlan.with_kernel)"
     rig = session.take(plan.rig) if session is not None else plan.rig.fresh()
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
-    manifest = Manifest(repro.name, plan.preset, params, kernel.describe(), kernel.series, rig.describe(),
+    # (Manifest types the describe() dicts into its records: krig/record.py __post_init__)
+    manifest = Manifest(repro.name, plan.preset, params, kernel.describe(), kernel.series, rig.describe(),  # type: ignore[arg-type]
                         krig_revision=git_revision(), started=now(), collect=collect, owner=owner_record(),
                         preflight=host, host_cpu=host_cpu(), knobs=knobs_asked(plan.knobs))
     manifest.write(run_dir)

@@ -1,6 +1,7 @@
 """`--kernel KERNEL,drivers=RIG`: the drivers of a rig's server, for kernels/drivers.py.
 
-Read from the server (rigs/ipmi/drivers.py) once a krig process, and kept in
+Read from the server by what its rig says reads it (rigs/protocol.py Rig.installed_drivers: the
+lab server rigs', rigs/ipmi/drivers.py) once a krig process, and kept in
 $KRIG_CACHE/servers/<rig>.drivers: a server found off is read from there rather than powered
 on only to be read (the reading says when it was made); one never read is powered on into its
 installed system, read, and left on for the run that follows.
@@ -11,7 +12,6 @@ import time
 from kernels import drivers
 from krig.errors import UsageError
 from rigs import kept_drivers, load_rig, rig_names, rig_path
-from rigs import read_server_drivers as read
 
 READ: dict = {}            # rig name -> inventory, this process
 
@@ -25,19 +25,24 @@ def check_named(value: str, label: str = "") -> None:
 
 
 def server_drivers(name: str, log=print) -> dict:
-    """The inventory of rig `name`'s server (kernels.drivers.rig_reader)."""
+    """The inventory of rig `name`'s server (a kernels.drivers.ServerReader: the kernel loaders'
+    read_server, passed by the workflows that load kernels)."""
     if name in READ:
         return READ[name]
     check_named(name)
     rig = load_rig(name, "drivers=")
+    reader = rig.installed_drivers()
+    if reader is None:
+        raise UsageError(f"drivers={rig.name}: rig {rig.name} is a {rig.kind} rig, not a lab server: krig reads "
+                         "the drivers of a server behind a BMC (driver = \"ipmi\" or \"redfish\")")
     kept = kept_drivers(rig.name)
-    if kept.is_file() and getattr(rig, "kind", None) in ("ipmi", "redfish") and rig.bmc.power_status() == "off":
+    if kept.is_file() and reader.is_off():
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(kept.stat().st_mtime))
         log(f"krig: {name} is off: its drivers as read on {when} ({kept})")
         text = kept.read_text(errors="replace")
-        getattr(rig.bmc, "close", lambda: None)()       # a Redfish session logged out
+        reader.close()                                  # a Redfish session logged out
     else:
-        text = read(rig, log)
+        text = reader.read(log)
         tmp = kept.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(kept)

@@ -42,7 +42,7 @@ def power_down(rig: Rig, orderly: bool) -> str | None:
 
 
 class Session:
-    def __init__(self, log=print):
+    def __init__(self, log=print) -> None:
         self.log = log
         self.rig: Rig | None = None        # the machine kept up after the last run
         self.made_from: Rig | None = None  # the plan's rig (as loaded) it is a fresh() object of

@@ -31,11 +31,11 @@ import hashlib
 import json
 import pathlib
 
-from kernels.build import buildable_kernels
+from kernels.catalog import series_refusal
 from kernels.given import parse as parse_kernel
 from kernels.series import load_series, series_source
 
-from krig import DEFAULT_RIG, KERNEL_DIR
+from krig import DEFAULT_RIG
 from .argcheck import output_dir
 from krig.asked import AskedRun
 from .compare import KNOB_FACT, compare
@@ -166,36 +166,24 @@ def judged_metrics(res: Comparison) -> list:
 
 def _check_base(base: str):
     """--base as krig can build it with a series (checked before the series is read or fetched)."""
-    try:
-        g = parse_kernel(base)
-    except UsageError as e:         # kernels/given.py names the flag of `krig run`
-        raise UsageError(str(e).replace(f"--kernel {base}", f"--base {base}", 1)) from None
-    if g.kind == "toml" and not (KERNEL_DIR / f"{g.name}.toml").is_file():
-        raise UsageError(f"--base {base}: unknown kernel (no kernels/{g.name}.toml); allowed: a built kernel "
-                         f"toml ({', '.join(buildable_kernels())}) or TREE@REF")
-    if g.kind == "toml" and g.name not in buildable_kernels():
-        raise UsageError(f"--base {base}: the distro's packaged kernel takes no series; give a built kernel toml "
-                         f"({', '.join(buildable_kernels())}) or TREE@REF")
-    if g.kind == "git" and not g.path.is_dir():
-        raise UsageError(f"--base {base}: {g.path}: no such directory (TREE@REF: a git tree of the kernel)")
+    g = parse_kernel(base, "--base")
+    why = series_refusal(g)
+    if why:
+        raise UsageError(f"--base {base}: {why}")
     if "series" in g.opts:
         raise UsageError(f"--base {base}: series= goes in --series, not in the base")
-    if g.kind in ("tree", "image"):
-        raise UsageError(f"--base {base}: a series needs a base krig can build: a built kernel toml "
-                         "(e.g. tiny-6.1) or TREE@REF")
     return g
 
 
 def _base_text(base: str, series: dict) -> str:
     """TREE@ (no ref) is the series' base-commit: spelled out, so both sides name one commit."""
     g = _check_base(base)
-    if g.kind == "git" and not g.ref:
+    if g.unpinned():
         commit = series["provenance"]["base_commit"]
         if not commit:
             raise UsageError(f"--base {base}: TREE@ takes the series' base-commit, and the series has no "
                              "base-commit: line (give TREE@REF)")
-        head, _, rest = base.partition(",")
-        return f"{head}{commit}" + (f",{rest}" if rest else "")
+        return g.pinned(commit)
     return base
 
 

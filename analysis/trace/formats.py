@@ -62,7 +62,7 @@ class EventFormat:
     def __init__(self, system: str, name: str, ev_id: int, raw: bytes):
         self.system, self.name, self.id, self.raw = system, name, ev_id, raw
         self.full_name = f"{system}:{name}"
-        self._fields = None
+        self._fields: dict[str, Field] | None = None
 
     @property
     def fields(self) -> dict[str, Field]:
@@ -75,9 +75,9 @@ class EventFormat:
         return self._fields
 
 
-def parse_cpustat(text: str) -> dict:
+def parse_cpustat(text: str) -> dict[str, int | float | str]:
     """'key: value' lines of a CPUSTAT option; numbers as int or float."""
-    out = {}
+    out: dict[str, int | float | str] = {}
     for line in text.splitlines():
         key, sep, val = line.partition(":")
         if sep:

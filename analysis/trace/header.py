@@ -2,8 +2,10 @@
 the per-cpu data's place; TraceFile (analysis/trace/tracedat.py) reads the events with it."""
 from __future__ import annotations
 
+import os
 import re
 import struct
+from typing import IO
 
 from analysis.trace.tracepages import unpack_section, zstandard_installed
 
@@ -15,7 +17,30 @@ from analysis.trace.formats import (
 
 
 class TraceHeader:
-    """The metadata of a trace.dat, parsed when TraceFile opens it (TraceFile's _pread and _err)."""
+    """The metadata of a trace.dat, parsed when TraceFile opens it: TraceFile.__init__ sets the
+    attributes below before _parse() reads the file through _pread()."""
+
+    path: str
+    _f: IO[bytes]
+    _fsize: int
+    _buffer_name: str
+    compression: str | None
+    options: dict[int, list[bytes]]
+    buffers: list[str]
+    _cpu_data: list[tuple[int, int, int]]  # (cpu, offset, size)
+    _sections: dict[int, tuple[int, int]]  # id -> (offset, v6 size)
+    _data_compressed: bool
+    _cpucount: int | None
+    _formats: list[tuple[str, bytes]]  # (system, raw format text)
+
+    def _err(self, what: str) -> TraceError:
+        return TraceError(f"{self.path}: {what}")
+
+    def _pread(self, off: int, n: int, what: str = "data") -> bytes:
+        if off < 0 or n < 0 or off + n > self._fsize:
+            raise self._err(f"truncated file: {what} needs {n} bytes at offset {off}, "
+                            f"file has {self._fsize} bytes")
+        return os.pread(self._f.fileno(), n, off)
 
     # -------------------------------------------------------------- header
     def _parse(self):

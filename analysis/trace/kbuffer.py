@@ -96,7 +96,8 @@ class PageDecoder:
                 loss[2] += 1
         act = np.flatnonzero(size > 0)
         pos, end, ts = base[act] + ds, base[act] + ds + size[act], ts[act]
-        out = ([], [] if want_pos else None, [] if want_ts else None)
+        out: tuple[list[np.ndarray], list[np.ndarray] | None, list[np.ndarray] | None] = (
+            [], [] if want_pos else None, [] if want_ts else None)
         fast, kcap = self.fast, 64
         while pos.size:
             if fast:  # runs while they pay: efficiency = events / matrix cells
@@ -110,9 +111,9 @@ class PageDecoder:
             pos, end, ts = self._step(words, pos, end, ts, cpu, page0, out)
         tids, poss, tss = out
         tid = np.concatenate(tids) if tids else np.empty(0, np.uint32)
-        pos = (np.concatenate(poss) if tids else np.empty(0, np.int64)) if want_pos else None
-        ts = (np.concatenate(tss) if tids else np.empty(0, np.uint64)) if want_ts else None
-        return tid, pos, ts, loss
+        pos_out = None if poss is None else np.concatenate(poss) if tids else np.empty(0, np.int64)
+        ts_out = None if tss is None else np.concatenate(tss) if tids else np.empty(0, np.uint64)
+        return tid, pos_out, ts_out, loss
 
     def _step(self, words, pos, end, ts, cpu, page0, out):
         """Advance every page cursor by one record (any record type)."""

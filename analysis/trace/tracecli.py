@@ -34,6 +34,7 @@ def group_counts(values: np.ndarray) -> list[tuple[object, int]]:
     import numpy as np
     if values.size == 0:
         return []
+    uniq: np.ndarray | list[tuple]
     if values.dtype == object:
         uniq, counts = np.unique(values.astype(str), return_counts=True)
     elif values.ndim > 1:  # array fields: group by the whole row
@@ -50,7 +51,7 @@ class GroupCounter:
     """Counts of each distinct value, fed a batch at a time: memory grows with the
     number of distinct values, not with the number of records."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.total = 0
         self._parts: list[tuple[np.ndarray, np.ndarray]] = []  # numbers: (values, counts)
         self._held = self._compacted = 0
@@ -86,8 +87,8 @@ class GroupCounter:
         """[(value, count)] largest count first; ties by value (as group_counts)."""
         if self._other:
             items = sorted(self._other.items())
-            order = sorted(range(len(items)), key=lambda i: -items[i][1])  # stable
-            return [items[i] for i in order]
+            by_count = sorted(range(len(items)), key=lambda i: -items[i][1])  # stable
+            return [items[i] for i in by_count]
         import numpy as np
         self._compact()
         if not self._parts:
@@ -147,7 +148,7 @@ def stats_main(path: str, event: str, group_by: str | None, as_json: bool,
     out.write(f"{ev.full_name}: {count} events\n")
     if groups is not None:
         width = max((len(str(v)) for v, _ in groups), default=5)
-        width = max(width, len(group_by))
+        width = max(width, len(group_by or ""))
         out.write(f"  {group_by:<{width}}  count\n")
         for v, c in groups:
             out.write(f"  {str(v):<{width}}  {c}\n")

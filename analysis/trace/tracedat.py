@@ -63,7 +63,9 @@ class TraceFile(TraceHeader):
         self._cpu_data: list[tuple[int, int, int]] = []  # (cpu, offset, size)
         self._sections: dict[int, tuple[int, int]] = {}  # id -> (offset, v6 size)
         self._data_compressed, self._cpucount = False, None
-        self._ts_offset, self._tsc2nsec, self._counts, self._lost = 0, None, None, None
+        self._ts_offset, self._tsc2nsec = 0, None
+        self._counts: dict[str, int] | None = None
+        self._lost: tuple[list[int], dict[int, int]] | None = None  # (flagged, stored, uncounted), by cpu
         try:
             self._parse()
         except Exception as e:
@@ -75,15 +77,6 @@ class TraceFile(TraceHeader):
                     zstandard is not None and isinstance(e, zstandard.ZstdError)):
                 raise self._err(f"corrupt header data ({e})") from None
             raise
-
-    def _err(self, what: str) -> TraceError:
-        return TraceError(f"{self.path}: {what}")
-
-    def _pread(self, off: int, n: int, what: str = "data") -> bytes:
-        if off < 0 or n < 0 or off + n > self._fsize:
-            raise self._err(f"truncated file: {what} needs {n} bytes at offset {off}, "
-                            f"file has {self._fsize} bytes")
-        return os.pread(self._f.fileno(), n, off)
 
     def close(self):
         self._f.close()
@@ -250,6 +243,7 @@ class TraceFile(TraceHeader):
         """Events recorded, by 'system:event' (only events present)."""
         if self._counts is None:
             self._count()
+        assert self._counts is not None  # set by _count()
         return dict(self._counts)
 
     def columns(self, event: str, fields=(), *, with_ts: bool = True) -> dict[str, np.ndarray]:
@@ -263,7 +257,7 @@ class TraceFile(TraceHeader):
         fl = self._fields(ev, fields)
         cols = self._scan(ev.id, fl, with_ts)
         import numpy as np
-        empty = {"ts": np.uint64, "cpu": np.int32}
+        empty: dict[str, type] = {"ts": np.uint64, "cpu": np.int32}
         empty.update({f.name: object if f.kind in ("str", "dataloc", "relloc") else np.int64
                       for f in fl})
         out = {k: np.concatenate(v) if v else np.empty(0, empty[k])
@@ -292,6 +286,7 @@ class TraceFile(TraceHeader):
         """
         if self._lost is None:
             self._count()
+        assert self._lost is not None  # set by _count()
         (flagged, stored, uncounted), per_cpu = self._lost
         stats = {int(st.get("CPU", i)): st for i, st in enumerate(self.cpustats)}
         overrun = dropped = total = 0

@@ -124,7 +124,8 @@ class PageSource:
             return memoryview(win)[p - wstart:p - wstart + n]
 
         (nchunks,) = struct.unpack(e + "I", get(off, 4, "chunk count"))
-        p, fill, chunks = off + 4, 0, []
+        chunks: list[tuple[int, int, memoryview, int]] = []  # (index, offset, compressed, size)
+        p, fill = off + 4, 0
         for i in range(nchunks):
             csize, usize = struct.unpack(e + "II", get(p, 8, "compressed chunk header"))
             if usize % ps:

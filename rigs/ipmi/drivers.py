@@ -17,10 +17,11 @@ import pathlib
 import subprocess
 import tempfile
 
-from krig.errors import RigError, UsageError
+from krig.errors import RigError
 from krig.paths import cache_dir
 from krig.safeio import printable
 from rigs.ipmi.ssh import ERR_CAP, SshLost, remote_command
+from rigs.protocol import DriversProtocol
 
 SCRIPT = """echo 'krig-drivers 1'
 echo "release $(uname -r)"
@@ -63,12 +64,25 @@ def kept(name: str) -> pathlib.Path:
     return cache_dir("servers") / f"{name}.drivers"
 
 
+class ServerDrivers(DriversProtocol):
+    """The drivers of a lab rig's server behind a BMC (rigs/ipmi/rig.py IpmiRig, and the Redfish
+    rig built on it): its power asked of the BMC, its installed system read over SSH (read)."""
+
+    def __init__(self, rig):
+        self.rig = rig
+
+    def is_off(self) -> bool:
+        return self.rig.bmc.power_status() == "off"
+
+    def read(self, log) -> str:
+        return read(self.rig, log)
+
+    def close(self) -> None:
+        self.rig.close()
+
+
 def read(rig, log=print) -> str:
-    """The inventory's text from the server of a lab rig behind a BMC (rigs/ipmi/rig.py IpmiRig, and
-    the Redfish rig built on it)."""
-    if getattr(rig, "kind", None) not in ("ipmi", "redfish"):
-        raise UsageError(f"drivers={rig.name}: rig {rig.name} is a {getattr(rig, 'kind', '?')} rig, not a lab "
-                         "server: krig reads the drivers of a server behind a BMC (driver = \"ipmi\" or \"redfish\")")
+    """The inventory's text from the server of a lab rig behind a BMC (ServerDrivers)."""
     s = rig.server
     s.take_lock()
     try:

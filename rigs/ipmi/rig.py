@@ -24,6 +24,7 @@ from typing import Any
 from krig import safeio
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError
 from rigs.ipmi.bmc import Bmc
+from rigs.ipmi.drivers import ServerDrivers
 from rigs.ipmi.pull import Refused, move_into
 from rigs.ipmi.server import BootTimeout, IpmiServer
 from rigs.ipmi.spec import ServerSpec, validate_spec
@@ -57,6 +58,9 @@ class IpmiRig(Rig):
 
     def prepare(self, run_dir, kernel, needs):
         self.server.prepare(run_dir, needs)
+
+    def installed_drivers(self):
+        return ServerDrivers(self)      # its installed system's, over SSH (rigs/ipmi/drivers.py)
 
     def boots_installed_only(self):
         if self.spec.boot != "installed":

@@ -98,7 +98,7 @@ def _drain(sock: socket.socket) -> None:
 class SimServer:
     USER = "krig"
 
-    def __init__(self, base: pathlib.Path, kernel, initrd: pathlib.Path, memory_mb: int = 2048,
+    def __init__(self, base: pathlib.Path, kernel, initrd: pathlib.Path | None, memory_mb: int = 2048,
                  scratch_bytes: int = 16 << 30):
         self.memory_mb = memory_mb
         self.scratch_bytes = scratch_bytes
@@ -106,8 +106,9 @@ class SimServer:
         self.kernel = kernel
         self.initrd = initrd
         self.password = "krigpw" + secrets.token_hex(5)      # ipmi_sim keeps 16 bytes
-        self.lan_sock = bound_udp()             # the BMC's LAN: krig's until stop()
-        self.lan_port = self.lan_sock.getsockname()[1]
+        lan_sock = bound_udp()
+        self.lan_sock: socket.socket | None = lan_sock      # the BMC's LAN: krig's until stop()
+        self.lan_port = lan_sock.getsockname()[1]
         self.ssh_port = free_port()
         self.proc: subprocess.Popen | None = None
         self.bmc_record: dict | None = None    # ipmi_sim's process record: its session is the server's
@@ -150,6 +151,7 @@ class SimServer:
     def _wires(self) -> list:
         """QEMU's end of the KCS wire (ipmi_sim's socket) and its COM port (connected to the
         serial cable's socket, there before any power on): Unix sockets in the private directory."""
+        assert self.wire is not None, "made by start() before QEMU's argv"
         w = self.wire / "run"
         return ["-pidfile", f"{w}/qemu.pid", "-chardev", f"socket,id=ipmi0,path={w}/kcs.sock,reconnect=2",
                 "-device", "ipmi-bmc-extern,id=bmc0,chardev=ipmi0", "-device", "isa-ipmi-kcs,bmc=bmc0",
@@ -248,6 +250,7 @@ loadlib "{w}/krig_diag.so" ""
         krig-lab when krig is root; dies with the starting thread (--pdeathsig, set after the user
         changes)."""
         w = self.wire
+        assert self.lan_sock is not None, "the LAN socket is krig's until stop()"
         who = lab_user()
         drop = [] if who is None else ["--reuid", who, "--regid", str(user_ids(who)[1]), "--clear-groups"]
         return [SETPRIV, *drop, "--pdeathsig", "KILL", "--", "env", f"LD_PRELOAD={w}/krig_unix.so",

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 
 from krig.errors import KrigError
 from krig.paths import dies_with_parent, process_record
@@ -307,6 +308,7 @@ class SushyEmulator:
     def wait_ready(self, log: pathlib.Path) -> None:
         """Until the BMC answers TLS with the certificate made for it."""
         from rigs.redfish.bmc import fingerprint_of
+        assert self.proc is not None, "started before it is waited for"
         for _ in range(START_WAIT * 5):
             _exited(self.proc, "sushy-emulator", log)
             try:
@@ -391,13 +393,14 @@ def holders(d: pathlib.Path, since: int) -> list[int]:
     return sorted(out)
 
 
-def kill_leftovers(d, parts: list, since: int | None = None) -> list[int]:
+def kill_leftovers(d, parts: list | None, since: int | None = None) -> list[int]:
     """SIGKILL what remains of a server (after the orderly stops): the sessions of its parts
     (records), then the holders of its directory d; the pids signalled."""
     left = [pid for rec in parts or [] if rec for pid in kill_session(rec)]
     starts = [int(r["start"]) for r in parts or [] if r]
-    if d and (starts or since is not None):
-        left += kill_until_gone(lambda: holders(pathlib.Path(d), min(starts) if starts else since), 50)
+    first = min(starts) if starts else since
+    if d and first is not None:
+        left += kill_until_gone(lambda: holders(pathlib.Path(d), first), 50)
     return sorted(set(left))
 
 
@@ -413,8 +416,8 @@ def describe(pids) -> list[str]:
     return out
 
 
-def domain_xml(name: str, memory_mb: int, serial_sock: pathlib.Path, disks: list = (), os_extra: str = "",
-               qemu_args: list = (), nic: bool = False, cpu: str = "qemu64", tb_cache_mib: int = 0) -> str:
+def domain_xml(name: str, memory_mb: int, serial_sock: pathlib.Path, disks: Sequence = (), os_extra: str = "",
+               qemu_args: Sequence = (), nic: bool = False, cpu: str = "qemu64", tb_cache_mib: int = 0) -> str:
     """A TCG domain: its serial line a unix socket (ser2net's connector); disks: (file, format,
     target dev vdX); nic: a user-mode network card (something to boot from over PXE); cpu: a
     CPU model, or "max" for every feature TCG has; tb_cache_mib: the size of QEMU's translated-code

@@ -78,6 +78,7 @@ class RedfishLabServer:
 
     def domain(self) -> str:
         v = self.vm_dir
+        assert v is not None, "made by start()"
         loader = (f"<loader readonly='yes' secure='no' type='pflash'>{labsim_image.OVMF_CODE}</loader>"
                   f"<nvram>{v / 'OVMF_VARS.fd'}</nvram>")
         return domain_xml(DOMAIN, self.memory_mb, v / "run" / "serial.sock", disks=[(v / "disk.qcow2", "qcow2", "vda")],
@@ -108,6 +109,7 @@ class RedfishLabServer:
         self.parts.append(process_record(self.ser2net.proc.pid))
 
     def rig_file(self, name: str, bmc: dict | None = None, ssh: dict | None = None, **top) -> pathlib.Path:
+        assert self.vm_dir is not None and self.ser2net is not None, "a server's rig file once start() made it"
         spec = {"driver": "redfish", "description": f"simulated lab server ({self.memory_mb} MiB, sushy-emulator "
                 f"on 127.0.0.1:{self.lan_port})", "console": self.ser2net.url, "scratch_dev": "/dev/nvme0n1",
                 "remote_dir": "/var/lib/krig", "shutdown_command": ["systemctl", "poweroff"], "boot_timeout": 1800,

@@ -204,7 +204,7 @@ class LabServer(SimServer):
         top = {"description": f"simulated lab server ({self.memory_mb} MiB, ipmi_sim on 127.0.0.1:{self.lan_port})",
                "remote_dir": "/var/lib/krig", "shutdown_command": ["systemctl", "poweroff"],
                "boot_timeout": 900, "hang_timeout": 60, "nmi_wait": 20, "shutdown_timeout": 120,
-               "emulator_pidfile": str(self.wire / "run" / "qemu.pid"), **top}
+               "emulator_pidfile": f"{self.wire}/run/qemu.pid", **top}
         return super().rig_file(name, bmc=bmc, ssh={"user": self.USER, **(ssh or {})}, **top)
 
     def ssh(self, *remote: str, known_hosts: str = "known_hosts", timeout: float = 60) -> subprocess.CompletedProcess:
@@ -264,7 +264,7 @@ def _lock(name: str) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        reads = (os.pread(fd, 32, 0).strip() or time.sleep(0.05) for _ in range(40))   # its pid follows its lock
+        reads = (os.pread(fd, 32, 0).strip() or time.sleep(0.05) for _ in range(40))  # type: ignore[func-returns-value]  # its pid follows its lock; sleep's None: not read yet
         holder = next((r.decode(errors="replace") for r in reads if r), "?")
         os.close(fd)
         raise KrigError(f"lab sim {name}: being started or stopped by another krig lab sim (process {holder}); "
@@ -318,10 +318,10 @@ def up(name: str, memory: str | None = None, log=print, owner: int | None = None
         f"{st['ssh_port']}, {st['memory_mb']} MiB" + (" sparse" if st["sparse"] else "") + f", NIC {nic}" +
         f"; the rig powers it on (krig lab sim down {name} stops it" +
         (f", or process {owner} ending)" if owner else ")"))
-    if lab.address():                       # KRIG_LAB_COORDINATOR: a place there, as `krig lab sync NAME` makes
+    if address := lab.address():            # KRIG_LAB_COORDINATOR: a place there, as `krig lab sync NAME` makes
         spec = load_toml(pathlib.Path(st["rig"]))
         tags = lab_tags(spec, st["rig"])
-        how = lab.Coordinator(lab.address()).sync_place(name, tags)
+        how = lab.Coordinator(address).sync_place(name, tags)
         log(f"lab: place {name}: {how}: " + " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
     return pathlib.Path(st["rig"])
 
@@ -444,8 +444,8 @@ def serve(name: str) -> int:
     d = state_dir(name)
     req = json.loads((d / "request.json").read_text())
     if req.get("bmc_kind") == "redfish":
-        server = RedfishLabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"], name=name,
-                                  nic=req.get("nic") or "virtio-net", nic_device=NICS[req.get("nic") or "virtio-net"])
+        server: LabServer | RedfishLabServer = RedfishLabServer(d / "server", pathlib.Path(req["image_dir"]),
+            memory_mb=req["memory_mb"], name=name, nic=req.get("nic") or "virtio-net", nic_device=NICS[req.get("nic") or "virtio-net"])
     else:
         server = LabServer(d / "server", pathlib.Path(req["image_dir"]), memory_mb=req["memory_mb"],
                            nic=req.get("nic") or "virtio-net")
@@ -475,6 +475,7 @@ def serve(name: str) -> int:
                      vm_dir=str(getattr(server, "vm_dir", "") or ""), parts=getattr(server, "parts", None))
         safeio.write_text(d, "state.json", json.dumps(state, indent=1) + "\n", mode=0o600)
         print(f"labsim {name}: up, rig {rig}", flush=True)
+        assert server.proc is not None, "start() started it"
         while not stop.wait(1):
             if server.proc.poll() is not None:
                 print(f"labsim {name}: ipmi_sim exited {server.proc.returncode}; stopping", flush=True)

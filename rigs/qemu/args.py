@@ -72,7 +72,9 @@ def split_opts(text: str) -> list:
     item without `=`; ",," inside a value (or an item without `=`) is one comma."""
     out, p = [], 0
     while p < len(text):
-        n = len(re.match(r"[^=,]*", text[p:]).group())
+        key_m = re.match(r"[^=,]*", text[p:])
+        assert key_m is not None        # it matches the empty string at least
+        n = len(key_m.group())
         if p + n < len(text) and text[p + n] == "=":
             key, (value, p) = text[p:p + n], _value(text, p + n + 1)
         else:
@@ -84,7 +86,7 @@ def split_opts(text: str) -> list:
 
 def _value(text: str, p: int) -> tuple[str, int]:
     """A value from p to the first single comma (",," is a comma): the value and where it ends."""
-    parts = []
+    parts: list[str] = []
     while True:
         end = text.find(",", p)
         if end < 0:

@@ -144,15 +144,16 @@ def start(argv: list, extra=(), owned=(), **popen) -> tuple[subprocess.Popen, su
     and facts: qemu_argv (with the host paths), qemu_started_as (the command exec'd) and
     qemu_files (the host file behind each handed-over name)."""
     user = qemu_confine.runas_user()
-    facts = {"qemu_argv": [*map(str, argv), *extra], "qemu_files": {}}
+    qemu_argv = [*map(str, argv), *extra]
+    facts: dict[str, object] = {"qemu_argv": qemu_argv, "qemu_files": {}}
     if user is None:
-        facts["qemu_started_as"] = dies_with_parent(facts["qemu_argv"])
-        return subprocess.Popen(facts["qemu_started_as"], **popen), None, facts
+        started_as = facts["qemu_started_as"] = dies_with_parent(qemu_argv)
+        return subprocess.Popen(started_as, **popen), None, facts
     qemu_confine.give(owned, user)
     h = Handover(user)
     try:
-        facts["qemu_started_as"] = h.command(h.rewrite(argv) + list(extra))
-        proc = subprocess.Popen(facts["qemu_started_as"], pass_fds=h.fds, **popen)
+        started_as = facts["qemu_started_as"] = h.command(h.rewrite(argv) + list(extra))
+        proc = subprocess.Popen(started_as, pass_fds=h.fds, **popen)
     finally:
         h.close()
     facts["qemu_files"] = h.files

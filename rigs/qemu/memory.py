@@ -185,7 +185,7 @@ class MemoryWatch:
 
     def low(self) -> bool:
         """Was the host's MemAvailable near 0 at the last sample?"""
-        return bool(self.last) and self.last[0] < max(LOW_MIN, self.total * LOW_PCT // 100)
+        return bool(self.last and self.last[0] < max(LOW_MIN, self.total * LOW_PCT // 100))
 
     def facts(self) -> dict:
         return {"host_mem_total": self.total, "host_margin": self.margin, "host_budget_at_workload": self.budget_given,

@@ -199,20 +199,25 @@ class QemuMachine:
 
     def died(self, what: str) -> GuestCrashed:
         """The guest went away while `what`: QEMU's own fault, if it had one, goes along."""
+        assert self.proc is not None and self.run_dir is not None, "a guest dies once started"
         fault = qemu_fault(self.proc, self.run_dir / "qemu.log")
         return GuestCrashed(f"guest died {what} (qemu exit {self.proc.returncode}); see console.log",
                             rig_fault=f"rig {self.name}: {fault}" if fault else None)
 
     def timed_out(self) -> None:
         """A wait for the guest ran out of time: note whether the host had stopped QEMU."""
-        why = stopped_by_host(self.proc.pid) if self.alive() else None
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        why = stopped_by_host(proc.pid)
         if why:
-            self.stopped = f"the emulator (QEMU pid {self.proc.pid}) was {why} when the timeout passed"
+            self.stopped = f"the emulator (QEMU pid {proc.pid}) was {why} when the timeout passed"
 
 
 class QemuRig(Rig):
     kind = "qemu"
     spec: QemuSpec
+    boot: "_Boot"
     takes_path = True       # rigs.load_rig passes the rig file's path, as the user gave it, for messages
 
     def __init__(self, name: str, spec: dict, path=None):
@@ -304,6 +309,7 @@ class QemuRig(Rig):
                 safeio.write_bytes(self.m.share, "ctl/poweroff", b"")
             except (OSError, KrigError):
                 pass        # the guest spoilt its mailbox: power.off() below ends it
+            assert self.m.proc is not None          # alive()
             try:
                 self.m.proc.wait(grace)
             except subprocess.TimeoutExpired:

@@ -80,7 +80,7 @@ def _kind(mode: int) -> str | None:
 def pull_tree(src, dest, label: str = "out") -> list:
     """Move the files below src into dest (both directories krig made), refusing what the guest
     made as anything but a regular file or directory. Returns the refusals, one string each."""
-    refused = []
+    refused: list[str] = []
     with safeio.open_dir(src) as sfd, safeio.open_dir(dest) as dfd:
         _pull_dir(sfd, dfd, label, refused, top=True)
     return refused

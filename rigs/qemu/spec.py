@@ -1,6 +1,7 @@
 """A QEMU rig file's fields, checked: one line naming the field and what is allowed, never a
 traceback; extra_args by what QEMU would open with them (rigs/qemu/args.py). The checked file
 is a QemuSpec (FIELDS as a frozen record, krig/schema.py), its [[disks]] QemuSpecDisks."""
+
 from krig.config import parse_size
 from krig.schema import Field, Record, check
 from rigs.protocol import RigSpec

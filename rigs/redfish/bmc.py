@@ -16,6 +16,7 @@ import logging
 import socket
 import ssl
 import time
+from typing import TYPE_CHECKING
 
 from krig.errors import RigError
 from krig.safeio import printable
@@ -23,6 +24,9 @@ from krig.schema import Record
 from rigs.ipmi.bmc import Bmc, BmcAuthError
 from rigs.redfish.origin import BmcRefused, bmc_url, guard, public_session
 from rigs.redfish.facts import clear_logs, log_text, manager_line, server_facts
+
+if TYPE_CHECKING:
+    from rigs.redfish.spec import RedfishSpecBmc
 
 # krig's power actions -> the ResetTypes that do them, the first one the system offers wins
 RESETS = {"on": ("On", "ForceOn"), "off": ("ForceOff",), "soft": ("GracefulShutdown",),
@@ -46,7 +50,10 @@ def fingerprint_of(host: str, port: int, timeout: float = 10) -> str:
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     with socket.create_connection((host, port), timeout) as s, ctx.wrap_socket(s, server_hostname=host) as t:
-        return hashlib.sha256(t.getpeercert(binary_form=True)).hexdigest()
+        cert = t.getpeercert(binary_form=True)
+    if cert is None:        # a handshake without a certificate (an anonymous cipher)
+        raise ssl.SSLError(f"{host}:{port} presented no certificate")
+    return hashlib.sha256(cert).hexdigest()
 
 
 def _colons(fp: str) -> str:
@@ -57,10 +64,12 @@ class RedfishBmc(Bmc):
     POWER_ON = "ComputerSystem.Reset On, from the BMC's web page or any Redfish client"
     NMI = "ComputerSystem.Reset Nmi"
 
+    cfg: "RedfishSpecBmc"
+
     def __init__(self, rig: str, cfg: Record, password: str, log_path=None):
         """cfg: the rig file's [bmc] table, checked (rigs/redfish/spec.py BMC)."""
         super().__init__(rig, cfg, password, log_path)
-        self.url = bmc_url(cfg.host, cfg.port)
+        self.url = bmc_url(self.cfg.host, self.cfg.port)
         self.where = f"BMC {self.url}"
         self._root = self._system = self._conn = self._auth = self._guard = None
         self._handler = None
@@ -188,7 +197,9 @@ class RedfishBmc(Bmc):
 
     def raw(self, path: str) -> dict:
         """A resource of the BMC as JSON through sushy's connector (what sushy has no class for)."""
-        return self._conn.get(path).json()
+        conn = self._conn
+        assert conn is not None, "call() connects before it reads"
+        return conn.get(path).json()
 
     # -- power --------------------------------------------------------------
     def power_status(self) -> str:

@@ -10,6 +10,7 @@ from conftest import KRIG, ROOT
 from kernels import derived, drivers, given
 from krig.errors import UsageError
 from test_drivers_scope import SERVER
+from test_rig_spec import files, ipmi_file, redfish_file  # noqa: F401 (files: a fixture)
 
 
 def test_drivers_given_twice_is_refused():
@@ -20,14 +21,34 @@ def test_drivers_given_twice_is_refused():
         given.parse("tiny-6.1,series=a,series=b")
 
 
-def test_a_rig_files_path_is_read_as_that_rig(tmp_path, linux_source, monkeypatch):
+def test_a_rig_files_path_is_read_as_that_rig(tmp_path, linux_source):
     rig = tmp_path / "lab1.toml"
     rig.write_text('driver = "ipmi"\n')
     asked = []
-    monkeypatch.setattr(drivers, "rig_reader", lambda name, log: asked.append(name) or
-                        drivers.parse_inventory(SERVER, f"rig {name}"))
-    spec, _, _ = derived.derived_spec(given.parse(f"tiny-6.1,drivers={rig}"), log=lambda *a, **k: None)
+
+    def read_server(name, log):
+        asked.append(name)
+        return drivers.parse_inventory(SERVER, f"rig {name}")
+    spec, _, _ = derived.derived_spec(given.parse(f"tiny-6.1,drivers={rig}"), log=lambda *a, **k: None,
+                                      read_server=read_server)
     assert asked == [str(rig)] and spec.drivers["config"]["CONFIG_E1000E"] == "y"
+
+
+def test_a_rig_name_is_read_by_the_reader_passed_in_and_refused_without_one():
+    """The kernels read a rig's server only through the reader the workflow passes (no module
+    imported first sets one): without it, a rig's name is one line naming what drivers= takes."""
+    asked = []
+
+    def read_server(name, log):
+        asked.append(name)
+        raise UsageError(f"read {name}")
+    g = given.parse("tiny-6.1,drivers=lab1")
+    with pytest.raises(UsageError, match="^read lab1$"):
+        derived.derived_spec(g, log=lambda *a, **k: None, read_server=read_server)
+    assert asked == ["lab1"]
+    with pytest.raises(UsageError, match=r"^--kernel tiny-6\.1,drivers=lab1: drivers=lab1: a rig's server is read by "
+                                         r"the commands that run kernels .*give its drivers as files here"):
+        derived.derived_spec(g, log=lambda *a, **k: None)
 
 
 def test_the_distro_kernel_with_drivers_names_drivers():
@@ -67,18 +88,35 @@ def test_qualify_check_checks_what_drivers_names(tmp_path):
 def test_a_redfish_server_found_off_is_read_from_the_kept_drivers(tmp_path, monkeypatch):
     """drivers=RIG of a Redfish rig whose server is off: the kept reading, no power on (as an IPMI one)."""
     import types
+    from rigs.ipmi import drivers as server_drivers
     from workflows import serverdrivers
     monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(serverdrivers, "READ", {})
     closed = []
-    rig = types.SimpleNamespace(kind="redfish", name="rf1", bmc=types.SimpleNamespace(
-        power_status=lambda: "off", close=lambda: closed.append(1)))
+    rig = types.SimpleNamespace(kind="redfish", name="rf1", bmc=types.SimpleNamespace(power_status=lambda: "off"),
+                                close=lambda: closed.append(1))
+    rig.installed_drivers = lambda: server_drivers.ServerDrivers(rig)
     monkeypatch.setattr(serverdrivers, "rig_path", lambda name: tmp_path / "rf1.toml")
     monkeypatch.setattr(serverdrivers, "load_rig", lambda name, what: rig)
-    monkeypatch.setattr(serverdrivers, "read", lambda rig, log: pytest.fail("the server was powered on to read it"))
+    monkeypatch.setattr(server_drivers, "read", lambda rig, log: pytest.fail("the server was powered on to read it"))
     (tmp_path / "cache" / "servers").mkdir(parents=True)
     (tmp_path / "cache" / "servers" / "rf1.drivers").write_text(SERVER)
     said = []
     inv = serverdrivers.server_drivers("rf1", log=said.append)
     assert inv["release"] == "6.1.0-28-amd64" and said[0].startswith("krig: rf1 is off: its drivers as read on ")
     assert closed == [1]
+
+
+def test_each_rig_says_whether_it_reads_its_installed_drivers(files):
+    """rigs/protocol.py Rig.installed_drivers: the lab server rigs (IPMI, Redfish) read theirs
+    (rigs/ipmi/drivers.py); a QEMU rig has none to read (drivers= of it is one line:
+    tests/kernels/test_server_drivers.py)."""
+    from rigs import load_rig
+    from rigs.ipmi.drivers import ServerDrivers
+    from rigs.ipmi.rig import IpmiRig
+    from rigs.redfish.rig import RedfishRig
+    assert load_rig("qemu-default").installed_drivers() is None
+    for cls, raw in ((IpmiRig, ipmi_file(files)), (RedfishRig, redfish_file(files))):
+        rig = cls("lab", raw, path="rigs/lab.toml")
+        reader = rig.installed_drivers()
+        assert isinstance(reader, ServerDrivers) and reader.rig is rig, cls

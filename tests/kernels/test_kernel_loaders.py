@@ -10,7 +10,7 @@ import pytest
 
 import kernels
 from kernels import catalog
-from kernels.given import Given, parse
+from kernels.given import Given, kernel_text, parse
 from krig.errors import KrigError, UsageError
 
 TREE = pathlib.Path("/src/linux")
@@ -45,7 +45,7 @@ class Recorder:
     def takes(self, g):
         return g.kind == "tree"
 
-    def load(self, g, build, log):
+    def load(self, g, build, log, read_server=None):
         self.seen.append((g, build))
         return f"kernel of {g.path.name}"
 
@@ -94,3 +94,56 @@ def test_like_takes_a_kernel_a_workflow_wrote_for_itself(tmp_path, monkeypatch):
     monkeypatch.setattr(definition, "GENERATED_DIRS", [made])
     spec, origin, series = derived.derived_spec(g)
     assert spec.description.endswith("config like made-here") and spec.source == "git" and series is None
+
+
+def test_the_text_gives_its_public_and_pinned_forms(tmp_path):
+    """A Given, and the words of a text a record kept (nothing on disk needed), say the text fit to
+    leave the host (its paths by their last names) and TREE@ with its REF pinned, read the way
+    parse reads it: the head's last @ makes TREE@REF (a REF may have a /), unless the head is a
+    file that exists (its name has an @)."""
+    tree = tmp_path / "src" / "linux"
+    subprocess.run(["git", "init", "-q", str(tree)], check=True)
+    g = parse(f"{tree}@,like=tiny-6.1")
+    assert g.unpinned() and g.public() == "linux@,like=tiny-6.1"
+    assert g.pinned("a" * 40) == f"{tree}@{'a' * 40},like=tiny-6.1"
+    assert not parse(f"{tree}@v6.1").unpinned() and not parse("tiny-6.1").unpinned()
+    kept = kernel_text("~/gone/linux@origin/master,series=/home/a/s.mbox")
+    assert kept.public() == "linux@origin/master,series=s.mbox"
+    assert kept.public(tree_as="linux", ref_as="c" * 12) == f"linux@{'c' * 12},series=s.mbox"
+    assert kept.paths() == ["~/gone/linux", "/home/a/s.mbox"]
+    image = tmp_path / "a@b" / "vmlinuz"
+    image.parent.mkdir()
+    image.write_bytes(b"")
+    words = kernel_text(f"{image},config=/boot/config-6.1,modules=<MODULES>")
+    assert not words.at and words.public() == "vmlinuz,config=config-6.1,modules=<MODULES>"
+    assert kernel_text("tiny-6.1,drivers=lab1").public() == "tiny-6.1,drivers=lab1"
+    with pytest.raises(KrigError, match="not TREE@REF"):
+        kernel_text("tiny-6.1").pinned("c" * 12)
+
+
+def _bzimage(path: pathlib.Path, release: str) -> pathlib.Path:
+    """An image file with an x86 setup header naming `release` (what kernels/prebuilt.py reads)."""
+    head = bytearray(0x8000)
+    head[0x202:0x206] = b"HdrS"
+    head[0x20E:0x210] = (0x400).to_bytes(2, "little")          # the version string at 0x600
+    version = f"{release} (krig@test) #1".encode()
+    head[0x600:0x600 + len(version)] = version
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(head))
+    return path
+
+
+def test_an_image_finds_its_config_beside_it_or_says_where_it_looked(tmp_path, monkeypatch):
+    """An image file (the ImageKernels loader): its release from its setup header, its config
+    config-<release> beside it, no modules asked of a kernel without CONFIG_MODULES; without a
+    config beside it, one line naming the files looked for."""
+    monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "cache"))
+    img = _bzimage(tmp_path / "boot" / "vmlinuz-6.1.0-test", "6.1.0-test")
+    with pytest.raises(UsageError, match=r"no config next to the image \(config-6\.1\.0-test, config-6\.1\.0-test, "
+                                         r"\.config, config\); give it as ,config=FILE"):
+        catalog.load_kernel(str(img))
+    (img.parent / "config-6.1.0-test").write_text("CONFIG_XFS_FS=y\n# CONFIG_MODULES is not set\n")
+    k = catalog.load_kernel(str(img))
+    assert (k.name, k.release, k.image, k.config) == ("image-vmlinuz-6.1.0-test", "6.1.0-test", img,
+                                                      img.parent / "config-6.1.0-test")
+    assert k.arg == str(img) and not catalog.krig_builds(str(img))

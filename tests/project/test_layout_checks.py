@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 import test_layout as layout
+import test_layout_kernel_text as kernel_text
 import test_layout_records as records
 from conftest import ROOT
 
@@ -32,7 +33,7 @@ RULES = {"wrong way": layout.wrong_way_imports, "cycle": layout.import_cycle,
          "analyzer": layout.analyzer_imports, "vocabulary": layout.vocabulary_imports,
          "private": layout.private_name_imports, "driver": layout.driver_imports,
          "size": lambda root: layout.too_long(root, python_files(root)),
-         "manifest": records.manifest_reads_under}
+         "manifest": records.manifest_reads_under, "kernel text": kernel_text.second_readers}
 
 
 LONG_FUNCTION = "def padded():\n" + "".join(f"    x{i} = {i}\n" for i in range(81))
@@ -62,6 +63,12 @@ CASES = [  # (rule, file, line(s) added, what the rule must name)
     ("manifest", "workflows/run.py", "m = json.loads((d / 'manifest.json').read_text())\n",
      "workflows/run.py line "),
     ("manifest", "analysis/summary.py", "v = RunDir(d).json(VERDICT, {})\n", "analysis/summary.py line "),
+    ("kernel text", "workflows/bundle.py", 'def tree_of(arg):\n    head, *opts = arg.split(",")\n'
+     '    return head.rpartition("@")[0]\n', "workflows/bundle.py line "),
+    ("kernel text", "krig/results.py", 'def scope(arg):\n    return [o for o in arg.split(",") '
+     'if o.startswith("drivers-scope=")]\n', "krig/results.py line "),
+    ("kernel text", "workflows/validate.py", "def built(g):\n    return g.kind in ('git', 'toml')\n",
+     "workflows/validate.py line "),
 ]
 
 

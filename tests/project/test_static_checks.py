@@ -41,7 +41,7 @@ def shellcheck(root: pathlib.Path) -> subprocess.CompletedProcess:
 CHECKS = {"ruff": ruff, "mypy": mypy, "shellcheck": shellcheck}
 INJECTED = {  # a copy of the tree with one line that breaks the check, and what it must name
     "ruff": ("workflows/run.py", "import json as _never_used\n", "workflows/run.py:"),
-    "mypy": ("krig/errors.py", "_NUMBER: int = 'not a number'\n", "krig/errors.py:"),
+    "mypy": ("workflows/listing.py", "_NUMBER: int = 'not a number'\n", "workflows/listing.py:"),
     "shellcheck": ("reproducers/selftest-pass/run.sh", "echo $undefined_spaces\n", "reproducers/selftest-pass/run.sh:"),
 }
 

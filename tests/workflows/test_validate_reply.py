@@ -92,13 +92,13 @@ def test_reply_never_names_a_local_tree(series_repo, tmp_path):
 
 def test_reply_names_local_files_in_the_base_by_their_last_name(series_repo, tmp_path):
     """The base's tree becomes the clone (./linux), its image or config file their own names: the
-    same rule the bundle's and the export's --kernel use (krig.results.public_kernel_arg)."""
-    from krig.results import public_kernel_arg
+    same rule the bundle's and the export's --kernel use (kernels/given.py KernelText.public)."""
+    from kernels.given import kernel_text
     tree = f"{tmp_path}/src/linux@master,config={tmp_path}/cfg/my.config"
     text = _reply(series_repo, tmp_path, base=tree)
     _, krig = _command(text)
     assert krig[krig.index("--base") + 1] == "linux@" + "a" * 40 + ",config=my.config"
-    assert public_kernel_arg(tree) == "linux@master,config=my.config"
+    assert kernel_text(tree).public() == "linux@master,config=my.config"
     image = f"{tmp_path}/boot/vmlinuz-6.1,config={tmp_path}/boot/config-6.1"
     (tmp_path / "i").mkdir()
     text = _reply(series_repo, tmp_path / "i", base=image)

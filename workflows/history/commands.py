@@ -68,9 +68,11 @@ def cmd_import(a) -> int:
         if not pathlib.Path(d).is_dir():
             raise UsageError(f"DIR {d}: not a directory")
     done, refused = import_dirs(a.dirs, open_store())
+    url = store.store_url()
+    assert url is not None      # open_store() refused a history turned off
     for line in refused:
         print(f"history: refused {line}")
-    print(f"history: {done} runs written to {store.public(store.store_url())}"
+    print(f"history: {done} runs written to {store.public(url)}"
           + (f"; {len(refused)} refused" if refused else ""))
     return 2 if refused else 0
 
