@@ -5,14 +5,14 @@ nothing is powered, no boot device set, no SEL cleared."""
 import re
 
 from krig.errors import RigError
-from rigs.check import bad, note, ok
+from rigs.check import bad, note, ok, password_field
 from rigs.ipmi.bmc import BmcAuthError
 
 # what krig asks of the BMC and the privilege IPMI needs for it (IPMI 2.0, Appendix G)
 NEEDS = "power, boot device, NMI and SEL clearing need OPERATOR"
 RANK = {"CALLBACK": 1, "USER": 2, "OPERATOR": 3, "ADMINISTRATOR": 4, "OEM": 5}
 # ipmitool's classification of a refused login (rigs/ipmi/bmc.py _AUTH) -> the field to change
-AUTH_FIELDS = {"wrong password": "bmc.password_file or bmc.password_env", "unknown user": "bmc.user",
+AUTH_FIELDS = {"unknown user": "bmc.user",
                "cipher suite not supported by the BMC": "bmc.cipher_suite"}
 
 
@@ -23,7 +23,8 @@ def bmc_items(rig, power: dict):
         power["state"] = b.power_status()
     except BmcAuthError as e:
         why = str(e).rsplit(": ", 1)[-1].split(" (")[0]
-        yield bad("login", f"{b.where} refused user {c.user!r}: {why}", AUTH_FIELDS.get(why, "bmc.user"))
+        field = password_field(c) if why == "wrong password" else AUTH_FIELDS.get(why, "bmc.user")
+        yield bad("login", f"{b.where} refused user {c.user!r}: {why}", field)
         return
     except RigError as e:
         privilege = "lacks the privilege" in str(e)

@@ -13,7 +13,7 @@ import socket
 import ssl
 
 from krig.errors import RigError
-from rigs.check import bad, note, ok
+from rigs.check import bad, note, ok, password_field
 from rigs.ipmi.bmc import BmcAuthError
 from rigs.redfish.bmc import RESETS, fingerprint_of
 from rigs.redfish.spec import colons
@@ -70,7 +70,7 @@ def bmc_items(rig, power: dict):
             members = b.call("logging in", lambda s: b._root.get_system_collection().members_identities)
         except BmcAuthError as e:
             yield bad("login", f"{b.where} {str(e).split(f'{b.where} ', 1)[-1]}",
-                      "bmc.user or bmc.password_file/bmc.password_env" + (" or bmc.auth" if c.auth == "session" else ""))
+                      f"bmc.user or {password_field(c)}" + (" or bmc.auth" if c.auth == "session" else ""))
             return
         except RigError as e:
             text = str(e).split(f"{b.where}: ", 1)[-1]
