@@ -283,10 +283,11 @@ def test_kexec_boot_then_ctrl_c(sim, tmp_path):
 
 @pytest.mark.parametrize("repro,preset,expected", PASS_CASES)
 def test_run_passes(sim, tmp_path, repro, preset, expected, monkeypatch, capfd):
-    """The normal pipeline on the server; no argv ever holds the BMC password, and no file does.
+    """The normal pipeline on the server (its SEL cleared: clear_sel = true); no argv ever holds
+    the BMC password, and no file does.
     The password comes from the environment (password_env): krig takes it out of its own
     environment, and no child but ipmitool gets it (every child's /proc/PID/environ is read)."""
-    sim.rig_file("simenv", bmc={"password_file": None, "password_env": "KRIG_TEST_BMC_PW"})
+    sim.rig_file("simenv", bmc={"password_file": None, "password_env": "KRIG_TEST_BMC_PW", "clear_sel": True})
     monkeypatch.setenv("KRIG_TEST_BMC_PW", sim.password)
     monkeypatch.setenv("KRIG_PROGRESS_INTERVAL", "1")       # the progress of its waits, every second
     watch = PasswordWatch(sim.password)
@@ -312,6 +313,8 @@ def test_run_passes(sim, tmp_path, repro, preset, expected, monkeypatch, capfd):
     assert m["rig"]["kind"] == "ipmi" and m["rig_facts"]["shutdown"] == "soft" and "power_off_error" not in m
     assert m["rig_facts"]["results_pull"] == "pulled before the power off"
     assert "Linux version" in (run_dir / "console.log").read_text(errors="replace")
+    # clear_sel = true: the SEL cleared after sel-before.txt (ipmi_sim lets the account)
+    assert "log_clearing" not in m["rig_facts"] and "ipmitool sel clear -> rc 0" in (run_dir / "bmc.log").read_text()
     # what it waited for, said as it waited: the boot (power on, firmware, kernel to SSH) and the workload
     said = (run_dir / "krig.log").read_text()
     assert re.search(r"(?m)^krig: waiting for kernel \S+ to boot on simenv, \d+ s so far \(at most \d+ (s|min)\): "

@@ -32,6 +32,9 @@ def bmc_items(rig, power: dict):
         return
     yield ok("login", f"{b.where} user {c.user!r} at {c.privilege}, cipher suite {c.cipher_suite}: {b.mc_info()}")
     yield privilege_item(rig)
+    if c.clear_sel:
+        yield note("log clearing", "not tried (a check clears nothing): Clear SEL is OPERATOR in IPMI's table, "
+                   "some BMCs keep it to ADMINISTRATOR; a refusal is a line in the run's facts (log_clearing)")
     if rig.spec.console == "sol":
         yield sol_item(rig)
     yield ok("power", f"{power['state']} (a check changes nothing)")
