@@ -69,7 +69,7 @@ def test_a_run_with_a_wrong_password_is_refused_before_its_build(sim, tmp_path):
     pw = tmp_path / "wrong"
     pw.touch(mode=0o600)
     pw.write_text(f"notthepassword\nbmc = 127.0.0.1:{sim.lan_port}\n")
-    rig = sim.rig_file("rcrunpw", bmc={"password_file": str(pw)})
+    rig = sim.rig_file("rcrunpw", bmc={"password_file": str(pw)}, boot="kexec")     # boots the kernel asked
     cache = tmp_path / "cache"
     env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results"), "KRIG_CACHE": str(cache)}
     p = subprocess.run(KRIG + ["run", "selftest-pass", "--rig", str(rig), "--kernel", "tiny-6.1"], capture_output=True,
