@@ -10,7 +10,8 @@ block. While the outermost one lasts, a thread says one line every interval:
 the waits inside it (a step of a boot) named after the outer one, innermost last. A wait's
 "at most" is never less than what the steps inside it may take: the limit it was given (a
 boot's: the sum of its steps' limits, rigs/ipmi/kexec.py boot_bound), or, when a step began so
-late that its own limit reaches past that, the time until the step's limit. Lines go
+late that its own limit reaches past that, the time until the step's limit; a wait that goes on
+past its bound (the last try of a step that began just before its limit) says so. Lines go
 to standard output unless krig runs quiet (`krig -q`, or KRIG_QUIET=1 in the environment,
 which the worker processes of qualify and bisect inherit), and always to the logs
 registered with run_log() (a run's krig.log, workflows/run.py). KRIG_PROGRESS_INTERVAL sets
@@ -102,10 +103,11 @@ class waiting:
 
     def part(self) -> str:
         """This wait as a line names it: what, for how long so far, and the bound."""
-        bound = self.bound()
-        limit = f" (at most {_secs(bound)})" if bound else ""
+        bound, spent = self.bound(), self.clock() - self.t0
+        limit = "" if not bound else f" (at most {_secs(bound)})" if spent <= bound else \
+            f" (past its limit of {_secs(bound)})"         # a step's last try may end after its limit
         what = self.what() if callable(self.what) else self.what
-        return f"{what}, {_secs(self.clock() - self.t0)} so far{limit}"
+        return f"{what}, {_secs(spent)} so far{limit}"
 
     def __enter__(self) -> waiting:
         self.t0 = self.clock()

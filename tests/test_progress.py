@@ -152,3 +152,11 @@ def test_a_kexec_boot_is_bounded_by_its_steps(tmp_path):
     assert _lab_rig(tmp_path, boot_timeout=600).boot.bound() == 600           # a cold boot: one SSH wait
     from rigs import load_rig
     assert load_rig("qemu-default").boot.bound() is None
+
+
+def test_a_wait_past_its_limit_says_so():
+    now = [0.0]
+    w = progress.waiting("the server lab1 to answer SSH", 600, every=3600, clock=lambda: now[0], out=lambda _: None)
+    with w:
+        now[0] = 700.0
+        assert w.line() == "krig: waiting for the server lab1 to answer SSH, 12 min so far (past its limit of 10 min)"
