@@ -16,6 +16,7 @@ from krig.errors import RigError
 from rigs.check import bad, note, ok, password_field
 from rigs.ipmi.bmc import BmcAuthError
 from rigs.redfish.bmc import RESETS, fingerprint_of
+from rigs.redfish.origin import BmcRefused
 from rigs.redfish.spec import colons
 
 NO_SUCH_RESET = "KrigCheckNoSuchResetType"
@@ -68,6 +69,9 @@ def bmc_items(rig, power: dict):
     try:
         try:
             members = b.call("logging in", lambda s: b._root.get_system_collection().members_identities)
+        except BmcRefused as e:         # the BMC's own doing (another origin, too much): not the account's
+            yield bad("login", f"{b.where} {str(e).split(f'{b.where} ', 1)[-1]}", "bmc.host or bmc.port")
+            return
         except BmcAuthError as e:
             yield bad("login", f"{b.where} {str(e).split(f'{b.where} ', 1)[-1]}",
                       f"bmc.user or {password_field(c)}" + (" or bmc.auth" if c.auth == "session" else ""))
