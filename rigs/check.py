@@ -8,7 +8,7 @@ key pinned in known_hosts (and an SSH login when the server is up), a network co
 (the drivers inventory krig keeps of the server: workflows/rigcheck.py). The BMC's own items (TLS, the login, the
 account's privileges, the system, the power state) are the driver's: rigs/ipmi/check.py,
 rigs/redfish/check.py (CHECKS). Nothing here changes the server's power, its boot override
-or its logs.
+or its logs. A workflow runs the same checks before its first kernel build (before_build).
 """
 import dataclasses
 import importlib
