@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import KRIG, ROOT
+from conftest import KRIG, ROOT, unbuilt_kernel
 from ipmi_fixture import running_sim
 from rigs.labsim.bmc import free_port
 
@@ -63,7 +63,7 @@ def test_a_wrong_password_names_the_field(sim, tmp_path):
 
 
 def test_a_run_with_a_wrong_password_is_refused_before_its_build(sim, tmp_path):
-    """`krig run` of a kernel that would need building (an empty kernel cache): the BMC's login is
+    """`krig run` of a kernel krig would build (a git tree at a commit): the BMC's login is
     tried first, and the wrong password refused in one line naming the field; nothing built,
     nothing powered, no run directory."""
     pw = tmp_path / "wrong"
@@ -72,13 +72,14 @@ def test_a_run_with_a_wrong_password_is_refused_before_its_build(sim, tmp_path):
     rig = sim.rig_file("rcrunpw", bmc={"password_file": str(pw)}, boot="kexec")     # boots the kernel asked
     cache = tmp_path / "cache"
     env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results"), "KRIG_CACHE": str(cache)}
-    p = subprocess.run(KRIG + ["run", "selftest-pass", "--rig", str(rig), "--kernel", "tiny-6.1"], capture_output=True,
-                       text=True, cwd=ROOT, timeout=300, env=env)
+    p = subprocess.run(KRIG + ["run", "selftest-pass", "--rig", str(rig), "--kernel", unbuilt_kernel(tmp_path)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
     line = p.stderr.strip()
     assert len(line.splitlines()) == 1 and line.startswith(f"krig: error: {rig}.bmc.password_file: login: "), line
     assert "wrong password" in line and line.endswith(f"nothing was built (`krig rig check {rig}` checks the whole rig)")
-    assert not (cache / "kbuild").exists() and not (tmp_path / "results").exists()
+    assert "kbuild:" not in p.stdout + p.stderr and not (cache / "kbuild").exists()
+    assert not (tmp_path / "results").exists()
     assert sim.password not in p.stderr and sim.power_status() == "off"
 
 

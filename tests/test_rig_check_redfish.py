@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import KRIG, ROOT
+from conftest import KRIG, ROOT, unbuilt_kernel
 from redfish_fixture import running_bench
 from rigs.labsim.bmc import free_port
 
@@ -110,7 +110,7 @@ def test_a_wrong_password_names_the_field(bench, tmp_path):
 
 
 def test_a_run_with_a_wrong_password_is_refused_before_its_build(bench, tmp_path):
-    """`krig run` of a kernel that would need building (an empty kernel cache): the BMC's login is
+    """`krig run` of a kernel krig would build (a git tree at a commit): the BMC's login is
     tried first, the wrong password refused in one line naming the fields; nothing built or
     powered, no run directory."""
     pw = tmp_path / "wrong"
@@ -119,14 +119,15 @@ def test_a_run_with_a_wrong_password_is_refused_before_its_build(bench, tmp_path
     rig = _rig(bench, "rfrunpw", bmc={"password_file": str(pw)}, boot="kexec")
     cache = tmp_path / "cache"
     env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results"), "KRIG_CACHE": str(cache)}
-    p = subprocess.run(KRIG + ["run", "selftest-pass", "--rig", str(rig), "--kernel", "tiny-6.1"], capture_output=True,
-                       text=True, cwd=ROOT, timeout=300, env=env)
+    p = subprocess.run(KRIG + ["run", "selftest-pass", "--rig", str(rig), "--kernel", unbuilt_kernel(tmp_path)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     assert p.returncode == 2, p.stdout + p.stderr
     line = p.stderr.strip()
     assert len(line.splitlines()) == 1 and line.startswith(f"krig: error: {rig}.bmc.user or bmc.password_file: "
                                                            "login: "), line
     assert "401" in line and line.endswith(f"nothing was built (`krig rig check {rig}` checks the whole rig)")
-    assert not (cache / "kbuild").exists() and not (tmp_path / "results").exists()
+    assert "kbuild:" not in p.stdout + p.stderr and not (cache / "kbuild").exists()
+    assert not (tmp_path / "results").exists()
     assert "not-the-password" not in p.stdout + p.stderr and not _active(bench)
 
 
