@@ -22,6 +22,7 @@ import pytest
 
 from conftest import KRIG, ROOT
 from ipmi_fixture import running_sim
+from test_progress import bounds_said
 from krig.errors import RigError
 from kernels.catalog import load_kernel
 from workflows.run import run
@@ -321,6 +322,7 @@ def test_run_passes(sim, tmp_path, repro, preset, expected, monkeypatch, capfd):
                      r"the server simenv to answer SSH after power on, \d+ s so far", said), said
     if m["workload"]["seconds"] >= 2:
         assert re.search(rf"(?m)^krig: waiting for the workload {repro} on simenv, \d+ s so far", said), said
+    assert all(so_far <= most for ln in said.splitlines() for so_far, most in bounds_said(ln)), said
     assert "\nkrig: waiting for kernel " in capfd.readouterr().out         # and on the terminal
     g = subprocess.run(["grep", "-rl", "-F", sim.password, str(tmp_path), str(sim.logs)],
                        capture_output=True, text=True)

@@ -101,7 +101,7 @@ def test_a_run_keeps_its_log(tmp_path, monkeypatch):
 
 
 
-def _numbers(line: str) -> list:
+def bounds_said(line: str) -> list:
     """[(so far, at most)] in seconds of each wait a line names."""
     import re
     sec = {"s": 1, "min": 60}
@@ -123,10 +123,10 @@ def test_nested_waits_never_say_more_so_far_than_at_most():
                 for _ in range(4):          # the step takes its whole limit
                     now[0] += limit / 4
                     seen.append(outer.line())
-    said = [n for line in seen for n in _numbers(line)]
+    said = [n for line in seen for n in bounds_said(line)]
     assert len(said) == 2 * len(seen)
     assert all(so_far <= most for so_far, most in said), seen
-    assert _numbers(seen[-1])[0] == (1620.0, 1620.0), seen[-1]        # 27 min: 600 + 300 + 120 + 600 s
+    assert bounds_said(seen[-1])[0] == (1620.0, 1620.0), seen[-1]        # 27 min: 600 + 300 + 120 + 600 s
 
 
 def _lab_rig(tmp_path, **top):
