@@ -79,7 +79,7 @@ def bmc_items(rig, power: dict):
         except RigError as e:
             text = str(e).split(f"{b.where}: ", 1)[-1]
             if "system" not in text:
-                yield bad("login", text, "bmc.host or bmc.port")
+                yield bad("login", f"{b.where}: {text}", "bmc.host or bmc.port")
                 return
             yield ok("login", f"user {c.user!r} ({c.auth})")
             yield bad("system", text, "bmc.system")
