@@ -39,7 +39,7 @@ import shutil
 import subprocess
 import time
 
-from krig import safeio
+from krig import progress, safeio
 from krig.errors import KrigError, UsageError
 from krig.paths import cache_dir
 from krig.results import now
@@ -84,7 +84,8 @@ def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dic
 
 def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool = False) -> None:
     for target in spec.base_config:
-        if run_logged(boxed(["make", f"ARCH={ARCH}", target], tree, box), tree, logf) != 0:
+        if run_logged(boxed(["make", f"ARCH={ARCH}", target], tree, box), tree, logf,
+                      f"the configuration: make {target}", limit=sandbox.wall(box)) != 0:
             raise KrigError(f"{spec.where}.base_config: `make {target}` failed: {first_error(logf)}; log: {logf}")
     lv = tree / ".krig-localversion.config"
     safeio.write_text(tree, lv.name, localversion_fragment(spec.localversion))
@@ -95,9 +96,11 @@ def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool =
         own.insert(0, ".krig-drivers.config")
     argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config", *map(str, frags),
             *(str(inside(tree, box) / n) for n in own)]
-    if run_logged(boxed(argv, tree, box, readable=tuple(frags)), tree, logf) != 0:
+    if run_logged(boxed(argv, tree, box, readable=tuple(frags)), tree, logf, "the configuration: merge_config.sh",
+                  limit=sandbox.wall(box)) != 0:
         raise KrigError(f"{spec.where}: merge_config.sh failed: {first_error(logf)}; log: {logf}")
-    if run_logged(boxed(["make", f"ARCH={ARCH}", "olddefconfig"], tree, box), tree, logf) != 0:
+    if run_logged(boxed(["make", f"ARCH={ARCH}", "olddefconfig"], tree, box), tree, logf,
+                  "the configuration: make olddefconfig", limit=sandbox.wall(box)) != 0:
         raise KrigError(f"{spec.where}: `make olddefconfig` failed: {first_error(logf)}; log: {logf}")
     wanted, origin, redefined = wanted_config(spec)
     with open(logf, "a") as f:
@@ -127,7 +130,7 @@ def make_kernel(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool
     targets = ["bzImage"] + (["modules"] if fromtree.dotconfig(tree).get("CONFIG_MODULES") == "y" else [])
     start = os.path.getsize(logf)
     argv = ["nice", "-n", "10", "make", f"ARCH={ARCH}", f"-j{jobs}", *targets]
-    rc = run_logged(boxed(argv, tree, box), tree, logf, log, what=f"building {spec.name}")
+    rc = run_logged(boxed(argv, tree, box), tree, logf, f"the build: make {' '.join(targets)}", limit=sandbox.wall(box))
     if rc == TIMED_OUT and box:
         raise KrigError(f"kernel {spec.name}: the build hit its time limit ({sandbox.wall_text()} of wall time, "
                         f"the sandbox's timeout); log: {logf}")
@@ -157,7 +160,8 @@ def install(tree: pathlib.Path, out: pathlib.Path, logf, box: bool = False) -> s
             return release
         argv = ["make", f"ARCH={ARCH}", "modules_install", f"INSTALL_MOD_PATH={out.resolve() / 'mod'}",
                 "INSTALL_MOD_STRIP=1"]
-        if run_logged(boxed(argv, tree, box, writable=(out / "mod",)), tree, logf) != 0:
+        if run_logged(boxed(argv, tree, box, writable=(out / "mod",)), tree, logf, "the modules: make modules_install",
+                      limit=sandbox.wall(box)) != 0:
             raise KrigError(f"`make modules_install` failed: {first_error(logf)}; log: {logf}")
         fromtree.keep_plain(out / "mod", logf)
         if not mods.is_dir():           # no link is left below out/mod
@@ -331,6 +335,7 @@ def build_kernel(spec: KernelSpec, force: bool = False, log=print) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
         layered = outside is not None
         with contextlib.ExitStack() as stack:
+            stack.enter_context(progress.waiting(f"kernel {spec.name} to build"))   # its phases name the steps
             if layered:
                 incremental, where, layer = stack.enter_context(
                     _build_over(tree, tree_id, origin, spec, identity, logf, log))

@@ -1,12 +1,13 @@
 """Running make and its helpers with a log: the environment a build starts from (nothing of the
-caller's make or kernel variables), a heartbeat while it runs, the first error it printed."""
+caller's make or kernel variables), a progress line while it runs (krig/progress.py: the phase,
+the last step its log shows, its bound), the first error it printed."""
 import contextlib
 import os
 import pathlib
 import re
 import subprocess
-import time
 
+from krig import progress
 from krig.paths import dies_with_parent
 from krig.results import now
 from . import ccache
@@ -14,7 +15,6 @@ from . import ccache
 
 STRIP_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "GNUMAKEFLAGS", "O", "KBUILD_OUTPUT",
              "ARCH", "SRCARCH", "CROSS_COMPILE", "LOCALVERSION", "KERNELRELEASE", "KCONFIG_CONFIG", "CC")
-HEARTBEAT = 60.0
 TIMED_OUT = 124         # timeout(1)'s status when the sandbox's wall time ran out
 # the build date in the kernel's version string: fixed, so init/version.o is a ccache hit too
 BUILD_TIMESTAMP = "Thu Jan  1 00:00:00 UTC 2015"
@@ -35,23 +35,23 @@ def clean_env() -> dict:
     return env
 
 
-def run_logged(argv, cwd, logf, log=print, what="", env=None) -> int:
-    """Run argv with output appended to logf; print a heartbeat line every minute. The command
-    dies with krig (SIGKILL when the thread that started it ends, krig killed included): a
-    sandboxed build's timeout(1), then bwrap (--die-with-parent) and everything in it."""
+def run_logged(argv, cwd, logf, what="", env=None, limit: float | None = None) -> int:
+    """Run argv with output appended to logf, inside a progress wait naming `what` (the phase:
+    the configuration, the build, the modules) and the last step of its log, at most `limit`
+    seconds (the sandbox's wall time; None: unbounded). The command dies with krig (SIGKILL when
+    the thread that started it ends, krig killed included): a sandboxed build's timeout(1), then
+    bwrap (--die-with-parent) and everything in it."""
+    phase = what or " ".join(map(str, argv[:2]))
     with open(logf, "ab") as f:
         f.write(f"\n$ {' '.join(map(str, argv))}    (cwd {cwd}, {now()})\n".encode())
         f.flush()
         p = subprocess.Popen(dies_with_parent(argv), cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, env=env or clean_env())
-        t0 = last = time.monotonic()
         try:
-            while p.poll() is None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=1)       # back as soon as it ends: a short step takes no whole second
-                if what and time.monotonic() - last >= HEARTBEAT:
-                    last = time.monotonic()
-                    log(f"kbuild: {what}: {(last - t0) / 60:.0f} min, at {_last_step(logf)}")
+            with progress.waiting(lambda: f"{phase}, at {_last_step(logf)}", limit):
+                while p.poll() is None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        p.wait(timeout=1)       # back as soon as it ends: a short step takes no whole second
         except BaseException:
             p.terminate()
             p.wait()
@@ -60,10 +60,14 @@ def run_logged(argv, cwd, logf, log=print, what="", env=None) -> int:
 
 
 def _last_step(logf) -> str:
-    with open(logf, "rb") as f:
-        f.seek(max(0, os.path.getsize(logf) - 4096))
-        lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.startswith("  ")]
-    return lines[-1] if lines else "..."
+    """The last step make printed (`  CC      fs/dcache.o`), "..." before the first."""
+    try:
+        with open(logf, "rb") as f:
+            f.seek(max(0, os.path.getsize(logf) - 4096))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.startswith("  ")]
+    except OSError:
+        return "..."
+    return " ".join(lines[-1].split()) if lines else "..."
 
 
 def first_error(logf, start: int = 0) -> str:

@@ -44,7 +44,7 @@ def tree_kernel(g: Given, log=print) -> Kernel:
             logf = tmp / "modules_install.log"
             log(f"krig: installing {t}'s modules into {out}")
             argv = ["make", "-s", "modules_install", f"INSTALL_MOD_PATH={tmp / 'mod'}", "INSTALL_MOD_STRIP=1"]
-            if run_logged(argv, t, logf, env=clean_env()) != 0:
+            if run_logged(argv, t, logf, f"the modules of {t}: make modules_install", env=clean_env()) != 0:
                 raise KrigError(f"--kernel {g.text}: `make modules_install` failed: {first_error(logf)}; log: {logf}")
             fromtree.keep_plain(tmp / "mod", logf)
         else:

@@ -62,6 +62,11 @@ def limits() -> list:
             f"--nproc={NPROC}", "--core=0", "--"]
 
 
+def wall(box) -> float | None:
+    """The most a command of a build may take: WALL_SECONDS in the sandbox (`box`), else unbounded."""
+    return float(WALL_SECONDS) if box else None
+
+
 def wall_text() -> str:
     return f"{WALL_SECONDS / 3600:g} hours" if WALL_SECONDS >= 3600 else f"{WALL_SECONDS} s"
 

@@ -7,7 +7,11 @@ block. While the outermost one lasts, a thread says one line every interval:
     krig: waiting for kernel tiny-6.1 to boot on lab1, 60 s so far (at most 15 min): the server to
     answer SSH after power on, 30 s so far (at most 15 min)
 
-the waits inside it (a step of a boot) named after the outer one, innermost last. Lines go
+the waits inside it (a step of a boot) named after the outer one, innermost last. A wait's
+"at most" is never less than what the steps inside it may take: the limit it was given (a
+boot's: the sum of its steps' limits, rigs/ipmi/kexec.py boot_bound), or, when a step began so
+late that its own limit reaches past that, the time until the step's limit; a wait that goes on
+past its bound (the last try of a step that began just before its limit) says so. Lines go
 to standard output unless krig runs quiet (`krig -q`, or KRIG_QUIET=1 in the environment,
 which the worker processes of qualify and bisect inherit), and always to the logs
 registered with run_log() (a run's krig.log, workflows/run.py). KRIG_PROGRESS_INTERVAL sets
@@ -84,24 +88,36 @@ class waiting:
     limit: the most the wait may take (said as "at most"), or None; every: the interval (default
     interval()); clock: the monotonic clock; out: where lines go (default say)."""
 
-    def __init__(self, what: str, limit: float | None = None, every: float | None = None,
+    def __init__(self, what: str | Callable[[], str], limit: float | None = None, every: float | None = None,
                  clock: Callable[[], float] = time.monotonic, out: Callable[[str], None] | None = None):
+        """what: the text, or a function giving it as each line is said (a build's last step)."""
         self.what, self.limit, self.clock = what, limit, clock
+        self.floor = 0.0        # the most a step inside may take, counted from this wait's start
         self.every = interval() if every is None else every
         self.out = out or say
         self.t0 = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def bound(self) -> float | None:
+        """The most this wait may take: its limit, or more when a step inside it may take longer."""
+        return max(self.limit, self.floor) if self.limit else None
+
     def part(self) -> str:
-        """This wait as a line names it: what, for how long so far, and the limit."""
-        limit = f" (at most {_secs(self.limit)})" if self.limit else ""
-        return f"{self.what}, {_secs(self.clock() - self.t0)} so far{limit}"
+        """This wait as a line names it: what, for how long so far, and the bound."""
+        bound, spent = self.bound(), self.clock() - self.t0
+        limit = "" if not bound else f" (at most {_secs(bound)})" if spent <= bound else \
+            f" (past its limit of {_secs(bound)})"         # a step's last try may end after its limit
+        what = self.what() if callable(self.what) else self.what
+        return f"{what}, {_secs(spent)} so far{limit}"
 
     def __enter__(self) -> waiting:
         self.t0 = self.clock()
         with _lock:
             outermost = not _stack
+            if self.limit:
+                for outer in _stack:        # each wait this step is inside may take as long as it
+                    outer.floor = max(outer.floor, self.t0 - outer.t0 + self.limit)
             _stack.append(self)
         if outermost:           # the outermost wait speaks for every wait inside it
             self._thread = threading.Thread(target=self._loop, name="krig-progress", daemon=True)

@@ -8,7 +8,7 @@ key pinned in known_hosts (and an SSH login when the server is up), a network co
 (the drivers inventory krig keeps of the server: workflows/rigcheck.py). The BMC's own items (TLS, the login, the
 account's privileges, the system, the power state) are the driver's: rigs/ipmi/check.py,
 rigs/redfish/check.py (CHECKS). Nothing here changes the server's power, its boot override
-or its logs.
+or its logs. A workflow runs the same checks before its first kernel build (before_build).
 """
 import dataclasses
 import importlib
@@ -89,6 +89,11 @@ def secrets(rig) -> Item:
     return ok("secrets", f"{pw}, ssh.key {s.key} (mode {_mode(s.key)})")
 
 
+def password_field(bmc) -> str:
+    """The rig file's field the BMC password comes from (a refused password names it)."""
+    return "bmc.password_env" if bmc.password_env else "bmc.password_file"
+
+
 def ssh_target(cfg) -> str:
     """The name ssh looks the server's host key up by: host_key_alias, else [host]:port (host alone on 22)."""
     if cfg.host_key_alias:
@@ -159,13 +164,43 @@ def ssh_up(rig, power: str | None) -> Item:
     return ok("ssh", f"{s.user}@{s.host}:{s.port} logs in (host key pinned), boot id {boot_id[:8]}")
 
 
+# what a workflow checks of a lab server's BMC before its first build, once a process (rig file path ->
+# the items' lines); a FAIL among them is refused before any kernel is built
+_BMC_CHECKED: dict[str, list] = {}
+# the items a workflow does not refuse: a refused log clearing is a fact of the run, never its end
+NOT_REFUSED = ("log clearing",)
+# a BMC that does not answer: the BMC's fault (ERROR's exit code), not the rig file's
+NO_ANSWER = ("bmc.host or bmc.port", "bmc.timeout or bmc.retries")
+
+
 def before_build(rig) -> None:
-    """What a workflow checks of a rig before it builds a kernel for it, without the network: a
-    server whose host key known_hosts lacks is never reached (ssh refuses it), so it is refused
-    now (bad input, one line) rather than after the build and a power on."""
+    """What a workflow checks of a lab server before it builds a kernel for it, as `krig rig
+    check` does, without powering anything or reaching the server itself: the rig file, the
+    secrets and the host key pinned (every time: no network), then the BMC (TLS and its pin, the
+    login, the account's privileges, the system, Serial over LAN) once a process. A network
+    console's port is not connected to: a console server that keeps one reader at a time would
+    drop the one another run on the server has. A FAIL is refused in one line naming the rig
+    file's field (UsageError); a BMC that does not answer is the BMC's fault (RigError): either
+    way nothing was built."""
     if rig.kind not in CHECKS:
         return
-    item = known_host(rig)
-    if item.state == BAD:
-        raise UsageError(f"{rig.where}.{item.field.split('.', 1)[-1] if '.' in item.field else item.field}: "
-                         f"{item.text}; nothing was built (`krig rig check {rig.arg or rig.name}` checks the whole rig)")
+    for item in items(rig, bmc=False):
+        _refuse(rig, item)
+    if rig.where in _BMC_CHECKED:
+        return
+    mod, fn = CHECKS[rig.kind].split(":")
+    said = []
+    for item in getattr(importlib.import_module(mod), fn)(rig, {}):
+        if item.what not in NOT_REFUSED:
+            _refuse(rig, item)
+        said.append(item.line())
+    _BMC_CHECKED[rig.where] = said
+
+
+def _refuse(rig, item: Item) -> None:
+    if item.state != BAD:
+        return
+    tail = f"; nothing was built (`krig rig check {rig.arg or rig.name}` checks the whole rig)"
+    if item.field in NO_ANSWER:
+        raise RigError(f"rig {rig.name}: {item.what}: {item.text}{tail}")
+    raise UsageError(f"{rig.where}.{item.field}: {item.what}: {item.text}{tail}")

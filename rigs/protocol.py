@@ -100,6 +100,10 @@ class BootProtocol(abc.ABC):
     def boot(self, kernel, cmdline: list, timeout: float) -> None:
         """Bring the machine up on `kernel` until the command protocol answers."""
 
+    def bound(self, timeout: float | None = None) -> float | None:
+        """The most boot() may take, every step of it at its limit (None: the rig's boot_timeout)."""
+        return None
+
 
 class DriversProtocol(abc.ABC):
     """The drivers the machine's installed system uses, read for a kernel built like it

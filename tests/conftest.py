@@ -107,6 +107,18 @@ def rig_with_memory(directory: pathlib.Path, memory: str) -> pathlib.Path:
     return path
 
 
+def unbuilt_kernel(directory: pathlib.Path) -> str:
+    """A --kernel krig builds before a run: a git repository of one commit (no kernel source: its
+    build, once started, stops at `make tinyconfig` within seconds), at HEAD like tiny-6.1."""
+    repo = directory / "unbuilt-kernel"
+    repo.mkdir()
+    (repo / "README").write_text("not a kernel\n")
+    for argv in (["init", "-q"], ["add", "README"], ["-c", "user.name=krig", "-c", "user.email=krig@localhost",
+                                                    "commit", "-q", "-m", "one commit"]):
+        subprocess.run(["git", "-C", str(repo), *argv], check=True, capture_output=True, timeout=60)
+    return f"{repo}@HEAD,like=tiny-6.1"
+
+
 def setup_missing(missing, what: str) -> None:
     """Fail, naming the packages, when something `make setup` installs is missing.
 

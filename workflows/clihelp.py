@@ -49,7 +49,9 @@ EPILOGS = {
 {RUN_CODES}
   with --repeat: the code of the most severe verdict the group had
   (CRASHED, HUNG, FAIL, ERROR, SKIP, PASS, in that order)
-see docs/verdicts.md, docs/results.md""",
+  a lab server's rig is checked as `krig rig check` does (its BMC login included, nothing powered)
+  before any kernel is built: a FAIL is exit 2, a BMC that does not answer 3
+see docs/verdicts.md, docs/results.md, docs/first-hour.md""",
     "check": f"""examples:
   krig check results/latest
   krig check results/latest --project 512G:64

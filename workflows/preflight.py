@@ -13,7 +13,8 @@ shortfall is bad input (exit 2): one line, nothing started.
 
 Every workflow that boots kernels on a rig (run, a group, validate, bisect, qualify) checks
 before it builds any of them (before_build): the rig can boot the kernels asked (a rig that boots
-only the machine's installed kernel never boots one krig builds: check_boots), and the preflight.
+only the machine's installed kernel never boots one krig builds: check_boots), the preflight, and
+a lab server's BMC login (rigs/check.py).
 """
 import os
 import pathlib
@@ -169,8 +170,9 @@ def before_build(rig, repro, results_root: pathlib.Path, asked: list, collect: b
                  preset: str | None = None, params: dict | None = None) -> dict:
     """What a workflow checks before it builds a kernel for a run on `rig`: the kernels asked
     (check_boots), then the host (preflight: memory, a sparse guest's budget, CPUs, free space,
-    programs), then what of the rig needs no network (rigs/check.py before_build: a lab
-    server's host key pinned). Returns the preflight's facts."""
+    programs), then a lab server's rig as `krig rig check` checks it (rigs/check.py before_build:
+    its secrets and host key, its BMC's login and privileges once a process, nothing powered).
+    Returns the preflight's facts."""
     check_boots(rig, asked)
     facts = preflight(rig, repro, results_root, collect, preset, params)
     rig_ready(rig)

@@ -129,6 +129,8 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
         for rig in rigs:
             if rig not in rig_objs:
                 rig_objs[rig] = _named(w, load_rig, rig)
+        _one_rig_per_server(rig_objs, where)        # before a BMC is asked (before_build)
+        for rig in rigs:
             try:            # the rig boots the kernels, the host can give the run: before any build
                 params = repro.resolve_params(preset, sets, cpus=rig_objs[rig].host_needs().get("cpus"))
                 before_build(rig_objs[rig], repro, RESULTS_DIR, [("kernels", k) for k in kernels], preset=preset,
@@ -146,7 +148,6 @@ def load_suite(path: pathlib.Path, rigs: list | None = None, unbuilt: bool = Fal
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise UsageError(f"{where}.runs: the same run is listed twice: {dup[0]}")
-    _one_rig_per_server(rig_objs, where)
     return {"name": path.stem, "file": str(path), "description": top["description"], "rigs": list(rig_objs),
             "cases": cases, "kernels": {k: v for k, v in loaded.items() if isinstance(v, Kernel)}}
 

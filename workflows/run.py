@@ -251,7 +251,8 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect, knobs):
     requires = repro.requires_for(manifest.preset)
     rig.prepare(run_dir, kernel, requires)
     t0 = time.monotonic()
-    with progress.waiting(f"kernel {kernel.release} to boot on {rig.name}", rig.boot_timeout()):
+    with progress.waiting(f"kernel {kernel.release} to boot on {rig.name}",
+                          rig.boot.bound() or rig.boot_timeout()):
         rig.boot.boot(kernel, list(knobs.cmdline))
     log(f"krig: booted in {time.monotonic() - t0:.1f}s ({accel_said(rig.facts(), rig.kind)})")
     facts = rig.command.run(["bash", "-c", 'uname -r; cat /proc/cmdline; nproc; '

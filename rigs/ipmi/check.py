@@ -5,14 +5,14 @@ nothing is powered, no boot device set, no SEL cleared."""
 import re
 
 from krig.errors import RigError
-from rigs.check import bad, note, ok
+from rigs.check import bad, note, ok, password_field
 from rigs.ipmi.bmc import BmcAuthError
 
 # what krig asks of the BMC and the privilege IPMI needs for it (IPMI 2.0, Appendix G)
 NEEDS = "power, boot device, NMI and SEL clearing need OPERATOR"
 RANK = {"CALLBACK": 1, "USER": 2, "OPERATOR": 3, "ADMINISTRATOR": 4, "OEM": 5}
 # ipmitool's classification of a refused login (rigs/ipmi/bmc.py _AUTH) -> the field to change
-AUTH_FIELDS = {"wrong password": "bmc.password_file or bmc.password_env", "unknown user": "bmc.user",
+AUTH_FIELDS = {"unknown user": "bmc.user",
                "cipher suite not supported by the BMC": "bmc.cipher_suite"}
 
 
@@ -23,7 +23,8 @@ def bmc_items(rig, power: dict):
         power["state"] = b.power_status()
     except BmcAuthError as e:
         why = str(e).rsplit(": ", 1)[-1].split(" (")[0]
-        yield bad("login", f"{b.where} refused user {c.user!r}: {why}", AUTH_FIELDS.get(why, "bmc.user"))
+        field = password_field(c) if why == "wrong password" else AUTH_FIELDS.get(why, "bmc.user")
+        yield bad("login", f"{b.where} refused user {c.user!r}: {why}", field)
         return
     except RigError as e:
         privilege = "lacks the privilege" in str(e)
@@ -31,6 +32,9 @@ def bmc_items(rig, power: dict):
         return
     yield ok("login", f"{b.where} user {c.user!r} at {c.privilege}, cipher suite {c.cipher_suite}: {b.mc_info()}")
     yield privilege_item(rig)
+    if c.clear_sel:
+        yield note("log clearing", "not tried (a check clears nothing): Clear SEL is OPERATOR in IPMI's table, "
+                   "some BMCs keep it to ADMINISTRATOR; a refusal is a line in the run's facts (log_clearing)")
     if rig.spec.console == "sol":
         yield sol_item(rig)
     yield ok("power", f"{power['state']} (a check changes nothing)")

@@ -33,6 +33,15 @@ from rigs.ipmi.warm import INSTALLED, begin, keep_installed, warm_words
 ROOT_MODULES = ["virtio_pci", "virtio_blk", "nvme", "ahci", "sd_mod", "ext4", "xfs"]
 MODULES_MARK = ".installed-by-krig"
 SYSCALLS = ("auto", "kexec_load", "kexec_file_load")
+# the limits of a kexec boot's steps over SSH (the copies: the rig's pull_timeout; SSH: boot_timeout)
+FACTS_TIMEOUT, LOAD_TIMEOUT, JUMP_TIMEOUT = 60, 120, 30
+
+
+def boot_bound(spec, timeout: float | None = None) -> float:
+    """The most a kexec boot's steps may take, each at its limit: SSH in the system to kexec from
+    (after a power on or cycle), the kernel's and its modules' copies, the facts read, the load,
+    the jump, SSH in the new kernel. The boot's progress line says it as its "at most"."""
+    return 2 * (timeout or spec.boot_timeout) + 2 * spec.pull_timeout + FACTS_TIMEOUT + LOAD_TIMEOUT + JUMP_TIMEOUT
 
 
 def initrd_for(rig, kernel) -> tuple[pathlib.Path | None, list]:
@@ -162,7 +171,8 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
         raise RigError(f"rig {rig.name}: copying the kernel to the server failed: {e or 'timeout'}") from None
     rig.facts["kexec_modules"] = _ship_modules(rig, kernel)
     rc, out, _ = rig.ssh.run("cat /sys/kernel/security/lockdown 2>/dev/null; " + INSTALLED +
-                             "; [ -d /run/systemd/system ] && echo systemd=yes; " + FIRMWARE_FACTS, timeout=60)
+                             "; [ -d /run/systemd/system ] && echo systemd=yes; " + FIRMWARE_FACTS,
+                             timeout=FACTS_TIMEOUT)
     text = out.decode(errors="replace")
     # from the kernel of the previous run (warm), the installed system's: its DMI, command line, ACPI
     rig.firmware = firmware_facts(text) or (rig.firmware if warm else {})
@@ -179,8 +189,8 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
                       f"{bootdir}/{image.name}", f"{bootdir}/{initrd.name}" if initrd else None, syscall,
                       rig.installed_cmdline if warm else None)
     rig.facts["kexec"] = argv
-    with progress.waiting(f"kexec to load the kernel {kernel.release} on the server {rig.name}", 120):
-        rc, _, err = rig.ssh_call("loading the kernel with kexec", remote_command(argv, None), 120)
+    with progress.waiting(f"kexec to load the kernel {kernel.release} on the server {rig.name}", LOAD_TIMEOUT):
+        rc, _, err = rig.ssh_call("loading the kernel with kexec", remote_command(argv, None), LOAD_TIMEOUT)
     if rc != 0:
         msg = err.decode(errors="replace").strip().splitlines()
         why = printable(msg[-1], 300) if msg else f"exit {rc}"
@@ -193,7 +203,7 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
     rig.facts["kexec_exec"] = cmd
     jump = "nohup sh -c " + shlex.quote("sleep 1; " + remote_command(cmd, None)) + " >/dev/null 2>&1 &"
     try:
-        rig.ssh.run(jump, timeout=30)
+        rig.ssh.run(jump, timeout=JUMP_TIMEOUT)
     except (SshLost, subprocess.TimeoutExpired):
         pass                # the connection may die with the old kernel
     rig.ssh.stop_master()

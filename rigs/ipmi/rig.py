@@ -167,6 +167,14 @@ class _Boot(BootProtocol):
             r.on_hang(str(e))
         r.facts["boot_seconds"] = round(time.monotonic() - t0, 1)
 
+    def bound(self, timeout=None):
+        """The most a boot may take, its progress line's "at most": a kexec boot's steps summed."""
+        r = self.server
+        if r.spec.boot == "kexec":
+            from rigs.ipmi.kexec import boot_bound
+            return boot_bound(r.spec, timeout)
+        return timeout or r.spec.boot_timeout
+
 
 class _Command(CommandProtocol):
     def __init__(self, server: IpmiServer):

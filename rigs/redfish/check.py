@@ -13,9 +13,10 @@ import socket
 import ssl
 
 from krig.errors import RigError
-from rigs.check import bad, note, ok
+from rigs.check import bad, note, ok, password_field
 from rigs.ipmi.bmc import BmcAuthError
 from rigs.redfish.bmc import RESETS, fingerprint_of
+from rigs.redfish.origin import BmcRefused
 from rigs.redfish.spec import colons
 
 NO_SUCH_RESET = "KrigCheckNoSuchResetType"
@@ -68,14 +69,17 @@ def bmc_items(rig, power: dict):
     try:
         try:
             members = b.call("logging in", lambda s: b._root.get_system_collection().members_identities)
+        except BmcRefused as e:         # the BMC's own doing (another origin, too much): not the account's
+            yield bad("login", f"{b.where} {str(e).split(f'{b.where} ', 1)[-1]}", "bmc.host or bmc.port")
+            return
         except BmcAuthError as e:
             yield bad("login", f"{b.where} {str(e).split(f'{b.where} ', 1)[-1]}",
-                      "bmc.user or bmc.password_file/bmc.password_env" + (" or bmc.auth" if c.auth == "session" else ""))
+                      f"bmc.user or {password_field(c)}" + (" or bmc.auth" if c.auth == "session" else ""))
             return
         except RigError as e:
             text = str(e).split(f"{b.where}: ", 1)[-1]
             if "system" not in text:
-                yield bad("login", text, "bmc.host or bmc.port")
+                yield bad("login", f"{b.where}: {text}", "bmc.host or bmc.port")
                 return
             yield ok("login", f"user {c.user!r} ({c.auth})")
             yield bad("system", text, "bmc.system")

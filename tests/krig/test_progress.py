@@ -99,3 +99,64 @@ def test_a_run_keeps_its_log(tmp_path, monkeypatch):
     assert not [t for t in threading.enumerate() if t.name == "krig-progress"]
     assert not progress._stack
 
+
+
+def bounds_said(line: str) -> list:
+    """[(so far, at most)] in seconds of each wait a line names."""
+    import re
+    sec = {"s": 1, "min": 60}
+    return [(float(a) * sec[u], float(b) * sec[v])
+            for a, u, b, v in re.findall(r"(\d+) (s|min) so far \(at most (\d+) (s|min)\)", line)]
+
+
+def test_nested_waits_never_say_more_so_far_than_at_most():
+    """A boot of two SSH waits, a copy and a load, each at its own limit, inside a wait given less
+    than their sum: what the outer wait says it may take grows to cover the step under way."""
+    now = [0.0]
+    clock = lambda: now[0]      # noqa: E731
+    outer = progress.waiting("kernel 6.1.0 to boot on lab1", 900, every=3600, clock=clock, out=lambda _: None)
+    seen = []
+    with outer:
+        for what, limit in (("the server lab1 to answer SSH", 600), ("the kernel to copy", 300),
+                            ("kexec to load the kernel", 120), ("the server lab1 to answer SSH after kexec", 600)):
+            with progress.waiting(what, limit, clock=clock):
+                for _ in range(4):          # the step takes its whole limit
+                    now[0] += limit / 4
+                    seen.append(outer.line())
+    said = [n for line in seen for n in bounds_said(line)]
+    assert len(said) == 2 * len(seen)
+    assert all(so_far <= most for so_far, most in said), seen
+    assert bounds_said(seen[-1])[0] == (1620.0, 1620.0), seen[-1]        # 27 min: 600 + 300 + 120 + 600 s
+
+
+def _lab_rig(tmp_path, **top):
+    from rigs import load_rig
+    for name in ("key", "pw", "known_hosts"):
+        (tmp_path / name).write_text("pw\nbmc = 127.0.0.1\n" if name == "pw" else "k\n")
+        (tmp_path / name).chmod(0o600)
+    extra = "".join(f"{k} = {v!r}\n".replace("'", '"') for k, v in top.items())
+    path = tmp_path / "lab1.toml"
+    path.write_text(f'driver = "ipmi"\n{extra}[bmc]\nhost = "127.0.0.1"\nuser = "krig"\n'
+                    f'password_file = "{tmp_path / "pw"}"\n[ssh]\nhost = "127.0.0.1"\nkey = "{tmp_path / "key"}"\n'
+                    f'known_hosts = "{tmp_path / "known_hosts"}"\n')
+    return load_rig(str(path))
+
+
+def test_a_kexec_boot_is_bounded_by_its_steps(tmp_path):
+    """The boot's "at most" of a kexec rig is the sum of its steps' limits (the two SSH waits, the
+    two copies, the facts, the load, the jump), from the limits the steps use."""
+    from rigs.ipmi import kexec
+    rig = _lab_rig(tmp_path, boot="kexec", boot_timeout=600, pull_timeout=300)
+    steps = 2 * 600 + 2 * 300 + kexec.FACTS_TIMEOUT + kexec.LOAD_TIMEOUT + kexec.JUMP_TIMEOUT
+    assert rig.boot.bound() == steps > 2 * 600 + 300 + kexec.LOAD_TIMEOUT     # more than its waits
+    assert _lab_rig(tmp_path, boot_timeout=600).boot.bound() == 600           # a cold boot: one SSH wait
+    from rigs import load_rig
+    assert load_rig("qemu-default").boot.bound() is None
+
+
+def test_a_wait_past_its_limit_says_so():
+    now = [0.0]
+    w = progress.waiting("the server lab1 to answer SSH", 600, every=3600, clock=lambda: now[0], out=lambda _: None)
+    with w:
+        now[0] = 700.0
+        assert w.line() == "krig: waiting for the server lab1 to answer SSH, 12 min so far (past its limit of 10 min)"

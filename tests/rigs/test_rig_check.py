@@ -230,7 +230,7 @@ def test_a_run_is_refused_before_its_build_for_a_host_key_not_pinned(tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     line = p.stderr.strip()
     assert len(line.splitlines()) == 1 and re.match(rf"^krig: error: {re.escape(str(tmp_path))}/lab1\.toml\."
-                                                    r"known_hosts: .* has no host key for \[127\.0\.0\.1\]:2222.*"
+                                                    r"ssh\.known_hosts: ssh host key: .* has no host key for \[127\.0\.0\.1\]:2222.*"
                                                     r"nothing was built", line), line
     assert not (tmp_path / "results").exists()
 

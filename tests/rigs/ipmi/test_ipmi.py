@@ -22,6 +22,7 @@ import pytest
 
 from conftest import KRIG, ROOT
 from ipmi_fixture import running_sim
+from test_progress import bounds_said
 from krig.errors import RigError
 from kernels.catalog import load_kernel
 from workflows.run import run
@@ -166,7 +167,8 @@ def test_bad_bmc_and_host_key_give_one_clear_line(sim, tmp_path):
     """Wrong password, a BMC that does not answer, a loose password file, a changed host key."""
     cases = []
     sim.rig_file("badpw", bmc={"password_file": None, "password_env": "KRIG_TEST_BMC_PW"})
-    cases.append(("badpw", {"KRIG_TEST_BMC_PW": "not-the-password"}, 3, r"rejected user 'krig': wrong password"))
+    cases.append(("badpw", {"KRIG_TEST_BMC_PW": "not-the-password"}, 2,
+                  r"\.bmc\.password_env: login: .* refused user 'krig': wrong password; nothing was built"))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -282,10 +284,11 @@ def test_kexec_boot_then_ctrl_c(sim, tmp_path):
 
 @pytest.mark.parametrize("repro,preset,expected", PASS_CASES)
 def test_run_passes(sim, tmp_path, repro, preset, expected, monkeypatch, capfd):
-    """The normal pipeline on the server; no argv ever holds the BMC password, and no file does.
+    """The normal pipeline on the server (its SEL cleared: clear_sel = true); no argv ever holds
+    the BMC password, and no file does.
     The password comes from the environment (password_env): krig takes it out of its own
     environment, and no child but ipmitool gets it (every child's /proc/PID/environ is read)."""
-    sim.rig_file("simenv", bmc={"password_file": None, "password_env": "KRIG_TEST_BMC_PW"})
+    sim.rig_file("simenv", bmc={"password_file": None, "password_env": "KRIG_TEST_BMC_PW", "clear_sel": True})
     monkeypatch.setenv("KRIG_TEST_BMC_PW", sim.password)
     monkeypatch.setenv("KRIG_PROGRESS_INTERVAL", "1")       # the progress of its waits, every second
     watch = PasswordWatch(sim.password)
@@ -311,12 +314,15 @@ def test_run_passes(sim, tmp_path, repro, preset, expected, monkeypatch, capfd):
     assert m["rig"]["kind"] == "ipmi" and m["rig_facts"]["shutdown"] == "soft" and "power_off_error" not in m
     assert m["rig_facts"]["results_pull"] == "pulled before the power off"
     assert "Linux version" in (run_dir / "console.log").read_text(errors="replace")
+    # clear_sel = true: the SEL cleared after sel-before.txt (ipmi_sim lets the account)
+    assert "log_clearing" not in m["rig_facts"] and "ipmitool sel clear -> rc 0" in (run_dir / "bmc.log").read_text()
     # what it waited for, said as it waited: the boot (power on, firmware, kernel to SSH) and the workload
     said = (run_dir / "krig.log").read_text()
     assert re.search(r"(?m)^krig: waiting for kernel \S+ to boot on simenv, \d+ s so far \(at most \d+ (s|min)\): "
                      r"the server simenv to answer SSH after power on, \d+ s so far", said), said
     if m["workload"]["seconds"] >= 2:
         assert re.search(rf"(?m)^krig: waiting for the workload {repro} on simenv, \d+ s so far", said), said
+    assert all(so_far <= most for ln in said.splitlines() for so_far, most in bounds_said(ln)), said
     assert "\nkrig: waiting for kernel " in capfd.readouterr().out         # and on the terminal
     g = subprocess.run(["grep", "-rl", "-F", sim.password, str(tmp_path), str(sim.logs)],
                        capture_output=True, text=True)

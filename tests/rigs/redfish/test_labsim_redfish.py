@@ -29,6 +29,7 @@ from conftest import KRIG, ROOT, build_kernels, judged_as, setup_missing
 from kernels.catalog import load_kernel
 from kernels.demo_repo import culprit_series
 from kernels.kconfig import read_dotconfig
+from rigs.ipmi.drivers import kept
 from rigs.labsim import image as labsim_image
 from rigs.labsim import redfish as labsim_redfish
 
@@ -103,6 +104,7 @@ def test_a_wedged_kernel_gets_the_redfish_nmi(rf_sim, tmp_path):
     env = {**env, "KRIG_RESULTS": str(tmp_path / "results")}
     build_kernels("tiny-6.1")                           # cached: a no-op
     assert read_dotconfig(load_kernel("tiny-6.1").config).get("CONFIG_E1000E", "n") == "n"   # the card is a test
+    kept(NAME).unlink(missing_ok=True)      # an earlier test's reading of this server would spare the power on
     p = _krig(env, "run", "selftest-wedge", "--rig", NAME, "--kernel", KERNEL)
     out = p.stdout + p.stderr
     assert "Traceback" not in out, out[-3000:]

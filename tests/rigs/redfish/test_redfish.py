@@ -193,14 +193,16 @@ def test_password_never_in_argv(bench, tmp_path):
 @pytest.mark.parametrize("pin", ["other", "none"])
 def test_a_certificate_not_pinned_or_trusted_is_one_line_and_nothing_starts(bench, tmp_path, pin):
     bmc = {"fingerprint": "ab" * 32} if pin == "other" else {"fingerprint": None}
-    p = _cli(bench, tmp_path, "run", "selftest-pass", "--rig", str(bench.rig_file("rftls", bmc=bmc)))
-    assert p.returncode == 3, p.stdout + p.stderr
+    rig = bench.rig_file("rftls", bmc=bmc)
+    p = _cli(bench, tmp_path, "run", "selftest-pass", "--rig", str(rig))
+    assert p.returncode == 2, p.stdout + p.stderr          # the rig file's pin: before anything is built
     shown = ":".join([bench.fingerprint[i:i + 2] for i in range(0, 64, 2)]).upper()
-    line = _one_line(p.stdout + p.stderr, r"^ERROR: rig rftls: BMC https://127.0.0.1:\d+ presents a certificate")
-    assert shown in line
+    field = "fingerprint" if pin == "other" else r"fingerprint or bmc\.ca_file"
+    line = _one_line(p.stdout + p.stderr, rf"^krig: error: \S+/rftls\.toml\.bmc\.{field}: tls: ")
+    assert shown in line and line.endswith("; nothing was built (`krig rig check " + str(rig) + "` checks the whole rig)")
     assert ("not the pinned AB:AB" in line) if pin == "other" else ("the system's CAs do not trust" in line)
     assert not _active(bench)
-    assert not (_run_dir(tmp_path) / "console.log").exists()     # nothing started, not even the console
+    assert not (tmp_path / "results").exists()     # nothing started, not even the console
 
 
 def test_a_ca_file_that_signed_the_certificate_is_trusted(bench):
@@ -217,10 +219,10 @@ def test_a_busy_bmc_is_an_error_naming_it(bench, tmp_path):
         p = _cli(bench, tmp_path, "run", "selftest-pass", "--rig", str(bench.rig_file("rfbusy")))
     finally:
         bench.fault("")
-    assert p.returncode == 3, p.stdout + p.stderr
-    _one_line(p.stdout + p.stderr, rf"^ERROR: rig rfbusy: BMC https://127.0.0.1:{bench.port}: HTTP 503 \(busy: still "
-              r"after the retries\) while reading the power state")
-    assert json.loads((_run_dir(tmp_path) / "verdict.json").read_text())["cause"] == "rig"
+    assert p.returncode == 3, p.stdout + p.stderr            # the BMC's fault (ERROR's code), before any build
+    _one_line(p.stdout + p.stderr, rf"^krig: error: rig rfbusy: login: BMC https://127.0.0.1:{bench.port}: HTTP 503 "
+              r"\(busy: still after the retries\) while logging in: .*; nothing was built")
+    assert not (tmp_path / "results").exists()
 
 
 def test_a_session_dropped_mid_run_is_an_error_naming_the_bmc(bench, tmp_path):

@@ -294,8 +294,9 @@ def test_a_refusal_is_one_error_line_of_a_run(tmp_path, servers, cert):
                        capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     out = p.stdout + p.stderr
     assert p.returncode == 3 and "Traceback" not in out, out
-    lines = [ln for ln in out.splitlines() if link in ln]
-    assert len(lines) == 1 and lines[0].startswith("ERROR: rig rf: BMC https://127.0.0.1:"), out
+    lines = [ln for ln in out.splitlines() if link in ln]      # the BMC's login, before anything is built
+    assert len(lines) == 1 and lines[0].startswith("krig: error: rig rf: login: BMC https://127.0.0.1:"), out
+    assert lines[0].endswith("nothing was built (`krig rig check " + str(tmp_path / "rf.toml") + "` checks the whole rig)")
     untouched(servers["http"], servers["https"])
     assert PW not in out
 

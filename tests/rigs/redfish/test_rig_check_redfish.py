@@ -1,7 +1,8 @@
 """`krig rig check` against a real Redfish BMC: sushy-tools' sushy-emulator over a libvirt domain
 with no disk (tests/redfish_fixture.py). Every item ok on a good rig file; a wrong pin, no pin, a
 wrong password, a system the BMC does not list and a closed console port each one line naming
-the field; the fingerprint printed, pasted into the rig file, makes the next check pass; the
+the field, and a run with a wrong password refused before its kernel is built; the fingerprint
+printed, pasted into the rig file, makes the next check pass; the
 domain's power is what it was before every check (read from libvirt, not from the BMC)."""
 import os
 import re
@@ -9,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import KRIG, ROOT
+from conftest import KRIG, ROOT, unbuilt_kernel
 from redfish_fixture import running_bench
 from rigs.labsim.bmc import free_port
 
@@ -104,8 +105,30 @@ def test_a_wrong_password_names_the_field(bench, tmp_path):
     pw.write_text(f"not-the-password\nbmc = 127.0.0.1:{bench.port}\n")
     rc, lines = _check(bench, tmp_path, _rig(bench, "rfpw", bmc={"password_file": str(pw)}))
     assert rc == 1
-    line = _only_bad(lines, "login", "bmc.user or bmc.password_file/bmc.password_env")
+    line = _only_bad(lines, "login", "bmc.user or bmc.password_file")
     assert "401" in line and "not-the-password" not in "\n".join(lines)
+
+
+def test_a_run_with_a_wrong_password_is_refused_before_its_build(bench, tmp_path):
+    """`krig run` of a kernel krig would build (a git tree at a commit): the BMC's login is
+    tried first, the wrong password refused in one line naming the fields; nothing built or
+    powered, no run directory."""
+    pw = tmp_path / "wrong"
+    pw.touch(mode=0o600)
+    pw.write_text(f"not-the-password\nbmc = 127.0.0.1:{bench.port}\n")
+    rig = _rig(bench, "rfrunpw", bmc={"password_file": str(pw)}, boot="kexec")
+    cache = tmp_path / "cache"
+    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results"), "KRIG_CACHE": str(cache)}
+    p = subprocess.run(KRIG + ["run", "selftest-pass", "--rig", str(rig), "--kernel", unbuilt_kernel(tmp_path)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
+    assert p.returncode == 2, p.stdout + p.stderr
+    line = p.stderr.strip()
+    assert len(line.splitlines()) == 1 and line.startswith(f"krig: error: {rig}.bmc.user or bmc.password_file: "
+                                                           "login: "), line
+    assert "401" in line and line.endswith(f"nothing was built (`krig rig check {rig}` checks the whole rig)")
+    assert "kbuild:" not in p.stdout + p.stderr and not (cache / "kbuild").exists()
+    assert not (tmp_path / "results").exists()
+    assert "not-the-password" not in p.stdout + p.stderr and not _active(bench)
 
 
 def test_a_missing_system_lists_the_members(bench, tmp_path):
