@@ -30,7 +30,7 @@ from conftest import KRIG, ROOT, build_kernels, qemu_pids, rig_with_memory
 from test_flood_retention import assert_unbounded
 from test_flood_stop import assert_settled_at_the_cap
 
-pytestmark = [pytest.mark.kbuild, pytest.mark.guest, pytest.mark.long(4)]     # minutes: 9.9 measured with the series kernel built (load 12-15), its floods ~3
+pytestmark = [pytest.mark.kbuild, pytest.mark.guest, pytest.mark.long(4)]     # minutes: 9.9 building the series kernel (load 12-15), 4.5 with it cached (load 7-10)
 TESTER = "Krig Tester <tester@example.org>"
 SERIES = ROOT / "kernels" / "patches" / "negative-dentry-knob"
 KNOB = "fs.negative-dentry-limit"
