@@ -213,7 +213,7 @@ def test_a_bisection_step_asks_its_knobs():
 
 
 def test_the_knob_gated_variant_is_named_by_its_patch():
-    """kernels/patches/negative-dentry-knob (tiny-6.1-negative-dentry-knob, tests/krig/test_knobs_lab.py)
+    """kernels/patches/negative-dentry-knob (tiny-6.1-negative-dentry-knob, tests/krig/test_knobs_series.py)
     adds fs.negative-dentry-limit, off by default."""
     from krig import KERNEL_DIR
     patch = next((KERNEL_DIR / "patches" / "negative-dentry-knob").glob("*.patch")).read_text()
