@@ -18,6 +18,7 @@ import stat
 import subprocess
 
 from krig.errors import RigError, UsageError
+from rigs.ipmi.state import Power
 
 OK, BAD, NOTE = "ok", "FAIL", "--"
 CHECKS = {"ipmi": "rigs.ipmi.check:bmc_items", "redfish": "rigs.redfish.check:bmc_items"}
@@ -141,12 +142,12 @@ def console_port(url: str) -> Item:
     return ok("console", f"{url} accepts a connection")
 
 
-def ssh_up(rig, power: str | None) -> Item:
+def ssh_up(rig, power: Power | None) -> Item:
     """An SSH login with the pinned host key, when the server is up; never powered on for it."""
-    if power != "on":
-        why = "is off" if power == "off" else "power state is unknown"
-        return note("ssh", f"the server {why}: SSH is checked when it is up (a check powers nothing on)")
     from rigs.ipmi.ssh import HostKeyError
+    if power is not Power.ON:
+        why = "is off" if power is Power.OFF else "power state is unknown"
+        return note("ssh", f"the server {why}: SSH is checked when it is up (a check powers nothing on)")
     s = rig.spec.ssh
     try:
         boot_id = rig.ssh.probe(min(s.connect_timeout, 15))

@@ -21,6 +21,7 @@ from krig.errors import RigError, UsageError
 from krig.paths import cache_dir
 from krig.safeio import printable
 from rigs.ipmi.ssh import ERR_CAP, SshLost, remote_command
+from rigs.ipmi.state import Power
 
 SCRIPT = """echo 'krig-drivers 1'
 echo "release $(uname -r)"
@@ -73,7 +74,7 @@ def read(rig, log=print) -> str:
     s.take_lock()
     try:
         s.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{rig.name}-", dir=cache_dir("work")))
-        if s.bmc.power_status() == "off":
+        if s.bmc.power_status() is Power.OFF:
             log(f"krig: powering {rig.name} on into its installed system to read its drivers")
             s.boot_override()           # into the installed system (bmc.boot_device)
             s.bmc.power("on")           # not s.power_on(): left on for the run that follows
