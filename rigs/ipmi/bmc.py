@@ -57,6 +57,7 @@ class Bmc:
         self.log_path = log_path
         self.where = f"BMC {cfg.host}:{cfg.port}"
         self.failed: str | None = None  # "no answer" or "login refused": clean-up then leaves the BMC alone
+        self._auth_message = ""         # the refused login's line, said again instead of a new login
 
     # -- plumbing -----------------------------------------------------------
     def argv(self, *args, verbose=True) -> list:
@@ -248,9 +249,10 @@ class Sol:
 
     def _keep(self, proc: subprocess.Popen):
         """The session's console into log_path as it comes, up to CONSOLE_CAP for the run."""
-        cap = CONSOLE_CAP
-        with open(self.log_path, "ab", buffering=0) as log, proc.stdout:
-            while b := os.read(proc.stdout.fileno(), 65536):
+        cap, out = CONSOLE_CAP, proc.stdout
+        assert out is not None                  # started with stdout=PIPE (_spawn)
+        with open(self.log_path, "ab", buffering=0) as log, out:
+            while b := os.read(out.fileno(), 65536):
                 if log.tell() + len(b) > cap:
                     log.write(b[:max(0, cap - log.tell())])
                     with self._lock:

@@ -15,7 +15,6 @@ there); nothing is written on it.
 """
 import pathlib
 import subprocess
-import tempfile
 
 from krig.errors import RigError, UsageError
 from krig.paths import cache_dir
@@ -73,7 +72,7 @@ def read(rig, log=print) -> str:
     s = rig.server
     s.take_lock()
     try:
-        s.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{rig.name}-", dir=cache_dir("work")))
+        s.make_local_workdir()
         if s.bmc.power_status() is Power.OFF:
             log(f"krig: powering {rig.name} on into its installed system to read its drivers")
             s.boot_override()           # into the installed system (bmc.boot_device)

@@ -12,6 +12,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from collections.abc import Iterator
+from typing import NoReturn
 
 from krig import progress
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
@@ -80,7 +81,7 @@ class IpmiServer(ServerSetup, ServerResults):
             self.hang, self._hanging, self.on_timeout = None, False, None
         else:
             self.take_lock()
-        self.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=cache_dir("work")))
+        self.make_local_workdir()
         self.bmc.log_path = self.run_dir / "bmc.log"
         self.ssh.log_path = self.run_dir / "ssh.log"
         self.needs = dict(needs)
@@ -100,6 +101,11 @@ class IpmiServer(ServerSetup, ServerResults):
         self.console.log_path.touch()
         self.sol = open_console(self.spec.console, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}",
                                 self.spec.console_speed)
+
+    def make_local_workdir(self) -> pathlib.Path:
+        """This run's work directory on this host (under the cache's work/), removed by end_run()."""
+        self.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=cache_dir("work")))
+        return self.workdir
 
     def take_lock(self):
         addr = lab.address()
@@ -262,7 +268,7 @@ class IpmiServer(ServerSetup, ServerResults):
                 if bid and bid != old_boot_id:
                     self.boot_id = bid
                     self.become(ServerState.UP)
-                    self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir)
+                    self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir or self.make_local_workdir())
                     return
                 crash = self.console_crash(mark)
                 if crash:
@@ -279,7 +285,7 @@ class IpmiServer(ServerSetup, ServerResults):
                           f"krig powers it off: see console.log, then power it on by hand ({self.bmc.POWER_ON}) "
                           f"and log in (docs/lab-server.md: a server that does not come back)")
 
-    def ssh_call(self, what: str, remote: str, timeout: float, **kw):
+    def ssh_call(self, what: str, remote: str, timeout: float, **kw) -> tuple[int, bytes, bytes]:
         """ssh.run with the rig's handling of a lost connection and of a timeout."""
         mark = self.console_size()
         try:
@@ -289,7 +295,7 @@ class IpmiServer(ServerSetup, ServerResults):
         except SshLost as e:
             self.diagnose_lost(what, e, mark)
 
-    def diagnose_lost(self, what: str, err: SshLost, mark: int):
+    def diagnose_lost(self, what: str, err: SshLost, mark: int) -> NoReturn:
         """The SSH connection failed: crashed, rebooted, hung, or only the network?"""
         t0 = time.monotonic()
         size, quiet_since = self.console_size(), time.monotonic()
@@ -319,7 +325,7 @@ class IpmiServer(ServerSetup, ServerResults):
             time.sleep(POLL)
         self.on_hang(f"no SSH answer for {3 * limit:.0f}s while {what} (the console kept printing)")
 
-    def on_hang(self, reason: str):
+    def on_hang(self, reason: str) -> NoReturn:
         """Save what can be saved, NMI, let the console show it, power cycle, wait; raise GuestHung.
         What it did is the Hang on the server (and its fact "hang"), step by step."""
         if self._hanging:
