@@ -10,7 +10,7 @@ import pytest
 from krig.errors import GuestCrashed, GuestHung, RigError
 from rigs.ipmi import kexec as ipmi_kexec
 from rigs.ipmi import server as ipmi_server
-from rigs.ipmi.rig import IpmiRig, _Command, _Files
+from rigs.ipmi.rig import IpmiRig, _Command, _Files, _Power
 from rigs.ipmi.ssh import SshLost
 from rigs.ipmi.state import TRANSITIONS, Hang, IllegalTransition, Power, ServerState as S
 
@@ -205,3 +205,47 @@ def test_commands_and_pulls_need_a_server_that_is_up(server, tmp_path):
     with pytest.raises(RigError, match=r"^rig lab: the server is unknown, not up: no results directory$"):
         _Files(server).results_dir()
     assert server.ssh.ran == []
+
+
+def test_a_server_found_on_is_left_on_by_what_the_bmc_said_not_by_the_facts(server):
+    """The power at the run's start is a Power read from the BMC; the fact power_at_start is
+    written from it and never read back: a fact saying "on" keeps nothing on."""
+    s = server
+    s.hold = types.SimpleNamespace(release=lambda: None)
+    s.power_at_start, s.facts["power_at_start"] = Power.OFF, "on"
+    _Power(s).off()
+    assert s.bmc.calls == ["off", "wait off 60"] and s.state is S.OFF and "power" not in s.facts
+    s.bmc.calls.clear()
+    s.power_at_start, s.facts["power_at_start"] = Power.ON, "off"
+    _Power(s).off()                     # found on, nothing started on it: left as found
+    assert s.bmc.calls == [] and s.facts["power"].startswith("left on as found")
+    s.powered = True                    # this run powered it on: off it goes
+    _Power(s).off()
+    assert s.bmc.calls == ["off", "wait off 60"]
+
+
+def test_a_boot_that_hangs_is_handled_once(server, monkeypatch):
+    """A boot that hangs goes through on_hang; a hang handled already (the server's Hang) is
+    raised as it is, not handled again, whatever the facts say."""
+    from rigs.ipmi.rig import _Boot
+    s = server
+    s.spec = dataclasses.replace(s.spec, boot="installed", recover_after_hang=False)
+    handled = []
+
+    def wait_up(timeout, what, old_boot_id=None):
+        raise GuestHung("no progress")
+
+    def on_hang(reason):
+        handled.append(reason)
+        raise GuestHung(reason)
+    monkeypatch.setattr(s, "wait_up", wait_up)
+    monkeypatch.setattr(s, "on_hang", on_hang)
+    boot = _Boot(s, _Power(s))
+    s.facts["hang"] = {"reason": "a fact only"}
+    with pytest.raises(GuestHung):
+        boot.boot(None, [])
+    assert handled == ["no progress"]
+    s.hang = Hang("earlier")
+    with pytest.raises(GuestHung):
+        boot.boot(None, [])
+    assert handled == ["no progress"]
