@@ -7,7 +7,6 @@ import pytest
 from conftest import KRIG, ROOT
 from kernels import derived, drivers, given
 from krig.errors import UsageError
-from rigs.ipmi.state import Power
 from test_drivers_scope import SERVER
 
 
@@ -70,8 +69,8 @@ def test_a_redfish_server_found_off_is_read_from_the_kept_drivers(tmp_path, monk
     monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(serverdrivers, "READ", {})
     closed = []
-    rig = types.SimpleNamespace(kind="redfish", name="rf1", bmc=types.SimpleNamespace(
-        power_status=lambda: Power.OFF, close=lambda: closed.append(1)))
+    rig = types.SimpleNamespace(kind="redfish", name="rf1", power=types.SimpleNamespace(status=lambda: "off"),
+                                bmc=types.SimpleNamespace(close=lambda: closed.append(1)))
     monkeypatch.setattr(serverdrivers, "rig_path", lambda name: tmp_path / "rf1.toml")
     monkeypatch.setattr(serverdrivers, "load_rig", lambda name, what: rig)
     monkeypatch.setattr(serverdrivers, "read", lambda rig, log: pytest.fail("the server was powered on to read it"))

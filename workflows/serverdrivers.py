@@ -12,7 +12,6 @@ from kernels import drivers
 from krig.errors import UsageError
 from rigs import kept_drivers, load_rig, rig_names, rig_path
 from rigs import read_server_drivers as read
-from rigs.ipmi.state import Power
 
 READ: dict = {}            # rig name -> inventory, this process
 
@@ -32,7 +31,7 @@ def server_drivers(name: str, log=print) -> dict:
     check_named(name)
     rig = load_rig(name, "drivers=")
     kept = kept_drivers(rig.name)
-    if kept.is_file() and getattr(rig, "kind", None) in ("ipmi", "redfish") and rig.bmc.power_status() is Power.OFF:
+    if kept.is_file() and getattr(rig, "kind", None) in ("ipmi", "redfish") and rig.power.status() == "off":
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(kept.stat().st_mtime))
         log(f"krig: {name} is off: its drivers as read on {when} ({kept})")
         text = kept.read_text(errors="replace")
