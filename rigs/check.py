@@ -61,7 +61,7 @@ def items(rig, bmc: bool = True):
     if not bmc:
         return
     mod, fn = CHECKS[rig.kind].split(":")
-    power = {}
+    power: dict[str, Power | None] = {}     # "state": the power the BMC reported (None: neither on nor off)
     yield from getattr(importlib.import_module(mod), fn)(rig, power)
     if rig.spec.console != "sol":
         yield console_port(rig.spec.console)
