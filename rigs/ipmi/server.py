@@ -10,8 +10,8 @@ import shutil
 import subprocess
 import tempfile
 import time
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 from krig import progress
@@ -135,8 +135,9 @@ class IpmiServer(ServerSetup, ServerResults):
         said = f"the server is {self._state.value}, not up: {doing}"
         raise GuestCrashed(said) if crashed else RigError(f"rig {self.name}: {said}")
 
-    def found_up(self, boot_id: str) -> None:
-        """The server answered SSH with boot_id without being booted by this run (kept, or found on)."""
+    def answered(self, boot_id: str) -> None:
+        """The server answered SSH with boot_id: it is up (booted, kept from the previous run, or
+        found on)."""
         self.boot_id = boot_id
         self.become(ServerState.UP)
 
@@ -266,8 +267,7 @@ class IpmiServer(ServerSetup, ServerResults):
                 left = timeout - (time.monotonic() - t0)
                 bid = self.ssh.probe(max(1.0, min(self.spec.ssh.connect_timeout, left)))
                 if bid and bid != old_boot_id:
-                    self.boot_id = bid
-                    self.become(ServerState.UP)
+                    self.answered(bid)
                     self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir or self.make_local_workdir())
                     return
                 crash = self.console_crash(mark)

@@ -95,7 +95,6 @@ def begin(server, power, timeout: float) -> Booted:
     """Bring the server to a running system to kexec from, as the previous run left it
     (next_boot)."""
     plan = server.take_plan()
-    how = plan.how if plan is not None else None
     before = "into its installed system (before kexec)"
     old = server.boot_id
     crashed = server.state is ServerState.CRASHED     # nothing runs on it but its power off (rigs/ipmi/state.py)
@@ -105,7 +104,7 @@ def begin(server, power, timeout: float) -> Booted:
         power.on()
         server.wait_up(timeout, before)
         return Booted(plan.powered_on() if plan is not None else "cold: power on")
-    if plan is not None and how is NextBoot.CYCLE:
+    if plan is not None and plan.how is NextBoot.CYCLE:
         if crashed:                 # the cycle as its two halves: a hard power off, then on
             server.hard_off()
             power.on()
@@ -119,10 +118,10 @@ def begin(server, power, timeout: float) -> Booted:
         server.wait_up(timeout, before, old_boot_id=old)
         what = "the previous run's system" if plan is not None else "the server (found on)"
         return Booted(f"cold: power cycle: {what} did not answer SSH")
-    server.found_up(bid)
+    server.answered(bid)
     if plan is None:
         return Booted("found on: kexec from its running system")
-    return Booted(plan.said(), how is NextBoot.WARM)
+    return Booted(plan.said(), plan.how is NextBoot.WARM)
 
 
 # What a kexec from another kernel under test takes from the installed system, read there before
