@@ -18,6 +18,7 @@ import stat
 import subprocess
 
 from krig.errors import RigError, UsageError
+from rigs.ipmi.state import Power
 
 OK, BAD, NOTE = "ok", "FAIL", "--"
 CHECKS = {"ipmi": "rigs.ipmi.check:bmc_items", "redfish": "rigs.redfish.check:bmc_items"}
@@ -60,7 +61,7 @@ def items(rig, bmc: bool = True):
     if not bmc:
         return
     mod, fn = CHECKS[rig.kind].split(":")
-    power: dict[str, str | None] = {}     # "state": what the BMC said of the power
+    power: dict[str, Power | None] = {}     # "state": the power the BMC reported (None: neither on nor off)
     yield from getattr(importlib.import_module(mod), fn)(rig, power)
     if rig.spec.console != "sol":
         yield console_port(rig.spec.console)
@@ -146,12 +147,12 @@ def console_port(url: str) -> Item:
     return ok("console", f"{url} accepts a connection")
 
 
-def ssh_up(rig, power: str | None) -> Item:
+def ssh_up(rig, power: Power | None) -> Item:
     """An SSH login with the pinned host key, when the server is up; never powered on for it."""
-    if power != "on":
-        why = "is off" if power == "off" else "power state is unknown"
-        return note("ssh", f"the server {why}: SSH is checked when it is up (a check powers nothing on)")
     from rigs.ipmi.ssh import HostKeyError
+    if power is not Power.ON:
+        why = "is off" if power is Power.OFF else "power state is unknown"
+        return note("ssh", f"the server {why}: SSH is checked when it is up (a check powers nothing on)")
     s = rig.spec.ssh
     try:
         boot_id = rig.ssh.probe(min(s.connect_timeout, 15))

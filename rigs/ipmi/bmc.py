@@ -16,6 +16,7 @@ from krig import progress
 from krig.errors import RigError
 from krig.paths import dies_with_parent
 from krig.schema import Record
+from rigs.ipmi.state import Power
 from rigs.protocol import CONSOLE_CAP
 from rigs.procs import drain, stop_group
 
@@ -56,6 +57,7 @@ class Bmc:
         self.log_path = log_path
         self.where = f"BMC {cfg.host}:{cfg.port}"
         self.failed: str | None = None  # "no answer" or "login refused": clean-up then leaves the BMC alone
+        self._auth_message = ""         # the refused login's line, said again instead of a new login
 
     # -- plumbing -----------------------------------------------------------
     def argv(self, *args, verbose=True) -> list:
@@ -147,12 +149,13 @@ class Bmc:
         return " | ".join(lines[-2:]) or "no message"
 
     # -- chassis ------------------------------------------------------------
-    def power_status(self) -> str:
+    def power_status(self) -> Power:
+        """The server's power, from `chassis power status`."""
         out = self.run("chassis", "power", "status")
         if re.search(r"Chassis Power is on", out):
-            return "on"
+            return Power.ON
         if re.search(r"Chassis Power is off", out):
-            return "off"
+            return Power.OFF
         raise RigError(f"rig {self.rig}: {self.where}: unexpected power status {out.strip()!r}")
 
     def mc_info(self) -> str:
@@ -175,11 +178,11 @@ class Bmc:
     def bootdev(self, device: str) -> None:
         self.run("chassis", "bootdev", device)
 
-    def wait_power(self, want: str, timeout: float, poll: float = 1.0) -> bool:
+    def wait_power(self, want: Power, timeout: float, poll: float = 1.0) -> bool:
         deadline = time.monotonic() + timeout
         with progress.waiting(f"the server {self.rig}'s power to be {want} (its BMC)", timeout):
             for _ in range(int(timeout / poll) + 2):
-                if self.power_status() == want:
+                if self.power_status() is want:
                     return True
                 if time.monotonic() > deadline:
                     break
@@ -251,9 +254,10 @@ class Sol:
 
     def _keep(self, proc: subprocess.Popen):
         """The session's console into log_path as it comes, up to CONSOLE_CAP for the run."""
-        cap = CONSOLE_CAP
-        with open(self.log_path, "ab", buffering=0) as log, proc.stdout:
-            while b := os.read(proc.stdout.fileno(), 65536):
+        cap, out = CONSOLE_CAP, proc.stdout
+        assert out is not None                  # started with stdout=PIPE (_spawn)
+        with open(self.log_path, "ab", buffering=0) as log, out:
+            while b := os.read(out.fileno(), 65536):
                 if log.tell() + len(b) > cap:
                     log.write(b[:max(0, cap - log.tell())])
                     with self._lock:

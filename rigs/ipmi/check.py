@@ -17,7 +17,7 @@ AUTH_FIELDS = {"unknown user": "bmc.user",
 
 
 def bmc_items(rig, power: dict):
-    """The BMC's items; power["state"] is set to what the BMC said ("on"/"off")."""
+    """The BMC's items; power["state"] is set to what the BMC said (a Power)."""
     b, c = rig.bmc, rig.spec.bmc
     try:
         power["state"] = b.power_status()

@@ -15,13 +15,13 @@ there); nothing is written on it.
 """
 import pathlib
 import subprocess
-import tempfile
 
 from krig.errors import RigError
 from krig.paths import cache_dir
 from krig.safeio import printable
 from rigs.ipmi.ssh import ERR_CAP, SshLost, remote_command
 from rigs.protocol import DriversProtocol
+from rigs.ipmi.state import Power
 
 SCRIPT = """echo 'krig-drivers 1'
 echo "release $(uname -r)"
@@ -72,7 +72,7 @@ class ServerDrivers(DriversProtocol):
         self.rig = rig
 
     def is_off(self) -> bool:
-        return self.rig.bmc.power_status() == "off"
+        return self.rig.bmc.power_status() is Power.OFF
 
     def read(self, log) -> str:
         return read(self.rig, log)
@@ -86,8 +86,8 @@ def read(rig, log=print) -> str:
     s = rig.server
     s.take_lock()
     try:
-        s.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{rig.name}-", dir=cache_dir("work")))
-        if s.bmc.power_status() == "off":
+        s.make_local_workdir()
+        if s.bmc.power_status() is Power.OFF:
             log(f"krig: powering {rig.name} on into its installed system to read its drivers")
             s.boot_override()           # into the installed system (bmc.boot_device)
             s.bmc.power("on")           # not s.power_on(): left on for the run that follows

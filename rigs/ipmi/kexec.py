@@ -175,8 +175,7 @@ def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
                              timeout=FACTS_TIMEOUT)
     text = out.decode(errors="replace")
     # from the kernel of the previous run (warm), the installed system's: its DMI, command line, ACPI
-    rig.firmware = firmware_facts(text) or (rig.firmware if warm else {})
-    rig.facts.update(rig.firmware)
+    rig.keep_firmware(firmware_facts(text) or (rig.firmware if warm else {}))
     keep_installed(rig, text, warm)
     lockdown = next((ln for ln in text.splitlines() if "[" in ln and "=" not in ln), "")
     syscall = syscall_for(rig.spec.kexec.syscall, lockdown)

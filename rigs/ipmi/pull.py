@@ -110,7 +110,7 @@ class Extraction:
                               errors="surrogateescape")
             while True:
                 m = tf.next()
-                tf.members.clear()          # tarfile keeps every header it read: not here
+                tf.members.clear()  # type: ignore[attr-defined]  # tarfile keeps every header it read (its stubs omit the list)
                 if m is None:
                     break
                 self.member(tf, m, root)
@@ -267,6 +267,7 @@ class _Pipe:
     (only the end kept), so neither pipe fills."""
 
     def __init__(self, p: subprocess.Popen, deadline: float, label: str, timeout: float):
+        assert p.stdout is not None and p.stderr is not None       # started with both as pipes
         self.out, self.err = p.stdout.fileno(), p.stderr.fileno()
         self.deadline, self.label, self.timeout = deadline, label, timeout
         self.err_tail = b""
@@ -327,8 +328,9 @@ def stream_from(argv: list, consume, timeout: float, label: str) -> tuple[int | 
         return p.returncode, pipe.err_tail.decode(errors="replace"), result
     finally:
         stop_group(p, 2)
-        p.stdout.close()
-        p.stderr.close()
+        for f in (p.stdout, p.stderr):
+            if f is not None:
+                f.close()
 
 
 def pull_results(ssh, remote: str, local, timeout: float, total_cap: int = TOTAL_CAP, file_cap: int = FILE_CAP,

@@ -22,14 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 from krig import safeio
-from krig.errors import GuestCrashed, GuestHung, KrigError, RigError
+from krig.errors import GuestHung, KrigError, RigError
 from rigs.ipmi.bmc import Bmc
 from rigs.ipmi.drivers import ServerDrivers
 from rigs.ipmi.pull import Refused, move_into
 from rigs.ipmi.server import BootTimeout, IpmiServer
 from rigs.ipmi.spec import ServerSpec, validate_spec
 from rigs.ipmi.ssh import Ssh, SshLost, remote_command
-from rigs.ipmi.state import ServerState
+from rigs.ipmi.state import Power, ServerState
 from rigs.ipmi.warm import park
 from rigs.protocol import (OUTPUT_CAP, BootProtocol, CommandProtocol, CommandResult, ConsoleProtocol,
                        FilesProtocol, PowerProtocol, Rig)
@@ -116,7 +116,7 @@ class _Power(PowerProtocol):
         r = self.server
         if not r.holding:               # never touch a server this process does not hold
             return
-        if not r.powered and r.wd is None and r.facts.get("power_at_start") == "on":
+        if not r.powered and r.wd is None and r.power_at_start is Power.ON:
             # Found running, and nothing was started on it (a preflight or the host key
             # stopped the run): left as it was found, up and ready for the next run.
             r.facts["power"] = "left on as found: this run neither powered it on nor started anything"
@@ -128,7 +128,7 @@ class _Power(PowerProtocol):
         self.server.power_cycle()
 
     def status(self):
-        return self.server.bmc.power_status()
+        return self.server.bmc.power_status().value     # the protocol's "on" or "off"
 
 
 class _Console(ConsoleProtocol):
@@ -143,14 +143,14 @@ class _Boot(BootProtocol):
     def boot(self, kernel, cmdline, timeout=None):
         r = self.server
         timeout = timeout or r.spec.boot_timeout
-        r.results, r.prefetched, r.salvaged = None, None, False
+        r.new_boot()
         t0 = time.monotonic()
         try:
             if r.spec.boot == "kexec":
                 from rigs.ipmi.kexec import kexec_boot
                 kexec_boot(r, self.power, kernel, cmdline, timeout)
             else:                       # power on and cycle set the boot override (bmc.boot_device)
-                if r.bmc.power_status() == "on":
+                if r.bmc.power_status() is Power.ON:
                     r.power_cycle()
                     r.facts["booted_by"] = "cold: power cycle"
                 else:
@@ -162,7 +162,7 @@ class _Boot(BootProtocol):
             r.facts["boot_timeout"] = str(e)
             raise
         except GuestHung as e:
-            if r.in_hang or "hang" in r.facts:
+            if r.hang is not None:     # handled already (on_hang raised it), or a second one
                 raise
             r.on_hang(str(e))
         r.facts["boot_seconds"] = round(time.monotonic() - t0, 1)
@@ -183,8 +183,7 @@ class _Command(CommandProtocol):
 
     def run(self, argv, env=None, timeout=60, salvage=None):
         r = self.server
-        if r.state is not ServerState.UP:
-            raise GuestCrashed(f"the server is not up ({r.state.value})")
+        r.require_up(f"running {' '.join(map(str, argv))}", crashed=True)
         n = self.n
         self.n += 1
         home = f"{r.wd}/home"
@@ -192,13 +191,9 @@ class _Command(CommandProtocol):
         remote = remote_command(argv, env, cwd=home, rc_file=f"{r.wd}/rc.{n}")
         out_p, err_p = r.workdir / f"{n}.out", r.workdir / f"{n}.err"
         t0 = time.monotonic()
-        r.on_timeout = (salvage, env) if salvage else None
-        try:
-            with open(out_p, "wb") as fo, open(err_p, "wb") as fe:
-                rc, _, _ = r.ssh_call(f"running {' '.join(map(str, argv))}", remote, timeout, stdout=fo, stderr=fe,
-                                      rc_file=f"{r.wd}/rc.{n}", caps=(OUTPUT_CAP, OUTPUT_CAP))
-        finally:
-            r.on_timeout = None
+        with r.salvage_on_timeout(salvage, env), open(out_p, "wb") as fo, open(err_p, "wb") as fe:
+            rc, _, _ = r.ssh_call(f"running {' '.join(map(str, argv))}", remote, timeout, stdout=fo, stderr=fe,
+                                  rc_file=f"{r.wd}/rc.{n}", caps=(OUTPUT_CAP, OUTPUT_CAP))
         return CommandResult(list(argv), rc, self._read(out_p), self._read(err_p), time.monotonic() - t0)
 
     def _read(self, path: pathlib.Path) -> bytes:
@@ -246,27 +241,15 @@ class _Files(FilesProtocol):
         return f"{r.wd}/tree"
 
     def results_dir(self):
-        r = self.server
-        if r.results is None:
-            if r.state is not ServerState.UP or r.wd is None:
-                why = "is not up" if r.state is not ServerState.UP else "has no work directory (nothing was started)"
-                raise RigError(f"rig {r.name}: the server {why}; no results directory")
-            rc, out, err = r.ssh_call("making the results directory",
-                                  f"mktemp -d {shlex.quote(r.wd)}/out.XXXXXX", 60)
-            path = out.decode(errors="replace").strip()
-            if rc != 0 or not path.startswith(r.wd + "/out."):
-                raise RigError(f"rig {r.name}: cannot make a results directory in {r.wd}: "
-                               f"{safeio.printable(err.decode(errors='replace').strip()[-200:], 200)}")
-            r.results = path
-        return r.results
+        return self.server.results_dir()
 
     def pull(self, remote, local):
         r = self.server
         local = pathlib.Path(local)
         local.mkdir(parents=True, exist_ok=True)
-        if r.prefetched and r.prefetched[0] == remote:
-            _, src, refused = r.prefetched
-            r.prefetched = None
+        prefetched = r.take_prefetched(remote)
+        if prefetched is not None:
+            src, refused = prefetched
             try:
                 move_into(src, local, f"rig {r.name}: the server's results")
             except Refused:
@@ -275,17 +258,12 @@ class _Files(FilesProtocol):
             if refused is not None:
                 raise refused
             return
-        if r.state is not ServerState.UP:
-            raise RigError(f"rig {r.name}: the server is {r.state.value}; {remote} was not pulled")
+        r.require_up(f"{remote} was not pulled")
         try:
             r.pull_over_ssh(remote, local, r.spec.pull_timeout)
         except Refused:
-            if remote == r.results:
-                r.salvaged = True      # what it holds was taken; shutdown() does not pull it again
-                r.facts["results_pull"] = "refused entries (pull_error)"
+            r.pulled(remote, refused=True)      # what it holds was taken; shutdown() does not pull it again
             raise
         except (SshLost, subprocess.TimeoutExpired) as e:
             raise RigError(f"rig {r.name}: pulling {remote} failed: {e or type(e).__name__}") from None
-        if remote == r.results:
-            r.salvaged = True          # shutdown() need not pull them again
-            r.facts["results_pull"] = "pulled before the power off"
+        r.pulled(remote, refused=False)         # shutdown() need not pull it again

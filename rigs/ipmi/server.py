@@ -2,15 +2,21 @@
 SSH link, its rig file and console log, and the run's state on it (rigs/ipmi/state.py: its
 lifecycle and the transitions allowed); powering it, waiting for it to come back, and what a
 hang or a crash leaves on it."""
+import dataclasses
 import os
 import pathlib
+import shlex
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn
 
 from krig import progress
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
+from krig.safeio import printable
 from krig.schema import Record
 from krig.paths import cache_dir
 from krig.verdict import first_crash
@@ -18,10 +24,10 @@ from rigs import lab
 from rigs.ipmi import lock as ipmi_lock
 from rigs.ipmi.bmc import Bmc, Sol
 from rigs.netconsole import open_console
-from rigs.ipmi.pull import Refused, pull_results
+from rigs.ipmi.results import ServerResults
 from rigs.ipmi.setup import ServerSetup
 from rigs.ipmi.ssh import Ssh, SshLost, remote_command
-from rigs.ipmi.state import ServerState
+from rigs.ipmi.state import BootPlan, Hang, Power, ServerState
 from rigs.protocol import SALVAGE_TIMEOUT, ConsoleProtocol
 
 
@@ -33,7 +39,7 @@ class BootTimeout(RigError):
     """The server did not come back: the rig's (or the lab's) problem, never the kernel's verdict."""
 
 
-class IpmiServer(ServerSetup):
+class IpmiServer(ServerSetup, ServerResults):
     """The lab server of one IPMI rig as its protocols share it, handed to each of them
     explicitly: the BMC, the SSH link, the rig file, the console log, and the run's state
     (its ServerState, boot id, work directories, results, what was learnt)."""
@@ -49,18 +55,18 @@ class IpmiServer(ServerSetup):
         self.hold: lab.Hold | None = None      # the server held through the lab coordinator
         self.sol: Sol | None = None
         self.facts: dict = {}
-        self.boot_id = None
-        self.results = None            # remote results dir of this boot
-        self.prefetched = None         # (remote, local dir, Refused or None) pulled before a power off
-        self.salvaged = False
+        self.boot_id: str | None = None
+        self.new_boot()                # results, prefetched, salvaged (rigs/ipmi/results.py)
         self._state = ServerState.UNKNOWN      # changed by become() only
         self.powered = False           # this run powered the server on
-        self.in_hang = False
-        self.on_timeout = None         # (argv, env): the salvage of the running command
+        self.power_at_start: Power | None = None
+        self.hang: Hang | None = None  # this run's hang (its fact "hang" is written from it)
+        self._hanging = False          # on_hang() is handling it
+        self.on_timeout: tuple[list, dict] | None = None     # (argv, env): the running command's salvage
         self.needs: dict = {}
         # between the runs of one workflow (rigs/ipmi/warm.py): how the next run boots, the
         # installed system's command line and the firmware facts read before a kexec
-        self.next_boot: tuple[str, str] | None = None
+        self.next_boot: BootPlan | None = None
         self.installed_cmdline: str | None = None
         self.acpi_rsdp: str | None = None   # the installed system's ACPI root pointer (EFI systab)
         self.firmware: dict = {}
@@ -72,10 +78,10 @@ class IpmiServer(ServerSetup):
         self.console.log_path = self.run_dir / "console.log"
         if self.holding:        # kept from the workflow's previous run: its facts stay in its manifest
             self.facts = {k: self.facts[k] for k in ("lab", "lock") if k in self.facts}
-            self.in_hang, self.on_timeout = False, None
+            self.hang, self._hanging, self.on_timeout = None, False, None
         else:
             self.take_lock()
-        self.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=cache_dir("work")))
+        self.make_local_workdir()
         self.bmc.log_path = self.run_dir / "bmc.log"
         self.ssh.log_path = self.run_dir / "ssh.log"
         self.needs = dict(needs)
@@ -84,7 +90,8 @@ class IpmiServer(ServerSetup):
         b = self.spec.bmc
         self.facts.update({"bmc": f"{b.host}:{b.port}", "ssh": self.ssh.target,
                             "boot_mode": self.spec.boot, "scratch_dev": self.spec.scratch_dev})
-        self.facts["power_at_start"] = self.bmc.power_status()   # also proves the login works
+        self.power_at_start = self.bmc.power_status()   # also proves the login works
+        self.facts["power_at_start"] = str(self.power_at_start)
         self.facts["bmc_info"] = self.bmc.mc_info()
         (self.run_dir / "sel-before.txt").write_text(self.bmc.sel_text())
         if b.clear_sel:
@@ -94,6 +101,11 @@ class IpmiServer(ServerSetup):
         self.console.log_path.touch()
         self.sol = open_console(self.spec.console, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}",
                                 self.spec.console_speed)
+
+    def make_local_workdir(self) -> pathlib.Path:
+        """This run's work directory on this host (under the cache's work/), removed by end_run()."""
+        self.workdir = pathlib.Path(tempfile.mkdtemp(prefix=f"krig-{self.name}-", dir=cache_dir("work")))
+        return self.workdir
 
     def take_lock(self):
         addr = lab.address()
@@ -113,6 +125,50 @@ class IpmiServer(ServerSetup):
     def become(self, state: ServerState) -> None:
         """The server is now in `state`: a change rigs/ipmi/state.py allows, else IllegalTransition."""
         self._state = self._state.to(state, self.name)
+
+    def require_up(self, doing: str, crashed: bool = False) -> None:
+        """The guard of whatever needs the server up (a command, a pull, a results directory):
+        RigError naming the rig, or GuestCrashed when a server that is not up means the kernel
+        under test went away (crashed)."""
+        if self._state is ServerState.UP:
+            return
+        said = f"the server is {self._state.value}, not up: {doing}"
+        raise GuestCrashed(said) if crashed else RigError(f"rig {self.name}: {said}")
+
+    def answered(self, boot_id: str) -> None:
+        """The server answered SSH with boot_id: it is up (booted, kept from the previous run, or
+        found on)."""
+        self.boot_id = boot_id
+        self.become(ServerState.UP)
+
+    def plan_next(self, plan: BootPlan | None) -> None:
+        """How the workflow's next run boots this server (rigs/ipmi/warm.py); its fact next_boot."""
+        self.next_boot = plan
+        if plan is not None:
+            self.facts["next_boot"] = plan.said()
+
+    def take_plan(self) -> BootPlan | None:
+        """The plan the previous run left, once."""
+        plan, self.next_boot = self.next_boot, None
+        return plan
+
+    def keep_installed(self, cmdline: str, acpi_rsdp: str | None) -> None:
+        """What a kexec from a kernel under test takes from the installed system (rigs/ipmi/warm.py)."""
+        self.installed_cmdline, self.acpi_rsdp = cmdline, acpi_rsdp
+
+    def keep_firmware(self, firmware: dict) -> None:
+        """The server's firmware and model as the installed system read them; also facts."""
+        self.firmware = firmware
+        self.facts.update(firmware)
+
+    @contextmanager
+    def salvage_on_timeout(self, argv: list | None, env: dict) -> Iterator[None]:
+        """While a command runs: argv (with env) is its salvage should it overrun (run_salvage)."""
+        self.on_timeout = (argv, env) if argv else None
+        try:
+            yield
+        finally:
+            self.on_timeout = None
 
     @property
     def holding(self) -> bool:
@@ -135,7 +191,7 @@ class IpmiServer(ServerSetup):
                 self.ssh.stop_master()
             if rc != 0:
                 self.bmc.power("soft")      # ACPI power button
-            if not self.bmc.wait_power("off", self.spec.shutdown_timeout, POLL):
+            if not self.bmc.wait_power(Power.OFF, self.spec.shutdown_timeout, POLL):
                 how = f"hard (still on {self.spec.shutdown_timeout:.0f}s after the soft shutdown)"
         except KrigError as e:
             how = f"hard ({e})"
@@ -182,7 +238,7 @@ class IpmiServer(ServerSetup):
     def hard_off(self):
         self.ssh.stop_master()
         self.bmc.power("off")
-        if not self.bmc.wait_power("off", 60, POLL):
+        if not self.bmc.wait_power(Power.OFF, 60, POLL):
             raise RigError(f"rig {self.name}: the server is still on 60s after `chassis power off`")
         self.become(ServerState.OFF)
 
@@ -211,15 +267,14 @@ class IpmiServer(ServerSetup):
                 left = timeout - (time.monotonic() - t0)
                 bid = self.ssh.probe(max(1.0, min(self.spec.ssh.connect_timeout, left)))
                 if bid and bid != old_boot_id:
-                    self.boot_id = bid
-                    self.become(ServerState.UP)
-                    self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir)
+                    self.answered(bid)
+                    self.facts["ssh_shared_connection"] = self.ssh.start_master(self.workdir or self.make_local_workdir())
                     return
                 crash = self.console_crash(mark)
                 if crash:
                     self.become(ServerState.CRASHED)
                     raise GuestCrashed(f"the kernel crashed {what}: {crash}")
-                if n % 5 == 4 and self.bmc.power_status() == "off":
+                if n % 5 == 4 and self.bmc.power_status() is Power.OFF:
                     self.become(ServerState.CRASHED)
                     raise GuestCrashed(f"the server powered off {what}")
                 if time.monotonic() - t0 > timeout:
@@ -230,7 +285,7 @@ class IpmiServer(ServerSetup):
                           f"krig powers it off: see console.log, then power it on by hand ({self.bmc.POWER_ON}) "
                           f"and log in (docs/lab-server.md: a server that does not come back)")
 
-    def ssh_call(self, what: str, remote: str, timeout: float, **kw):
+    def ssh_call(self, what: str, remote: str, timeout: float, **kw) -> tuple[int, bytes, bytes]:
         """ssh.run with the rig's handling of a lost connection and of a timeout."""
         mark = self.console_size()
         try:
@@ -240,7 +295,7 @@ class IpmiServer(ServerSetup):
         except SshLost as e:
             self.diagnose_lost(what, e, mark)
 
-    def diagnose_lost(self, what: str, err: SshLost, mark: int):
+    def diagnose_lost(self, what: str, err: SshLost, mark: int) -> NoReturn:
         """The SSH connection failed: crashed, rebooted, hung, or only the network?"""
         t0 = time.monotonic()
         size, quiet_since = self.console_size(), time.monotonic()
@@ -257,7 +312,7 @@ class IpmiServer(ServerSetup):
             if bid:
                 raise RigError(f"rig {self.name}: the SSH connection to {self.ssh.target} failed while {what} "
                                f"({err}), but the server still answers")
-            if n % 5 == 4 and self.bmc.power_status() == "off":
+            if n % 5 == 4 and self.bmc.power_status() is Power.OFF:
                 self.become(ServerState.CRASHED)
                 raise GuestCrashed(f"the server powered off while {what}")
             now = time.monotonic()
@@ -270,48 +325,59 @@ class IpmiServer(ServerSetup):
             time.sleep(POLL)
         self.on_hang(f"no SSH answer for {3 * limit:.0f}s while {what} (the console kept printing)")
 
-    def on_hang(self, reason: str):
-        """Save what can be saved, NMI, let the console show it, power cycle, wait; raise GuestHung."""
-        if self.in_hang:
+    def on_hang(self, reason: str) -> NoReturn:
+        """Save what can be saved, NMI, let the console show it, power cycle, wait; raise GuestHung.
+        What it did is the Hang on the server (and its fact "hang"), step by step."""
+        if self._hanging:
             raise GuestHung(reason)
-        self.in_hang = True
+        self._hanging = True
         self.become(ServerState.HUNG)
-        hang = self.facts.setdefault("hang", {})
-        hang["reason"] = reason
+        self.hung(hang := Hang(reason))
         try:
             self.run_salvage()
             self.prefetch_results(probe=True)
             mark = self.console_size()
             try:
-                if self.bmc.power_status() == "on":
+                if self.bmc.power_status() is Power.ON:
                     self.bmc.power("diag")
-                    hang["nmi"] = f"sent ({self.bmc.NMI})"
+                    nmi = f"sent ({self.bmc.NMI})"
                 else:
-                    hang["nmi"] = "not sent: the server is off"
+                    nmi = "not sent: the server is off"
             except RigError as e:
-                hang["nmi"] = f"failed: {e}"
-            t0 = time.monotonic()
-            size, quiet = self.console_size(), time.monotonic()
-            for _ in range(int(self.spec.nmi_wait / 0.5) + 2):     # until the console settles
-                if time.monotonic() - t0 >= self.spec.nmi_wait:
-                    break
-                time.sleep(0.5)
-                if self.console_size() != size:
-                    size, quiet = self.console_size(), time.monotonic()
-                elif size > mark and time.monotonic() - quiet > 3:
-                    break
-            hang["console_bytes_after_nmi"] = self.console_size() - mark
+                nmi = f"failed: {e}"
+            self.hung(hang := dataclasses.replace(hang, nmi=nmi))
+            self.console_settles(mark)
+            self.hung(hang := dataclasses.replace(hang, console_bytes=self.console_size() - mark))
             if self.spec.recover_after_hang:
                 try:
                     old = self.boot_id
                     self.power_cycle()
                     self.wait_up(self.spec.boot_timeout, "after the power cycle", old_boot_id=old)
-                    hang["recovered"] = "yes: power cycled and answering SSH again"
+                    self.hung(dataclasses.replace(hang, recovered=True, how="power cycled and answering SSH again"))
                 except KrigError as e:
-                    hang["recovered"] = f"no: {e}"
+                    self.hung(dataclasses.replace(hang, recovered=False, how=str(e)))
         finally:
-            self.in_hang = False
+            self._hanging = False
         raise GuestHung(reason)
+
+    def hung(self, hang: Hang) -> None:
+        """The hang as far as its handling got; the fact "hang" is written from it."""
+        self.hang = hang
+        self.facts["hang"] = hang.fact()
+
+    def console_settles(self, mark: int) -> None:
+        """After an NMI: until the console printed something and then stayed quiet for 3s, or
+        nmi_wait passed."""
+        t0 = time.monotonic()
+        size, quiet = self.console_size(), time.monotonic()
+        for _ in range(int(self.spec.nmi_wait / 0.5) + 2):
+            if time.monotonic() - t0 >= self.spec.nmi_wait:
+                break
+            time.sleep(0.5)
+            if self.console_size() != size:
+                size, quiet = self.console_size(), time.monotonic()
+            elif size > mark and time.monotonic() - quiet > 3:
+                break
 
     def boot_override(self):
         """The one-time boot override (bmc.boot_device) before a power on or cycle: every one of
@@ -351,28 +417,18 @@ class IpmiServer(ServerSetup):
         except (SshLost, KrigError) as e:
             self.facts["salvage"] = f"not possible: {e}"
 
-    def prefetch_results(self, probe: bool = False):
-        """Pull this run's remote results before the server goes off (best effort, bounded)."""
-        if self.salvaged or self.results is None or self.state not in (ServerState.UP, ServerState.HUNG):
-            return
-        self.salvaged = True
-        if probe and self.ssh.probe(10) != self.boot_id:
-            self.facts["results_pull"] = "not possible: the server does not answer SSH"
-            return
-        dest = pathlib.Path(tempfile.mkdtemp(prefix="prefetch.", dir=self.workdir))
-        try:
-            self.pull_over_ssh(self.results, dest, 60 if probe else self.spec.pull_timeout)
-            self.prefetched = (self.results, dest, None)
-            self.facts["results_pull"] = "pulled before the power off"
-        except Refused as e:
-            self.prefetched = (self.results, dest, e)       # the files it took are kept; pull() says why
-            self.facts["results_pull"] = "refused entries (pull_error)"
-        except (KrigError, SshLost, subprocess.TimeoutExpired) as e:
-            self.facts["results_pull"] = f"failed: {e or type(e).__name__}"
-
-    def pull_over_ssh(self, remote: str, local: pathlib.Path, timeout: float):
-        """The directory remote into local: only regular files and directories (rigs/ipmi/pull.py)."""
-        local.mkdir(parents=True, exist_ok=True)
-        with progress.waiting(f"the results to come over SSH from the server {self.name}", timeout):
-            pull_results(self.ssh, remote, local, timeout, self.spec.pull_max_size,
-                         self.spec.pull_max_file_size)
+    def results_dir(self) -> str:
+        """This boot's remote results directory, made on first use under the work directory."""
+        if self.results is None:
+            self.require_up("no results directory")
+            if self.wd is None:
+                raise RigError(f"rig {self.name}: the server has no work directory (nothing was started); "
+                               "no results directory")
+            rc, out, err = self.ssh_call("making the results directory",
+                                         f"mktemp -d {shlex.quote(self.wd)}/out.XXXXXX", 60)
+            path = out.decode(errors="replace").strip()
+            if rc != 0 or not path.startswith(self.wd + "/out."):
+                raise RigError(f"rig {self.name}: cannot make a results directory in {self.wd}: "
+                               f"{printable(err.decode(errors='replace').strip()[-200:], 200)}")
+            self.results = path
+        return self.results

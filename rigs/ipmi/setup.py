@@ -5,9 +5,11 @@ a non-root user, a fresh work directory no other user can plant, the NMI panic
 sysctls and the scratch disk. One SSH round trip after each boot.
 """
 import shlex
+from collections.abc import Callable
 
 from krig.errors import RigError
 from krig.safeio import printable
+from krig.schema import Record
 
 
 # Programs krig itself runs on a server (the harness, the setup round trip), and the
@@ -39,8 +41,17 @@ def workdir_script(remote_dir: str) -> str:
 
 
 class ServerSetup:
-    """The after-boot checks of IpmiServer (rigs/ipmi/rig.py), which provides name, spec, rd, needs,
-    facts, ssh_call() and the state they set (wd, boot_id)."""
+    """The after-boot checks of IpmiServer (rigs/ipmi/server.py), which sets these in its __init__
+    and provides ssh_call(); the checks set wd, boot_id and at_boot."""
+    name: str
+    spec: Record
+    rd: str                         # the rig file's remote_dir
+    needs: dict
+    facts: dict
+    wd: str | None
+    boot_id: str | None
+    at_boot: dict
+    ssh_call: Callable[..., tuple[int, bytes, bytes]]
 
     def after_boot(self):
         """One round trip: boot_id, NMI panic sysctls, a fresh work dir, scratch disk checks."""

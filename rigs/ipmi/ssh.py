@@ -95,7 +95,8 @@ class Ssh:
              "-o", "UpdateHostKeys=no", "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none",
              "-o", f"ConnectTimeout={int(connect_timeout or c.connect_timeout)}",
              "-o", f"ServerAliveInterval={c.alive_interval}", "-o", f"ServerAliveCountMax={c.alive_count}"]
-        use = mux and self.master is not None and self.master.poll() is None and self.control.exists()
+        use = (mux and self.master is not None and self.master.poll() is None and self.control is not None
+               and self.control.exists())
         a += ["-o", "ControlMaster=no", "-o", f"ControlPath={self.control if use else 'none'}"]
         if c.host_key_alias:
             a += ["-o", f"HostKeyAlias={c.host_key_alias}"]
@@ -173,7 +174,8 @@ class Ssh:
         stdout/stderr may be open files (then the returned bytes are empty).
         """
         t0 = time.monotonic()
-        p = subprocess.Popen(dies_with_parent(self.argv(remote, connect_timeout, mux)),
+        argv = self.argv(remote, connect_timeout, mux)
+        p = subprocess.Popen(dies_with_parent(argv),
                              stdin=stdin if stdin is not None else subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         label = f"rig {self.rig}: {what or 'a command on the server'} (over SSH)"
@@ -186,7 +188,7 @@ class Ssh:
             self._log(f"ssh {remote[:100]!r}: killed: {e}")
             raise
         self._log(f"ssh {remote[:100]!r} -> rc {p.returncode} in {time.monotonic() - t0:.1f}s"
-                  + (" (shared connection)" if "ControlPath=none" not in p.args else ""))
+                  + (" (shared connection)" if "ControlPath=none" not in argv else ""))
         err_text = (err if stderr is None else err_tail).decode(errors="replace")
         if p.returncode == 255 and rc_file and self._remote_rc(rc_file) == "255":
             self._log(f"ssh {remote[:100]!r}: 255 is the command's own exit code ({rc_file})")
@@ -216,6 +218,7 @@ class Ssh:
         """`producer | ssh remote`, e.g. tar c ... | ssh 'tar x'. Raises RigError on failure."""
         prod = subprocess.Popen(dies_with_parent(producer), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True)
+        assert prod.stdout is not None and prod.stderr is not None     # both pipes
         try:
             rc, _, err = self.run(remote, timeout=timeout, stdin=prod.stdout)
         finally:

@@ -26,7 +26,16 @@ The transitions (TRANSITIONS), and what makes them:
 Nothing returns to UNKNOWN, and only a server that is UP can be told to boot (BOOTING). Any
 other change is krig's own mistake: ServerState.to() refuses it as IllegalTransition, one
 line naming the server and both states.
+
+The other values the rig decides on, each written to the run's facts (manifest.json) for the
+record and never read back from them to decide anything:
+
+    Power     the server's power as its BMC reports it (the BMC classes parse their text into it)
+    Hang      what a hang did to the server: why, the NMI, whether its power cycle brought it back
+    NextBoot  how the next run of a workflow that keeps the server up boots it (rigs/ipmi/warm.py),
+    BootPlan  with the reason apart: its sentences are the facts booted_by and next_boot
 """
+import dataclasses
 import enum
 
 from krig.errors import KrigError
@@ -67,3 +76,64 @@ TRANSITIONS: dict[ServerState, tuple[ServerState, ...]] = {
     _S.HUNG: (_S.UP, _S.HUNG, _S.CRASHED, _S.OFF),
     _S.CRASHED: (_S.OFF,),
 }
+
+
+class Power(enum.Enum):
+    """A server's power as its BMC says it (rigs/ipmi/bmc.py, rigs/redfish/bmc.py)."""
+    ON = "on"
+    OFF = "off"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class NextBoot(enum.Enum):
+    """How the next run of a workflow boots a server kept up for it (rigs/ipmi/warm.py)."""
+    WARM = "warm"               # kexec straight from the previous run's kernel (healthy)
+    INSTALLED = "installed"     # kexec from the installed system a hang's power cycle brought back
+    CYCLE = "cycle"             # a power cycle through the firmware first, then kexec
+
+
+@dataclasses.dataclass(frozen=True)
+class BootPlan:
+    """A NextBoot and its reason: for WARM the release of the kernel kexec'd from, else what made
+    the boot cold ("a hang (...)", "the rig file asks for cold boots (cold_boot = true)")."""
+    how: NextBoot
+    reason: str
+
+    def said(self) -> str:
+        """The plan as the facts say it (next_boot of this run, booted_by of the next)."""
+        if self.how is NextBoot.WARM:
+            return f"warm: kexec from {self.reason} of the previous run"
+        if self.how is NextBoot.INSTALLED:
+            return (f"cold: power cycle after {self.reason} (end of the previous run), then kexec from the "
+                    "installed system")
+        return f"cold: power cycle after {self.reason}"
+
+    def powered_on(self) -> str:
+        """booted_by when the server was found off: a power on does what the cycle would have."""
+        return f"cold: power on after {self.reason}" if self.how is NextBoot.CYCLE else "cold: power on"
+
+
+@dataclasses.dataclass(frozen=True)
+class Hang:
+    """A hang of the server in this run (rigs/ipmi/server.py on_hang), as far as its handling got:
+    why; the NMI sent or why not; the console bytes that came after it; and, when the rig file
+    asks for it (recover_after_hang), whether the power cycle brought the server back (recovered)
+    and how, or why not (how; None while no recovery was tried)."""
+    reason: str
+    nmi: str | None = None
+    console_bytes: int | None = None
+    recovered: bool = False
+    how: str | None = None
+
+    def fact(self) -> dict:
+        """The rig fact "hang" (manifest.json)."""
+        out: dict = {"reason": self.reason}
+        if self.nmi is not None:
+            out["nmi"] = self.nmi
+        if self.console_bytes is not None:
+            out["console_bytes_after_nmi"] = self.console_bytes
+        if self.how is not None:
+            out["recovered"] = f"{'yes' if self.recovered else 'no'}: {self.how}"
+        return out

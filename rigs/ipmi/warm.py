@@ -22,7 +22,7 @@ from typing import NamedTuple
 from krig.errors import KrigError
 from krig.verdict import first_crash
 from rigs.ipmi.ssh import SshLost
-from rigs.ipmi.state import ServerState
+from rigs.ipmi.state import BootPlan, NextBoot, Power, ServerState
 
 # /proc/sys/kernel/tainted bits of a kernel not to kexec from: machine check (M), bad page (B),
 # oops (D), warning (W), soft lockup (L)
@@ -60,19 +60,18 @@ def health(server) -> tuple[str | None, str | None]:
     return release, None
 
 
-def next_boot(server, cold: str | None) -> tuple[str, str]:
-    """(how, booted_by of the next run): warm (kexec from this kernel), installed (kexec from the
-    installed system a hang's power cycle brought back) or cycle (through the firmware)."""
+def next_boot(server, cold: str | None) -> BootPlan:
+    """How the next run boots: WARM (kexec from this kernel), INSTALLED (kexec from the installed
+    system a hang's power cycle brought back) or CYCLE (through the firmware), and why."""
     why = cold or (COLD_BOOT if server.spec.cold_boot else None)
-    recovered = str(server.facts.get("hang", {}).get("recovered", "")).startswith("yes")
+    recovered = server.hang is not None and server.hang.recovered
     if why and recovered and not server.spec.cold_boot and server.state is ServerState.UP:
-        return "installed", f"cold: power cycle after {why} (end of the previous run), then kexec " \
-                            "from the installed system"
+        return BootPlan(NextBoot.INSTALLED, why)
     if why is None:
         release, why = health(server)
         if release:
-            return "warm", f"warm: kexec from {release} of the previous run"
-    return "cycle", f"cold: power cycle after {why}"
+            return BootPlan(NextBoot.WARM, release)
+    return BootPlan(NextBoot.CYCLE, str(why))
 
 
 def park(server, cold: str | None) -> bool:
@@ -80,8 +79,7 @@ def park(server, cold: str | None) -> bool:
     a server of this process or does not boot with kexec (the run powers it off as ever)."""
     if not server.holding or server.bmc.failed or server.spec.boot != "kexec":
         return False
-    server.next_boot = next_boot(server, cold)
-    server.facts["next_boot"] = server.next_boot[1]
+    server.plan_next(next_boot(server, cold))
     server.end_run(off=False)
     return True
 
@@ -96,34 +94,34 @@ class Booted(NamedTuple):
 def begin(server, power, timeout: float) -> Booted:
     """Bring the server to a running system to kexec from, as the previous run left it
     (next_boot)."""
-    how, said = server.next_boot or (None, "")
-    server.next_boot = None
+    plan = server.take_plan()
     before = "into its installed system (before kexec)"
     old = server.boot_id
     crashed = server.state is ServerState.CRASHED     # nothing runs on it but its power off (rigs/ipmi/state.py)
-    if server.bmc.power_status() == "off":
+    if server.bmc.power_status() is Power.OFF:
         if crashed:
             server.become(ServerState.OFF)
         power.on()
         server.wait_up(timeout, before)
-        return Booted("cold: power on" + (said.removeprefix("cold: power cycle") if how == "cycle" else ""))
-    if how == "cycle":
+        return Booted(plan.powered_on() if plan is not None else "cold: power on")
+    if plan is not None and plan.how is NextBoot.CYCLE:
         if crashed:                 # the cycle as its two halves: a hard power off, then on
             server.hard_off()
             power.on()
         else:
             server.power_cycle()
         server.wait_up(timeout, "after the power cycle (before kexec)", old_boot_id=old)
-        return Booted(said)
+        return Booted(plan.said())
     bid = server.ssh.probe(server.spec.ssh.connect_timeout)
-    if bid is None or (how is not None and bid != old):
+    if bid is None or (plan is not None and bid != old):
         server.power_cycle()
         server.wait_up(timeout, before, old_boot_id=old)
-        what = "the previous run's system" if how else "the server (found on)"
+        what = "the previous run's system" if plan is not None else "the server (found on)"
         return Booted(f"cold: power cycle: {what} did not answer SSH")
-    server.boot_id = bid
-    server.become(ServerState.UP)
-    return Booted(said, how == "warm") if how else Booted("found on: kexec from its running system")
+    server.answered(bid)
+    if plan is None:
+        return Booted("found on: kexec from its running system")
+    return Booted(plan.said(), plan.how is NextBoot.WARM)
 
 
 # What a kexec from another kernel under test takes from the installed system, read there before
@@ -141,14 +139,19 @@ def installed_cmdline(running: str) -> str:
     return " ".join(w for w in running.split() if not w.startswith("BOOT_IMAGE="))
 
 
+def installed_of(text: str) -> tuple[str, str | None]:
+    """INSTALLED's lines (in text) -> (the command line a kexec may reuse, the ACPI root pointer
+    or None)."""
+    kv = dict(ln.split("=", 1) for ln in text.splitlines() if ln.startswith(("running_cmdline=", "acpi_rsdp=")))
+    rsdp = kv.get("acpi_rsdp", "").strip()
+    return installed_cmdline(kv.get("running_cmdline", "")), rsdp if rsdp.lower().startswith("0x") else None
+
+
 def keep_installed(server, text: str, warm: bool) -> None:
     """INSTALLED's lines (in text) kept when read in the installed system, not a kernel under test."""
     if warm and server.installed_cmdline is not None:
         return
-    kv = dict(ln.split("=", 1) for ln in text.splitlines() if ln.startswith(("running_cmdline=", "acpi_rsdp=")))
-    server.installed_cmdline = installed_cmdline(kv.get("running_cmdline", ""))
-    rsdp = kv.get("acpi_rsdp", "").strip()
-    server.acpi_rsdp = rsdp if rsdp.lower().startswith("0x") else None
+    server.keep_installed(*installed_of(text))
 
 
 def warm_words(server) -> list:

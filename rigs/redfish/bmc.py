@@ -22,6 +22,7 @@ from krig.errors import RigError
 from krig.safeio import printable
 from krig.schema import Record
 from rigs.ipmi.bmc import Bmc, BmcAuthError
+from rigs.ipmi.state import Power
 from rigs.redfish.origin import BmcRefused, bmc_url, guard, public_session
 from rigs.redfish.facts import clear_logs, log_text, manager_line, server_facts
 
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
 # krig's power actions -> the ResetTypes that do them, the first one the system offers wins
 RESETS = {"on": ("On", "ForceOn"), "off": ("ForceOff",), "soft": ("GracefulShutdown",),
           "cycle": ("PowerCycle", "ForceRestart"), "reset": ("ForceRestart", "PowerCycle"), "diag": ("Nmi",)}
+
+
+def power_of(state: str | None) -> Power | None:
+    """A system's PowerState as krig's Power (a transition as the state it leaves); None for
+    another value."""
+    return {"On": Power.ON, "PoweringOff": Power.ON, "Off": Power.OFF, "PoweringOn": Power.OFF}.get(state or "")
 
 
 class _ToBmcLog(logging.Handler):
@@ -202,15 +209,14 @@ class RedfishBmc(Bmc):
         return conn.get(path).json()
 
     # -- power --------------------------------------------------------------
-    def power_status(self) -> str:
+    def power_status(self) -> Power:
         def status(s):
             s.refresh(force=True)
             return s.power_state.value if s.power_state else None
         state = self.call("reading the power state", status)
-        if state in ("On", "PoweringOff"):
-            return "on"
-        if state in ("Off", "PoweringOn"):
-            return "off"
+        power = power_of(state)
+        if power is not None:
+            return power
         raise RigError(f"rig {self.rig}: {self.where}: unexpected PowerState {state!r}")
 
     def reset_types(self) -> list[str]:

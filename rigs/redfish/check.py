@@ -15,7 +15,7 @@ import ssl
 from krig.errors import RigError
 from rigs.check import bad, note, ok, password_field
 from rigs.ipmi.bmc import BmcAuthError
-from rigs.redfish.bmc import RESETS, fingerprint_of
+from rigs.redfish.bmc import RESETS, fingerprint_of, power_of
 from rigs.redfish.origin import BmcRefused
 from rigs.redfish.spec import colons
 
@@ -59,7 +59,8 @@ def tls_item(cfg):
 
 
 def bmc_items(rig, power: dict):
-    """The BMC's items; power["state"] is set to what the BMC said ("On", "Off"...)."""
+    """The BMC's items; power["state"] is set to what the BMC said, a Power (None for a PowerState
+    that is neither on nor off)."""
     b, c = rig.bmc, rig.spec.bmc
     item, go_on = tls_item(c)
     yield item
@@ -92,7 +93,7 @@ def bmc_items(rig, power: dict):
         yield from _actions(rig)
         yield from privilege_items(rig)
         state = b.call("reading the power state", lambda s: s.power_state.value if s.power_state else "?")
-        power["state"] = "on" if state in ("On", "PoweringOff") else "off" if state in ("Off", "PoweringOn") else None
+        power["state"] = power_of(state)
         yield ok("power", f"{state} (a check changes nothing)")
     except RigError as e:
         yield bad("bmc", str(e).split(": ", 1)[-1], "bmc.timeout or bmc.retries")

@@ -89,11 +89,12 @@ def test_a_redfish_server_found_off_is_read_from_the_kept_drivers(tmp_path, monk
     """drivers=RIG of a Redfish rig whose server is off: the kept reading, no power on (as an IPMI one)."""
     import types
     from rigs.ipmi import drivers as server_drivers
+    from rigs.ipmi.state import Power
     from workflows import serverdrivers
     monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(serverdrivers, "READ", {})
     closed = []
-    rig = types.SimpleNamespace(kind="redfish", name="rf1", bmc=types.SimpleNamespace(power_status=lambda: "off"),
+    rig = types.SimpleNamespace(kind="redfish", name="rf1", bmc=types.SimpleNamespace(power_status=lambda: Power.OFF),
                                 close=lambda: closed.append(1))
     rig.installed_drivers = lambda: server_drivers.ServerDrivers(rig)
     monkeypatch.setattr(serverdrivers, "rig_path", lambda name: tmp_path / "rf1.toml")

@@ -23,6 +23,7 @@ import pytest
 from conftest import ROOT
 from krig.errors import RigError
 from rigs.ipmi.ssh import Ssh
+from rigs.ipmi.state import Power
 from rigs.procs import Overflow, drain
 from sshd_fixture import running_sshd
 from test_report import flood_run  # noqa: F401 (a fixture)
@@ -310,7 +311,7 @@ def test_a_bmc_whose_answer_never_ends_is_cut_at_the_cap(tmp_path, monkeypatch):
     one line naming it, nothing retried, ipmitool ended."""
     bmc, tool = _fake_bmc(tmp_path, monkeypatch, '*status*) echo "Chassis Power is on" ;; '
                                                  '*) exec head -c 100000000 /dev/zero ;;')
-    assert bmc.power_status() == "on"
+    assert bmc.power_status() is Power.ON
     with pytest.raises(Overflow, match=r"^rig local: BMC 127\.0\.0\.1:623: `ipmitool mc info`: its stdout went "
                                        r"past 16 MiB, the most krig reads of it; krig stopped reading and ended it$"):
         bmc.run("mc", "info")

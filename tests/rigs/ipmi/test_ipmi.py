@@ -138,7 +138,7 @@ def test_power_console_command_and_lock(sim, tmp_path):
     rig = load_rig("sim")
     with rig:
         rig.prepare(run_dir, kernel, {})
-        assert rig.power.status() == "off"
+        assert rig.power.status() == "off" and rig.facts()["power_at_start"] == "off"
         rig.boot.boot(kernel, [])
         assert sim.power_status() == "on"
         # A second krig (here: a second rig object) is kept off the server, and leaves it alone.
@@ -206,8 +206,9 @@ def test_hang_recovers(sim, tmp_path):
     assert verdict.verdict == "HUNG", verdict
     m = json.loads((run_dir / "manifest.json").read_text())
     hang = m["rig_facts"]["hang"]
+    assert list(hang) == ["reason", "nmi", "console_bytes_after_nmi", "recovered"], hang
     assert hang["nmi"].startswith("sent"), hang
-    assert hang["recovered"].startswith("yes"), hang
+    assert hang["recovered"] == "yes: power cycled and answering SSH again", hang
     console = (run_dir / "console.log").read_text(errors="replace")
     assert "NMI received for unknown reason" in console and "Kernel panic" in console
     assert console.index("Kernel panic") < console.rindex("Linux version")     # came back after the cycle

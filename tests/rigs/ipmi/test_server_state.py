@@ -12,9 +12,9 @@ import pytest
 from krig.errors import GuestCrashed, GuestHung, RigError
 from rigs.ipmi import kexec as ipmi_kexec
 from rigs.ipmi import server as ipmi_server
-from rigs.ipmi.rig import IpmiRig, _Command, _Files
+from rigs.ipmi.rig import IpmiRig, _Command, _Files, _Power
 from rigs.ipmi.ssh import SshLost
-from rigs.ipmi.state import TRANSITIONS, IllegalTransition, ServerState as S
+from rigs.ipmi.state import TRANSITIONS, Hang, IllegalTransition, Power, ServerState as S
 
 PW = "s3cret-Pw"
 
@@ -23,18 +23,19 @@ class FakeBmc:
     POWER_ON, NMI = "power on by hand", "nmi"
 
     def __init__(self):
-        self.power_state, self.calls, self.failed = "on", [], None
+        self.power_state, self.calls, self.failed = Power.ON, [], None
 
     def power_status(self):
         return self.power_state
 
     def power(self, what):
         self.calls.append(what)
-        self.power_state = {"off": "off", "soft": "off", "on": "on", "cycle": "on"}.get(what, self.power_state)
+        self.power_state = {"off": Power.OFF, "soft": Power.OFF, "on": Power.ON, "cycle": Power.ON}.get(
+            what, self.power_state)
 
     def wait_power(self, state, timeout, poll):
         self.calls.append(f"wait {state} {timeout}")
-        return self.power_state == state
+        return self.power_state is state
 
     def sel_text(self):
         return ""
@@ -150,7 +151,9 @@ def test_a_hang_power_cycles_and_comes_back_up(server):
     with pytest.raises(GuestHung, match="it stopped"):
         s.on_hang("it stopped")
     assert (s.state, s.boot_id) == (S.UP, "b2") and s.bmc.calls[:2] == ["diag", "cycle"]
-    assert s.facts["hang"]["recovered"].startswith("yes") and s.facts["hang"]["nmi"] == "sent (nmi)"
+    assert s.hang == Hang("it stopped", "sent (nmi)", 0, True, "power cycled and answering SSH again")
+    assert s.facts["hang"] == {"reason": "it stopped", "nmi": "sent (nmi)", "console_bytes_after_nmi": 0,
+                               "recovered": "yes: power cycled and answering SSH again"}
 
 
 def test_a_hang_left_hung_without_recovery(server):
@@ -161,6 +164,7 @@ def test_a_hang_left_hung_without_recovery(server):
     with pytest.raises(GuestHung):
         s.on_hang("it stopped")
     assert s.state is S.HUNG and "recovered" not in s.facts["hang"]
+    assert s.hang is not None and not s.hang.recovered and s.hang.how is None
 
 
 def test_an_orderly_shutdown_of_a_server_that_is_up(server):
@@ -168,7 +172,7 @@ def test_an_orderly_shutdown_of_a_server_that_is_up(server):
     s.hold = types.SimpleNamespace(release=lambda: None)       # held: shutdown() touches the server
     boots(s, "b1")
     s.wait_up(5, "after power on")
-    s.bmc.power_state = "off"                                   # the shutdown command powered it off
+    s.bmc.power_state = Power.OFF                               # the shutdown command powered it off
     s.shutdown()
     assert s.state is S.OFF and s.facts["shutdown"] == "soft"
     assert "systemctl poweroff" in s.ssh.ran[-1][0] and s.ssh.ran[-1][1] == 30
@@ -193,8 +197,57 @@ def test_kexec_boots_from_up_through_booting(server, monkeypatch):
 
 
 def test_commands_and_pulls_need_a_server_that_is_up(server, tmp_path):
+    """One guard (require_up): a command on a server not up is the kernel's crash, a pull or a
+    results directory the rig's error; each says the state and what was not done."""
     assert server.state is S.UNKNOWN
-    with pytest.raises(GuestCrashed, match=r"^the server is not up \(unknown\)$"):
+    with pytest.raises(GuestCrashed, match=r"^the server is unknown, not up: running true$"):
         _Command(server).run(["true"])
-    with pytest.raises(RigError, match=r"the server is unknown; /r was not pulled$"):
+    with pytest.raises(RigError, match=r"^rig lab: the server is unknown, not up: /r was not pulled$"):
         _Files(server).pull("/r", tmp_path / "out")
+    with pytest.raises(RigError, match=r"^rig lab: the server is unknown, not up: no results directory$"):
+        _Files(server).results_dir()
+    assert server.ssh.ran == []
+
+
+def test_a_server_found_on_is_left_on_by_what_the_bmc_said_not_by_the_facts(server):
+    """The power at the run's start is a Power read from the BMC; the fact power_at_start is
+    written from it and never read back: a fact saying "on" keeps nothing on."""
+    s = server
+    s.hold = types.SimpleNamespace(release=lambda: None)
+    s.power_at_start, s.facts["power_at_start"] = Power.OFF, "on"
+    _Power(s).off()
+    assert s.bmc.calls == ["off", "wait off 60"] and s.state is S.OFF and "power" not in s.facts
+    s.bmc.calls.clear()
+    s.power_at_start, s.facts["power_at_start"] = Power.ON, "off"
+    _Power(s).off()                     # found on, nothing started on it: left as found
+    assert s.bmc.calls == [] and s.facts["power"].startswith("left on as found")
+    s.powered = True                    # this run powered it on: off it goes
+    _Power(s).off()
+    assert s.bmc.calls == ["off", "wait off 60"]
+
+
+def test_a_boot_that_hangs_is_handled_once(server, monkeypatch):
+    """A boot that hangs goes through on_hang; a hang handled already (the server's Hang) is
+    raised as it is, not handled again, whatever the facts say."""
+    from rigs.ipmi.rig import _Boot
+    s = server
+    s.spec = dataclasses.replace(s.spec, boot="installed", recover_after_hang=False)
+    handled = []
+
+    def wait_up(timeout, what, old_boot_id=None):
+        raise GuestHung("no progress")
+
+    def on_hang(reason):
+        handled.append(reason)
+        raise GuestHung(reason)
+    monkeypatch.setattr(s, "wait_up", wait_up)
+    monkeypatch.setattr(s, "on_hang", on_hang)
+    boot = _Boot(s, _Power(s))
+    s.facts["hang"] = {"reason": "a fact only"}
+    with pytest.raises(GuestHung):
+        boot.boot(None, [])
+    assert handled == ["no progress"]
+    s.hang = Hang("earlier")
+    with pytest.raises(GuestHung):
+        boot.boot(None, [])
+    assert handled == ["no progress"]

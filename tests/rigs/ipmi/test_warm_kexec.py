@@ -20,7 +20,7 @@ from krig.record import Manifest
 from rigs.fake import FakeRig
 from rigs.ipmi.kexec import kexec_args
 from rigs.ipmi.rig import IpmiRig
-from rigs.ipmi.state import ServerState as S
+from rigs.ipmi.state import BootPlan, Hang, NextBoot, Power as On, ServerState as S
 from rigs.ipmi.warm import INSTALLED, begin, health, keep_installed, next_boot, park, warm_words
 from test_fake_rig import fake_rig
 from test_ipmi_spec import files, spec  # noqa: F401 (the fixture)
@@ -34,7 +34,7 @@ DMESG = "[    0.000000] Linux version 6.1.0-tiny\n[    1.2] systemd[1]: started\
 class Bmc:
     failed = False
 
-    def __init__(self, status="on"):
+    def __init__(self, status=On.ON):
         self.status, self.did = status, []
 
     def power_status(self):
@@ -42,7 +42,7 @@ class Bmc:
 
     def power(self, what):
         self.did.append(what)
-        self.status = "off" if what == "off" else "on"
+        self.status = On.OFF if what == "off" else On.ON
 
     def wait_power(self, state, timeout, poll):
         return self.status == state
@@ -94,7 +94,8 @@ def test_cold_reason_of_a_run():
 def test_a_healthy_kernel_is_kexeced_from(files):
     _, s = server(files)
     assert health(s) == ("6.1.0-tiny", None)
-    assert next_boot(s, None) == ("warm", "warm: kexec from 6.1.0-tiny of the previous run")
+    assert next_boot(s, None) == BootPlan(NextBoot.WARM, "6.1.0-tiny")
+    assert next_boot(s, None).said() == "warm: kexec from 6.1.0-tiny of the previous run"
 
 
 @pytest.mark.parametrize("ssh,cold,said", [
@@ -109,7 +110,7 @@ def test_a_healthy_kernel_is_kexeced_from(files):
 ])
 def test_what_makes_the_next_boot_cold(files, ssh, cold, said):
     _, s = server(files, ssh)
-    assert next_boot(s, cold)[1].startswith(said)
+    assert next_boot(s, cold).said().startswith(said)
 
 
 def test_only_what_came_since_the_boot_counts(files):
@@ -131,20 +132,29 @@ def test_results_not_pulled_and_a_dead_server_are_cold(files):
     assert health(s) == (None, "a failed pull (the results were not brought back)")
     s.salvaged = True
     s.become(S.CRASHED)
-    assert next_boot(s, None) == ("cycle", "cold: power cycle after the server is crashed")
+    assert next_boot(s, None) == BootPlan(NextBoot.CYCLE, "the server is crashed")
+    assert next_boot(s, None).said() == "cold: power cycle after the server is crashed"
 
 
 def test_cold_boot_in_the_rig_file(files):
     _, s = server(files, cold_boot=True)
-    assert next_boot(s, None) == ("cycle", "cold: power cycle after the rig file asks for cold boots "
-                                           "(cold_boot = true)")
+    assert next_boot(s, None).said() == ("cold: power cycle after the rig file asks for cold boots "
+                                         "(cold_boot = true)")
 
 
 def test_after_a_recovered_hang_the_next_kexec_is_from_the_installed_system(files):
+    """The decision reads the server's Hang, never its facts: a fact saying "yes" decides nothing."""
     _, s = server(files)
     s.facts["hang"] = {"reason": "x", "recovered": "yes: power cycled and answering SSH again"}
-    how, said = next_boot(s, "a hang (x)")
-    assert how == "installed" and said.startswith("cold: power cycle after a hang (x)")
+    assert next_boot(s, "a hang (x)").how is NextBoot.CYCLE
+    s.hung(Hang("x", recovered=False, how="no SSH answer"))
+    assert next_boot(s, "a hang (x)").how is NextBoot.CYCLE
+    s.hung(Hang("x", recovered=True, how="power cycled and answering SSH again"))
+    assert s.facts["hang"] == {"reason": "x", "recovered": "yes: power cycled and answering SSH again"}
+    plan = next_boot(s, "a hang (x)")
+    assert plan == BootPlan(NextBoot.INSTALLED, "a hang (x)")
+    assert plan.said() == ("cold: power cycle after a hang (x) (end of the previous run), then kexec from the "
+                           "installed system")
 
 
 def test_park_keeps_power_and_lock_and_says_what_comes_next(files, tmp_path):
@@ -152,6 +162,7 @@ def test_park_keeps_power_and_lock_and_says_what_comes_next(files, tmp_path):
     s.run_dir = tmp_path
     assert r.keep_for_next(None) is True
     assert s.holding and s.bmc.did == [] and s.facts["next_boot"].startswith("warm: ")
+    assert s.next_boot == BootPlan(NextBoot.WARM, "6.1.0-tiny")
     assert (tmp_path / "sel.txt").read_text() == "SEL\n"
     r2, s2 = server(files, boot="installed")
     assert r2.keep_for_next(None) is False          # boots through its firmware anyway: off as ever
@@ -169,22 +180,22 @@ class Power:
 
 def test_begin_boots_as_the_previous_run_left_it(files):
     _, s = server(files)
-    s.next_boot = ("warm", "warm: kexec from 6.1.0-tiny of the previous run")
+    s.plan_next(BootPlan(NextBoot.WARM, "6.1.0-tiny"))
     assert begin(s, Power(s), 60) == ("warm: kexec from 6.1.0-tiny of the previous run", True)
     assert s.bmc.did == [] and s.next_boot is None
 
     ups = []
     s.wait_up = lambda timeout, what, old_boot_id=None: ups.append(old_boot_id)
-    s.next_boot = ("cycle", "cold: power cycle after a hang (x)")
+    s.plan_next(BootPlan(NextBoot.CYCLE, "a hang (x)"))
     assert begin(s, Power(s), 60) == ("cold: power cycle after a hang (x)", False)
     assert s.bmc.did == ["cycle"] and ups == [BOOT_ID]
 
-    s.bmc = Bmc("off")
-    s.next_boot = ("cycle", "cold: power cycle after a crash (y)")
+    s.bmc = Bmc(On.OFF)
+    s.plan_next(BootPlan(NextBoot.CYCLE, "a crash (y)"))
     assert begin(s, Power(s), 60) == ("cold: power on after a crash (y)", False) and s.bmc.did == ["on"]
 
     s.bmc, s.ssh = Bmc(), Ssh(probe="3333-cccc")       # not the kernel the previous run left
-    s.next_boot = ("warm", "warm: kexec from 6.1.0-tiny of the previous run")
+    s.plan_next(BootPlan(NextBoot.WARM, "6.1.0-tiny"))
     assert begin(s, Power(s), 60) == ("cold: power cycle: the previous run's system did not answer SSH", False)
     assert s.bmc.did == ["cycle"]
 
@@ -193,7 +204,7 @@ def test_begin_boots_as_the_previous_run_left_it(files):
 
     # the installed system a hang's power cycle brought back: up, but no kernel of a run to kexec from
     said = "cold: power cycle after a hang (x) (end of the previous run), then kexec from the installed system"
-    s.next_boot = ("installed", said)
+    s.plan_next(BootPlan(NextBoot.INSTALLED, "a hang (x)"))
     assert begin(s, Power(s), 60) == (said, False)
     assert s.bmc.did == []
 
@@ -209,12 +220,12 @@ def test_a_crashed_server_is_powered_off_before_the_next_runs_boot(files):
         s.become(S.UP)
     s.wait_up = wait_up
     s.become(S.CRASHED)
-    s.next_boot = ("cycle", "cold: power cycle after a crash (y)")
+    s.plan_next(BootPlan(NextBoot.CYCLE, "a crash (y)"))
     assert begin(s, Power(s), 60) == ("cold: power cycle after a crash (y)", False)
     assert s.bmc.did == ["off", "on"] and seen == [S.OFF] and s.state is S.UP
     s.become(S.CRASHED)
-    s.bmc = Bmc("off")                                  # it powered off underneath
-    s.next_boot = ("cycle", "cold: power cycle after a crash (the server powered off)")
+    s.bmc = Bmc(On.OFF)                                  # it powered off underneath
+    s.plan_next(BootPlan(NextBoot.CYCLE, "a crash (the server powered off)"))
     assert begin(s, Power(s), 60) == ("cold: power on after a crash (the server powered off)", False)
     assert s.bmc.did == ["on"] and seen == [S.OFF, S.OFF] and s.state is S.UP
 
@@ -235,7 +246,7 @@ def test_the_installed_systems_acpi_root_pointer_goes_to_a_warm_kexec(files, tmp
     systab.write_text("ACPI20=0x7fb7e014\nACPI=0x7fb7e000\nSMBIOS=0x7f9c6000\n")
     out = subprocess.run(["sh", "-c", INSTALLED.replace("/sys/firmware/efi/systab", str(systab))],
                          capture_output=True, text=True, check=True).stdout
-    r, _ = server(files)
+    _, r = server(files)
     keep_installed(r, out, warm=False)
     assert warm_words(r) == ["acpi_rsdp=0x7fb7e014"] and r.installed_cmdline, (out, r.installed_cmdline)
     keep_installed(r, "running_cmdline=root=UUID=ab krig.mode=root\nacpi_rsdp=\n", warm=True)

@@ -18,6 +18,7 @@ from conftest import KRIG, ROOT, setup_missing
 from lab_fixture import Coordinator
 from labsim_fixture import started_under
 from rigs.labsim import image as labsim_image
+from rigs.ipmi.state import Power
 from rigs.labsim.bmc import missing_tools as bmc_missing
 
 pytestmark = pytest.mark.labsim
@@ -202,7 +203,7 @@ def test_a_bisection_step_on_a_lab_server_boots_its_kernel_by_kexec(tmp_path, do
     monkeypatch.setattr(rigs.ipmi.kexec, "kexec_boot", kexec_boot)
     state = BisectionRecord(repro="selftest-pass", rig="lab1", kernel="distro", preset=None, sets=[], metric=None)
     attempt = bisect.run_krig(state)
-    assert seen == [("lab1", load_kernel("distro").release, "off")]
+    assert seen == [("lab1", load_kernel("distro").release, Power.OFF)]
     assert attempt.verdict == "ERROR" and "the kexec is not part of this test" in attempt.reason, attempt
     assert bisect.asked_of(state).argv()[3:5] == ["--rig", "lab1"]         # the step's command in bisect.log
 

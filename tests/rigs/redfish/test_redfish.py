@@ -23,6 +23,7 @@ from krig.errors import RigError, UsageError
 from redfish_fixture import running_bench
 from rigs import load_rig
 from rigs.ipmi.bmc import BmcAuthError
+from rigs.ipmi.state import Power
 from rigs.redfish.spec import validate_spec
 
 pytestmark = [pytest.mark.redfish, pytest.mark.long(4)]
@@ -92,14 +93,14 @@ def test_power_through_the_offered_reset_types(bench, rig, tmp_path):
     bmc.log_path = tmp_path / "bmc.log"
     types = bmc.reset_types()
     assert {"On", "ForceOff", "Nmi"} <= set(types) and "PowerCycle" not in types
-    assert bmc.power_status() == "off" and not _active(bench)
+    assert bmc.power_status() is Power.OFF and not _active(bench)
     bmc.power("on")
-    assert bmc.wait_power("on", 30) and _wait_active(bench, True)
+    assert bmc.wait_power(Power.ON, 30) and _wait_active(bench, True)
     bmc.power("cycle")          # no PowerCycle offered: ForceRestart, the next one krig takes
     assert "ComputerSystem.Reset ForceRestart: ok" in bmc.log_path.read_text()
     assert _active(bench)
     bmc.power("off")
-    assert bmc.wait_power("off", 30) and _wait_active(bench, False)
+    assert bmc.wait_power(Power.OFF, 30) and _wait_active(bench, False)
 
 
 def test_a_reset_type_the_system_does_not_offer_is_one_line(bench, rig, monkeypatch):
@@ -208,7 +209,7 @@ def test_a_certificate_not_pinned_or_trusted_is_one_line_and_nothing_starts(benc
 def test_a_ca_file_that_signed_the_certificate_is_trusted(bench):
     rig = load_rig(str(bench.rig_file("rfca", bmc={"fingerprint": None, "ca_file": str(bench.cert)})))
     try:
-        assert rig.bmc.power_status() == "off"
+        assert rig.bmc.power_status() is Power.OFF
     finally:
         rig.bmc.close()
 

@@ -21,6 +21,7 @@ from krig.config import toml_document
 from krig.errors import RigError, UsageError
 from rigs import load_rig
 from rigs.ipmi.bmc import BmcAuthError
+from rigs.ipmi.state import Power
 from rigs.labsim.redfish import make_cert
 from rigs.redfish.origin import BODY_CAP
 from rigs.redfish.spec import validate_spec
@@ -210,7 +211,7 @@ def test_a_session_located_at_another_origin_is_not_logged_out_there(tmp_path, s
     rig = load_rig(rig_file(tmp_path, servers["bmc"], cert[2], auth="session"))
     rig.bmc.log_path = tmp_path / "bmc.log"
     try:
-        assert rig.bmc.power_status() == "off"
+        assert rig.bmc.power_status() is Power.OFF
     finally:
         rig.bmc.close()
     untouched(servers["http"], servers["https"])
@@ -233,7 +234,7 @@ def test_a_redirect_to_another_origin_is_refused_and_one_on_the_origin_followed(
                                   "/redfish/v1/Systems/index": systems})
     rig = load_rig(rig_file(here, servers["bmc"], cert[2]))
     try:
-        assert rig.bmc.power_status() == "off"
+        assert rig.bmc.power_status() is Power.OFF
     finally:
         rig.bmc.close()
 
@@ -307,7 +308,7 @@ def test_an_ipv6_bmc_is_bracketed_in_its_url(tmp_path, cert):
         redfish(bmc)
         rig = load_rig(rig_file(tmp_path, bmc, cert[2], host="::1", bound=f"[0:0::1]:{bmc.port}"))
         try:
-            assert rig.bmc.url == f"https://[::1]:{bmc.port}" and rig.bmc.power_status() == "off"
+            assert rig.bmc.url == f"https://[::1]:{bmc.port}" and rig.bmc.power_status() is Power.OFF
         finally:
             rig.bmc.close()
         assert bmc.seen[-1]["path"] == "/redfish/v1/Systems/s1" and bmc.seen[-1]["auth"].startswith("Basic ")
