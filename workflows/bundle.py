@@ -213,10 +213,12 @@ def _sources(d: pathlib.Path):
 
 
 def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+    v = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if v < 1024:
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} GiB"
 
 
 def readme(meta: dict, tarball: str) -> str:
@@ -308,7 +310,7 @@ def _rig_spec(described: RigRecord) -> dict:
     a path to read (a toml file of secrets elsewhere would enter the bundle)."""
     name = described.name
     plain = isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name)
-    path = rig_path(name) if plain else None
+    path = rig_path(name) if plain and name is not None else None
     if path is not None:
         try:
             return load_toml(path)
@@ -394,8 +396,8 @@ def kernel_files(k: KernelRecord, series: dict | None = None, with_config: bool 
             break
         out.append((toml.name, toml))
         data = load_toml(toml)
-        series = data.get("patches") or []
-        for s in [series] if isinstance(series, str) else series:
+        patches = data.get("patches") or []
+        for s in [patches] if isinstance(patches, str) else patches:
             for p in sorted((KERNEL_DIR / "patches" / str(s)).glob("*.patch")):
                 out.append((f"patches/{s}/{p.name}", p))
         for frag in data.get("fragments") or []:

@@ -209,7 +209,7 @@ def validate(repro_name: str, base: str, series_path: str | None, repeat: int = 
     for side in SIDES:
         plan.with_knobs(knobs[side])         # a boot parameter on a rig that boots its installed kernel
     who = identity(sender)
-    said = []                                     # the series' line, said once (the build reads it again)
+    said: list[str] = []                          # the series' line, said once (the build reads it again)
     source, series, base_text, new_text = _the_series(series_path, base, knobs, said, log)
     asked = {"reproducer": repro.name, "base": base_text, "series": source, "rig": rig.name,
              "preset": preset, "params": json.loads(json.dumps(params, default=str))}
@@ -273,7 +273,10 @@ def _the_series(series_path: str | None, base: str, knobs: dict, said: list, log
     if series_path is None:
         return None, knob_series(knobs), base, base
     source = series_source(series_path)          # a Message-ID, or the mbox's full path
-    series = load_series(source, "--series", lambda m, *a, **k: (said.append(m), log(m, *a, **k)))
+    def tell(m: str, *a, **k) -> None:
+        said.append(m)
+        log(m, *a, **k)
+    series = load_series(source, "--series", tell)
     for line in series_knobs(_texts(series["patches"])):
         log(f"krig: {line}")
     base_text = _base_text(base, series)
@@ -350,6 +353,7 @@ def server_facts(k: SideKernel | None) -> ServerFacts | None:
         return None
     # what a Redfish BMC says of the server (rigs/redfish/facts.py), as it says it
     redfish = {x: f[x] for x in ServerFacts.REDFISH if f.get(x)}
+    assert k is not None, "facts were found, so the side ran on a kernel"
     return ServerFacts(rig=k.rig.name, system=f.get("system"), firmware=f.get("firmware"),
                        ram_bytes=m.mem_total_bytes, cpus=m.cpus, cpu=(m.cpu or {}).get("model"),
                        bmc=f.get("bmc_info"), bmc_address=f.get("bmc"), **redfish)

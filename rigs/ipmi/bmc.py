@@ -15,7 +15,7 @@ import time
 from krig import progress
 from krig.errors import RigError
 from krig.paths import dies_with_parent
-from krig.schema import Record
+from rigs.ipmi.spec import IpmiSpecBmc
 from rigs.ipmi.state import Power
 from rigs.protocol import CONSOLE_CAP
 from rigs.procs import drain, stop_group
@@ -49,7 +49,7 @@ class BmcAuthError(RigError):
 class Bmc:
     POWER_ON = "ipmitool ... chassis power on"       # how to power the server on by hand, as errors say it
     NMI = "chassis power diag"                        # how the NMI is sent, as rig_facts hang.nmi says it
-    def __init__(self, rig: str, cfg: Record, password: str, log_path: pathlib.Path | None = None):
+    def __init__(self, rig: str, cfg: IpmiSpecBmc, password: str, log_path: pathlib.Path | None = None):
         """cfg: the rig file's [bmc] table, checked (rigs/ipmi/spec.py BMC)."""
         self.rig = rig
         self.cfg = cfg

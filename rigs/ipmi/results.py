@@ -5,9 +5,11 @@ import pathlib
 import subprocess
 import tempfile
 
+from typing import Any
+
 from krig import progress
 from krig.errors import KrigError
-from krig.schema import Record
+from rigs.ipmi.spec import ServerSpec
 from rigs.ipmi.pull import Refused, pull_results
 from rigs.ipmi.ssh import Ssh, SshLost
 from rigs.ipmi.state import ServerState
@@ -16,7 +18,7 @@ from rigs.ipmi.state import ServerState
 class ServerResults:
     """The results pull of IpmiServer, which sets these in its __init__."""
     name: str
-    spec: Record
+    spec: ServerSpec[Any]
     ssh: Ssh
     facts: dict
     boot_id: str | None

@@ -41,6 +41,7 @@ class IpmiRig(Rig):
     takes_path = True       # rigs.load_rig passes the rig file's path for messages
     # the rig file's checks, the BMC and the server: the Redfish driver's own (rigs/redfish/rig.py)
     validate: Callable[[str, dict, str | None], tuple[ServerSpec[Any], str]]
+    bmc_class: Callable[..., Bmc]
     validate, bmc_class, server_class = staticmethod(validate_spec), Bmc, IpmiServer
 
     def __init__(self, name: str, spec: dict, path=None):

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn
 
+from typing import Any
+
 from krig import progress
 from krig.errors import GuestCrashed, GuestHung, KrigError, RigError, UsageError
 from krig.safeio import printable
-from krig.schema import Record
+from rigs.ipmi.spec import ServerSpec
 from krig.paths import cache_dir
 from krig.verdict import first_crash
 from rigs import lab
@@ -44,7 +46,7 @@ class IpmiServer(ServerSetup, ServerResults):
     explicitly: the BMC, the SSH link, the rig file, the console log, and the run's state
     (its ServerState, boot id, work directories, results, what was learnt)."""
 
-    def __init__(self, name: str, spec: Record, where: str, bmc: Bmc, ssh: Ssh, console: ConsoleProtocol):
+    def __init__(self, name: str, spec: ServerSpec[Any], where: str, bmc: Bmc, ssh: Ssh, console: ConsoleProtocol):
         self.name, self.spec, self.where = name, spec, where
         self.bmc, self.ssh, self.console = bmc, ssh, console
         self.rd = spec.remote_dir

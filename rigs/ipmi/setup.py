@@ -7,9 +7,11 @@ sysctls and the scratch disk. One SSH round trip after each boot.
 import shlex
 from collections.abc import Callable
 
+from typing import Any
+
 from krig.errors import RigError
 from krig.safeio import printable
-from krig.schema import Record
+from rigs.ipmi.spec import ServerSpec
 
 
 # Programs krig itself runs on a server (the harness, the setup round trip), and the
@@ -44,7 +46,7 @@ class ServerSetup:
     """The after-boot checks of IpmiServer (rigs/ipmi/server.py), which sets these in its __init__
     and provides ssh_call(); the checks set wd, boot_id and at_boot."""
     name: str
-    spec: Record
+    spec: ServerSpec[Any]
     rd: str                         # the rig file's remote_dir
     needs: dict
     facts: dict

@@ -16,7 +16,7 @@ import time
 
 from krig.errors import RigError
 from krig.safeio import printable
-from krig.schema import Record
+from rigs.ipmi.spec import IpmiSpecSsh
 from rigs.procs import Overflow, drain, stop_group
 from rigs.ipmi.pull import stream_from
 from krig.paths import dies_with_parent
@@ -70,7 +70,7 @@ def remote_command(argv: list, env: dict | None, cwd: str | None = None, rc_file
 
 
 class Ssh:
-    def __init__(self, rig: str, cfg: Record):
+    def __init__(self, rig: str, cfg: IpmiSpecSsh):
         """cfg: the rig file's [ssh] table, checked (rigs/ipmi/spec.py SSH)."""
         self.rig = rig
         self.cfg = cfg

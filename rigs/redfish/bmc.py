@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from krig.errors import RigError
 from krig.safeio import printable
-from krig.schema import Record
 from rigs.ipmi.bmc import Bmc, BmcAuthError
 from rigs.ipmi.state import Power
 from rigs.redfish.origin import BmcRefused, bmc_url, guard, public_session
@@ -71,11 +70,12 @@ class RedfishBmc(Bmc):
     POWER_ON = "ComputerSystem.Reset On, from the BMC's web page or any Redfish client"
     NMI = "ComputerSystem.Reset Nmi"
 
-    cfg: "RedfishSpecBmc"
+    # its own [bmc] table: every method of Bmc that reads an IPMI-only field is overridden here
+    cfg: "RedfishSpecBmc"  # type: ignore[assignment]
 
-    def __init__(self, rig: str, cfg: Record, password: str, log_path=None):
+    def __init__(self, rig: str, cfg: "RedfishSpecBmc", password: str, log_path=None):
         """cfg: the rig file's [bmc] table, checked (rigs/redfish/spec.py BMC)."""
-        super().__init__(rig, cfg, password, log_path)
+        super().__init__(rig, cfg, password, log_path)  # type: ignore[arg-type]   # (as cfg above)
         self.url = bmc_url(self.cfg.host, self.cfg.port)
         self.where = f"BMC {self.url}"
         self._root = self._system = self._conn = self._auth = self._guard = None
