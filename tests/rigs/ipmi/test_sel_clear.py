@@ -8,6 +8,7 @@ import pytest
 from krig.errors import RigError
 from rigs import load_rig
 from rigs.ipmi import bmc as ipmi_bmc
+from rigs.ipmi.state import Power
 
 
 def _rig(tmp_path, **bmc):
@@ -48,7 +49,7 @@ def test_a_refused_clear_is_a_line_and_the_bmc_still_answers(tmp_path, monkeypat
     said = bmc.sel_clear()
     assert said and said.startswith("not cleared: ") and says in said and "\n" not in said
     assert "bmc.clear_sel = false" in said and bmc.failed is None
-    assert bmc.power_status() == "off"
+    assert bmc.power_status() is Power.OFF
     assert "log clearing not cleared" in (tmp_path / "bmc.log").read_text()
 
 
