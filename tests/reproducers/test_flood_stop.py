@@ -398,7 +398,9 @@ def assert_settled_at_the_cap(v: dict, m: dict) -> None:
     level off at the cap, the flood ends on a plateau after min_duration, PASS."""
     assert v["verdict"] == "PASS", v["reason"]
     assert m["stop_reason"] == 2 and m["name_cap_hit"] == 0 and m["time_limit_hit"] == 0
-    assert m["retention"] <= 0.05 and m["new_names"] < m["name_cap"]
+    # (the names made may pass the name cap before min_duration on a small guest: the plateau,
+    # checked first once min_duration is reached, is what stopped it)
+    assert m["retention"] <= 0.05
     assert m["limit_crossed"] == 0 and m["bounded"] == 1 and m["settled_negative_pct_ram"] <= m["peak_negative_pct_ram"]
     assert "bounded, below the 5% limit" in v["reason"]
     params = load_reproducer("neg-dentry-flood").resolve_params("smoke", {})
