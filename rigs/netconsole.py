@@ -264,13 +264,8 @@ class NetConsole:
 
 
 def open_console(url: str, bmc, run_dir: pathlib.Path, log_path: pathlib.Path, where: str, speed: int = 115200):
-    """The rig's console (url: the rig file's console) writing log_path, started: SOL through
-    the BMC (its speed the BMC's), or a network console (speed: an RFC 2217 line's)."""
-    if url == "sol":
-        from rigs.ipmi.bmc import Sol
-        sol = Sol(bmc, log_path, run_dir / "sol.log")
-        sol.start()
-        return sol
+    """The rig's network console (url: the rig file's console, not "sol": SOL is the BMC's,
+    rigs/ipmi/bmc.py Sol) writing log_path, started (speed: an RFC 2217 line's)."""
     con = NetConsole(url, log_path, run_dir / "netconsole.log", where, speed)
     con.start()
     return con

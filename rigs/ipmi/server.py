@@ -101,8 +101,12 @@ class IpmiServer(ServerSetup, ServerResults):
             if said:
                 self.facts["log_clearing"] = said
         self.console.log_path.touch()
-        self.sol = open_console(self.spec.console, self.bmc, self.run_dir, self.console.log_path, f"rig {self.name}",
-                                self.spec.console_speed)
+        if self.spec.console == "sol":          # through the BMC, at the BMC's speed
+            self.sol = Sol(self.bmc, self.console.log_path, self.run_dir / "sol.log")
+            self.sol.start()
+        else:
+            self.sol = open_console(self.spec.console, self.bmc, self.run_dir, self.console.log_path,
+                                    f"rig {self.name}", self.spec.console_speed)
 
     def make_local_workdir(self) -> pathlib.Path:
         """This run's work directory on this host (under the cache's work/), removed by end_run()."""

@@ -6,6 +6,8 @@ FIFO, a name walking out, an absolute name, a member over a cap are refused with
 line, the host file each one aims at is untouched, and the good files around it are
 kept. Then the real pipe (stream_from, Ssh.pipe_from) with a real `tar -c` in place of
 ssh, and one real run on the simulated IPMI server whose results hold hostile entries.
+
+Covers: rigs/ipmi/results.py (the server's pull of a run, in the real run at the end).
 """
 import io
 import json
