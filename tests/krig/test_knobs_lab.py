@@ -52,18 +52,19 @@ def test_a_knob_only_ab(tmp_path):
         assert mannwhitneyu(base, new, alternative="two-sided").pvalue <= 0.029
         assert row["significant"] and row["p"] <= 0.029, row
         assert f"{row['p']:.3f}*" in text, (metric, text)        # the reply's table: significant
-    # the verdicts: a knob run PASSes on its plateau; on an idle host a 1 GiB guest's flood can
-    # reach its name cap first, still growing a little in its last quarter (FAIL on growth alone,
-    # its peak far below the limit): then the answer is inconclusive, never "not fixed"
+    # the verdicts: a knob run PASSes when its flood levels off below the limit; on an idle host
+    # a 1 GiB guest's flood runs faster and its last quarter may still grow a little past the 5%
+    # growth limit (stopped by its plateau or its name cap), its peak far below the RAM limit:
+    # FAIL on that alone. The answer follows the verdicts (fixed, inconclusive or not fixed); what
+    # the knob does to the judged metrics is asserted above, whatever the answer.
     cut = [(run, v, m) for run, _, v, m in side_runs(tmp_path / "ab", "new") if v["verdict"] != "PASS"]
     for run, v, m in cut:
-        assert v["verdict"] == "FAIL" and m["name_cap_hit"] == 1 and m["peak_negative_pct_ram"] < 5, (run, v, m)
+        assert v["verdict"] == "FAIL" and m["peak_negative_pct_ram"] < 5, (run, v, m)
         assert v["reason"].startswith("last_quarter_growth_pct_of_limit"), (run, v["reason"])
+    want = "fixed" if not cut else "not fixed" if len(cut) == len(rows[judged[0]]["values"]["new"]) else "inconclusive"
+    assert state["answer"] == want, state["reason"]
     if not cut:
-        assert p.returncode == 0 and state["answer"] == "fixed", state["reason"]
-        assert all(f"{m} p = {rows[m]['p']:.3f}" in state["reason"] for m in judged), state["reason"]
-    else:
-        assert state["answer"] == "inconclusive" and "mixed verdicts" in state["reason"], state["reason"]
+        assert p.returncode == 0 and all(f"{m} p = {rows[m]['p']:.3f}" in state["reason"] for m in judged), state["reason"]
     reply = " ".join(text.split())
     assert "on these knobs (one kernel, with and without them)" in reply
     assert f"patched knob cmdline {KNOB}" in reply
