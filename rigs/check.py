@@ -60,9 +60,8 @@ def items(rig, bmc: bool = True):
     yield known_host(rig)
     if not bmc:
         return
-    mod, fn = CHECKS[rig.kind].split(":")
     power: dict[str, Power | None] = {}     # "state": the power the BMC reported (None: neither on nor off)
-    yield from getattr(importlib.import_module(mod), fn)(rig, power)
+    yield from bmc_items(rig, power)
     if rig.spec.console != "sol":
         yield console_port(rig.spec.console)
     yield ssh_up(rig, power.get("state"))
@@ -165,9 +164,9 @@ def ssh_up(rig, power: Power | None) -> Item:
     return ok("ssh", f"{s.user}@{s.host}:{s.port} logs in (host key pinned), boot id {boot_id[:8]}")
 
 
-# what a workflow checks of a lab server's BMC before its first build, once a process (rig file path ->
-# the items' lines); a FAIL among them is refused before any kernel is built
-_BMC_CHECKED: dict[str, list] = {}
+# the rig files whose BMC a workflow checked before its first build, once a process; a FAIL among
+# the items is refused before any kernel is built
+_BMC_CHECKED: set[str] = set()
 # the items a workflow does not refuse: a refused log clearing is a fact of the run, never its end
 NOT_REFUSED = ("log clearing",)
 # a BMC that does not answer: the BMC's fault (ERROR's exit code), not the rig file's
@@ -189,13 +188,16 @@ def before_build(rig) -> None:
         _refuse(rig, item)
     if rig.where in _BMC_CHECKED:
         return
-    mod, fn = CHECKS[rig.kind].split(":")
-    said = []
-    for item in getattr(importlib.import_module(mod), fn)(rig, {}):
+    for item in bmc_items(rig, {}):
         if item.what not in NOT_REFUSED:
             _refuse(rig, item)
-        said.append(item.line())
-    _BMC_CHECKED[rig.where] = said
+    _BMC_CHECKED.add(rig.where)
+
+
+def bmc_items(rig, power: dict):
+    """The rig's driver's BMC items (CHECKS); power["state"] is set to the power the BMC reported."""
+    mod, fn = CHECKS[rig.kind].split(":")
+    yield from getattr(importlib.import_module(mod), fn)(rig, power)
 
 
 def _refuse(rig, item: Item) -> None:

@@ -32,7 +32,7 @@ def answers(monkeypatch):
         calls.append(rig.name)
         yield from said
     monkeypatch.setattr("rigs.ipmi.check.bmc_items", bmc_items)
-    monkeypatch.setattr(rc, "_BMC_CHECKED", {})
+    monkeypatch.setattr(rc, "_BMC_CHECKED", set())
     return said, calls
 
 
