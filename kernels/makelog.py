@@ -1,7 +1,6 @@
 """Running make and its helpers with a log: the environment a build starts from (nothing of the
 caller's make or kernel variables), a progress line while it runs (krig/progress.py: the phase,
 the last step its log shows, its bound), the first error it printed."""
-import contextlib
 import os
 import pathlib
 import re
@@ -48,10 +47,8 @@ def run_logged(argv, cwd, logf, what="", env=None, limit: float | None = None) -
         p = subprocess.Popen(dies_with_parent(argv), cwd=cwd, stdout=f, stderr=subprocess.STDOUT,
                              stdin=subprocess.DEVNULL, env=env or clean_env())
         try:
-            with progress.waiting(lambda: f"{phase}, at {_last_step(logf)}", limit):
-                while p.poll() is None:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        p.wait(timeout=1)       # back as soon as it ends: a short step takes no whole second
+            with progress.waiting(lambda: f"{phase}, at {_last_step(logf)}", limit):   # its lines: the wait's thread
+                p.wait()
         except BaseException:
             p.terminate()
             p.wait()
