@@ -282,10 +282,16 @@ loadlib "{w}/krig_diag.so" ""
         raise RuntimeError("ipmi_sim does not answer on its LAN port")
 
     def kill_bmc(self):
-        """The BMC dies (SIGKILL of ipmi_sim); the server's QEMU dies with it (pdeathsig)."""
+        """The BMC dies (SIGKILL of ipmi_sim) and the server's QEMU with it. pdeathsig kills QEMU
+        when ipmi_sim is gone, not before it returns: every process of ipmi_sim's session is
+        killed here and waited for, since one still holding the BMC's KCS socket (QEMU inherits
+        ipmi_sim's descriptors) keeps the next ipmi_sim from binding it."""
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+        left = kill_session(self.bmc_record, wait=30)
+        if session_members(self.bmc_record):
+            raise RuntimeError(f"the killed BMC's processes {left} are still there after 30 s")
 
     # -- use ----------------------------------------------------------------
     def ipmitool(self, *args, timeout=30) -> subprocess.CompletedProcess:
