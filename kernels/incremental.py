@@ -82,10 +82,17 @@ def sync_source(tree: pathlib.Path, spec: KernelSpec, identity: dict, state: dic
 
 # -- configure, make, install --------------------------------------------------
 
+def _make_step(argv: list, tree: pathlib.Path, box, logf, what: str, writable: tuple = (),
+               readable: tuple = ()) -> int:
+    """One step of the build on `tree` (in the sandbox when `box`), logged to logf under the
+    phase `what`, bounded by the sandbox's wall time (kernels/makelog.py run_logged)."""
+    return run_logged(boxed(argv, tree, box, writable=writable, readable=readable), tree, logf, what,
+                      limit=sandbox.wall(box))
+
+
 def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool = False) -> None:
     for target in spec.base_config:
-        if run_logged(boxed(["make", f"ARCH={ARCH}", target], tree, box), tree, logf,
-                      f"the configuration: make {target}", limit=sandbox.wall(box)) != 0:
+        if _make_step(["make", f"ARCH={ARCH}", target], tree, box, logf, f"the configuration: make {target}") != 0:
             raise KrigError(f"{spec.where}.base_config: `make {target}` failed: {first_error(logf)}; log: {logf}")
     lv = tree / ".krig-localversion.config"
     safeio.write_text(tree, lv.name, localversion_fragment(spec.localversion))
@@ -96,11 +103,9 @@ def configure(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool =
         own.insert(0, ".krig-drivers.config")
     argv = ["bash", "scripts/kconfig/merge_config.sh", "-m", ".config", *map(str, frags),
             *(str(inside(tree, box) / n) for n in own)]
-    if run_logged(boxed(argv, tree, box, readable=tuple(frags)), tree, logf, "the configuration: merge_config.sh",
-                  limit=sandbox.wall(box)) != 0:
+    if _make_step(argv, tree, box, logf, "the configuration: merge_config.sh", readable=tuple(frags)) != 0:
         raise KrigError(f"{spec.where}: merge_config.sh failed: {first_error(logf)}; log: {logf}")
-    if run_logged(boxed(["make", f"ARCH={ARCH}", "olddefconfig"], tree, box), tree, logf,
-                  "the configuration: make olddefconfig", limit=sandbox.wall(box)) != 0:
+    if _make_step(["make", f"ARCH={ARCH}", "olddefconfig"], tree, box, logf, "the configuration: make olddefconfig") != 0:
         raise KrigError(f"{spec.where}: `make olddefconfig` failed: {first_error(logf)}; log: {logf}")
     wanted, origin, redefined = wanted_config(spec)
     with open(logf, "a") as f:
@@ -130,7 +135,7 @@ def make_kernel(tree: pathlib.Path, spec: KernelSpec, logf, log=print, box: bool
     targets = ["bzImage"] + (["modules"] if fromtree.dotconfig(tree).get("CONFIG_MODULES") == "y" else [])
     start = os.path.getsize(logf)
     argv = ["nice", "-n", "10", "make", f"ARCH={ARCH}", f"-j{jobs}", *targets]
-    rc = run_logged(boxed(argv, tree, box), tree, logf, f"the build: make {' '.join(targets)}", limit=sandbox.wall(box))
+    rc = _make_step(argv, tree, box, logf, f"the build: make {' '.join(targets)}")
     if rc == TIMED_OUT and box:
         raise KrigError(f"kernel {spec.name}: the build hit its time limit ({sandbox.wall_text()} of wall time, "
                         f"the sandbox's timeout); log: {logf}")
@@ -160,8 +165,7 @@ def install(tree: pathlib.Path, out: pathlib.Path, logf, box: bool = False) -> s
             return release
         argv = ["make", f"ARCH={ARCH}", "modules_install", f"INSTALL_MOD_PATH={out.resolve() / 'mod'}",
                 "INSTALL_MOD_STRIP=1"]
-        if run_logged(boxed(argv, tree, box, writable=(out / "mod",)), tree, logf, "the modules: make modules_install",
-                      limit=sandbox.wall(box)) != 0:
+        if _make_step(argv, tree, box, logf, "the modules: make modules_install", writable=(out / "mod",)) != 0:
             raise KrigError(f"`make modules_install` failed: {first_error(logf)}; log: {logf}")
         fromtree.keep_plain(out / "mod", logf)
         if not mods.is_dir():           # no link is left below out/mod

@@ -9,10 +9,16 @@ from typing import Any, Protocol
 
 
 class Outcome(Protocol):
-    """One threshold's outcome as the judge records it (krig/record.py ThresholdOutcome)."""
-    outcome: str
-    message: str
-    host_sensitive: bool
+    """One threshold's outcome as the judge records it (krig/record.py ThresholdOutcome), read
+    only: a frozen record is one."""
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def host_sensitive(self) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True)

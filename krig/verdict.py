@@ -116,7 +116,7 @@ class Evidence:
     host_contended_pct: float | None = None
 
 
-def decide(ev: Evidence) -> tuple[str | None, str]:
+def decide(ev: Evidence) -> Decided:
     """The verdict rule, in one place: who is to blame for how a run ended.
 
     - Nothing recorded as the end (the krig process was killed): INCOMPLETE.

@@ -10,8 +10,6 @@ import copy
 import importlib
 import os
 import pathlib
-from collections.abc import Callable
-from typing import Any
 
 from krig import RIG_DIR
 from krig.config import load_toml
@@ -42,10 +40,6 @@ def memory_refusal(mem: int, avail: int) -> str | None:
     from rigs.qemu.memory import refusal
     return refusal(mem, avail)
 
-
-# Set by the workflows (workflows/serverreach.py): fn(server, kernel, warm) -> a line refusing a
-# kernel that cannot reach the server, or None; a kexec rig asks it before the kexec.
-kexec_check: Callable[[Any, Any, bool], str | None] | None = None
 
 
 def read_running_drivers(server) -> str:

@@ -166,7 +166,7 @@ class _Boot(BootProtocol):
     def __init__(self, machine: FakeMachine, console: _Console, power: _Power):
         self.m, self.console, self.power = machine, console, power
 
-    def boot(self, kernel, cmdline, timeout=None):
+    def boot(self, kernel, cmdline, timeout=None, reach=None):
         self.power.on()
         if self.m.fault == "boot-fails":
             self.m.up = False

@@ -7,6 +7,8 @@ methods, so they never branch on the kind of rig.
 import abc
 import dataclasses
 import pathlib
+from collections.abc import Callable
+from typing import Any
 
 from krig.schema import Record
 
@@ -95,10 +97,17 @@ class FilesProtocol(abc.ABC):
         """A fresh, writable directory on the machine for this run's results."""
 
 
+# What a boot is given to ask before it kexecs a kernel (workflows/serverreach.py at_kexec):
+# fn(server, kernel, warm) -> a line refusing a kernel that cannot reach the server, or None.
+ReachCheck = Callable[[Any, Any, bool], "str | None"]
+
+
 class BootProtocol(abc.ABC):
     @abc.abstractmethod
-    def boot(self, kernel, cmdline: list, timeout: float) -> None:
-        """Bring the machine up on `kernel` until the command protocol answers."""
+    def boot(self, kernel, cmdline: list, timeout: float | None = None, reach: ReachCheck | None = None) -> None:
+        """Bring the machine up on `kernel` until the command protocol answers. reach: what a rig
+        that kexecs into `kernel` on a server asks first (a refusal is a UsageError, the kernel
+        never kexec'd); a rig that boots what it is given ignores it."""
 
     def bound(self, timeout: float | None = None) -> float | None:
         """The most boot() may take, every step of it at its limit (None: the rig's boot_timeout)."""

@@ -116,8 +116,7 @@ def judge(run, contended: bool = False, properties: dict | None = None) -> Tally
         rows = [json.loads(ln) for ln in said.read_text().splitlines()] if said.exists() else []
     tests = threshold_tests(rows)
     record = outcomes(tests)
-    # (krig/tally.py's Outcome protocol declares settable attributes; ThresholdOutcome's are frozen)
-    counts = Tally.of(record)  # type: ignore[arg-type]   # before a contended host relabels: the rule reads the crossing
+    counts = Tally.of(record)       # before a contended host relabels: the rule reads the crossing
     if contended:
         record = [dataclasses.replace(r, outcome="contended") if r.outcome == "fail" and r.host_sensitive else r
                   for r in record]
@@ -252,8 +251,7 @@ def check(run_dir, project: tuple = (), repro=None) -> Verdict:
         verdict.notes = notes
         why = f"{why} ({'; '.join(notes)})"
     assert v is not None, "a completed run has its thresholds or its analysis error by now"
-    # (krig/verdict.py's decide() returns a Decided, which its annotation calls a plain tuple)
-    verdict.verdict, verdict.reason, verdict.cause = v, why, decided.cause  # type: ignore[attr-defined]
+    verdict.verdict, verdict.reason, verdict.cause = v, why, decided.cause
     if v == "CRASHED" and scan.get("crash_context"):
         verdict.crash_context = scan["crash_context"]
     if ev.thresholds is None:    # not judged this time: no outcome of an earlier check stays

@@ -19,7 +19,6 @@ from krig.knobs import Knobs, applied, apply_argv, summary as knob_summary
 from .plan import RunPlan, plan_run
 from .preflight import admission_line
 from . import serverreach
-import rigs
 from .session import Session, power_down
 from krig.record import Manifest, Verdict
 from krig.record_machine import Machine
@@ -29,7 +28,6 @@ from rigs.hashsize import from_log as hash_tables
 
 FACTS_TIMEOUT = 60
 RUN_LOG = "krig.log"         # what krig said of the run, progress included (run_log)
-rigs.kexec_check = serverreach.at_kexec           # a kernel lacking the server's NIC or disk driver: never kexec'd
 
 
 def run(repro_name: str, rig_name: str = DEFAULT_RIG, kernel_name: str = DEFAULT_KERNEL,
@@ -253,7 +251,8 @@ def _drive(rig, repro, params, kernel, run_dir, manifest, log, collect, knobs):
     t0 = time.monotonic()
     with progress.waiting(f"kernel {kernel.release} to boot on {rig.name}",
                           rig.boot.bound() or rig.boot_timeout()):
-        rig.boot.boot(kernel, list(knobs.cmdline))
+        # a kernel lacking the server's NIC or disk driver: never kexec'd
+        rig.boot.boot(kernel, list(knobs.cmdline), reach=serverreach.at_kexec)
     log(f"krig: booted in {time.monotonic() - t0:.1f}s ({accel_said(rig.facts(), rig.kind)})")
     facts = rig.command.run(["bash", "-c", 'uname -r; cat /proc/cmdline; nproc; '
                              'awk "/^MemTotal:/ {print \\$2}" /proc/meminfo; '

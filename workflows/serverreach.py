@@ -4,7 +4,7 @@ reads: this process's reading, or the one kept in $KRIG_CACHE/servers/<rig>.driv
 
 Known before the run (read or kept): the kernel is refused once it is built or loaded, before
 anything is powered or booted (bad input, one line). Not known yet: the rig asks at its kexec
-(rigs.kexec_check), once its installed system is up, reads it there over SSH and keeps it;
+(the boot's `reach`: at_kexec), once its installed system is up, reads it there over SSH and keeps it;
 the run is then ERROR with the same line, the kernel never kexec'd. QEMU rigs boot whatever
 they are given: not checked.
 """
@@ -16,7 +16,9 @@ from . import serverdrivers
 
 
 def _applies(rig) -> bool:
-    return getattr(rig, "kind", None) in ("ipmi", "redfish") and rig.spec.boot == "kexec"
+    """A rig that boots the kernel it is given on a machine whose installed system says which
+    drivers that machine needs (a lab server with boot = "kexec")."""
+    return rig.installed_drivers() is not None and rig.boots_installed_only() is None
 
 
 def known(name: str) -> dict | None:
@@ -43,7 +45,7 @@ def before_run(rig, kernel) -> None:
 
 
 def at_kexec(server, kernel, warm: bool) -> str | None:
-    """rigs.kexec_check: the line refusing `kernel` on `server` (an IpmiServer up in the system to
+    """rigs/protocol.py ReachCheck: the line refusing `kernel` on `server` (an IpmiServer up in the system to
     kexec from), reading its inventory there when it is not known yet."""
     if reach.tree_of(kernel) is None:       # not a kernel krig built: not judged, nothing read
         return None

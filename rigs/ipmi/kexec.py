@@ -22,9 +22,9 @@ import subprocess
 from krig import progress
 from krig.errors import RigError, UsageError
 from krig.safeio import printable
-import rigs
 from rigs import initramfs
 from rigs.ipmi.ssh import SshLost, remote_command
+from rigs.protocol import ReachCheck
 from rigs.ipmi.state import ServerState
 from rigs.ipmi.warm import INSTALLED, begin, keep_installed, warm_words
 
@@ -147,11 +147,12 @@ def _ship_modules(rig, kernel) -> str:
     return f"copied to {dest}"
 
 
-def kexec_boot(rig, power, kernel, cmdline: list, timeout: float) -> None:
-    """rig: the IpmiServer (rigs/ipmi/rig.py) being booted; power: its power protocol."""
+def kexec_boot(rig, power, kernel, cmdline: list, timeout: float, reach: ReachCheck | None = None) -> None:
+    """rig: the IpmiServer (rigs/ipmi/rig.py) being booted; power: its power protocol; reach:
+    asked once the server is up, before the kexec (rigs/protocol.py ReachCheck)."""
     rig.facts["booted_by"], warm = begin(rig, power, timeout)     # warm: from the previous run's kernel
-    if rigs.kexec_check is not None:        # a kernel lacking the server's NIC or disk drivers: refused now
-        said = rigs.kexec_check(rig, kernel, warm)
+    if reach is not None:        # a kernel lacking the server's NIC or disk drivers: refused now
+        said = reach(rig, kernel, warm)
         if said:
             raise UsageError(f"rig {rig.name}: {said}; it was not kexec'd")
     rig.check_programs(["kexec"])

@@ -141,7 +141,7 @@ class _Boot(BootProtocol):
     def __init__(self, server: IpmiServer, power: _Power):
         self.server, self.power = server, power
 
-    def boot(self, kernel, cmdline, timeout=None):
+    def boot(self, kernel, cmdline, timeout=None, reach=None):
         r = self.server
         timeout = timeout or r.spec.boot_timeout
         r.new_boot()
@@ -149,7 +149,7 @@ class _Boot(BootProtocol):
         try:
             if r.spec.boot == "kexec":
                 from rigs.ipmi.kexec import kexec_boot
-                kexec_boot(r, self.power, kernel, cmdline, timeout)
+                kexec_boot(r, self.power, kernel, cmdline, timeout, reach)
             else:                       # power on and cycle set the boot override (bmc.boot_device)
                 if r.bmc.power_status() is Power.ON:
                     r.power_cycle()

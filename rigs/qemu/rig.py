@@ -380,7 +380,7 @@ class _Boot(BootProtocol):
     def __init__(self, machine: QemuMachine, spec: QemuSpec, console: _Console, power: _Power):
         self.m, self.spec, self.console, self.power = machine, spec, console, power
 
-    def boot(self, kernel, cmdline, timeout=None):
+    def boot(self, kernel, cmdline, timeout=None, reach=None):
         r, spec = self.m, self.spec
         initrd = initramfs.build(kernel.release, kernel.modules_dir, [*BASE_MODULES, *spec.modules])
         accel, reason = spec.accel, "set in the rig file"

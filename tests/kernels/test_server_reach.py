@@ -14,7 +14,11 @@ from kernels import drivers, reach
 from kernels.kernel import Kernel
 from kernels.spec import resolve_spec, wanted_config
 from krig.errors import UsageError
+from rigs import load_rig
+from rigs.ipmi.rig import IpmiRig
+from rigs.redfish.rig import RedfishRig
 from test_drivers_scope import SERVER
+from test_rig_spec import files, ipmi_file, redfish_file  # noqa: F401 (files: a fixture)
 from workflows import serverdrivers, serverreach
 
 
@@ -64,21 +68,30 @@ def test_a_kernel_krig_did_not_build_is_not_judged(tmp_path, linux_source):
     assert reach.refusal(_inv(), _kernel(tmp_path, linux_source, built=False), "/dev/nvme0n1", "lab") is None
 
 
-def _rig(kind="ipmi", boot="kexec"):
-    return types.SimpleNamespace(kind=kind, name="lab", spec=types.SimpleNamespace(boot=boot, scratch_dev="/dev/nvme0n1"))
+def _rig(files, kind="ipmi", boot="kexec"):
+    """A real rig object of that kind, named lab (nothing of it is contacted)."""
+    if kind == "qemu":
+        rig = load_rig("qemu-default")
+        rig.name = "lab"
+        return rig
+    cls, raw = (IpmiRig, ipmi_file(files, boot=boot)) if kind == "ipmi" else \
+        (RedfishRig, redfish_file(files, boot=boot, scratch_dev="/dev/nvme0n1"))
+    return cls("lab", raw, path="rigs/lab.toml")
 
 
-def test_a_kept_inventory_refuses_before_anything_is_booted(tmp_path, linux_source, monkeypatch):
+def test_a_kept_inventory_refuses_before_anything_is_booted(tmp_path, linux_source, monkeypatch, files):
     monkeypatch.setenv("KRIG_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(serverdrivers, "READ", {})
     k = _kernel(tmp_path, linux_source)
-    serverreach.before_run(_rig(), k)                   # nothing known of the server: nothing refused yet
+    serverreach.before_run(_rig(files), k)              # nothing known of the server: nothing refused yet
     (tmp_path / "cache" / "servers").mkdir(parents=True, exist_ok=True)
     (tmp_path / "cache" / "servers" / "lab.drivers").write_text(SERVER)
-    with pytest.raises(UsageError, match=r"^rig lab: kernel 6\.1\.192-krig-tiny-6\.1 cannot reach the server: .*"
-                                         r"e1000e \(CONFIG_E1000E\).*drivers=lab; nothing was booted$"):
-        serverreach.before_run(_rig(), k)
-    for rig in (_rig("qemu"), _rig(boot="installed")):  # QEMU boots what it is given; installed: never kexec'd
+    for kind in ("ipmi", "redfish"):
+        with pytest.raises(UsageError, match=r"^rig lab: kernel 6\.1\.192-krig-tiny-6\.1 cannot reach the server: .*"
+                                             r"e1000e \(CONFIG_E1000E\).*drivers=lab; nothing was booted$"):
+            serverreach.before_run(_rig(files, kind), k)
+    # QEMU boots what it is given; boot = "installed": never kexec'd
+    for rig in (_rig(files, "qemu"), _rig(files, boot="installed"), _rig(files, "redfish", boot="installed")):
         serverreach.before_run(rig, k)
 
 

@@ -251,3 +251,29 @@ def test_a_boot_that_hangs_is_handled_once(server, monkeypatch):
     with pytest.raises(GuestHung):
         boot.boot(None, [])
     assert handled == ["no progress"]
+
+
+def test_a_kexec_boot_asks_reach_before_anything_is_copied(server):
+    """The boot asks its `reach` (workflows/serverreach.py at_kexec in a run) once the server is
+    up, with the kernel and whether the boot is warm: a refusal is one line, nothing copied or
+    kexec'd; no refusal, and the kexec goes on (here: to its check for the kexec program)."""
+    from krig.errors import UsageError
+    from rigs.ipmi.rig import _Boot
+    s = server
+    s.spec = dataclasses.replace(s.spec, boot="kexec")
+    kernel = types.SimpleNamespace(release="6.1.0-krig")
+    asked = []
+
+    def refuse(srv, k, warm):
+        asked.append((srv, k, warm))
+        return "kernel 6.1.0-krig cannot reach the server: network card eth0 needs driver e1000e"
+
+    boots(s, "b1")
+    with pytest.raises(UsageError, match=r"^rig lab: kernel 6\.1\.0-krig cannot reach the server: .*e1000e; "
+                                         r"it was not kexec'd$"):
+        _Boot(s, _Power(s)).boot(kernel, [], reach=refuse)
+    assert asked == [(s, kernel, False)] and s.ssh.ran == []
+    boots(s, "b1")
+    with pytest.raises(RigError, match="cannot check the programs on the server"):   # the fake SSH answers nothing
+        _Boot(s, _Power(s)).boot(kernel, [], reach=lambda srv, k, warm: asked.append(k))
+    assert asked[-1] is kernel and s.ssh.ran, "no refusal: the kexec went on to the server"
