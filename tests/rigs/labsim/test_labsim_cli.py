@@ -20,6 +20,7 @@ from labsim_fixture import started_under
 from rigs.labsim import image as labsim_image
 from rigs.ipmi.state import Power
 from rigs.labsim.bmc import missing_tools as bmc_missing
+from workflows import serverreach
 
 pytestmark = pytest.mark.labsim
 
@@ -197,7 +198,8 @@ def test_a_bisection_step_on_a_lab_server_boots_its_kernel_by_kexec(tmp_path, do
     monkeypatch.setenv("KRIG_RESULTS", str(tmp_path / "results"))
     seen = []
 
-    def kexec_boot(rig, power, kernel, cmdline, timeout):
+    def kexec_boot(rig, power, kernel, cmdline, timeout, reach):
+        assert reach is serverreach.at_kexec, "the run's boot asks whether the kernel reaches the server"
         seen.append((rig.name, kernel.release, rig.bmc.power_status()))
         raise RigError(f"rig {rig.name}: the kexec is not part of this test")
     monkeypatch.setattr(rigs.ipmi.kexec, "kexec_boot", kexec_boot)
