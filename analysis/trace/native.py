@@ -81,13 +81,14 @@ class ZstdChunks:
     """One decompression context (one per thread): decompresses a batch of v7 chunks."""
 
     def __init__(self):
+        self._free = lib.kz_free        # its own reference: the module's `lib` may be gone when it is collected
         self._dctx = lib.kz_new()
         if not self._dctx:
             raise MemoryError("ZSTD_createDCtx failed")
 
     def __del__(self):
         if getattr(self, "_dctx", None):
-            lib.kz_free(self._dctx)
+            self._free(self._dctx)
             self._dctx = None
 
     def decompress(self, src: bytes, nchunks: int, big_endian: bool, dst, err):
