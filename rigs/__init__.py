@@ -41,7 +41,6 @@ def memory_refusal(mem: int, avail: int) -> str | None:
     return refusal(mem, avail)
 
 
-
 def read_running_drivers(server) -> str:
     """What a lab server that is up runs: its modules, bound drivers, boot devices and config, read
     over its SSH (rigs/ipmi/drivers.py)."""

@@ -15,11 +15,10 @@ import time
 from krig import progress
 from krig.errors import RigError
 from krig.paths import dies_with_parent
+from rigs.ipmi.spec import IpmiSpecBmc
 from rigs.ipmi.state import Power
 from rigs.protocol import CONSOLE_CAP
-from rigs.ipmi.spec import IpmiSpecBmc
 from rigs.procs import drain, stop_group
-
 
 IPMITOOL = "ipmitool"
 SOL_RESTARTS = 20

@@ -21,7 +21,6 @@ from rigs.procs import Overflow, drain, stop_group
 from rigs.ipmi.pull import stream_from
 from krig.paths import dies_with_parent
 
-
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The PATH of everything krig runs on a server: the system's own directories, never a
 # /usr/local or a home directory a workload (or anyone) may have put a `uname` or an `env` in.

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from krig.errors import GuestCrashed, GuestHung, RigError
+from krig.errors import GuestCrashed, GuestHung, RigError, UsageError
 from rigs.ipmi import kexec as ipmi_kexec
 from rigs.ipmi import server as ipmi_server
 from rigs.ipmi.rig import IpmiRig, _Command, _Files, _Power
@@ -257,7 +257,6 @@ def test_a_kexec_boot_asks_reach_before_anything_is_copied(server):
     """The boot asks its `reach` (workflows/serverreach.py at_kexec in a run) once the server is
     up, with the kernel and whether the boot is warm: a refusal is one line, nothing copied or
     kexec'd; no refusal, and the kexec goes on (here: to its check for the kexec program)."""
-    from krig.errors import UsageError
     from rigs.ipmi.rig import _Boot
     s = server
     s.spec = dataclasses.replace(s.spec, boot="kexec")
