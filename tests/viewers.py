@@ -28,6 +28,17 @@ def _kill(p):
     p.wait(timeout=10)
 
 
+def _stop(p):
+    """SIGTERM first, so an X server removes its lock and socket; SIGKILL after 10 s."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    _kill(p)
+
+
 def chromium(args: list, profile: pathlib.Path, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run(["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
                           capture_output=True, text=True, timeout=timeout)
@@ -83,20 +94,28 @@ def blank(img: np.ndarray) -> bool:
 # ------------------------------------------------------------------ Xvfb + KernelShark
 @contextlib.contextmanager
 def xvfb(tmp: pathlib.Path):
-    """An Xvfb server whose screen is also a file (xwd format) in tmp/fb."""
+    """An Xvfb server whose screen is also a file (xwd format) in tmp/fb.
+
+    `-noreset`: without it the server resets whenever its last client leaves,
+    and a client connecting during that reset is dropped ("could not connect
+    to display"); xdotool's short calls beside KernelShark's start make one.
+    The display answers a client before it is handed out."""
     fb = tmp / "fb"
     fb.mkdir(exist_ok=True)
     r, w = os.pipe()
-    p = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", f"{SCREEN[0]}x{SCREEN[1]}x24",
-                          "-fbdir", str(fb), "-nolisten", "tcp"], pass_fds=(w,),
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(tmp / "Xvfb.log", "w") as log:
+        p = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", f"{SCREEN[0]}x{SCREEN[1]}x24",
+                              "-fbdir", str(fb), "-nolisten", "tcp", "-noreset"], pass_fds=(w,),
+                             stdout=log, stderr=log)
     os.close(w)
     try:
         with os.fdopen(r) as f:
             display = ":" + f.readline().strip()
+        if display == ":" or _xdotool(display, "getdisplaygeometry").returncode != 0:
+            raise AssertionError(f"Xvfb gave no display that answers: {(tmp / 'Xvfb.log').read_text()[-2000:]}")
         yield display, fb / "Xvfb_screen0"
     finally:
-        _kill(p)
+        _stop(p)
 
 
 def xwd_pixels(path: pathlib.Path) -> np.ndarray:
