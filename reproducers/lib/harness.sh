@@ -56,9 +56,10 @@ fi
 # trace keeps every event that fit, the harness says so in one line and the lost events
 # make the run ERROR (instrument check). KRIG_TRACE_MODE=record streams the buffer to
 # trace.dat while the workload runs (trace-cmd record: readers wake every -s usecs).
+# KRIG_TRACEFS: where tracefs is mounted (older systems: /sys/kernel/debug/tracing).
+tracefs=${KRIG_TRACEFS:-/sys/kernel/tracing}
 tracer='' trace_mode=${KRIG_TRACE_MODE:-ring} trace_kb=${KRIG_TRACE_BUFFER_KB:-65536}
 if [[ -n ${KRIG_TRACE_EVENTS:-} && ${KRIG_COLLECT:-1} != 0 ]]; then
-    tracefs=/sys/kernel/tracing
     args=()
     for e in $KRIG_TRACE_EVENTS; do args+=(-e "$e"); done
     if [[ $trace_mode == ring ]]; then
@@ -91,12 +92,30 @@ fi
 # Events the ring buffer dropped because it was full (nooverwrite) or overwrote.
 ring_lost() {
     local n=0 f k v
-    for f in /sys/kernel/tracing/per_cpu/cpu*/stats; do
+    for f in "$tracefs"/per_cpu/cpu*/stats; do
         while IFS=: read -r k v; do
             [[ $k == "dropped events" || $k == overrun ]] && n=$((n + v))
         done < "$f"
     done
     echo "$n"
+}
+
+# Sends SIGNAL to PID and waits at most SECONDS for it to end, then SIGKILLs it.
+# Returns 1 if it had to kill.
+stop_within() {
+    local pid=$1 sig=$2 secs=$3 i
+    kill "-$sig" "$pid" 2>/dev/null
+    for ((i = 0; i < secs * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        return 1
+    fi
+    wait "$pid" 2>/dev/null
+    return 0
 }
 
 stop_collectors() {
@@ -116,14 +135,17 @@ stop_collectors() {
         trace-cmd reset >> "$out/trace-cmd.log" 2>&1   # events off, the buffer's memory back
         tracer=
     elif [[ -n $tracer ]]; then
-        kill -INT "$tracer" 2>/dev/null
-        wait "$tracer" 2>/dev/null
+        # record flushes what the buffer still holds after SIGINT; bounded all the same
+        local stop_s=${KRIG_TRACE_STOP_S:-300}
+        stop_within "$tracer" INT "$stop_s" ||
+            echo "krig: trace-cmd record did not end within ${stop_s}s of SIGINT and was killed; trace.dat may be cut short" |
+                tee -a "$out/trace-cmd.log" >&2
         tracer=
     fi
     exec 8>&-
     if [[ -n $sampler ]]; then
-        kill -TERM "$sampler" 2>/dev/null
-        wait "$sampler" 2>/dev/null
+        stop_within "$sampler" TERM 30 ||
+            echo "krig: the sampler did not end within 30s of SIGTERM and was killed" >&2
         sampler=
     fi
 }
