@@ -12,9 +12,9 @@ import subprocess
 import threading
 import time
 
-from krig import progress
 from krig.errors import RigError
 from krig.paths import dies_with_parent
+from rigs.ipmi.bmcbase import BmcAuthError, BmcBase
 from rigs.ipmi.spec import IpmiSpecBmc
 from rigs.ipmi.state import Power
 from rigs.protocol import CONSOLE_CAP
@@ -42,22 +42,14 @@ _CHATTER = ("Loading IANA", "Running Get VSO", "Discovered IPMB", "Invalid compl
             "Get HPM.x", "tcgetattr", "Err in cmd get sensor", "Get SDR ", "SDRR successfully")
 
 
-class BmcAuthError(RigError):
-    pass
+class Bmc(BmcBase[IpmiSpecBmc]):
+    POWER_ON = "ipmitool ... chassis power on"
+    NMI = "chassis power diag"
 
-
-class Bmc:
-    POWER_ON = "ipmitool ... chassis power on"       # how to power the server on by hand, as errors say it
-    NMI = "chassis power diag"                        # how the NMI is sent, as rig_facts hang.nmi says it
     def __init__(self, rig: str, cfg: IpmiSpecBmc, password: str, log_path: pathlib.Path | None = None):
         """cfg: the rig file's [bmc] table, checked (rigs/ipmi/spec.py BMC)."""
-        self.rig = rig
-        self.cfg = cfg
-        self._password = password
-        self.log_path = log_path
+        super().__init__(rig, cfg, password, log_path)
         self.where = f"BMC {cfg.host}:{cfg.port}"
-        self.failed: str | None = None  # "no answer" or "login refused": clean-up then leaves the BMC alone
-        self._auth_message = ""         # the refused login's line, said again instead of a new login
 
     # -- plumbing -----------------------------------------------------------
     def argv(self, *args, verbose=True) -> list:
@@ -73,14 +65,6 @@ class Bmc:
         if not self.cfg.password_file:
             env["IPMI_PASSWORD"] = self._password
         return env
-
-    def _log(self, line: str):
-        if self.log_path is not None:
-            try:
-                with open(self.log_path, "a") as f:
-                    f.write(f"{time.strftime('%H:%M:%S')} {line.rstrip()}\n")
-            except OSError:
-                pass
 
     def classify(self, err: str) -> str | None:
         for rx, what in _AUTH:
@@ -139,9 +123,7 @@ class Bmc:
 
     def _clean(self, err: str) -> str:
         """ipmitool -v chatter that is not an error, and the password should it ever appear."""
-        if self._password:
-            err = err.replace(self._password, "********")
-        return "\n".join(ln for ln in err.splitlines() if ln.strip() and not ln.startswith(_CHATTER))
+        return "\n".join(ln for ln in self._scrub(err).splitlines() if ln.strip() and not ln.startswith(_CHATTER))
 
     @staticmethod
     def _summary(err: str) -> str:
@@ -177,17 +159,6 @@ class Bmc:
 
     def bootdev(self, device: str) -> None:
         self.run("chassis", "bootdev", device)
-
-    def wait_power(self, want: Power, timeout: float, poll: float = 1.0) -> bool:
-        deadline = time.monotonic() + timeout
-        with progress.waiting(f"the server {self.rig}'s power to be {want} (its BMC)", timeout):
-            for _ in range(int(timeout / poll) + 2):
-                if self.power_status() is want:
-                    return True
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(poll)
-        return False
 
     # -- SEL ----------------------------------------------------------------
     def sel_text(self) -> str:

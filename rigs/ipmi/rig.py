@@ -24,6 +24,7 @@ from typing import Any
 from krig import safeio
 from krig.errors import GuestHung, KrigError, RigError
 from rigs.ipmi.bmc import Bmc
+from rigs.ipmi.bmcbase import BmcBase
 from rigs.ipmi.drivers import ServerDrivers
 from rigs.ipmi.pull import Refused, move_into
 from rigs.ipmi.server import BootTimeout, IpmiServer
@@ -41,7 +42,7 @@ class IpmiRig(Rig):
     takes_path = True       # rigs.load_rig passes the rig file's path for messages
     # the rig file's checks, the BMC and the server: the Redfish driver's own (rigs/redfish/rig.py)
     validate: Callable[[str, dict, str | None], tuple[ServerSpec[Any], str]]
-    bmc_class: Callable[..., Bmc]
+    bmc_class: Callable[..., BmcBase[Any]]
     validate, bmc_class, server_class = staticmethod(validate_spec), Bmc, IpmiServer
 
     def __init__(self, name: str, spec: dict, path=None):

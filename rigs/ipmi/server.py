@@ -24,7 +24,8 @@ from krig.paths import cache_dir
 from krig.verdict import first_crash
 from rigs import lab
 from rigs.ipmi import lock as ipmi_lock
-from rigs.ipmi.bmc import Bmc, Sol
+from rigs.ipmi.bmc import Sol
+from rigs.ipmi.bmcbase import BmcBase
 from rigs.netconsole import open_console
 from rigs.ipmi.results import ServerResults
 from rigs.ipmi.setup import ServerSetup
@@ -46,7 +47,7 @@ class IpmiServer(ServerSetup, ServerResults):
     explicitly: the BMC, the SSH link, the rig file, the console log, and the run's state
     (its ServerState, boot id, work directories, results, what was learnt)."""
 
-    def __init__(self, name: str, spec: ServerSpec[Any], where: str, bmc: Bmc, ssh: Ssh, console: ConsoleProtocol):
+    def __init__(self, name: str, spec: ServerSpec[Any], where: str, bmc: BmcBase[Any], ssh: Ssh, console: ConsoleProtocol):
         self.name, self.spec, self.where = name, spec, where
         self.bmc, self.ssh, self.console = bmc, ssh, console
         self.rd = spec.remote_dir

@@ -1,6 +1,7 @@
 """A server's BMC through Redfish, on the sushy client library: power, one-time boot override,
-NMI, log services, the server's facts; the same methods as the IPMI Bmc (rigs/ipmi/bmc.py),
-so the lab server's logic (rigs/ipmi/server.py) drives either.
+NMI, log services, the server's facts; the methods rigs/ipmi/bmcbase.py's BmcBase declares, as
+the IPMI Bmc (rigs/ipmi/bmc.py) has them, so the lab server's logic (rigs/ipmi/server.py)
+drives either.
 
 Power is ComputerSystem.Reset with a ResetType the system lists (AllowableValues); an NMI is
 ResetType Nmi where offered. Login is a session token (SessionService), or with
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from krig.errors import RigError
 from krig.safeio import printable
-from rigs.ipmi.bmc import Bmc, BmcAuthError
+from rigs.ipmi.bmcbase import BmcAuthError, BmcBase
 from rigs.ipmi.state import Power
 from rigs.redfish.origin import BmcRefused, bmc_url, guard, public_session
 from rigs.redfish.facts import clear_logs, log_text, manager_line, server_facts
@@ -66,25 +67,19 @@ def _colons(fp: str) -> str:
     return ":".join(fp[i:i + 2] for i in range(0, len(fp), 2)).upper()
 
 
-class RedfishBmc(Bmc):
+class RedfishBmc(BmcBase["RedfishSpecBmc"]):
     POWER_ON = "ComputerSystem.Reset On, from the BMC's web page or any Redfish client"
     NMI = "ComputerSystem.Reset Nmi"
 
-    # its own [bmc] table: every method of Bmc that reads an IPMI-only field is overridden here
-    cfg: "RedfishSpecBmc"  # type: ignore[assignment]
-
     def __init__(self, rig: str, cfg: "RedfishSpecBmc", password: str, log_path=None):
         """cfg: the rig file's [bmc] table, checked (rigs/redfish/spec.py BMC)."""
-        super().__init__(rig, cfg, password, log_path)  # type: ignore[arg-type]   # (as cfg above)
+        super().__init__(rig, cfg, password, log_path)
         self.url = bmc_url(self.cfg.host, self.cfg.port)
         self.where = f"BMC {self.url}"
         self._root = self._system = self._conn = self._auth = self._guard = None
         self._handler = None
 
     # -- plumbing -----------------------------------------------------------
-    def argv(self, *args, verbose=True):
-        raise RigError(f"rig {self.rig}: {self.where} is a Redfish BMC: no ipmitool")
-
     def _connect(self):
         import sushy
         from sushy import auth, connector
@@ -183,7 +178,7 @@ class RedfishBmc(Bmc):
 
     def _clean(self, err: str) -> str:
         """What the BMC or sushy wrote, the password taken out, as one printable line."""
-        lines = super()._clean(err).splitlines()
+        lines = [ln for ln in self._scrub(err).splitlines() if ln.strip()]
         return printable(lines[0] if lines else "", 300)
 
     def _drop(self):
