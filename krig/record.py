@@ -80,6 +80,13 @@ class Manifest:
             self.machine = Machine.from_json(self.machine)
 
     @classmethod
+    def begun(cls, reproducer: str, preset: str | None, params: dict[str, Any], kernel: dict[str, Any],
+              series: dict[str, Any] | None, rig: dict[str, Any], **rest: Any) -> "Manifest":
+        """A new run's manifest from its kernel's and its rig's describe()."""
+        return cls(reproducer, preset, params, KernelRecord.from_json(kernel), series, RigRecord.from_json(rig),
+                   **rest)
+
+    @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Manifest":
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: v for k, v in data.items() if k in names}

@@ -59,10 +59,9 @@ def execute(plan: RunPlan, results_root: pathlib.Path = RESULTS_DIR, log=print,
     rig = session.take(plan.rig) if session is not None else plan.rig.fresh()
     run_dir = claim_run_dir(results_root, run_dir) if run_dir else \
         new_run_dir(results_root, repro.name, kernel.kernel_id, rig.name)
-    # (Manifest types the describe() dicts into its records: krig/record.py __post_init__)
-    manifest = Manifest(repro.name, plan.preset, params, kernel.describe(), kernel.series, rig.describe(),  # type: ignore[arg-type]
-                        krig_revision=git_revision(), started=now(), collect=collect, owner=owner_record(),
-                        preflight=host, host_cpu=host_cpu(), knobs=knobs_asked(plan.knobs))
+    manifest = Manifest.begun(repro.name, plan.preset, params, kernel.describe(), kernel.series, rig.describe(),
+                              krig_revision=git_revision(), started=now(), collect=collect, owner=owner_record(),
+                              preflight=host, host_cpu=host_cpu(), knobs=knobs_asked(plan.knobs))
     manifest.write(run_dir)
     with run_log(run_dir, log) as log:
         log(f"krig: {repro.name} on {rig.name} with kernel {kernel.kernel_id} -> {run_dir}")
