@@ -24,6 +24,7 @@ import threading
 import time
 
 from krig.errors import RigError
+from rigs.procs import log_line
 from rigs.protocol import CONSOLE_CAP
 
 SCHEMES = ("rfc2217", "telnet", "raw")
@@ -185,8 +186,7 @@ class NetConsole:
         self._lock = threading.Lock()
 
     def _note(self, line: str):
-        with open(self.notes_path, "a") as f:
-            f.write(f"{time.strftime('%H:%M:%S')} krig: {line}\n")
+        log_line(self.notes_path, f"krig: {line}")
 
     def _connect(self):
         if self.scheme == "unix":

@@ -20,6 +20,18 @@ from krig.errors import RigError
 CHUNK = 1 << 16
 TAIL = 4096                 # the end of a stderr written to a file, kept for the caller's message
 
+
+def log_line(path: pathlib.Path | None, line: str) -> None:
+    """`HH:MM:SS line` appended to a rig's log (bmc.log, ssh.log, sol.log, netconsole.log),
+    best effort: a log that cannot be written never ends what it logs."""
+    if path is None:
+        return
+    try:
+        with open(path, "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {line.rstrip()}\n")
+    except OSError:
+        pass
+
 def stopped_by_host(pid: int) -> str | None:
     """Why the process pid is not running at all, if the host stopped it: a stop signal
     (SIGSTOP, SIGTSTP: process state T) or a frozen cgroup (cgroup v2 cgroup.events)."""

@@ -18,7 +18,7 @@ from rigs.ipmi.bmcbase import BmcAuthError, BmcBase
 from rigs.ipmi.spec import IpmiSpecBmc
 from rigs.ipmi.state import Power
 from rigs.protocol import CONSOLE_CAP
-from rigs.procs import drain, stop_group
+from rigs.procs import drain, log_line, stop_group
 
 IPMITOOL = "ipmitool"
 SOL_RESTARTS = 20
@@ -210,8 +210,7 @@ class Sol:
         self._thread: threading.Thread | None = None
 
     def _note(self, line: str):
-        with open(self.notes_path, "a") as f:
-            f.write(f"{time.strftime('%H:%M:%S')} krig: {line}\n")
+        log_line(self.notes_path, f"krig: {line}")
 
     def _spawn(self):
         err = open(self.notes_path, "ab")

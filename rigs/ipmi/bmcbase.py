@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 from krig import progress
 from krig.errors import RigError
 from rigs.ipmi.state import Power
+from rigs.procs import log_line
 
 Cfg = TypeVar("Cfg")
 
@@ -37,12 +38,7 @@ class BmcBase(Generic[Cfg]):
         self._auth_message = ""         # the refused login's line, said again instead of a new login
 
     def _log(self, line: str) -> None:
-        if self.log_path is not None:
-            try:
-                with open(self.log_path, "a") as f:
-                    f.write(f"{time.strftime('%H:%M:%S')} {line.rstrip()}\n")
-            except OSError:
-                pass
+        log_line(self.log_path, line)
 
     def _scrub(self, text: str) -> str:
         """text with the password taken out, should a BMC or a client ever echo it."""

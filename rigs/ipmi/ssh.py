@@ -17,7 +17,7 @@ import time
 from krig.errors import RigError
 from krig.safeio import printable
 from rigs.ipmi.spec import IpmiSpecSsh
-from rigs.procs import Overflow, drain, stop_group
+from rigs.procs import Overflow, drain, log_line, stop_group
 from rigs.ipmi.pull import stream_from
 from krig.paths import dies_with_parent
 
@@ -80,12 +80,7 @@ class Ssh:
         self.log_path: pathlib.Path | None = None
 
     def _log(self, line: str):
-        if self.log_path is not None:
-            try:
-                with open(self.log_path, "a") as f:
-                    f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
-            except OSError:
-                pass
+        log_line(self.log_path, line)
 
     def _options(self, connect_timeout: float | None = None, mux: bool = False) -> list:
         c = self.cfg

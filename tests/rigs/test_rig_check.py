@@ -17,6 +17,7 @@ import pytest
 
 from conftest import KRIG, ROOT
 from krig.errors import UsageError
+from rig_check_fixture import redfish_table
 from rigs.check import BAD, NOTE, OK
 from rigs.labsim.bmc import free_port
 from rigs.labsim.redfish import make_cert
@@ -27,22 +28,10 @@ from workflows.rigcheck import drivers_cache
 FP = ":".join(["AB"] * 32)
 
 
-def _spec(tmp_path, **bmc):
-    key = tmp_path / "key"
-    key.write_text("k")
-    key.chmod(0o600)
-    pw = tmp_path / "pw"
-    pw.write_text("secret\nbmc = bmc1\n")
-    pw.chmod(0o600)
-    return {"driver": "redfish", "console": "telnet://ts1:7001",
-            "bmc": {"host": "bmc1", "user": "krig", "password_file": str(pw), **bmc},
-            "ssh": {"host": "s1", "key": str(key), "known_hosts": str(key)}}
-
-
 @pytest.mark.parametrize("given", [f"sha256 Fingerprint={FP}", f"SHA256 Fingerprint={FP}", f"sha256:{FP}", FP,
                                    "ab" * 32, f"  sha256 Fingerprint={FP}\n"])
 def test_a_pin_in_every_form_openssl_and_krig_print(tmp_path, given):
-    spec, _ = validate_spec("x", _spec(tmp_path, fingerprint=given), "rigs/x.toml")
+    spec, _ = validate_spec("x", redfish_table(tmp_path, bmc={"fingerprint": given}), "rigs/x.toml")
     assert spec.bmc.fingerprint == "ab" * 32
 
 
@@ -51,7 +40,7 @@ def test_a_pin_in_every_form_openssl_and_krig_print(tmp_path, given):
 def test_other_fingerprints_are_one_line(tmp_path, given):
     with pytest.raises(UsageError, match=r"^rigs/x\.toml\.bmc\.fingerprint: .* is not a SHA-256 fingerprint .*"
                                          r"`krig rig check` prints it\)$"):
-        validate_spec("x", _spec(tmp_path, fingerprint=given), "rigs/x.toml")
+        validate_spec("x", redfish_table(tmp_path, bmc={"fingerprint": given}), "rigs/x.toml")
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +94,7 @@ def test_tls_not_pinned_not_trusted_prints_the_line_to_paste(tmp_path, tls_serve
     assert item.state == BAD and not go_on and item.field == "bmc.fingerprint or bmc.ca_file"
     assert "the system's CAs do not trust the certificate" in item.text
     paste = re.search(r'(fingerprint = "[0-9A-F:]+")', item.text).group(1)
-    spec = _spec(tmp_path)              # the line pasted under [bmc] of a rig file is a valid pin
+    spec = redfish_table(tmp_path)              # the line pasted under [bmc] of a rig file is a valid pin
     text = f'driver = "redfish"\nconsole = "telnet://ts1:7001"\n[bmc]\n{paste}\n'
     import tomllib
     spec["bmc"]["fingerprint"] = tomllib.loads(text)["bmc"]["fingerprint"]
@@ -238,7 +227,7 @@ def test_a_run_is_refused_before_its_build_for_a_host_key_not_pinned(tmp_path):
 def test_the_redfish_example_rig_loads_with_its_files_made(tmp_path, monkeypatch):
     import tomllib
     spec = tomllib.loads((ROOT / "rigs" / "examples" / "redfish-server.toml").read_text())
-    files = _spec(tmp_path)
+    files = redfish_table(tmp_path)
     spec["ssh"].update(key=files["ssh"]["key"], known_hosts=files["ssh"]["known_hosts"])
     monkeypatch.setenv(spec["bmc"]["password_env"], "pw")
     out, _ = validate_spec("lab1", spec, "rigs/lab1.toml")
@@ -270,7 +259,7 @@ class _Conn:
 
 def test_a_403_on_clearlog_is_no_lost_session(tmp_path):
     from rigs.redfish.bmc import RedfishBmc
-    spec, pw = validate_spec("x", _spec(tmp_path, clear_log=True), "rigs/x.toml")
+    spec, pw = validate_spec("x", redfish_table(tmp_path, bmc={"clear_log": True}), "rigs/x.toml")
     bmc = RedfishBmc("x", spec.bmc, pw, tmp_path / "bmc.log")
     bmc._system, bmc._conn = types.SimpleNamespace(json={"LogServices": {"@odata.id": "/ls"}}), _Conn()
     said = bmc.sel_clear()
@@ -281,7 +270,7 @@ def test_a_403_on_clearlog_is_no_lost_session(tmp_path):
 
 
 def test_log_clearing_is_off_unless_asked(tmp_path):
-    assert validate_spec("x", _spec(tmp_path), "rigs/x.toml")[0].bmc.clear_sel is False
+    assert validate_spec("x", redfish_table(tmp_path), "rigs/x.toml")[0].bmc.clear_sel is False
 
 
 class _Calls:
@@ -337,7 +326,7 @@ def test_a_raw_console_keeps_every_byte_and_rfc2217_takes_the_speed(tmp_path, mo
     monkeypatch.setattr(serial, "serial_for_url", lambda url, **kw: asked.append(kw["baudrate"]))
     netconsole.NetConsole("rfc2217://ts1:7001", tmp_path / "c", tmp_path / "n", speed=9600)._connect()
     assert asked == [9600]
-    spec = _spec(tmp_path)
+    spec = redfish_table(tmp_path)
     spec.update(console="raw://ts1:7001", console_speed=57600)
     assert validate_spec("x", spec, "rigs/x.toml")[0].console_speed == 57600
     spec["console_speed"] = 12345

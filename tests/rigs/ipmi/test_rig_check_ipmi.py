@@ -12,6 +12,7 @@ import pytest
 
 from conftest import KRIG, ROOT, unbuilt_kernel
 from ipmi_fixture import running_sim
+from rig_check_fixture import only_bad, rig_check
 from rigs.labsim.bmc import free_port
 
 pytestmark = [pytest.mark.ipmi, pytest.mark.long(3)]
@@ -24,21 +25,7 @@ def sim(tmp_path_factory):
 
 
 def _check(sim, tmp_path, rig) -> tuple[int, list[str]]:
-    before = sim.power_status()
-    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
-    p = subprocess.run(KRIG + ["rig", "check", str(rig)], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                       env=env)
-    out = p.stdout + p.stderr
-    assert "Traceback" not in out, out
-    assert sim.power_status() == before, f"the check changed the server's power:\n{out}"
-    assert sim.password not in out
-    return p.returncode, p.stdout.splitlines()
-
-
-def _only_bad(lines, what: str, field: str) -> str:
-    bad = [ln for ln in lines if ln.startswith("FAIL")]
-    assert len(bad) == 1 and bad[0].startswith(f"FAIL {what}: ") and bad[0].endswith(f"(field: {field})"), lines
-    return bad[0]
+    return rig_check(rig, tmp_path, sim.power_status, secret=sim.password)
 
 
 def test_off_all_ok(sim, tmp_path):
@@ -59,7 +46,7 @@ def test_a_wrong_password_names_the_field(sim, tmp_path):
     pw.write_text(f"notthepassword\nbmc = 127.0.0.1:{sim.lan_port}\n")
     rc, lines = _check(sim, tmp_path, sim.rig_file("rcpw", bmc={"password_file": str(pw)}))
     assert rc == 1
-    assert "wrong password" in _only_bad(lines, "login", "bmc.password_file")
+    assert "wrong password" in only_bad(lines, "login", "bmc.password_file")
 
 
 def test_a_run_with_a_wrong_password_is_refused_before_its_build(sim, tmp_path):
@@ -86,13 +73,13 @@ def test_a_run_with_a_wrong_password_is_refused_before_its_build(sim, tmp_path):
 def test_a_user_session_cannot_power(sim, tmp_path):
     rc, lines = _check(sim, tmp_path, sim.rig_file("rcuser", bmc={"privilege": "USER"}))
     assert rc == 1
-    assert "OPERATOR" in _only_bad(lines, "privileges", "bmc.privilege")
+    assert "OPERATOR" in only_bad(lines, "privileges", "bmc.privilege")
 
 
 def test_a_closed_console_port_names_the_field(sim, tmp_path):
     rc, lines = _check(sim, tmp_path, sim.rig_file("rccon", console=f"telnet://127.0.0.1:{free_port()}"))
     assert rc == 1
-    assert "Connection refused" in _only_bad(lines, "console", "console")
+    assert "Connection refused" in only_bad(lines, "console", "console")
 
 
 def test_up_ssh_with_the_pinned_key_and_a_wrong_key(sim, tmp_path):
@@ -107,4 +94,4 @@ def test_up_ssh_with_the_pinned_key_and_a_wrong_key(sim, tmp_path):
     assert rc == 0 and any(ln.startswith("ok   power: on") for ln in lines), lines
     rc, lines = _check(sim, tmp_path, sim.rig_file("rcbadkey", ssh={"known_hosts": str(sim.base / "bad_known_hosts")}))
     assert rc == 1
-    assert "does not match" in _only_bad(lines, "ssh", "ssh.known_hosts")
+    assert "does not match" in only_bad(lines, "ssh", "ssh.known_hosts")

@@ -21,6 +21,7 @@ import pytest
 from conftest import KRIG, ROOT
 from krig.errors import RigError, UsageError
 from redfish_fixture import running_bench
+from rig_check_fixture import domain_active, redfish_table
 from rigs import load_rig
 from rigs.ipmi.bmc import BmcAuthError
 from rigs.ipmi.state import Power
@@ -54,17 +55,9 @@ def _off(bench):
         dom.connect().close()
 
 
-def _active(bench) -> bool:
-    dom = bench.domain()
-    try:
-        return bool(dom.isActive())
-    finally:
-        dom.connect().close()
-
-
 def _wait_active(bench, want: bool, timeout: float = 30) -> bool:
     for _ in range(int(timeout / 0.5)):
-        if _active(bench) == want:
+        if domain_active(bench) == want:
             return True
         time.sleep(0.5)
     return False
@@ -93,12 +86,12 @@ def test_power_through_the_offered_reset_types(bench, rig, tmp_path):
     bmc.log_path = tmp_path / "bmc.log"
     types = bmc.reset_types()
     assert {"On", "ForceOff", "Nmi"} <= set(types) and "PowerCycle" not in types
-    assert bmc.power_status() is Power.OFF and not _active(bench)
+    assert bmc.power_status() is Power.OFF and not domain_active(bench)
     bmc.power("on")
     assert bmc.wait_power(Power.ON, 30) and _wait_active(bench, True)
     bmc.power("cycle")          # no PowerCycle offered: ForceRestart, the next one krig takes
     assert "ComputerSystem.Reset ForceRestart: ok" in bmc.log_path.read_text()
-    assert _active(bench)
+    assert domain_active(bench)
     bmc.power("off")
     assert bmc.wait_power(Power.OFF, 30) and _wait_active(bench, False)
 
@@ -111,7 +104,7 @@ def test_a_reset_type_the_system_does_not_offer_is_one_line(bench, rig, monkeypa
     msg = str(e.value)
     assert msg.startswith(f"rig rf: BMC https://127.0.0.1:{bench.port} offers no ResetType for power cycle "
                           "(PowerCycle); it offers ") and "Nmi" in msg and "\n" not in msg
-    assert not _active(bench)
+    assert not domain_active(bench)
 
 
 def test_nmi_reaches_the_running_server(bench, rig, tmp_path):
@@ -159,7 +152,7 @@ def test_facts_console_and_logs_of_a_run(bench, tmp_path):
     assert "iPXE" in (d / "console.log").read_text(errors="replace")       # the firmware, through ser2net
     assert "connected" in (d / "netconsole.log").read_text()
     assert "no log services" in (d / "sel-before.txt").read_text()
-    assert not _active(bench)
+    assert not domain_active(bench)
     for f in d.rglob("*"):
         if f.is_file():
             assert bench.password not in f.read_text(errors="replace"), f
@@ -202,7 +195,7 @@ def test_a_certificate_not_pinned_or_trusted_is_one_line_and_nothing_starts(benc
     line = _one_line(p.stdout + p.stderr, rf"^krig: error: \S+/rftls\.toml\.bmc\.{field}: tls: ")
     assert shown in line and line.endswith("; nothing was built (`krig rig check " + str(rig) + "` checks the whole rig)")
     assert ("not the pinned AB:AB" in line) if pin == "other" else ("the system's CAs do not trust" in line)
-    assert not _active(bench)
+    assert not domain_active(bench)
     assert not (tmp_path / "results").exists()     # nothing started, not even the console
 
 
@@ -251,18 +244,6 @@ def test_a_session_dropped_mid_run_is_an_error_naming_the_bmc(bench, tmp_path):
     assert verdict["verdict"] == "ERROR" and verdict["cause"] == "rig"
 
 
-def _spec(tmp_path, **over):
-    key = tmp_path / "key"
-    key.write_text("k")
-    key.chmod(0o600)
-    pw = tmp_path / "pw"
-    pw.write_text("secret\nbmc = bmc1:443\n")
-    pw.chmod(0o600)
-    bmc = {"host": "bmc1", "user": "krig", "password_file": str(pw), **over.pop("bmc", {})}
-    return {"driver": "redfish", "console": "telnet://ts1:7001", "bmc": bmc,
-            "ssh": {"host": "s1", "key": str(key), "known_hosts": str(key)}, **over}
-
-
 @pytest.mark.parametrize("over, says", [
     ({"bmc": {"fingerprint": "12:34"}}, r"\.bmc\.fingerprint: '12:34' is not a SHA-256 fingerprint"),
     ({"bmc": {"fingerprint": "ab" * 32, "ca_file": "/etc/hostname"}}, r"\.bmc: set at most one of ca_file"),
@@ -273,11 +254,11 @@ def _spec(tmp_path, **over):
 ])
 def test_bad_rig_files_are_one_line(tmp_path, over, says):
     with pytest.raises(UsageError, match=says):
-        validate_spec("x", _spec(tmp_path, **over), "rigs/x.toml")
+        validate_spec("x", redfish_table(tmp_path, "bmc1:443", **over), "rigs/x.toml")
 
 
 def test_a_rig_file_without_console_names_it(tmp_path):
-    spec = _spec(tmp_path)
+    spec = redfish_table(tmp_path, "bmc1:443")
     del spec["console"]
     with pytest.raises(UsageError, match=r"^rigs/x.toml: missing required field 'console'$"):
         validate_spec("x", spec, "rigs/x.toml")
@@ -285,7 +266,7 @@ def test_a_rig_file_without_console_names_it(tmp_path):
 
 def test_fingerprint_as_openssl_prints_it(tmp_path):
     fp = ":".join(["AB"] * 32)
-    spec, pw = validate_spec("x", _spec(tmp_path, bmc={"fingerprint": f"sha256:{fp}"}), "rigs/x.toml")
+    spec, pw = validate_spec("x", redfish_table(tmp_path, "bmc1:443", bmc={"fingerprint": f"sha256:{fp}"}), "rigs/x.toml")
     assert spec.bmc.fingerprint == "ab" * 32 and pw == "secret"
     assert "secret" not in json.dumps(spec.to_json()) and spec.lab["driver"] == "redfish"
 

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import KRIG, ROOT, unbuilt_kernel
 from redfish_fixture import running_bench
+from rig_check_fixture import domain_active, only_bad, rig_check
 from rigs.labsim.bmc import free_port
 
 pytestmark = [pytest.mark.redfish, pytest.mark.long(2)]
@@ -24,14 +25,6 @@ def bench():
         yield b
 
 
-def _active(bench) -> bool:
-    dom = bench.domain()
-    try:
-        return bool(dom.isActive())
-    finally:
-        dom.connect().close()
-
-
 def _rig(bench, name, bmc=None, **top):
     """A rig file of the bench (its known_hosts pins a key for its SSH address; the bench's server
     has no sshd: it stays off, and the check says SSH waits for it to be up)."""
@@ -39,24 +32,11 @@ def _rig(bench, name, bmc=None, **top):
 
 
 def _check(bench, tmp_path, rig) -> tuple[int, list[str]]:
-    before = _active(bench)
-    env = {**os.environ, "KRIG_RESULTS": str(tmp_path / "results")}
-    p = subprocess.run(KRIG + ["rig", "check", str(rig)], capture_output=True, text=True, cwd=ROOT, timeout=300,
-                       env=env)
-    out = p.stdout + p.stderr
-    assert "Traceback" not in out, out
-    assert _active(bench) == before, f"the check changed the server's power:\n{out}"
-    return p.returncode, p.stdout.splitlines()
-
-
-def _only_bad(lines, what: str, field: str) -> str:
-    bad = [ln for ln in lines if ln.startswith("FAIL")]
-    assert len(bad) == 1 and bad[0].startswith(f"FAIL {what}: ") and bad[0].endswith(f"(field: {field})"), lines
-    return bad[0]
+    return rig_check(rig, tmp_path, lambda: domain_active(bench))
 
 
 def test_a_good_rig_is_all_ok_and_nothing_is_powered(bench, tmp_path):
-    assert not _active(bench)
+    assert not domain_active(bench)
     rc, lines = _check(bench, tmp_path, _rig(bench, "rfok"))
     assert rc == 0, lines
     topics = [ln[5:].split(":")[0] for ln in lines if ln[:4] in ("ok  ", "--  ")]
@@ -74,7 +54,7 @@ def test_no_pin_prints_the_line_to_paste_and_pasting_it_passes(bench, tmp_path):
     rig = _rig(bench, "rfnopin", bmc={"fingerprint": None})
     rc, lines = _check(bench, tmp_path, rig)
     assert rc == 1
-    line = _only_bad(lines, "tls", "bmc.fingerprint or bmc.ca_file")
+    line = only_bad(lines, "tls", "bmc.fingerprint or bmc.ca_file")
     paste = re.search(r'(fingerprint = "[0-9A-F:]{95}")', line).group(1)
     assert paste.replace(":", "").lower().endswith(bench.fingerprint + '"')
     text = rig.read_text().replace("[bmc]\n", f"[bmc]\n{paste}\n")
@@ -94,7 +74,7 @@ def test_openssls_own_line_is_a_pin(bench, tmp_path):
 def test_a_wrong_pin_names_the_field(bench, tmp_path):
     rc, lines = _check(bench, tmp_path, _rig(bench, "rfpin", bmc={"fingerprint": "ab" * 32}))
     assert rc == 1
-    line = _only_bad(lines, "tls", "bmc.fingerprint")
+    line = only_bad(lines, "tls", "bmc.fingerprint")
     assert "not the pinned AB:AB" in line and bench.fingerprint[:2].upper() in line
     assert any(ln.startswith("--   login: not tried") for ln in lines)
 
@@ -105,7 +85,7 @@ def test_a_wrong_password_names_the_field(bench, tmp_path):
     pw.write_text(f"not-the-password\nbmc = 127.0.0.1:{bench.port}\n")
     rc, lines = _check(bench, tmp_path, _rig(bench, "rfpw", bmc={"password_file": str(pw)}))
     assert rc == 1
-    line = _only_bad(lines, "login", "bmc.user or bmc.password_file")
+    line = only_bad(lines, "login", "bmc.user or bmc.password_file")
     assert "401" in line and "not-the-password" not in "\n".join(lines)
 
 
@@ -128,17 +108,17 @@ def test_a_run_with_a_wrong_password_is_refused_before_its_build(bench, tmp_path
     assert "401" in line and line.endswith(f"nothing was built (`krig rig check {rig}` checks the whole rig)")
     assert "kbuild:" not in p.stdout + p.stderr and not (cache / "kbuild").exists()
     assert not (tmp_path / "results").exists()
-    assert "not-the-password" not in p.stdout + p.stderr and not _active(bench)
+    assert "not-the-password" not in p.stdout + p.stderr and not domain_active(bench)
 
 
 def test_a_missing_system_lists_the_members(bench, tmp_path):
     rc, lines = _check(bench, tmp_path, _rig(bench, "rfsys", bmc={"system": "nosuch"}))
     assert rc == 1
-    line = _only_bad(lines, "system", "bmc.system")
+    line = only_bad(lines, "system", "bmc.system")
     assert re.search(r"no system 'nosuch' \(the BMC lists: [0-9a-f-]{36}\)", line), line
 
 
 def test_a_closed_console_port_names_the_field(bench, tmp_path):
     rc, lines = _check(bench, tmp_path, _rig(bench, "rfcon", console=f"telnet://127.0.0.1:{free_port()}"))
     assert rc == 1
-    assert "Connection refused" in _only_bad(lines, "console", "console")
+    assert "Connection refused" in only_bad(lines, "console", "console")
