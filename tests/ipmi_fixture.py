@@ -36,3 +36,31 @@ def running_sim(tmp_path_factory, name: str):
             server.stop()
     left = server.processes()
     assert not left, f"left running after the simulator stopped: {left}"
+
+
+@contextlib.contextmanager
+def two_sims(tmp_path, what: str, user_prefix: str, **rig_kw):
+    """Two started SimServers, a and b, of 1 GiB each booting Debian's kernel, with rig files
+    lab-a and lab-b (rig_kw passed on); each BMC's user is `<user_prefix><a|b>bmcuser`, a name
+    to look for where it must not be. Stopped afterwards, and nothing of them may be left running."""
+    from conftest import setup_missing
+    from kernels.catalog import load_kernel
+    from rigs import initramfs
+    from rigs.qemu import rig as qemu
+    setup_missing(missing_tools(), what)
+    kernel = load_kernel("distro")
+    initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)
+    sims = []
+    try:
+        for n in ("a", "b"):
+            (tmp_path / n).mkdir()
+            s = SimServer(tmp_path / n, kernel, initrd, memory_mb=1024)
+            s.USER = f"{user_prefix}{n}bmcuser"
+            sims.append(s)
+            s.start()
+            s.rig_file(f"lab-{n}", **rig_kw)
+        yield sims
+    finally:
+        for s in sims:
+            s.stop()
+    assert not [s.processes() for s in sims if s.processes()]

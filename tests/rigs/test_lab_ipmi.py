@@ -15,12 +15,9 @@ import subprocess
 
 import pytest
 
-from conftest import KRIG, ROOT, setup_missing
-from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
-from kernels.catalog import load_kernel
+from conftest import KRIG, ROOT
+from ipmi_fixture import two_sims
 from lab_fixture import Coordinator, wait_for
-from rigs import initramfs
-from rigs.qemu import rig as qemu
 
 pytestmark = pytest.mark.ipmi
 
@@ -30,31 +27,18 @@ LEASE = 10
 
 @pytest.fixture
 def lab(tmp_path):
-    setup_missing(missing_tools(), "the lab IPMI tests")
-    kernel = load_kernel("distro")
-    initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)
     coord = Coordinator(tmp_path / "coordinator").start()
-    sims = []
     try:
-        for n in ("a", "b"):
-            (tmp_path / n).mkdir()
-            s = SimServer(tmp_path / n, kernel, initrd, memory_mb=1024)
-            s.USER = f"lab{n}bmcuser"           # a BMC user name to look for at the coordinator
-            sims.append(s)
-            s.start()
-            s.rig_file(f"lab-{n}", lab=LAB)
-        env = {**os.environ, "KRIG_RIG_PATH": ":".join(str(s.rigs) for s in sims),
-               "KRIG_LAB_COORDINATOR": coord.addr, "KRIG_LAB_LEASE": str(LEASE), "KRIG_LOCK_WAIT": "900",
-               "KRIG_RESULTS": str(tmp_path / "results")}
-        p = subprocess.run(KRIG + ["lab", "sync"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-        assert p.returncode == 0 and p.stdout.count(": created: ") == 2, p.stdout + p.stderr
-        yield coord, sims, env
+        with two_sims(tmp_path, "the lab IPMI tests", "lab", lab=LAB) as sims:
+            env = {**os.environ, "KRIG_RIG_PATH": ":".join(str(s.rigs) for s in sims),
+                   "KRIG_LAB_COORDINATOR": coord.addr, "KRIG_LAB_LEASE": str(LEASE), "KRIG_LOCK_WAIT": "900",
+                   "KRIG_RESULTS": str(tmp_path / "results")}
+            p = subprocess.run(KRIG + ["lab", "sync"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+            assert p.returncode == 0 and p.stdout.count(": created: ") == 2, p.stdout + p.stderr
+            yield coord, sims, env
     finally:
         coord.kill()
-        for s in sims:
-            s.stop()
     assert not coord.alive()
-    assert not [s.processes() for s in sims if s.processes()]
 
 
 def _suite(path: pathlib.Path, head: str) -> pathlib.Path:

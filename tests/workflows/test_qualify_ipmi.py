@@ -14,11 +14,8 @@ import tarfile
 
 import pytest
 
-from conftest import KRIG, ROOT, setup_missing
-from ipmi_fixture import GUEST_MODULES_EXTRA, SimServer, missing_tools
-from kernels.catalog import load_kernel
-from rigs import initramfs
-from rigs.qemu import rig as qemu
+from conftest import KRIG, ROOT
+from ipmi_fixture import two_sims
 from test_qualify import check_outputs
 
 pytestmark = pytest.mark.ipmi
@@ -32,18 +29,7 @@ reproducer = "selftest-pass"
 
 
 def test_two_ipmi_servers_in_parallel_and_clean_bundle(tmp_path):
-    setup_missing(missing_tools(), "the IPMI qualification test")
-    kernel = load_kernel("distro")
-    initrd = initramfs.build(kernel.release, kernel.modules_dir, qemu.BASE_MODULES + GUEST_MODULES_EXTRA)
-    sims = []
-    try:
-        for n in ("a", "b"):
-            (tmp_path / n).mkdir()
-            s = SimServer(tmp_path / n, kernel, initrd, memory_mb=1024)
-            s.USER = f"qual{n}bmcuser"          # a BMC user name to look for in the bundle
-            sims.append(s)
-            s.start()
-            s.rig_file(f"lab-{n}")
+    with two_sims(tmp_path, "the IPMI qualification test", "qual") as sims:     # BMC users to look for in the bundle
         sims[1].rig_file("lab-b", bmc={"password_file": None, "password_env": "KRIG_TEST_QUAL_PW"})
         suite = tmp_path / "lab.toml"
         suite.write_text(SUITE)
@@ -80,7 +66,3 @@ def test_two_ipmi_servers_in_parallel_and_clean_bundle(tmp_path):
                            *[os.uname().nodename] * (len(os.uname().nodename) >= 3)):
                 g = subprocess.run(["grep", "-rlF", needle, str(unpacked)], capture_output=True, text=True)
                 assert g.returncode == 1, f"{needle!r} is in the bundle of {c['rig']}: {g.stdout}"
-    finally:
-        for s in sims:
-            s.stop()
-    assert not [s.processes() for s in sims if s.processes()]
