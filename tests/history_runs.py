@@ -14,13 +14,15 @@ RECORDS = {name: json.loads((DATA / name).read_text()) for name in ("manifest.js
 
 def make_run(root: pathlib.Path, kernel: str, verdict: str, value: float, *, started: str, rig: str = "qemu-1g",
              commit: str | None = None, cause: str | None = None, reason: str = "", params: dict | None = None,
-             name: str | None = None) -> pathlib.Path:
+             name: str | None = None, release: str | None = None) -> pathlib.Path:
     """One run directory under root/<reproducer>/<kernel>/<rig>/<name>: the real run's records with
-    these facts; its threshold on METRIC passes or fails with the verdict (an ERROR run has none)."""
+    these facts (the release 6.1.0-KERNEL unless given); its threshold on METRIC passes or fails
+    with the verdict (an ERROR run has none)."""
+    release = release or f"6.1.0-{kernel}"
     man = json.loads(json.dumps(RECORDS["manifest.json"]))
-    man["kernel"].update(name=kernel, release=f"6.1.0-{kernel}")
+    man["kernel"].update(name=kernel, release=release)
     man["kernel"]["git"] = {"commit": commit} if commit else None
-    man["machine"]["release"] = f"6.1.0-{kernel}"
+    man["machine"]["release"] = release
     man["rig"]["name"] = rig
     man["started"], man["ended"] = started, started
     if params:

@@ -6,9 +6,14 @@ and PostgreSQL: the selections are SQLAlchemy Core, the reasoning over them is h
     regressions     (reproducer, SKU, threshold) that went PASS -> FAIL between two kernels,
                     active or fixed; flaky: a verdict that flips on reruns of one kernel, SKU and
                     parameters (never a regression)
+
+Kernels go in version order (kernel_order): by their release, and among kernels of one
+version (a series and its base, a variant) in the order they were first run; when one of
+them has no release krig can read, all of them in the order first run.
     health          servers whose last M runs ended ERROR for a rig cause K times or more
 """
 import dataclasses
+import re
 import statistics
 
 import sqlalchemy as sa
@@ -27,6 +32,30 @@ def kernel_label(r) -> str:
     if rel and name and rel not in name:
         label = f"{name} ({rel})"
     return f"{label} @{commit[:12]}" if commit else label
+
+
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:-rc(\d+))?")
+
+
+def version_key(release: str | None) -> tuple[int, int, int, int, int] | None:
+    """A kernel release's place among versions: 6.5 before 6.8, 6.8-rc3 before 6.8, 6.8 before
+    6.8.2; what follows the version (Debian's `-57-amd64`, a `-00012-gabcdef` describe) is not
+    read. None for a release without a version."""
+    m = _VERSION.match(release or "")
+    if m is None:
+        return None
+    major, minor, patch, rc = m.groups()
+    return int(major), int(minor), int(patch or 0), 0 if rc else 1, int(rc or 0)
+
+
+def kernel_order(kernels: list[tuple[str, str | None, str]]) -> list[str]:
+    """(label, release, first run) of each kernel -> the labels in version order, the first run
+    deciding among one version; all by first run when a release has no version."""
+    keys = [version_key(rel) for _, rel, _ in kernels]
+    if any(k is None for k in keys):
+        return [label for label, _, _ in sorted(kernels, key=lambda k: (k[2], k[0]))]
+    ranked = sorted(zip(keys, kernels), key=lambda kk: (kk[0], kk[1][2], kk[1][0]))
+    return [label for _, (label, _, _) in ranked]
 
 
 def list_runs(eng, repro=None, kernel=None, rig=None, server=None, verdict=None, since=None, limit=50) -> list:
@@ -54,6 +83,7 @@ class TrendPoint:
     values: list
     unit: str
     limit: str | None   # the threshold on the metric, as the judge said it
+    release: str | None = None
 
     @property
     def median(self):
@@ -65,8 +95,8 @@ class TrendPoint:
 
 
 def trend(eng, metric: str, repro: str, rig=None, server=None, sku=None) -> list:
-    """The metric's values per kernel (oldest kernel first, by its first run), on the judged runs
-    asked: plain rows (the values exact as stored), grouped here."""
+    """The metric's values per kernel (kernel_order: by version, then first run), on the judged
+    runs asked: plain rows (the values exact as stored), grouped here."""
     q = (sa.select(runs.c.kernel, runs.c.kernel_release, runs.c.kernel_commit, runs.c.started, metrics.c.unit,
                    metrics.c.value)
          .join(metrics, metrics.c.run_id == runs.c.id)
@@ -89,13 +119,13 @@ def trend(eng, metric: str, repro: str, rig=None, server=None, sku=None) -> list
                 g[0] = started
             g[2].append(value)
     points = [TrendPoint(kernel_label({"kernel": k, "kernel_release": rel, "kernel_commit": commit}), first,
-                         sorted(values), unit, limit) for (k, rel, commit), (first, unit, values) in groups.items()]
-    return sorted(points, key=lambda p: (p.first, p.kernel))
+                         sorted(values), unit, limit, rel) for (k, rel, commit), (first, unit, values) in groups.items()]
+    ranked = kernel_order([(str(i), p.release, p.first) for i, p in enumerate(points)])
+    return [points[int(i)] for i in ranked]
 
 
 def threshold_limit(text: str | None):
     """The number a threshold's limit gives ("<= 5", ">= 0.5 and <= 2": the first), or None."""
-    import re
     m = re.search(r"(?:<=|>=)\s*(-?[\d.]+(?:e[-+]?\d+)?)", text or "")
     return float(m.group(1)) if m else None
 
@@ -135,7 +165,7 @@ def flaky(eng, rows=None) -> list:
 
 def regressions(eng) -> tuple[list, list]:
     """(regressions, flaky results): a regression is a (reproducer, SKU, threshold) whose kernels,
-    in the order they were first run, went from consistently passing to consistently failing;
+    in version order (kernel_order), went from consistently passing to consistently failing;
     a kernel whose reruns disagree is flaky there and neither passes nor fails it."""
     rows = _judged_runs(eng)
     flakes = flaky(eng, rows)
@@ -145,7 +175,8 @@ def regressions(eng) -> tuple[list, list]:
         series.setdefault((r["reproducer"], r["sku"], r["params"]), {}).setdefault(r["label"], []).append(r)
     out = []
     for (repro, sku, _params), by_kernel in series.items():
-        order = [k for k in by_kernel if (repro, sku, k) not in flaky_keys]
+        ranked = kernel_order([(k, rs[0]["kernel_release"], rs[0]["started"] or "") for k, rs in by_kernel.items()])
+        order = [k for k in ranked if (repro, sku, k) not in flaky_keys]
         names = set().union(*(r["failed"] for k in order for r in by_kernel[k]))
         for name in sorted(names):
             out.extend(_transitions(repro, sku, name, order, by_kernel))

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import KRIG, ROOT
 from history_runs import METRIC, THRESHOLD, commit_of, kernel_sequence, make_run
+from workflows.history.query import kernel_order, version_key
 
 
 def env_of(tmp_path, **more) -> dict:
@@ -66,6 +67,39 @@ def test_an_active_regression_has_its_bisect_line(tmp_path):
     out = krig(tmp_path, "history", "regressions", "--active").stdout
     assert "regressions: 1" in out and "active" in out and "k5 (6.1.0-k5)" in out and "k6 (6.1.0-k6)" in out, out
     assert f"krig bisect run --good {commit_of('k5')} --bad {commit_of('k6')} --repro neg-dentry-flood" in out, out
+
+
+def test_kernels_go_in_version_order_not_the_order_they_were_run(tmp_path):
+    """A lab ran 6.1 (PASS), then 6.8 (FAIL), then went back to 6.5 (PASS) and 6.8-rc2 (FAIL) to
+    narrow it: the last passing kernel is 6.5, the first failing 6.8-rc2, and the regression is
+    active (not "fixed in 6.5"); the trend lists them by version too."""
+    runs = [("v6.1", "6.1.0", "PASS", 3.0), ("v6.8", "6.8.0", "FAIL", 9.0), ("v6.5", "6.5.0", "PASS", 3.5),
+            ("v6.8-rc2", "6.8.0-rc2-00012-g1234abcd", "FAIL", 8.0)]
+    for n, (k, rel, verdict, value) in enumerate(runs, 1):
+        make_run(tmp_path / "results", k, verdict, value, started=f"2026-03-{n:02d}T10:00:00+00:00",
+                 commit=commit_of(k), release=rel)
+    assert krig(tmp_path, "history", "import", str(tmp_path / "results")).returncode == 0
+    out = krig(tmp_path, "history", "regressions").stdout
+    row = next(ln for ln in out.splitlines() if ln.startswith("neg-dentry-flood") and THRESHOLD in ln)
+    assert "v6.5 (6.5.0)" in row and "v6.8-rc2 (6.8.0-rc2-00012-g1234abcd)" in row and "active" in row, out
+    assert "fixed" not in row and "regressions: 1" in out, out
+    assert f"--good {commit_of('v6.5')} --bad {commit_of('v6.8-rc2')}" in out, out
+    trend = krig(tmp_path, "history", "trend", METRIC, "--repro", "neg-dentry-flood", "-o", "-").stdout
+    assert [ln.split()[0] for ln in trend.splitlines() if ln.startswith("v6.")] == ["v6.1", "v6.5", "v6.8-rc2", "v6.8"]
+
+
+@pytest.mark.parametrize("release, key", [
+    ("6.1.0-57-amd64", (6, 1, 0, 1, 0)), ("6.8.0-rc2-00012-g1234abcd", (6, 8, 0, 0, 2)), ("6.8", (6, 8, 0, 1, 0)),
+    ("v6.13.2", (6, 13, 2, 1, 0)), ("5.15.170", (5, 15, 170, 1, 0)), ("next-20261201", None), (None, None)])
+def test_version_key(release, key):
+    assert version_key(release) == key
+
+
+def test_a_kernel_without_a_version_keeps_the_order_they_were_run():
+    given = [("b", "6.8.0", "2026-01-01"), ("a", "6.5.0", "2026-01-02"), ("n", None, "2026-01-03")]
+    assert kernel_order(given) == ["b", "a", "n"]
+    assert kernel_order(given[:2]) == ["a", "b"]
+    assert kernel_order([("late", "6.1.0", "2026-02"), ("early", "6.1.0-k", "2026-01")]) == ["early", "late"]
 
 
 def test_trend_table_and_plot(tmp_path, imported):
