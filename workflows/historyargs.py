@@ -38,8 +38,9 @@ exit codes: 0 every run written, 2 a run directory refused or bad input, 3 the s
   krig history regressions
   krig history regressions --active
 
-a regression: a (reproducer, SKU, threshold) whose kernels, in the order first run, went from
-passing to failing with the same parameters; a kernel whose reruns disagree is flaky there
+a regression: a (reproducer, SKU, threshold) whose kernels, in version order (6.5 before 6.8,
+an -rc before its release; one version's kernels in the order first run), went from passing to
+failing with the same parameters; a kernel whose reruns disagree is flaky there
 {CODES}
 {PAGE}""",
     "health": f"""examples:
