@@ -32,6 +32,12 @@
  * A socket file at PATH that nobody answers on (left by a BMC that was killed)
  * is removed before the bind; one that answers is kept, and the bind fails.
  *
+ * ipmi_sim writes to the KCS wire without MSG_NOSIGNAL: a peer that closed it
+ * first (the server's QEMU killed at power off, or gone by any other way) would
+ * end the BMC with SIGPIPE, silently, its log empty. In ipmi_sim SIGPIPE is
+ * ignored: the write fails with EPIPE and ipmi_sim takes the wire as closed, as
+ * a BMC outlives its host's power.
+ *
  * Build: gcc -shared -fPIC -o krig_unix.so krig_unix.c -ldl
  */
 #define _GNU_SOURCE
@@ -39,12 +45,21 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+/* Only ipmi_sim: the server's QEMU it starts inherits the preload, and keeps its own handling. */
+__attribute__((constructor)) static void
+no_sigpipe(void)
+{
+    if (strcmp(program_invocation_short_name, "ipmi_sim") == 0)
+        signal(SIGPIPE, SIG_IGN);
+}
 
 typedef int (*addr_call)(int, const struct sockaddr *, socklen_t);
 typedef int (*sockopt_call)(int, int, int, const void *, socklen_t);

@@ -8,6 +8,7 @@ import pathlib
 import pwd
 import socket
 import subprocess
+import time
 import types
 
 import pytest
@@ -130,6 +131,21 @@ def test_no_other_user_reaches_the_bmc_sockets(bmc, user):
         p = subprocess.run(_as(LAB_USER) + ["/usr/bin/python3", "-I", "-c", code, str(bmc.wire / "run" / "kcs.sock")],
                            capture_output=True, text=True, timeout=30)
         assert p.stdout.strip() == "reached", (p.stdout, p.stderr)
+
+
+def test_a_kcs_peer_that_leaves_at_once_never_ends_the_bmc(bmc):
+    """A peer that connects to the KCS wire and closes it before ipmi_sim writes (as a server's
+    QEMU killed at power off does): ipmi_sim's write fails, and the BMC lives on and answers
+    (without krig_unix.c's SIGPIPE rule it died of SIGPIPE within a few such peers)."""
+    for _ in range(40):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(bmc.wire / "run" / "kcs.sock"))
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert bmc.proc.poll() is None, f"ipmi_sim ended: {bmc.proc.returncode}"
+    p = _ipmitool(bmc, "root" if ROOT_RUN else pwd.getpwuid(os.geteuid()).pw_name, "-I", "lanplus", "-C", "3",
+                  "-U", "krig", "-L", "ADMINISTRATOR")
+    assert p.returncode == 0 and "Chassis Power is off" in p.stdout, (p.stdout, p.stderr)
 
 
 def test_the_lan_port_is_krigs_while_the_bmc_is_down(bmc):
