@@ -32,6 +32,7 @@ def log_line(path: pathlib.Path | None, line: str) -> None:
     except OSError:
         pass
 
+
 def stopped_by_host(pid: int) -> str | None:
     """Why the process pid is not running at all, if the host stopped it: a stop signal
     (SIGSTOP, SIGTSTP: process state T) or a frozen cgroup (cgroup v2 cgroup.events)."""

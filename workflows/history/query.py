@@ -6,11 +6,11 @@ and PostgreSQL: the selections are SQLAlchemy Core, the reasoning over them is h
     regressions     (reproducer, SKU, threshold) that went PASS -> FAIL between two kernels,
                     active or fixed; flaky: a verdict that flips on reruns of one kernel, SKU and
                     parameters (never a regression)
+    health          servers whose last M runs ended ERROR for a rig cause K times or more
 
 Kernels go in version order (kernel_order): by their release, and among kernels of one
 version (a series and its base, a variant) in the order they were first run; when one of
 them has no release krig can read, all of them in the order first run.
-    health          servers whose last M runs ended ERROR for a rig cause K times or more
 """
 import dataclasses
 import re
@@ -48,14 +48,13 @@ def version_key(release: str | None) -> tuple[int, int, int, int, int] | None:
     return int(major), int(minor), int(patch or 0), 0 if rc else 1, int(rc or 0)
 
 
-def kernel_order(kernels: list[tuple[str, str | None, str]]) -> list[str]:
-    """(label, release, first run) of each kernel -> the labels in version order, the first run
-    deciding among one version; all by first run when a release has no version."""
-    keys = [version_key(rel) for _, rel, _ in kernels]
-    if any(k is None for k in keys):
-        return [label for label, _, _ in sorted(kernels, key=lambda k: (k[2], k[0]))]
-    ranked = sorted(zip(keys, kernels), key=lambda kk: (kk[0], kk[1][2], kk[1][0]))
-    return [label for _, (label, _, _) in ranked]
+def kernel_order(kernels: list[tuple[str | None, str, str]]) -> list[int]:
+    """(release, first run, label) of each kernel -> their positions in version order, the first
+    run (then the label) deciding among one version; all by first run when a release has no
+    version."""
+    keys = [version_key(rel) for rel, _, _ in kernels]
+    by_version = all(k is not None for k in keys)
+    return sorted(range(len(kernels)), key=lambda i: (keys[i] if by_version else (), kernels[i][1], kernels[i][2]))
 
 
 def list_runs(eng, repro=None, kernel=None, rig=None, server=None, verdict=None, since=None, limit=50) -> list:
@@ -120,8 +119,7 @@ def trend(eng, metric: str, repro: str, rig=None, server=None, sku=None) -> list
             g[2].append(value)
     points = [TrendPoint(kernel_label({"kernel": k, "kernel_release": rel, "kernel_commit": commit}), first,
                          sorted(values), unit, limit, rel) for (k, rel, commit), (first, unit, values) in groups.items()]
-    ranked = kernel_order([(str(i), p.release, p.first) for i, p in enumerate(points)])
-    return [points[int(i)] for i in ranked]
+    return [points[i] for i in kernel_order([(p.release, p.first, p.kernel) for p in points])]
 
 
 def threshold_limit(text: str | None):
@@ -175,8 +173,9 @@ def regressions(eng) -> tuple[list, list]:
         series.setdefault((r["reproducer"], r["sku"], r["params"]), {}).setdefault(r["label"], []).append(r)
     out = []
     for (repro, sku, _params), by_kernel in series.items():
-        ranked = kernel_order([(k, rs[0]["kernel_release"], rs[0]["started"] or "") for k, rs in by_kernel.items()])
-        order = [k for k in ranked if (repro, sku, k) not in flaky_keys]
+        labels = list(by_kernel)
+        ranked = kernel_order([(by_kernel[k][0]["kernel_release"], by_kernel[k][0]["started"] or "", k) for k in labels])
+        order = [labels[i] for i in ranked if (repro, sku, labels[i]) not in flaky_keys]
         names = set().union(*(r["failed"] for k in order for r in by_kernel[k]))
         for name in sorted(names):
             out.extend(_transitions(repro, sku, name, order, by_kernel))

@@ -53,7 +53,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* Only ipmi_sim: the server's QEMU it starts inherits the preload, and keeps its own handling. */
+/* Only in ipmi_sim (the server's QEMU it starts inherits the preload too). That QEMU inherits
+ * SIGPIPE ignored, as QEMU sets it for itself anyway. */
 __attribute__((constructor)) static void
 no_sigpipe(void)
 {

@@ -20,6 +20,7 @@ from rigs.qemu import confine as qemu_confine
 
 pytestmark = pytest.mark.ipmi
 ROOT_RUN = os.geteuid() == 0
+ME = "root" if ROOT_RUN else pwd.getpwuid(os.geteuid()).pw_name      # krig's own user
 USERS = ["nobody"] + ([qemu_confine.USER] if ROOT_RUN else [])
 # the BMC's refusals hold for the server's own user too (a guest that escaped its QEMU)
 AUTH_USERS = USERS + ([LAB_USER] if ROOT_RUN else [])
@@ -64,8 +65,7 @@ def _refused(p: subprocess.CompletedProcess) -> bool:
 
 def test_the_right_user_password_and_cipher_suite_3_work(bmc):
     """krig's own call (rigs/ipmi/bmc.py: -I lanplus -C 3, the password in the environment)."""
-    p = _ipmitool(bmc, "root" if ROOT_RUN else pwd.getpwuid(os.geteuid()).pw_name, "-I", "lanplus", "-C", "3",
-                  "-U", "krig", "-L", "ADMINISTRATOR")
+    p = _ipmitool(bmc, ME, "-I", "lanplus", "-C", "3", "-U", "krig", "-L", "ADMINISTRATOR")
     assert p.returncode == 0 and "Chassis Power is off" in p.stdout, (p.stdout, p.stderr)
 
 
@@ -143,8 +143,7 @@ def test_a_kcs_peer_that_leaves_at_once_never_ends_the_bmc(bmc):
         time.sleep(0.05)
     time.sleep(0.5)
     assert bmc.proc.poll() is None, f"ipmi_sim ended: {bmc.proc.returncode}"
-    p = _ipmitool(bmc, "root" if ROOT_RUN else pwd.getpwuid(os.geteuid()).pw_name, "-I", "lanplus", "-C", "3",
-                  "-U", "krig", "-L", "ADMINISTRATOR")
+    p = _ipmitool(bmc, ME, "-I", "lanplus", "-C", "3", "-U", "krig", "-L", "ADMINISTRATOR")
     assert p.returncode == 0 and "Chassis Power is off" in p.stdout, (p.stdout, p.stderr)
 
 

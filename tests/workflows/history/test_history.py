@@ -96,10 +96,12 @@ def test_version_key(release, key):
 
 
 def test_a_kernel_without_a_version_keeps_the_order_they_were_run():
-    given = [("b", "6.8.0", "2026-01-01"), ("a", "6.5.0", "2026-01-02"), ("n", None, "2026-01-03")]
-    assert kernel_order(given) == ["b", "a", "n"]
-    assert kernel_order(given[:2]) == ["a", "b"]
-    assert kernel_order([("late", "6.1.0", "2026-02"), ("early", "6.1.0-k", "2026-01")]) == ["early", "late"]
+    def order(given):
+        return [given[i][2] for i in kernel_order(given)]
+    given = [("6.8.0", "2026-01-01", "b"), ("6.5.0", "2026-01-02", "a"), (None, "2026-01-03", "n")]
+    assert order(given) == ["b", "a", "n"]
+    assert order(given[:2]) == ["a", "b"]
+    assert order([("6.1.0", "2026-02", "late"), ("6.1.0-k", "2026-01", "early")]) == ["early", "late"]
 
 
 def test_trend_table_and_plot(tmp_path, imported):
